@@ -1,0 +1,44 @@
+# tollgate: one Go module per top-level folder, tied together by go.work.
+GO        ?= go
+MODULES   := core conformance httplimit ginlimit echolimit fiberlimit grpclimit examples
+PKGS      := $(addprefix github.com/tollgate-go/tollgate/,$(addsuffix /...,$(MODULES)))
+TESTFLAGS ?= -race -shuffle=on -count=1 -timeout 12m
+BENCHFLAGS ?= -run '^$$' -bench . -benchmem -count 5
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+.PHONY: help test lint bench demo tidy fmt check-redis $(addprefix test/,$(MODULES)) $(addprefix bench/,$(MODULES))
+
+help: ## list the targets
+	@grep -hE '^[a-zA-Z/%_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
+
+demo: ## the replicas demo: in-process limiters vs the shared bucket (embedded Redis unless REDIS_URL is set)
+	cd examples && $(GO) run ./replicas
+
+test: check-redis ## every module, with -race, against a real Redis
+	$(GO) test $(TESTFLAGS) $(PKGS)
+
+test/%: check-redis ## one module, e.g. make test/core
+	cd $* && $(GO) test $(TESTFLAGS) ./...
+
+check-redis: ## fail fast, and say why, when no real Redis can be had
+	@if [ -n "$$REDIS_URL" ]; then exit 0; fi; \
+	if command -v redis-server >/dev/null 2>&1; then exit 0; fi; \
+	if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then exit 0; fi; \
+	echo "make test needs a real Redis: set REDIS_URL, start a Docker daemon (testcontainers), or put redis-server on PATH" >&2; exit 1
+
+lint: ## gofmt, go vet and staticcheck in every module
+	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+	$(GO) run $(STATICCHECK) $(PKGS)
+
+bench: check-redis ## benchmarks of every module (medians: pipe into benchstat)
+	$(GO) test $(BENCHFLAGS) $(PKGS)
+
+bench/%: check-redis
+	cd $* && $(GO) test $(BENCHFLAGS) ./...
+
+tidy: ## go mod tidy in every module
+	@for m in $(MODULES); do (cd $$m && $(GO) mod tidy) || exit 1; done
+
+fmt: ## gofmt -w
+	gofmt -w $(MODULES)

@@ -1,0 +1,139 @@
+package core
+
+import (
+	"math"
+	"time"
+)
+
+// Reason says why a Decision came out as it did.
+type Reason uint8
+
+// Reasons. The zero value is ReasonOK.
+const (
+	// ReasonOK: every bucket had enough tokens; the request was charged.
+	ReasonOK Reason = iota
+	// ReasonOverLimit: a bucket had fewer tokens than the cost. Nothing was
+	// charged; RetryAfter says when the request could be admitted.
+	ReasonOverLimit
+	// ReasonCostExceedsCapacity: the cost is larger than a bucket's
+	// capacity, so the request can never be admitted. Nothing was charged
+	// and there is no retry hint.
+	ReasonCostExceedsCapacity
+	// ReasonFailedOpen: the store failed and the limiter's policy let the
+	// request through unchecked.
+	ReasonFailedOpen
+	// ReasonFailedClosed: the store failed and the limiter's policy rejected
+	// the request (HTTP 503, gRPC Unavailable; never 429).
+	ReasonFailedClosed
+	// ReasonShadowDenied: the request would have been denied, but the
+	// limiter runs in shadow (dry-run) mode, so it was let through.
+	ReasonShadowDenied
+	// ReasonInvalid: the request could not be keyed or charged (an empty
+	// or over-long tenant ID, a negative cost). Nothing was charged.
+	ReasonInvalid
+)
+
+var reasonNames = [...]string{"ok", "over_limit", "cost_exceeds_capacity", "failed_open", "failed_closed", "shadow_denied", "invalid"}
+
+// String returns the reason's stable snake_case name, used in metrics and logs.
+func (r Reason) String() string {
+	if int(r) < len(reasonNames) {
+		return reasonNames[r]
+	}
+	return "unknown"
+}
+
+// Degraded reports whether the decision was made without the store.
+func (r Reason) Degraded() bool { return r == ReasonFailedOpen || r == ReasonFailedClosed }
+
+// BucketState is one bucket's state after a check.
+type BucketState struct {
+	Name  string
+	Quota Quota
+	// Tokens is the balance after this check, fractional.
+	Tokens float64
+}
+
+// Decision is the limiter's answer to one request. Every number an adapter
+// renders (headers, status, body, gRPC details) is derived from it by methods
+// in this package, so every adapter renders the same answer.
+type Decision struct {
+	// Allowed reports whether the request may proceed. It is true for
+	// ReasonOK, ReasonFailedOpen and ReasonShadowDenied.
+	Allowed bool
+	Reason  Reason
+	// Policy names the binding bucket: the one that denied the request, or
+	// when it was admitted, the one left with the fewest tokens.
+	Policy string
+	// Quota is the binding bucket's quota.
+	Quota Quota
+	// Limit is the binding bucket's capacity.
+	Limit int64
+	// Remaining is the binding bucket's balance after this check, rounded
+	// down, never negative.
+	Remaining int64
+	// Tokens is the binding bucket's exact balance after this check.
+	Tokens float64
+	// RetryAfter is how long until the request could be admitted: zero
+	// when allowed, and zero for ReasonCostExceedsCapacity (never).
+	RetryAfter time.Duration
+	// ResetAfter is how long until the binding bucket is full again.
+	ResetAfter time.Duration
+	// Cost is the request's cost, in tokens.
+	Cost int64
+	// Buckets holds every bucket checked, in the resolver's order.
+	Buckets []BucketState
+}
+
+// Degraded reports whether the decision was made without the store.
+func (d Decision) Degraded() bool { return d.Reason.Degraded() }
+
+// Denied reports whether the request was rejected by a bucket (over limit or
+// never satisfiable), as opposed to allowed or failed.
+func (d Decision) Denied() bool {
+	return d.Reason == ReasonOverLimit || d.Reason == ReasonCostExceedsCapacity
+}
+
+// hasQuota reports whether the decision carries bucket numbers to render.
+func (d Decision) hasQuota() bool {
+	switch d.Reason {
+	case ReasonOK, ReasonOverLimit, ReasonCostExceedsCapacity, ReasonShadowDenied:
+		return d.Policy != ""
+	}
+	return false
+}
+
+// untilGrows is how long until floor(tokens) grows by one: the RateLimit
+// field's t on an admitted request. Zero when the bucket is full.
+func (d Decision) untilGrows() time.Duration {
+	if d.Quota.RefillPerSecond <= 0 || d.Tokens >= float64(d.Limit) {
+		return 0
+	}
+	next := math.Floor(d.Tokens) + 1
+	if next > float64(d.Limit) {
+		next = float64(d.Limit)
+	}
+	return seconds((next - d.Tokens) / d.Quota.RefillPerSecond)
+}
+
+func newDecision(states []BucketState, binding int, reason Reason, retry float64, cost int64) Decision {
+	b := states[binding]
+	d := Decision{
+		Allowed: reason == ReasonOK,
+		Reason:  reason,
+		Policy:  b.Name,
+		Quota:   b.Quota,
+		Limit:   b.Quota.Capacity,
+		Tokens:  b.Tokens,
+		Cost:    cost,
+		Buckets: states,
+	}
+	if r := math.Floor(b.Tokens); r > 0 {
+		d.Remaining = int64(r)
+	}
+	if reason == ReasonOverLimit {
+		d.RetryAfter = seconds(retry)
+	}
+	d.ResetAfter = seconds((float64(b.Quota.Capacity) - b.Tokens) / b.Quota.RefillPerSecond)
+	return d
+}

@@ -1,0 +1,30 @@
+// Package core is tollgate's rate limiter: per-tenant token buckets kept in
+// Redis, checked and charged by one atomic Lua script, so that every replica
+// of a service enforces the same limit whatever the number of replicas.
+//
+// # The model
+//
+// A bucket has a capacity (the largest burst, in tokens) and a refill rate
+// (the sustained throughput, tokens per second). A request has a cost in
+// tokens. The script refills lazily from the Redis server's clock, caps at
+// capacity, and admits the request only if every bucket that applies (a
+// class bucket and, optionally, a tenant-wide ceiling) holds at least the
+// cost; then it charges them all, else none.
+//
+// Keys are rl:{tenant}:bucket (see [Keys]); the braces are a Redis Cluster
+// hash tag, so all of a tenant's buckets live in one slot.
+//
+// # Decisions and errors
+//
+// [Limiter.Check] returns a [Decision]: over quota is a value (Allowed false,
+// ReasonOverLimit or ReasonCostExceedsCapacity), not an error. An error means
+// the request was invalid or the store failed; the Decision then carries the
+// failure policy's answer (fail-open or fail-closed). Adapters render a
+// Decision with [Decision.Headers], [Decision.Status] and [Decision.Problem],
+// and compute nothing themselves.
+//
+// # Identity
+//
+// The tenant comes from the verified token: an auth middleware calls
+// [ContextWithTenant], and the adapters read it with [TenantFromContext].
+package core

@@ -1,0 +1,328 @@
+package core
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed lua/tokenbucket.lua
+var tokenBucketSource string
+
+var tokenBucket = redis.NewScript(tokenBucketSource)
+
+// ScriptSource returns the Lua source of the token-bucket script, for tools
+// that preload it (SCRIPT LOAD) or audit it.
+func ScriptSource() string { return tokenBucketSource }
+
+// MaxCost is the largest cost one request may take.
+const MaxCost = MaxCapacity
+
+// Request is one request to check.
+type Request struct {
+	// Tenant is the verified identity the request is charged to.
+	Tenant Tenant
+	// Class selects the bucket (a cost class such as "default" or
+	// "export"). Empty means "default".
+	Class string
+	// Cost is the number of tokens the request takes. 0 is a peek: it
+	// reports the state without charging. Negative is invalid.
+	Cost int64
+}
+
+// DefaultClass is the class of a request that names none.
+const DefaultClass = "default"
+
+// Limiter checks requests against per-tenant token buckets kept in Redis.
+// It is safe for concurrent use; create one per process and share it.
+type Limiter struct {
+	client   redis.UniversalClient
+	resolver Resolver
+	keys     Keys
+	cfg      config
+	// direct: the client honours context deadlines itself, so the call is
+	// made inline; otherwise it runs in a goroutine and the check stops
+	// waiting at the deadline.
+	direct  bool
+	lastLog atomic.Int64
+}
+
+// New returns a limiter that keeps its buckets in client (any go-redis v9
+// client: standalone, Cluster, failover/Sentinel, Ring) and takes quotas from
+// r. It makes no network call, so it succeeds while Redis is down.
+func New(client redis.UniversalClient, r Resolver, opts ...Option) (*Limiter, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: nil Redis client", ErrInvalidConfig)
+	}
+	if r == nil {
+		return nil, fmt.Errorf("%w: nil Resolver", ErrInvalidConfig)
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&cfg)
+		}
+	}
+	if cfg.policy > FailClosed {
+		return nil, fmt.Errorf("%w: unknown failure policy %d", ErrInvalidConfig, cfg.policy)
+	}
+	keys, err := NewKeys(cfg.prefix)
+	if err != nil {
+		return nil, err
+	}
+	return &Limiter{client: client, resolver: r, keys: keys, cfg: cfg, direct: honoursContext(client)}, nil
+}
+
+// honoursContext reports whether go-redis will abort socket I/O at a
+// context's deadline (Options.ContextTimeoutEnabled).
+func honoursContext(c redis.UniversalClient) bool {
+	switch c := c.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
+// Keys returns the limiter's key scheme.
+func (l *Limiter) Keys() Keys { return l.keys }
+
+// FailurePolicy returns the limiter's failure policy.
+func (l *Limiter) FailurePolicy() FailurePolicy { return l.cfg.policy }
+
+// Allow checks and charges cost tokens of tenant t's class buckets. See
+// [Limiter.Check].
+func (l *Limiter) Allow(ctx context.Context, t Tenant, class string, cost int64) (Decision, error) {
+	return l.Check(ctx, Request{Tenant: t, Class: class, Cost: cost})
+}
+
+// Peek reports the state of tenant t's class buckets without charging them.
+func (l *Limiter) Peek(ctx context.Context, t Tenant, class string) (Decision, error) {
+	return l.Check(ctx, Request{Tenant: t, Class: class})
+}
+
+// Check answers one request. Over quota is not an error: it is a Decision
+// with Allowed false. The error is non-nil when the request is invalid
+// (wrapping ErrInvalidRequest; the Decision has ReasonInvalid) or when the
+// quota could not be resolved or the store failed (wrapping ErrResolve or
+// ErrStore; the Decision then carries the failure policy's answer,
+// ReasonFailedOpen or ReasonFailedClosed). The Decision is always usable.
+func (l *Limiter) Check(ctx context.Context, req Request) (Decision, error) {
+	if req.Class == "" {
+		req.Class = DefaultClass
+	}
+	if err := l.validate(req); err != nil {
+		return Decision{Reason: ReasonInvalid, Cost: req.Cost}, err
+	}
+	buckets, err := l.resolver.Buckets(ctx, req.Tenant, req.Class)
+	if err == nil {
+		err = validateBuckets(buckets)
+	}
+	if err != nil {
+		if !errors.Is(err, ErrResolve) && !errors.Is(err, ErrInvalidQuota) {
+			err = fmt.Errorf("%w: %w", ErrResolve, err)
+		}
+		return l.degrade(req, err), err
+	}
+	keys := make([]string, len(buckets))
+	args := make([]any, 2, 2+3*len(buckets))
+	args[0] = ""
+	if l.cfg.clock != nil {
+		args[0] = strconv.FormatInt(l.cfg.clock().UnixMicro(), 10)
+	}
+	args[1] = strconv.FormatInt(req.Cost, 10)
+	for i, b := range buckets {
+		if keys[i], err = l.keys.Bucket(req.Tenant.ID, b.Name); err != nil {
+			return Decision{Reason: ReasonInvalid, Cost: req.Cost}, err
+		}
+		args = append(args,
+			strconv.FormatInt(b.Quota.Capacity, 10),
+			strconv.FormatFloat(b.Quota.RefillPerSecond, 'g', -1, 64),
+			b.Quota.ttlMillis())
+	}
+	reply, err := l.run(ctx, keys, args)
+	if err != nil {
+		err = fmt.Errorf("%w: %w", ErrStore, err)
+		return l.degrade(req, err), err
+	}
+	d, err := parseReply(reply, buckets, req.Cost)
+	if err != nil {
+		err = fmt.Errorf("%w: %w", ErrStore, err)
+		return l.degrade(req, err), err
+	}
+	if !d.Allowed && l.cfg.shadow {
+		d.Allowed, d.Reason = true, ReasonShadowDenied
+	}
+	return d, nil
+}
+
+func (l *Limiter) validate(req Request) error {
+	if err := validateTenantID(req.Tenant.ID); err != nil {
+		return err
+	}
+	if err := ValidateName(req.Class); err != nil {
+		return err
+	}
+	if req.Cost < 0 || req.Cost > MaxCost {
+		return fmt.Errorf("%w: cost must be 0 to %d, got %d", ErrInvalidRequest, int64(MaxCost), req.Cost)
+	}
+	return nil
+}
+
+func validateBuckets(bs []Bucket) error {
+	if len(bs) == 0 {
+		return fmt.Errorf("%w: resolver returned no buckets", ErrResolve)
+	}
+	for i, b := range bs {
+		if err := ValidateName(b.Name); err != nil {
+			return fmt.Errorf("%w: bucket %d: %v", ErrResolve, i, err)
+		}
+		if err := b.Quota.Validate(); err != nil {
+			return fmt.Errorf("bucket %q: %w", b.Name, err)
+		}
+		for _, o := range bs[:i] {
+			if o.Name == b.Name {
+				return fmt.Errorf("%w: bucket %q appears twice", ErrResolve, b.Name)
+			}
+		}
+	}
+	return nil
+}
+
+// run calls the script within the limiter's timeout. EVALSHA first; EVAL only
+// when the server answers NOSCRIPT (script cache lost on restart, failover or
+// SCRIPT FLUSH). Never replayed after a timeout or a broken connection: the
+// first call may already have been applied.
+func (l *Limiter) run(ctx context.Context, keys []string, args []any) (any, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
+	defer cancel()
+	if l.direct {
+		return tokenBucket.Run(ctx, l.client, keys, args...).Result()
+	}
+	type result struct {
+		v   any
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		v, err := tokenBucket.Run(ctx, l.client, keys, args...).Result()
+		ch <- result{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("no answer within %v: %w", l.cfg.timeout, ctx.Err())
+	}
+}
+
+// degrade answers by the failure policy, and logs (at most once a second).
+func (l *Limiter) degrade(req Request, err error) Decision {
+	d := Decision{Reason: ReasonFailedOpen, Allowed: true, Cost: req.Cost}
+	if l.cfg.policy == FailClosed {
+		d = Decision{Reason: ReasonFailedClosed, Cost: req.Cost}
+	}
+	now := time.Now().UnixNano()
+	if last := l.lastLog.Load(); now-last >= int64(time.Second) && l.lastLog.CompareAndSwap(last, now) {
+		l.cfg.log.Warn("tollgate: rate limit check degraded",
+			"decision", d.Reason.String(), "tenant", EscapeID(req.Tenant.ID), "class", req.Class, "err", err)
+	}
+	return d
+}
+
+// parseReply decodes the script's reply, checking every element's type.
+func parseReply(v any, buckets []Bucket, cost int64) (Decision, error) {
+	a, ok := v.([]any)
+	if !ok || len(a) != 4+len(buckets) {
+		return Decision{}, fmt.Errorf("unexpected script reply %T of length %d", v, len(a))
+	}
+	allowed, ok1 := a[0].(int64)
+	reason, ok2 := a[1].(int64)
+	binding, ok3 := a[2].(int64)
+	if !ok1 || !ok2 || !ok3 || binding < 1 || int(binding) > len(buckets) || reason < 0 || reason > 2 || (allowed == 1) != (reason == 0) {
+		return Decision{}, fmt.Errorf("unexpected script reply header %v", a[:3])
+	}
+	retry, err := parseFloat(a[3])
+	if err != nil {
+		return Decision{}, err
+	}
+	states := make([]BucketState, len(buckets))
+	for i, b := range buckets {
+		tok, err := parseFloat(a[4+i])
+		if err != nil {
+			return Decision{}, err
+		}
+		states[i] = BucketState{Name: b.Name, Quota: b.Quota, Tokens: tok}
+	}
+	r := ReasonOK
+	switch reason {
+	case 1:
+		r = ReasonOverLimit
+	case 2:
+		r = ReasonCostExceedsCapacity
+	}
+	return newDecision(states, int(binding-1), r, retry, cost), nil
+}
+
+func parseFloat(v any) (float64, error) {
+	s, ok := v.(string)
+	if !ok {
+		return 0, fmt.Errorf("unexpected script reply element %T, want a string", v)
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return 0, fmt.Errorf("unexpected script reply element %q: %w", s, err)
+	}
+	return f, nil
+}
+
+// Reset deletes tenant t's buckets, which then start full. With bucket names
+// it deletes just those; with none, every bucket of the tenant (a SCAN over
+// the tenant's keys on each master).
+func (l *Limiter) Reset(ctx context.Context, t Tenant, buckets ...string) error {
+	var keys []string
+	for _, b := range buckets {
+		k, err := l.keys.Bucket(t.ID, b)
+		if err != nil {
+			return err
+		}
+		keys = append(keys, k)
+	}
+	if len(buckets) == 0 {
+		pattern, err := l.keys.TenantPattern(t.ID)
+		if err != nil {
+			return err
+		}
+		scan := func(ctx context.Context, c redis.Cmdable) error {
+			iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
+			for iter.Next(ctx) {
+				keys = append(keys, iter.Val())
+			}
+			return iter.Err()
+		}
+		if cc, ok := l.client.(*redis.ClusterClient); ok {
+			// all of a tenant's keys share one slot: only its master has them
+			err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
+		} else {
+			err = scan(ctx, l.client)
+		}
+		if err != nil {
+			return fmt.Errorf("%w: reset: %w", ErrStore, err)
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	// one slot, so one DEL is valid on a Cluster too
+	if err := l.client.Del(ctx, keys...).Err(); err != nil {
+		return fmt.Errorf("%w: reset: %w", ErrStore, err)
+	}
+	return nil
+}

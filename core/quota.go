@@ -1,0 +1,137 @@
+package core
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+)
+
+// Limits on quotas. A quota outside them is rejected by [Quota.Validate]
+// before any Redis call: beyond them the arithmetic loses precision (float64
+// holds integers exactly only below 2^53) or a bucket would take longer to
+// refill than a rate limiter is meant to remember.
+const (
+	// MaxCapacity is the largest capacity accepted, 2^40 (about 1.1e12).
+	MaxCapacity = 1 << 40
+	// MaxRefillPerSecond is the fastest refill rate accepted.
+	MaxRefillPerSecond = 1e12
+	// MaxFillTime is the longest time an empty bucket may take to refill
+	// (capacity / rate). Longer periods are plan quotas, which need durable
+	// accounting, not a rate limiter.
+	MaxFillTime = 400 * 24 * time.Hour
+)
+
+// Quota is one token bucket's configuration.
+type Quota struct {
+	// Capacity is the largest burst, in tokens: a full bucket admits this
+	// much cost at once.
+	Capacity int64
+	// RefillPerSecond is the sustained rate, in tokens per second. It may be
+	// fractional: 0.1 is one token every ten seconds.
+	RefillPerSecond float64
+}
+
+// PerSecond returns a quota of n tokens per second with a burst of n.
+func PerSecond(n int64) Quota { return Quota{Capacity: n, RefillPerSecond: float64(n)} }
+
+// PerMinute returns a quota of n tokens per minute with a burst of n.
+func PerMinute(n int64) Quota { return Quota{Capacity: n, RefillPerSecond: float64(n) / 60} }
+
+// PerHour returns a quota of n tokens per hour with a burst of n.
+func PerHour(n int64) Quota { return Quota{Capacity: n, RefillPerSecond: float64(n) / 3600} }
+
+// Validate reports whether q can be enforced. The error wraps
+// [ErrInvalidQuota] and names the field at fault.
+func (q Quota) Validate() error {
+	switch {
+	case q.Capacity <= 0:
+		return fmt.Errorf("%w: capacity must be > 0, got %d", ErrInvalidQuota, q.Capacity)
+	case q.Capacity > MaxCapacity:
+		return fmt.Errorf("%w: capacity must be <= %d, got %d", ErrInvalidQuota, int64(MaxCapacity), q.Capacity)
+	case math.IsNaN(q.RefillPerSecond) || math.IsInf(q.RefillPerSecond, 0):
+		return fmt.Errorf("%w: refill rate must be finite, got %v", ErrInvalidQuota, q.RefillPerSecond)
+	case q.RefillPerSecond <= 0:
+		return fmt.Errorf("%w: refill rate must be > 0, got %v", ErrInvalidQuota, q.RefillPerSecond)
+	case q.RefillPerSecond > MaxRefillPerSecond:
+		return fmt.Errorf("%w: refill rate must be <= %g, got %v", ErrInvalidQuota, float64(MaxRefillPerSecond), q.RefillPerSecond)
+	case float64(q.Capacity)/q.RefillPerSecond > MaxFillTime.Seconds():
+		return fmt.Errorf("%w: capacity/refill rate (time to refill) must be <= %v, got %.0fs", ErrInvalidQuota, MaxFillTime, float64(q.Capacity)/q.RefillPerSecond)
+	}
+	return nil
+}
+
+// FillTime is how long an empty bucket takes to refill to capacity.
+func (q Quota) FillTime() time.Duration { return seconds(float64(q.Capacity) / q.RefillPerSecond) }
+
+// Window is the policy window in whole seconds, max(1, ceil(C/rate)), as
+// RateLimit-Policy's w parameter reports it.
+func (q Quota) Window() int64 {
+	w := math.Ceil(float64(q.Capacity) / q.RefillPerSecond)
+	if w < 1 {
+		return 1
+	}
+	return int64(w)
+}
+
+// String formats q as "capacity/rate per second", e.g. "20 burst, 2/s".
+func (q Quota) String() string {
+	return strconv.FormatInt(q.Capacity, 10) + " burst, " + strconv.FormatFloat(q.RefillPerSecond, 'g', -1, 64) + "/s"
+}
+
+// ttlMillis is the bucket's key TTL: the time an empty bucket takes to refill,
+// plus a second of margin. An idle bucket is full by then, so its expiry
+// loses nothing. Always a positive integer, formatted here rather than by the
+// server.
+func (q Quota) ttlMillis() string {
+	ms := math.Ceil(float64(q.Capacity)/q.RefillPerSecond*1000) + 1000
+	return strconv.FormatInt(int64(ms), 10)
+}
+
+// Bucket is one named token bucket that applies to a request: the request's
+// class, or a tenant-wide ceiling.
+type Bucket struct {
+	// Name is the policy name: it appears in the Redis key, in
+	// RateLimit-Policy and in metrics. See [ValidateName].
+	Name  string
+	Quota Quota
+}
+
+// CeilingBucket is the conventional name of a tenant-wide bucket that every
+// request of the tenant is charged to, beside its class bucket.
+const CeilingBucket = "tenant"
+
+// MaxNameLen is the longest bucket (class) name.
+const MaxNameLen = 64
+
+// ValidateName reports whether name can name a bucket: 1 to 64 bytes of
+// ASCII letters, digits, '_', '-' and '.'. Names travel into keys, headers
+// and metric labels, so they are kept plain.
+func ValidateName(name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: bucket name is empty", ErrInvalidRequest)
+	}
+	if len(name) > MaxNameLen {
+		return fmt.Errorf("%w: bucket name is %d bytes, longer than %d", ErrInvalidRequest, len(name), MaxNameLen)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
+			return fmt.Errorf("%w: bucket name %q has byte %q at %d; use letters, digits, '_', '-', '.'", ErrInvalidRequest, name, c, i)
+		}
+	}
+	return nil
+}
+
+// seconds converts float seconds to a Duration, rounding up to the next
+// nanosecond and saturating instead of overflowing.
+func seconds(s float64) time.Duration {
+	if s <= 0 || math.IsNaN(s) {
+		return 0
+	}
+	ns := math.Ceil(s * 1e9)
+	if ns >= math.MaxInt64 {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(ns)
+}

@@ -1,0 +1,247 @@
+package core
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// HeaderStyle selects which rate-limit header families a response carries. It
+// is a bit set; combine styles with |.
+type HeaderStyle uint
+
+// Header styles.
+const (
+	// HeaderIETF emits RateLimit-Policy and RateLimit as in
+	// draft-ietf-httpapi-ratelimit-headers-11 (RFC 9651 structured fields).
+	HeaderIETF HeaderStyle = 1 << iota
+	// HeaderXRateLimit emits X-RateLimit-Limit, -Remaining and -Reset, the
+	// reset in delta seconds.
+	HeaderXRateLimit
+	// HeaderXRateLimitEpoch emits the X-RateLimit trio with Reset as a Unix
+	// time in seconds (GitHub's convention). It replaces HeaderXRateLimit.
+	HeaderXRateLimitEpoch
+	// HeaderDraft06 emits RateLimit-Limit, RateLimit-Remaining and
+	// RateLimit-Reset (draft-ietf-httpapi-ratelimit-headers-06).
+	HeaderDraft06
+
+	// HeaderNone emits no rate-limit headers (Retry-After is still sent on a
+	// 429: it is part of HTTP, not of a style).
+	HeaderNone HeaderStyle = 0
+	// DefaultHeaderStyle is IETF draft-11 plus X-RateLimit.
+	DefaultHeaderStyle = HeaderIETF | HeaderXRateLimit
+)
+
+// ParseHeaderStyle parses a comma-separated list of style names: "ietf",
+// "x-ratelimit", "x-ratelimit-epoch", "draft-06", "none", "default".
+func ParseHeaderStyle(s string) (HeaderStyle, error) {
+	var st HeaderStyle
+	for _, f := range strings.Split(s, ",") {
+		switch strings.ToLower(strings.TrimSpace(f)) {
+		case "ietf", "ietf-11", "draft-11":
+			st |= HeaderIETF
+		case "x-ratelimit", "xratelimit":
+			st |= HeaderXRateLimit
+		case "x-ratelimit-epoch", "epoch":
+			st |= HeaderXRateLimitEpoch
+		case "draft-06", "draft06":
+			st |= HeaderDraft06
+		case "default":
+			st |= DefaultHeaderStyle
+		case "none", "":
+		default:
+			return 0, fmt.Errorf("%w: unknown header style %q (want ietf, x-ratelimit, x-ratelimit-epoch, draft-06, none or default)", ErrInvalidConfig, f)
+		}
+	}
+	return st, nil
+}
+
+// Header is one response header (or gRPC metadata entry). Names are
+// canonical HTTP spellings; gRPC adapters lower-case them.
+type Header struct{ Name, Value string }
+
+// Header names.
+const (
+	HeaderRateLimit          = "RateLimit"
+	HeaderRateLimitPolicy    = "RateLimit-Policy"
+	HeaderRetryAfter         = "Retry-After"
+	HeaderXRateLimitLimit    = "X-RateLimit-Limit"
+	HeaderXRateLimitRemain   = "X-RateLimit-Remaining"
+	HeaderXRateLimitReset    = "X-RateLimit-Reset"
+	HeaderRateLimitLimit06   = "RateLimit-Limit"
+	HeaderRateLimitRemain06  = "RateLimit-Remaining"
+	HeaderRateLimitReset06   = "RateLimit-Reset"
+	ProblemContentType       = "application/problem+json"
+	quotaExceededProblemType = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+)
+
+// ceilSeconds rounds a duration up to whole seconds.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64(math.Ceil(d.Seconds()))
+}
+
+// RetryAfterSeconds is the Retry-After value of a denial: max(1,
+// ceil(RetryAfter)) in seconds; never 0. It is 0 when the decision is not an
+// over-limit denial (nothing to retry, or never).
+func (d Decision) RetryAfterSeconds() int64 {
+	if d.Reason != ReasonOverLimit {
+		return 0
+	}
+	if s := ceilSeconds(d.RetryAfter); s > 1 {
+		return s
+	}
+	return 1
+}
+
+// Headers returns the rate-limit headers of d in style, in a fixed order, for
+// an allowed or a denied response alike. now is used only by
+// HeaderXRateLimitEpoch. A degraded or invalid decision has no rate-limit
+// headers. A denial (ReasonOverLimit) adds Retry-After whatever the style.
+func (d Decision) Headers(style HeaderStyle, now time.Time) []Header {
+	if !d.hasQuota() {
+		return nil
+	}
+	hs := make([]Header, 0, 6)
+	limit := strconv.FormatInt(d.Limit, 10)
+	remaining := strconv.FormatInt(d.Remaining, 10)
+	reset := ceilSeconds(d.ResetAfter)
+	retry := d.RetryAfterSeconds()
+	t := ceilSeconds(d.untilGrows())
+	if retry > 0 {
+		t = retry
+	}
+	if style&HeaderIETF != 0 {
+		name := SFString(d.Policy)
+		hs = append(hs,
+			Header{HeaderRateLimitPolicy, name + ";q=" + limit + ";w=" + strconv.FormatInt(d.Quota.Window(), 10)},
+			Header{HeaderRateLimit, name + ";r=" + remaining + ";t=" + strconv.FormatInt(t, 10)},
+		)
+	}
+	if style&(HeaderXRateLimit|HeaderXRateLimitEpoch) != 0 {
+		r := strconv.FormatInt(reset, 10)
+		if style&HeaderXRateLimitEpoch != 0 {
+			r = strconv.FormatInt(now.Add(d.ResetAfter).Add(time.Second-1).Unix(), 10)
+		}
+		hs = append(hs,
+			Header{HeaderXRateLimitLimit, limit},
+			Header{HeaderXRateLimitRemain, remaining},
+			Header{HeaderXRateLimitReset, r},
+		)
+	}
+	if style&HeaderDraft06 != 0 {
+		hs = append(hs,
+			Header{HeaderRateLimitLimit06, limit},
+			Header{HeaderRateLimitRemain06, remaining},
+			Header{HeaderRateLimitReset06, strconv.FormatInt(reset, 10)},
+		)
+	}
+	if retry > 0 {
+		hs = append(hs, Header{HeaderRetryAfter, strconv.FormatInt(retry, 10)})
+	}
+	return hs
+}
+
+// SFString serialises s as an RFC 9651 structured-field string: quoted, with
+// '"' and '\' escaped. Bytes a structured-field string cannot hold (controls,
+// non-ASCII) are written as %XX, so a name can never inject a header.
+func SFString(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + 2)
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20 || c >= 0x7f || c == '%':
+			b.WriteByte('%')
+			b.WriteByte(hexDigits[c>>4])
+			b.WriteByte(hexDigits[c&15])
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+// Status is the HTTP status of a response for d: 200 when the request
+// proceeds (allowed, failed open, shadow-denied), 429 for a denial, 503 when
+// the store failed and the policy is fail-closed, 400 for an invalid request.
+func (d Decision) Status() int {
+	switch {
+	case d.Allowed:
+		return 200
+	case d.Denied():
+		return 429
+	case d.Reason == ReasonFailedClosed:
+		return 503
+	default:
+		return 400
+	}
+}
+
+// Problem is an RFC 9457 problem details body.
+type Problem struct {
+	Type             string   `json:"type"`
+	Title            string   `json:"title"`
+	Status           int      `json:"status"`
+	Detail           string   `json:"detail,omitempty"`
+	ViolatedPolicies []string `json:"violated-policies,omitempty"`
+}
+
+// JSON returns the problem serialised, as the response body.
+func (p Problem) JSON() []byte {
+	b, err := json.Marshal(p)
+	if err != nil { // unreachable: the struct holds only strings and ints
+		return []byte(`{"type":"about:blank","title":"Internal Server Error","status":500}`)
+	}
+	return b
+}
+
+// Problem returns the RFC 9457 body for a response that does not proceed (a
+// denial, a fail-closed answer or an invalid request). It never contains the
+// tenant ID.
+func (d Decision) Problem() Problem {
+	switch d.Reason {
+	case ReasonOverLimit:
+		return Problem{
+			Type:   quotaExceededProblemType,
+			Title:  "Too Many Requests",
+			Status: 429,
+			Detail: fmt.Sprintf("Rate limit of policy %s exceeded: the request costs %d, %d left; retry in %d s.",
+				SFString(d.Policy), d.Cost, d.Remaining, d.RetryAfterSeconds()),
+			ViolatedPolicies: []string{d.Policy},
+		}
+	case ReasonCostExceedsCapacity:
+		return Problem{
+			Type:   quotaExceededProblemType,
+			Title:  "Too Many Requests",
+			Status: 429,
+			Detail: fmt.Sprintf("The request costs %d, more than the capacity %d of policy %s: it can never be admitted.",
+				d.Cost, d.Limit, SFString(d.Policy)),
+			ViolatedPolicies: []string{d.Policy},
+		}
+	case ReasonFailedClosed:
+		return Problem{Type: "about:blank", Title: "Service Unavailable", Status: 503,
+			Detail: "The rate limiter cannot reach its store; try again later."}
+	case ReasonInvalid:
+		return Problem{Type: "about:blank", Title: "Bad Request", Status: 400,
+			Detail: "The request cannot be rate limited: its identity or cost is invalid."}
+	}
+	return Problem{Type: "about:blank", Title: "OK", Status: 200}
+}
+
+// UnauthenticatedProblem is the body of a 401 answered when a request reaches
+// the limiter with no verified tenant in its context.
+func UnauthenticatedProblem() Problem {
+	return Problem{Type: "about:blank", Title: "Unauthorized", Status: 401,
+		Detail: "The request carries no verified tenant identity."}
+}

@@ -1,0 +1,296 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+)
+
+// Resolver gives the buckets that apply to a request of tenant t in class:
+// usually the class bucket, and optionally a tenant-wide ceiling. Every
+// bucket is charged atomically with the others. Bucket names must be unique
+// within one answer.
+type Resolver interface {
+	Buckets(ctx context.Context, t Tenant, class string) ([]Bucket, error)
+}
+
+// ResolverFunc adapts a function to [Resolver].
+type ResolverFunc func(ctx context.Context, t Tenant, class string) ([]Bucket, error)
+
+// Buckets calls f.
+func (f ResolverFunc) Buckets(ctx context.Context, t Tenant, class string) ([]Bucket, error) {
+	return f(ctx, t, class)
+}
+
+// Tier is the default quotas of a tier of tenants.
+type Tier struct {
+	// Classes maps a class name to its bucket's quota.
+	Classes map[string]Quota
+	// Ceiling, if set, is a tenant-wide bucket (named CeilingBucket)
+	// charged by every request of the tenant beside its class bucket.
+	Ceiling *Quota
+}
+
+// Tiers is a static set of tiers.
+type Tiers struct {
+	// Tiers maps a tier name to its quotas.
+	Tiers map[string]Tier
+	// Default is the tier of a tenant whose Tier is empty.
+	Default string
+}
+
+// Validate reports the first thing wrong with ts, naming the tier and class.
+func (ts Tiers) Validate() error {
+	if len(ts.Tiers) == 0 {
+		return fmt.Errorf("%w: no tiers", ErrInvalidConfig)
+	}
+	if ts.Default != "" {
+		if _, ok := ts.Tiers[ts.Default]; !ok {
+			return fmt.Errorf("%w: default tier %q is not defined", ErrInvalidConfig, ts.Default)
+		}
+	}
+	for name, tier := range ts.Tiers {
+		if len(tier.Classes) == 0 {
+			return fmt.Errorf("%w: tier %q has no classes", ErrInvalidConfig, name)
+		}
+		for class, q := range tier.Classes {
+			if err := ValidateName(class); err != nil {
+				return fmt.Errorf("%w: tier %q: %v", ErrInvalidConfig, name, err)
+			}
+			if class == CeilingBucket {
+				return fmt.Errorf("%w: tier %q: class name %q is reserved for the tenant-wide ceiling", ErrInvalidConfig, name, class)
+			}
+			if err := q.Validate(); err != nil {
+				return fmt.Errorf("tier %q class %q: %w", name, class, err)
+			}
+		}
+		if tier.Ceiling != nil {
+			if err := tier.Ceiling.Validate(); err != nil {
+				return fmt.Errorf("tier %q ceiling: %w", name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// buckets returns the tier defaults for (tier, class).
+func (ts *Tiers) buckets(tierName, class string) ([]Bucket, error) {
+	if tierName == "" {
+		tierName = ts.Default
+	}
+	tier, ok := ts.Tiers[tierName]
+	if !ok {
+		return nil, fmt.Errorf("%w: unknown tier %q", ErrResolve, EscapeID(tierName))
+	}
+	q, ok := tier.Classes[class]
+	if !ok {
+		return nil, fmt.Errorf("%w: tier %q has no class %q", ErrResolve, EscapeID(tierName), EscapeID(class))
+	}
+	bs := make([]Bucket, 1, 2)
+	bs[0] = Bucket{Name: class, Quota: q}
+	if tier.Ceiling != nil {
+		bs = append(bs, Bucket{Name: CeilingBucket, Quota: *tier.Ceiling})
+	}
+	return bs, nil
+}
+
+// Overrides is a source of per-tenant quota overrides, usually the primary
+// database. An override replaces the tier default of one bucket (a class,
+// or CeilingBucket) for one tenant.
+type Overrides interface {
+	// Overrides returns every override of tenantID in force now, by bucket
+	// name; an empty map when there is none. An error means the source
+	// failed (the resolver then serves the last known value).
+	Overrides(ctx context.Context, tenantID string) (map[string]Quota, error)
+}
+
+// OverridesFunc adapts a function to [Overrides].
+type OverridesFunc func(ctx context.Context, tenantID string) (map[string]Quota, error)
+
+// Overrides calls f.
+func (f OverridesFunc) Overrides(ctx context.Context, tenantID string) (map[string]Quota, error) {
+	return f(ctx, tenantID)
+}
+
+// DefaultCacheTTL is how long a tenant's overrides are cached in process.
+const DefaultCacheTTL = 45 * time.Second
+
+// TieredResolver resolves quotas as tier defaults plus per-tenant overrides.
+// Overrides are cached in process for a TTL (default 45 s), so the override
+// source is off the hot path and a changed override takes effect at the next
+// refresh, with no deploy. Concurrent misses for one tenant share one lookup
+// (singleflight). When the source fails, the last known overrides keep
+// serving (stale-on-error), or the tier defaults if none was ever loaded:
+// a failing database never becomes an outage. It is safe for concurrent use.
+type TieredResolver struct {
+	tiers     atomic.Pointer[Tiers]
+	overrides Overrides
+	ttl       time.Duration
+	retry     time.Duration
+	now       func() time.Time
+	log       *slog.Logger
+
+	mu    sync.Mutex
+	cache map[string]*cacheEntry
+	group singleflight.Group
+	stats ResolverStats
+}
+
+// ResolverStats counts what a TieredResolver did, for tests and metrics.
+type ResolverStats struct {
+	Hits, Misses, Loads, LoadErrors, StaleServed atomic.Int64
+}
+
+type cacheEntry struct {
+	overrides map[string]Quota
+	expires   time.Time
+	loaded    bool // false: never loaded successfully (tier defaults served)
+}
+
+// ResolverOption configures a TieredResolver.
+type ResolverOption interface{ applyResolver(*TieredResolver) }
+
+type resolverOptionFunc func(*TieredResolver)
+
+func (f resolverOptionFunc) applyResolver(r *TieredResolver) { f(r) }
+
+// WithOverrides sets the override source. Default: none (tier defaults only).
+func WithOverrides(o Overrides) ResolverOption {
+	return resolverOptionFunc(func(r *TieredResolver) {
+		if o != nil {
+			r.overrides = o
+		}
+	})
+}
+
+// WithCacheTTL sets how long overrides are cached. Default 45 s; values <= 0
+// are ignored.
+func WithCacheTTL(d time.Duration) ResolverOption {
+	return resolverOptionFunc(func(r *TieredResolver) {
+		if d > 0 {
+			r.ttl = d
+		}
+	})
+}
+
+// WithResolverClock sets the clock used for cache expiry. Default time.Now.
+func WithResolverClock(now func() time.Time) ResolverOption {
+	return resolverOptionFunc(func(r *TieredResolver) {
+		if now != nil {
+			r.now = now
+		}
+	})
+}
+
+// WithResolverLogger sets the logger for override-source failures. Default
+// slog.Default().
+func WithResolverLogger(l *slog.Logger) ResolverOption {
+	return resolverOptionFunc(func(r *TieredResolver) {
+		if l != nil {
+			r.log = l
+		}
+	})
+}
+
+// NewResolver returns a resolver over tiers, which must be valid.
+func NewResolver(tiers Tiers, opts ...ResolverOption) (*TieredResolver, error) {
+	if err := tiers.Validate(); err != nil {
+		return nil, err
+	}
+	r := &TieredResolver{ttl: DefaultCacheTTL, now: time.Now, log: slog.Default(), cache: map[string]*cacheEntry{}}
+	for _, o := range opts {
+		if o != nil {
+			o.applyResolver(r)
+		}
+	}
+	// After a failed load, try again after this long rather than on every
+	// request: a struggling database is not hammered by the hot path.
+	r.retry = min(r.ttl, 5*time.Second)
+	r.tiers.Store(&tiers)
+	return r, nil
+}
+
+// SetTiers replaces the tier defaults atomically (a configuration reload).
+// An invalid set is refused and the old one kept.
+func (r *TieredResolver) SetTiers(tiers Tiers) error {
+	if err := tiers.Validate(); err != nil {
+		return err
+	}
+	r.tiers.Store(&tiers)
+	return nil
+}
+
+// Tiers returns the tier defaults in force.
+func (r *TieredResolver) Tiers() Tiers { return *r.tiers.Load() }
+
+// Stats returns the resolver's counters.
+func (r *TieredResolver) Stats() *ResolverStats { return &r.stats }
+
+// Invalidate drops tenantID's cached overrides, so the next request loads them.
+func (r *TieredResolver) Invalidate(tenantID string) {
+	r.mu.Lock()
+	delete(r.cache, tenantID)
+	r.mu.Unlock()
+}
+
+// Buckets implements [Resolver].
+func (r *TieredResolver) Buckets(ctx context.Context, t Tenant, class string) ([]Bucket, error) {
+	bs, err := r.tiers.Load().buckets(t.Tier, class)
+	if err != nil || r.overrides == nil {
+		return bs, err
+	}
+	ov := r.lookup(ctx, t.ID)
+	for i := range bs {
+		if q, ok := ov[bs[i].Name]; ok && q.Validate() == nil {
+			bs[i].Quota = q
+		}
+	}
+	return bs, nil
+}
+
+func (r *TieredResolver) lookup(ctx context.Context, tenantID string) map[string]Quota {
+	now := r.now()
+	r.mu.Lock()
+	e := r.cache[tenantID]
+	r.mu.Unlock()
+	if e != nil && now.Before(e.expires) {
+		r.stats.Hits.Add(1)
+		return e.overrides
+	}
+	r.stats.Misses.Add(1)
+	v, _, _ := r.group.Do(tenantID, func() (any, error) {
+		// The lookup outlives one caller's cancellation: its result serves
+		// every waiter and the cache.
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		r.stats.Loads.Add(1)
+		ov, err := r.overrides.Overrides(lctx, tenantID)
+		now := r.now()
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		old := r.cache[tenantID]
+		if err != nil {
+			r.stats.LoadErrors.Add(1)
+			ne := &cacheEntry{expires: now.Add(r.retry)}
+			if old != nil {
+				ne.overrides, ne.loaded = old.overrides, old.loaded
+			}
+			if ne.loaded {
+				r.stats.StaleServed.Add(1)
+			}
+			r.cache[tenantID] = ne
+			r.log.Warn("tollgate: override source failed; serving last known quotas",
+				"tenant", EscapeID(tenantID), "stale", ne.loaded, "err", err)
+			return ne.overrides, nil
+		}
+		r.cache[tenantID] = &cacheEntry{overrides: ov, expires: now.Add(r.ttl), loaded: true}
+		return ov, nil
+	})
+	ov, _ := v.(map[string]Quota)
+	return ov
+}

@@ -1,0 +1,3 @@
+module github.com/tollgate-go/tollgate/echolimit
+
+go 1.26.0
