@@ -41,6 +41,8 @@ var (
 	sharedClusterOnce sync.Once
 	sharedCluster     *Cluster
 	sharedClusterErr  error
+	// background counts start-ups still running, which Shutdown waits for
+	background sync.WaitGroup
 )
 
 // StartSharedCluster begins starting the package's shared 3-master cluster
@@ -50,7 +52,11 @@ func StartSharedCluster() {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		return
 	}
-	go sharedClusterOnce.Do(startSharedCluster)
+	background.Add(1)
+	go func() {
+		defer background.Done()
+		sharedClusterOnce.Do(startSharedCluster)
+	}()
 }
 
 func startSharedCluster() {

@@ -69,6 +69,7 @@ func Main(m *testing.M) {
 
 // Shutdown stops every server started by this package.
 func Shutdown() {
+	background.Wait()
 	cleanupMu.Lock()
 	fs := cleanups
 	cleanups = nil

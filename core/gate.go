@@ -1,0 +1,274 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Route is what a request costs: the class (bucket) it is charged to and how
+// many tokens it takes.
+type Route struct {
+	Class string
+	Cost  int64
+	// Exempt routes are never limited (health checks, metrics).
+	Exempt bool
+}
+
+// Routes maps a route to its class and cost. A key is either "METHOD
+// /pattern" or just "/pattern" (any method); the pattern is the framework's
+// route template (Gin's FullPath, Echo's Path, Fiber's Route().Path, net/http's
+// Pattern) or a gRPC full method ("/pkg.Service/Method"), never the raw URL,
+// so path parameters cannot multiply classes.
+type Routes map[string]Route
+
+// Validate reports the first bad entry, naming it.
+func (rs Routes) Validate() error {
+	for k, r := range rs {
+		if strings.TrimSpace(k) == "" {
+			return fmt.Errorf("%w: routes: empty route key", ErrInvalidConfig)
+		}
+		if r.Exempt {
+			continue
+		}
+		if err := ValidateName(r.Class); err != nil {
+			return fmt.Errorf("%w: route %q: %v", ErrInvalidConfig, k, err)
+		}
+		if r.Cost < 1 || r.Cost > MaxCost {
+			return fmt.Errorf("%w: route %q: cost must be 1 to %d, got %d", ErrInvalidConfig, k, int64(MaxCost), r.Cost)
+		}
+	}
+	return nil
+}
+
+// Lookup returns the route of (method, pattern): "METHOD pattern" first,
+// then "pattern", then ok false.
+func (rs Routes) Lookup(method, pattern string) (Route, bool) {
+	if r, ok := rs[method+" "+pattern]; ok && method != "" {
+		return r, true
+	}
+	r, ok := rs[pattern]
+	return r, ok
+}
+
+// Endpoint is what an adapter knows about a request before the handler runs.
+type Endpoint struct {
+	// Method is the HTTP method; empty for gRPC.
+	Method string
+	// Pattern is the route template or the gRPC full method.
+	Pattern string
+	// ClientIP is the caller's address as the framework resolved it; used
+	// only for anonymous callers (WithAnonymous).
+	ClientIP string
+}
+
+// CostFunc decides a request's class and cost dynamically. ok false falls
+// back to the route table.
+type CostFunc func(ctx context.Context, t Tenant, e Endpoint) (r Route, ok bool)
+
+// Verdict is a Gate's answer, ready to render: the adapter sets Headers on
+// the response, then either calls the handler (Proceed) or writes Status,
+// ContentType and Body. An adapter computes nothing else.
+type Verdict struct {
+	// Proceed reports whether the handler should run.
+	Proceed bool
+	// Status is the HTTP status to answer with when !Proceed: 401, 400, 429
+	// or 503.
+	Status int
+	// Headers are set on the response whether or not it proceeds.
+	Headers []Header
+	// ContentType and Body are the problem+json answer when !Proceed.
+	ContentType string
+	Body        []byte
+	// Problem is Body, decoded.
+	Problem Problem
+
+	// Decision is the limiter's decision (zero when no check ran:
+	// unauthenticated or exempt).
+	Decision Decision
+	// Tenant is who was charged.
+	Tenant Tenant
+	// Route is the class and cost that applied.
+	Route Route
+	// Checked is false when no check ran (exempt route, no tenant).
+	Checked bool
+	// Unauthenticated is set when no tenant was in the context and
+	// anonymous callers are not allowed.
+	Unauthenticated bool
+	// Err is the limiter's error (store failure, invalid request), for the
+	// adapter's error hook; the Verdict already applies the failure policy.
+	Err error
+}
+
+// AnonymousPrefix starts the tenant ID of an anonymous caller
+// (WithAnonymous): "anonymous:" + client IP.
+const AnonymousPrefix = "anonymous:"
+
+// Gate is the request flow every adapter shares: find the tenant (from the
+// context, never from a header the client sets), map the route to a class
+// and cost, check, and render the answer (status, headers, problem body).
+// Adapters call Decide before the handler and only translate the Verdict.
+type Gate struct {
+	lim       *Limiter
+	routes    Routes
+	fallback  Route
+	costFunc  CostFunc
+	style     HeaderStyle
+	anonTier  string
+	anonymous bool
+	now       func() time.Time
+}
+
+// GateOption configures a Gate.
+type GateOption interface{ applyGate(*Gate) }
+
+type gateOptionFunc func(*Gate)
+
+func (f gateOptionFunc) applyGate(g *Gate) { f(g) }
+
+// WithRoutes sets the route table. Default: none (every route is the
+// default route).
+func WithRoutes(rs Routes) GateOption {
+	return gateOptionFunc(func(g *Gate) {
+		if rs != nil {
+			g.routes = rs
+		}
+	})
+}
+
+// WithDefaultRoute sets the class and cost of routes not in the table.
+// Default: class "default", cost 1.
+func WithDefaultRoute(r Route) GateOption {
+	return gateOptionFunc(func(g *Gate) { g.fallback = r })
+}
+
+// WithCostFunc sets a dynamic class/cost decision, consulted before the
+// route table. nil is ignored.
+func WithCostFunc(f CostFunc) GateOption {
+	return gateOptionFunc(func(g *Gate) {
+		if f != nil {
+			g.costFunc = f
+		}
+	})
+}
+
+// WithHeaderStyle selects the rate-limit header families. Default
+// DefaultHeaderStyle (IETF draft-11 and X-RateLimit).
+func WithHeaderStyle(s HeaderStyle) GateOption {
+	return gateOptionFunc(func(g *Gate) { g.style = s })
+}
+
+// WithAnonymous admits callers with no tenant in the context as tenant
+// "anonymous:<client IP>" on tier (default "anonymous"), instead of
+// answering 401. The tier must exist in the resolver.
+func WithAnonymous(tier string) GateOption {
+	return gateOptionFunc(func(g *Gate) {
+		g.anonymous = true
+		g.anonTier = tier
+		if tier == "" {
+			g.anonTier = "anonymous"
+		}
+	})
+}
+
+// WithGateClock sets the clock used for epoch-style headers. Default time.Now.
+func WithGateClock(now func() time.Time) GateOption {
+	return gateOptionFunc(func(g *Gate) {
+		if now != nil {
+			g.now = now
+		}
+	})
+}
+
+// NewGate returns the shared request flow over l.
+func NewGate(l *Limiter, opts ...GateOption) (*Gate, error) {
+	if l == nil {
+		return nil, fmt.Errorf("%w: nil Limiter", ErrInvalidConfig)
+	}
+	g := &Gate{lim: l, fallback: Route{Class: DefaultClass, Cost: 1}, style: DefaultHeaderStyle, now: time.Now}
+	for _, o := range opts {
+		if o != nil {
+			o.applyGate(g)
+		}
+	}
+	if err := g.routes.Validate(); err != nil {
+		return nil, err
+	}
+	if err := (Routes{"default route": g.fallback}).Validate(); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// Limiter returns the gate's limiter.
+func (g *Gate) Limiter() *Limiter { return g.lim }
+
+// Route returns the class and cost of a request to e by tenant t.
+func (g *Gate) Route(ctx context.Context, t Tenant, e Endpoint) Route {
+	if g.costFunc != nil {
+		if r, ok := g.costFunc(ctx, t, e); ok {
+			return r
+		}
+	}
+	if r, ok := g.routes.Lookup(e.Method, e.Pattern); ok {
+		return r
+	}
+	return g.fallback
+}
+
+// Decide checks one request. ctx carries the tenant (ContextWithTenant).
+func (g *Gate) Decide(ctx context.Context, e Endpoint) Verdict {
+	t, ok := TenantFromContext(ctx)
+	if !ok {
+		if !g.anonymous || e.ClientIP == "" {
+			p := UnauthenticatedProblem()
+			return Verdict{Status: p.Status, ContentType: ProblemContentType, Body: p.JSON(), Problem: p, Unauthenticated: true}
+		}
+		t = Tenant{ID: AnonymousPrefix + e.ClientIP, Tier: g.anonTier}
+	}
+	r := g.Route(ctx, t, e)
+	if r.Exempt {
+		return Verdict{Proceed: true, Tenant: t, Route: r}
+	}
+	d, err := g.lim.Check(ctx, Request{Tenant: t, Class: r.Class, Cost: r.Cost})
+	return g.Render(t, r, d, err)
+}
+
+// CheckMore charges one more unit of work (for example one stream message)
+// of class and cost for tenant t, and renders the answer.
+func (g *Gate) CheckMore(ctx context.Context, t Tenant, r Route) Verdict {
+	d, err := g.lim.Check(ctx, Request{Tenant: t, Class: r.Class, Cost: r.Cost})
+	return g.Render(t, r, d, err)
+}
+
+// Render turns the limiter's answer for (t, r) into a Verdict.
+func (g *Gate) Render(t Tenant, r Route, d Decision, err error) Verdict {
+	v := Verdict{Proceed: d.Allowed, Decision: d, Tenant: t, Route: r, Checked: true, Err: err,
+		Headers: d.Headers(g.style, g.now())}
+	if !d.Allowed {
+		v.Status = d.Status()
+		v.Problem = d.Problem()
+		v.ContentType = ProblemContentType
+		v.Body = v.Problem.JSON()
+	}
+	return v
+}
+
+// PushbackMillis is the gRPC grpc-retry-pushback-ms value of a decision: the
+// exact retry delay rounded up to milliseconds for an over-limit denial, -1
+// ("do not retry", gRFC A6) when the cost can never be met, 0 otherwise.
+func (d Decision) PushbackMillis() int64 {
+	switch d.Reason {
+	case ReasonOverLimit:
+		ms := (d.RetryAfter + time.Millisecond - 1) / time.Millisecond
+		return max(int64(ms), 1)
+	case ReasonCostExceedsCapacity:
+		return -1
+	}
+	return 0
+}
+
+// Subject is how a tenant is named outside the process (a gRPC QuotaFailure
+// subject, a log field): "tenant:" plus the escaped ID.
+func (t Tenant) Subject() string { return "tenant:" + EscapeID(t.ID) }

@@ -1,0 +1,120 @@
+package core
+
+import (
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+func TestKeys(t *testing.T) {
+	k, err := NewKeys(DefaultPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ tenant, bucket, want string }{
+		{"t42", "default", "rl:{t42}:default"},
+		{"a{b}c", "export", "rl:{a%7Bb%7Dc}:export"},
+		{"a:b", "x", "rl:{a%3Ab}:x"},
+		{"50%", "x", "rl:{50%25}:x"},
+		{"sp ace\x00\xff", "x", "rl:{sp%20ace%00%FF}:x"},
+		{"glob*?[]\\", "x", "rl:{glob%2A%3F%5B%5D%5C}:x"},
+		{"ünï", "x", "rl:{%C3%BCn%C3%AF}:x"},
+	}
+	for _, tt := range tests {
+		got, err := k.Bucket(tt.tenant, tt.bucket)
+		if err != nil || got != tt.want {
+			t.Errorf("Bucket(%q, %q) = %q, %v; want %q", tt.tenant, tt.bucket, got, err, tt.want)
+		}
+	}
+	for _, bad := range []string{"", strings.Repeat("x", MaxTenantIDLen+1)} {
+		if _, err := k.Bucket(bad, "x"); err == nil {
+			t.Errorf("tenant of %d bytes accepted", len(bad))
+		}
+	}
+	if _, err := k.Bucket(strings.Repeat("x", MaxTenantIDLen), "x"); err != nil {
+		t.Errorf("tenant of %d bytes refused: %v", MaxTenantIDLen, err)
+	}
+	for _, bad := range []string{"", "a{b", "a}", "a b", "a*", strings.Repeat("p", 65)} {
+		if _, err := NewKeys(bad); err == nil {
+			t.Errorf("prefix %q accepted", bad)
+		}
+	}
+	if k2, err := NewKeys("svc:rl"); err != nil || k2.Prefix() != "svc:rl" {
+		t.Errorf("prefix with ':' refused: %v", err)
+	}
+}
+
+// hashTag returns the text Redis Cluster hashes: between the first '{' and
+// the next '}', when that is non-empty; else the whole key.
+func hashTag(key string) string {
+	i := strings.IndexByte(key, '{')
+	if i < 0 {
+		return key
+	}
+	j := strings.IndexByte(key[i+1:], '}')
+	if j <= 0 {
+		return key
+	}
+	return key[i+1 : i+1+j]
+}
+
+// unescape inverts writeEscaped.
+func unescape(t *testing.T, s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' {
+			if i+2 >= len(s) {
+				t.Fatalf("truncated escape in %q", s)
+			}
+			h := strings.IndexByte(hexDigits, s[i+1])
+			l := strings.IndexByte(hexDigits, s[i+2])
+			if h < 0 || l < 0 {
+				t.Fatalf("bad escape in %q", s)
+			}
+			b.WriteByte(byte(h<<4 | l))
+			i += 2
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// FuzzKeys proves the key scheme's two properties for any input: the hash tag
+// is exactly the (escaped) tenant, and the key decodes back to its (tenant,
+// bucket), so distinct pairs never share a key.
+func FuzzKeys(f *testing.F) {
+	for _, s := range []string{"t42", "{", "}", "{}", "a:b", "%", "%25", "\x00", "\xff\xfe", "a}b{c", strings.Repeat("{", 256)} {
+		f.Add(s, "default")
+	}
+	f.Add("t", "a:b}")
+	k, _ := NewKeys("rl:v1")
+	f.Fuzz(func(t *testing.T, tenant, bucket string) {
+		key, err := k.Bucket(tenant, bucket)
+		if err != nil {
+			if tenant != "" && len(tenant) <= MaxTenantIDLen && bucket != "" && len(bucket) <= MaxNameLen {
+				t.Fatalf("Bucket(%q, %q): %v", tenant, bucket, err)
+			}
+			return
+		}
+		if !utf8.ValidString(key) {
+			t.Fatalf("key %q is not valid UTF-8", key)
+		}
+		for i := 0; i < len(key); i++ {
+			if key[i] <= ' ' || key[i] >= 0x7f {
+				t.Fatalf("key %q has unprintable byte %q", key, key[i])
+			}
+		}
+		if got := hashTag(key); got != EscapeID(tenant) || unescape(t, got) != tenant {
+			t.Fatalf("hash tag of %q = %q, want the tenant %q", key, got, tenant)
+		}
+		rest, ok := strings.CutPrefix(key, "rl:v1:{"+EscapeID(tenant)+"}:")
+		if !ok || unescape(t, rest) != bucket || strings.ContainsAny(rest, "{}:") {
+			t.Fatalf("key %q does not decode to bucket %q", key, bucket)
+		}
+		p, err := k.TenantPattern(tenant)
+		if err != nil || !strings.HasPrefix(key, strings.TrimSuffix(p, "*")) || strings.ContainsAny(strings.TrimSuffix(p, "*")[len("rl:v1:"):], "*?[]\\") {
+			t.Fatalf("pattern %q for key %q: %v", p, key, err)
+		}
+	})
+}

@@ -1,0 +1,118 @@
+package core
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestHeaders(t *testing.T) {
+	q := Quota{Capacity: 10, RefillPerSecond: 2}
+	now := time.Unix(1_700_000_000, 0)
+	allowed := newDecision([]BucketState{{Name: "default", Quota: q, Tokens: 6.5}}, 0, ReasonOK, 0, 1)
+	denied := newDecision([]BucketState{{Name: "default", Quota: q, Tokens: 0.25}}, 0, ReasonOverLimit, 0.375, 1)
+	never := newDecision([]BucketState{{Name: "export", Quota: q, Tokens: 10}}, 0, ReasonCostExceedsCapacity, 0, 11)
+	tests := []struct {
+		name  string
+		d     Decision
+		style HeaderStyle
+		want  string
+	}{
+		{"allowed default", allowed, DefaultHeaderStyle,
+			`RateLimit-Policy: "default";q=10;w=5|RateLimit: "default";r=6;t=1|X-RateLimit-Limit: 10|X-RateLimit-Remaining: 6|X-RateLimit-Reset: 2`},
+		{"denied default: Retry-After >= 1 and t equals it", denied, DefaultHeaderStyle,
+			`RateLimit-Policy: "default";q=10;w=5|RateLimit: "default";r=0;t=1|X-RateLimit-Limit: 10|X-RateLimit-Remaining: 0|X-RateLimit-Reset: 5|Retry-After: 1`},
+		{"never: no Retry-After", never, DefaultHeaderStyle,
+			`RateLimit-Policy: "export";q=10;w=5|RateLimit: "export";r=10;t=0|X-RateLimit-Limit: 10|X-RateLimit-Remaining: 10|X-RateLimit-Reset: 0`},
+		{"epoch", allowed, HeaderXRateLimitEpoch,
+			`X-RateLimit-Limit: 10|X-RateLimit-Remaining: 6|X-RateLimit-Reset: 1700000002`},
+		{"draft-06", allowed, HeaderDraft06,
+			`RateLimit-Limit: 10|RateLimit-Remaining: 6|RateLimit-Reset: 2`},
+		{"none keeps Retry-After", denied, HeaderNone, `Retry-After: 1`},
+		{"degraded has none", Decision{Reason: ReasonFailedOpen, Allowed: true}, DefaultHeaderStyle, ``},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var parts []string
+			for _, h := range tt.d.Headers(tt.style, now) {
+				parts = append(parts, h.Name+": "+h.Value)
+			}
+			if got := strings.Join(parts, "|"); got != tt.want {
+				t.Errorf("got  %s\nwant %s", got, tt.want)
+			}
+		})
+	}
+	if denied.Status() != 429 || never.Status() != 429 || allowed.Status() != 200 {
+		t.Error("status")
+	}
+	if denied.PushbackMillis() != 375 || never.PushbackMillis() != -1 || allowed.PushbackMillis() != 0 {
+		t.Error("pushback", denied.PushbackMillis(), never.PushbackMillis())
+	}
+}
+
+func TestRetryAfterCeil(t *testing.T) {
+	q := Quota{Capacity: 10, RefillPerSecond: 2}
+	for _, tt := range []struct {
+		retry float64
+		want  int64
+	}{{0.000001, 1}, {0.5, 1}, {1, 1}, {1.000001, 2}, {2.5, 3}} {
+		d := newDecision([]BucketState{{Name: "d", Quota: q}}, 0, ReasonOverLimit, tt.retry, 1)
+		if got := d.RetryAfterSeconds(); got != tt.want {
+			t.Errorf("retry %vs: Retry-After %d, want %d", tt.retry, got, tt.want)
+		}
+	}
+}
+
+func FuzzSFString(f *testing.F) {
+	for _, s := range []string{"default", `a"b`, `a\b`, "a\r\nX-Evil: 1", "\x00", "é"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		out := SFString(s)
+		if len(out) < 2 || out[0] != '"' || out[len(out)-1] != '"' {
+			t.Fatalf("%q -> %q: not quoted", s, out)
+		}
+		body := out[1 : len(out)-1]
+		for i := 0; i < len(body); i++ {
+			c := body[i]
+			if c < 0x20 || c >= 0x7f {
+				t.Fatalf("%q -> %q: byte %q is not allowed in an sf-string", s, out, c)
+			}
+			if c == '\\' || c == '"' {
+				if c == '"' {
+					t.Fatalf("%q -> %q: unescaped quote", s, out)
+				}
+				i++ // escaped pair
+				if i >= len(body) || (body[i] != '\\' && body[i] != '"') {
+					t.Fatalf("%q -> %q: bad escape", s, out)
+				}
+			}
+		}
+	})
+}
+
+func TestQuotaValidate(t *testing.T) {
+	for _, tt := range []struct {
+		q    Quota
+		want string
+	}{
+		{Quota{0, 1}, "capacity must be > 0"},
+		{Quota{-1, 1}, "capacity must be > 0"},
+		{Quota{MaxCapacity + 1, 1e9}, "capacity must be <="},
+		{Quota{1, 0}, "refill rate must be > 0"},
+		{Quota{1, -1}, "refill rate must be > 0"},
+		{Quota{1, nan()}, "refill rate must be finite"},
+		{Quota{1, inf()}, "refill rate must be finite"},
+		{Quota{1, 2e12}, "refill rate must be <="},
+		{Quota{1000, 1e-6}, "time to refill"},
+		{Quota{10, 2}, ""},
+	} {
+		err := tt.q.Validate()
+		if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
+			t.Errorf("%+v: %v, want %q", tt.q, err, tt.want)
+		}
+	}
+}
+
+func nan() float64 { var z float64; return z / z }
+func inf() float64 { var z float64; return 1 / z }
