@@ -1,5 +1,436 @@
 package conformance
 
-import "testing"
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
 
-func runScenarios(t *testing.T, target Target) {}
+	"github.com/tollgate-go/tollgate/core"
+)
+
+// scenario is one named behaviour of the standard.
+type scenario struct {
+	name string
+	// backends to run on; default standalone and cluster.
+	backends []backend
+	cfg      config
+	// golden: the transcript must match testdata/<name>.golden.
+	golden bool
+	run    func(e *env)
+}
+
+var redisBackends = []backend{standalone, cluster}
+
+// onlyBackends, when set (by this package's tests), restricts the backends
+// scenarios run on, by name.
+var onlyBackends []string
+
+func style(s core.HeaderStyle) *core.HeaderStyle { return &s }
+
+// scenarios returns the suite, in a fixed order.
+func scenarios() []scenario {
+	return []scenario{
+		{name: "burst-then-deny", golden: true, run: burstThenDeny},
+		{name: "refill", golden: true, run: refill},
+		{name: "retry-after-ceil", golden: true, run: retryAfterCeil},
+		{name: "cost-classes", golden: true, run: costClasses},
+		{name: "route-template", golden: true, run: routeTemplate},
+		{name: "multi-bucket", golden: true, run: multiBucket},
+		{name: "cost-exceeds-capacity", golden: true, run: costExceedsCapacity},
+		{name: "tenant-isolation", golden: true, run: tenantIsolation},
+		{name: "redis-keys", golden: true, run: redisKeys},
+		{name: "forged-tenant-header", golden: true, run: forgedTenantHeader},
+		{name: "no-tenant", golden: true, run: noTenant},
+		{name: "anonymous", golden: true, cfg: config{anonymous: true}, run: anonymous},
+		{name: "header-style-epoch", golden: true, cfg: config{style: style(core.HeaderIETF | core.HeaderXRateLimitEpoch)}, run: headerStyle},
+		{name: "header-style-draft06", golden: true, cfg: config{style: style(core.HeaderDraft06)}, run: headerStyle},
+		{name: "header-style-none", golden: true, cfg: config{style: style(core.HeaderNone)}, run: headerStyle},
+		{name: "shadow", golden: true, cfg: config{shadow: true}, run: shadow},
+		{name: "fail-open", golden: true, backends: []backend{deadStandalone, deadCluster}, cfg: config{policy: core.FailOpen, timeout: time.Second}, run: failOpen},
+		{name: "fail-closed", golden: true, backends: []backend{deadStandalone, deadCluster}, cfg: config{policy: core.FailClosed, timeout: time.Second}, run: failClosed},
+		{name: "hung-redis-fail-open", backends: []backend{paused}, cfg: config{policy: core.FailOpen, timeout: 150 * time.Millisecond}, run: hungRedis},
+		{name: "hung-redis-fail-closed", backends: []backend{paused}, cfg: config{policy: core.FailClosed, timeout: 150 * time.Millisecond}, run: hungRedis},
+		{name: "replicas", run: replicas},
+		{name: "server-clock-refill", cfg: config{serverClock: true}, run: serverClockRefill},
+	}
+}
+
+func runScenarios(t *testing.T, target Target) {
+	for _, sc := range scenarios() {
+		t.Run(sc.name, func(t *testing.T) {
+			backends := sc.backends
+			if backends == nil {
+				backends = redisBackends
+			}
+			for _, b := range backends {
+				if onlyBackends != nil && !slices.Contains(onlyBackends, b.String()) {
+					continue
+				}
+				t.Run(b.String(), func(t *testing.T) {
+					t.Parallel()
+					e := newEnv(t, target, b, sc.cfg)
+					sc.run(e)
+					if sc.golden && !t.Failed() {
+						e.checkGolden(sc.name)
+					}
+				})
+			}
+		})
+	}
+}
+
+// want fails the scenario unless got == want.
+func want[T comparable](e *env, what string, got, want T) {
+	e.t.Helper()
+	if got != want {
+		e.t.Errorf("conformance: %s = %v, want %v", what, got, want)
+	}
+}
+
+func wantStatus(e *env, en entry, status int) {
+	e.t.Helper()
+	if en.status != status {
+		e.t.Errorf("conformance: %s -> %d, want %d", en.request, en.status, status)
+	}
+}
+
+// Burst then deny: a full bucket admits its capacity, counting Remaining
+// down, then denies with 429 and Retry-After; the denial never reaches the
+// handler.
+func burstThenDeny(e *env) {
+	in := e.instance()
+	for i := range 3 {
+		en := e.send(in, EndpointProfile, "acme", "")
+		wantStatus(e, en, 200)
+		if e.proto == ProtocolHTTP {
+			want(e, "X-RateLimit-Remaining", en.header("X-Ratelimit-Remaining"), fmt.Sprint(2-i))
+		}
+	}
+	en := e.send(in, EndpointProfile, "acme", "")
+	wantStatus(e, en, 429)
+	want(e, "Retry-After", en.header("Retry-After"), "1")
+	en = e.send(in, EndpointProfile, "acme", "")
+	wantStatus(e, en, 429)
+	want(e, "handler calls", e.calls(in), 3)
+	e.expectNoHookErrors()
+}
+
+// Refill after waiting: tokens come back at the refill rate, and a partial
+// token is not a request.
+func refill(e *env) {
+	in := e.instance()
+	for range 3 {
+		e.send(in, EndpointProfile, "acme", "")
+	}
+	wantStatus(e, e.send(in, EndpointProfile, "acme", ""), 429)
+	e.advance(time.Second)
+	wantStatus(e, e.send(in, EndpointProfile, "acme", ""), 200)
+	e.advance(500 * time.Millisecond)
+	en := e.send(in, EndpointProfile, "acme", "")
+	wantStatus(e, en, 429)
+	want(e, "Retry-After after half a token", en.header("Retry-After"), "1")
+	e.advance(2500 * time.Millisecond)
+	wantStatus(e, e.send(in, EndpointProfile, "acme", ""), 200)
+	e.advance(time.Minute)
+	en = e.send(in, EndpointProfile, "acme", "")
+	wantStatus(e, en, 200)
+	want(e, "handler calls", e.calls(in), 6)
+	e.expectNoHookErrors()
+}
+
+// Retry-After is ceil((k − τ)/ρ) in whole seconds, at least 1.
+func retryAfterCeil(e *env) {
+	in := e.instance()
+	// export: C=10, ρ=0.4/s, cost 4
+	wantStatus(e, e.send(in, EndpointExport, "acme", ""), 200)
+	wantStatus(e, e.send(in, EndpointExport, "acme", ""), 200)
+	en := e.send(in, EndpointExport, "acme", "") // τ=2: (4−2)/0.4 = 5 s
+	want(e, "Retry-After (exact 5 s)", en.header("Retry-After"), "5")
+	e.advance(1300 * time.Millisecond) // τ=2.52: 3.7 s
+	en = e.send(in, EndpointExport, "acme", "")
+	want(e, "Retry-After (3.7 s)", en.header("Retry-After"), "4")
+	e.advance(3450 * time.Millisecond) // τ=3.9: 0.25 s
+	en = e.send(in, EndpointExport, "acme", "")
+	want(e, "Retry-After (0.25 s)", en.header("Retry-After"), "1")
+	e.advance(250 * time.Millisecond)
+	wantStatus(e, e.send(in, EndpointExport, "acme", ""), 200)
+	want(e, "handler calls", e.calls(in), 3)
+	e.expectNoHookErrors()
+}
+
+// Cost classes and weights per route: each class is its own bucket, each
+// route has its cost, an exempt route is never limited.
+func costClasses(e *env) {
+	in := e.instance()
+	en := e.send(in, EndpointExport, "acme", "")
+	wantStatus(e, en, 200)
+	for range 3 {
+		wantStatus(e, e.send(in, EndpointProfile, "acme", ""), 200)
+	}
+	wantStatus(e, e.send(in, EndpointProfile, "acme", ""), 429)
+	wantStatus(e, e.send(in, EndpointExport, "acme", ""), 200) // its own bucket
+	for range 5 {
+		en := e.send(in, EndpointHealth, "acme", "")
+		wantStatus(e, en, 200)
+		if en.has("Ratelimit") || en.has("X-Ratelimit-Limit") {
+			e.t.Errorf("conformance: an exempt route carries rate-limit headers")
+		}
+	}
+	want(e, "handler calls", e.calls(in), 10)
+	e.keys()
+	e.expectNoHookErrors()
+}
+
+// The route is the framework's template, never the raw URL: different
+// items share one class.
+func routeTemplate(e *env) {
+	in := e.instance()
+	for _, id := range []string{"1", "2", "three"} {
+		e.do(in, Request{Endpoint: EndpointItem, Param: id, Tenant: "acme"})
+	}
+	e.calls(in)
+	if keys := e.keys(); len(keys) != 1 {
+		e.t.Errorf("conformance: items wrote keys %v, want the one class bucket", keys)
+	}
+	e.expectNoHookErrors()
+}
+
+// A tenant ceiling beside the class: all-or-nothing, the binding bucket is
+// reported, a denial by one bucket charges none.
+func multiBucket(e *env) {
+	in := e.instance()
+	// pro: default C=5 ρ=1, export C=10 ρ=1, ceiling C=6 ρ=0.5
+	e.send(in, EndpointProfile, "initech", "pro")
+	e.send(in, EndpointProfile, "initech", "pro")
+	en := e.send(in, EndpointExport, "initech", "pro") // ceiling 4 → 0
+	wantStatus(e, en, 200)
+	en = e.send(in, EndpointProfile, "initech", "pro") // default has 3, ceiling 0
+	wantStatus(e, en, 429)
+	want(e, "binding policy", en.header("Ratelimit-Policy"), `"tenant";q=6;w=12`)
+	e.advance(2 * time.Second) // ceiling +1; default unchanged by the denial
+	en = e.send(in, EndpointProfile, "initech", "pro")
+	wantStatus(e, en, 200)
+	e.calls(in)
+	e.keys()
+	e.expectNoHookErrors()
+}
+
+// Cost > capacity: 429 with no Retry-After (never satisfiable), nothing
+// charged.
+func costExceedsCapacity(e *env) {
+	in := e.instance()
+	for range 2 {
+		en := e.send(in, EndpointExport, "hooli", "small") // cost 4 > C 3
+		wantStatus(e, en, 429)
+		if en.has("Retry-After") {
+			e.t.Errorf("conformance: cost > capacity answered with Retry-After %s; it can never be met", en.header("Retry-After"))
+		}
+	}
+	e.advance(time.Hour)
+	wantStatus(e, e.send(in, EndpointExport, "hooli", "small"), 429)
+	wantStatus(e, e.send(in, EndpointProfile, "hooli", "small"), 200)
+	want(e, "handler calls", e.calls(in), 1)
+	e.expectNoHookErrors()
+}
+
+// One tenant's exhaustion does not touch another's bucket.
+func tenantIsolation(e *env) {
+	in := e.instance()
+	for range 4 {
+		e.send(in, EndpointProfile, "acme", "")
+	}
+	en := e.send(in, EndpointProfile, "globex", "")
+	wantStatus(e, en, 200)
+	if e.proto == ProtocolHTTP {
+		want(e, "globex's Remaining", en.header("X-Ratelimit-Remaining"), "2")
+	}
+	wantStatus(e, e.send(in, EndpointProfile, "acme", ""), 429)
+	e.calls(in)
+	e.keys()
+	e.expectNoHookErrors()
+}
+
+// The exact keys, read back from Redis: <prefix>:{tenant}:class, the
+// tenant escaped.
+func redisKeys(e *env) {
+	in := e.instance()
+	e.send(in, EndpointProfile, "acme", "")
+	e.send(in, EndpointExport, "acme", "")
+	e.send(in, EndpointProfile, "odd{ten}:ant", "")
+	e.send(in, EndpointProfile, "initech", "pro")
+	keys := e.keys()
+	wantKeys := []string{"rl:{acme}:default", "rl:{acme}:export", "rl:{initech}:default", "rl:{initech}:tenant", "rl:{odd%7Bten%7D%3Aant}:default"}
+	want(e, "keys", fmt.Sprint(keys), fmt.Sprint(wantKeys))
+	e.expectNoHookErrors()
+}
+
+// A header the client sets never chooses the bucket.
+func forgedTenantHeader(e *env) {
+	in := e.instance()
+	for range 3 {
+		e.send(in, EndpointProfile, "acme", "")
+	}
+	forged := map[string]string{"X-Tenant-Id": "acme"}
+	en := e.do(in, Request{Endpoint: EndpointProfile, Tenant: "globex", Header: forged})
+	wantStatus(e, en, 200)
+	en = e.do(in, Request{Endpoint: EndpointProfile, Tenant: "acme", Header: map[string]string{"X-Tenant-Id": "globex"}})
+	wantStatus(e, en, 429)
+	en = e.do(in, Request{Endpoint: EndpointProfile, Header: forged})
+	wantStatus(e, en, 401)
+	want(e, "handler calls", e.calls(in), 4)
+	e.keys()
+	e.expectNoHookErrors()
+}
+
+// No tenant in the context: 401 problem+json, no handler, no key.
+func noTenant(e *env) {
+	in := e.instance()
+	wantStatus(e, e.do(in, Request{Endpoint: EndpointProfile}), 401)
+	wantStatus(e, e.do(in, Request{Endpoint: EndpointExport, ClientIP: "192.0.2.7"}), 401)
+	want(e, "handler calls", e.calls(in), 0)
+	if keys := e.keys(); len(keys) != 0 {
+		e.t.Errorf("conformance: an unauthenticated request wrote %v", keys)
+	}
+	e.expectNoHookErrors()
+}
+
+// The anonymous option: callers without identity are keyed by client IP on
+// the anonymous tier.
+func anonymous(e *env) {
+	in := e.instance()
+	for range 3 {
+		e.do(in, Request{Endpoint: EndpointProfile, ClientIP: "192.0.2.7"})
+	}
+	wantStatus(e, e.do(in, Request{Endpoint: EndpointProfile, ClientIP: "192.0.2.8"}), 200)
+	// a forged forwarding header does not change the caller's address
+	en := e.do(in, Request{Endpoint: EndpointProfile, ClientIP: "192.0.2.7", Header: map[string]string{"X-Forwarded-For": "203.0.113.9", "X-Real-Ip": "203.0.113.9"}})
+	wantStatus(e, en, 429)
+	wantStatus(e, e.send(in, EndpointProfile, "acme", ""), 200)
+	want(e, "handler calls", e.calls(in), 4)
+	e.keys()
+	e.expectNoHookErrors()
+}
+
+// Header styles: the same decisions rendered in another style.
+func headerStyle(e *env) {
+	in := e.instance()
+	for range 4 {
+		e.send(in, EndpointProfile, "acme", "")
+	}
+	e.advance(1500 * time.Millisecond)
+	e.send(in, EndpointProfile, "acme", "")
+	e.calls(in)
+	e.expectNoHookErrors()
+}
+
+// Shadow mode: would-be denials are let through and reported.
+func shadow(e *env) {
+	in := e.instance()
+	for range 5 {
+		wantStatus(e, e.send(in, EndpointProfile, "acme", ""), 200)
+	}
+	wantStatus(e, e.send(in, EndpointExport, "hooli", "small"), 200)
+	want(e, "handler calls", e.calls(in), 6)
+	e.expectNoHookErrors()
+}
+
+// Redis down, fail-open: requests pass, with no rate-limit headers; the
+// error hook hears of it.
+func failOpen(e *env) {
+	in := e.instance()
+	for range 2 {
+		en := e.send(in, EndpointProfile, "acme", "")
+		wantStatus(e, en, 200)
+	}
+	wantStatus(e, e.send(in, EndpointHealth, "acme", ""), 200)
+	want(e, "handler calls", e.calls(in), 3)
+	e.expectStoreErrors(2)
+}
+
+// Redis down, fail-closed: 503 problem+json, never 429; the handler never
+// runs.
+func failClosed(e *env) {
+	in := e.instance()
+	for range 2 {
+		wantStatus(e, e.send(in, EndpointProfile, "acme", ""), 503)
+	}
+	wantStatus(e, e.send(in, EndpointHealth, "acme", ""), 200)
+	want(e, "handler calls", e.calls(in), 1)
+	e.expectStoreErrors(2)
+}
+
+// A hung Redis (SIGSTOP: connections open, no answer) is bounded by the
+// limiter's timeout, then the failure policy answers.
+func hungRedis(e *env) {
+	in := e.instance()
+	wantStatus(e, e.send(in, EndpointProfile, "acme", ""), 200) // connect while it answers
+	if err := e.server.Pause(); err != nil {
+		e.t.Fatalf("conformance: pause: %v", err)
+	}
+	defer func() { _ = e.server.Resume() }()
+	status := 200
+	if e.cfg.policy == core.FailClosed {
+		status = 503
+	}
+	for range 2 {
+		start := time.Now()
+		en := e.send(in, EndpointProfile, "acme", "")
+		took := time.Since(start)
+		wantStatus(e, en, status)
+		// timeout 150 ms; the bound leaves room for a loaded machine
+		if took > 1500*time.Millisecond {
+			e.t.Errorf("conformance: a request to a hung Redis took %v with a 150 ms timeout", took)
+		}
+	}
+	e.expectStoreErrors(2)
+}
+
+// Several instances (replicas, each with its own limiter) sharing one
+// Redis enforce one limit, under concurrent load.
+func replicas(e *env) {
+	ins := []Instance{e.instance(), e.instance(), e.instance()}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	codes := map[int]int{}
+	for i := range 30 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := ins[i%3].Do(Request{Endpoint: EndpointProfile, Tenant: "acme"})
+			if err != nil {
+				e.t.Errorf("conformance: Do: %v", err)
+				return
+			}
+			mu.Lock()
+			codes[res.Status]++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	want(e, "admitted by 3 replicas (capacity 3, clock frozen)", codes[200], 3)
+	want(e, "denied by 3 replicas", codes[429], 27)
+	calls := 0
+	for _, in := range ins {
+		calls += in.HandlerCalls()
+	}
+	want(e, "handler calls over the replicas", calls, 3)
+	e.expectNoHookErrors()
+}
+
+// With the server clock (Redis TIME), real time refills the bucket.
+func serverClockRefill(e *env) {
+	in := e.instance()
+	start := time.Now()
+	for range 3 {
+		wantStatus(e, e.send(in, EndpointProfile, "acme", ""), 200)
+	}
+	en := e.send(in, EndpointProfile, "acme", "")
+	if time.Since(start) < 900*time.Millisecond { // ρ = 1/s: no token can have come back
+		wantStatus(e, en, 429)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	wantStatus(e, e.send(in, EndpointProfile, "acme", ""), 200)
+	e.expectNoHookErrors()
+}

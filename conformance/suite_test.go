@@ -1,0 +1,175 @@
+package conformance
+
+import (
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/tollgate-go/tollgate/conformance/redistest"
+	"github.com/tollgate-go/tollgate/core"
+	"go.uber.org/goleak"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden from the reference target")
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	updateGolden = *update
+	if b := os.Getenv(envBackends); b != "" {
+		onlyBackends = strings.Split(b, ",")
+	}
+	redistest.StartSharedCluster()
+	code := m.Run()
+	redistest.Shutdown()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// fault is a way an adapter can get the standard wrong.
+type fault string
+
+const (
+	correct            fault = ""
+	dropsRetryAfter    fault = "drops-retry-after"
+	tenantFromHeader   fault = "tenant-from-header"
+	rawURL             fault = "raw-url"
+	handlerOnDeny      fault = "handler-on-deny"
+	storeFailureIs429  fault = "store-failure-is-429"
+	headersOnlyOnAllow fault = "headers-only-on-allow"
+)
+
+// reference is the thinnest possible adapter: net/http calling the Gate
+// directly. It generates the golden transcripts; with a fault it is a
+// deliberately wrong adapter the suite must reject.
+func reference(f fault) Target {
+	return HTTPTarget(func(t testing.TB, s Setup) (Instance, error) {
+		gate, err := core.NewGate(s.Limiter, s.GateOptions(HTTPRoutes(s.Routes, nil))...)
+		if err != nil {
+			return nil, err
+		}
+		var calls Counter
+		mux := http.NewServeMux()
+		for _, e := range HTTPEndpoints {
+			mux.HandleFunc(e.Method+" "+e.Path, func(w http.ResponseWriter, r *http.Request) {
+				calls.Inc()
+				w.WriteHeader(http.StatusOK)
+			})
+		}
+		limit := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, pattern := mux.Handler(r)
+			_, pattern, _ = strings.Cut(pattern, " ")
+			if f == rawURL {
+				pattern = r.URL.Path
+			}
+			ip, _, _ := net.SplitHostPort(r.RemoteAddr)
+			v := gate.Decide(r.Context(), core.Endpoint{Method: r.Method, Pattern: pattern, ClientIP: ip})
+			if v.Err != nil {
+				s.OnError(v.Err)
+			}
+			if f != headersOnlyOnAllow || v.Proceed {
+				for _, h := range v.Headers {
+					if f == dropsRetryAfter && h.Name == core.HeaderRetryAfter {
+						continue
+					}
+					w.Header().Set(h.Name, h.Value)
+				}
+			}
+			if v.Proceed || f == handlerOnDeny {
+				mux.ServeHTTP(w, r)
+				return
+			}
+			status := v.Status
+			if f == storeFailureIs429 && status == 503 {
+				status = 429
+			}
+			w.Header().Set("Content-Type", v.ContentType)
+			w.WriteHeader(status)
+			_, _ = w.Write(v.Body)
+		})
+		auth := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if tn, ok := Authenticate(r.Header.Get("Authorization")); ok {
+				r = r.WithContext(core.ContextWithTenant(r.Context(), tn))
+			}
+			if id := r.Header.Get("X-Tenant-Id"); id != "" && f == tenantFromHeader {
+				r = r.WithContext(core.ContextWithTenant(r.Context(), core.Tenant{ID: id}))
+			}
+			limit.ServeHTTP(w, r)
+		})
+		return HandlerInstance(auth, &calls), nil
+	})
+}
+
+// TestGolden runs the suite against the reference adapter; with -update it
+// rewrites the golden transcripts.
+func TestGolden(t *testing.T) {
+	Run(t, reference(correct))
+}
+
+const (
+	envWrong    = "CONFORMANCE_WRONG_TARGETS"
+	envBackends = "CONFORMANCE_BACKENDS"
+)
+
+// TestWrongTargets runs the suite against deliberately wrong adapters. It
+// runs only in the child process of TestSuiteCatchesDivergence, which
+// expects it to fail.
+func TestWrongTargets(t *testing.T) {
+	if os.Getenv(envWrong) == "" {
+		t.Skip("run by TestSuiteCatchesDivergence in a child process")
+	}
+	for _, f := range []fault{dropsRetryAfter, tenantFromHeader, rawURL, handlerOnDeny, storeFailureIs429, headersOnlyOnAllow} {
+		t.Run(string(f), func(t *testing.T) { Run(t, reference(f)) })
+	}
+}
+
+// TestSuiteCatchesDivergence proves the suite can fail: each wrong adapter
+// must fail the scenarios that pin the rule it breaks (run in a child
+// process, so that their failures do not fail this test binary).
+func TestSuiteCatchesDivergence(t *testing.T) {
+	if os.Getenv(envWrong) != "" {
+		t.Skip("child process")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestWrongTargets$", "-test.v", "-test.count=1")
+	// one standalone Redis shared with the child; the Cluster scenarios
+	// are the same code and are covered by TestGolden
+	cmd.Env = append(os.Environ(), envWrong+"=1", "REDIS_URL="+redistest.URL(t), envBackends+"=standalone,dead-standalone,paused")
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("the suite passed every wrong adapter:\n%s", out)
+	}
+	failed := map[string][]string{}
+	for _, m := range regexp.MustCompile(`--- FAIL: TestWrongTargets/([^/\s]+)/([^/\s]+)/`).FindAllStringSubmatch(string(out), -1) {
+		failed[m[1]] = append(failed[m[1]], m[2])
+	}
+	// the scenarios each fault must fail (at least)
+	expect := map[fault][]string{
+		dropsRetryAfter:    {"burst-then-deny", "refill", "retry-after-ceil"},
+		tenantFromHeader:   {"forged-tenant-header"},
+		rawURL:             {"route-template"},
+		handlerOnDeny:      {"burst-then-deny", "cost-exceeds-capacity", "no-tenant", "replicas", "fail-closed"},
+		storeFailureIs429:  {"fail-closed", "hung-redis-fail-closed"},
+		headersOnlyOnAllow: {"burst-then-deny", "multi-bucket"},
+	}
+	for f, scenarios := range expect {
+		for _, s := range scenarios {
+			if !slices.Contains(failed[string(f)], s) {
+				t.Errorf("wrong adapter %q passed scenario %q", f, s)
+			}
+		}
+	}
+	if t.Failed() {
+		t.Logf("child output:\n%s", out)
+	}
+}
