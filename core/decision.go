@@ -83,10 +83,17 @@ type Decision struct {
 	Cost int64
 	// Buckets holds every bucket checked, in the resolver's order.
 	Buckets []BucketState
+	// Fallback is set when the store failed and the decision was made by
+	// the local fallback buckets (WithLocalFallback).
+	Fallback bool
+	// Local is set when the deny cache answered without a store call
+	// (WithDenyCache).
+	Local bool
 }
 
-// Degraded reports whether the decision was made without the store.
-func (d Decision) Degraded() bool { return d.Reason.Degraded() }
+// Degraded reports whether the decision was made without the store because
+// it failed (failure policy or local fallback).
+func (d Decision) Degraded() bool { return d.Reason.Degraded() || d.Fallback }
 
 // Denied reports whether the request was rejected by a bucket (over limit or
 // never satisfiable), as opposed to allowed or failed.

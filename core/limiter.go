@@ -49,8 +49,13 @@ type Limiter struct {
 	// direct: the client honours context deadlines itself, so the call is
 	// made inline; otherwise it runs in a goroutine and the check stops
 	// waiting at the deadline.
-	direct  bool
-	lastLog atomic.Int64
+	direct   bool
+	lastLog  atomic.Int64
+	breaker  *breaker      // nil: off
+	fallback *localBuckets // nil: off
+	deny     *denyCache    // nil: off
+	metrics  *metrics
+	now      func() time.Time
 }
 
 // New returns a limiter that keeps its buckets in client (any go-redis v9
@@ -76,7 +81,21 @@ func New(client redis.UniversalClient, r Resolver, opts ...Option) (*Limiter, er
 	if err != nil {
 		return nil, err
 	}
-	return &Limiter{client: client, resolver: r, keys: keys, cfg: cfg, direct: honoursContext(client)}, nil
+	l := &Limiter{client: client, resolver: r, keys: keys, cfg: cfg, direct: honoursContext(client),
+		metrics: newMetrics(cfg.meterProvider, cfg.tenantTopK), now: time.Now}
+	if cfg.clock != nil {
+		l.now = cfg.clock
+	}
+	if cfg.breakerThreshold > 0 {
+		l.breaker = &breaker{threshold: int64(cfg.breakerThreshold), cooldown: cfg.breakerCooldown}
+	}
+	if cfg.fallbackShare > 0 {
+		l.fallback = newLocalBuckets(100_000)
+	}
+	if cfg.denyCache {
+		l.deny = newDenyCache(100_000)
+	}
+	return l, nil
 }
 
 // honoursContext reports whether go-redis will abort socket I/O at a
@@ -115,6 +134,15 @@ func (l *Limiter) Peek(ctx context.Context, t Tenant, class string) (Decision, e
 // ErrStore; the Decision then carries the failure policy's answer,
 // ReasonFailedOpen or ReasonFailedClosed). The Decision is always usable.
 func (l *Limiter) Check(ctx context.Context, req Request) (Decision, error) {
+	d, err := l.check(ctx, req)
+	if !d.Allowed && l.cfg.shadow && !d.Degraded() && d.Reason != ReasonInvalid {
+		d.Allowed, d.Reason = true, ReasonShadowDenied
+	}
+	l.metrics.record(ctx, req, d)
+	return d, err
+}
+
+func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 	if req.Class == "" {
 		req.Class = DefaultClass
 	}
@@ -129,36 +157,59 @@ func (l *Limiter) Check(ctx context.Context, req Request) (Decision, error) {
 		if !errors.Is(err, ErrResolve) && !errors.Is(err, ErrInvalidQuota) {
 			err = fmt.Errorf("%w: %w", ErrResolve, err)
 		}
-		return l.degrade(req, err), err
+		return l.degrade(req, nil, nil, err), err
 	}
 	keys := make([]string, len(buckets))
-	args := make([]any, 2, 2+3*len(buckets))
-	args[0] = ""
-	if l.cfg.clock != nil {
-		args[0] = strconv.FormatInt(l.cfg.clock().UnixMicro(), 10)
-	}
-	args[1] = strconv.FormatInt(req.Cost, 10)
 	for i, b := range buckets {
 		if keys[i], err = l.keys.Bucket(req.Tenant.ID, b.Name); err != nil {
 			return Decision{Reason: ReasonInvalid, Cost: req.Cost}, err
 		}
+	}
+	sent := l.now()
+	if l.deny != nil && req.Cost > 0 {
+		if d, ok := l.deny.check(keys, buckets, req.Cost, sent); ok {
+			d.Local = true
+			l.metrics.precheck.Add(ctx, 1)
+			return d, nil
+		}
+	}
+	if !l.breaker.allow(sent) {
+		err := fmt.Errorf("%w: %w", ErrStore, errCircuitOpen)
+		l.metrics.storeCall(ctx, 0, err, l.cfg.policy)
+		return l.degrade(req, keys, buckets, err), err
+	}
+	args := make([]any, 2, 2+3*len(buckets))
+	args[0] = ""
+	if l.cfg.clock != nil {
+		args[0] = strconv.FormatInt(sent.UnixMicro(), 10)
+	}
+	args[1] = strconv.FormatInt(req.Cost, 10)
+	for _, b := range buckets {
 		args = append(args,
 			strconv.FormatInt(b.Quota.Capacity, 10),
 			strconv.FormatFloat(b.Quota.RefillPerSecond, 'g', -1, 64),
 			b.Quota.ttlMillis())
 	}
+	start := time.Now()
 	reply, err := l.run(ctx, keys, args)
+	var d Decision
+	if err == nil {
+		d, err = parseReply(reply, buckets, req.Cost)
+	}
+	l.metrics.storeCall(ctx, time.Since(start), err, l.cfg.policy)
 	if err != nil {
 		err = fmt.Errorf("%w: %w", ErrStore, err)
-		return l.degrade(req, err), err
+		if l.breaker.failure(time.Now()) {
+			l.logDegraded("tollgate: circuit breaker opened: store calls paused", req, err)
+		}
+		return l.degrade(req, keys, buckets, err), err
 	}
-	d, err := parseReply(reply, buckets, req.Cost)
-	if err != nil {
-		err = fmt.Errorf("%w: %w", ErrStore, err)
-		return l.degrade(req, err), err
+	l.breaker.success()
+	if l.fallback != nil {
+		l.fallback.reset()
 	}
-	if !d.Allowed && l.cfg.shadow {
-		d.Allowed, d.Reason = true, ReasonShadowDenied
+	if l.deny != nil && d.Reason == ReasonOverLimit {
+		l.deny.remember(keys, d, sent)
 	}
 	return d, nil
 }
@@ -223,31 +274,48 @@ func (l *Limiter) run(ctx context.Context, keys []string, args []any) (any, erro
 	}
 }
 
-// degrade answers by the failure policy, and logs (at most once a second).
-func (l *Limiter) degrade(req Request, err error) Decision {
-	d := Decision{Reason: ReasonFailedOpen, Allowed: true, Cost: req.Cost}
-	if l.cfg.policy == FailClosed {
+// degrade answers without the store: from the local fallback buckets when
+// configured (and the quota is known), else by the failure policy. It logs,
+// at most once a second: a degraded decision is never silent.
+func (l *Limiter) degrade(req Request, keys []string, buckets []Bucket, err error) Decision {
+	var d Decision
+	switch {
+	case l.fallback != nil && buckets != nil && errors.Is(err, ErrStore):
+		local := make([]Bucket, len(buckets))
+		for i, b := range buckets {
+			q := Quota{Capacity: max(1, int64(float64(b.Quota.Capacity)*l.cfg.fallbackShare)), RefillPerSecond: b.Quota.RefillPerSecond * l.cfg.fallbackShare}
+			local[i] = Bucket{Name: b.Name, Quota: q}
+		}
+		d = l.fallback.take(keys, local, req.Cost, l.now())
+		d.Fallback = true
+	case l.cfg.policy == FailClosed:
 		d = Decision{Reason: ReasonFailedClosed, Cost: req.Cost}
+	default:
+		d = Decision{Reason: ReasonFailedOpen, Allowed: true, Cost: req.Cost}
 	}
+	l.logDegraded("tollgate: rate limit check degraded", req, err, "decision", outcome(d))
+	return d
+}
+
+func (l *Limiter) logDegraded(msg string, req Request, err error, attrs ...any) {
 	now := time.Now().UnixNano()
 	if last := l.lastLog.Load(); now-last >= int64(time.Second) && l.lastLog.CompareAndSwap(last, now) {
-		l.cfg.log.Warn("tollgate: rate limit check degraded",
-			"decision", d.Reason.String(), "tenant", EscapeID(req.Tenant.ID), "class", req.Class, "err", err)
+		attrs = append(attrs, "tenant", EscapeID(req.Tenant.ID), "class", req.Class, "policy", l.cfg.policy.String(), "err", err)
+		l.cfg.log.Warn(msg, attrs...)
 	}
-	return d
 }
 
 // parseReply decodes the script's reply, checking every element's type.
 func parseReply(v any, buckets []Bucket, cost int64) (Decision, error) {
 	a, ok := v.([]any)
 	if !ok || len(a) != 4+len(buckets) {
-		return Decision{}, fmt.Errorf("unexpected script reply %T of length %d", v, len(a))
+		return Decision{}, fmt.Errorf("%w: script reply %T of length %d", errProtocol, v, len(a))
 	}
 	allowed, ok1 := a[0].(int64)
 	reason, ok2 := a[1].(int64)
 	binding, ok3 := a[2].(int64)
 	if !ok1 || !ok2 || !ok3 || binding < 1 || int(binding) > len(buckets) || reason < 0 || reason > 2 || (allowed == 1) != (reason == 0) {
-		return Decision{}, fmt.Errorf("unexpected script reply header %v", a[:3])
+		return Decision{}, fmt.Errorf("%w: script reply header %v", errProtocol, a[:3])
 	}
 	retry, err := parseFloat(a[3])
 	if err != nil {
@@ -274,14 +342,17 @@ func parseReply(v any, buckets []Bucket, cost int64) (Decision, error) {
 func parseFloat(v any) (float64, error) {
 	s, ok := v.(string)
 	if !ok {
-		return 0, fmt.Errorf("unexpected script reply element %T, want a string", v)
+		return 0, fmt.Errorf("%w: script reply element %T, want a string", errProtocol, v)
 	}
 	f, err := strconv.ParseFloat(s, 64)
 	if err != nil {
-		return 0, fmt.Errorf("unexpected script reply element %q: %w", s, err)
+		return 0, fmt.Errorf("%w: script reply element %q: %w", errProtocol, s, err)
 	}
 	return f, nil
 }
+
+// errProtocol marks a reply the limiter cannot decode.
+var errProtocol = errors.New("unexpected reply")
 
 // Reset deletes tenant t's buckets, which then start full. With bucket names
 // it deletes just those; with none, every bucket of the tenant (a SCAN over
@@ -315,6 +386,11 @@ func (l *Limiter) Reset(ctx context.Context, t Tenant, buckets ...string) error 
 		}
 		if err != nil {
 			return fmt.Errorf("%w: reset: %w", ErrStore, err)
+		}
+	}
+	if l.deny != nil {
+		if p, err := l.keys.TenantPattern(t.ID); err == nil {
+			l.deny.forget(p[:len(p)-1])
 		}
 	}
 	if len(keys) == 0 {

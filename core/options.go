@@ -3,6 +3,8 @@ package core
 import (
 	"log/slog"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
 )
 
 // FailurePolicy says what a check answers when the store fails.
@@ -42,10 +44,78 @@ type config struct {
 	clock   func() time.Time // nil: server clock (TIME)
 	shadow  bool
 	log     *slog.Logger
+
+	breakerThreshold int
+	breakerCooldown  time.Duration
+	fallbackShare    float64 // 0: no local fallback
+	denyCache        bool
+	meterProvider    metric.MeterProvider
+	tenantTopK       int
 }
 
 func defaultConfig() config {
-	return config{prefix: DefaultPrefix, policy: FailOpen, timeout: DefaultTimeout, log: slog.Default()}
+	return config{prefix: DefaultPrefix, policy: FailOpen, timeout: DefaultTimeout, log: slog.Default(),
+		breakerThreshold: DefaultBreakerThreshold, breakerCooldown: DefaultBreakerCooldown}
+}
+
+// WithCircuitBreaker sets the circuit breaker: after threshold consecutive
+// store failures the limiter stops calling the store for cooldown (every
+// check answers by the failure policy at once), then lets one probe through;
+// a success closes the circuit. threshold 0 turns it off. Default 5
+// failures, 1 s.
+func WithCircuitBreaker(threshold int, cooldown time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if threshold >= 0 {
+			c.breakerThreshold = threshold
+		}
+		if cooldown > 0 {
+			c.breakerCooldown = cooldown
+		}
+	})
+}
+
+// WithLocalFallback answers from in-process token buckets while the store
+// fails, instead of failing open or closed: each bucket gets share of its
+// quota (capacity and rate times share, capacity at least 1), e.g. 1/N for N
+// replicas. Decisions made so have Fallback set and still return the store
+// error. share outside (0, 1] is ignored. Default off.
+func WithLocalFallback(share float64) Option {
+	return optionFunc(func(c *config) {
+		if share > 0 && share <= 1 {
+			c.fallbackShare = share
+		}
+	})
+}
+
+// WithDenyCache turns on the local pre-check: after a denial the limiter
+// knows an upper bound on each bucket's tokens (the balance the store
+// reported plus the refill since; other replicas can only lower it), and
+// denies locally, without a store call, while that bound is below the cost.
+// It never denies a request the store would admit, except after a Reset made
+// by another process, which it sees within the denial's retry time. Default
+// off.
+func WithDenyCache(on bool) Option {
+	return optionFunc(func(c *config) { c.denyCache = on })
+}
+
+// WithMeterProvider sets the OpenTelemetry meter provider for the limiter's
+// metrics (see MetricDecisions and the other Metric names). Default: the
+// global provider (otel.GetMeterProvider), a no-op unless one is installed.
+// nil is ignored.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return optionFunc(func(c *config) {
+		if mp != nil {
+			c.meterProvider = mp
+		}
+	})
+}
+
+// WithTenantLabel adds a tenant label to the decisions metric, bounded to
+// the first k heavy hitters by denials (the rest are OtherTenant), so its
+// cardinality is at most k+1 whatever the number of tenants. k <= 0 turns
+// it off. Default off.
+func WithTenantLabel(k int) Option {
+	return optionFunc(func(c *config) { c.tenantTopK = max(k, 0) })
 }
 
 // WithPrefix sets the key prefix. Default "rl". See [Keys].

@@ -102,8 +102,9 @@ func Parse(name string, data []byte) (*Config, error) {
 }
 
 type parser struct {
-	file string
-	errs []*FieldError
+	file       string
+	errs       []*FieldError
+	crossCheck bool
 }
 
 func (p *parser) fail(line int, field, format string, args ...any) {
@@ -125,6 +126,7 @@ func (p *parser) err() error {
 	if len(p.errs) == 0 {
 		return nil
 	}
+	slices.SortStableFunc(p.errs, func(a, b *FieldError) int { return a.Line - b.Line })
 	return &Error{Errs: p.errs}
 }
 
@@ -362,16 +364,20 @@ func (p *parser) config(root *yaml.Node) *Config {
 		}
 	}
 	tiers, tierOK := byName["tiers"]
+	errsBefore := len(p.errs)
 	if !tierOK {
 		p.failAt(root, "tiers", "is required: define at least one tier")
 	} else {
 		cfg.Tiers.Tiers = p.tiers(tiers.val)
 	}
+	// Routes are checked against the tiers only when the tiers are sound:
+	// one bad class must not be reported again by every route naming it.
+	p.crossCheck = tierOK && len(p.errs) == errsBefore
 	if e, ok := byName["default_tier"]; !ok {
 		p.failAt(root, "default_tier", "is required: the tier of a tenant that names none")
 	} else if s, ok := p.str(e.val, "default_tier"); ok {
 		cfg.Tiers.Default = s
-		if _, defined := cfg.Tiers.Tiers[s]; tierOK && cfg.Tiers.Tiers != nil && !defined {
+		if _, defined := cfg.Tiers.Tiers[s]; p.crossCheck && !defined {
 			p.failAt(deref(e.val), "default_tier", "tier %q is not defined under tiers", s)
 		}
 	}
@@ -595,9 +601,9 @@ func (p *parser) target(cfg *Config, byName map[string]entry, item *yaml.Node, f
 		ok = false
 	} else {
 		class = s
-		if cfg.Tiers.Tiers != nil {
+		if p.crossCheck {
 			for _, tn := range sortedTiers(cfg.Tiers.Tiers) {
-				if _, defined := cfg.Tiers.Tiers[tn].Classes[s]; !defined && cfg.Tiers.Tiers[tn].Classes != nil {
+				if _, defined := cfg.Tiers.Tiers[tn].Classes[s]; !defined {
 					p.failAt(deref(e.val), field+".class", "class %q is not defined in tier %q: its tenants' requests could not be resolved", s, tn)
 					ok = false
 					break
@@ -615,7 +621,7 @@ func (p *parser) target(cfg *Config, byName map[string]entry, item *yaml.Node, f
 			ok = false
 		default:
 			cost = v
-			if class == "" {
+			if class == "" || !p.crossCheck {
 				break
 			}
 			for _, tn := range sortedTiers(cfg.Tiers.Tiers) {

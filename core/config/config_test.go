@@ -1,0 +1,315 @@
+package config_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/config"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func example(t testing.TB) string {
+	t.Helper()
+	b, err := os.ReadFile("testdata/tiers.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestParseExample(t *testing.T) {
+	cfg, err := config.Load("testdata/tiers.yaml")
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	want := core.Tiers{Default: "free", Tiers: map[string]core.Tier{
+		"free": {
+			Ceiling: &core.Quota{Capacity: 100, RefillPerSecond: 5},
+			Classes: map[string]core.Quota{
+				"default": {Capacity: 20, RefillPerSecond: 2},
+				"export":  {Capacity: 10, RefillPerSecond: 0.1},
+			},
+		},
+		"pro": {Classes: map[string]core.Quota{
+			"default": {Capacity: 200, RefillPerSecond: 50},
+			"export":  {Capacity: 50, RefillPerSecond: 1},
+		}},
+	}}
+	if !reflect.DeepEqual(cfg.Tiers, want) {
+		t.Errorf("Tiers = %+v\nwant %+v", cfg.Tiers, want)
+	}
+	if cfg.Source != "testdata/tiers.yaml" || cfg.Version != 1 || cfg.KeyPrefix != "rl" ||
+		cfg.FailurePolicy != core.FailOpen || cfg.Timeout != 100*time.Millisecond ||
+		cfg.CacheTTL != 45*time.Second || cfg.HeaderStyle != core.DefaultHeaderStyle {
+		t.Errorf("settings = %+v", cfg)
+	}
+	routes := []struct {
+		method, path string
+		want         config.Route
+		ok           bool
+	}{
+		{"GET", "/v1/profile", config.Route{Method: "GET", Path: "/v1/profile", Class: "default", Cost: 1, Line: 20}, true},
+		{"POST", "/v1/export", config.Route{Method: "POST", Path: "/v1/export", Class: "export", Cost: 5, Line: 21}, true},
+		{"DELETE", "/v1/health", config.Route{Method: "*", Path: "/v1/health", Class: "default", Cost: 1, Line: 22}, true},
+		{"POST", "/v1/profile", config.Route{}, false},
+		{"GET", "/v1/profile/", config.Route{}, false},
+	}
+	for _, r := range routes {
+		got, ok := cfg.Route(r.method, r.path)
+		if ok != r.ok || got != r.want {
+			t.Errorf("Route(%s %s) = %+v, %v; want %+v, %v", r.method, r.path, got, ok, r.want, r.ok)
+		}
+	}
+	methods := []struct {
+		method string
+		class  string
+		cost   int64
+		ok     bool
+	}{
+		{"/acme.v1.Reports/Export", "export", 5, true},
+		{"/acme.v1.Reports/List", "", 0, false},
+		{"/acme.v1.Profile/Get", "default", 1, true},
+		{"/acme.v1.Profile", "", 0, false},
+		{"acme.v1.Profile/Get", "", 0, false},
+	}
+	for _, m := range methods {
+		got, ok := cfg.GRPCMethod(m.method)
+		if ok != m.ok || got.Class != m.class || got.Cost != m.cost {
+			t.Errorf("GRPCMethod(%s) = %+v, %v; want class %q cost %d, %v", m.method, got, ok, m.class, m.cost, m.ok)
+		}
+	}
+	r, err := cfg.NewResolver()
+	if err != nil {
+		t.Fatalf("NewResolver: %v", err)
+	}
+	bs, err := r.Buckets(t.Context(), core.Tenant{ID: "t1"}, "export")
+	if err != nil || len(bs) != 2 || bs[0].Quota.Capacity != 10 || bs[1].Name != core.CeilingBucket {
+		t.Errorf("Buckets = %+v, %v", bs, err)
+	}
+	if len(cfg.Options()) != 3 || len(cfg.ResolverOptions()) != 1 {
+		t.Errorf("Options = %d, ResolverOptions = %d", len(cfg.Options()), len(cfg.ResolverOptions()))
+	}
+}
+
+func TestParseDefaultsAndVariants(t *testing.T) {
+	cfg, err := config.Parse("min.yaml", []byte(`
+default_tier: basic
+tiers:
+  base: &classes
+    classes:
+      default: {capacity: 5, refill_per_second: 1}
+  basic: *classes
+header_style: [ietf, draft-06]
+failure_policy: closed
+`))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	if cfg.KeyPrefix != core.DefaultPrefix || cfg.Timeout != core.DefaultTimeout || cfg.CacheTTL != core.DefaultCacheTTL {
+		t.Errorf("defaults not applied: %+v", cfg)
+	}
+	if cfg.HeaderStyle != core.HeaderIETF|core.HeaderDraft06 || cfg.FailurePolicy != core.FailClosed {
+		t.Errorf("header style %v, policy %v", cfg.HeaderStyle, cfg.FailurePolicy)
+	}
+	if q := cfg.Tiers.Tiers["basic"].Classes["default"]; q.Capacity != 5 {
+		t.Errorf("alias not followed: %+v", cfg.Tiers.Tiers)
+	}
+}
+
+// TestParseErrors breaks every field of the example in turn. Each case must
+// produce exactly one error, naming the file, the line and the field.
+func TestParseErrors(t *testing.T) {
+	base := example(t)
+	cases := []struct {
+		name     string
+		old, new string // replace old by new in the example ("" old: replace whole file)
+		want     string
+	}{
+		{"version unsupported", "version: 1", "version: 2", "tiers.yaml:2: version: unsupported schema version 2"},
+		{"version not an integer", "version: 1", "version: one", `tiers.yaml:2: version: must be an integer, got "one"`},
+		{"default tier undefined", "default_tier: free", "default_tier: gold", `tiers.yaml:3: default_tier: tier "gold" is not defined under tiers`},
+		{"default tier missing", "default_tier: free\n", "", "tiers.yaml:2: default_tier: is required"},
+		{"default tier not a value", "default_tier: free", "default_tier: [free]", "tiers.yaml:3: default_tier: must be a value, got a list"},
+		{"key prefix bad byte", "key_prefix: rl", `key_prefix: "r l"`, `tiers.yaml:4: key_prefix: key prefix "r l" has byte ' ' at 1`},
+		{"key prefix empty", "key_prefix: rl", `key_prefix: ""`, "tiers.yaml:4: key_prefix: key prefix must be 1 to 64 bytes, got 0"},
+		{"failure policy", "failure_policy: open", "failure_policy: sometimes", `tiers.yaml:5: failure_policy: must be open or closed, got "sometimes"`},
+		{"timeout not a duration", "timeout: 100ms", "timeout: fast", `tiers.yaml:6: timeout: must be a duration such as 100ms, 2s or 1m, got "fast"`},
+		{"timeout bare number", "timeout: 100ms", "timeout: 100", `tiers.yaml:6: timeout: must be a duration such as 100ms, 2s or 1m, got "100"`},
+		{"timeout negative", "timeout: 100ms", "timeout: -1s", "tiers.yaml:6: timeout: must be > 0 and <= 1m0s, got -1s"},
+		{"timeout too long", "timeout: 100ms", "timeout: 2m", "tiers.yaml:6: timeout: must be > 0 and <= 1m0s, got 2m0s"},
+		{"cache ttl zero", "cache_ttl: 45s", "cache_ttl: 0s", "tiers.yaml:7: cache_ttl: must be > 0 and <= 24h0m0s, got 0s"},
+		{"header style unknown", "header_style: default", "header_style: fancy", `tiers.yaml:8: header_style: unknown header style "fancy"`},
+		{"header style list item", "header_style: default", "header_style: [ietf, {a: b}]", "tiers.yaml:8: header_style[1]: must be a value, got a mapping"},
+		{"unknown top-level field", "version: 1", "version: 1\ncolour: blue", "tiers.yaml:3: colour: unknown field (want one of version, default_tier, tiers,"},
+		{"tiers not a mapping", "", "default_tier: free\ntiers: []\n", "tiers.yaml:2: tiers: must be a mapping, got a list"},
+		{"tiers empty", "", "default_tier: free\ntiers: {}\n", "tiers.yaml:2: tiers: must define at least one tier"},
+		{"tier name bad", "  pro:\n", "  pro plus:\n", `tiers.yaml:15: tiers.pro plus: bad name: bucket name "pro plus" has byte ' ' at 3`},
+		{"tier unknown field", "  pro:\n    classes:", "  pro:\n    ceilng: {capacity: 1, refill_per_second: 1}\n    classes:", "tiers.yaml:16: tiers.pro.ceilng: unknown field (want one of classes, ceiling)"},
+		{"tier without classes", "", "default_tier: free\ntiers:\n  free:\n    ceiling: {capacity: 1, refill_per_second: 1}\n", "tiers.yaml:4: tiers.free.classes: is required"},
+		{"tier not a mapping", "  pro:\n    classes:\n      default: {capacity: 200, refill_per_second: 50}\n      export: {capacity: 50, refill_per_second: 1}\n", "  pro: 3\n", `tiers.yaml:15: tiers.pro: must be a mapping, got "3"`},
+		{"tier classes empty", "    classes:\n      default: {capacity: 200, refill_per_second: 50}\n      export: {capacity: 50, refill_per_second: 1}\n", "    classes: {}\n", "tiers.yaml:16: tiers.pro.classes: must define at least one class"},
+		{"class reserved", "      export: {capacity: 50,", "      tenant: {capacity: 50,", `tiers.yaml:18: tiers.pro.classes.tenant: class name "tenant" is reserved`},
+		{"class bad name", "      export: {capacity: 50,", "      ex/port: {capacity: 50,", `tiers.yaml:18: tiers.pro.classes.ex/port: bad name: bucket name "ex/port" has byte '/' at 2`},
+		{"class defined twice", "      export: {capacity: 10, refill_per_second: 0.1}", "      export: {capacity: 10, refill_per_second: 0.1}\n      export: {capacity: 11, refill_per_second: 0.1}", "tiers.yaml:15: tiers.free.classes.export: defined twice (first at line 14)"},
+		{"capacity negative", "export: {capacity: 10,", "export: {capacity: -1,", "tiers.yaml:14: tiers.free.classes.export.capacity: must be > 0, got -1"},
+		{"capacity zero", "export: {capacity: 10,", "export: {capacity: 0,", "tiers.yaml:14: tiers.free.classes.export.capacity: must be > 0, got 0"},
+		{"capacity fractional", "export: {capacity: 10,", "export: {capacity: 2.5,", `tiers.yaml:14: tiers.free.classes.export.capacity: must be an integer, got "2.5"`},
+		{"capacity string", "export: {capacity: 10,", "export: {capacity: lots,", `tiers.yaml:14: tiers.free.classes.export.capacity: must be an integer, got "lots"`},
+		{"capacity too large", "export: {capacity: 10,", "export: {capacity: 2000000000000,", "tiers.yaml:14: tiers.free.classes.export.capacity: must be <= 1099511627776, got 2000000000000"},
+		{"capacity overflows", "export: {capacity: 10,", "export: {capacity: 99999999999999999999,", `tiers.yaml:14: tiers.free.classes.export.capacity: must be an integer, got "99999999999999999999"`},
+		{"capacity missing", "export: {capacity: 10, refill_per_second: 0.1}", "export: {refill_per_second: 0.1}", "tiers.yaml:14: tiers.free.classes.export.capacity: is required"},
+		{"rate negative", "refill_per_second: 0.1}", "refill_per_second: -1}", "tiers.yaml:14: tiers.free.classes.export.refill_per_second: must be > 0, got -1"},
+		{"rate zero", "refill_per_second: 0.1}", "refill_per_second: 0}", "tiers.yaml:14: tiers.free.classes.export.refill_per_second: must be > 0, got 0"},
+		{"rate NaN", "refill_per_second: 0.1}", "refill_per_second: .nan}", "tiers.yaml:14: tiers.free.classes.export.refill_per_second: must be finite, got NaN"},
+		{"rate infinite", "refill_per_second: 0.1}", "refill_per_second: .inf}", "tiers.yaml:14: tiers.free.classes.export.refill_per_second: must be finite, got +Inf"},
+		{"rate too large", "refill_per_second: 0.1}", "refill_per_second: 1e13}", "tiers.yaml:14: tiers.free.classes.export.refill_per_second: must be <= 1e+12, got 1e+13"},
+		{"rate not a number", "refill_per_second: 0.1}", `refill_per_second: "0.1"}`, `tiers.yaml:14: tiers.free.classes.export.refill_per_second: must be a number, got "0.1"`},
+		{"rate missing", "export: {capacity: 10, refill_per_second: 0.1}", "export: {capacity: 10}", "tiers.yaml:14: tiers.free.classes.export.refill_per_second: is required"},
+		{"fill time too long", "export: {capacity: 10, refill_per_second: 0.1}", "export: {capacity: 10000000, refill_per_second: 0.01}", "tiers.yaml:14: tiers.free.classes.export: capacity/refill rate (time to refill) must be <= 9600h0m0s"},
+		{"quota unknown field", "export: {capacity: 10,", "export: {burst: 3, capacity: 10,", "tiers.yaml:14: tiers.free.classes.export.burst: unknown field (want one of capacity, refill_per_second)"},
+		{"quota not a mapping", "export: {capacity: 10, refill_per_second: 0.1}", "export: 10", `tiers.yaml:14: tiers.free.classes.export: must be a mapping, got "10"`},
+		{"ceiling capacity", "ceiling: {capacity: 100,", "ceiling: {capacity: 0,", "tiers.yaml:11: tiers.free.ceiling.capacity: must be > 0, got 0"},
+		{"merge key", "  pro:\n    classes:", "  pro:\n    <<: {}\n    classes:", "tiers.yaml:16: tiers.pro.<<: merge keys (<<) are not supported"},
+		{"routes not a list", "", "default_tier: a\ntiers: {a: {classes: {x: {capacity: 1, refill_per_second: 1}}}}\nroutes: {}\n", "tiers.yaml:3: routes: must be a list, got a mapping"},
+		{"grpc methods not a list", "", "default_tier: a\ntiers: {a: {classes: {x: {capacity: 1, refill_per_second: 1}}}}\ngrpc_methods: 3\n", `tiers.yaml:3: grpc_methods: must be a list, got "3"`},
+		{"route method lower case", "{method: GET, path: /v1/profile", "{method: get, path: /v1/profile", `tiers.yaml:20: routes[0].method: must be an upper-case HTTP method or *, got "get" (methods are case-sensitive: did you mean GET?)`},
+		{"route method missing", "{method: GET, path: /v1/profile", "{path: /v1/profile", "tiers.yaml:20: routes[0].method: is required"},
+		{"route path relative", "path: /v1/profile,", "path: v1/profile,", `tiers.yaml:20: routes[0].path: must start with / and hold no spaces`},
+		{"route path missing", "{method: GET, path: /v1/profile,", "{method: GET,", "tiers.yaml:20: routes[0].path: is required"},
+		{"route class undefined", "path: /v1/profile, class: default", "path: /v1/profile, class: bulk", `tiers.yaml:20: routes[0].class: class "bulk" is not defined in tier "free"`},
+		{"route class missing", "path: /v1/profile, class: default,", "path: /v1/profile,", "tiers.yaml:20: routes[0].class: is required"},
+		{"route cost zero", "class: default, cost: 1}", "class: default, cost: 0}", "tiers.yaml:20: routes[0].cost: must be 1 to 1099511627776, got 0"},
+		{"route cost over capacity", "class: export, cost: 5}\n  - {method: \"*\"", "class: export, cost: 11}\n  - {method: \"*\"", `tiers.yaml:21: routes[1].cost: cost 11 exceeds capacity 10 of class "export" in tier "free": such a request could never be admitted`},
+		{"route unknown field", "{method: GET, path: /v1/profile,", "{verb: GET, method: GET, path: /v1/profile,", "tiers.yaml:20: routes[0].verb: unknown field (want one of method, path, class, cost)"},
+		{"route twice", "  - {method: POST, path: /v1/export", "  - {method: GET, path: /v1/profile, class: export}\n  - {method: POST, path: /v1/export", "tiers.yaml:21: routes[1]: GET /v1/profile is already mapped at line 20"},
+		{"route not a mapping", "  - {method: GET, path: /v1/profile, class: default, cost: 1}", "  - GET /v1/profile", `tiers.yaml:20: routes[0]: must be a mapping, got "GET /v1/profile"`},
+		{"grpc method malformed", "{method: /acme.v1.Reports/Export,", "{method: Export,", `tiers.yaml:24: grpc_methods[0].method: must be /package.Service/Method or /package.Service/*, got "Export"`},
+		{"grpc cost not an integer", "class: export, cost: 5}\n  - {method: /acme", "class: export, cost: five}\n  - {method: /acme", `tiers.yaml:24: grpc_methods[0].cost: must be an integer, got "five"`},
+		{"grpc twice", "{method: /acme.v1.Profile/*", "{method: /acme.v1.Reports/Export", "tiers.yaml:25: grpc_methods[1]: /acme.v1.Reports/Export is already mapped at line 24"},
+		{"grpc unknown field", "{method: /acme.v1.Profile/*,", "{method: /acme.v1.Profile/*, path: /x,", "tiers.yaml:25: grpc_methods[1].path: unknown field (want one of method, class, cost)"},
+		{"YAML syntax", "tiers:\n  free:", "tiers:\n  free: [\n", "tiers.yaml:"},
+		{"tab indentation", "  free:\n", "\tfree:\n", "tiers.yaml:10: invalid YAML: found character that cannot start any token"},
+		{"two documents", "", "default_tier: a\n---\ndefault_tier: b\n", "tiers.yaml:2: more than one YAML document; want one"},
+		{"empty file", "", "", "tiers.yaml: file is empty"},
+		{"only a comment", "", "# nothing\n", "tiers.yaml: file is empty"},
+		{"root is a list", "", "- a\n- b\n", "tiers.yaml:1: must be a mapping, got a list"},
+		{"root is a scalar", "", "hello\n", `tiers.yaml:1: must be a mapping, got "hello"`},
+		{"no tiers", "", "default_tier: free\n", "tiers.yaml:1: tiers: is required: define at least one tier"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			src := tc.new
+			if tc.old != "" {
+				if !strings.Contains(base, tc.old) {
+					t.Fatalf("test case: example has no %q", tc.old)
+				}
+				src = strings.Replace(base, tc.old, tc.new, 1)
+			}
+			cfg, err := config.Parse("tiers.yaml", []byte(src))
+			if err == nil {
+				t.Fatalf("Parse accepted the file:\n%s\ncfg = %+v", src, cfg)
+			}
+			if cfg != nil {
+				t.Errorf("Parse returned a Config with an error")
+			}
+			if !errors.Is(err, core.ErrInvalidConfig) {
+				t.Errorf("error does not wrap core.ErrInvalidConfig: %v", err)
+			}
+			var ce *config.Error
+			if !errors.As(err, &ce) {
+				t.Fatalf("error is %T, want *config.Error", err)
+			}
+			if len(ce.Errs) != 1 && tc.name != "YAML syntax" {
+				t.Errorf("want exactly one error, got %d:\n%v", len(ce.Errs), err)
+			}
+			if !strings.HasPrefix(err.Error(), tc.want) {
+				t.Errorf("error:\n  %v\nwant it to start with:\n  %s", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseReportsEveryError(t *testing.T) {
+	src := strings.NewReplacer(
+		"export: {capacity: 10,", "export: {capacity: -1,",
+		"failure_policy: open", "failure_policy: maybe",
+		"path: /v1/profile,", "path: v1,",
+	).Replace(example(t))
+	_, err := config.Parse("tiers.yaml", []byte(src))
+	var ce *config.Error
+	if !errors.As(err, &ce) || len(ce.Errs) != 3 {
+		t.Fatalf("want 3 errors, got %v", err)
+	}
+	lines := []int{5, 14, 20}
+	for i, fe := range ce.Errs {
+		if fe.Line != lines[i] {
+			t.Errorf("error %d at line %d, want %d: %v", i, fe.Line, lines[i], fe)
+		}
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	dir := t.TempDir()
+	big := filepath.Join(dir, "big.yaml")
+	if err := os.WriteFile(big, []byte("#"+strings.Repeat("x", config.MaxFileSize)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct{ name, path, want string }{
+		{"missing", filepath.Join(dir, "nope.yaml"), "no such file"},
+		{"directory", dir, "not a regular file"},
+		{"too big", big, "larger than 1048576"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := config.Load(tc.path)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, core.ErrInvalidConfig) {
+				t.Errorf("Load(%s) = %v, want an ErrInvalidConfig containing %q", tc.path, err, tc.want)
+			}
+		})
+	}
+}
+
+// FuzzParse: any input either parses into a configuration core accepts, or
+// fails with a config error naming the file; it never panics.
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(example(f)))
+	f.Add([]byte("default_tier: a\ntiers: {a: {classes: {x: {capacity: 1, refill_per_second: 1}}}}"))
+	f.Add([]byte("a: &a [*a]\n"))
+	f.Add([]byte("tiers: &t {a: *t}\n"))
+	f.Add([]byte("<<: {}\n"))
+	f.Add([]byte("---\n---\n"))
+	f.Add([]byte("tiers: {a: {classes: {x: {capacity: 0x10, refill_per_second: 1_0}}}}\ndefault_tier: a\nroutes: [{method: GET, path: /, class: x, cost: 16}]"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		tm := time.AfterFunc(2*time.Second, func() { os.WriteFile("/tmp/slowinput", data, 0o644); panic("slow") })
+		defer tm.Stop()
+		cfg, err := config.Parse("fuzz.yaml", data)
+		if err != nil {
+			if cfg != nil {
+				t.Fatal("config and error both returned")
+			}
+			if !errors.Is(err, core.ErrInvalidConfig) || !strings.HasPrefix(err.Error(), "fuzz.yaml") {
+				t.Fatalf("bad error: %v", err)
+			}
+			return
+		}
+		if err := cfg.Tiers.Validate(); err != nil {
+			t.Fatalf("accepted tiers core rejects: %v", err)
+		}
+		if _, err := cfg.NewResolver(); err != nil {
+			t.Fatalf("NewResolver: %v", err)
+		}
+		for _, r := range cfg.Routes {
+			if got, ok := cfg.Route(r.Method, r.Path); !ok || got != r {
+				t.Fatalf("route %+v not found by lookup", r)
+			}
+		}
+	})
+}

@@ -1,0 +1,283 @@
+package config
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/tollgate-go/tollgate/core"
+)
+
+// DefaultPollInterval is how often a Reloader checks its file for changes.
+const DefaultPollInterval = 2 * time.Second
+
+// Reloader keeps a TieredResolver's tiers in step with a configuration file.
+// It re-reads the file on SIGHUP and when its contents change (the file is
+// read and hashed every poll interval, so an editor's rename-into-place and
+// an in-place rewrite are both seen), and swaps the new tiers in with
+// [core.TieredResolver.SetTiers]: one atomic pointer store, so requests in
+// flight see either the old tiers or the new, never a mix, and none fails.
+//
+// An invalid file (a syntax error, a bad value, a half-written file caught
+// mid-write) is refused: the previous configuration keeps serving, the
+// reason is logged once and kept in [Reloader.LastError], and the next
+// change is tried again.
+//
+// What reloads: the tiers (through the resolver) and the route and gRPC
+// tables (read them from [Reloader.Config] per request). key_prefix,
+// failure_policy, timeout, header_style and cache_ttl are fixed when the
+// limiter is built; a change to them is logged as needing a restart.
+//
+// Start it with [Watch], or [NewReloader] and [Reloader.Run]. It is safe for
+// concurrent use.
+type Reloader struct {
+	path     string
+	resolver *core.TieredResolver
+	log      *slog.Logger
+	interval time.Duration
+	signals  []os.Signal
+	onReload func(*Config, error)
+
+	mu       sync.Mutex // serialises reloads; guards the fields below
+	seen     [sha256.Size]byte
+	haveSeen bool
+	lastErr  error
+
+	cur      atomic.Pointer[Config]
+	reloads  atomic.Int64
+	failures atomic.Int64
+	started  atomic.Bool
+	done     chan struct{}
+}
+
+// ReloadOption configures a Reloader.
+type ReloadOption interface{ applyReload(*Reloader) }
+
+type reloadOptionFunc func(*Reloader)
+
+func (f reloadOptionFunc) applyReload(r *Reloader) { f(r) }
+
+// WithPollInterval sets how often the file is checked for changes. Default
+// DefaultPollInterval; values <= 0 are ignored.
+func WithPollInterval(d time.Duration) ReloadOption {
+	return reloadOptionFunc(func(r *Reloader) {
+		if d > 0 {
+			r.interval = d
+		}
+	})
+}
+
+// WithSignals sets the signals that force a reload. Default SIGHUP; with no
+// arguments, no signal is watched.
+func WithSignals(sigs ...os.Signal) ReloadOption {
+	return reloadOptionFunc(func(r *Reloader) { r.signals = sigs })
+}
+
+// WithReloadLogger sets the logger for reloads and refused files. Default
+// slog.Default(); nil is ignored.
+func WithReloadLogger(l *slog.Logger) ReloadOption {
+	return reloadOptionFunc(func(r *Reloader) {
+		if l != nil {
+			r.log = l
+		}
+	})
+}
+
+// WithOnReload sets a function called after every reload attempt that read
+// a changed file (or was forced): with the new Config and a nil error when
+// it was applied, with nil and the reason when it was refused. It runs on
+// the reloading goroutine; keep it short. nil is ignored.
+func WithOnReload(f func(*Config, error)) ReloadOption {
+	return reloadOptionFunc(func(r *Reloader) {
+		if f != nil {
+			r.onReload = f
+		}
+	})
+}
+
+// NewReloader returns a reloader of the file at path into r. It reads
+// nothing yet: call [Reloader.Reload] or [Reloader.Run].
+func NewReloader(path string, r *core.TieredResolver, opts ...ReloadOption) (*Reloader, error) {
+	if r == nil {
+		return nil, fmt.Errorf("%w: nil resolver", core.ErrInvalidConfig)
+	}
+	if path == "" {
+		return nil, fmt.Errorf("%w: empty configuration path", core.ErrInvalidConfig)
+	}
+	rl := &Reloader{
+		path:     path,
+		resolver: r,
+		log:      slog.Default(),
+		interval: DefaultPollInterval,
+		signals:  []os.Signal{syscall.SIGHUP},
+		onReload: func(*Config, error) {},
+		done:     make(chan struct{}),
+	}
+	for _, o := range opts {
+		if o != nil {
+			o.applyReload(rl)
+		}
+	}
+	return rl, nil
+}
+
+// Watch loads the file at path into r, then keeps reloading it (on the
+// signals and on change) until ctx is done. It fails, changing nothing, when
+// the file is invalid now. Signals are being watched when it returns.
+// [Reloader.Done] is closed when the watch has stopped.
+func Watch(ctx context.Context, path string, r *core.TieredResolver, opts ...ReloadOption) (*Reloader, error) {
+	rl, err := NewReloader(path, r, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if err := rl.Reload(); err != nil {
+		return nil, err
+	}
+	rl.started.Store(true)
+	sig := rl.notify()
+	go rl.run(ctx, sig)
+	return rl, nil
+}
+
+// Run reloads the file on the signals and on change until ctx is done, then
+// returns nil. It does not load the file first; see [Watch]. A Reloader
+// runs once: a second Run fails.
+func (rl *Reloader) Run(ctx context.Context) error {
+	if !rl.started.CompareAndSwap(false, true) {
+		return fmt.Errorf("%w: reloader of %s is already running", core.ErrInvalidConfig, rl.path)
+	}
+	rl.run(ctx, rl.notify())
+	return nil
+}
+
+func (rl *Reloader) notify() chan os.Signal {
+	sig := make(chan os.Signal, 1)
+	if len(rl.signals) > 0 {
+		signal.Notify(sig, rl.signals...)
+	}
+	return sig
+}
+
+func (rl *Reloader) run(ctx context.Context, sig chan os.Signal) {
+	defer close(rl.done)
+	defer signal.Stop(sig)
+	tick := time.NewTicker(rl.interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case s := <-sig:
+			rl.log.Info("tollgate: reloading configuration", "path", rl.path, "signal", s.String())
+			_, _ = rl.reload(true)
+		case <-tick.C:
+			_, _ = rl.reload(false)
+		}
+	}
+}
+
+// Done is closed when a watch started by [Watch] or [Reloader.Run] has
+// stopped.
+func (rl *Reloader) Done() <-chan struct{} { return rl.done }
+
+// Reload reads the file now and applies it if it is valid. On error the
+// previous configuration stays in force and the error says why.
+func (rl *Reloader) Reload() error {
+	_, err := rl.reload(true)
+	return err
+}
+
+// Config returns the configuration in force: the last file applied, or nil
+// before the first successful load.
+func (rl *Reloader) Config() *Config { return rl.cur.Load() }
+
+// LastError returns why the last reload was refused, or nil when it was
+// applied.
+func (rl *Reloader) LastError() error {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	return rl.lastErr
+}
+
+// ReloadStats returns how many files were applied and how many refused.
+func (rl *Reloader) ReloadStats() (applied, refused int64) {
+	return rl.reloads.Load(), rl.failures.Load()
+}
+
+// reload reads the file and applies it when it changed since the last read
+// (or when forced). It reports whether a new configuration was applied.
+func (rl *Reloader) reload(force bool) (bool, error) {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	data, err := readFile(rl.path)
+	if err != nil {
+		return false, rl.refuse(err, force)
+	}
+	sum := sha256.Sum256(data)
+	if !force && rl.haveSeen && sum == rl.seen {
+		return false, nil
+	}
+	rl.seen, rl.haveSeen = sum, true
+	cfg, err := Parse(rl.path, data)
+	if err == nil {
+		err = rl.resolver.SetTiers(cfg.Tiers)
+	}
+	if err != nil {
+		return false, rl.refuse(err, true)
+	}
+	old := rl.cur.Swap(cfg)
+	rl.lastErr = nil
+	rl.reloads.Add(1)
+	rl.log.Info("tollgate: configuration applied", "path", rl.path, "tiers", len(cfg.Tiers.Tiers),
+		"routes", len(cfg.Routes), "grpc_methods", len(cfg.GRPCMethods))
+	if old != nil {
+		if fixed := restartFields(old, cfg); len(fixed) > 0 {
+			rl.log.Warn("tollgate: configuration fields changed that take effect only at restart",
+				"path", rl.path, "fields", strings.Join(fixed, ", "))
+		}
+	}
+	rl.onReload(cfg, nil)
+	return true, nil
+}
+
+// refuse records a refused reload. It logs when told to, or when the reason
+// is new (a file that stays missing is not logged every poll).
+func (rl *Reloader) refuse(err error, log bool) error {
+	if log || rl.lastErr == nil || rl.lastErr.Error() != err.Error() {
+		rl.failures.Add(1)
+		rl.log.Warn("tollgate: configuration refused; keeping the previous one", "path", rl.path, "err", err)
+		rl.onReload(nil, err)
+	}
+	rl.lastErr = err
+	return err
+}
+
+// restartFields lists the fields that differ between a and b and are fixed
+// when a limiter is built.
+func restartFields(a, b *Config) []string {
+	var out []string
+	if a.KeyPrefix != b.KeyPrefix {
+		out = append(out, "key_prefix")
+	}
+	if a.FailurePolicy != b.FailurePolicy {
+		out = append(out, "failure_policy")
+	}
+	if a.Timeout != b.Timeout {
+		out = append(out, "timeout")
+	}
+	if a.HeaderStyle != b.HeaderStyle {
+		out = append(out, "header_style")
+	}
+	if a.CacheTTL != b.CacheTTL {
+		out = append(out, "cache_ttl")
+	}
+	return out
+}

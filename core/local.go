@@ -1,0 +1,178 @@
+package core
+
+import (
+	"math"
+	"sync"
+	"time"
+)
+
+// localBuckets is an in-process token bucket per key, used as the fallback
+// while the store fails (WithLocalFallback) and as the deny cache
+// (WithDenyCache). Its arithmetic is the script's.
+type localBuckets struct {
+	mu      sync.Mutex
+	buckets map[string]*localBucket
+	max     int
+}
+
+type localBucket struct {
+	quota  Quota
+	tokens float64
+	last   time.Time
+}
+
+func newLocalBuckets(max int) *localBuckets {
+	return &localBuckets{buckets: map[string]*localBucket{}, max: max}
+}
+
+// take checks and charges cost against every (key, quota) pair, all or
+// nothing, and returns the decision the script would have made.
+func (lb *localBuckets) take(keys []string, buckets []Bucket, cost int64, now time.Time) Decision {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	if len(lb.buckets) >= lb.max {
+		clear(lb.buckets) // bounded: an outage over many tenants restarts them full
+	}
+	states := make([]BucketState, len(buckets))
+	reason, binding, retry := ReasonOK, 0, 0.0
+	bs := make([]*localBucket, len(buckets))
+	for i, b := range buckets {
+		lbk, ok := lb.buckets[keys[i]]
+		if !ok || lbk.quota != b.Quota {
+			tokens := float64(b.Quota.Capacity)
+			if ok {
+				tokens = math.Min(lbk.tokens, tokens)
+			}
+			lbk = &localBucket{quota: b.Quota, tokens: tokens, last: now}
+			lb.buckets[keys[i]] = lbk
+		}
+		if el := now.Sub(lbk.last).Seconds(); el > 0 {
+			lbk.tokens = math.Min(float64(b.Quota.Capacity), lbk.tokens+el*b.Quota.RefillPerSecond)
+			lbk.last = now
+		}
+		bs[i] = lbk
+		switch {
+		case cost > b.Quota.Capacity:
+			if reason != ReasonCostExceedsCapacity {
+				reason, binding, retry = ReasonCostExceedsCapacity, i, 0
+			}
+		case lbk.tokens < float64(cost) && reason != ReasonCostExceedsCapacity:
+			wait := (float64(cost) - lbk.tokens) / b.Quota.RefillPerSecond
+			if reason == ReasonOK || wait > retry {
+				binding, retry = i, wait
+			}
+			reason = ReasonOverLimit
+		}
+	}
+	for i, lbk := range bs {
+		if reason == ReasonOK {
+			lbk.tokens -= float64(cost)
+		}
+		states[i] = BucketState{Name: buckets[i].Name, Quota: buckets[i].Quota, Tokens: lbk.tokens}
+	}
+	if reason == ReasonOK {
+		binding = tightest(states)
+	}
+	return newDecision(states, binding, reason, retry, cost)
+}
+
+// tightest is the index of the bucket left with the fewest tokens (ties: the
+// slowest to refill), the binding bucket of an admitted request.
+func tightest(states []BucketState) int {
+	best := 0
+	for i := 1; i < len(states); i++ {
+		s, b := states[i], states[best]
+		if s.Tokens < b.Tokens || s.Tokens == b.Tokens &&
+			(float64(s.Quota.Capacity)-s.Tokens)/s.Quota.RefillPerSecond > (float64(b.Quota.Capacity)-b.Tokens)/b.Quota.RefillPerSecond {
+			best = i
+		}
+	}
+	return best
+}
+
+func (lb *localBuckets) reset() {
+	lb.mu.Lock()
+	if len(lb.buckets) > 0 {
+		clear(lb.buckets)
+	}
+	lb.mu.Unlock()
+}
+
+// denyCache remembers, after a denial, an upper bound on each bucket's
+// tokens: the balance the store reported plus the refill since the request
+// was sent (other replicas can only lower it). While that bound is below a
+// request's cost, the store would deny it too, so the request is denied
+// locally, without a round trip. It never denies a request the store would
+// admit.
+type denyCache struct {
+	mu      sync.RWMutex
+	entries map[string]denyEntry // by the first bucket key
+	max     int
+}
+
+type denyEntry struct {
+	keys   []string
+	states []BucketState
+	since  time.Time // when the denied request was sent
+}
+
+func newDenyCache(max int) *denyCache {
+	return &denyCache{entries: map[string]denyEntry{}, max: max}
+}
+
+// check returns a local denial when the cache proves one.
+func (dc *denyCache) check(keys []string, buckets []Bucket, cost int64, now time.Time) (Decision, bool) {
+	dc.mu.RLock()
+	e, ok := dc.entries[keys[0]]
+	dc.mu.RUnlock()
+	if !ok || len(e.keys) != len(keys) {
+		return Decision{}, false
+	}
+	elapsed := now.Sub(e.since).Seconds()
+	if elapsed < 0 {
+		elapsed = 0
+	}
+	states := make([]BucketState, len(keys))
+	binding, retry := -1, 0.0
+	for i := range keys {
+		if e.keys[i] != keys[i] || e.states[i].Quota != buckets[i].Quota {
+			return Decision{}, false // another set of buckets, or a changed quota
+		}
+		q := buckets[i].Quota
+		bound := math.Min(float64(q.Capacity), e.states[i].Tokens+elapsed*q.RefillPerSecond)
+		states[i] = BucketState{Name: buckets[i].Name, Quota: q, Tokens: bound}
+		if bound < float64(cost) && cost <= q.Capacity {
+			if wait := (float64(cost) - bound) / q.RefillPerSecond; binding < 0 || wait > retry {
+				binding, retry = i, wait
+			}
+		}
+	}
+	if binding < 0 {
+		dc.mu.Lock()
+		if cur, ok := dc.entries[keys[0]]; ok && cur.since.Equal(e.since) {
+			delete(dc.entries, keys[0]) // the bound no longer proves anything
+		}
+		dc.mu.Unlock()
+		return Decision{}, false
+	}
+	return newDecision(states, binding, ReasonOverLimit, retry, cost), true
+}
+
+func (dc *denyCache) remember(keys []string, d Decision, sent time.Time) {
+	dc.mu.Lock()
+	if len(dc.entries) >= dc.max {
+		clear(dc.entries)
+	}
+	dc.entries[keys[0]] = denyEntry{keys: keys, states: d.Buckets, since: sent}
+	dc.mu.Unlock()
+}
+
+func (dc *denyCache) forget(prefix string) {
+	dc.mu.Lock()
+	for k := range dc.entries {
+		if len(k) >= len(prefix) && k[:len(prefix)] == prefix {
+			delete(dc.entries, k)
+		}
+	}
+	dc.mu.Unlock()
+}

@@ -1,0 +1,219 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Instrument names. Every adapter shares them, because they are recorded
+// here, in core.
+const (
+	// MetricDecisions counts decisions, by outcome (allowed, denied,
+	// failed_open, failed_closed, fallback, shadow_denied, invalid), reason,
+	// class, tier and binding policy, and tenant when WithTenantLabel is on.
+	MetricDecisions = "tollgate.decisions"
+	// MetricStoreDuration is the client-side latency of the store call, in
+	// seconds, by result (ok, error).
+	MetricStoreDuration = "tollgate.store.duration"
+	// MetricStoreErrors counts store failures by kind (timeout, connection,
+	// oom, circuit_open, protocol, other) and failure policy.
+	MetricStoreErrors = "tollgate.store.errors"
+	// MetricPrecheckHits counts requests denied locally by the deny cache,
+	// without a store call.
+	MetricPrecheckHits = "tollgate.precheck.hits"
+)
+
+// OtherTenant is the tenant label of every tenant outside the top K.
+const OtherTenant = "_other"
+
+type metrics struct {
+	decisions metric.Int64Counter
+	storeDur  metric.Float64Histogram
+	storeErrs metric.Int64Counter
+	precheck  metric.Int64Counter
+	tenants   *topK // nil: no tenant label
+	tracing   bool
+}
+
+func newMetrics(mp metric.MeterProvider, k int) *metrics {
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	meter := mp.Meter("github.com/tollgate-go/tollgate/core")
+	m := &metrics{tracing: true}
+	// Instrument creation fails only for invalid names, which are constants
+	// here; a nil instrument would be a bug, so fall back to no-ops.
+	var err error
+	if m.decisions, err = meter.Int64Counter(MetricDecisions, metric.WithDescription("Rate-limit decisions."), metric.WithUnit("{decision}")); err != nil {
+		otel.Handle(err)
+	}
+	if m.storeDur, err = meter.Float64Histogram(MetricStoreDuration, metric.WithDescription("Latency of the rate-limit store call, at the client."),
+		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)); err != nil {
+		otel.Handle(err)
+	}
+	if m.storeErrs, err = meter.Int64Counter(MetricStoreErrors, metric.WithDescription("Rate-limit store failures."), metric.WithUnit("{error}")); err != nil {
+		otel.Handle(err)
+	}
+	if m.precheck, err = meter.Int64Counter(MetricPrecheckHits, metric.WithDescription("Requests denied by the local deny cache without a store call."), metric.WithUnit("{request}")); err != nil {
+		otel.Handle(err)
+	}
+	if k > 0 {
+		m.tenants = newTopK(k)
+	}
+	return m
+}
+
+// outcome is the decision's outcome label.
+func outcome(d Decision) string {
+	switch {
+	case d.Fallback:
+		return "fallback"
+	case d.Reason == ReasonOK:
+		return "allowed"
+	case d.Denied():
+		return "denied"
+	}
+	return d.Reason.String()
+}
+
+// label keeps a label value bounded: a valid name, or "invalid".
+func label(s, empty string) string {
+	if s == "" {
+		return empty
+	}
+	if ValidateName(s) != nil {
+		return "invalid"
+	}
+	return s
+}
+
+func (m *metrics) record(ctx context.Context, req Request, d Decision) {
+	attrs := make([]attribute.KeyValue, 0, 6)
+	attrs = append(attrs,
+		attribute.String("outcome", outcome(d)),
+		attribute.String("reason", d.Reason.String()),
+		attribute.String("class", label(req.Class, DefaultClass)),
+		attribute.String("tier", label(req.Tenant.Tier, "none")),
+		attribute.String("policy", label(d.Policy, "none")),
+	)
+	if m.tenants != nil {
+		attrs = append(attrs, attribute.String("tenant", m.tenants.label(req.Tenant.ID, !d.Allowed || d.Reason == ReasonShadowDenied)))
+	}
+	m.decisions.Add(ctx, 1, metric.WithAttributes(attrs...))
+	if m.tracing {
+		if span := trace.SpanFromContext(ctx); span.IsRecording() {
+			span.AddEvent("tollgate.decision", trace.WithAttributes(
+				attribute.String("tollgate.outcome", outcome(d)),
+				attribute.String("tollgate.reason", d.Reason.String()),
+				attribute.String("tollgate.policy", d.Policy),
+				attribute.Int64("tollgate.limit", d.Limit),
+				attribute.Int64("tollgate.remaining", d.Remaining),
+				attribute.Int64("tollgate.cost", d.Cost),
+				attribute.Float64("tollgate.retry_after_s", d.RetryAfter.Seconds()),
+			))
+		}
+	}
+}
+
+func (m *metrics) storeCall(ctx context.Context, took time.Duration, err error, policy FailurePolicy) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+		m.storeErrs.Add(ctx, 1, metric.WithAttributes(
+			attribute.String("kind", errorKind(err)),
+			attribute.String("policy", policy.String()),
+		))
+	}
+	if !errors.Is(err, errCircuitOpen) {
+		m.storeDur.Record(ctx, took.Seconds(), metric.WithAttributes(attribute.String("result", result)))
+	}
+}
+
+// errorKind classifies a store failure for the errors metric.
+func errorKind(err error) string {
+	var ne net.Error
+	var re redis.Error
+	switch {
+	case errors.Is(err, errCircuitOpen):
+		return "circuit_open"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	case errors.As(err, &re) && strings.HasPrefix(re.Error(), "OOM"):
+		return "oom"
+	case errors.Is(err, errProtocol):
+		return "protocol"
+	case errors.As(err, &ne), errors.Is(err, redis.ErrClosed), strings.Contains(err.Error(), "connection"), strings.Contains(err.Error(), "EOF"):
+		return "connection"
+	}
+	return "other"
+}
+
+// topK labels at most k tenants, the first heavy hitters seen by denials,
+// and every other tenant OtherTenant, so the label's cardinality is at most
+// k+1 for the life of the process, whatever the number of tenants. A
+// space-saving sketch of k*8 counters finds the heavy hitters.
+type topK struct {
+	mu       sync.Mutex
+	k        int
+	labelled map[string]bool
+	counts   map[string]*ssCounter
+	capacity int
+}
+
+// ssCounter is a space-saving counter: count overestimates the true count by
+// at most err, the count inherited from the evicted counter.
+type ssCounter struct{ count, err int64 }
+
+func newTopK(k int) *topK {
+	return &topK{k: k, labelled: map[string]bool{}, counts: map[string]*ssCounter{}, capacity: k * 8}
+}
+
+// threshold is the count at which a tenant is labelled.
+const heavyHitterThreshold = 10
+
+func (h *topK) label(tenant string, denied bool) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.labelled[tenant] {
+		return EscapeID(tenant)
+	}
+	if !denied {
+		return OtherTenant
+	}
+	c, ok := h.counts[tenant]
+	if !ok {
+		c = &ssCounter{}
+		if len(h.counts) >= h.capacity {
+			// space-saving: replace the smallest counter, inheriting its
+			// count as the new counter's error bound
+			var minKey string
+			var minC *ssCounter
+			for k, v := range h.counts {
+				if minC == nil || v.count < minC.count {
+					minKey, minC = k, v
+				}
+			}
+			delete(h.counts, minKey)
+			c.count, c.err = minC.count, minC.count
+		}
+		h.counts[tenant] = c
+	}
+	c.count++
+	// label only a guaranteed heavy hitter: its true count is at least
+	// count - err
+	if c.count-c.err >= heavyHitterThreshold && len(h.labelled) < h.k {
+		h.labelled[tenant] = true
+		return EscapeID(tenant)
+	}
+	return OtherTenant
+}

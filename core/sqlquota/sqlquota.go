@@ -1,0 +1,462 @@
+package sqlquota
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/tollgate-go/tollgate/core"
+)
+
+// DefaultTable is the table overrides are kept in.
+const DefaultTable = "tollgate_overrides"
+
+// Limits on the audit fields of an override.
+const (
+	// MaxUpdatedByLen is the longest updated_by accepted, in bytes.
+	MaxUpdatedByLen = 256
+	// MaxReasonLen is the longest reason accepted, in bytes.
+	MaxReasonLen = 1024
+)
+
+// ErrNotFound reports that no override exists for a (tenant, bucket).
+var ErrNotFound = errors.New("tollgate: override not found")
+
+// Dialect is the SQL flavour of the database.
+type Dialect uint8
+
+// Dialects.
+const (
+	// Postgres is PostgreSQL (through pgx's database/sql driver, or any
+	// other). Times are TIMESTAMPTZ.
+	Postgres Dialect = iota + 1
+	// SQLite is SQLite 3.24 or newer (for ON CONFLICT ... DO UPDATE).
+	// Times are TEXT in a fixed-width UTC form that sorts as it compares.
+	SQLite
+)
+
+// String returns "postgres" or "sqlite".
+func (d Dialect) String() string {
+	switch d {
+	case Postgres:
+		return "postgres"
+	case SQLite:
+		return "sqlite"
+	}
+	return "Dialect(" + strconv.Itoa(int(d)) + ")"
+}
+
+// ParseDialect parses "postgres" (or "postgresql", "pgx") and "sqlite" (or
+// "sqlite3").
+func ParseDialect(s string) (Dialect, error) {
+	switch strings.ToLower(s) {
+	case "postgres", "postgresql", "pgx":
+		return Postgres, nil
+	case "sqlite", "sqlite3":
+		return SQLite, nil
+	}
+	return 0, fmt.Errorf("%w: unknown SQL dialect %q (want postgres or sqlite)", core.ErrInvalidConfig, s)
+}
+
+// Override is one row: a quota that replaces the tier default of one bucket
+// of one tenant.
+type Override struct {
+	// TenantID is the tenant, as the limiter sees it (core.Tenant.ID).
+	TenantID string
+	// Bucket is a class name, or core.CeilingBucket ("tenant") for the
+	// tenant-wide ceiling.
+	Bucket string
+	// Quota replaces the tier default.
+	Quota core.Quota
+	// ExpiresAt, when not zero, is when the override stops applying; the
+	// tier default serves again from then on.
+	ExpiresAt time.Time
+	// UpdatedAt is when the row was last written (set by Set).
+	UpdatedAt time.Time
+	// UpdatedBy says who wrote it: a person or a system. Required.
+	UpdatedBy string
+	// Reason says why (a ticket, a contract). Optional.
+	Reason string
+}
+
+// Expired reports whether o has expired at now.
+func (o Override) Expired(now time.Time) bool {
+	return !o.ExpiresAt.IsZero() && !now.Before(o.ExpiresAt)
+}
+
+// Store keeps overrides in a SQL table through database/sql and implements
+// [core.Overrides]. It imports no driver: open the *sql.DB with the driver of
+// your choice (pgx's stdlib for PostgreSQL, modernc.org/sqlite for SQLite)
+// and say which dialect it speaks. It is safe for concurrent use.
+type Store struct {
+	db      *sql.DB
+	dialect Dialect
+	table   string
+	now     func() time.Time
+	log     *slog.Logger
+
+	qOverrides, qGet, qList, qListAll, qListTenant, qListTenantAll, qUpsert, qDelete, qPurge string
+}
+
+// Option configures a Store.
+type Option interface{ apply(*Store) }
+
+type optionFunc func(*Store)
+
+func (f optionFunc) apply(s *Store) { f(s) }
+
+// WithTable sets the table name. Default DefaultTable. For PostgreSQL it may
+// be schema-qualified ("tenants.tollgate_overrides"). It must be a plain
+// identifier (letters, digits, '_'); New rejects others.
+func WithTable(name string) Option { return optionFunc(func(s *Store) { s.table = name }) }
+
+// WithClock sets the clock that decides which overrides have expired and
+// stamps updated_at. Default time.Now; nil is ignored.
+func WithClock(now func() time.Time) Option {
+	return optionFunc(func(s *Store) {
+		if now != nil {
+			s.now = now
+		}
+	})
+}
+
+// WithLogger sets the logger for rows that cannot be served (a bad quota
+// written by hand). Default slog.Default(); nil is ignored.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(s *Store) {
+		if l != nil {
+			s.log = l
+		}
+	})
+}
+
+var ident = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+
+// New returns a store over db, which speaks dialect. It makes no query; call
+// [Store.Migrate] to create the table.
+func New(db *sql.DB, dialect Dialect, opts ...Option) (*Store, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: nil *sql.DB", core.ErrInvalidConfig)
+	}
+	if dialect != Postgres && dialect != SQLite {
+		return nil, fmt.Errorf("%w: unknown SQL dialect %v", core.ErrInvalidConfig, dialect)
+	}
+	s := &Store{db: db, dialect: dialect, table: DefaultTable, now: time.Now, log: slog.Default()}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(s)
+		}
+	}
+	if err := validTable(s.table, dialect); err != nil {
+		return nil, err
+	}
+	s.prepareQueries()
+	return s, nil
+}
+
+func validTable(name string, d Dialect) error {
+	parts := strings.Split(name, ".")
+	if len(parts) > 2 || (len(parts) == 2 && d != Postgres) {
+		return fmt.Errorf("%w: table name %q: only PostgreSQL takes a schema-qualified name", core.ErrInvalidConfig, name)
+	}
+	for _, p := range parts {
+		if !ident.MatchString(p) {
+			return fmt.Errorf("%w: table name %q: want letters, digits and '_' (1 to 63, not starting with a digit)", core.ErrInvalidConfig, name)
+		}
+	}
+	return nil
+}
+
+// Dialect returns the store's dialect.
+func (s *Store) Dialect() Dialect { return s.dialect }
+
+// Table returns the store's table name.
+func (s *Store) Table() string { return s.table }
+
+const columns = "tenant_id, bucket, capacity, refill_per_second, expires_at, updated_at, updated_by, reason"
+
+func (s *Store) prepareQueries() {
+	t := s.table
+	s.qOverrides = "SELECT bucket, capacity, refill_per_second FROM " + t +
+		" WHERE tenant_id = $1 AND (expires_at IS NULL OR expires_at > $2)"
+	s.qGet = "SELECT " + columns + " FROM " + t + " WHERE tenant_id = $1 AND bucket = $2"
+	sel := "SELECT " + columns + " FROM " + t + " WHERE "
+	order := " ORDER BY tenant_id, bucket LIMIT "
+	s.qList = sel + "(expires_at IS NULL OR expires_at > $1)" + order + "$2"
+	s.qListAll = "SELECT " + columns + " FROM " + t + order + "$1"
+	s.qListTenant = sel + "tenant_id = $1 AND (expires_at IS NULL OR expires_at > $2)" + order + "$3"
+	s.qListTenantAll = sel + "tenant_id = $1" + order + "$2"
+	s.qUpsert = "INSERT INTO " + t + " (" + columns + ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8)" +
+		" ON CONFLICT (tenant_id, bucket) DO UPDATE SET capacity = excluded.capacity," +
+		" refill_per_second = excluded.refill_per_second, expires_at = excluded.expires_at," +
+		" updated_at = excluded.updated_at, updated_by = excluded.updated_by, reason = excluded.reason"
+	s.qDelete = "DELETE FROM " + t + " WHERE tenant_id = $1 AND bucket = $2"
+	s.qPurge = "DELETE FROM " + t + " WHERE expires_at IS NOT NULL AND expires_at <= $1"
+	if s.dialect == SQLite {
+		// SQLite reads $1 as a parameter named "$1", numbered by first
+		// appearance; ?1 is its positional form.
+		for _, q := range []*string{&s.qOverrides, &s.qGet, &s.qList, &s.qListAll, &s.qListTenant, &s.qListTenantAll, &s.qUpsert, &s.qDelete, &s.qPurge} {
+			*q = strings.ReplaceAll(*q, "$", "?")
+		}
+	}
+}
+
+// sqliteTime is the TEXT form of times in SQLite: UTC, fixed width, so that
+// comparing the strings compares the times.
+const sqliteTime = "2006-01-02T15:04:05.000000Z"
+
+// timeArg converts t for a query parameter; the zero time is NULL.
+func (s *Store) timeArg(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	t = t.UTC().Truncate(time.Microsecond)
+	if s.dialect == SQLite {
+		return t.Format(sqliteTime)
+	}
+	return t
+}
+
+// scanTime reads a nullable time column written by either dialect.
+type scanTime struct{ t *time.Time }
+
+func (st scanTime) Scan(src any) error {
+	switch v := src.(type) {
+	case nil:
+		*st.t = time.Time{}
+	case time.Time:
+		*st.t = v.UTC()
+	case string:
+		return st.parse(v)
+	case []byte:
+		return st.parse(string(v))
+	default:
+		return fmt.Errorf("cannot read %T as a time", src)
+	}
+	return nil
+}
+
+func (st scanTime) parse(v string) error {
+	for _, layout := range []string{sqliteTime, time.RFC3339Nano, "2006-01-02 15:04:05.999999999-07:00", "2006-01-02 15:04:05"} {
+		if t, err := time.Parse(layout, v); err == nil {
+			*st.t = t.UTC()
+			return nil
+		}
+	}
+	return fmt.Errorf("cannot parse time %q", v)
+}
+
+// checkTenant reports whether id can be stored: TEXT columns hold valid
+// UTF-8 without NUL (PostgreSQL refuses anything else).
+func checkTenant(id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("%w: tenant ID is empty", core.ErrInvalidRequest)
+	case len(id) > core.MaxTenantIDLen:
+		return fmt.Errorf("%w: tenant ID is %d bytes, longer than %d", core.ErrInvalidRequest, len(id), core.MaxTenantIDLen)
+	case !storable(id):
+		return fmt.Errorf("%w: tenant ID %q is not valid UTF-8 text without NUL bytes, so it cannot have overrides", core.ErrInvalidRequest, core.EscapeID(id))
+	}
+	return nil
+}
+
+func storable(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
+
+// Validate reports the first thing wrong with o as Set would store it at now.
+func (o Override) Validate(now time.Time) error {
+	if err := checkTenant(o.TenantID); err != nil {
+		return err
+	}
+	if err := core.ValidateName(o.Bucket); err != nil {
+		return err
+	}
+	if err := o.Quota.Validate(); err != nil {
+		return err
+	}
+	if !o.ExpiresAt.IsZero() && !o.ExpiresAt.After(now) {
+		return fmt.Errorf("%w: expires_at %s is not in the future", core.ErrInvalidRequest, o.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+	switch {
+	case strings.TrimSpace(o.UpdatedBy) == "":
+		return fmt.Errorf("%w: updated_by is required: say who makes the change", core.ErrInvalidRequest)
+	case len(o.UpdatedBy) > MaxUpdatedByLen || !storable(o.UpdatedBy):
+		return fmt.Errorf("%w: updated_by must be UTF-8 text of at most %d bytes", core.ErrInvalidRequest, MaxUpdatedByLen)
+	case len(o.Reason) > MaxReasonLen || !storable(o.Reason):
+		return fmt.Errorf("%w: reason must be UTF-8 text of at most %d bytes", core.ErrInvalidRequest, MaxReasonLen)
+	}
+	return nil
+}
+
+// Overrides implements [core.Overrides]: the unexpired overrides of
+// tenantID, by bucket. A row whose quota is not valid (written by hand) is
+// skipped and logged. A tenant ID that cannot be stored has no overrides.
+func (s *Store) Overrides(ctx context.Context, tenantID string) (map[string]core.Quota, error) {
+	out := map[string]core.Quota{}
+	if checkTenant(tenantID) != nil {
+		return out, nil
+	}
+	rows, err := s.db.QueryContext(ctx, s.qOverrides, tenantID, s.timeArg(s.now()))
+	if err != nil {
+		return nil, fmt.Errorf("sqlquota: load overrides: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var bucket string
+		var q core.Quota
+		if err := rows.Scan(&bucket, &q.Capacity, &q.RefillPerSecond); err != nil {
+			return nil, fmt.Errorf("sqlquota: load overrides: %w", err)
+		}
+		if err := q.Validate(); err != nil {
+			s.log.Warn("tollgate: skipping an override that cannot be enforced",
+				"table", s.table, "tenant", core.EscapeID(tenantID), "bucket", core.EscapeID(bucket), "err", err)
+			continue
+		}
+		out[bucket] = q
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlquota: load overrides: %w", err)
+	}
+	return out, nil
+}
+
+// Set writes o (insert or replace), stamping UpdatedAt with the store's
+// clock, and returns the row as stored. It validates o first; the error then
+// wraps core.ErrInvalidRequest or core.ErrInvalidQuota.
+func (s *Store) Set(ctx context.Context, o Override) (Override, error) {
+	now := s.now()
+	if err := o.Validate(now); err != nil {
+		return Override{}, err
+	}
+	o.UpdatedAt = now.UTC().Truncate(time.Microsecond)
+	if !o.ExpiresAt.IsZero() {
+		o.ExpiresAt = o.ExpiresAt.UTC().Truncate(time.Microsecond)
+	}
+	_, err := s.db.ExecContext(ctx, s.qUpsert, o.TenantID, o.Bucket, o.Quota.Capacity, o.Quota.RefillPerSecond,
+		s.timeArg(o.ExpiresAt), s.timeArg(o.UpdatedAt), o.UpdatedBy, o.Reason)
+	if err != nil {
+		return Override{}, fmt.Errorf("sqlquota: set override: %w", err)
+	}
+	return o, nil
+}
+
+// Get returns the override of (tenantID, bucket), expired or not, or an
+// error wrapping ErrNotFound.
+func (s *Store) Get(ctx context.Context, tenantID, bucket string) (Override, error) {
+	if err := checkTenant(tenantID); err != nil {
+		return Override{}, err
+	}
+	rows, err := s.db.QueryContext(ctx, s.qGet, tenantID, bucket)
+	if err != nil {
+		return Override{}, fmt.Errorf("sqlquota: get override: %w", err)
+	}
+	list, err := scanAll(rows)
+	if err != nil {
+		return Override{}, fmt.Errorf("sqlquota: get override: %w", err)
+	}
+	if len(list) == 0 {
+		return Override{}, fmt.Errorf("%w: tenant %q bucket %q", ErrNotFound, core.EscapeID(tenantID), core.EscapeID(bucket))
+	}
+	return list[0], nil
+}
+
+// ListOptions selects the overrides List returns.
+type ListOptions struct {
+	// TenantID, when not empty, lists only that tenant's overrides.
+	TenantID string
+	// IncludeExpired lists expired rows too.
+	IncludeExpired bool
+	// Limit caps the number of rows; <= 0 means 1000.
+	Limit int
+}
+
+// List returns overrides ordered by tenant and bucket.
+func (s *Store) List(ctx context.Context, opt ListOptions) ([]Override, error) {
+	limit := opt.Limit
+	if limit <= 0 {
+		limit = 1000
+	}
+	var rows *sql.Rows
+	var err error
+	now := s.timeArg(s.now())
+	switch {
+	case opt.TenantID != "":
+		if err := checkTenant(opt.TenantID); err != nil {
+			return nil, err
+		}
+		if opt.IncludeExpired {
+			rows, err = s.db.QueryContext(ctx, s.qListTenantAll, opt.TenantID, limit)
+		} else {
+			rows, err = s.db.QueryContext(ctx, s.qListTenant, opt.TenantID, now, limit)
+		}
+	case opt.IncludeExpired:
+		rows, err = s.db.QueryContext(ctx, s.qListAll, limit)
+	default:
+		rows, err = s.db.QueryContext(ctx, s.qList, now, limit)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sqlquota: list overrides: %w", err)
+	}
+	list, err := scanAll(rows)
+	if err != nil {
+		return nil, fmt.Errorf("sqlquota: list overrides: %w", err)
+	}
+	return list, nil
+}
+
+func scanAll(rows *sql.Rows) ([]Override, error) {
+	defer rows.Close()
+	var out []Override
+	for rows.Next() {
+		var o Override
+		var reason sql.NullString
+		if err := rows.Scan(&o.TenantID, &o.Bucket, &o.Quota.Capacity, &o.Quota.RefillPerSecond,
+			scanTime{&o.ExpiresAt}, scanTime{&o.UpdatedAt}, &o.UpdatedBy, &reason); err != nil {
+			return nil, err
+		}
+		o.Reason = reason.String
+		out = append(out, o)
+	}
+	return out, rows.Err()
+}
+
+// Delete removes the override of (tenantID, bucket); the tier default
+// applies again at the next cache refresh. It returns an error wrapping
+// ErrNotFound when there was none.
+func (s *Store) Delete(ctx context.Context, tenantID, bucket string) error {
+	if err := checkTenant(tenantID); err != nil {
+		return err
+	}
+	res, err := s.db.ExecContext(ctx, s.qDelete, tenantID, bucket)
+	if err != nil {
+		return fmt.Errorf("sqlquota: delete override: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("sqlquota: delete override: %w", err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: tenant %q bucket %q", ErrNotFound, core.EscapeID(tenantID), core.EscapeID(bucket))
+	}
+	return nil
+}
+
+// PurgeExpired deletes every expired row and reports how many. Expired rows
+// are never served, so purging is housekeeping, not a correctness step.
+func (s *Store) PurgeExpired(ctx context.Context) (int64, error) {
+	res, err := s.db.ExecContext(ctx, s.qPurge, s.timeArg(s.now()))
+	if err != nil {
+		return 0, fmt.Errorf("sqlquota: purge expired overrides: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("sqlquota: purge expired overrides: %w", err)
+	}
+	return n, nil
+}
