@@ -11,6 +11,10 @@ import (
 
 func TestMain(m *testing.M) {
 	redistest.StartSharedCluster()
+	// Example functions read REDIS_URL: point it at the harness's server
+	if u, err := redistest.SharedURL(); err == nil {
+		os.Setenv("REDIS_URL", u)
+	}
 	code := m.Run()
 	redistest.Shutdown()
 	if code == 0 {

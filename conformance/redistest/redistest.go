@@ -83,6 +83,16 @@ func Shutdown() {
 // dependency is a failure, never a skip.
 func InCI() bool { return os.Getenv("CI") == "true" }
 
+// SharedURL returns the shared standalone Redis URL, starting a server if
+// needed, for code outside a test (TestMain, Example functions).
+func SharedURL() (string, error) {
+	sharedOnce.Do(func() { sharedURL, sharedErr = findShared() })
+	if sharedErr != nil {
+		return "", fmt.Errorf("%s (%w)", NoRedisMessage, sharedErr)
+	}
+	return sharedURL, nil
+}
+
 // URL returns the shared standalone Redis URL, starting a server if needed.
 func URL(t testing.TB) string {
 	t.Helper()

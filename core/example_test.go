@@ -1,0 +1,88 @@
+package core_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/core"
+)
+
+// The minimal wiring: tiers, a resolver, a limiter, one check.
+func Example() {
+	client := redis.NewClient(&redis.Options{Addr: exampleRedisAddr(), ContextTimeoutEnabled: true})
+	defer client.Close()
+
+	tiers := core.Tiers{Default: "free", Tiers: map[string]core.Tier{
+		"free": {Classes: map[string]core.Quota{
+			"default": {Capacity: 20, RefillPerSecond: 2},   // a burst of 20, then 2/s
+			"export":  {Capacity: 10, RefillPerSecond: 0.1}, // one token every 10 s
+		}},
+	}}
+	resolver, err := core.NewResolver(tiers)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	lim, err := core.New(client, resolver, core.WithPrefix(fmt.Sprintf("example%d", time.Now().UnixNano())))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	// The tenant comes from the verified token, never from a header.
+	tenant := core.Tenant{ID: "t42", Tier: "free"}
+	for range 3 {
+		d, err := lim.Allow(context.Background(), tenant, "export", 4)
+		if err != nil {
+			fmt.Println("store:", err)
+			return
+		}
+		fmt.Println(d.Allowed, d.Remaining, d.Status(), d.RetryAfterSeconds())
+	}
+	// Output:
+	// true 6 200 0
+	// true 2 200 0
+	// false 2 429 20
+}
+
+// Rendering a denial: the headers and the problem body every adapter sends.
+func ExampleDecision_Headers() {
+	q := core.Quota{Capacity: 10, RefillPerSecond: 2}
+	d := core.Decision{Reason: core.ReasonOverLimit, Policy: "default", Quota: q, Limit: 10,
+		Tokens: 0.5, RetryAfter: 250 * time.Millisecond, ResetAfter: 4750 * time.Millisecond, Cost: 1}
+	for _, h := range d.Headers(core.DefaultHeaderStyle, time.Now()) {
+		fmt.Printf("%s: %s\n", h.Name, h.Value)
+	}
+	fmt.Println(d.Status(), string(d.Problem().JSON()))
+	// Output:
+	// RateLimit-Policy: "default";q=10;w=5
+	// RateLimit: "default";r=0;t=1
+	// X-RateLimit-Limit: 10
+	// X-RateLimit-Remaining: 0
+	// X-RateLimit-Reset: 5
+	// Retry-After: 1
+	// 429 {"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,"detail":"Rate limit of policy \"default\" exceeded: the request costs 1, 0 left; retry in 1 s.","violated-policies":["default"]}
+}
+
+// The key scheme: the tenant is the hash tag, escaped.
+func ExampleKeys_Bucket() {
+	k, _ := core.NewKeys(core.DefaultPrefix)
+	for _, id := range []string{"t42", "acme:eu{1}"} {
+		key, _ := k.Bucket(id, "export")
+		fmt.Println(key)
+	}
+	// Output:
+	// rl:{t42}:export
+	// rl:{acme%3Aeu%7B1%7D}:export
+}
+
+func exampleRedisAddr() string {
+	if u := os.Getenv("REDIS_URL"); u != "" {
+		if o, err := redis.ParseURL(u); err == nil {
+			return o.Addr
+		}
+	}
+	return "127.0.0.1:6379"
+}
