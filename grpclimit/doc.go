@@ -1,4 +1,65 @@
-// Package grpclimit is tollgate's gRPC adapter: it maps a request to a tenant,
-// class and cost, asks [github.com/tollgate-go/tollgate/core] for a decision,
-// and renders core's answer in gRPC's idiom. It computes nothing itself.
+// Package grpclimit is tollgate's gRPC adapter: it maps a call to a tenant,
+// class and cost, asks [github.com/tollgate-go/tollgate/core] for a
+// decision, and renders core's answer in gRPC's idiom. It computes no
+// number itself: every value below comes from the core Decision.
+//
+// # Server
+//
+// [UnaryServerInterceptor] and [StreamServerInterceptor] (or [New], which
+// reports configuration errors) go after the authentication interceptor,
+// which stores the verified tenant with core.ContextWithTenant. Metadata
+// the client sets is never a tenant source.
+//
+//	srv := grpc.NewServer(
+//		grpc.ChainUnaryInterceptor(auth.Unary, grpclimit.UnaryServerInterceptor(lim, opts...)),
+//		grpc.ChainStreamInterceptor(auth.Stream, grpclimit.StreamServerInterceptor(lim, opts...)),
+//	)
+//
+// Each call is charged the (class, cost) of its full method
+// ([WithMethods], [WithCostFunc]; default class "default", cost 1) before
+// the handler runs; a stream is charged when it opens, and with
+// [WithMessageCost] each message a client or bidi stream receives is
+// charged too. The answers:
+//
+//   - Allowed (or shadow-denied, core.WithShadow): the handler runs; the
+//     header metadata carries ratelimit and ratelimit-policy (IETF draft-11
+//     values) and x-ratelimit-limit/-remaining/-reset, as selected by
+//     [WithHeaderStyle].
+//   - Denied: codes.ResourceExhausted ([WithDeniedCode]: Unavailable), the
+//     handler not called, with status details: one errdetails.ErrorInfo
+//     (Reason "RATE_LIMIT_EXCEEDED", Domain "tollgate.dev" ([WithDomain]),
+//     Metadata policy, limit, remaining, cost and reason), one
+//     errdetails.RetryInfo with the exact delay (not rounded), and one
+//     errdetails.QuotaFailure whose violation's Subject is
+//     core.Tenant.Subject ("tenant:<escaped id>"). The trailers carry the
+//     rate-limit values, retry-after (whole seconds, at least 1) and
+//     grpc-retry-pushback-ms (the delay in milliseconds, rounded up).
+//     Nothing is sent before the status, so the response is Trailers-Only:
+//     grpc-go honours pushback only then.
+//   - Denied because the cost exceeds the capacity (it can never be met):
+//     the same code, ErrorInfo and QuotaFailure, ErrorInfo reason
+//     "cost_exceeds_capacity", grpc-retry-pushback-ms -1 (gRFC A6: do not
+//     retry), and deliberately no RetryInfo and no retry-after: there is no
+//     delay after which it would succeed, and a zero RetryInfo would invite
+//     an immediate retry.
+//   - Store failure: fail-open (the limiter's default) runs the handler
+//     with no rate-limit metadata; fail-closed answers codes.Unavailable
+//     with no details, never ResourceExhausted.
+//   - No tenant in the context: codes.Unauthenticated, unless
+//     [WithAnonymous] keys such callers by their peer IP.
+//   - An invalid request (a tenant ID core cannot key): InvalidArgument.
+//
+// A message denied by [WithMessageCost] is dropped and the stream's
+// RecvMsg returns the denial's status error; the header metadata has
+// usually been sent by then, so that answer is not Trailers-Only.
+//
+// # Clients
+//
+// [UnaryClientInterceptor] and [StreamClientInterceptor] retry throttled
+// calls after the RetryInfo / pushback delay plus upward jitter, capped,
+// and never retry a "never" answer; the policy is shared with the HTTP
+// RoundTripper in package github.com/tollgate-go/tollgate/core/retry. A
+// grpc-go service-config retryPolicy with RESOURCE_EXHAUSTED in
+// retryableStatusCodes works too (it honours grpc-retry-pushback-ms but
+// adds no jitter); use one or the other.
 package grpclimit
