@@ -469,10 +469,10 @@ func TestLimiterQuotaChangeOnRedis(t *testing.T) {
 			}
 		}
 		steps := []struct {
-			name                 string
-			change               func()
-			advance              time.Duration
-			cost                 int64
+			name                  string
+			change                func()
+			advance               time.Duration
+			cost                  int64
 			wantLimit, wantRemain int64
 		}{
 			{"tier: spend 4 of 10", nil, 0, 4, 10, 6},
@@ -498,5 +498,3 @@ func TestLimiterQuotaChangeOnRedis(t *testing.T) {
 		}
 	})
 }
-
-

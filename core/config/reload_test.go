@@ -1,0 +1,277 @@
+package config_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/config"
+)
+
+// version returns a configuration whose numbers encode v: the class
+// capacity is 10+v and the ceiling's 1000+v, so a reader can tell whether
+// both came from the same file.
+func version(v int) string {
+	return fmt.Sprintf(`default_tier: free
+tiers:
+  free:
+    ceiling: {capacity: %d, refill_per_second: 5}
+    classes:
+      default: {capacity: %d, refill_per_second: 2}
+routes:
+  - {method: GET, path: /v%d, class: default}
+`, 1000+v, 10+v, v)
+}
+
+const invalid = `default_tier: free
+tiers:
+  free:
+    classes:
+      default: {capacity: -1, refill_per_second: 2}
+`
+
+func writeFile(t testing.TB, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writeAtomic replaces path by rename, as editors and config management do.
+func writeAtomic(t testing.TB, path, content string) {
+	t.Helper()
+	tmp := path + ".tmp"
+	writeFile(t, tmp, content)
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func setup(t *testing.T, opts ...config.ReloadOption) (path string, r *core.TieredResolver, rl *config.Reloader, logs *syncBuffer) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "tiers.yaml")
+	writeFile(t, path, version(0))
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err = cfg.NewResolver()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs = &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	opts = append([]config.ReloadOption{config.WithReloadLogger(slog.New(slog.NewTextHandler(logs, nil)))}, opts...)
+	rl, err = config.Watch(ctx, path, r, opts...)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		<-rl.Done()
+	})
+	return path, r, rl, logs
+}
+
+func classCap(t testing.TB, r core.Resolver) (int64, int64, error) {
+	bs, err := r.Buckets(context.Background(), core.Tenant{ID: "t1"}, "default")
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(bs) != 2 {
+		return 0, 0, fmt.Errorf("want 2 buckets, got %+v", bs)
+	}
+	return bs[0].Quota.Capacity, bs[1].Quota.Capacity, nil
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestReloadUnderConcurrentTraffic rewrites the file many times, in place
+// and by rename, sometimes with an invalid file, while goroutines resolve
+// quotas nonstop: no call fails, every answer comes from one valid file
+// (class and ceiling of the same version), and an invalid file never
+// replaces a valid one.
+func TestReloadUnderConcurrentTraffic(t *testing.T) {
+	path, r, rl, logs := setup(t, config.WithPollInterval(time.Millisecond))
+	stop := make(chan struct{})
+	var calls, failures atomic.Int64
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				c, ceil, err := classCap(t, r)
+				calls.Add(1)
+				if err == nil && ceil-1000 != c-10 {
+					err = fmt.Errorf("torn read: class %d and ceiling %d from different files", c, ceil)
+				}
+				if err == nil && (c < 10 || c > 10+200) {
+					err = fmt.Errorf("capacity %d from no valid file", c)
+				}
+				if err != nil {
+					failures.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+				}
+			}
+		}()
+	}
+	var last int64
+	for v := 1; v <= 200; v++ {
+		if v%10 == 0 {
+			writeFile(t, path, invalid)
+			if err := rl.Reload(); err == nil || !strings.Contains(err.Error(), "capacity: must be > 0, got -1") {
+				t.Errorf("version %d: invalid file: Reload = %v", v, err)
+			}
+			if c, _, err := classCap(t, r); err != nil || c != 10+last {
+				t.Errorf("after an invalid file: capacity %d, %v; want the previous %d", c, err, 10+last)
+			}
+			continue
+		}
+		if v%2 == 0 {
+			writeAtomic(t, path, version(v))
+		} else {
+			writeFile(t, path, version(v)) // in place: the poller may see half a file
+		}
+		if err := rl.Reload(); err != nil {
+			t.Errorf("version %d: Reload: %v", v, err)
+		}
+		last = int64(v)
+	}
+	close(stop)
+	wg.Wait()
+	if n := failures.Load(); n > 0 {
+		t.Errorf("%d of %d calls failed during reloads; first: %v", n, calls.Load(), firstErr.Load())
+	}
+	if calls.Load() < 100 {
+		t.Errorf("only %d calls ran during the reloads", calls.Load())
+	}
+	if c, ceil, _ := classCap(t, r); c != 10+last || ceil != 1000+last {
+		t.Errorf("final capacities %d/%d, want %d/%d", c, ceil, 10+last, 1000+last)
+	}
+	if got, ok := rl.Config().Route("GET", fmt.Sprintf("/v%d", last)); !ok || got.Class != "default" {
+		t.Errorf("route table not reloaded: %+v", rl.Config().Routes)
+	}
+	applied, refused := rl.ReloadStats()
+	if applied < 180 || refused < 20 {
+		t.Errorf("applied %d, refused %d; want >= 180 and >= 20", applied, refused)
+	}
+	if !strings.Contains(logs.String(), "configuration refused; keeping the previous one") {
+		t.Errorf("refusals not logged:\n%.2000s", logs.String())
+	}
+}
+
+func TestReloadOnFileChange(t *testing.T) {
+	path, r, rl, logs := setup(t, config.WithPollInterval(5*time.Millisecond), config.WithSignals())
+	writeAtomic(t, path, version(7))
+	waitFor(t, "the poller to apply version 7", func() bool { c, _, _ := classCap(t, r); return c == 17 })
+
+	writeFile(t, path, invalid)
+	waitFor(t, "the poller to refuse the invalid file", func() bool { return rl.LastError() != nil })
+	if c, _, _ := classCap(t, r); c != 17 {
+		t.Errorf("invalid file replaced the valid one: capacity %d", c)
+	}
+	if err := rl.LastError(); !errors.Is(err, core.ErrInvalidConfig) || !strings.Contains(err.Error(), "tiers.free.classes.default.capacity: must be > 0, got -1") {
+		t.Errorf("LastError = %v", err)
+	}
+	// An unchanged invalid file is reported once, not at every poll.
+	time.Sleep(50 * time.Millisecond)
+	if n := strings.Count(logs.String(), "configuration refused"); n != 1 {
+		t.Errorf("refusal logged %d times, want once:\n%s", n, logs.String())
+	}
+
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the poller to notice the file is gone", func() bool {
+		err := rl.LastError()
+		return err != nil && strings.Contains(err.Error(), "no such file")
+	})
+	if c, _, _ := classCap(t, r); c != 17 {
+		t.Errorf("missing file changed the tiers: capacity %d", c)
+	}
+	writeAtomic(t, path, version(8))
+	waitFor(t, "the poller to apply version 8", func() bool { c, _, _ := classCap(t, r); return c == 18 })
+	if rl.LastError() != nil {
+		t.Errorf("LastError after a good file = %v", rl.LastError())
+	}
+}
+
+func TestReloadWarnsAboutRestartOnlyFields(t *testing.T) {
+	path, _, rl, logs := setup(t, config.WithSignals(), config.WithPollInterval(time.Hour))
+	writeFile(t, path, version(1)+"key_prefix: other\ntimeout: 3s\n")
+	if err := rl.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), `take effect only at restart`) || !strings.Contains(logs.String(), `fields="key_prefix, timeout"`) {
+		t.Errorf("log:\n%s", logs.String())
+	}
+}
+
+func TestWatchRefusesAnInvalidFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tiers.yaml")
+	writeFile(t, path, version(0))
+	cfg, _ := config.Load(path)
+	r, _ := cfg.NewResolver()
+	writeFile(t, path, invalid)
+	rl, err := config.Watch(context.Background(), path, r)
+	if err == nil || rl != nil || !strings.Contains(err.Error(), path+":5: tiers.free.classes.default.capacity") {
+		t.Fatalf("Watch = %v, %v; want the file's error", rl, err)
+	}
+	if c, _, _ := classCap(t, r); c != 10 {
+		t.Errorf("resolver changed: %d", c)
+	}
+	if _, err := config.NewReloader(path, nil); !errors.Is(err, core.ErrInvalidConfig) {
+		t.Errorf("NewReloader(nil resolver) = %v", err)
+	}
+}
+
+func TestRunTwiceFails(t *testing.T) {
+	_, _, rl, _ := setup(t, config.WithSignals())
+	if err := rl.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "already running") {
+		t.Errorf("second Run = %v", err)
+	}
+}
