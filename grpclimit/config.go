@@ -33,7 +33,6 @@ type config struct {
 	deniedCode codes.Code
 	domain     string
 	message    *core.Route
-	anonymous  bool
 	onError    ErrorHandler
 }
 
@@ -101,7 +100,6 @@ func WithHeaderStyle(s core.HeaderStyle) Option {
 // off.
 func WithAnonymous(tier string) Option {
 	return optionFunc(func(c *config) {
-		c.anonymous = true
 		c.gate = append(c.gate, core.WithAnonymous(tier))
 	})
 }

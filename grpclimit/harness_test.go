@@ -19,6 +19,7 @@ import (
 	"github.com/tollgate-go/tollgate/grpclimit/internal/testpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
@@ -243,6 +244,7 @@ func newEnv(t testing.TB, lim *core.Limiter, opts ...grpclimit.Option) *env {
 		grpc.ChainStreamInterceptor(countStream, authStreamInt, ic.Stream()),
 	)
 	testpb.RegisterTestServiceServer(srv, e.svc)
+	healthpb.RegisterHealthServer(srv, health{svc: e.svc})
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(e.lis) }()
 	t.Cleanup(func() { srv.Stop(); <-done })

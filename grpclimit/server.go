@@ -189,12 +189,11 @@ func (i *Interceptors) limited(ctx context.Context, method string) bool {
 	return true
 }
 
+// endpoint is the call as core sees it. The peer IP is always filled in:
+// the gate uses it only for anonymous callers, however that option was
+// given (WithAnonymous or WithGateOptions).
 func (i *Interceptors) endpoint(ctx context.Context, method string) core.Endpoint {
-	e := core.Endpoint{Pattern: method}
-	if i.cfg.anonymous {
-		e.ClientIP = peerIP(ctx)
-	}
-	return e
+	return core.Endpoint{Pattern: method, ClientIP: peerIP(ctx)}
 }
 
 func (i *Interceptors) report(ctx context.Context, method string, v core.Verdict) {

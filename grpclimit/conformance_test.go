@@ -1,0 +1,151 @@
+package grpclimit_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tollgate-go/tollgate/conformance"
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/grpclimit"
+	"github.com/tollgate-go/tollgate/grpclimit/internal/testpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// grpcMethods maps the suite's abstract endpoints to the test service's
+// full methods: profile and item are unary, export is a server stream
+// (charged when it opens), health is the standard health check.
+var grpcMethods = map[string]string{
+	conformance.EndpointProfile: mProfile,
+	conformance.EndpointItem:    mItem,
+	conformance.EndpointExport:  mExport,
+	conformance.EndpointHealth:  "/grpc.health.v1.Health/Check",
+}
+
+// grpcTarget runs the conformance suite over bufconn against the generated
+// test service behind grpclimit's interceptors.
+type grpcTarget struct{}
+
+func (grpcTarget) Protocol() conformance.Protocol { return conformance.ProtocolGRPC }
+
+func (grpcTarget) NewInstance(t testing.TB, s conformance.Setup) (conformance.Instance, error) {
+	routes := core.Routes{}
+	for name, r := range s.Routes {
+		if m, ok := grpcMethods[name]; ok {
+			routes[m] = r
+		}
+	}
+	opts := []grpclimit.Option{
+		grpclimit.WithGateOptions(s.GateOptions(routes)...),
+		grpclimit.WithErrorHandler(func(_ context.Context, _ string, err error) { s.OnError(err) }),
+	}
+	if _, err := grpclimit.New(s.Limiter, opts...); err != nil {
+		return nil, err
+	}
+	e := newEnv(t, s.Limiter, opts...)
+	return &grpcInstance{t: t, e: e, conns: map[string]*grpc.ClientConn{}}, nil
+}
+
+type grpcInstance struct {
+	t     testing.TB
+	e     *env
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn // by client IP
+}
+
+func (in *grpcInstance) conn(ip string) *grpc.ClientConn {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	cc, ok := in.conns[ip]
+	if !ok {
+		cc = in.e.dial(in.t, ip)
+		in.conns[ip] = cc
+	}
+	return cc
+}
+
+func (in *grpcInstance) HandlerCalls() int { return int(in.e.svc.calls.Load()) }
+
+func (in *grpcInstance) Do(r conformance.Request) (conformance.Response, error) {
+	method, ok := grpcMethods[r.Endpoint]
+	if !ok {
+		return conformance.Response{}, errors.New("grpc target: unknown endpoint " + r.Endpoint)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	md := metadata.MD{}
+	if a := r.Authorization(); a != "" {
+		md.Set("authorization", a)
+	}
+	for k, v := range r.Header {
+		md.Set(strings.ToLower(k), v)
+	}
+	ctx = metadata.NewOutgoingContext(ctx, md)
+	cc := in.conn(r.IP())
+	var header, trailer metadata.MD
+	var err error
+	switch method {
+	case mProfile:
+		_, err = testpb.NewTestServiceClient(cc).GetProfile(ctx, &testpb.GetProfileRequest{}, grpc.Header(&header), grpc.Trailer(&trailer))
+	case mItem:
+		_, err = testpb.NewTestServiceClient(cc).GetItem(ctx, &testpb.GetItemRequest{Id: r.Param}, grpc.Header(&header), grpc.Trailer(&trailer))
+	case mExport:
+		res := export(ctx, testpb.NewTestServiceClient(cc))
+		err, header, trailer = res.err, res.header, res.trailer
+	default:
+		_, err = healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&header), grpc.Trailer(&trailer))
+	}
+	st := status.Convert(err)
+	res := conformance.Response{Status: httpStatus(st.Code()), Header: http.Header{}}
+	for _, m := range []metadata.MD{header, trailer} {
+		for k, vs := range m {
+			for _, v := range vs {
+				res.Header.Add(http.CanonicalHeaderKey(k), v)
+			}
+		}
+	}
+	if res.Status == 500 {
+		return res, errors.New("grpc target: unexpected status " + st.String())
+	}
+	return res, nil
+}
+
+func httpStatus(c codes.Code) int {
+	switch c {
+	case codes.OK:
+		return 200
+	case codes.ResourceExhausted:
+		return 429
+	case codes.Unavailable:
+		return 503
+	case codes.Unauthenticated:
+		return 401
+	case codes.InvalidArgument:
+		return 400
+	}
+	return 500
+}
+
+// health is the health check endpoint, counting its calls with the rest.
+type health struct {
+	healthpb.UnimplementedHealthServer
+	svc *service
+}
+
+func (h health) Check(context.Context, *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	h.svc.calls.Add(1)
+	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
+}
+
+func TestConformance(t *testing.T) {
+	conformance.Run(t, grpcTarget{})
+}
+
