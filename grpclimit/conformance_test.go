@@ -148,4 +148,3 @@ func (h health) Check(context.Context, *healthpb.HealthCheckRequest) (*healthpb.
 func TestConformance(t *testing.T) {
 	conformance.Run(t, grpcTarget{})
 }
-

@@ -1,0 +1,309 @@
+package grpclimit
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/retry"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// MaxReplayBytes bounds what StreamClientInterceptor keeps of the messages a
+// stream has sent, to send them again on a retry. A stream that sends more
+// before its first answer is not retried.
+const MaxReplayBytes = 1 << 20
+
+// maxPushbackMillis bounds a pushback (a year) so that it cannot overflow a
+// Duration; any such wait is over every sane maximum delay anyway.
+const maxPushbackMillis = 365 * 24 * 3600 * 1000
+
+// Hint reads the retry hint of a call's error and trailer metadata.
+// throttled is false unless err is a ResourceExhausted or Unavailable
+// status that carries a rate-limit hint: the grpc-retry-pushback-ms trailer
+// (-1, or any malformed or repeated value: never), a RetryInfo (the longer
+// of the two wins), or an ErrorInfo saying the cost can never be met. Other
+// ResourceExhausted errors (a message over the size limit, a server's own
+// quota) are not throttling answers and are not retried.
+func Hint(err error, trailer metadata.MD) (h retry.Hint, throttled bool) {
+	st, ok := status.FromError(err)
+	if !ok || (st.Code() != codes.ResourceExhausted && st.Code() != codes.Unavailable) {
+		return retry.Hint{}, false
+	}
+	if vs := trailer.Get(PushbackKey); len(vs) > 0 {
+		throttled = true
+		ms, perr := strconv.ParseInt(vs[0], 10, 64)
+		if len(vs) > 1 || perr != nil || ms < 0 {
+			h.Never = true
+		} else {
+			h.After = time.Duration(min(ms, maxPushbackMillis)) * time.Millisecond
+		}
+	}
+	for _, d := range st.Details() {
+		switch d := d.(type) {
+		case *errdetails.RetryInfo:
+			if d.GetRetryDelay() != nil && d.GetRetryDelay().IsValid() {
+				throttled = true
+				h.After = max(h.After, d.GetRetryDelay().AsDuration())
+			}
+		case *errdetails.ErrorInfo:
+			if d.GetReason() == Reason && d.GetMetadata()[MetaReason] == core.ReasonCostExceedsCapacity.String() {
+				throttled, h.Never = true, true
+			}
+		}
+	}
+	return h, throttled
+}
+
+// UnaryClientInterceptor retries calls the server throttled, as it asks:
+// after the RetryInfo delay or grpc-retry-pushback-ms, plus upward jitter,
+// within the policy's attempts and maximum delay (see package
+// github.com/tollgate-go/tollgate/core/retry for opts and defaults: 3
+// attempts, 30 s). It never retries a "never" answer (pushback -1, cost
+// exceeds capacity), an answer without a hint, or an answer that was not
+// Trailers-Only (the server had started to answer). A call whose context
+// ends during a wait fails with the context's status (Canceled or
+// DeadlineExceeded); a wait that would outlast the deadline is not
+// started.
+//
+// Use it instead of, not beside, a service-config retryPolicy for
+// RESOURCE_EXHAUSTED: both would retry.
+func UnaryClientInterceptor(opts ...retry.Option) grpc.UnaryClientInterceptor {
+	p := retry.New(opts...)
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
+		var header, trailer metadata.MD
+		callOpts = append(callOpts[:len(callOpts):len(callOpts)], grpc.Header(&header), grpc.Trailer(&trailer))
+		for attempt := 1; ; attempt++ {
+			header, trailer = nil, nil
+			err := invoker(ctx, method, req, reply, cc, callOpts...)
+			if err == nil || header != nil {
+				return err
+			}
+			h, throttled := Hint(err, trailer)
+			if !throttled {
+				return err
+			}
+			d, nerr := p.Next(ctx, h, attempt)
+			if nerr != nil {
+				if cerr := ctx.Err(); cerr != nil {
+					return status.FromContextError(cerr).Err()
+				}
+				return err
+			}
+			if werr := p.Wait(ctx, d); werr != nil {
+				return status.FromContextError(werr).Err()
+			}
+		}
+	}
+}
+
+// StreamClientInterceptor retries streams the server throttled when they
+// opened, as [UnaryClientInterceptor] retries calls. A throttled stream is
+// detected on the first RecvMsg (or Header) while the stream is still
+// uncommitted: no response message or header received yet, and the answer
+// Trailers-Only. The messages sent so far (up to MaxReplayBytes; protobuf
+// messages are cloned when sent) are sent again on the new stream, and
+// CloseSend repeated. Once the stream is committed, errors are returned
+// as they come.
+//
+// While a throttled stream waits to be retried, SendMsg buffers instead
+// of returning io.EOF.
+func StreamClientInterceptor(opts ...retry.Option) grpc.StreamClientInterceptor {
+	p := retry.New(opts...)
+	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, callOpts ...grpc.CallOption) (grpc.ClientStream, error) {
+		cs, err := streamer(ctx, desc, cc, method, callOpts...)
+		if err != nil {
+			return nil, err
+		}
+		return &retryStream{ClientStream: cs, ctx: ctx, desc: desc, cc: cc, method: method, streamer: streamer, callOpts: callOpts, p: p, attempt: 1}, nil
+	}
+}
+
+type retryStream struct {
+	grpc.ClientStream // the current attempt; guarded by mu once retries start
+	ctx               context.Context
+	desc              *grpc.StreamDesc
+	cc                *grpc.ClientConn
+	method            string
+	streamer          grpc.Streamer
+	callOpts          []grpc.CallOption
+	p                 *retry.Policy
+
+	mu        sync.Mutex
+	attempt   int
+	committed bool
+	sent      []any // messages sent while uncommitted, for replay
+	sentBytes int
+	closed    bool // CloseSend was called
+	ended     bool // the current attempt ended (SendMsg saw io.EOF)
+}
+
+func (s *retryStream) current() (grpc.ClientStream, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ClientStream, s.committed
+}
+
+func (s *retryStream) commit() {
+	s.mu.Lock()
+	s.committed, s.sent = true, nil
+	s.mu.Unlock()
+}
+
+func (s *retryStream) Context() context.Context {
+	cs, _ := s.current()
+	return cs.Context()
+}
+
+func (s *retryStream) Trailer() metadata.MD {
+	cs, _ := s.current()
+	return cs.Trailer()
+}
+
+func (s *retryStream) SendMsg(m any) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.committed {
+		return s.ClientStream.SendMsg(m)
+	}
+	size := 0
+	if pm, ok := m.(proto.Message); ok {
+		size = proto.Size(pm)
+	}
+	if s.sentBytes+size > MaxReplayBytes {
+		// too much to replay: this stream will not be retried
+		s.committed, s.sent = true, nil
+		if s.ended {
+			return io.EOF
+		}
+		return s.ClientStream.SendMsg(m)
+	}
+	if pm, ok := m.(proto.Message); ok {
+		s.sent = append(s.sent, proto.Clone(pm))
+	} else {
+		s.sent = append(s.sent, m)
+	}
+	s.sentBytes += size
+	if s.ended {
+		return nil // buffered for the retry
+	}
+	err := s.ClientStream.SendMsg(m)
+	if errors.Is(err, io.EOF) {
+		// the attempt ended; RecvMsg learns how, and may retry
+		s.ended = true
+		return nil
+	}
+	return err
+}
+
+func (s *retryStream) CloseSend() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	return s.ClientStream.CloseSend()
+}
+
+func (s *retryStream) Header() (metadata.MD, error) {
+	for {
+		cs, committed := s.current()
+		md, err := cs.Header()
+		if committed {
+			return md, err
+		}
+		if md != nil {
+			s.commit()
+			return md, err
+		}
+		// Trailers-Only: the attempt ended without a message, so receiving
+		// (into nil: nothing is decoded) only reads its status.
+		if retried, rerr := s.maybeRetry(cs, cs.RecvMsg(nil)); rerr != nil || !retried {
+			return nil, rerr
+		}
+	}
+}
+
+func (s *retryStream) RecvMsg(m any) error {
+	for {
+		cs, committed := s.current()
+		err := cs.RecvMsg(m)
+		if committed {
+			return err
+		}
+		if err == nil {
+			s.commit()
+			return nil
+		}
+		retried, rerr := s.maybeRetry(cs, err)
+		if rerr != nil {
+			return rerr
+		}
+		if !retried {
+			s.commit()
+			return err
+		}
+	}
+}
+
+// maybeRetry retries the stream if the attempt cs ended with rerr,
+// throttled and Trailers-Only, and the policy allows; retried reports
+// whether a new attempt is running. err is a failure of the retry itself
+// (the context ended during the wait, or no new stream could be created).
+func (s *retryStream) maybeRetry(cs grpc.ClientStream, rerr error) (retried bool, err error) {
+	if rerr == nil || errors.Is(rerr, io.EOF) {
+		return false, nil
+	}
+	if md, _ := cs.Header(); md != nil { // the server had started to answer
+		return false, nil
+	}
+	h, throttled := Hint(rerr, cs.Trailer())
+	if !throttled {
+		return false, nil
+	}
+	s.mu.Lock()
+	if s.ClientStream != cs { // another goroutine retried already
+		s.mu.Unlock()
+		return true, nil
+	}
+	attempt := s.attempt
+	s.ended = true // sends buffer during the wait
+	s.mu.Unlock()
+	d, nerr := s.p.Next(s.ctx, h, attempt)
+	if nerr != nil {
+		if cerr := s.ctx.Err(); cerr != nil {
+			return false, status.FromContextError(cerr).Err()
+		}
+		return false, nil
+	}
+	if werr := s.p.Wait(s.ctx, d); werr != nil {
+		return false, status.FromContextError(werr).Err()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next, serr := s.streamer(s.ctx, s.desc, s.cc, s.method, s.callOpts...)
+	if serr != nil {
+		return false, serr
+	}
+	s.ClientStream, s.attempt, s.ended = next, attempt+1, false
+	for _, m := range s.sent {
+		if err := next.SendMsg(m); err != nil {
+			if errors.Is(err, io.EOF) {
+				s.ended = true
+				break
+			}
+			return false, err
+		}
+	}
+	if s.closed {
+		_ = next.CloseSend()
+	}
+	return true, nil
+}
