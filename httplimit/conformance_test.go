@@ -1,0 +1,64 @@
+package httplimit_test
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/tollgate-go/tollgate/conformance"
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/httplimit"
+)
+
+// auth is the test authentication layer: it "verifies" the suite's
+// credential and stores the tenant in the request context.
+func auth(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if t, ok := conformance.Authenticate(r.Header.Get("Authorization")); ok {
+			r = r.WithContext(core.ContextWithTenant(r.Context(), t))
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func options(s conformance.Setup) []httplimit.Option {
+	opts := []httplimit.Option{
+		httplimit.WithRoutes(conformance.HTTPRoutes(s.Routes, nil)),
+		httplimit.WithHeaderStyle(s.HeaderStyle),
+		httplimit.WithGateOptions(core.WithGateClock(s.Clock)),
+		httplimit.WithErrorHandler(func(_ *http.Request, err error) { s.OnError(err) }),
+	}
+	if s.Anonymous {
+		opts = append(opts, httplimit.WithAnonymous(""))
+	}
+	return opts
+}
+
+// target serves the endpoints from a ServeMux, with the middleware either
+// around the whole mux (global) or around each route's handler.
+func target(perRoute bool) conformance.Target {
+	return conformance.HTTPTarget(func(t testing.TB, s conformance.Setup) (conformance.Instance, error) {
+		if err := httplimit.Validate(s.Limiter, options(s)...); err != nil {
+			return nil, err
+		}
+		mw := httplimit.Middleware(s.Limiter, options(s)...)
+		var calls conformance.Counter
+		handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls.Inc() })
+		mux := http.NewServeMux()
+		for _, e := range conformance.HTTPEndpoints {
+			if perRoute {
+				mux.Handle(e.Method+" "+e.Path, mw(handler))
+			} else {
+				mux.Handle(e.Method+" "+e.Path, handler)
+			}
+		}
+		if perRoute {
+			return conformance.HandlerInstance(auth(mux), &calls), nil
+		}
+		return conformance.HandlerInstance(auth(mw(mux)), &calls), nil
+	})
+}
+
+func TestConformance(t *testing.T) {
+	t.Run("global", func(t *testing.T) { conformance.Run(t, target(false)) })
+	t.Run("per-route", func(t *testing.T) { conformance.Run(t, target(true)) })
+}

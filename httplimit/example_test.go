@@ -1,0 +1,45 @@
+package httplimit_test
+
+import (
+	"net/http"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/httplimit"
+)
+
+// authenticate stands for your authentication middleware: it verifies the
+// credential and stores the tenant in the request context. The limiter
+// never reads the tenant from a header.
+func authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tenant, ok := verify(r.Header.Get("Authorization"))
+		if ok {
+			r = r.WithContext(core.ContextWithTenant(r.Context(), tenant))
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func verify(string) (core.Tenant, bool) { return core.Tenant{ID: "t42", Tier: "free"}, true }
+
+func Example() {
+	resolver, _ := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{
+		"free": {Classes: map[string]core.Quota{
+			"default": {Capacity: 20, RefillPerSecond: 2},
+			"export":  {Capacity: 10, RefillPerSecond: 0.1},
+		}},
+	}})
+	lim, _ := core.New(redis.NewClient(&redis.Options{Addr: "localhost:6379"}), resolver)
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/profile", func(w http.ResponseWriter, r *http.Request) {})
+	mux.HandleFunc("POST /v1/reports/export", func(w http.ResponseWriter, r *http.Request) {})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {})
+
+	limit := httplimit.Middleware(lim, httplimit.WithRoutes(core.Routes{
+		"POST /v1/reports/export": {Class: "export", Cost: 5},
+		"/healthz":                {Exempt: true},
+	}))
+	_ = http.ListenAndServe(":8080", authenticate(limit(mux)))
+}

@@ -1,0 +1,142 @@
+package httplimit
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"strings"
+
+	"github.com/tollgate-go/tollgate/core"
+)
+
+// Middleware returns net/http middleware that rate-limits requests with lim.
+// Mount it after the authentication middleware, which stores the verified
+// tenant with core.ContextWithTenant: the tenant is read from the request's
+// context, never from a header.
+//
+// For each request: skip (WithSkipper)? Otherwise find the route template
+// (see WithPatternFunc), ask core for a Verdict, set its rate-limit headers
+// on the response, and either call next or the deny handler.
+//
+// A bad configuration (nil limiter, invalid route table) makes every request
+// answer 500 with a problem+json body and report the error to the error
+// handler; check it at start-up with Validate.
+func Middleware(lim *core.Limiter, opts ...Option) func(http.Handler) http.Handler {
+	c := newConfig(opts)
+	gate, err := c.newGate(lim)
+	return func(next http.Handler) http.Handler {
+		if err != nil {
+			return misconfigured(c, err)
+		}
+		mux, _ := next.(*http.ServeMux)
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if c.skipper != nil && c.skipper(r) {
+				next.ServeHTTP(w, r)
+				return
+			}
+			ctx := r.Context()
+			if c.reqCost != nil {
+				ctx = context.WithValue(ctx, requestKey{}, r)
+			}
+			v := gate.Decide(ctx, core.Endpoint{Method: r.Method, Pattern: c.patternOf(r, mux), ClientIP: clientIP(r)})
+			if v.Err != nil && c.onError != nil {
+				c.onError(r, v.Err)
+			}
+			SetHeaders(w.Header(), v.Headers)
+			if v.Proceed {
+				next.ServeHTTP(w, r)
+				return
+			}
+			c.deny(w, r, v)
+		})
+	}
+}
+
+// SetHeaders sets core's headers on h, replacing any earlier values. Names
+// are stored canonicalised, as http.Header.Set would, with one allocation
+// in all. Adapters over net/http types (Gin, Echo) share it.
+func SetHeaders(h http.Header, hs []core.Header) {
+	if len(hs) == 0 {
+		return
+	}
+	vals := make([]string, len(hs))
+	for i, hd := range hs {
+		vals[i] = hd.Value
+		h[canonical(hd.Name)] = vals[i : i+1 : i+1]
+	}
+}
+
+// canonicalNames holds the canonical form of every header name core emits,
+// so that setting them allocates nothing.
+var canonicalNames = func() map[string]string {
+	m := map[string]string{}
+	for _, n := range []string{core.HeaderRateLimit, core.HeaderRateLimitPolicy, core.HeaderRetryAfter,
+		core.HeaderXRateLimitLimit, core.HeaderXRateLimitRemain, core.HeaderXRateLimitReset,
+		core.HeaderRateLimitLimit06, core.HeaderRateLimitRemain06, core.HeaderRateLimitReset06} {
+		m[n] = http.CanonicalHeaderKey(n)
+	}
+	return m
+}()
+
+func canonical(name string) string {
+	if c, ok := canonicalNames[name]; ok {
+		return c
+	}
+	return http.CanonicalHeaderKey(name)
+}
+
+// Validate reports whether Middleware(lim, opts...) is well configured.
+func Validate(lim *core.Limiter, opts ...Option) error {
+	_, err := newConfig(opts).newGate(lim)
+	return err
+}
+
+// DefaultDenyHandler writes core's answer: v.Status with the RFC 9457
+// problem+json body.
+func DefaultDenyHandler(w http.ResponseWriter, _ *http.Request, v core.Verdict) {
+	w.Header().Set("Content-Type", v.ContentType)
+	w.WriteHeader(v.Status)
+	_, _ = w.Write(v.Body)
+}
+
+func (c *config) patternOf(r *http.Request, mux *http.ServeMux) string {
+	if c.pattern != nil {
+		return c.pattern(r)
+	}
+	p := r.Pattern
+	if p == "" && mux != nil {
+		_, p = mux.Handler(r)
+	}
+	return StripMethod(p)
+}
+
+// StripMethod returns a ServeMux pattern without its method:
+// "GET /v1/items/{id}" becomes "/v1/items/{id}".
+func StripMethod(pattern string) string {
+	if i := strings.IndexAny(pattern, " \t"); i >= 0 {
+		return strings.TrimLeft(pattern[i:], " \t")
+	}
+	return pattern
+}
+
+func clientIP(r *http.Request) string {
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return host
+	}
+	return r.RemoteAddr
+}
+
+// misconfigured answers every request with 500, reporting err.
+func misconfigured(c *config, err error) http.Handler {
+	p := core.Problem{Type: "about:blank", Title: "Internal Server Error", Status: http.StatusInternalServerError,
+		Detail: "The rate limiter is misconfigured."}
+	body := p.JSON()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c.onError != nil {
+			c.onError(r, err)
+		}
+		w.Header().Set("Content-Type", core.ProblemContentType)
+		w.WriteHeader(http.StatusInternalServerError)
+		_, _ = w.Write(body)
+	})
+}
