@@ -1,0 +1,86 @@
+package grpclimit_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/retry"
+	"github.com/tollgate-go/tollgate/grpclimit"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// auth stands for your authentication interceptor: after verifying the
+// caller's token it stores the tenant in the context.
+func auth(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	return h(core.ContextWithTenant(ctx, core.Tenant{ID: "acme", Tier: "pro"}), req)
+}
+
+// A server whose exports cost 10 tokens of their own class, with the
+// health check exempt, and which answers Unavailable instead of
+// ResourceExhausted.
+func ExampleNew() {
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	res, err := core.NewResolver(core.Tiers{Default: "pro", Tiers: map[string]core.Tier{
+		"pro": {Classes: map[string]core.Quota{"default": core.PerSecond(50), "export": core.PerMinute(60)}},
+	}})
+	if err != nil {
+		panic(err)
+	}
+	lim, err := core.New(rdb, res, core.WithFailurePolicy(core.FailClosed))
+	if err != nil {
+		panic(err)
+	}
+	limits, err := grpclimit.New(lim,
+		grpclimit.WithMethods(core.Routes{
+			"/reports.v1.Reports/Export":   {Class: "export", Cost: 10},
+			"/grpc.health.v1.Health/Check": {Exempt: true},
+		}),
+		grpclimit.WithDeniedCode(codes.Unavailable),
+	)
+	if err != nil {
+		panic(err) // a bad route table or option, named
+	}
+	srv := grpc.NewServer(
+		grpc.ChainUnaryInterceptor(auth, limits.Unary()),
+		grpc.ChainStreamInterceptor(limits.Stream()), // after your stream auth interceptor
+	)
+	_ = srv // register services, then srv.Serve(listener)
+}
+
+// A client that waits out throttling as the server asks, with jitter, at
+// most four attempts and ten seconds per wait.
+func ExampleUnaryClientInterceptor() {
+	conn, err := grpc.NewClient("dns:///api.example.com:443",
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(grpclimit.UnaryClientInterceptor(retry.WithMaxAttempts(4), retry.WithMaxDelay(10*time.Second))),
+		grpc.WithStreamInterceptor(grpclimit.StreamClientInterceptor(retry.WithMaxAttempts(4))),
+	)
+	if err != nil {
+		panic(err)
+	}
+	defer conn.Close()
+}
+
+// Hint reads what a denial says about retrying.
+func ExampleHint() {
+	st, _ := status.New(codes.ResourceExhausted, "rate limited").WithDetails()
+	h, throttled := grpclimit.Hint(st.Err(), metadata.Pairs("grpc-retry-pushback-ms", "1500"))
+	fmt.Println(h.After, h.Never, throttled)
+
+	h, throttled = grpclimit.Hint(st.Err(), metadata.Pairs("grpc-retry-pushback-ms", "-1"))
+	fmt.Println(h.Never, throttled)
+
+	_, throttled = grpclimit.Hint(status.Error(codes.ResourceExhausted, "message larger than max"), nil)
+	fmt.Println(throttled)
+	// Output:
+	// 1.5s false true
+	// true true
+	// false
+}
