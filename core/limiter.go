@@ -56,6 +56,7 @@ type Limiter struct {
 	deny     *denyCache    // nil: off
 	metrics  *metrics
 	now      func() time.Time
+	batch    *batcher // nil: one call per check
 }
 
 // New returns a limiter that keeps its buckets in client (any go-redis v9
@@ -95,7 +96,19 @@ func New(client redis.UniversalClient, r Resolver, opts ...Option) (*Limiter, er
 	if cfg.denyCache {
 		l.deny = newDenyCache(100_000)
 	}
+	if cfg.batching {
+		l.batch = newBatcher(client, l.direct, l.metrics.batchSize)
+	}
 	return l, nil
+}
+
+// Close stops the limiter's background work (the batcher). Checks after
+// Close fail by the failure policy. It does not close the Redis client.
+func (l *Limiter) Close() error {
+	if l.batch != nil {
+		l.batch.close()
+	}
+	return nil
 }
 
 // honoursContext reports whether go-redis will abort socket I/O at a
@@ -254,6 +267,13 @@ func validateBuckets(bs []Bucket) error {
 func (l *Limiter) run(ctx context.Context, keys []string, args []any) (any, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
 	defer cancel()
+	if l.batch != nil {
+		v, err := l.batch.do(ctx, keys, args)
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("no answer within %v: %w", l.cfg.timeout, err)
+		}
+		return v, err
+	}
 	if l.direct {
 		return tokenBucket.Run(ctx, l.client, keys, args...).Result()
 	}

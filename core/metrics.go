@@ -31,6 +31,9 @@ const (
 	// MetricPrecheckHits counts requests denied locally by the deny cache,
 	// without a store call.
 	MetricPrecheckHits = "tollgate.precheck.hits"
+	// MetricBatchSize is the number of checks per pipelined round trip
+	// (WithBatching).
+	MetricBatchSize = "tollgate.batch.size"
 )
 
 // OtherTenant is the tenant label of every tenant outside the top K.
@@ -41,6 +44,7 @@ type metrics struct {
 	storeDur  metric.Float64Histogram
 	storeErrs metric.Int64Counter
 	precheck  metric.Int64Counter
+	batches   metric.Int64Histogram
 	tenants   *topK // nil: no tenant label
 	tracing   bool
 }
@@ -67,11 +71,17 @@ func newMetrics(mp metric.MeterProvider, k int) *metrics {
 	if m.precheck, err = meter.Int64Counter(MetricPrecheckHits, metric.WithDescription("Requests denied by the local deny cache without a store call."), metric.WithUnit("{request}")); err != nil {
 		otel.Handle(err)
 	}
+	if m.batches, err = meter.Int64Histogram(MetricBatchSize, metric.WithDescription("Checks per pipelined round trip (WithBatching)."),
+		metric.WithUnit("{check}"), metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64, 128)); err != nil {
+		otel.Handle(err)
+	}
 	if k > 0 {
 		m.tenants = newTopK(k)
 	}
 	return m
 }
+
+func (m *metrics) batchSize(n int) { m.batches.Record(context.Background(), int64(n)) }
 
 // outcome is the decision's outcome label.
 func outcome(d Decision) string {

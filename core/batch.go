@@ -1,0 +1,234 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// batcher coalesces concurrent checks into pipelined round trips, without a
+// dispatcher goroutine and without lingering. A check that finds fewer than
+// inflight batches on the wire sends at once, itself, together with whatever
+// is queued (at low concurrency this is a plain call: no hand-off, no added
+// latency). A check that finds every slot busy queues; when a batch comes
+// back, the queue goes out as the next batch. So batches grow exactly as
+// fast as Redis answers.
+//
+// Every command in a pipeline is EVALSHA. The script is loaded on every
+// master before the first batch, and again when a reply says NOSCRIPT (a
+// restart, failover or SCRIPT FLUSH): a NOSCRIPT command was not executed, so
+// only those are sent again. A command that timed out or lost its connection
+// is never replayed.
+type batcher struct {
+	client   redis.UniversalClient
+	inline   bool // the client honours deadlines: the leader may send inline
+	maxBatch int
+	inflight int
+	sizes    func(n int) // batch-size observer (metrics)
+
+	mu      sync.Mutex
+	active  int
+	pending []*call
+	closed  bool
+	wg      sync.WaitGroup
+
+	loadMu sync.Mutex
+	loaded bool
+}
+
+type call struct {
+	ctx  context.Context
+	keys []string
+	args []any
+	v    any
+	err  error
+	done chan struct{}
+}
+
+const (
+	defaultMaxBatch = 128
+	defaultInflight = 2
+)
+
+func newBatcher(client redis.UniversalClient, inline bool, sizes func(int)) *batcher {
+	return &batcher{client: client, inline: inline, maxBatch: defaultMaxBatch, inflight: defaultInflight, sizes: sizes}
+}
+
+var errClosed = errors.New("limiter closed")
+
+// do runs the script for one check through the batcher and waits for its
+// answer or ctx's end, whichever comes first.
+func (b *batcher) do(ctx context.Context, keys []string, args []any) (any, error) {
+	c := &call{ctx: ctx, keys: keys, args: args, done: make(chan struct{})}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil, errClosed
+	}
+	if b.active >= b.inflight {
+		b.pending = append(b.pending, c)
+		b.mu.Unlock()
+		select {
+		case <-c.done:
+			return c.v, c.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	b.active++
+	batch := b.take(c)
+	b.wg.Add(1)
+	b.mu.Unlock()
+	if b.inline {
+		b.lead(batch)
+		return c.v, c.err
+	}
+	// the client ignores deadlines: send from a goroutine, wait up to ctx
+	go b.lead(batch)
+	select {
+	case <-c.done:
+		return c.v, c.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// take returns first plus up to maxBatch-1 queued calls. Callers hold mu.
+func (b *batcher) take(first *call) []*call {
+	n := min(len(b.pending), b.maxBatch-1)
+	batch := make([]*call, 0, n+1)
+	batch = append(batch, first)
+	batch = append(batch, b.pending[:n]...)
+	b.pending = b.pending[n:]
+	if len(b.pending) == 0 {
+		b.pending = nil
+	}
+	return batch
+}
+
+func (c *call) finish(v any, err error) {
+	c.v, c.err = v, err
+	close(c.done)
+}
+
+// lead sends batch, then hands what queued meanwhile to a new leader, or
+// frees its slot.
+func (b *batcher) lead(batch []*call) {
+	defer b.wg.Done()
+	b.send(batch)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.pending) == 0 {
+		b.active--
+		return
+	}
+	first := b.pending[0]
+	b.pending = b.pending[1:]
+	next := b.take(first)
+	b.wg.Add(1)
+	go b.lead(next)
+}
+
+// send runs one batch as a pipeline and hands each caller its reply.
+func (b *batcher) send(batch []*call) {
+	if b.sizes != nil {
+		b.sizes(len(batch))
+	}
+	// calls whose caller already gave up are not sent
+	live := batch[:0]
+	for _, c := range batch {
+		if c.ctx.Err() != nil {
+			c.finish(nil, c.ctx.Err())
+			continue
+		}
+		live = append(live, c)
+	}
+	if len(live) == 0 {
+		return
+	}
+	// the pipeline serves every caller in it: bounded by the latest of
+	// their deadlines, not cut short by one caller's cancellation
+	deadline, ok := live[0].ctx.Deadline()
+	for _, c := range live[1:] {
+		if d, ok2 := c.ctx.Deadline(); ok && ok2 && d.After(deadline) {
+			deadline = d
+		} else if !ok2 {
+			ok = false
+		}
+	}
+	ctx := context.WithoutCancel(live[0].ctx)
+	if ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
+	if err := b.load(ctx); err != nil {
+		for _, c := range live {
+			c.finish(nil, err)
+		}
+		return
+	}
+	for attempt := 0; ; attempt++ {
+		cmds := make([]*redis.Cmd, len(live))
+		_, _ = b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, c := range live {
+				cmds[i] = p.EvalSha(ctx, tokenBucket.Hash(), c.keys, c.args...)
+			}
+			return nil
+		})
+		var retry []*call
+		for i, c := range live {
+			v, err := cmds[i].Result()
+			if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") && attempt == 0 {
+				retry = append(retry, c) // not executed: safe to send again
+				continue
+			}
+			c.finish(v, err)
+		}
+		if len(retry) == 0 {
+			return
+		}
+		b.loadMu.Lock()
+		b.loaded = false
+		b.loadMu.Unlock()
+		if err := b.load(ctx); err != nil {
+			for _, c := range retry {
+				c.finish(nil, err)
+			}
+			return
+		}
+		live = retry
+	}
+}
+
+// load makes sure every master has the script.
+func (b *batcher) load(ctx context.Context) error {
+	b.loadMu.Lock()
+	defer b.loadMu.Unlock()
+	if b.loaded {
+		return nil
+	}
+	var err error
+	if cc, ok := b.client.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+			return n.ScriptLoad(ctx, tokenBucketSource).Err()
+		})
+	} else {
+		err = b.client.ScriptLoad(ctx, tokenBucketSource).Err()
+	}
+	if err != nil {
+		return err
+	}
+	b.loaded = true
+	return nil
+}
+
+func (b *batcher) close() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.wg.Wait() // queued calls are sent by the batches in flight
+}

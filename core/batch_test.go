@@ -1,0 +1,108 @@
+package core_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/conformance/redistest"
+	"github.com/tollgate-go/tollgate/core"
+)
+
+// TestBatchingAtomicity: the design's concurrency property holds with
+// batching on, on a standalone server and a Cluster, and many checks share
+// round trips.
+func TestBatchingAtomicity(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
+		const capacity, rate, total, workers = 10, 2.0, 500, 50
+		l := newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: capacity, RefillPerSecond: rate}}),
+			core.WithBatching(true))
+		defer l.Close()
+		var admitted, next atomic.Int64
+		var wg sync.WaitGroup
+		start := time.Now()
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for next.Add(1) <= total {
+					// many tenants too, so batches span slots and nodes
+					tenant := "hot"
+					if next.Load()%2 == 0 {
+						tenant = "t" + string(rune('a'+next.Load()%20))
+					}
+					d, err := l.Allow(context.Background(), core.Tenant{ID: tenant}, "default", 1)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if d.Allowed && tenant == "hot" {
+						admitted.Add(1)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		bound := capacity + rate*time.Since(start).Seconds()
+		if a := float64(admitted.Load()); a > bound || a == 0 {
+			t.Fatalf("admitted %v on the hot key, want 0 < admitted <= %.2f", a, bound)
+		}
+	})
+}
+
+// TestBatchingScriptFlush: NOSCRIPT inside a pipeline is recovered by
+// loading the script and resending only the commands that were not run.
+func TestBatchingScriptFlush(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
+		l := newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 1000, RefillPerSecond: 0.001}}), core.WithBatching(true))
+		defer l.Close()
+		ctx := context.Background()
+		check(t, l, "t1", 1)
+		var err error
+		if cc, ok := c.(*redis.ClusterClient); ok {
+			err = cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return n.ScriptFlush(ctx).Err() })
+		} else {
+			err = c.ScriptFlush(ctx).Err()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		var allowed atomic.Int64
+		for range 20 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				d, err := l.Allow(ctx, core.Tenant{ID: "t1"}, "default", 1)
+				if err != nil {
+					t.Error(err)
+				}
+				if d.Allowed {
+					allowed.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		// each command ran exactly once: 1 + 20 charged
+		if d := check(t, l, "t1", 0); allowed.Load() != 20 || d.Remaining != 1000-21 {
+			t.Fatalf("after SCRIPT FLUSH: %d allowed, %d remaining; want 20, 979", allowed.Load(), d.Remaining)
+		}
+	})
+}
+
+func TestBatchingClose(t *testing.T) {
+	l := newLimiter(t, redistest.Client(t), staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(10)}),
+		core.WithBatching(true), core.WithFailurePolicy(core.FailClosed))
+	check(t, l, "t1", 1)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d, err := l.Allow(context.Background(), core.Tenant{ID: "t1"}, "default", 1)
+	if !errors.Is(err, core.ErrStore) || d.Reason != core.ReasonFailedClosed {
+		t.Fatalf("after Close: %+v, %v", d, err)
+	}
+}

@@ -1,0 +1,96 @@
+package core_test
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/conformance/redistest"
+	"github.com/tollgate-go/tollgate/core"
+)
+
+// BenchmarkCheck measures checks per second against a private Redis, many
+// tenants (10k), at several concurrencies, for tollgate with one call per
+// check, tollgate with batching, and go-redis/redis_rate v10 (the leading
+// Go peer) in the same run, so ratios are fair on a noisy machine:
+//
+//	make bench/core   # or: go test -run '^$' -bench Check -count 5 ./core | benchstat -
+func BenchmarkCheck(b *testing.B) {
+	srv := redistest.NewServer(b)
+	const tenants = 10000
+	quota := core.Quota{Capacity: 1000, RefillPerSecond: 100}
+	type checker func(ctx context.Context, tenant int) error
+	impls := []struct {
+		name string
+		mk   func(b *testing.B, c *redis.Client) (checker, func())
+	}{
+		{"tollgate", func(b *testing.B, c *redis.Client) (checker, func()) {
+			l := benchLimiter(b, c, quota)
+			return func(ctx context.Context, i int) error {
+				_, err := l.Allow(ctx, core.Tenant{ID: "t" + strconv.Itoa(i)}, "default", 1)
+				return err
+			}, func() { _ = l.Close() }
+		}},
+		{"tollgate-batched", func(b *testing.B, c *redis.Client) (checker, func()) {
+			l := benchLimiter(b, c, quota, core.WithBatching(true))
+			return func(ctx context.Context, i int) error {
+				_, err := l.Allow(ctx, core.Tenant{ID: "t" + strconv.Itoa(i)}, "default", 1)
+				return err
+			}, func() { _ = l.Close() }
+		}},
+		{"redis_rate", func(b *testing.B, c *redis.Client) (checker, func()) {
+			rl := redis_rate.NewLimiter(c)
+			lim := redis_rate.Limit{Rate: 100, Burst: 1000, Period: time.Second}
+			prefix := redistest.Prefix(b)
+			return func(ctx context.Context, i int) error {
+				_, err := rl.Allow(ctx, prefix+strconv.Itoa(i), lim)
+				return err
+			}, func() {}
+		}},
+	}
+	for _, conc := range []int{1, 16, 64, 256} {
+		for _, impl := range impls {
+			b.Run("c="+strconv.Itoa(conc)+"/"+impl.name, func(b *testing.B) {
+				c := srv.Client(b, func(o *redis.Options) { o.PoolSize = 64; o.ContextTimeoutEnabled = true })
+				check, stop := impl.mk(b, c)
+				defer stop()
+				var n atomic.Int64
+				ctx := context.Background()
+				if conc == 1 {
+					for b.Loop() {
+						if err := check(ctx, int(n.Add(1)%tenants)); err != nil {
+							b.Fatal(err)
+						}
+					}
+				} else {
+					b.SetParallelism(conc / 2) // 2 cores: GOMAXPROCS * conc/2 goroutines
+					b.RunParallel(func(pb *testing.PB) {
+						for pb.Next() {
+							if err := check(ctx, int(n.Add(1)%tenants)); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					})
+				}
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "checks/s")
+			})
+		}
+	}
+}
+
+func benchLimiter(b *testing.B, c *redis.Client, q core.Quota, opts ...core.Option) *core.Limiter {
+	r := core.ResolverFunc(func(context.Context, core.Tenant, string) ([]core.Bucket, error) {
+		return []core.Bucket{{Name: "default", Quota: q}}, nil
+	})
+	opts = append([]core.Option{core.WithPrefix(redistest.Prefix(b)), core.WithTimeout(5 * time.Second)}, opts...)
+	l, err := core.New(c, r, opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return l
+}
