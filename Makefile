@@ -1,6 +1,6 @@
 # tollgate: one Go module per top-level folder, tied together by go.work.
 GO        ?= go
-MODULES   := core conformance httplimit ginlimit echolimit fiberlimit grpclimit examples
+MODULES   := core conformance httplimit ginlimit echolimit fiberlimit grpclimit examples cmd
 PKGS      := $(addprefix github.com/tollgate-go/tollgate/,$(addsuffix /...,$(MODULES)))
 TESTFLAGS ?= -race -shuffle=on -count=1 -timeout 12m
 BENCHFLAGS ?= -run '^$$' -bench . -benchmem -count 5

@@ -1,0 +1,275 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/tollgate-go/tollgate/core"
+)
+
+func init() {
+	register(&command{
+		name:    "bucket get",
+		args:    "<tenant> [class]",
+		summary: "show a tenant's buckets now: tokens, capacity, rate, TTL (read-only)",
+		details: `
+Peeks at the tenant's buckets with the real script at cost 0, which reads and
+writes nothing: the command never charges a token. Capacity and rate come from
+the tier configuration (--config, --tier) and, with --database-url, the
+tenant's overrides, exactly as a service would resolve them. Without a class,
+every class of the tier is shown, and the tenant-wide ceiling if the tier has
+one. TTL is the key's remaining time in Redis; "absent" means the bucket has
+no key, so it is full.
+
+Example:
+  tollgate bucket get --config tiers.yaml --tier pro t42
+  tollgate bucket get --config tiers.yaml --database-url sqlite://quotas.db --json t42 export`,
+		min: 1, max: 2,
+		common: fRedis | fDatabase | fPrefix | fTimeout | fConfig,
+		flags: func(fs *flag.FlagSet, o *options) {
+			fs.StringVar(&o.tier, "tier", "", "the tenant's tier (default: the config's default_tier)")
+		},
+		run: bucketGet,
+	})
+	register(&command{
+		name:    "bucket reset",
+		args:    "<tenant> [class...]",
+		summary: "delete a tenant's buckets (all, or the named ones): they start full",
+		details: `
+Deletes the bucket keys, so the next request finds a full bucket. With class
+names (or "tenant" for the ceiling) only those; with none, every bucket of the
+tenant under the key prefix (--prefix, else the --config file's key_prefix,
+else rl).
+
+Example:
+  tollgate bucket reset t42
+  tollgate bucket reset t42 export tenant`,
+		min: 1, max: -1,
+		common: fRedis | fPrefix | fTimeout | fConfig,
+		run:    bucketReset,
+	})
+}
+
+type bucketRow struct {
+	Bucket          string  `json:"bucket"`
+	Key             string  `json:"key"`
+	Tokens          float64 `json:"tokens"`
+	Remaining       int64   `json:"remaining"`
+	Capacity        int64   `json:"capacity"`
+	RefillPerSecond float64 `json:"refill_per_second"`
+	FullInMillis    int64   `json:"full_in_ms"`
+	Exists          bool    `json:"exists"`
+	TTLMillis       int64   `json:"ttl_ms"`
+	Source          string  `json:"source"`
+}
+
+func bucketGet(ctx context.Context, e *env, args []string) error {
+	tenant := args[0]
+	if err := checkTenant(tenant); err != nil {
+		return err
+	}
+	cfg, err := e.loadConfig(true)
+	if err != nil {
+		return err
+	}
+	tierName := e.opts.tier
+	if tierName == "" {
+		tierName = cfg.Tiers.Default
+	}
+	tier, ok := cfg.Tiers.Tiers[tierName]
+	if !ok {
+		return usagef("tier %q is not in %s (tiers: %s)", tierName, cfg.Source, strings.Join(tierNames(cfg.Tiers), ", "))
+	}
+	var classes []string
+	if len(args) == 2 {
+		if _, ok := tier.Classes[args[1]]; !ok {
+			return usagef("class %q is not in tier %q (classes: %s)", args[1], tierName, strings.Join(sortedKeys(tier.Classes), ", "))
+		}
+		classes = []string{args[1]}
+	} else {
+		classes = sortedKeys(tier.Classes)
+	}
+	prefix, err := e.prefix(cfg)
+	if err != nil {
+		return err
+	}
+	var ropts []core.ResolverOption
+	overridden := map[string]bool{}
+	if e.opts.databaseURL != "" {
+		store, closeDB, err := e.openStore(true)
+		if err != nil {
+			return err
+		}
+		defer closeDB()
+		dctx, cancel := context.WithTimeout(ctx, e.opts.timeout)
+		ov, err := store.Overrides(dctx, tenant)
+		cancel()
+		if err != nil {
+			return dbHint(err, store)
+		}
+		for b := range ov {
+			overridden[b] = true
+		}
+		ropts = append(ropts, core.WithOverrides(core.OverridesFunc(func(context.Context, string) (map[string]core.Quota, error) {
+			return ov, nil
+		})))
+	}
+	resolver, err := cfg.NewResolver(ropts...)
+	if err != nil {
+		return err
+	}
+	client, err := e.openRedis(ctx)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	lim, err := core.New(client, resolver, core.WithPrefix(prefix), core.WithTimeout(e.opts.timeout))
+	if err != nil {
+		return err
+	}
+	t := core.Tenant{ID: tenant, Tier: tierName}
+	var rows []bucketRow
+	seen := map[string]bool{}
+	for _, class := range classes {
+		d, err := lim.Peek(ctx, t, class)
+		if err != nil {
+			return err
+		}
+		for _, b := range d.Buckets {
+			if seen[b.Name] {
+				continue
+			}
+			seen[b.Name] = true
+			key, err := lim.Keys().Bucket(tenant, b.Name)
+			if err != nil {
+				return err
+			}
+			ttl, err := client.PTTL(ctx, key).Result()
+			if err != nil {
+				return fmt.Errorf("PTTL %s: %w", key, err)
+			}
+			row := bucketRow{
+				Bucket: b.Name, Key: key, Tokens: b.Tokens, Remaining: int64(max(0, b.Tokens)),
+				Capacity: b.Quota.Capacity, RefillPerSecond: b.Quota.RefillPerSecond,
+				FullInMillis: fullIn(b).Milliseconds(), Exists: ttl != -2, TTLMillis: -1, Source: "tier",
+			}
+			if ttl > 0 {
+				row.TTLMillis = ttl.Milliseconds()
+			}
+			if overridden[b.Name] {
+				row.Source = "override"
+			}
+			rows = append(rows, row)
+		}
+	}
+	// the ceiling, charged with every class, goes last
+	slices.SortStableFunc(rows, func(a, b bucketRow) int {
+		return boolInt(a.Bucket == core.CeilingBucket) - boolInt(b.Bucket == core.CeilingBucket)
+	})
+	if e.opts.json {
+		return e.printJSON(struct {
+			Tenant  string      `json:"tenant"`
+			Tier    string      `json:"tier"`
+			Buckets []bucketRow `json:"buckets"`
+		}{tenant, tierName, rows})
+	}
+	fmt.Fprintf(e.stdout, "tenant %s, tier %s\n", core.EscapeID(tenant), tierName)
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "BUCKET\tTOKENS\tCAPACITY\tRATE/S\tFULL IN\tTTL\tSOURCE\tKEY")
+	for _, r := range rows {
+		ttl := "absent (full)"
+		if r.Exists {
+			ttl = (time.Duration(r.TTLMillis) * time.Millisecond).String()
+			if r.TTLMillis < 0 {
+				ttl = "none"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.Bucket, strconv.FormatFloat(r.Tokens, 'f', 3, 64), r.Capacity,
+			strconv.FormatFloat(r.RefillPerSecond, 'g', -1, 64), time.Duration(r.FullInMillis)*time.Millisecond, ttl, r.Source, r.Key)
+	}
+	return tw.Flush()
+}
+
+func fullIn(b core.BucketState) time.Duration {
+	missing := float64(b.Quota.Capacity) - b.Tokens
+	if missing <= 0 {
+		return 0
+	}
+	return time.Duration(missing / b.Quota.RefillPerSecond * float64(time.Second)).Round(time.Millisecond)
+}
+
+func bucketReset(ctx context.Context, e *env, args []string) error {
+	tenant, buckets := args[0], args[1:]
+	if err := checkTenant(tenant); err != nil {
+		return err
+	}
+	for _, b := range buckets {
+		if err := checkBucket(b); err != nil {
+			return err
+		}
+	}
+	cfg, err := e.loadConfig(false)
+	if err != nil {
+		return err
+	}
+	prefix, err := e.prefix(cfg)
+	if err != nil {
+		return err
+	}
+	client, err := e.openRedis(ctx)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	noQuota := core.ResolverFunc(func(context.Context, core.Tenant, string) ([]core.Bucket, error) {
+		return nil, errors.New("reset resolves no quota")
+	})
+	lim, err := core.New(client, noQuota, core.WithPrefix(prefix))
+	if err != nil {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(ctx, e.opts.timeout)
+	defer cancel()
+	if err := lim.Reset(rctx, core.Tenant{ID: tenant}, buckets...); err != nil {
+		return err
+	}
+	if e.opts.json {
+		return e.printJSON(struct {
+			Tenant  string   `json:"tenant"`
+			All     bool     `json:"all"`
+			Buckets []string `json:"buckets"`
+			Prefix  string   `json:"prefix"`
+		}{tenant, len(buckets) == 0, buckets, prefix})
+	}
+	what := "every bucket"
+	if len(buckets) > 0 {
+		what = strings.Join(buckets, ", ")
+	}
+	fmt.Fprintf(e.stdout, "reset tenant %s (prefix %s): %s\n", core.EscapeID(tenant), prefix, what)
+	return nil
+}
+
+func tierNames(ts core.Tiers) []string { return sortedKeys(ts.Tiers) }
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

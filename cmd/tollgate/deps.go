@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/config"
+	"github.com/tollgate-go/tollgate/core/sqlquota"
+	_ "modernc.org/sqlite" // database/sql driver "sqlite"
+)
+
+// openRedis connects to --redis-url and checks that it answers.
+func (e *env) openRedis(ctx context.Context) (*redis.Client, error) {
+	u := e.opts.redisURL
+	if u == "" {
+		return nil, usagef("no Redis: set --redis-url or REDIS_URL")
+	}
+	opt, err := redis.ParseURL(u)
+	if err != nil {
+		return nil, usagef("bad --redis-url: %v", err)
+	}
+	opt.MaxRetries = -1 // an operator's command fails fast and says why
+	c := redis.NewClient(opt)
+	pctx, cancel := context.WithTimeout(ctx, e.opts.timeout)
+	defer cancel()
+	if err := c.Ping(pctx).Err(); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("cannot reach Redis at %s: %w", opt.Addr, err)
+	}
+	return c, nil
+}
+
+// openStore opens --database-url. mustExist: for SQLite, refuse to create a
+// missing file (only migrate creates one).
+func (e *env) openStore(mustExist bool) (*sqlquota.Store, func(), error) {
+	u := e.opts.databaseURL
+	if u == "" {
+		return nil, nil, usagef("no database: set --database-url or DATABASE_URL (sqlite://path or postgres://...)")
+	}
+	var driver, dsn string
+	var dialect sqlquota.Dialect
+	switch {
+	case strings.HasPrefix(u, "sqlite://"):
+		path, query, _ := strings.Cut(strings.TrimPrefix(u, "sqlite://"), "?")
+		if path == "" {
+			return nil, nil, usagef("bad --database-url %q: no file path (want sqlite://path/to/file.db)", u)
+		}
+		mode := "rwc"
+		if mustExist {
+			mode = "rw"
+		}
+		params := []string{"mode=" + mode, "_pragma=busy_timeout(5000)"}
+		if query != "" {
+			params = append(params, query)
+		}
+		driver, dsn, dialect = "sqlite", "file:"+path+"?"+strings.Join(params, "&"), sqlquota.SQLite
+	case strings.HasPrefix(u, "postgres://"), strings.HasPrefix(u, "postgresql://"):
+		driver, dsn, dialect = "pgx", u, sqlquota.Postgres
+	default:
+		scheme, _, _ := strings.Cut(u, ":")
+		return nil, nil, usagef("bad --database-url: unsupported scheme %q (want sqlite://path or postgres://...)", scheme)
+	}
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open database: %w", err)
+	}
+	s, err := sqlquota.New(db, dialect, sqlquota.WithTable(e.opts.table))
+	if err != nil {
+		_ = db.Close()
+		return nil, nil, usagef("%v", err)
+	}
+	return s, func() { _ = db.Close() }, nil
+}
+
+// dbHint adds what to do to the common database errors.
+func dbHint(err error, s *sqlquota.Store) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "no such table") || (strings.Contains(msg, "relation") && strings.Contains(msg, "does not exist")):
+		return fmt.Errorf("%w\n(the table %s does not exist: create it with 'tollgate override migrate')", err, s.Table())
+	case strings.Contains(msg, "unable to open database file") || strings.Contains(msg, "out of memory (14)"):
+		return fmt.Errorf("%w\n(the SQLite file cannot be opened: check the path; 'tollgate override migrate' creates it)", err)
+	}
+	return err
+}
+
+// loadConfig loads --config; required says whether it must be given.
+func (e *env) loadConfig(required bool) (*config.Config, error) {
+	if e.opts.configPath == "" {
+		if required {
+			return nil, usagef("no tier configuration: set --config FILE")
+		}
+		return nil, nil
+	}
+	cfg, err := config.Load(e.opts.configPath)
+	if err != nil {
+		return nil, fmt.Errorf("invalid --config:\n%w", err)
+	}
+	return cfg, nil
+}
+
+// prefix is --prefix, else the config's key_prefix, else the default.
+func (e *env) prefix(cfg *config.Config) (string, error) {
+	p := e.opts.prefix
+	if p == "" && cfg != nil {
+		p = cfg.KeyPrefix
+	}
+	if p == "" {
+		p = core.DefaultPrefix
+	}
+	if _, err := core.NewKeys(p); err != nil {
+		return "", usagef("bad --prefix: %v", err)
+	}
+	return p, nil
+}
+
+func (e *env) printJSON(v any) error {
+	enc := json.NewEncoder(e.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// checkTenant validates a tenant argument.
+func checkTenant(id string) error {
+	switch {
+	case id == "":
+		return usagef("bad tenant: empty")
+	case len(id) > core.MaxTenantIDLen:
+		return usagef("bad tenant: %d bytes, longer than %d", len(id), core.MaxTenantIDLen)
+	}
+	return nil
+}
+
+func checkBucket(name string) error {
+	if err := core.ValidateName(name); err != nil {
+		return usagef("bad bucket %q: %v", core.EscapeID(name), strings.TrimPrefix(err.Error(), core.ErrInvalidRequest.Error()+": "))
+	}
+	return nil
+}

@@ -1,0 +1,433 @@
+package main_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/conformance/redistest"
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/config"
+)
+
+// bin is the tollgate binary built from this package for the tests.
+var bin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "tollgate-cli-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	bin = filepath.Join(dir, "tollgate")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build tollgate: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	redistest.Shutdown()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// tollgate runs the binary with a clean environment plus env.
+func tollgate(t *testing.T, env []string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}, env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("run tollgate %v: %v", args, err)
+	}
+	return result{stdout.String(), stderr.String(), code}
+}
+
+func (r result) check(t *testing.T, code int, stdout, stderr string) {
+	t.Helper()
+	if r.code != code {
+		t.Errorf("exit code %d, want %d\nstdout: %s\nstderr: %s", r.code, code, r.stdout, r.stderr)
+	}
+	if !strings.Contains(r.stdout, stdout) {
+		t.Errorf("stdout does not contain %q:\n%s", stdout, r.stdout)
+	}
+	if !strings.Contains(r.stderr, stderr) {
+		t.Errorf("stderr does not contain %q:\n%s", stderr, r.stderr)
+	}
+}
+
+const tiersYAML = `default_tier: free
+tiers:
+  free:
+    ceiling: {capacity: 100, refill_per_second: 1}
+    classes:
+      default: {capacity: 20, refill_per_second: 0.01}
+      export: {capacity: 10, refill_per_second: 0.1}
+  pro:
+    classes:
+      default: {capacity: 200, refill_per_second: 50}
+      export: {capacity: 50, refill_per_second: 1}
+`
+
+func writeTemp(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestUsageAndHelp(t *testing.T) {
+	cfg := writeTemp(t, "tiers.yaml", tiersYAML)
+	cases := []struct {
+		name           string
+		args           []string
+		code           int
+		stdout, stderr string
+	}{
+		{"no arguments", nil, 2, "", "Commands:"},
+		{"--help", []string{"--help"}, 0, "Exit codes: 0 ok, 1 runtime error, 2 usage error", ""},
+		{"help command", []string{"help", "override", "set"}, 0, "Usage: tollgate override set [flags] <tenant> <bucket>", ""},
+		{"unknown command", []string{"frobnicate"}, 2, "", `unknown command "frobnicate"`},
+		{"unknown subcommand", []string{"bucket", "drain"}, 2, "", `unknown command "bucket drain"`},
+		{"group alone", []string{"override"}, 2, "override list", ""},
+		{"group help", []string{"override", "--help"}, 0, "override delete", ""},
+		{"unknown flag", []string{"bucket", "get", "--colour", "t1"}, 2, "", "flag provided but not defined: -colour"},
+		{"bad flag value", []string{"simulate", "--count", "many"}, 2, "", `invalid value "many" for flag -count`},
+		{"missing argument", []string{"bucket", "get", "--config", cfg}, 2, "", "want arguments <tenant> [class], got 0"},
+		{"too many arguments", []string{"config", "check", cfg, cfg}, 2, "", "want arguments <file>, got 2"},
+		{"no redis", []string{"bucket", "get", "--config", cfg, "t1"}, 2, "", "no Redis: set --redis-url or REDIS_URL"},
+		{"bad redis url", []string{"bucket", "reset", "--redis-url", "http://x", "t1"}, 2, "", "bad --redis-url"},
+		{"redis down", []string{"bucket", "reset", "--redis-url", "redis://127.0.0.1:1/0", "t1"}, 1, "", "cannot reach Redis at 127.0.0.1:1"},
+		{"no database", []string{"override", "list"}, 2, "", "no database: set --database-url or DATABASE_URL"},
+		{"bad database scheme", []string{"override", "list", "--database-url", "mysql://x"}, 2, "", `unsupported scheme "mysql"`},
+		{"missing sqlite file", []string{"override", "list", "--database-url", "sqlite://" + filepath.Join(t.TempDir(), "none.db")}, 1, "", "'tollgate override migrate' creates it"},
+		{"bad tier", []string{"bucket", "get", "--redis-url", "redis://127.0.0.1:1", "--config", cfg, "--tier", "gold", "t1"}, 2, "", `tier "gold" is not in`},
+		{"bad class", []string{"bucket", "get", "--redis-url", "redis://127.0.0.1:1", "--config", cfg, "t1", "bulk"}, 2, "", `class "bulk" is not in tier "free"`},
+		{"bad prefix", []string{"bucket", "reset", "--redis-url", "redis://127.0.0.1:1", "--prefix", "a b", "t1"}, 2, "", "bad --prefix"},
+		{"bad bucket name", []string{"bucket", "reset", "--redis-url", "redis://127.0.0.1:1", "t1", "ex port"}, 2, "", `bad bucket "ex%20port"`},
+		{"simulate without quota", []string{"simulate", "--redis-url", "redis://127.0.0.1:1"}, 2, "", "no quota: give --config FILE"},
+		{"simulate bad count", []string{"simulate", "--capacity", "1", "--rate", "1", "--count", "0"}, 2, "", "bad --count 0"},
+		{"simulate bad quota", []string{"simulate", "--capacity", "-1", "--rate", "1"}, 2, "", "capacity must be > 0"},
+		{"simulate both quotas", []string{"simulate", "--config", cfg, "--capacity", "1", "--rate", "1"}, 2, "", "not both"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tollgate(t, nil, tc.args...).check(t, tc.code, tc.stdout, tc.stderr)
+		})
+	}
+	// --help on every command
+	for _, c := range []string{"bucket get", "bucket reset", "config check", "override migrate", "override set", "override get", "override list", "override delete", "simulate"} {
+		t.Run("help "+c, func(t *testing.T) {
+			r := tollgate(t, nil, append(strings.Fields(c), "--help")...)
+			r.check(t, 0, "Usage: tollgate "+c+" [flags]", "")
+			if !strings.Contains(r.stdout, "--json") {
+				t.Errorf("help does not list --json:\n%s", r.stdout)
+			}
+		})
+	}
+}
+
+func TestConfigCheck(t *testing.T) {
+	good := writeTemp(t, "tiers.yaml", tiersYAML)
+	bad := writeTemp(t, "bad.yaml", strings.Replace(tiersYAML, "capacity: 10,", "capacity: -1,", 1)+"colour: blue\n")
+	tollgate(t, nil, "config", "check", good).check(t, 0, "ok: 2 tier(s), default free", "")
+	tollgate(t, nil, "config", "check", bad).check(t, 1, "",
+		"bad.yaml:7: tiers.free.classes.export.capacity: must be > 0, got -1\n"+bad+":12: colour: unknown field")
+	tollgate(t, nil, "config", "check", filepath.Join(t.TempDir(), "nope.yaml")).check(t, 1, "", "no such file")
+
+	r := tollgate(t, nil, "config", "check", "--json", bad)
+	var out struct {
+		Valid    bool `json:"valid"`
+		Problems []struct {
+			Line  int    `json:"line"`
+			Field string `json:"field"`
+		} `json:"problems"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || r.code != 1 {
+		t.Fatalf("--json: %v (exit %d)\n%s", err, r.code, r.stdout)
+	}
+	if out.Valid || len(out.Problems) != 2 || out.Problems[0].Line != 7 || out.Problems[0].Field != "tiers.free.classes.export.capacity" {
+		t.Errorf("--json problems: %+v", out)
+	}
+	r = tollgate(t, nil, "--json", "config", "check", good)
+	var ok map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &ok); err != nil || ok["valid"] != true || ok["default_tier"] != "free" {
+		t.Errorf("--json valid: %v %v\n%s", err, ok, r.stdout)
+	}
+}
+
+func TestOverrideCommands(t *testing.T) {
+	db := "DATABASE_URL=sqlite://" + filepath.Join(t.TempDir(), "quotas.db")
+	env := []string{db, "USER=alice"}
+	tollgate(t, env, "override", "list").check(t, 1, "", "override migrate")
+	tollgate(t, env, "override", "migrate").check(t, 0, "table tollgate_overrides ready (sqlite", "")
+	tollgate(t, env, "override", "migrate").check(t, 0, "ready", "")
+	tollgate(t, env, "override", "list").check(t, 0, "no overrides", "")
+
+	tollgate(t, env, "override", "set", "t42", "export", "--capacity", "500", "--rate", "2.5", "--reason", "JIRA-1").
+		check(t, 0, "set override t42/export: capacity 500, 2.5 tokens/s", "")
+	tollgate(t, env, "override", "set", "t42", "tenant", "--capacity", "900", "--rate", "9", "--for", "48h", "--by", "bob").
+		check(t, 0, "expires", "")
+	tollgate(t, env, "override", "set", "t7", "default", "--rate", "1", "--capacity", "3").check(t, 0, "t7/default", "")
+
+	r := tollgate(t, env, "override", "get", "--json", "t42", "export")
+	var got struct {
+		TenantID        string  `json:"tenant_id"`
+		Bucket          string  `json:"bucket"`
+		Capacity        int64   `json:"capacity"`
+		RefillPerSecond float64 `json:"refill_per_second"`
+		ExpiresAt       *string `json:"expires_at"`
+		UpdatedBy       string  `json:"updated_by"`
+		Reason          string  `json:"reason"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || r.code != 0 {
+		t.Fatalf("override get --json: %v\n%+v", err, r)
+	}
+	if got.TenantID != "t42" || got.Capacity != 500 || got.RefillPerSecond != 2.5 || got.ExpiresAt != nil || got.UpdatedBy != "alice" || got.Reason != "JIRA-1" {
+		t.Errorf("override get --json = %+v", got)
+	}
+	tollgate(t, env, "override", "get", "t42", "tenant").check(t, 0, "bob", "")
+
+	r = tollgate(t, env, "override", "list", "--json")
+	var list []map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil || len(list) != 3 {
+		t.Fatalf("list --json: %v, %d rows\n%s", err, len(list), r.stdout)
+	}
+	r = tollgate(t, env, "override", "list", "t42")
+	if r.code != 0 || strings.Count(r.stdout, "t42") != 2 || strings.Contains(r.stdout, "t7") {
+		t.Errorf("list t42:\n%s", r.stdout)
+	}
+
+	// bad input is a usage error and writes nothing
+	for _, bad := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"t42", "export", "--capacity", "0", "--rate", "1"}, "--capacity and --rate are required"},
+		{[]string{"t42", "export", "--capacity", "-3", "--rate", "1"}, "capacity must be > 0, got -3"},
+		{[]string{"t42", "export", "--capacity", "3", "--rate", "NaN"}, "refill rate must be finite"},
+		{[]string{"t42", "ex/port", "--capacity", "3", "--rate", "1"}, `bucket name "ex/port"`},
+		{[]string{"t42", "export", "--capacity", "3", "--rate", "1", "--expires", "tomorrow"}, "bad --expires"},
+		{[]string{"t42", "export", "--capacity", "3", "--rate", "1", "--expires", "2001-01-01T00:00:00Z"}, "is not in the future"},
+		{[]string{"t42", "export", "--capacity", "3", "--rate", "1", "--for", "1h", "--expires", "2099-01-01T00:00:00Z"}, "not both"},
+		{[]string{"t42", "export", "--capacity", "3", "--rate", "1", "--by", " "}, "updated_by is required"},
+	} {
+		tollgate(t, env, append([]string{"override", "set"}, bad.args...)...).check(t, 2, "", bad.want)
+	}
+	tollgate(t, []string{db}, "override", "set", "t1", "x", "--capacity", "3", "--rate", "1").check(t, 2, "", "--by is required")
+	tollgate(t, env, "override", "get", "t42", "export").check(t, 0, "500", "")
+
+	tollgate(t, env, "override", "delete", "t42", "export").check(t, 0, "deleted override t42/export", "")
+	tollgate(t, env, "override", "delete", "t42", "export").check(t, 1, "", "no override for tenant t42 bucket export")
+	tollgate(t, env, "override", "get", "t42", "export").check(t, 1, "", "no override for tenant t42 bucket export")
+}
+
+// redisEnv returns the environment for the shared test Redis, and a
+// client on it.
+func redisEnv(t *testing.T) ([]string, *redis.Client) {
+	t.Helper()
+	c := redistest.Client(t)
+	return []string{"REDIS_URL=" + redistest.URL(t)}, c
+}
+
+func TestBucketGetIsReadOnlyAndReset(t *testing.T) {
+	env, client := redisEnv(t)
+	prefix := redistest.Prefix(t)
+	cfgPath := writeTemp(t, "tiers.yaml", tiersYAML)
+	dbURL := "sqlite://" + filepath.Join(t.TempDir(), "quotas.db")
+	ctx := t.Context()
+
+	// Charge t42 through a real limiter, as a service would.
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := cfg.NewResolver()
+	lim, err := core.New(client, r, core.WithPrefix(prefix), core.WithTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := lim.Allow(ctx, core.Tenant{ID: "t42"}, "default", 5); err != nil || !d.Allowed {
+		t.Fatalf("Allow: %+v, %v", d, err)
+	}
+	key, _ := lim.Keys().Bucket("t42", "default")
+	before, err := client.Get(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	type row struct {
+		Bucket          string  `json:"bucket"`
+		Tokens          float64 `json:"tokens"`
+		Remaining       int64   `json:"remaining"`
+		Capacity        int64   `json:"capacity"`
+		RefillPerSecond float64 `json:"refill_per_second"`
+		Exists          bool    `json:"exists"`
+		TTLMillis       int64   `json:"ttl_ms"`
+		Source          string  `json:"source"`
+		Key             string  `json:"key"`
+	}
+	get := func(args ...string) map[string]row {
+		t.Helper()
+		res := tollgate(t, env, append([]string{"bucket", "get", "--json", "--config", cfgPath, "--prefix", prefix}, args...)...)
+		var out struct {
+			Tenant  string `json:"tenant"`
+			Buckets []row  `json:"buckets"`
+		}
+		if err := json.Unmarshal([]byte(res.stdout), &out); err != nil || res.code != 0 {
+			t.Fatalf("bucket get: %v\n%+v", err, res)
+		}
+		m := map[string]row{}
+		for _, b := range out.Buckets {
+			m[b.Bucket] = b
+		}
+		return m
+	}
+	for range 3 {
+		got := get("t42")
+		d := got["default"]
+		if len(got) != 3 || d.Remaining != 15 || d.Capacity != 20 || !d.Exists || d.TTLMillis <= 0 || d.Source != "tier" || d.Key != key {
+			t.Errorf("bucket get t42 = %+v", got)
+		}
+		if e := got["export"]; e.Exists || e.Tokens != 10 || e.TTLMillis != -1 {
+			t.Errorf("untouched export bucket = %+v", e)
+		}
+		if c := got[core.CeilingBucket]; c.Capacity != 100 || c.Remaining != 95 {
+			t.Errorf("ceiling = %+v", c)
+		}
+	}
+	after, _ := client.Get(ctx, key).Result()
+	if after != before {
+		t.Errorf("bucket get wrote to the bucket: %q -> %q", before, after)
+	}
+	exportKey, _ := lim.Keys().Bucket("t42", "export")
+	if n, _ := client.Exists(ctx, exportKey).Result(); n != 0 {
+		t.Errorf("bucket get created %s", exportKey)
+	}
+	text := tollgate(t, env, "bucket", "get", "--config", cfgPath, "--prefix", prefix, "t42", "default")
+	text.check(t, 0, "default  15.", "")
+	if !strings.Contains(text.stdout, "tenant ") || strings.Contains(text.stdout, "export") {
+		t.Errorf("bucket get t42 default should show default and the ceiling:\n%s", text.stdout)
+	}
+
+	// An override shows up as the source, with its capacity; the tokens are
+	// clamped to it.
+	env = append(env, "DATABASE_URL="+dbURL, "USER=test")
+	tollgate(t, env, "override", "migrate").check(t, 0, "ready", "")
+	tollgate(t, env, "override", "set", "t42", "default", "--capacity", "7", "--rate", "0.01").check(t, 0, "", "")
+	if d := get("t42", "default")["default"]; d.Source != "override" || d.Capacity != 7 || d.Remaining != 7 {
+		t.Errorf("with override: %+v", d)
+	}
+	if d := get("--tier", "pro", "t42", "default")["default"]; d.Capacity != 7 {
+		t.Errorf("override ignores the tier: %+v", d)
+	}
+
+	// reset one bucket, then all
+	if _, err := lim.Allow(ctx, core.Tenant{ID: "t42"}, "export", 1); err != nil {
+		t.Fatal(err)
+	}
+	tollgate(t, env, "bucket", "reset", "--prefix", prefix, "t42", "default").check(t, 0, "reset tenant t42", "")
+	if n, _ := client.Exists(ctx, key, exportKey).Result(); n != 1 {
+		t.Errorf("after reset of default: %d of 2 keys exist, want export only", n)
+	}
+	other, _ := lim.Keys().Bucket("t43", "default")
+	if _, err := lim.Allow(ctx, core.Tenant{ID: "t43"}, "default", 1); err != nil {
+		t.Fatal(err)
+	}
+	tollgate(t, env, "--json", "bucket", "reset", "--prefix", prefix, "t42").check(t, 0, `"all": true`, "")
+	if n, _ := client.Exists(ctx, key, exportKey).Result(); n != 0 {
+		t.Errorf("after reset of all: %d keys left", n)
+	}
+	if n, _ := client.Exists(ctx, other).Result(); n != 1 {
+		t.Errorf("reset of t42 deleted t43's bucket")
+	}
+	if d := get("t42", "default")["default"]; d.Exists || d.Remaining != 7 {
+		t.Errorf("after reset: %+v", d)
+	}
+}
+
+func TestSimulate(t *testing.T) {
+	env, client := redisEnv(t)
+	cfgPath := writeTemp(t, "tiers.yaml", tiersYAML)
+	type sim struct {
+		Engine   string `json:"engine"`
+		Admitted int    `json:"admitted"`
+		Denied   int    `json:"denied"`
+		Requests []struct {
+			Allowed      bool   `json:"allowed"`
+			Reason       string `json:"reason"`
+			Remaining    int64  `json:"remaining"`
+			RetryAfterMs int64  `json:"retry_after_ms"`
+		} `json:"requests"`
+	}
+	run := func(args ...string) sim {
+		t.Helper()
+		r := tollgate(t, env, append([]string{"simulate", "--json"}, args...)...)
+		var s sim
+		if err := json.Unmarshal([]byte(r.stdout), &s); err != nil || r.code != 0 {
+			t.Fatalf("simulate %v: %v\n%+v", args, err, r)
+		}
+		return s
+	}
+	// export: capacity 10, 0.1/s; cost 5 every 10 s refills 1 token between requests
+	s := run("--config", cfgPath, "--tier", "free", "--class", "export", "--cost", "5", "--count", "5", "--interval", "10s")
+	wantAllowed := []bool{true, true, false, false, false}
+	if s.Engine != "lua-script-client-clock" || s.Admitted != 2 || s.Denied != 3 {
+		t.Errorf("simulate: %+v", s)
+	}
+	for i, r := range s.Requests {
+		if r.Allowed != wantAllowed[i] {
+			t.Errorf("request %d allowed %v, want %v", i+1, r.Allowed, wantAllowed[i])
+		}
+	}
+	// third request at 20 s: 0 + 2 tokens refilled, 3 missing at 0.1/s
+	if r := s.Requests[2]; r.Remaining != 2 || r.RetryAfterMs != 30000 {
+		t.Errorf("third request: %+v; want remaining 2, retry 30000 ms", r)
+	}
+	// 50 s later: 5 tokens refilled since the second request (the denials charged nothing)
+	if s := run("--config", cfgPath, "--class", "export", "--cost", "5", "--count", "2", "--interval", "50s"); s.Admitted != 2 {
+		t.Errorf("with 50 s between requests: %+v", s)
+	}
+	// ad-hoc quota; cost over capacity is never admitted
+	if s := run("--capacity", "3", "--rate", "1", "--cost", "4", "--count", "2"); s.Admitted != 0 || s.Requests[0].Reason != "cost_exceeds_capacity" {
+		t.Errorf("cost over capacity: %+v", s)
+	}
+	// the tenant's overrides apply with --tenant
+	dbURL := "sqlite://" + filepath.Join(t.TempDir(), "q.db")
+	denv := append(env, "DATABASE_URL="+dbURL, "USER=test")
+	tollgate(t, denv, "override", "migrate").check(t, 0, "", "")
+	tollgate(t, denv, "override", "set", "big", "export", "--capacity", "50", "--rate", "0.1").check(t, 0, "", "")
+	r := tollgate(t, denv, "simulate", "--config", cfgPath, "--class", "export", "--cost", "5", "--count", "12", "--interval", "0s", "--tenant", "big")
+	r.check(t, 0, "admitted 10 of 12", "")
+	if !strings.Contains(r.stdout, "real script, simulated clock") {
+		t.Errorf("simulate does not say how it computes:\n%s", r.stdout)
+	}
+	// nothing is left behind in Redis
+	keys, err := client.Keys(t.Context(), "tollgate-sim-*").Result()
+	if err != nil || len(keys) != 0 {
+		t.Errorf("simulate left keys behind: %v, %v", keys, err)
+	}
+}

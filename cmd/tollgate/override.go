@@ -1,0 +1,297 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/sqlquota"
+)
+
+func init() {
+	register(&command{
+		name:    "override migrate",
+		args:    "",
+		summary: "create the overrides table if it does not exist (idempotent)",
+		details: `
+Creates the table (and, for SQLite, the file). Safe to run again. The SQL is
+in docs/quotas.md for teams that run migrations with their own tool.
+
+Example:
+  tollgate override migrate --database-url sqlite://quotas.db`,
+		min: 0, max: 0,
+		common: fDatabase | fTimeout,
+		run:    overrideMigrate,
+	})
+	register(&command{
+		name:    "override set",
+		args:    "<tenant> <bucket>",
+		summary: "set (insert or replace) a tenant's override of one bucket",
+		details: `
+The bucket is a class name, or "tenant" for the tenant-wide ceiling. Services
+pick the change up at their next cache refresh (cache_ttl, 45 s by default),
+with no deploy; the bucket keeps its tokens, clamped to the new capacity.
+
+Example:
+  tollgate override set t42 export --capacity 500 --rate 5 --for 720h --reason "JIRA-123: migration"`,
+		min: 2, max: 2,
+		common: fDatabase | fTimeout,
+		flags: func(fs *flag.FlagSet, o *options) {
+			fs.Int64Var(&o.capacity, "capacity", 0, "burst, in tokens (required, > 0)")
+			fs.Float64Var(&o.rate, "rate", 0, "refill rate, tokens per second (required, > 0; may be fractional)")
+			fs.StringVar(&o.expires, "expires", "", "expiry time, RFC 3339 (e.g. 2026-12-31T00:00:00Z); default never")
+			fs.DurationVar(&o.expiresIn, "for", 0, "expire after this long (e.g. 72h), instead of --expires")
+			fs.StringVar(&o.by, "by", "", "who makes the change (default $USER)")
+			fs.StringVar(&o.reason, "reason", "", "why (a ticket, a contract)")
+		},
+		run: overrideSet,
+	})
+	register(&command{
+		name:    "override get",
+		args:    "<tenant> <bucket>",
+		summary: "show one override (expired ones too)",
+		min:     2, max: 2,
+		common: fDatabase | fTimeout,
+		run:    overrideGet,
+	})
+	register(&command{
+		name:    "override list",
+		args:    "[tenant]",
+		summary: "list overrides in force, of every tenant or of one",
+		details: `
+Example:
+  tollgate override list
+  tollgate override list --all --json t42`,
+		min: 0, max: 1,
+		common: fDatabase | fTimeout,
+		flags: func(fs *flag.FlagSet, o *options) {
+			fs.BoolVar(&o.all, "all", false, "include expired overrides")
+			fs.IntVar(&o.limit, "limit", 1000, "at most this many rows")
+		},
+		run: overrideList,
+	})
+	register(&command{
+		name:    "override delete",
+		args:    "<tenant> <bucket>",
+		summary: "delete an override: the tier default applies again at the next refresh",
+		min:     2, max: 2,
+		common: fDatabase | fTimeout,
+		run:    overrideDelete,
+	})
+}
+
+type overrideJSON struct {
+	TenantID        string  `json:"tenant_id"`
+	Bucket          string  `json:"bucket"`
+	Capacity        int64   `json:"capacity"`
+	RefillPerSecond float64 `json:"refill_per_second"`
+	ExpiresAt       *string `json:"expires_at"`
+	Expired         bool    `json:"expired"`
+	UpdatedAt       string  `json:"updated_at"`
+	UpdatedBy       string  `json:"updated_by"`
+	Reason          string  `json:"reason"`
+}
+
+func toJSON(o sqlquota.Override, now time.Time) overrideJSON {
+	j := overrideJSON{TenantID: o.TenantID, Bucket: o.Bucket, Capacity: o.Quota.Capacity, RefillPerSecond: o.Quota.RefillPerSecond,
+		Expired: o.Expired(now), UpdatedAt: o.UpdatedAt.Format(time.RFC3339Nano), UpdatedBy: o.UpdatedBy, Reason: o.Reason}
+	if !o.ExpiresAt.IsZero() {
+		s := o.ExpiresAt.Format(time.RFC3339Nano)
+		j.ExpiresAt = &s
+	}
+	return j
+}
+
+func (e *env) dbContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, e.opts.timeout)
+}
+
+func overrideMigrate(ctx context.Context, e *env, _ []string) error {
+	s, closeDB, err := e.openStore(false)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	ctx, cancel := e.dbContext(ctx)
+	defer cancel()
+	if err := s.Migrate(ctx); err != nil {
+		return dbHint(err, s)
+	}
+	if e.opts.json {
+		return e.printJSON(map[string]any{"table": s.Table(), "dialect": s.Dialect().String(), "schema_version": sqlquota.SchemaVersion})
+	}
+	fmt.Fprintf(e.stdout, "table %s ready (%s, schema version %d)\n", s.Table(), s.Dialect(), sqlquota.SchemaVersion)
+	return nil
+}
+
+func overrideSet(ctx context.Context, e *env, args []string) error {
+	o := sqlquota.Override{TenantID: args[0], Bucket: args[1], Reason: e.opts.reason, UpdatedBy: e.opts.by,
+		Quota: core.Quota{Capacity: e.opts.capacity, RefillPerSecond: e.opts.rate}}
+	if o.UpdatedBy == "" {
+		o.UpdatedBy = e.getenv("USER")
+	}
+	if e.opts.capacity == 0 || e.opts.rate == 0 {
+		return usagef("--capacity and --rate are required")
+	}
+	now := time.Now()
+	switch {
+	case e.opts.expires != "" && e.opts.expiresIn != 0:
+		return usagef("give --expires or --for, not both")
+	case e.opts.expires != "":
+		t, err := time.Parse(time.RFC3339, e.opts.expires)
+		if err != nil {
+			return usagef("bad --expires %q: want RFC 3339, e.g. 2026-12-31T00:00:00Z", e.opts.expires)
+		}
+		o.ExpiresAt = t
+	case e.opts.expiresIn < 0:
+		return usagef("bad --for %v: must be > 0", e.opts.expiresIn)
+	case e.opts.expiresIn > 0:
+		o.ExpiresAt = now.Add(e.opts.expiresIn)
+	}
+	check := o
+	if check.UpdatedBy == "" {
+		check.UpdatedBy = "-" // report the other problems first
+	}
+	if err := check.Validate(now); err != nil {
+		return usagef("%v", err)
+	}
+	if o.UpdatedBy == "" {
+		return usagef("--by is required (who makes the change) when $USER is not set")
+	}
+	s, closeDB, err := e.openStore(true)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	ctx, cancel := e.dbContext(ctx)
+	defer cancel()
+	stored, err := s.Set(ctx, o)
+	if err != nil {
+		if errors.Is(err, core.ErrInvalidRequest) || errors.Is(err, core.ErrInvalidQuota) {
+			return usagef("%v", err)
+		}
+		return dbHint(err, s)
+	}
+	if e.opts.json {
+		return e.printJSON(toJSON(stored, now))
+	}
+	fmt.Fprintf(e.stdout, "set override %s/%s: %s\n", core.EscapeID(stored.TenantID), stored.Bucket, describe(stored))
+	return nil
+}
+
+func describe(o sqlquota.Override) string {
+	s := fmt.Sprintf("capacity %d, %s tokens/s", o.Quota.Capacity, strconv.FormatFloat(o.Quota.RefillPerSecond, 'g', -1, 64))
+	if !o.ExpiresAt.IsZero() {
+		s += ", expires " + o.ExpiresAt.Format(time.RFC3339)
+	}
+	return s
+}
+
+func overrideGet(ctx context.Context, e *env, args []string) error {
+	if err := checkTenant(args[0]); err != nil {
+		return err
+	}
+	s, closeDB, err := e.openStore(true)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	ctx, cancel := e.dbContext(ctx)
+	defer cancel()
+	o, err := s.Get(ctx, args[0], args[1])
+	if err != nil {
+		if errors.Is(err, sqlquota.ErrNotFound) {
+			return fmt.Errorf("no override for tenant %s bucket %s", core.EscapeID(args[0]), core.EscapeID(args[1]))
+		}
+		return dbHint(err, s)
+	}
+	now := time.Now()
+	if e.opts.json {
+		return e.printJSON(toJSON(o, now))
+	}
+	return printOverrides(e, []sqlquota.Override{o}, now)
+}
+
+func overrideList(ctx context.Context, e *env, args []string) error {
+	opt := sqlquota.ListOptions{IncludeExpired: e.opts.all, Limit: e.opts.limit}
+	if len(args) == 1 {
+		if err := checkTenant(args[0]); err != nil {
+			return err
+		}
+		opt.TenantID = args[0]
+	}
+	if e.opts.limit < 1 {
+		return usagef("bad --limit %d: must be >= 1", e.opts.limit)
+	}
+	s, closeDB, err := e.openStore(true)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	ctx, cancel := e.dbContext(ctx)
+	defer cancel()
+	list, err := s.List(ctx, opt)
+	if err != nil {
+		return dbHint(err, s)
+	}
+	now := time.Now()
+	if e.opts.json {
+		out := make([]overrideJSON, len(list))
+		for i, o := range list {
+			out[i] = toJSON(o, now)
+		}
+		return e.printJSON(out)
+	}
+	if len(list) == 0 {
+		fmt.Fprintln(e.stdout, "no overrides")
+		return nil
+	}
+	return printOverrides(e, list, now)
+}
+
+func printOverrides(e *env, list []sqlquota.Override, now time.Time) error {
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TENANT\tBUCKET\tCAPACITY\tRATE/S\tEXPIRES\tUPDATED\tBY\tREASON")
+	for _, o := range list {
+		exp := "never"
+		if !o.ExpiresAt.IsZero() {
+			exp = o.ExpiresAt.Format(time.RFC3339)
+			if o.Expired(now) {
+				exp += " (expired)"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", core.EscapeID(o.TenantID), o.Bucket, o.Quota.Capacity,
+			strconv.FormatFloat(o.Quota.RefillPerSecond, 'g', -1, 64), exp, o.UpdatedAt.Format(time.RFC3339),
+			o.UpdatedBy, strconv.Quote(o.Reason))
+	}
+	return tw.Flush()
+}
+
+func overrideDelete(ctx context.Context, e *env, args []string) error {
+	if err := checkTenant(args[0]); err != nil {
+		return err
+	}
+	s, closeDB, err := e.openStore(true)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	ctx, cancel := e.dbContext(ctx)
+	defer cancel()
+	if err := s.Delete(ctx, args[0], args[1]); err != nil {
+		if errors.Is(err, sqlquota.ErrNotFound) {
+			return fmt.Errorf("no override for tenant %s bucket %s", core.EscapeID(args[0]), core.EscapeID(args[1]))
+		}
+		return dbHint(err, s)
+	}
+	if e.opts.json {
+		return e.printJSON(map[string]any{"deleted": true, "tenant_id": args[0], "bucket": args[1]})
+	}
+	fmt.Fprintf(e.stdout, "deleted override %s/%s: the tier default applies at the next cache refresh\n", core.EscapeID(args[0]), args[1])
+	return nil
+}
