@@ -1,0 +1,47 @@
+// Package config reads tollgate's tier configuration file: one documented
+// YAML schema shared by every adapter (Gin, Echo, Fiber, net/http, gRPC).
+//
+// # The file
+//
+//	version: 1                  # optional; the schema version
+//	default_tier: free          # required; the tier of a tenant that names none
+//	key_prefix: rl              # Redis key prefix (default rl)
+//	failure_policy: open        # open | closed (default open)
+//	timeout: 100ms              # bound on one Redis call (default 100ms, at most 1m)
+//	cache_ttl: 45s              # override cache TTL (default 45s, at most 24h)
+//	header_style: default       # or a list: [ietf, x-ratelimit, x-ratelimit-epoch, draft-06, none]
+//	tiers:                      # required; at least one
+//	  free:
+//	    ceiling: {capacity: 100, refill_per_second: 5}   # optional tenant-wide bucket
+//	    classes:                                         # required; at least one
+//	      default: {capacity: 20, refill_per_second: 2}
+//	      export:  {capacity: 10, refill_per_second: 0.1}
+//	routes:                     # HTTP route pattern -> (class, cost); cost defaults to 1
+//	  - {method: GET, path: /v1/profile, class: default, cost: 1}
+//	grpc_methods:               # full method (or /pkg.Svc/*) -> (class, cost)
+//	  - {method: /acme.v1.Reports/Export, class: export, cost: 5}
+//
+// [Load] and [Parse] validate everything before anything is used: unknown
+// fields, duplicate keys, wrong types and out-of-range numbers are errors,
+// each naming the file, the line and the field:
+//
+//	tiers.yaml:7: tiers.free.classes.export.capacity: must be > 0, got -1
+//
+// Every problem in the file is reported at once ([Error] holds them all).
+// Beyond core's own quota rules, a route's class must exist in every tier and
+// its cost must fit every tier's capacity, so that no configured request can
+// fail to resolve or be impossible to admit.
+//
+// # Using it
+//
+// [Config.NewResolver] and [Config.NewLimiter] (or [Config.Options] and
+// [Config.ResolverOptions]) turn a Config into core's types; [Config.Route]
+// and [Config.GRPCMethod] map a request to its class and cost.
+//
+// # Reloading
+//
+// [Watch] keeps a [core.TieredResolver]'s tiers in step with the file: on
+// SIGHUP and whenever the file's contents change, it parses the new file and
+// swaps its tiers in atomically with SetTiers. An invalid file is refused and
+// logged, and the previous configuration keeps serving. See [Reloader].
+package config
