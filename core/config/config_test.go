@@ -311,3 +311,25 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestDocsExample keeps the full example in docs/quotas.md valid, and equal
+// to testdata/tiers.yaml's settings.
+func TestDocsExample(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/quotas.md")
+	if err != nil {
+		t.Fatalf("read docs: %v", err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "```yaml\n")
+	block, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatal("docs/quotas.md has no yaml block")
+	}
+	got, err := config.Parse("docs/quotas.md", []byte(block))
+	if err != nil {
+		t.Fatalf("the example in docs/quotas.md is invalid:\n%v", err)
+	}
+	want, _ := config.Load("testdata/tiers.yaml")
+	if !reflect.DeepEqual(got.Tiers, want.Tiers) || len(got.Routes) != len(want.Routes) || len(got.GRPCMethods) != len(want.GRPCMethods) {
+		t.Errorf("docs example and testdata/tiers.yaml differ")
+	}
+}
