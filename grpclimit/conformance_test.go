@@ -108,7 +108,7 @@ func (in *grpcInstance) Do(r conformance.Request) (conformance.Response, error) 
 	for _, m := range []metadata.MD{header, trailer} {
 		for k, vs := range m {
 			for _, v := range vs {
-				res.Header.Add(http.CanonicalHeaderKey(k), v)
+				res.Header.Add(k, v) // Add canonicalises the name
 			}
 		}
 	}

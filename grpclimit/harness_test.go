@@ -313,8 +313,6 @@ type result struct {
 	trailer metadata.MD
 }
 
-func (r result) code() string { return r.st.Code().String() }
-
 func getProfile(ctx context.Context, c testpb.TestServiceClient) result {
 	var r result
 	_, r.err = c.GetProfile(ctx, &testpb.GetProfileRequest{}, grpc.Header(&r.header), grpc.Trailer(&r.trailer))
