@@ -169,11 +169,14 @@ func (s *retryStream) Trailer() metadata.MD {
 	return cs.Trailer()
 }
 
+// SendMsg never holds the lock while the underlying SendMsg blocks (flow
+// control), so a concurrent RecvMsg is never held up by it.
 func (s *retryStream) SendMsg(m any) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	cs := s.ClientStream
 	if s.committed {
-		return s.ClientStream.SendMsg(m)
+		s.mu.Unlock()
+		return cs.SendMsg(m)
 	}
 	size := 0
 	if pm, ok := m.(proto.Message); ok {
@@ -182,10 +185,12 @@ func (s *retryStream) SendMsg(m any) error {
 	if s.sentBytes+size > MaxReplayBytes {
 		// too much to replay: this stream will not be retried
 		s.committed, s.sent = true, nil
-		if s.ended {
+		ended := s.ended
+		s.mu.Unlock()
+		if ended {
 			return io.EOF
 		}
-		return s.ClientStream.SendMsg(m)
+		return cs.SendMsg(m)
 	}
 	if pm, ok := m.(proto.Message); ok {
 		s.sent = append(s.sent, proto.Clone(pm))
@@ -193,13 +198,24 @@ func (s *retryStream) SendMsg(m any) error {
 		s.sent = append(s.sent, m)
 	}
 	s.sentBytes += size
-	if s.ended {
+	ended := s.ended
+	s.mu.Unlock()
+	if ended {
 		return nil // buffered for the retry
 	}
-	err := s.ClientStream.SendMsg(m)
+	err := cs.SendMsg(m)
 	if errors.Is(err, io.EOF) {
-		// the attempt ended; RecvMsg learns how, and may retry
-		s.ended = true
+		// the attempt ended; RecvMsg learns how, and may retry (m is
+		// buffered for that)
+		s.mu.Lock()
+		committed := s.committed
+		if s.ClientStream == cs {
+			s.ended = true
+		}
+		s.mu.Unlock()
+		if committed {
+			return err
+		}
 		return nil
 	}
 	return err
