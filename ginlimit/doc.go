@@ -1,4 +1,21 @@
-// Package ginlimit is tollgate's Gin adapter: it maps a request to a tenant,
-// class and cost, asks [github.com/tollgate-go/tollgate/core] for a decision,
-// and renders core's answer in Gin's idiom. It computes nothing itself.
+// Package ginlimit is tollgate's Gin adapter: a gin.HandlerFunc that asks
+// [github.com/tollgate-go/tollgate/core] for a Verdict on each request and
+// renders it in Gin's idiom (headers, c.Abort and the problem+json answer
+// on a denial). It computes nothing itself: which tenant, which class and
+// cost, which numbers and which status are core's rules, held to one
+// standard for every adapter by the conformance suite
+// ([github.com/tollgate-go/tollgate/conformance]).
+//
+// Wiring: authentication first (it stores the verified tenant in the
+// request context with core.ContextWithTenant), then the limiter:
+//
+//	r := gin.New()
+//	_ = r.SetTrustedProxies(nil) // or your proxies: c.ClientIP() keys anonymous callers
+//	r.Use(authenticate, ginlimit.Middleware(lim, ginlimit.WithRoutes(core.Routes{
+//		"POST /v1/reports/export": {Class: "export", Cost: 5},
+//		"/healthz":                {Exempt: true},
+//	})))
+//
+// Route keys are Gin's route templates (c.FullPath(): "/v1/items/:id"),
+// optionally preceded by the method.
 package ginlimit

@@ -1,0 +1,79 @@
+package ginlimit_test
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/gin-gonic/gin"
+	"github.com/tollgate-go/tollgate/conformance"
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/ginlimit"
+)
+
+func init() { gin.SetMode(gin.TestMode) }
+
+// auth is the test authentication layer: it "verifies" the suite's
+// credential and stores the tenant in the request context.
+func auth(c *gin.Context) {
+	if t, ok := conformance.Authenticate(c.GetHeader("Authorization")); ok {
+		c.Request = c.Request.WithContext(core.ContextWithTenant(c.Request.Context(), t))
+	}
+	c.Next()
+}
+
+func options(s conformance.Setup) []ginlimit.Option {
+	opts := []ginlimit.Option{
+		ginlimit.WithRoutes(conformance.HTTPRoutes(s.Routes, conformance.HTTPEndpoint.ColonPath)),
+		ginlimit.WithHeaderStyle(s.HeaderStyle),
+		ginlimit.WithGateOptions(core.WithGateClock(s.Clock)),
+		ginlimit.WithErrorHandler(func(_ *gin.Context, err error) { s.OnError(err) }),
+	}
+	if s.Anonymous {
+		opts = append(opts, ginlimit.WithAnonymous(""))
+	}
+	return opts
+}
+
+type mount int
+
+const (
+	global mount = iota
+	group
+	perRoute
+)
+
+func target(m mount) conformance.Target {
+	return conformance.HTTPTarget(func(t testing.TB, s conformance.Setup) (conformance.Instance, error) {
+		if err := ginlimit.Validate(s.Limiter, options(s)...); err != nil {
+			return nil, err
+		}
+		mw := ginlimit.Middleware(s.Limiter, options(s)...)
+		var calls conformance.Counter
+		handler := func(c *gin.Context) { calls.Inc(); c.Status(http.StatusOK) }
+		r := gin.New()
+		if err := r.SetTrustedProxies(nil); err != nil { // c.ClientIP() is the peer's address
+			return nil, err
+		}
+		r.Use(auth)
+		var routes gin.IRoutes = r
+		switch m {
+		case global:
+			r.Use(mw)
+		case group:
+			routes = r.Group("/", mw)
+		}
+		for _, e := range conformance.HTTPEndpoints {
+			if m == perRoute {
+				routes.Handle(e.Method, e.ColonPath(), mw, handler)
+			} else {
+				routes.Handle(e.Method, e.ColonPath(), handler)
+			}
+		}
+		return conformance.HandlerInstance(r, &calls), nil
+	})
+}
+
+func TestConformance(t *testing.T) {
+	t.Run("global", func(t *testing.T) { conformance.Run(t, target(global)) })
+	t.Run("per-route", func(t *testing.T) { conformance.Run(t, target(perRoute)) })
+}

@@ -1,0 +1,48 @@
+package ginlimit_test
+
+import (
+	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/ginlimit"
+)
+
+// authenticate stands for your authentication middleware: it verifies the
+// credential and stores the tenant in the request context. The limiter
+// never reads the tenant from a header.
+func authenticate(c *gin.Context) {
+	if t, ok := verify(c.GetHeader("Authorization")); ok {
+		c.Request = c.Request.WithContext(core.ContextWithTenant(c.Request.Context(), t))
+	}
+	c.Next()
+}
+
+func verify(string) (core.Tenant, bool) { return core.Tenant{ID: "t42", Tier: "free"}, true }
+
+func Example() {
+	resolver, _ := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{
+		"free": {Classes: map[string]core.Quota{
+			"default": {Capacity: 20, RefillPerSecond: 2},
+			"export":  {Capacity: 10, RefillPerSecond: 0.1},
+		}},
+	}})
+	lim, _ := core.New(redis.NewClient(&redis.Options{Addr: "localhost:6379"}), resolver)
+
+	r := gin.New()
+	_ = r.SetTrustedProxies(nil)
+	r.GET("/healthz", func(c *gin.Context) { c.Status(200) }) // before the limiter: never limited
+	r.Use(authenticate, ginlimit.Middleware(lim, ginlimit.WithRoutes(core.Routes{
+		"POST /v1/reports/export": {Class: "export", Cost: 5},
+	})))
+	r.GET("/v1/profile", func(c *gin.Context) { c.Status(200) })
+	r.POST("/v1/reports/export", func(c *gin.Context) { c.Status(200) })
+	_ = r.Run(":8080")
+}
+
+// Limit only one group, with a route-level cost on top.
+func ExampleMiddleware_group() {
+	var lim *core.Limiter // built as in Example
+	r := gin.New()
+	api := r.Group("/v1", authenticate, ginlimit.Middleware(lim))
+	api.GET("/profile", func(c *gin.Context) { c.Status(200) })
+}

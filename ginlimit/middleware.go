@@ -1,0 +1,77 @@
+package ginlimit
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/httplimit"
+)
+
+// Middleware returns Gin middleware that rate-limits requests with lim. Use
+// it globally (engine.Use), per group (router.Group("/v1", mw)) or per
+// route (router.GET(path, mw, handler)), after the authentication
+// middleware, which stores the verified tenant in the request context
+// (c.Request = c.Request.WithContext(core.ContextWithTenant(...))): the
+// tenant is never read from a header.
+//
+// For each request: skip (WithSkipper)? Otherwise ask core for a Verdict
+// on (method, c.FullPath(), c.ClientIP()), set its rate-limit headers, and
+// either call c.Next or abort and call the deny handler. c.FullPath() is
+// the route template ("/v1/items/:id"), never the raw URL; it is empty for
+// a request no route matches, which gets the default route.
+//
+// A bad configuration (nil limiter, invalid route table) makes every
+// request answer 500 with a problem+json body and report the error to the
+// error handler; check it at start-up with Validate.
+func Middleware(lim *core.Limiter, opts ...Option) gin.HandlerFunc {
+	c := newConfig(opts)
+	gate, err := c.newGate(lim)
+	if err != nil {
+		body := misconfiguredProblem.JSON()
+		return func(gc *gin.Context) {
+			if c.onError != nil {
+				c.onError(gc, err)
+			}
+			gc.Abort()
+			gc.Data(http.StatusInternalServerError, core.ProblemContentType, body)
+		}
+	}
+	return func(gc *gin.Context) {
+		if c.skipper != nil && c.skipper(gc) {
+			gc.Next()
+			return
+		}
+		ctx := gc.Request.Context()
+		if c.ginCost != nil {
+			ctx = context.WithValue(ctx, ginKey{}, gc)
+		}
+		v := gate.Decide(ctx, core.Endpoint{Method: gc.Request.Method, Pattern: gc.FullPath(), ClientIP: gc.ClientIP()})
+		if v.Err != nil && c.onError != nil {
+			c.onError(gc, v.Err)
+		}
+		httplimit.SetHeaders(gc.Writer.Header(), v.Headers)
+		if v.Proceed {
+			gc.Next()
+			return
+		}
+		gc.Abort()
+		c.deny(gc, v)
+	}
+}
+
+// Validate reports whether Middleware(lim, opts...) is well configured.
+func Validate(lim *core.Limiter, opts ...Option) error {
+	_, err := newConfig(opts).newGate(lim)
+	return err
+}
+
+// DefaultDenyHandler writes core's answer: v.Status with the RFC 9457
+// problem+json body.
+func DefaultDenyHandler(c *gin.Context, v core.Verdict) {
+	c.Data(v.Status, v.ContentType, v.Body)
+}
+
+var misconfiguredProblem = core.Problem{Type: "about:blank", Title: "Internal Server Error",
+	Status: http.StatusInternalServerError, Detail: "The rate limiter is misconfigured."}

@@ -1,0 +1,107 @@
+package ginlimit_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+
+	"github.com/gin-gonic/gin"
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/ginlimit"
+)
+
+func ok(c *gin.Context) { c.Status(http.StatusOK) }
+
+func TestMounting(t *testing.T) {
+	lim := newLimiter(t)
+	routes := ginlimit.WithRoutes(core.Routes{"GET /v1/items/:id": {Class: "export", Cost: 1}})
+	t.Run("group", func(t *testing.T) {
+		r := gin.New()
+		r.Use(tenant("group"))
+		v1 := r.Group("/v1", ginlimit.Middleware(lim, routes))
+		v1.GET("/items/:id", ok)
+		r.GET("/open", ok)
+		if got := get(r, "GET", "/v1/items/3").Header().Get("RateLimit-Policy"); got != `"export";q=10;w=1000` {
+			t.Fatalf("group route: policy %q", got)
+		}
+		if got := get(r, "GET", "/open").Header().Get("RateLimit"); got != "" {
+			t.Fatalf("a route outside the group is limited: %q", got)
+		}
+	})
+	t.Run("unmatched route gets the default route", func(t *testing.T) {
+		r := gin.New()
+		r.Use(tenant("unmatched"), ginlimit.Middleware(lim, routes))
+		w := get(r, "GET", "/nowhere/1")
+		if w.Code != 404 || w.Header().Get("RateLimit-Policy") != `"default";q=2;w=200` {
+			t.Fatalf("%d %v", w.Code, w.Header())
+		}
+	})
+}
+
+func TestOptions(t *testing.T) {
+	lim := newLimiter(t)
+	t.Run("skipper", func(t *testing.T) {
+		r := gin.New()
+		r.Use(tenant("skipper"), ginlimit.Middleware(lim, ginlimit.WithSkipper(func(c *gin.Context) bool { return c.FullPath() == "/skip" })))
+		r.GET("/skip", ok)
+		for range 3 {
+			if w := get(r, "GET", "/skip"); w.Code != 200 || w.Header().Get("RateLimit") != "" {
+				t.Fatalf("skipped: %d %v", w.Code, w.Header())
+			}
+		}
+	})
+	t.Run("gin cost func before the neutral one", func(t *testing.T) {
+		r := gin.New()
+		r.Use(tenant("cost"), ginlimit.Middleware(lim,
+			ginlimit.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
+				return core.Route{Class: "export", Cost: 3}, true
+			}),
+			ginlimit.WithGinCostFunc(func(c *gin.Context) (core.Route, bool) {
+				return core.Route{Class: "export", Cost: 2}, c.Query("big") != ""
+			})))
+		r.GET("/x", ok)
+		if got := get(r, "GET", "/x?big=1").Header().Get("X-RateLimit-Remaining"); got != "8" {
+			t.Fatalf("gin cost func: remaining %s", got)
+		}
+		if got := get(r, "GET", "/x").Header().Get("X-RateLimit-Remaining"); got != "5" {
+			t.Fatalf("neutral cost func: remaining %s", got)
+		}
+	})
+	t.Run("deny handler, chain aborted", func(t *testing.T) {
+		reached := 0
+		r := gin.New()
+		r.Use(tenant("deny"), ginlimit.Middleware(lim, ginlimit.WithDenyHandler(func(c *gin.Context, v core.Verdict) {
+			if !c.IsAborted() || c.Writer.Header().Get("Retry-After") == "" {
+				t.Error("deny handler called before abort or before the headers")
+			}
+			c.String(http.StatusTeapot, "slow down")
+		})))
+		r.GET("/", func(c *gin.Context) { reached++ })
+		for range 2 {
+			get(r, "GET", "/")
+		}
+		if w := get(r, "GET", "/"); w.Code != http.StatusTeapot || reached != 2 {
+			t.Fatalf("deny: %d, handler reached %d times", w.Code, reached)
+		}
+	})
+}
+
+func TestMisconfigured(t *testing.T) {
+	lim := newLimiter(t)
+	if err := ginlimit.Validate(lim, ginlimit.WithRoutes(core.Routes{"/x": {Class: "a b", Cost: 1}})); !errors.Is(err, core.ErrInvalidConfig) {
+		t.Fatalf("Validate(bad routes) = %v", err)
+	}
+	if err := ginlimit.Validate(lim, nil, ginlimit.WithRoutes(nil), ginlimit.WithCostFunc(nil), ginlimit.WithGinCostFunc(nil),
+		ginlimit.WithSkipper(nil), ginlimit.WithDenyHandler(nil), ginlimit.WithErrorHandler(nil)); err != nil {
+		t.Fatalf("nil options are not ignored: %v", err)
+	}
+	var hooked error
+	r := gin.New()
+	r.Use(tenant("t"), ginlimit.Middleware(nil, ginlimit.WithErrorHandler(func(_ *gin.Context, err error) { hooked = err })))
+	r.GET("/", ok)
+	w := get(r, "GET", "/")
+	if w.Code != 500 || w.Header().Get("Content-Type") != core.ProblemContentType || !errors.Is(hooked, core.ErrInvalidConfig) {
+		t.Fatalf("misconfigured: %d %v, hook got %v", w.Code, w.Header(), hooked)
+	}
+}
