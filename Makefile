@@ -1,12 +1,12 @@
 # tollgate: one Go module per top-level folder, tied together by go.work.
 GO        ?= go
-MODULES   := core conformance httplimit ginlimit echolimit fiberlimit grpclimit examples cmd
+MODULES   := core conformance httplimit ginlimit echolimit fiberlimit grpclimit examples cmd bench
 PKGS      := $(addprefix github.com/tollgate-go/tollgate/,$(addsuffix /...,$(MODULES)))
 TESTFLAGS ?= -race -shuffle=on -count=1 -timeout 12m
 BENCHFLAGS ?= -run '^$$' -bench . -benchmem -count 5
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: help test lint bench demo tidy fmt check-redis $(addprefix test/,$(MODULES)) $(addprefix bench/,$(MODULES))
+.PHONY: help test lint bench bench/load demo tidy fmt check-redis $(addprefix test/,$(MODULES)) $(addprefix bench/,$(MODULES))
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z/%_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
@@ -31,8 +31,14 @@ lint: ## gofmt, go vet and staticcheck in every module
 	$(GO) vet $(PKGS)
 	$(GO) run $(STATICCHECK) $(PKGS)
 
-bench: check-redis ## benchmarks of every module (medians: pipe into benchstat)
+LOADFLAGS ?= -count 5
+
+bench: check-redis ## Go benchmarks of every module, then the side-by-side load driver (docs/benchmarks.md)
 	$(GO) test $(BENCHFLAGS) $(PKGS)
+	cd bench && $(GO) run ./loadbench $(LOADFLAGS)
+
+bench/load: check-redis ## only the load driver: tollgate vs redis_rate vs redis-benchmark, one Redis, one run
+	cd bench && $(GO) run ./loadbench $(LOADFLAGS)
 
 bench/%: check-redis
 	cd $* && $(GO) test $(BENCHFLAGS) ./...
