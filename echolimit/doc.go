@@ -1,4 +1,24 @@
-// Package echolimit is tollgate's Echo v4 adapter: it maps a request to a tenant,
-// class and cost, asks [github.com/tollgate-go/tollgate/core] for a decision,
-// and renders core's answer in Echo v4's idiom. It computes nothing itself.
+// Package echolimit is tollgate's Echo v4 adapter: an echo.MiddlewareFunc
+// that asks [github.com/tollgate-go/tollgate/core] for a Verdict on each
+// request and renders it in Echo's idiom. It computes nothing itself: which
+// tenant, which class and cost, which numbers and which status are core's
+// rules, held to one standard for every adapter by the conformance suite
+// ([github.com/tollgate-go/tollgate/conformance]). It is not built on Echo's
+// RateLimiterStore, whose Allow(identifier) has no context, no cost and no
+// headers to report.
+//
+// Wiring: authentication first (it stores the verified tenant in the
+// request context with core.ContextWithTenant), then the limiter:
+//
+//	e := echo.New()
+//	e.IPExtractor = echo.ExtractIPDirect() // or your proxies: c.RealIP() keys anonymous callers
+//	e.Use(authenticate, echolimit.Middleware(lim, echolimit.WithRoutes(core.Routes{
+//		"POST /v1/reports/export": {Class: "export", Cost: 5},
+//		"/healthz":                {Exempt: true},
+//	})))
+//
+// Route keys are Echo's route templates (c.Path(): "/v1/items/:id"),
+// optionally preceded by the method. The rate-limit headers are written to
+// the response before the handler runs, so an *echo.HTTPError returned by
+// the handler (or by a custom deny handler) is rendered with them.
 package echolimit

@@ -1,0 +1,155 @@
+package echolimit
+
+import (
+	"context"
+
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+	"github.com/tollgate-go/tollgate/core"
+)
+
+// Option configures the middleware. Options are applied in order; a nil
+// Option, and an option given a nil value, is ignored.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	gate     []core.GateOption
+	costFunc core.CostFunc
+	echoCost func(echo.Context) (core.Route, bool)
+	skipper  middleware.Skipper
+	deny     func(echo.Context, core.Verdict) error
+	onError  func(echo.Context, error)
+}
+
+func newConfig(opts []Option) *config {
+	c := &config{deny: DefaultDenyHandler}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(c)
+		}
+	}
+	return c
+}
+
+func gateOption(o core.GateOption) Option {
+	return optionFunc(func(c *config) { c.gate = append(c.gate, o) })
+}
+
+// WithRoutes sets the route table: "METHOD /path/:param" or "/path/:param"
+// (Echo's c.Path()) to a class and cost. Default: none, so every route is
+// the default route (class "default", cost 1). nil is ignored.
+func WithRoutes(rs core.Routes) Option { return gateOption(core.WithRoutes(rs)) }
+
+// WithDefaultRoute sets the class and cost of routes not in the table.
+// Default: class "default", cost 1.
+func WithDefaultRoute(r core.Route) Option { return gateOption(core.WithDefaultRoute(r)) }
+
+// WithCostFunc sets a framework-neutral dynamic class/cost decision,
+// consulted before the route table (ok false falls back to it). Default:
+// none. nil is ignored.
+func WithCostFunc(f core.CostFunc) Option {
+	return optionFunc(func(c *config) {
+		if f != nil {
+			c.costFunc = f
+		}
+	})
+}
+
+// WithEchoCostFunc sets a dynamic class/cost decision that sees the
+// echo.Context, consulted before WithCostFunc and the route table (ok false
+// falls back to them). Default: none. nil is ignored.
+func WithEchoCostFunc(f func(echo.Context) (core.Route, bool)) Option {
+	return optionFunc(func(c *config) {
+		if f != nil {
+			c.echoCost = f
+		}
+	})
+}
+
+// WithSkipper skips the limiter (no check, no headers) for requests it
+// returns true for. Default: none (middleware.DefaultSkipper). nil is
+// ignored.
+func WithSkipper(s middleware.Skipper) Option {
+	return optionFunc(func(c *config) {
+		if s != nil {
+			c.skipper = s
+		}
+	})
+}
+
+// WithDenyHandler sets what answers a request that does not proceed (429,
+// 503, 401, 400). The rate-limit headers are already set on the response,
+// and they stay there if the handler returns an error (an *echo.HTTPError
+// rendered by Echo's error handler). Default: DefaultDenyHandler (core's
+// RFC 9457 problem+json). nil is ignored.
+func WithDenyHandler(f func(c echo.Context, v core.Verdict) error) Option {
+	return optionFunc(func(c *config) {
+		if f != nil {
+			c.deny = f
+		}
+	})
+}
+
+// WithErrorHandler sets a hook called with Verdict.Err whenever the limiter
+// reports an error (the store failed, or the request could not be keyed),
+// and with the configuration error of a misconfigured middleware. Use it
+// for logs and metrics. Default: none (core logs degraded decisions). nil
+// is ignored.
+func WithErrorHandler(f func(c echo.Context, err error)) Option {
+	return optionFunc(func(c *config) {
+		if f != nil {
+			c.onError = f
+		}
+	})
+}
+
+// WithHeaderStyle selects the rate-limit header families. Default
+// core.DefaultHeaderStyle (IETF draft-11 and X-RateLimit).
+func WithHeaderStyle(s core.HeaderStyle) Option { return gateOption(core.WithHeaderStyle(s)) }
+
+// WithAnonymous admits callers without a tenant in the request context as
+// tenant "anonymous:<client IP>" on tier (default "anonymous"), instead of
+// answering 401. The client IP is Echo's c.RealIP(): set e.IPExtractor
+// (echo.ExtractIPDirect(), or ExtractIPFromXFFHeader with your trusted
+// proxies), because without one Echo believes X-Forwarded-For and a client
+// can choose its own key. Default: off.
+func WithAnonymous(tier string) Option { return gateOption(core.WithAnonymous(tier)) }
+
+// WithGateOptions passes core gate options through (for example
+// core.WithGateClock). Default: none.
+func WithGateOptions(opts ...core.GateOption) Option {
+	return optionFunc(func(c *config) {
+		for _, o := range opts {
+			if o != nil {
+				c.gate = append(c.gate, o)
+			}
+		}
+	})
+}
+
+type echoKey struct{}
+
+func (c *config) newGate(lim *core.Limiter) (*core.Gate, error) {
+	opts := c.gate
+	if c.echoCost != nil || c.costFunc != nil {
+		echoCost, costFunc := c.echoCost, c.costFunc
+		opts = append(opts[:len(opts):len(opts)], core.WithCostFunc(func(ctx context.Context, t core.Tenant, e core.Endpoint) (core.Route, bool) {
+			if echoCost != nil {
+				if ec, ok := ctx.Value(echoKey{}).(echo.Context); ok {
+					if r, ok := echoCost(ec); ok {
+						return r, true
+					}
+				}
+			}
+			if costFunc != nil {
+				return costFunc(ctx, t, e)
+			}
+			return core.Route{}, false
+		}))
+	}
+	return core.NewGate(lim, opts...)
+}

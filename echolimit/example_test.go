@@ -1,0 +1,43 @@
+package echolimit_test
+
+import (
+	"github.com/labstack/echo/v4"
+	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/echolimit"
+)
+
+// authenticate stands for your authentication middleware: it verifies the
+// credential and stores the tenant in the request context. The limiter
+// never reads the tenant from a header.
+func authenticate(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if t, ok := verify(c.Request().Header.Get("Authorization")); ok {
+			c.SetRequest(c.Request().WithContext(core.ContextWithTenant(c.Request().Context(), t)))
+		}
+		return next(c)
+	}
+}
+
+func verify(string) (core.Tenant, bool) { return core.Tenant{ID: "t42", Tier: "free"}, true }
+
+func Example() {
+	resolver, _ := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{
+		"free": {Classes: map[string]core.Quota{
+			"default": {Capacity: 20, RefillPerSecond: 2},
+			"export":  {Capacity: 10, RefillPerSecond: 0.1},
+		}},
+	}})
+	lim, _ := core.New(redis.NewClient(&redis.Options{Addr: "localhost:6379"}), resolver)
+
+	e := echo.New()
+	e.IPExtractor = echo.ExtractIPDirect()
+	e.Use(authenticate, echolimit.Middleware(lim,
+		echolimit.WithRoutes(core.Routes{"POST /v1/reports/export": {Class: "export", Cost: 5}}),
+		echolimit.WithSkipper(func(c echo.Context) bool { return c.Path() == "/healthz" }),
+	))
+	e.GET("/v1/profile", func(c echo.Context) error { return c.NoContent(200) })
+	e.POST("/v1/reports/export", func(c echo.Context) error { return c.NoContent(200) })
+	e.GET("/healthz", func(c echo.Context) error { return c.NoContent(200) })
+	_ = e.Start(":8080")
+}

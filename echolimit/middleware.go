@@ -1,0 +1,80 @@
+package echolimit
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/httplimit"
+)
+
+// Middleware returns Echo middleware that rate-limits requests with lim.
+// Register it with e.Use (after routing: Echo runs Use middleware once the
+// route is found, so c.Path() is the route template), on a group, or on a
+// route; after the authentication middleware, which stores the verified
+// tenant in the request context
+// (c.SetRequest(c.Request().WithContext(core.ContextWithTenant(...)))):
+// the tenant is never read from a header. It does not use Echo's
+// RateLimiterStore, which has neither a context nor headers.
+//
+// For each request: skip (WithSkipper)? Otherwise ask core for a Verdict on
+// (method, c.Path(), c.RealIP()), set its rate-limit headers on the
+// response, and either call next or the deny handler. The headers are set
+// before next runs, so they survive a handler that returns an error
+// (Echo's HTTPErrorHandler writes its body under them).
+//
+// A bad configuration (nil limiter, invalid route table) makes every
+// request answer 500 with a problem+json body and report the error to the
+// error handler; check it at start-up with Validate.
+func Middleware(lim *core.Limiter, opts ...Option) echo.MiddlewareFunc {
+	c := newConfig(opts)
+	gate, err := c.newGate(lim)
+	if err != nil {
+		body := misconfiguredProblem.JSON()
+		return func(echo.HandlerFunc) echo.HandlerFunc {
+			return func(ec echo.Context) error {
+				if c.onError != nil {
+					c.onError(ec, err)
+				}
+				return ec.Blob(http.StatusInternalServerError, core.ProblemContentType, body)
+			}
+		}
+	}
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(ec echo.Context) error {
+			if c.skipper != nil && c.skipper(ec) {
+				return next(ec)
+			}
+			req := ec.Request()
+			ctx := req.Context()
+			if c.echoCost != nil {
+				ctx = context.WithValue(ctx, echoKey{}, ec)
+			}
+			v := gate.Decide(ctx, core.Endpoint{Method: req.Method, Pattern: ec.Path(), ClientIP: ec.RealIP()})
+			if v.Err != nil && c.onError != nil {
+				c.onError(ec, v.Err)
+			}
+			httplimit.SetHeaders(ec.Response().Header(), v.Headers)
+			if v.Proceed {
+				return next(ec)
+			}
+			return c.deny(ec, v)
+		}
+	}
+}
+
+// Validate reports whether Middleware(lim, opts...) is well configured.
+func Validate(lim *core.Limiter, opts ...Option) error {
+	_, err := newConfig(opts).newGate(lim)
+	return err
+}
+
+// DefaultDenyHandler writes core's answer: v.Status with the RFC 9457
+// problem+json body.
+func DefaultDenyHandler(c echo.Context, v core.Verdict) error {
+	return c.Blob(v.Status, v.ContentType, v.Body)
+}
+
+var misconfiguredProblem = core.Problem{Type: "about:blank", Title: "Internal Server Error",
+	Status: http.StatusInternalServerError, Detail: "The rate limiter is misconfigured."}

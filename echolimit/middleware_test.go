@@ -1,0 +1,100 @@
+package echolimit_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+
+	"github.com/labstack/echo/v4"
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/echolimit"
+)
+
+// The headers are on the response before the handler runs, so an
+// *echo.HTTPError from the handler, or from a deny handler, keeps them.
+func TestHeadersSurviveHTTPError(t *testing.T) {
+	lim := newLimiter(t)
+	t.Run("handler error", func(t *testing.T) {
+		e := echo.New()
+		e.Use(tenant("handler-error"), echolimit.Middleware(lim))
+		e.GET("/", func(echo.Context) error { return echo.NewHTTPError(http.StatusBadGateway, "upstream down") })
+		w := get(e, "GET", "/")
+		if w.Code != http.StatusBadGateway || w.Header().Get("RateLimit") != `"default";r=1;t=100` || w.Header().Get("X-RateLimit-Remaining") != "1" {
+			t.Fatalf("%d %v", w.Code, w.Header())
+		}
+	})
+	t.Run("deny handler error", func(t *testing.T) {
+		e := echo.New()
+		e.Use(tenant("deny-error"), echolimit.Middleware(lim, echolimit.WithDenyHandler(func(c echo.Context, v core.Verdict) error {
+			return echo.NewHTTPError(v.Status, v.Problem.Title)
+		})))
+		reached := 0
+		e.GET("/", func(c echo.Context) error { reached++; return nil })
+		for range 2 {
+			get(e, "GET", "/")
+		}
+		w := get(e, "GET", "/")
+		if w.Code != 429 || w.Header().Get("Retry-After") != "100" || w.Header().Get("RateLimit") == "" || reached != 2 {
+			t.Fatalf("%d %v, handler reached %d", w.Code, w.Header(), reached)
+		}
+	})
+}
+
+func TestOptions(t *testing.T) {
+	lim := newLimiter(t)
+	t.Run("skipper", func(t *testing.T) {
+		e := echo.New()
+		e.Use(tenant("skipper"), echolimit.Middleware(lim, echolimit.WithSkipper(func(c echo.Context) bool { return c.Path() == "/skip" })))
+		e.GET("/skip", ok)
+		for range 3 {
+			if w := get(e, "GET", "/skip"); w.Code != 200 || w.Header().Get("RateLimit") != "" {
+				t.Fatalf("skipped: %d %v", w.Code, w.Header())
+			}
+		}
+	})
+	t.Run("echo cost func before the neutral one", func(t *testing.T) {
+		e := echo.New()
+		e.Use(tenant("cost"), echolimit.Middleware(lim,
+			echolimit.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
+				return core.Route{Class: "export", Cost: 3}, true
+			}),
+			echolimit.WithEchoCostFunc(func(c echo.Context) (core.Route, bool) {
+				return core.Route{Class: "export", Cost: 2}, c.QueryParam("big") != ""
+			})))
+		e.GET("/x", ok)
+		if got := get(e, "GET", "/x?big=1").Header().Get("X-RateLimit-Remaining"); got != "8" {
+			t.Fatalf("echo cost func: remaining %s", got)
+		}
+		if got := get(e, "GET", "/x").Header().Get("X-RateLimit-Remaining"); got != "5" {
+			t.Fatalf("neutral cost func: remaining %s", got)
+		}
+	})
+	t.Run("route template", func(t *testing.T) {
+		e := echo.New()
+		e.Use(tenant("template"), echolimit.Middleware(lim, echolimit.WithRoutes(core.Routes{"GET /items/:id": {Class: "export", Cost: 1}})))
+		e.GET("/items/:id", ok)
+		if got := get(e, "GET", "/items/4").Header().Get("RateLimit-Policy"); got != `"export";q=10;w=1000` {
+			t.Fatalf("policy %q", got)
+		}
+	})
+}
+
+func TestMisconfigured(t *testing.T) {
+	lim := newLimiter(t)
+	if err := echolimit.Validate(lim, echolimit.WithRoutes(core.Routes{"/x": {Class: "a b", Cost: 1}})); !errors.Is(err, core.ErrInvalidConfig) {
+		t.Fatalf("Validate(bad routes) = %v", err)
+	}
+	if err := echolimit.Validate(lim, nil, echolimit.WithRoutes(nil), echolimit.WithCostFunc(nil), echolimit.WithEchoCostFunc(nil),
+		echolimit.WithSkipper(nil), echolimit.WithDenyHandler(nil), echolimit.WithErrorHandler(nil)); err != nil {
+		t.Fatalf("nil options are not ignored: %v", err)
+	}
+	var hooked error
+	e := echo.New()
+	e.Use(tenant("t"), echolimit.Middleware(nil, echolimit.WithErrorHandler(func(_ echo.Context, err error) { hooked = err })))
+	e.GET("/", ok)
+	w := get(e, "GET", "/")
+	if w.Code != 500 || w.Header().Get("Content-Type") != core.ProblemContentType || !errors.Is(hooked, core.ErrInvalidConfig) {
+		t.Fatalf("misconfigured: %d %v, hook got %v", w.Code, w.Header(), hooked)
+	}
+}
