@@ -62,6 +62,7 @@ func ExampleWatch() {
 	ctx, cancel := context.WithCancel(context.Background())
 	rl, err := config.Watch(ctx, path, resolver)
 	if err != nil {
+		cancel()
 		fmt.Println(err)
 		return
 	}
