@@ -1,0 +1,293 @@
+// Package app is the wiring the example services share, so that each
+// example's main shows only its framework's part: configuration from the
+// environment, Redis (or an embedded server), the override database, the
+// tier configuration, JWT authentication and the Prometheus /metrics
+// endpoint.
+package app
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/config"
+	"github.com/tollgate-go/tollgate/core/sqlquota"
+	_ "modernc.org/sqlite" // database/sql driver "sqlite"
+)
+
+// DefaultAddr is where a service listens unless ADDR says otherwise.
+const DefaultAddr = "127.0.0.1:8080"
+
+// Config is what the environment says.
+type Config struct {
+	// Addr is the listen address (ADDR; default DefaultAddr).
+	Addr string
+	// RedisURL is the Redis to keep buckets in (REDIS_URL; empty: an
+	// embedded in-process Redis-compatible server).
+	RedisURL string
+	// DatabaseURL holds the per-tenant overrides (DATABASE_URL:
+	// postgres://... or sqlite://path; empty: a SQLite file in a temporary
+	// directory).
+	DatabaseURL string
+	// ConfigPath is a tier configuration file (TOLLGATE_CONFIG; empty: the
+	// built-in tiers). It is reloaded on change and on SIGHUP.
+	ConfigPath string
+	// JWTSecret verifies HS256 tokens (TOLLGATE_JWT_SECRET; empty:
+	// DevSecret, with a warning).
+	JWTSecret string
+	// KeyPrefix, when set, replaces the Redis key prefix (tests use a
+	// random one). Not read from the environment.
+	KeyPrefix string
+	// Logger receives the service's logs. Default: text on stderr.
+	Logger *slog.Logger
+}
+
+// FromEnv reads the configuration from the environment (getenv is
+// os.Getenv when nil).
+func FromEnv(getenv func(string) string) Config {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	c := Config{
+		Addr:        getenv("ADDR"),
+		RedisURL:    getenv("REDIS_URL"),
+		DatabaseURL: getenv("DATABASE_URL"),
+		ConfigPath:  getenv("TOLLGATE_CONFIG"),
+		JWTSecret:   getenv("TOLLGATE_JWT_SECRET"),
+	}
+	if c.Addr == "" {
+		c.Addr = DefaultAddr
+	}
+	return c
+}
+
+// App is one service's shared parts, ready for a framework to mount.
+type App struct {
+	// Config is the configuration the App was opened with.
+	Config Config
+	// Limiter is the shared limiter.
+	Limiter *core.Limiter
+	// Resolver gives the tier defaults and the overrides.
+	Resolver *core.TieredResolver
+	// Overrides is the per-tenant override store.
+	Overrides *sqlquota.Store
+	// Auth verifies bearer tokens.
+	Auth *Verifier
+	// HeaderStyle is the rate-limit header families to send.
+	HeaderStyle core.HeaderStyle
+	// Metrics serves the Prometheus text format.
+	Metrics http.Handler
+	// Log is the logger.
+	Log *slog.Logger
+	// Redis says which Redis the buckets are in.
+	Redis string
+	// Database says where the overrides are.
+	Database string
+
+	reloader *config.Reloader
+	closers  []func()
+}
+
+// Open connects everything c names. On error nothing is left open.
+func Open(ctx context.Context, c Config) (a *App, err error) {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	a = &App{Config: c, Log: c.Logger, HeaderStyle: core.DefaultHeaderStyle}
+	defer func() {
+		if err != nil {
+			a.Close()
+			a = nil
+		}
+	}()
+
+	secret := c.JWTSecret
+	if secret == "" {
+		secret = DevSecret
+		a.Log.Warn("TOLLGATE_JWT_SECRET is not set: using the development secret; anyone can mint tokens for this service")
+	}
+
+	var client redis.UniversalClient
+	if client, a.Redis, err = a.openRedis(ctx, c.RedisURL); err != nil {
+		return a, err
+	}
+	if a.Overrides, a.Database, err = a.openDatabase(ctx, c.DatabaseURL); err != nil {
+		return a, err
+	}
+
+	var file *config.Config
+	if c.ConfigPath != "" {
+		if file, err = config.Load(c.ConfigPath); err != nil {
+			return a, fmt.Errorf("TOLLGATE_CONFIG: %w", err)
+		}
+		a.HeaderStyle = file.HeaderStyle
+		a.Resolver, err = file.NewResolver(core.WithOverrides(a.Overrides), core.WithResolverLogger(a.Log))
+	} else {
+		a.Resolver, err = core.NewResolver(BuiltinTiers(), core.WithOverrides(a.Overrides), core.WithResolverLogger(a.Log))
+	}
+	if err != nil {
+		return a, fmt.Errorf("tiers: %w", err)
+	}
+
+	mp, handler, shutdown, err := newMetrics()
+	if err != nil {
+		return a, err
+	}
+	a.Metrics = handler
+	a.closers = append(a.closers, shutdown)
+
+	opts := []core.Option{core.WithMeterProvider(mp), core.WithLogger(a.Log)}
+	if c.KeyPrefix != "" {
+		opts = append(opts, core.WithPrefix(c.KeyPrefix))
+	}
+	if file != nil {
+		a.Limiter, err = file.NewLimiter(client, a.Resolver, opts...)
+	} else {
+		a.Limiter, err = core.New(client, a.Resolver, opts...)
+	}
+	if err != nil {
+		return a, fmt.Errorf("limiter: %w", err)
+	}
+	a.closers = append(a.closers, func() { _ = a.Limiter.Close() })
+
+	if file != nil {
+		wctx, cancel := context.WithCancel(context.Background())
+		a.reloader, err = config.Watch(wctx, c.ConfigPath, a.Resolver, config.WithReloadLogger(a.Log))
+		if err != nil {
+			cancel()
+			return a, fmt.Errorf("TOLLGATE_CONFIG: %w", err)
+		}
+		rl := a.reloader
+		a.closers = append(a.closers, func() { cancel(); <-rl.Done() })
+	}
+
+	a.Auth, err = NewVerifier([]byte(secret), a.knownTier)
+	if err != nil {
+		return a, err
+	}
+	return a, nil
+}
+
+// Close releases everything Open acquired, in reverse order.
+func (a *App) Close() {
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		a.closers[i]()
+	}
+	a.closers = nil
+}
+
+// knownTier reports whether the tiers in force define tier. A token naming
+// another tier is refused: the limiter could not resolve its quota.
+func (a *App) knownTier(tier string) bool {
+	ts := a.Resolver.Tiers()
+	if tier == "" {
+		tier = ts.Default
+	}
+	_, ok := ts.Tiers[tier]
+	return ok
+}
+
+// Describe is one line saying what the service runs on.
+func (a *App) Describe() string {
+	cfg := "built-in tiers"
+	if a.Config.ConfigPath != "" {
+		cfg = a.Config.ConfigPath + " (reloaded on change and SIGHUP)"
+	}
+	return fmt.Sprintf("redis: %s; overrides: %s; tiers: %s", a.Redis, a.Database, cfg)
+}
+
+func (a *App) openRedis(ctx context.Context, u string) (redis.UniversalClient, string, error) {
+	if u == "" {
+		m := miniredis.NewMiniRedis()
+		if err := m.Start(); err != nil {
+			return nil, "", fmt.Errorf("embedded Redis-compatible server: %w", err)
+		}
+		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		a.closers = append(a.closers, func() { _ = c.Close(); m.Close() })
+		a.Log.Warn("REDIS_URL is not set: using an embedded in-process Redis-compatible server; replicas of this service will not share buckets")
+		return c, "embedded (miniredis at " + m.Addr() + "; set REDIS_URL for a real Redis)", nil
+	}
+	opt, err := redis.ParseURL(u)
+	if err != nil {
+		return nil, "", fmt.Errorf("REDIS_URL: %w", err)
+	}
+	c := redis.NewClient(opt)
+	a.closers = append(a.closers, func() { _ = c.Close() })
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := c.Ping(pctx).Err(); err != nil {
+		return nil, "", fmt.Errorf("REDIS_URL: cannot reach Redis at %s: %w", opt.Addr, err)
+	}
+	return c, opt.Addr + " (REDIS_URL)", nil
+}
+
+// openDatabase opens DATABASE_URL (or a SQLite file in a temporary
+// directory) and creates the override table.
+func (a *App) openDatabase(ctx context.Context, u string) (*sqlquota.Store, string, error) {
+	if u == "" {
+		dir, err := os.MkdirTemp("", "tollgate-example-")
+		if err != nil {
+			return nil, "", fmt.Errorf("temporary directory for the override database: %w", err)
+		}
+		a.closers = append(a.closers, func() { _ = os.RemoveAll(dir) })
+		u = "sqlite://" + filepath.Join(dir, "overrides.db")
+		a.Log.Info("DATABASE_URL is not set: overrides are kept in a temporary SQLite file", "DATABASE_URL", u)
+	}
+	var driver, dsn string
+	var dialect sqlquota.Dialect
+	switch {
+	case strings.HasPrefix(u, "sqlite://"):
+		path := strings.TrimPrefix(u, "sqlite://")
+		if path == "" || strings.Contains(path, "?") {
+			return nil, "", fmt.Errorf("DATABASE_URL %q: want sqlite://path/to/file.db", u)
+		}
+		driver, dsn, dialect = "sqlite", "file:"+path+"?_pragma=busy_timeout(5000)", sqlquota.SQLite
+	case strings.HasPrefix(u, "postgres://"), strings.HasPrefix(u, "postgresql://"):
+		driver, dsn, dialect = "pgx", u, sqlquota.Postgres
+	default:
+		scheme, _, _ := strings.Cut(u, ":")
+		return nil, "", fmt.Errorf("DATABASE_URL: unsupported scheme %q (want postgres://... or sqlite://path)", scheme)
+	}
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		return nil, "", fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	a.closers = append(a.closers, func() { _ = db.Close() })
+	s, err := sqlquota.New(db, dialect, sqlquota.WithLogger(a.Log))
+	if err != nil {
+		return nil, "", fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := s.Migrate(mctx); err != nil {
+		return nil, "", fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	return s, redact(u), nil
+}
+
+// redact hides a password in a database URL.
+func redact(u string) string {
+	scheme, rest, ok := strings.Cut(u, "://")
+	if !ok {
+		return u
+	}
+	at := strings.LastIndex(rest, "@")
+	if at < 0 {
+		return u
+	}
+	user, _, hasPass := strings.Cut(rest[:at], ":")
+	if !hasPass {
+		return u
+	}
+	return scheme + "://" + user + ":xxxxx" + rest[at:]
+}

@@ -1,0 +1,103 @@
+// Package apptest holds what the examples' tests share: an App on a real
+// Redis (through conformance/redistest) and a real SQLite file, tokens, and
+// the HTTP suite every HTTP example must pass over a real connection, so
+// that the four frameworks are held to the same answers.
+package apptest
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/tollgate-go/tollgate/conformance/redistest"
+	"github.com/tollgate-go/tollgate/examples/internal/app"
+)
+
+// Secret is the tests' HS256 secret.
+const Secret = "apptest-secret-0123456789abcdef"
+
+// New opens an App on the shared real Redis (a key prefix of its own) and
+// a fresh SQLite file, closed when t ends.
+func New(t testing.TB) *app.App {
+	t.Helper()
+	a, err := app.Open(t.Context(), app.Config{
+		Addr:        "127.0.0.1:0",
+		RedisURL:    redistest.URL(t),
+		DatabaseURL: "sqlite://" + filepath.Join(t.TempDir(), "overrides.db"),
+		JWTSecret:   Secret,
+		KeyPrefix:   redistest.Prefix(t),
+		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatalf("app.Open: %v", err)
+	}
+	t.Cleanup(a.Close)
+	return a
+}
+
+// Tenant returns a tenant ID no other test uses.
+func Tenant(t testing.TB) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "t-" + hex.EncodeToString(b[:])
+}
+
+// Token mints a valid token for tenant on tier.
+func Token(t testing.TB, tenant, tier string) string {
+	t.Helper()
+	tok, err := app.Mint([]byte(Secret), tenant, tier, time.Hour)
+	if err != nil {
+		t.Fatalf("mint: %v", err)
+	}
+	return tok
+}
+
+// BadToken is a token that must be refused, and why.
+type BadToken struct {
+	Name, Authorization string
+}
+
+// BadTokens returns Authorization values every example must answer 401.
+func BadTokens(t testing.TB) []BadToken {
+	t.Helper()
+	sign := func(method jwt.SigningMethod, key any, c jwt.MapClaims) string {
+		s, err := jwt.NewWithClaims(method, c).SignedString(key)
+		if err != nil {
+			t.Fatalf("sign: %v", err)
+		}
+		return s
+	}
+	now := time.Now()
+	valid := jwt.MapClaims{"tenant": Tenant(t), "tier": "free", "exp": now.Add(time.Hour).Unix()}
+	with := func(k string, v any) jwt.MapClaims {
+		c := jwt.MapClaims{}
+		for kk, vv := range valid {
+			c[kk] = vv
+		}
+		if v == nil {
+			delete(c, k)
+		} else {
+			c[k] = v
+		}
+		return c
+	}
+	hs := jwt.SigningMethodHS256
+	return []BadToken{
+		{"missing", ""},
+		{"not bearer", "Basic dTpw"},
+		{"empty bearer", "Bearer "},
+		{"garbage", "Bearer not.a.jwt"},
+		{"wrong secret", "Bearer " + sign(hs, []byte("another-secret-0123456789"), valid)},
+		{"expired", "Bearer " + sign(hs, []byte(Secret), with("exp", now.Add(-time.Minute).Unix()))},
+		{"no expiry", "Bearer " + sign(hs, []byte(Secret), with("exp", nil))},
+		{"alg none", "Bearer " + sign(jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, valid)},
+		{"HS512", "Bearer " + sign(jwt.SigningMethodHS512, []byte(Secret), valid)},
+		{"no tenant", "Bearer " + sign(hs, []byte(Secret), with("tenant", nil))},
+		{"unknown tier", "Bearer " + sign(hs, []byte(Secret), with("tier", "platinum"))},
+	}
+}

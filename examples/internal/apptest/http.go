@@ -1,0 +1,202 @@
+package apptest
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/sqlquota"
+	"github.com/tollgate-go/tollgate/examples/internal/app"
+)
+
+// Response is what the suite reads of one answer.
+type Response struct {
+	Status int
+	Header http.Header
+	Body   string
+}
+
+// Do sends one request to base+path with an Authorization value (none when
+// empty) and reads the whole answer.
+func Do(t testing.TB, method, url, authorization string) Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, url, nil)
+	if err != nil {
+		t.Fatalf("request: %v", err)
+	}
+	if authorization != "" {
+		req.Header.Set("Authorization", authorization)
+	}
+	c := &http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: read body: %v", method, url, err)
+	}
+	return Response{Status: resp.StatusCode, Header: resp.Header, Body: string(body)}
+}
+
+func expect(t testing.TB, what string, r Response, status int, headers map[string]string) {
+	t.Helper()
+	if r.Status != status {
+		t.Fatalf("%s: status %d, want %d; body %s", what, r.Status, status, r.Body)
+	}
+	for name, want := range headers {
+		// http.Header.Get matches names case-insensitively, as the
+		// frameworks canonicalise them differently.
+		if got := r.Header.Get(name); got != want {
+			t.Errorf("%s: header %s = %q, want %q", what, name, got, want)
+		}
+	}
+}
+
+// HTTP runs the example service's HTTP contract against base (a running
+// server of a, reached over a real connection): the same sequence and the
+// same answers for every framework.
+func HTTP(t *testing.T, a *app.App, base string) {
+	profile, export := base+app.PathProfile, base+app.PathExport
+
+	t.Run("healthz is open and never limited", func(t *testing.T) {
+		for i := range 30 { // more than the free tier's burst of 20
+			r := Do(t, http.MethodGet, base+app.PathHealth, "")
+			expect(t, "healthz #"+strconv.Itoa(i+1), r, http.StatusOK, map[string]string{"X-RateLimit-Limit": "", "RateLimit": ""})
+			if !strings.Contains(r.Body, `"ok"`) {
+				t.Fatalf("healthz body %q", r.Body)
+			}
+		}
+	})
+
+	t.Run("no or bad token is 401 before the limiter", func(t *testing.T) {
+		for _, bad := range BadTokens(t) {
+			for _, ep := range []struct{ method, url string }{{http.MethodGet, profile}, {http.MethodPost, export}} {
+				r := Do(t, ep.method, ep.url, bad.Authorization)
+				expect(t, bad.Name+" "+ep.method, r, http.StatusUnauthorized, map[string]string{
+					"Content-Type":      core.ProblemContentType,
+					"WWW-Authenticate":  app.WWWAuthenticate,
+					"X-RateLimit-Limit": "", // refused before the limiter ran
+				})
+				var p core.Problem
+				if err := json.Unmarshal([]byte(r.Body), &p); err != nil || p.Status != 401 || p.Detail == "" {
+					t.Errorf("%s: body %q is not a 401 problem with a detail (%v)", bad.Name, r.Body, err)
+				}
+			}
+		}
+	})
+
+	t.Run("profile is 200 with rate-limit headers", func(t *testing.T) {
+		tenant := Tenant(t)
+		auth := "Bearer " + Token(t, tenant, "free")
+		r := Do(t, http.MethodGet, profile, auth)
+		expect(t, "profile", r, http.StatusOK, map[string]string{
+			"X-RateLimit-Limit":     "20",
+			"X-RateLimit-Remaining": "19",
+			"RateLimit-Policy":      `"default";q=20;w=10`,
+			"Retry-After":           "",
+		})
+		if rl := r.Header.Get("RateLimit"); !strings.HasPrefix(rl, `"default";r=19;t=`) {
+			t.Errorf("RateLimit = %q", rl)
+		}
+		var p app.Profile
+		if err := json.Unmarshal([]byte(r.Body), &p); err != nil || p != (app.Profile{Tenant: tenant, Tier: "free"}) {
+			t.Errorf("profile body %q (%v)", r.Body, err)
+		}
+	})
+
+	t.Run("free export is denied after two calls with 429 and Retry-After", func(t *testing.T) {
+		auth := "Bearer " + Token(t, Tenant(t), "free")
+		for i, remaining := range []string{"5", "0"} {
+			r := Do(t, http.MethodPost, export, auth)
+			expect(t, "export #"+strconv.Itoa(i+1), r, http.StatusOK, map[string]string{
+				"X-RateLimit-Limit": "10", "X-RateLimit-Remaining": remaining, "RateLimit-Policy": `"export";q=10;w=100`,
+			})
+		}
+		r := Do(t, http.MethodPost, export, auth)
+		expect(t, "export #3", r, http.StatusTooManyRequests, map[string]string{
+			"Content-Type": core.ProblemContentType, "X-RateLimit-Limit": "10", "X-RateLimit-Remaining": "0",
+		})
+		// 5 tokens short at 0.1/s: 50 s, less what refilled between calls.
+		ra, err := strconv.Atoi(r.Header.Get("Retry-After"))
+		if err != nil || ra < 45 || ra > 50 {
+			t.Errorf("Retry-After = %q, want 45..50 s", r.Header.Get("Retry-After"))
+		}
+		if rl := r.Header.Get("RateLimit"); !strings.HasSuffix(rl, ";t="+strconv.Itoa(ra)) {
+			t.Errorf("RateLimit = %q, want t equal to Retry-After %d", rl, ra)
+		}
+		var p core.Problem
+		if err := json.Unmarshal([]byte(r.Body), &p); err != nil || p.Status != 429 || len(p.ViolatedPolicies) != 1 || p.ViolatedPolicies[0] != app.ClassExport {
+			t.Errorf("429 body %q (%v)", r.Body, err)
+		}
+		// Classes are separate buckets: the profile still answers.
+		expect(t, "profile after exports", Do(t, http.MethodGet, profile, auth), http.StatusOK, map[string]string{"X-RateLimit-Limit": "20"})
+	})
+
+	t.Run("pro tier has its own quotas", func(t *testing.T) {
+		auth := "Bearer " + Token(t, Tenant(t), "pro")
+		for i := range 3 {
+			expect(t, "pro export #"+strconv.Itoa(i+1), Do(t, http.MethodPost, export, auth), http.StatusOK,
+				map[string]string{"X-RateLimit-Limit": "100", "X-RateLimit-Remaining": strconv.Itoa(95 - 5*i)})
+		}
+	})
+
+	t.Run("an override in the SQL store replaces the tier default", func(t *testing.T) {
+		tenant := Tenant(t)
+		if _, err := a.Overrides.Set(t.Context(), sqlquota.Override{TenantID: tenant, Bucket: app.ClassExport,
+			Quota: core.Quota{Capacity: 20, RefillPerSecond: 0.1}, UpdatedBy: "apptest", Reason: "test"}); err != nil {
+			t.Fatalf("set override: %v", err)
+		}
+		auth := "Bearer " + Token(t, tenant, "free")
+		for i := range 4 {
+			expect(t, "export #"+strconv.Itoa(i+1), Do(t, http.MethodPost, export, auth), http.StatusOK, map[string]string{"X-RateLimit-Limit": "20"})
+		}
+		expect(t, "export #5", Do(t, http.MethodPost, export, auth), http.StatusTooManyRequests, map[string]string{"X-RateLimit-Limit": "20"})
+	})
+
+	t.Run("metrics serve the decisions in Prometheus text", func(t *testing.T) {
+		auth := "Bearer " + Token(t, Tenant(t), "free")
+		for range 3 {
+			Do(t, http.MethodPost, export, auth)
+		}
+		r := Do(t, http.MethodGet, base+app.PathMetrics, "")
+		expect(t, "metrics", r, http.StatusOK, map[string]string{"X-RateLimit-Limit": ""})
+		if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
+			t.Errorf("metrics Content-Type = %q, want text/plain", ct)
+		}
+		AssertDecisionSeries(t, r.Body)
+	})
+}
+
+// AssertDecisionSeries checks that a Prometheus text exposition holds the
+// tollgate_decisions counter with an allowed and a denied export sample.
+func AssertDecisionSeries(t testing.TB, body string) {
+	t.Helper()
+	var allowed, denied bool
+	for line := range strings.Lines(body) {
+		if !strings.HasPrefix(line, "tollgate_decisions_total{") || !strings.Contains(line, `class="export"`) {
+			continue
+		}
+		allowed = allowed || strings.Contains(line, `outcome="allowed"`)
+		denied = denied || strings.Contains(line, `outcome="denied"`)
+	}
+	if !allowed || !denied {
+		t.Errorf("metrics: no tollgate_decisions_total sample for an allowed (%v) and a denied (%v) export in:\n%s", allowed, denied, grep(body, "tollgate_"))
+	}
+}
+
+func grep(body, s string) string {
+	var b strings.Builder
+	for line := range strings.Lines(body) {
+		if strings.Contains(line, s) {
+			b.WriteString(line)
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,68 @@
+// Command nethttp is the example service on net/http (Go 1.22 ServeMux)
+// with tollgate's httplimit middleware. The gin, echo, fiber and grpc
+// examples serve the same API, so they can be compared.
+//
+//	cd examples && go run ./nethttp
+//	curl -H "Authorization: Bearer $(go run ./cmd/mint -tenant t42)" localhost:8080/v1/profile
+//
+// See ../README.md for the environment it reads.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/examples/internal/app"
+	"github.com/tollgate-go/tollgate/httplimit"
+)
+
+func main() {
+	app.Main("nethttp", func(ctx context.Context, a *app.App, ln net.Listener) error {
+		h, err := NewHandler(a)
+		if err != nil {
+			return err
+		}
+		return app.ServeHTTP(ctx, ln, h)
+	})
+}
+
+// NewHandler returns the service: /healthz and /metrics open, /v1/ behind
+// authentication and then the limiter.
+func NewHandler(a *app.App) (http.Handler, error) {
+	opts := []httplimit.Option{
+		httplimit.WithRoutes(app.Routes()),
+		httplimit.WithCostFunc(a.CostFunc()),
+		httplimit.WithHeaderStyle(a.HeaderStyle),
+		httplimit.WithErrorHandler(func(r *http.Request, err error) {
+			a.Log.Warn("rate limiter degraded", "path", r.URL.Path, "err", err)
+		}),
+	}
+	if err := httplimit.Validate(a.Limiter, opts...); err != nil {
+		return nil, err
+	}
+	limit := httplimit.Middleware(a.Limiter, opts...)
+	protect := func(h http.HandlerFunc) http.Handler { return a.Auth.RequireTenant(limit(h)) }
+
+	mux := http.NewServeMux()
+	mux.Handle("GET "+app.PathHealth, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, app.Health{Status: "ok"})
+	}))
+	mux.Handle("GET "+app.PathMetrics, a.Metrics)
+	mux.Handle("GET "+app.PathProfile, protect(func(w http.ResponseWriter, r *http.Request) {
+		t, _ := core.TenantFromContext(r.Context())
+		writeJSON(w, a.GetProfile(t))
+	}))
+	mux.Handle("POST "+app.PathExport, protect(func(w http.ResponseWriter, r *http.Request) {
+		t, _ := core.TenantFromContext(r.Context())
+		writeJSON(w, a.ExportReport(t))
+	}))
+	return mux, nil
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
