@@ -1,0 +1,86 @@
+package fiberlimit_test
+
+import (
+	"net"
+	"net/http"
+	"testing"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/tollgate-go/tollgate/conformance"
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/fiberlimit"
+	"github.com/valyala/fasthttp"
+)
+
+// auth is the test authentication layer: it "verifies" the suite's
+// credential and stores the tenant for the limiter.
+func auth(c *fiber.Ctx) error {
+	if t, ok := conformance.Authenticate(c.Get("Authorization")); ok {
+		fiberlimit.SetTenant(c, t)
+	}
+	return c.Next()
+}
+
+func options(s conformance.Setup) []fiberlimit.Option {
+	opts := []fiberlimit.Option{
+		fiberlimit.WithRoutes(conformance.HTTPRoutes(s.Routes, conformance.HTTPEndpoint.ColonPath)),
+		fiberlimit.WithHeaderStyle(s.HeaderStyle),
+		fiberlimit.WithGateOptions(core.WithGateClock(s.Clock)),
+		fiberlimit.WithErrorHandler(func(_ *fiber.Ctx, err error) { s.OnError(err) }),
+	}
+	if s.Anonymous {
+		opts = append(opts, fiberlimit.WithAnonymous(""))
+	}
+	return opts
+}
+
+var target = conformance.HTTPTarget(func(t testing.TB, s conformance.Setup) (conformance.Instance, error) {
+	if err := fiberlimit.Validate(s.Limiter, options(s)...); err != nil {
+		return nil, err
+	}
+	limit := fiberlimit.New(s.Limiter, options(s)...)
+	inst := &instance{}
+	app := fiber.New(fiber.Config{DisableStartupMessage: true})
+	app.Use(auth)
+	for _, e := range conformance.HTTPEndpoints {
+		app.Add(e.Method, e.ColonPath(), limit, func(c *fiber.Ctx) error {
+			inst.calls.Inc()
+			return c.SendStatus(http.StatusOK)
+		})
+	}
+	inst.handler = app.Handler()
+	return inst, nil
+})
+
+// instance serves requests with the app's fasthttp handler in process, with
+// the suite's client address as the connection's remote address.
+type instance struct {
+	handler fasthttp.RequestHandler
+	calls   conformance.Counter
+}
+
+func (i *instance) Do(r conformance.Request) (conformance.Response, error) {
+	hr, err := conformance.NewHTTPRequest(r)
+	if err != nil {
+		return conformance.Response{}, err
+	}
+	var req fasthttp.Request
+	req.Header.SetMethod(hr.Method)
+	req.SetRequestURI(hr.URL.RequestURI())
+	req.Header.SetHost(hr.Host)
+	for k, vs := range hr.Header {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
+	var ctx fasthttp.RequestCtx
+	ctx.Init(&req, &net.TCPAddr{IP: net.ParseIP(r.IP()), Port: 40000}, nil)
+	i.handler(&ctx)
+	res := conformance.Response{Status: ctx.Response.StatusCode(), Header: http.Header{}, Body: append([]byte(nil), ctx.Response.Body()...)}
+	ctx.Response.Header.VisitAll(func(k, v []byte) { res.Header.Add(string(k), string(v)) })
+	return res, nil
+}
+
+func (i *instance) HandlerCalls() int { return i.calls.Load() }
+
+func TestConformance(t *testing.T) { conformance.Run(t, target) }

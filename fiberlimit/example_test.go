@@ -1,0 +1,40 @@
+package fiberlimit_test
+
+import (
+	"github.com/gofiber/fiber/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/fiberlimit"
+)
+
+// authenticate stands for your authentication middleware: it verifies the
+// credential and stores the tenant for the limiter. The limiter never
+// reads the tenant from a header.
+func authenticate(c *fiber.Ctx) error {
+	if t, ok := verify(c.Get("Authorization")); ok {
+		fiberlimit.SetTenant(c, t)
+	}
+	return c.Next()
+}
+
+func verify(string) (core.Tenant, bool) { return core.Tenant{ID: "t42", Tier: "free"}, true }
+
+func Example() {
+	resolver, _ := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{
+		"free": {Classes: map[string]core.Quota{
+			"default": {Capacity: 20, RefillPerSecond: 2},
+			"export":  {Capacity: 10, RefillPerSecond: 0.1},
+		}},
+	}})
+	lim, _ := core.New(redis.NewClient(&redis.Options{Addr: "localhost:6379"}), resolver)
+
+	app := fiber.New()
+	app.Use(authenticate)
+	limit := fiberlimit.New(lim, fiberlimit.WithRoutes(core.Routes{
+		"POST /v1/reports/export": {Class: "export", Cost: 5},
+	}))
+	app.Get("/v1/profile", limit, func(c *fiber.Ctx) error { return c.SendStatus(200) })
+	app.Post("/v1/reports/export", limit, func(c *fiber.Ctx) error { return c.SendStatus(200) })
+	app.Get("/healthz", func(c *fiber.Ctx) error { return c.SendStatus(200) }) // not limited
+	_ = app.Listen(":8080")
+}

@@ -1,0 +1,158 @@
+package fiberlimit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/tollgate-go/tollgate/conformance/redistest"
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/fiberlimit"
+)
+
+func newLimiter(t testing.TB, opts ...core.Option) *core.Limiter {
+	t.Helper()
+	res, err := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{
+		"free": {Classes: map[string]core.Quota{
+			"default": {Capacity: 2, RefillPerSecond: 0.01},
+			"export":  {Capacity: 10, RefillPerSecond: 0.01},
+		}},
+		"anonymous": {Classes: map[string]core.Quota{"default": {Capacity: 100, RefillPerSecond: 1}}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts = append([]core.Option{core.WithPrefix(redistest.Prefix(t)), core.WithTimeout(5 * time.Second)}, opts...)
+	lim, err := core.New(redistest.Client(t), res, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lim
+}
+
+func tenant(id string) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		fiberlimit.SetTenant(c, core.Tenant{ID: id})
+		return c.Next()
+	}
+}
+
+func ok(c *fiber.Ctx) error { return c.SendStatus(http.StatusOK) }
+
+func do(t *testing.T, app *fiber.App, method, path string, header ...string) *http.Response {
+	t.Helper()
+	req := httptest.NewRequest(method, path, nil)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	res, err := app.Test(req, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = res.Body.Close()
+	return res
+}
+
+func TestOptions(t *testing.T) {
+	lim := newLimiter(t)
+	t.Run("next skips", func(t *testing.T) {
+		app := fiber.New()
+		app.Get("/skip", tenant("next"), fiberlimit.New(lim, fiberlimit.WithNext(func(c *fiber.Ctx) bool { return true })), ok)
+		for range 3 {
+			if res := do(t, app, "GET", "/skip"); res.StatusCode != 200 || res.Header.Get("RateLimit") != "" {
+				t.Fatalf("skipped: %d %v", res.StatusCode, res.Header)
+			}
+		}
+	})
+	t.Run("fiber cost func before the neutral one", func(t *testing.T) {
+		app := fiber.New()
+		app.Get("/x", tenant("cost"), fiberlimit.New(lim,
+			fiberlimit.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
+				return core.Route{Class: "export", Cost: 3}, true
+			}),
+			fiberlimit.WithFiberCostFunc(func(c *fiber.Ctx) (core.Route, bool) {
+				return core.Route{Class: "export", Cost: 2}, c.Query("big") != ""
+			})), ok)
+		if got := do(t, app, "GET", "/x?big=1").Header.Get("X-RateLimit-Remaining"); got != "8" {
+			t.Fatalf("fiber cost func: remaining %s", got)
+		}
+		if got := do(t, app, "GET", "/x").Header.Get("X-RateLimit-Remaining"); got != "5" {
+			t.Fatalf("neutral cost func: remaining %s", got)
+		}
+	})
+	t.Run("route template per route; mount prefix under Use", func(t *testing.T) {
+		routes := fiberlimit.WithRoutes(core.Routes{"GET /items/:id": {Class: "export", Cost: 1}, "/api": {Class: "export", Cost: 2}})
+		app := fiber.New()
+		app.Get("/items/:id", tenant("template"), fiberlimit.New(lim, routes), ok)
+		api := app.Group("/api", tenant("prefix"), fiberlimit.New(lim, routes))
+		api.Get("/anything/:x", ok)
+		if got := do(t, app, "GET", "/items/5").Header.Get("X-RateLimit-Remaining"); got != "9" {
+			t.Fatalf("per route: remaining %q", got)
+		}
+		if got := do(t, app, "GET", "/api/anything/1").Header.Get("X-RateLimit-Remaining"); got != "8" {
+			t.Fatalf("group: remaining %q", got)
+		}
+	})
+	t.Run("deny handler", func(t *testing.T) {
+		app := fiber.New()
+		app.Get("/", tenant("deny"), fiberlimit.New(lim, fiberlimit.WithDenyHandler(func(c *fiber.Ctx, v core.Verdict) error {
+			return c.Status(http.StatusTeapot).SendString(fmt.Sprint(v.Status))
+		})), ok)
+		for range 2 {
+			do(t, app, "GET", "/")
+		}
+		if res := do(t, app, "GET", "/"); res.StatusCode != http.StatusTeapot || res.Header.Get("Retry-After") == "" {
+			t.Fatalf("deny: %d %v", res.StatusCode, res.Header)
+		}
+	})
+}
+
+// Strings from the request reach core as copies: Fiber reuses its request
+// buffers for the next request, and a proxy header's IP points into them.
+func TestNoBufferAliasing(t *testing.T) {
+	lim := newLimiter(t)
+	var mu sync.Mutex
+	var seen []core.Endpoint
+	app := fiber.New(fiber.Config{ProxyHeader: "X-Real-Ip"})
+	app.Get("/", fiberlimit.New(lim, fiberlimit.WithAnonymous(""),
+		fiberlimit.WithCostFunc(func(_ context.Context, _ core.Tenant, e core.Endpoint) (core.Route, bool) {
+			mu.Lock()
+			seen = append(seen, e)
+			mu.Unlock()
+			return core.Route{}, false
+		})), ok)
+	for i := range 20 {
+		if res := do(t, app, "GET", "/", "X-Real-Ip", fmt.Sprintf("10.0.0.%d", i)); res.StatusCode != 200 {
+			t.Fatalf("request %d: %d", i, res.StatusCode)
+		}
+	}
+	for i, e := range seen {
+		if want := fmt.Sprintf("10.0.0.%d", i); e.ClientIP != want || e.Method != "GET" {
+			t.Fatalf("endpoint %d kept %q %q, want GET %q: a string aliases fasthttp's buffer", i, e.Method, e.ClientIP, want)
+		}
+	}
+}
+
+func TestMisconfigured(t *testing.T) {
+	lim := newLimiter(t)
+	if err := fiberlimit.Validate(lim, fiberlimit.WithRoutes(core.Routes{"/x": {Class: "a b", Cost: 1}})); !errors.Is(err, core.ErrInvalidConfig) {
+		t.Fatalf("Validate(bad routes) = %v", err)
+	}
+	if err := fiberlimit.Validate(lim, nil, fiberlimit.WithRoutes(nil), fiberlimit.WithCostFunc(nil), fiberlimit.WithFiberCostFunc(nil),
+		fiberlimit.WithNext(nil), fiberlimit.WithPatternFunc(nil), fiberlimit.WithDenyHandler(nil), fiberlimit.WithErrorHandler(nil)); err != nil {
+		t.Fatalf("nil options are not ignored: %v", err)
+	}
+	var hooked error
+	app := fiber.New()
+	app.Get("/", tenant("t"), fiberlimit.New(nil, fiberlimit.WithErrorHandler(func(_ *fiber.Ctx, err error) { hooked = err })), ok)
+	res := do(t, app, "GET", "/")
+	if res.StatusCode != 500 || res.Header.Get("Content-Type") != core.ProblemContentType || !errors.Is(hooked, core.ErrInvalidConfig) {
+		t.Fatalf("misconfigured: %d %v, hook got %v", res.StatusCode, res.Header, hooked)
+	}
+}
