@@ -165,42 +165,48 @@ func (b *batcher) send(batch []*call) {
 		ctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
-	if err := b.load(ctx); err != nil {
-		for _, c := range live {
-			c.finish(nil, err)
+	// preloading is an optimisation: if it fails (a node is down), EVALSHA
+	// still runs where the script is cached and NOSCRIPT falls back to EVAL
+	_ = b.load(ctx)
+	cmds := make([]*redis.Cmd, len(live))
+	_, _ = b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, c := range live {
+			cmds[i] = p.EvalSha(ctx, tokenBucket.Hash(), c.keys, c.args...)
 		}
+		return nil
+	})
+	var retry []*call
+	refreshed := false
+	for i, c := range live {
+		v, err := cmds[i].Result()
+		if err != nil && !refreshed {
+			refreshTopology(b.client, err)
+			refreshed = true
+		}
+		if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			retry = append(retry, c) // not executed: safe to send again
+			continue
+		}
+		c.finish(v, err)
+	}
+	if len(retry) == 0 {
 		return
 	}
-	for attempt := 0; ; attempt++ {
-		cmds := make([]*redis.Cmd, len(live))
-		_, _ = b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i, c := range live {
-				cmds[i] = p.EvalSha(ctx, tokenBucket.Hash(), c.keys, c.args...)
-			}
-			return nil
-		})
-		var retry []*call
-		for i, c := range live {
-			v, err := cmds[i].Result()
-			if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") && attempt == 0 {
-				retry = append(retry, c) // not executed: safe to send again
-				continue
-			}
-			c.finish(v, err)
+	// the node lost its script cache (restart, failover, SCRIPT FLUSH): EVAL
+	// runs and caches the script wherever each key lives, and the next batch
+	// preloads it on every master again
+	b.loadMu.Lock()
+	b.loaded = false
+	b.loadMu.Unlock()
+	cmds = make([]*redis.Cmd, len(retry))
+	_, _ = b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, c := range retry {
+			cmds[i] = p.Eval(ctx, tokenBucketSource, c.keys, c.args...)
 		}
-		if len(retry) == 0 {
-			return
-		}
-		b.loadMu.Lock()
-		b.loaded = false
-		b.loadMu.Unlock()
-		if err := b.load(ctx); err != nil {
-			for _, c := range retry {
-				c.finish(nil, err)
-			}
-			return
-		}
-		live = retry
+		return nil
+	})
+	for i, c := range retry {
+		c.finish(cmds[i].Result())
 	}
 }
 

@@ -94,8 +94,11 @@ func NewCluster(t testing.TB, masters, replicas int) *Cluster {
 func startCluster(masters, replicas int) (*Cluster, error) {
 	c := &Cluster{Masters: masters}
 	for range masters * (1 + replicas) {
+		// replicas sync at once and may always fail over: a test kills
+		// masters seconds after start-up
 		s, err := startServer([]string{"--cluster-enabled", "yes", "--cluster-node-timeout", "2000",
-			"--cluster-config-file", "nodes.conf"})
+			"--cluster-config-file", "nodes.conf", "--repl-diskless-sync-delay", "0",
+			"--cluster-replica-validity-factor", "0"})
 		if err != nil {
 			c.shutdown()
 			return nil, err
@@ -145,12 +148,20 @@ func (c *Cluster) ready(cc *redis.ClusterClient) error {
 	for _, n := range c.Nodes {
 		nc := redis.NewClient(&redis.Options{Addr: n.Addr(), MaxRetries: -1})
 		info, err := nc.ClusterInfo(ctx).Result()
+		var repl string
+		if err == nil {
+			repl, err = nc.Info(ctx, "replication").Result()
+		}
 		_ = nc.Close()
 		if err != nil {
 			return err
 		}
 		if !strings.Contains(info, "cluster_state:ok") {
 			return fmt.Errorf("node %s: cluster_state not ok", n.Addr())
+		}
+		// a replica must have synced, or it could not take over its master
+		if strings.Contains(repl, "role:slave") && !strings.Contains(repl, "master_link_status:up") {
+			return fmt.Errorf("replica %s: not in sync yet", n.Addr())
 		}
 	}
 	cc.ReloadState(ctx)
@@ -167,4 +178,25 @@ func (c *Cluster) shutdown() {
 	for _, n := range c.Nodes {
 		n.shutdown()
 	}
+}
+
+// Master returns the i-th node that is a master now (ROLE), in node order.
+func (c *Cluster) Master(t testing.TB, i int) *Server {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for _, n := range c.Nodes {
+		nc := redis.NewClient(&redis.Options{Addr: n.Addr(), MaxRetries: -1})
+		role, err := nc.Do(ctx, "ROLE").Slice()
+		_ = nc.Close()
+		if err != nil || len(role) == 0 || role[0] != "master" {
+			continue
+		}
+		if i == 0 {
+			return n
+		}
+		i--
+	}
+	t.Fatalf("redistest: cluster has no master number %d", i)
+	return nil
 }

@@ -176,3 +176,6 @@ func (s *Server) shutdown() {
 	s.Kill()
 	_ = os.RemoveAll(s.dir)
 }
+
+// Dir returns the server's working directory (its log is redis.log there).
+func (s *Server) Dir() string { return s.dir }
