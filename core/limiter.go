@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -343,7 +344,7 @@ func parseReply(v any, buckets []Bucket, cost int64) (Decision, error) {
 	}
 	states := make([]BucketState, len(buckets))
 	for i, b := range buckets {
-		tok, err := parseFloat(a[4+i])
+		tok, err := parseTokens(a[4+i])
 		if err != nil {
 			return Decision{}, err
 		}
@@ -357,6 +358,17 @@ func parseReply(v any, buckets []Bucket, cost int64) (Decision, error) {
 		r = ReasonCostExceedsCapacity
 	}
 	return newDecision(states, int(binding-1), r, retry, cost), nil
+}
+
+// parseTokens reads a bucket's balance: a number, possibly followed by a
+// space and more (the stored state, which the script replies as is).
+func parseTokens(v any) (float64, error) {
+	if s, ok := v.(string); ok {
+		if i := strings.IndexByte(s, ' '); i >= 0 {
+			v = s[:i]
+		}
+	}
+	return parseFloat(v)
 }
 
 func parseFloat(v any) (float64, error) {
