@@ -219,6 +219,10 @@ func (g *Gate) Route(ctx context.Context, t Tenant, e Endpoint) Route {
 
 // Decide checks one request. ctx carries the tenant (ContextWithTenant).
 func (g *Gate) Decide(ctx context.Context, e Endpoint) Verdict {
+	// an exempt route (health, metrics) needs no identity
+	if r, ok := g.routes.Lookup(e.Method, e.Pattern); ok && r.Exempt {
+		return Verdict{Proceed: true, Route: r}
+	}
 	t, ok := TenantFromContext(ctx)
 	if !ok {
 		if !g.anonymous || e.ClientIP == "" {

@@ -49,6 +49,11 @@ func TestGate(t *testing.T) {
 		if !v.Proceed || v.Checked || len(v.Headers) != 0 {
 			t.Fatalf("%+v", v)
 		}
+		// and needs no identity
+		v = g.Decide(context.Background(), core.Endpoint{Method: "GET", Pattern: "/healthz"})
+		if !v.Proceed || v.Unauthenticated {
+			t.Fatalf("exempt route without a tenant: %+v", v)
+		}
 	})
 	t.Run("route table sets class and cost", func(t *testing.T) {
 		v := g.Decide(ctx, core.Endpoint{Method: "POST", Pattern: "/v1/reports/export"})
