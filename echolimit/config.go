@@ -1,11 +1,10 @@
 package echolimit
 
 import (
-	"context"
-
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/httplimit/adapt"
 )
 
 // Option configures the middleware. Options are applied in order; a nil
@@ -17,12 +16,10 @@ type optionFunc func(*config)
 func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
-	gate     []core.GateOption
-	costFunc core.CostFunc
-	echoCost func(echo.Context) (core.Route, bool)
-	skipper  middleware.Skipper
-	deny     func(echo.Context, core.Verdict) error
-	onError  func(echo.Context, error)
+	adapt.Config[echo.Context]
+	skipper middleware.Skipper
+	deny    func(echo.Context, core.Verdict) error
+	onError func(echo.Context, error)
 }
 
 func newConfig(opts []Option) *config {
@@ -36,7 +33,7 @@ func newConfig(opts []Option) *config {
 }
 
 func gateOption(o core.GateOption) Option {
-	return optionFunc(func(c *config) { c.gate = append(c.gate, o) })
+	return optionFunc(func(c *config) { c.AddGate(o) })
 }
 
 // WithRoutes sets the route table: "METHOD /path/:param" or "/path/:param"
@@ -54,7 +51,7 @@ func WithDefaultRoute(r core.Route) Option { return gateOption(core.WithDefaultR
 func WithCostFunc(f core.CostFunc) Option {
 	return optionFunc(func(c *config) {
 		if f != nil {
-			c.costFunc = f
+			c.CostFunc = f
 		}
 	})
 }
@@ -65,7 +62,7 @@ func WithCostFunc(f core.CostFunc) Option {
 func WithEchoCostFunc(f func(echo.Context) (core.Route, bool)) Option {
 	return optionFunc(func(c *config) {
 		if f != nil {
-			c.echoCost = f
+			c.FrameworkCostFunc = f
 		}
 	})
 }
@@ -122,34 +119,5 @@ func WithAnonymous(tier string) Option { return gateOption(core.WithAnonymous(ti
 // WithGateOptions passes core gate options through (for example
 // core.WithGateClock). Default: none.
 func WithGateOptions(opts ...core.GateOption) Option {
-	return optionFunc(func(c *config) {
-		for _, o := range opts {
-			if o != nil {
-				c.gate = append(c.gate, o)
-			}
-		}
-	})
-}
-
-type echoKey struct{}
-
-func (c *config) newGate(lim *core.Limiter) (*core.Gate, error) {
-	opts := c.gate
-	if c.echoCost != nil || c.costFunc != nil {
-		echoCost, costFunc := c.echoCost, c.costFunc
-		opts = append(opts[:len(opts):len(opts)], core.WithCostFunc(func(ctx context.Context, t core.Tenant, e core.Endpoint) (core.Route, bool) {
-			if echoCost != nil {
-				if ec, ok := ctx.Value(echoKey{}).(echo.Context); ok {
-					if r, ok := echoCost(ec); ok {
-						return r, true
-					}
-				}
-			}
-			if costFunc != nil {
-				return costFunc(ctx, t, e)
-			}
-			return core.Route{}, false
-		}))
-	}
-	return core.NewGate(lim, opts...)
+	return optionFunc(func(c *config) { c.AddGate(opts...) })
 }

@@ -1,12 +1,11 @@
 package echolimit
 
 import (
-	"context"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
 	"github.com/tollgate-go/tollgate/core"
-	"github.com/tollgate-go/tollgate/httplimit"
+	"github.com/tollgate-go/tollgate/httplimit/adapt"
 )
 
 // Middleware returns Echo middleware that rate-limits requests with lim.
@@ -29,9 +28,9 @@ import (
 // error handler; check it at start-up with Validate.
 func Middleware(lim *core.Limiter, opts ...Option) echo.MiddlewareFunc {
 	c := newConfig(opts)
-	gate, err := c.newGate(lim)
+	gate, err := c.NewGate(lim)
 	if err != nil {
-		body := misconfiguredProblem.JSON()
+		body := adapt.Misconfigured.JSON()
 		return func(echo.HandlerFunc) echo.HandlerFunc {
 			return func(ec echo.Context) error {
 				if c.onError != nil {
@@ -47,15 +46,11 @@ func Middleware(lim *core.Limiter, opts ...Option) echo.MiddlewareFunc {
 				return next(ec)
 			}
 			req := ec.Request()
-			ctx := req.Context()
-			if c.echoCost != nil {
-				ctx = context.WithValue(ctx, echoKey{}, ec)
-			}
-			v := gate.Decide(ctx, core.Endpoint{Method: req.Method, Pattern: ec.Path(), ClientIP: ec.RealIP()})
+			v := gate.Decide(c.Context(req.Context(), ec), core.Endpoint{Method: req.Method, Pattern: ec.Path(), ClientIP: ec.RealIP()})
 			if v.Err != nil && c.onError != nil {
 				c.onError(ec, v.Err)
 			}
-			httplimit.SetHeaders(ec.Response().Header(), v.Headers)
+			adapt.SetHeaders(ec.Response().Header(), v.Headers)
 			if v.Proceed {
 				return next(ec)
 			}
@@ -66,7 +61,7 @@ func Middleware(lim *core.Limiter, opts ...Option) echo.MiddlewareFunc {
 
 // Validate reports whether Middleware(lim, opts...) is well configured.
 func Validate(lim *core.Limiter, opts ...Option) error {
-	_, err := newConfig(opts).newGate(lim)
+	_, err := newConfig(opts).NewGate(lim)
 	return err
 }
 
@@ -75,6 +70,3 @@ func Validate(lim *core.Limiter, opts ...Option) error {
 func DefaultDenyHandler(c echo.Context, v core.Verdict) error {
 	return c.Blob(v.Status, v.ContentType, v.Body)
 }
-
-var misconfiguredProblem = core.Problem{Type: "about:blank", Title: "Internal Server Error",
-	Status: http.StatusInternalServerError, Detail: "The rate limiter is misconfigured."}

@@ -1,10 +1,9 @@
 package fiberlimit
 
 import (
-	"context"
-
 	"github.com/gofiber/fiber/v2"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/httplimit/adapt"
 )
 
 // Option configures the middleware. Options are applied in order; a nil
@@ -16,13 +15,11 @@ type optionFunc func(*config)
 func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
-	gate      []core.GateOption
-	costFunc  core.CostFunc
-	fiberCost func(*fiber.Ctx) (core.Route, bool)
-	next      func(*fiber.Ctx) bool
-	pattern   func(*fiber.Ctx) string
-	deny      func(*fiber.Ctx, core.Verdict) error
-	onError   func(*fiber.Ctx, error)
+	adapt.Config[*fiber.Ctx]
+	next    func(*fiber.Ctx) bool
+	pattern func(*fiber.Ctx) string
+	deny    func(*fiber.Ctx, core.Verdict) error
+	onError func(*fiber.Ctx, error)
 }
 
 func newConfig(opts []Option) *config {
@@ -36,7 +33,7 @@ func newConfig(opts []Option) *config {
 }
 
 func gateOption(o core.GateOption) Option {
-	return optionFunc(func(c *config) { c.gate = append(c.gate, o) })
+	return optionFunc(func(c *config) { c.AddGate(o) })
 }
 
 // WithRoutes sets the route table: "METHOD /path/:param" or "/path/:param"
@@ -54,7 +51,7 @@ func WithDefaultRoute(r core.Route) Option { return gateOption(core.WithDefaultR
 func WithCostFunc(f core.CostFunc) Option {
 	return optionFunc(func(c *config) {
 		if f != nil {
-			c.costFunc = f
+			c.CostFunc = f
 		}
 	})
 }
@@ -66,7 +63,7 @@ func WithCostFunc(f core.CostFunc) Option {
 func WithFiberCostFunc(f func(*fiber.Ctx) (core.Route, bool)) Option {
 	return optionFunc(func(c *config) {
 		if f != nil {
-			c.fiberCost = f
+			c.FrameworkCostFunc = f
 		}
 	})
 }
@@ -132,34 +129,5 @@ func WithAnonymous(tier string) Option { return gateOption(core.WithAnonymous(ti
 // WithGateOptions passes core gate options through (for example
 // core.WithGateClock). Default: none.
 func WithGateOptions(opts ...core.GateOption) Option {
-	return optionFunc(func(c *config) {
-		for _, o := range opts {
-			if o != nil {
-				c.gate = append(c.gate, o)
-			}
-		}
-	})
-}
-
-type fiberKey struct{}
-
-func (c *config) newGate(lim *core.Limiter) (*core.Gate, error) {
-	opts := c.gate
-	if c.fiberCost != nil || c.costFunc != nil {
-		fiberCost, costFunc := c.fiberCost, c.costFunc
-		opts = append(opts[:len(opts):len(opts)], core.WithCostFunc(func(ctx context.Context, t core.Tenant, e core.Endpoint) (core.Route, bool) {
-			if fiberCost != nil {
-				if fc, ok := ctx.Value(fiberKey{}).(*fiber.Ctx); ok {
-					if r, ok := fiberCost(fc); ok {
-						return r, true
-					}
-				}
-			}
-			if costFunc != nil {
-				return costFunc(ctx, t, e)
-			}
-			return core.Route{}, false
-		}))
-	}
-	return core.NewGate(lim, opts...)
+	return optionFunc(func(c *config) { c.AddGate(opts...) })
 }

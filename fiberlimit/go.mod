@@ -59,6 +59,7 @@ require (
 	github.com/testcontainers/testcontainers-go/modules/redis v0.45.0 // indirect
 	github.com/tklauser/go-sysconf v0.4.0 // indirect
 	github.com/tklauser/numcpus v0.12.0 // indirect
+	github.com/tollgate-go/tollgate/httplimit v0.0.0
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
 	github.com/valyala/tcplisten v1.0.0 // indirect
 	github.com/yusufpapurcu/wmi v1.2.4 // indirect
@@ -79,3 +80,5 @@ replace (
 	github.com/tollgate-go/tollgate/conformance => ../conformance
 	github.com/tollgate-go/tollgate/core => ../core
 )
+
+replace github.com/tollgate-go/tollgate/httplimit => ../httplimit

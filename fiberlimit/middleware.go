@@ -1,12 +1,12 @@
 package fiberlimit
 
 import (
-	"context"
 	"net/http"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/utils"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/httplimit/adapt"
 )
 
 // New returns a Fiber handler that rate-limits requests with lim, after
@@ -32,9 +32,9 @@ import (
 // error handler; check it at start-up with Validate.
 func New(lim *core.Limiter, opts ...Option) fiber.Handler {
 	c := newConfig(opts)
-	gate, err := c.newGate(lim)
+	gate, err := c.NewGate(lim)
 	if err != nil {
-		body := misconfiguredProblem.JSON()
+		body := adapt.Misconfigured.JSON()
 		return func(fc *fiber.Ctx) error {
 			if c.onError != nil {
 				c.onError(fc, err)
@@ -47,15 +47,11 @@ func New(lim *core.Limiter, opts ...Option) fiber.Handler {
 		if c.next != nil && c.next(fc) {
 			return fc.Next()
 		}
-		ctx := fc.UserContext()
-		if c.fiberCost != nil {
-			ctx = context.WithValue(ctx, fiberKey{}, fc)
-		}
 		pattern := fc.Route().Path // the app's own string: safe to keep
 		if c.pattern != nil {
 			pattern = c.pattern(fc)
 		}
-		v := gate.Decide(ctx, core.Endpoint{Method: method(fc.Method()), Pattern: pattern, ClientIP: utils.CopyString(fc.IP())})
+		v := gate.Decide(c.Context(fc.UserContext(), fc), core.Endpoint{Method: method(fc.Method()), Pattern: pattern, ClientIP: utils.CopyString(fc.IP())})
 		if v.Err != nil && c.onError != nil {
 			c.onError(fc, v.Err)
 		}
@@ -100,7 +96,7 @@ func SetTenant(c *fiber.Ctx, t core.Tenant) {
 
 // Validate reports whether New(lim, opts...) is well configured.
 func Validate(lim *core.Limiter, opts ...Option) error {
-	_, err := newConfig(opts).newGate(lim)
+	_, err := newConfig(opts).NewGate(lim)
 	return err
 }
 
@@ -110,6 +106,3 @@ func DefaultDenyHandler(c *fiber.Ctx, v core.Verdict) error {
 	c.Status(v.Status).Set(fiber.HeaderContentType, v.ContentType)
 	return c.Send(v.Body)
 }
-
-var misconfiguredProblem = core.Problem{Type: "about:blank", Title: "Internal Server Error",
-	Status: http.StatusInternalServerError, Detail: "The rate limiter is misconfigured."}

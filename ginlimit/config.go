@@ -1,10 +1,9 @@
 package ginlimit
 
 import (
-	"context"
-
 	"github.com/gin-gonic/gin"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/httplimit/adapt"
 )
 
 // Option configures the middleware. Options are applied in order; a nil
@@ -16,12 +15,10 @@ type optionFunc func(*config)
 func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
-	gate     []core.GateOption
-	costFunc core.CostFunc
-	ginCost  func(*gin.Context) (core.Route, bool)
-	skipper  func(*gin.Context) bool
-	deny     func(*gin.Context, core.Verdict)
-	onError  func(*gin.Context, error)
+	adapt.Config[*gin.Context]
+	skipper func(*gin.Context) bool
+	deny    func(*gin.Context, core.Verdict)
+	onError func(*gin.Context, error)
 }
 
 func newConfig(opts []Option) *config {
@@ -35,7 +32,7 @@ func newConfig(opts []Option) *config {
 }
 
 func gateOption(o core.GateOption) Option {
-	return optionFunc(func(c *config) { c.gate = append(c.gate, o) })
+	return optionFunc(func(c *config) { c.AddGate(o) })
 }
 
 // WithRoutes sets the route table: "METHOD /path/:param" or "/path/:param"
@@ -53,7 +50,7 @@ func WithDefaultRoute(r core.Route) Option { return gateOption(core.WithDefaultR
 func WithCostFunc(f core.CostFunc) Option {
 	return optionFunc(func(c *config) {
 		if f != nil {
-			c.costFunc = f
+			c.CostFunc = f
 		}
 	})
 }
@@ -64,7 +61,7 @@ func WithCostFunc(f core.CostFunc) Option {
 func WithGinCostFunc(f func(*gin.Context) (core.Route, bool)) Option {
 	return optionFunc(func(c *config) {
 		if f != nil {
-			c.ginCost = f
+			c.FrameworkCostFunc = f
 		}
 	})
 }
@@ -118,34 +115,5 @@ func WithAnonymous(tier string) Option { return gateOption(core.WithAnonymous(ti
 // WithGateOptions passes core gate options through (for example
 // core.WithGateClock). Default: none.
 func WithGateOptions(opts ...core.GateOption) Option {
-	return optionFunc(func(c *config) {
-		for _, o := range opts {
-			if o != nil {
-				c.gate = append(c.gate, o)
-			}
-		}
-	})
-}
-
-type ginKey struct{}
-
-func (c *config) newGate(lim *core.Limiter) (*core.Gate, error) {
-	opts := c.gate
-	if c.ginCost != nil || c.costFunc != nil {
-		ginCost, costFunc := c.ginCost, c.costFunc
-		opts = append(opts[:len(opts):len(opts)], core.WithCostFunc(func(ctx context.Context, t core.Tenant, e core.Endpoint) (core.Route, bool) {
-			if ginCost != nil {
-				if gc, ok := ctx.Value(ginKey{}).(*gin.Context); ok {
-					if r, ok := ginCost(gc); ok {
-						return r, true
-					}
-				}
-			}
-			if costFunc != nil {
-				return costFunc(ctx, t, e)
-			}
-			return core.Route{}, false
-		}))
-	}
-	return core.NewGate(lim, opts...)
+	return optionFunc(func(c *config) { c.AddGate(opts...) })
 }

@@ -1,12 +1,11 @@
 package ginlimit
 
 import (
-	"context"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
 	"github.com/tollgate-go/tollgate/core"
-	"github.com/tollgate-go/tollgate/httplimit"
+	"github.com/tollgate-go/tollgate/httplimit/adapt"
 )
 
 // Middleware returns Gin middleware that rate-limits requests with lim. Use
@@ -27,9 +26,9 @@ import (
 // error handler; check it at start-up with Validate.
 func Middleware(lim *core.Limiter, opts ...Option) gin.HandlerFunc {
 	c := newConfig(opts)
-	gate, err := c.newGate(lim)
+	gate, err := c.NewGate(lim)
 	if err != nil {
-		body := misconfiguredProblem.JSON()
+		body := adapt.Misconfigured.JSON()
 		return func(gc *gin.Context) {
 			if c.onError != nil {
 				c.onError(gc, err)
@@ -43,15 +42,11 @@ func Middleware(lim *core.Limiter, opts ...Option) gin.HandlerFunc {
 			gc.Next()
 			return
 		}
-		ctx := gc.Request.Context()
-		if c.ginCost != nil {
-			ctx = context.WithValue(ctx, ginKey{}, gc)
-		}
-		v := gate.Decide(ctx, core.Endpoint{Method: gc.Request.Method, Pattern: gc.FullPath(), ClientIP: gc.ClientIP()})
+		v := gate.Decide(c.Context(gc.Request.Context(), gc), core.Endpoint{Method: gc.Request.Method, Pattern: gc.FullPath(), ClientIP: gc.ClientIP()})
 		if v.Err != nil && c.onError != nil {
 			c.onError(gc, v.Err)
 		}
-		httplimit.SetHeaders(gc.Writer.Header(), v.Headers)
+		adapt.SetHeaders(gc.Writer.Header(), v.Headers)
 		if v.Proceed {
 			gc.Next()
 			return
@@ -63,7 +58,7 @@ func Middleware(lim *core.Limiter, opts ...Option) gin.HandlerFunc {
 
 // Validate reports whether Middleware(lim, opts...) is well configured.
 func Validate(lim *core.Limiter, opts ...Option) error {
-	_, err := newConfig(opts).newGate(lim)
+	_, err := newConfig(opts).NewGate(lim)
 	return err
 }
 
@@ -72,6 +67,3 @@ func Validate(lim *core.Limiter, opts ...Option) error {
 func DefaultDenyHandler(c *gin.Context, v core.Verdict) {
 	c.Data(v.Status, v.ContentType, v.Body)
 }
-
-var misconfiguredProblem = core.Problem{Type: "about:blank", Title: "Internal Server Error",
-	Status: http.StatusInternalServerError, Detail: "The rate limiter is misconfigured."}

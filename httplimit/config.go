@@ -1,10 +1,10 @@
 package httplimit
 
 import (
-	"context"
 	"net/http"
 
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/httplimit/adapt"
 )
 
 // Option configures the middleware. Options are applied in order; a nil
@@ -16,13 +16,11 @@ type optionFunc func(*config)
 func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
-	gate     []core.GateOption
-	costFunc core.CostFunc
-	reqCost  func(*http.Request) (core.Route, bool)
-	skipper  func(*http.Request) bool
-	pattern  func(*http.Request) string
-	deny     func(http.ResponseWriter, *http.Request, core.Verdict)
-	onError  func(*http.Request, error)
+	adapt.Config[*http.Request]
+	skipper func(*http.Request) bool
+	pattern func(*http.Request) string
+	deny    func(http.ResponseWriter, *http.Request, core.Verdict)
+	onError func(*http.Request, error)
 }
 
 func newConfig(opts []Option) *config {
@@ -36,7 +34,7 @@ func newConfig(opts []Option) *config {
 }
 
 func gateOption(o core.GateOption) Option {
-	return optionFunc(func(c *config) { c.gate = append(c.gate, o) })
+	return optionFunc(func(c *config) { c.AddGate(o) })
 }
 
 // WithRoutes sets the route table: "METHOD /pattern" or "/pattern" (the
@@ -55,7 +53,7 @@ func WithDefaultRoute(r core.Route) Option { return gateOption(core.WithDefaultR
 func WithCostFunc(f core.CostFunc) Option {
 	return optionFunc(func(c *config) {
 		if f != nil {
-			c.costFunc = f
+			c.CostFunc = f
 		}
 	})
 }
@@ -66,7 +64,7 @@ func WithCostFunc(f core.CostFunc) Option {
 func WithRequestCostFunc(f func(*http.Request) (core.Route, bool)) Option {
 	return optionFunc(func(c *config) {
 		if f != nil {
-			c.reqCost = f
+			c.FrameworkCostFunc = f
 		}
 	})
 }
@@ -134,35 +132,5 @@ func WithAnonymous(tier string) Option { return gateOption(core.WithAnonymous(ti
 // WithGateOptions passes core gate options through (for example
 // core.WithGateClock). Default: none.
 func WithGateOptions(opts ...core.GateOption) Option {
-	return optionFunc(func(c *config) {
-		for _, o := range opts {
-			if o != nil {
-				c.gate = append(c.gate, o)
-			}
-		}
-	})
-}
-
-type requestKey struct{}
-
-// newGate builds the core gate the middleware asks.
-func (c *config) newGate(lim *core.Limiter) (*core.Gate, error) {
-	opts := c.gate
-	if c.reqCost != nil || c.costFunc != nil {
-		reqCost, costFunc := c.reqCost, c.costFunc
-		opts = append(opts[:len(opts):len(opts)], core.WithCostFunc(func(ctx context.Context, t core.Tenant, e core.Endpoint) (core.Route, bool) {
-			if reqCost != nil {
-				if r, ok := ctx.Value(requestKey{}).(*http.Request); ok {
-					if rt, ok := reqCost(r); ok {
-						return rt, true
-					}
-				}
-			}
-			if costFunc != nil {
-				return costFunc(ctx, t, e)
-			}
-			return core.Route{}, false
-		}))
-	}
-	return core.NewGate(lim, opts...)
+	return optionFunc(func(c *config) { c.AddGate(opts...) })
 }

@@ -1,12 +1,12 @@
 package httplimit
 
 import (
-	"context"
 	"net"
 	"net/http"
 	"strings"
 
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/httplimit/adapt"
 )
 
 // Middleware returns net/http middleware that rate-limits requests with lim.
@@ -23,7 +23,7 @@ import (
 // handler; check it at start-up with Validate.
 func Middleware(lim *core.Limiter, opts ...Option) func(http.Handler) http.Handler {
 	c := newConfig(opts)
-	gate, err := c.newGate(lim)
+	gate, err := c.NewGate(lim)
 	return func(next http.Handler) http.Handler {
 		if err != nil {
 			return misconfigured(c, err)
@@ -34,11 +34,7 @@ func Middleware(lim *core.Limiter, opts ...Option) func(http.Handler) http.Handl
 				next.ServeHTTP(w, r)
 				return
 			}
-			ctx := r.Context()
-			if c.reqCost != nil {
-				ctx = context.WithValue(ctx, requestKey{}, r)
-			}
-			v := gate.Decide(ctx, core.Endpoint{Method: r.Method, Pattern: c.patternOf(r, mux), ClientIP: clientIP(r)})
+			v := gate.Decide(c.Context(r.Context(), r), core.Endpoint{Method: r.Method, Pattern: c.patternOf(r, mux), ClientIP: clientIP(r)})
 			if v.Err != nil && c.onError != nil {
 				c.onError(r, v.Err)
 			}
@@ -52,42 +48,13 @@ func Middleware(lim *core.Limiter, opts ...Option) func(http.Handler) http.Handl
 	}
 }
 
-// SetHeaders sets core's headers on h, replacing any earlier values. Names
-// are stored canonicalised, as http.Header.Set would, with one allocation
-// in all. Adapters over net/http types (Gin, Echo) share it.
-func SetHeaders(h http.Header, hs []core.Header) {
-	if len(hs) == 0 {
-		return
-	}
-	vals := make([]string, len(hs))
-	for i, hd := range hs {
-		vals[i] = hd.Value
-		h[canonical(hd.Name)] = vals[i : i+1 : i+1]
-	}
-}
-
-// canonicalNames holds the canonical form of every header name core emits,
-// so that setting them allocates nothing.
-var canonicalNames = func() map[string]string {
-	m := map[string]string{}
-	for _, n := range []string{core.HeaderRateLimit, core.HeaderRateLimitPolicy, core.HeaderRetryAfter,
-		core.HeaderXRateLimitLimit, core.HeaderXRateLimitRemain, core.HeaderXRateLimitReset,
-		core.HeaderRateLimitLimit06, core.HeaderRateLimitRemain06, core.HeaderRateLimitReset06} {
-		m[n] = http.CanonicalHeaderKey(n)
-	}
-	return m
-}()
-
-func canonical(name string) string {
-	if c, ok := canonicalNames[name]; ok {
-		return c
-	}
-	return http.CanonicalHeaderKey(name)
-}
+// SetHeaders sets core's headers on h, replacing any earlier values (see
+// adapt.SetHeaders).
+func SetHeaders(h http.Header, hs []core.Header) { adapt.SetHeaders(h, hs) }
 
 // Validate reports whether Middleware(lim, opts...) is well configured.
 func Validate(lim *core.Limiter, opts ...Option) error {
-	_, err := newConfig(opts).newGate(lim)
+	_, err := newConfig(opts).NewGate(lim)
 	return err
 }
 
@@ -128,9 +95,7 @@ func clientIP(r *http.Request) string {
 
 // misconfigured answers every request with 500, reporting err.
 func misconfigured(c *config, err error) http.Handler {
-	p := core.Problem{Type: "about:blank", Title: "Internal Server Error", Status: http.StatusInternalServerError,
-		Detail: "The rate limiter is misconfigured."}
-	body := p.JSON()
+	body := adapt.Misconfigured.JSON()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if c.onError != nil {
 			c.onError(r, err)

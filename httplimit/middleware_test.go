@@ -119,14 +119,3 @@ func TestMisconfigured(t *testing.T) {
 		t.Fatalf("misconfigured middleware answered %d %v, hook got %v", w.Code, w.Header(), hooked)
 	}
 }
-
-func TestSetHeaders(t *testing.T) {
-	h := http.Header{"Ratelimit": {"old"}}
-	httplimit.SetHeaders(h, []core.Header{{Name: "RateLimit", Value: "new"}, {Name: "X-RateLimit-Limit", Value: "3"}, {Name: "x-custom", Value: "c"}})
-	if h.Get("RateLimit") != "new" || len(h["Ratelimit"]) != 1 || h.Get("X-Ratelimit-Limit") != "3" || h.Get("X-Custom") != "c" {
-		t.Fatalf("%v", h)
-	}
-	if n := testing.AllocsPerRun(100, func() { httplimit.SetHeaders(http.Header{}, []core.Header{{Name: "RateLimit", Value: "v"}}) }); n > 2 {
-		t.Fatalf("SetHeaders allocates %v times for one known header", n)
-	}
-}

@@ -1,0 +1,110 @@
+// Package adapt holds the plumbing tollgate's HTTP adapters (httplimit,
+// ginlimit, echolimit, fiberlimit) share, for writing another adapter the
+// same way: the framework-neutral part of the configuration, mapped to
+// core gate options in one place, and the response helpers. Adapters stay
+// thin: every rule is in core; this package only carries options and
+// headers to it.
+package adapt
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/tollgate-go/tollgate/core"
+)
+
+// Config is the framework-neutral part of an adapter's configuration. F is
+// the framework's request context type (*gin.Context, echo.Context,
+// *fiber.Ctx, *http.Request).
+type Config[F any] struct {
+	// Gate holds the core gate options (routes, default route, header
+	// style, anonymous, ...) in the order given.
+	Gate []core.GateOption
+	// CostFunc is the framework-neutral dynamic cost function.
+	CostFunc core.CostFunc
+	// FrameworkCostFunc is the framework-typed one, consulted first.
+	FrameworkCostFunc func(F) (core.Route, bool)
+}
+
+// AddGate appends gate options, ignoring nil ones.
+func (c *Config[F]) AddGate(opts ...core.GateOption) {
+	for _, o := range opts {
+		if o != nil {
+			c.Gate = append(c.Gate, o)
+		}
+	}
+}
+
+type frameworkKey struct{}
+
+// Context returns the context to pass to Gate.Decide: ctx itself, or, when
+// a framework-typed cost function is set, ctx carrying f for it.
+func (c *Config[F]) Context(ctx context.Context, f F) context.Context {
+	if c.FrameworkCostFunc == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, frameworkKey{}, f)
+}
+
+// NewGate builds the core gate over lim: the gate options, then one cost
+// function that asks FrameworkCostFunc (with the framework context stored
+// by Context), then CostFunc, then falls back to the route table.
+func (c *Config[F]) NewGate(lim *core.Limiter) (*core.Gate, error) {
+	opts := c.Gate
+	if c.FrameworkCostFunc != nil || c.CostFunc != nil {
+		typed, neutral := c.FrameworkCostFunc, c.CostFunc
+		opts = append(opts[:len(opts):len(opts)], core.WithCostFunc(func(ctx context.Context, t core.Tenant, e core.Endpoint) (core.Route, bool) {
+			if typed != nil {
+				if f, ok := ctx.Value(frameworkKey{}).(F); ok {
+					if r, ok := typed(f); ok {
+						return r, true
+					}
+				}
+			}
+			if neutral != nil {
+				return neutral(ctx, t, e)
+			}
+			return core.Route{}, false
+		}))
+	}
+	return core.NewGate(lim, opts...)
+}
+
+// SetHeaders sets core's headers on h, replacing any earlier values. Names
+// are stored canonicalised, as http.Header.Set would, with one allocation
+// in all.
+func SetHeaders(h http.Header, hs []core.Header) {
+	if len(hs) == 0 {
+		return
+	}
+	vals := make([]string, len(hs))
+	for i, hd := range hs {
+		vals[i] = hd.Value
+		h[canonical(hd.Name)] = vals[i : i+1 : i+1]
+	}
+}
+
+// canonicalNames holds the canonical form of every header name core emits,
+// so that setting them allocates nothing.
+var canonicalNames = func() map[string]string {
+	m := map[string]string{}
+	for _, n := range []string{core.HeaderRateLimit, core.HeaderRateLimitPolicy, core.HeaderRetryAfter,
+		core.HeaderXRateLimitLimit, core.HeaderXRateLimitRemain, core.HeaderXRateLimitReset,
+		core.HeaderRateLimitLimit06, core.HeaderRateLimitRemain06, core.HeaderRateLimitReset06} {
+		m[n] = http.CanonicalHeaderKey(n)
+	}
+	return m
+}()
+
+func canonical(name string) string {
+	if c, ok := canonicalNames[name]; ok {
+		return c
+	}
+	return http.CanonicalHeaderKey(name)
+}
+
+// Misconfigured is the body of the 500 a misconfigured adapter answers
+// with (its configuration error goes to the error hook, never to the
+// client).
+var Misconfigured = core.Problem{Type: "about:blank", Title: "Internal Server Error",
+	Status: http.StatusInternalServerError, Detail: "The rate limiter is misconfigured."}
