@@ -1,0 +1,300 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/examples/internal/app"
+	"github.com/tollgate-go/tollgate/httplimit"
+	"golang.org/x/time/rate"
+)
+
+// Options configure one run of the demo.
+type Options struct {
+	// Replicas is N, the number of replicas behind the balancer.
+	Replicas int
+	// Quota is the configured limit of the tenant.
+	Quota core.Quota
+	// Duration is how long traffic is driven in each mode.
+	Duration time.Duration
+	// RPS is the rate the tenant sends at.
+	RPS int
+	// Prefix is the Redis key prefix of the shared buckets.
+	Prefix string
+	// Progress receives the live progress line; nil prints none.
+	Progress io.Writer
+	// Live rewrites the progress line in place (a terminal); otherwise a
+	// line is printed each second.
+	Live bool
+}
+
+// Limits on the options, so that a run ends within a minute.
+const (
+	MaxReplicas = 64
+	MaxDuration = 25 * time.Second
+	MaxRPS      = 5000
+)
+
+// Validate reports the first bad option.
+func (o Options) Validate() error {
+	switch {
+	case o.Replicas < 1 || o.Replicas > MaxReplicas:
+		return fmt.Errorf("-replicas %d: want 1 to %d", o.Replicas, MaxReplicas)
+	case o.Duration < 100*time.Millisecond || o.Duration > MaxDuration:
+		return fmt.Errorf("-duration %v: want 100ms to %v", o.Duration, MaxDuration)
+	case o.RPS < 1 || o.RPS > MaxRPS:
+		return fmt.Errorf("-rps %d: want 1 to %d", o.RPS, MaxRPS)
+	}
+	if err := o.Quota.Validate(); err != nil {
+		return fmt.Errorf("-capacity/-rate: %w", err)
+	}
+	return nil
+}
+
+// Result is one mode's outcome.
+type Result struct {
+	Mode     string
+	Replicas int
+	Sent     int64
+	Admitted int64
+	Elapsed  time.Duration
+	// Bound is the most a single token bucket of the configured quota can
+	// admit in Elapsed: capacity + rate x elapsed.
+	Bound float64
+}
+
+// Ratio is admitted over the bound: about N for N in-process limiters,
+// at most 1 for a shared bucket.
+func (r Result) Ratio() float64 { return float64(r.Admitted) / r.Bound }
+
+// Held reports whether the mode kept the token-bucket bound (and admitted
+// something, so that a limiter denying everything does not pass).
+func (r Result) Held() bool { return r.Admitted > 0 && float64(r.Admitted) <= r.Bound }
+
+// The demo's two modes.
+const (
+	ModeInProcess = "in-process"
+	ModeShared    = "shared (tollgate)"
+)
+
+const demoTenant = "tenant-42"
+
+// Run drives one tenant's traffic through N replicas twice, with an
+// in-process limiter per replica and then with the shared bucket in client,
+// and returns both results.
+func Run(ctx context.Context, client redis.UniversalClient, o Options) ([]Result, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	secret := []byte(app.DevSecret)
+	tiers := core.Tiers{Default: "demo", Tiers: map[string]core.Tier{"demo": {Classes: map[string]core.Quota{core.DefaultClass: o.Quota}}}}
+	verifier, err := app.NewVerifier(secret, nil)
+	if err != nil {
+		return nil, err
+	}
+	token, err := app.Mint(secret, demoTenant, "demo", time.Hour)
+	if err != nil {
+		return nil, err
+	}
+
+	// Each replica authenticates the tenant from its token, as the examples
+	// do, then limits it with a bucket in its own memory...
+	inProcess := func() (http.Handler, func(), error) {
+		var mu sync.Mutex
+		buckets := map[string]*rate.Limiter{}
+		limit := func(next http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				t, _ := core.TenantFromContext(r.Context())
+				mu.Lock()
+				b, ok := buckets[t.ID]
+				if !ok {
+					b = rate.NewLimiter(rate.Limit(o.Quota.RefillPerSecond), int(o.Quota.Capacity))
+					buckets[t.ID] = b
+				}
+				mu.Unlock()
+				if !b.Allow() {
+					w.WriteHeader(http.StatusTooManyRequests)
+					return
+				}
+				next.ServeHTTP(w, r)
+			})
+		}
+		return verifier.RequireTenant(limit(service())), func() {}, nil
+	}
+	// ...or with tollgate: its own limiter, the shared bucket in Redis.
+	shared := func() (http.Handler, func(), error) {
+		resolver, err := core.NewResolver(tiers)
+		if err != nil {
+			return nil, nil, err
+		}
+		lim, err := core.New(client, resolver, core.WithPrefix(o.Prefix), core.WithFailurePolicy(core.FailClosed), core.WithTimeout(time.Second))
+		if err != nil {
+			return nil, nil, err
+		}
+		mw := httplimit.Middleware(lim)
+		return verifier.RequireTenant(mw(service())), func() { _ = lim.Close() }, nil
+	}
+
+	var results []Result
+	for _, m := range []struct {
+		name string
+		mk   func() (http.Handler, func(), error)
+	}{{ModeInProcess, inProcess}, {ModeShared, shared}} {
+		r, err := drive(ctx, m.name, m.mk, "Bearer "+token, o)
+		if err != nil {
+			return results, fmt.Errorf("%s: %w", m.name, err)
+		}
+		results = append(results, r)
+	}
+	return results, nil
+}
+
+// service is the replicas' API: one cheap endpoint.
+func service() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+app.PathProfile, func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	return mux
+}
+
+// drive starts N replicas behind a round-robin balancer and sends the
+// tenant's traffic at o.RPS for o.Duration.
+func drive(ctx context.Context, mode string, mk func() (http.Handler, func(), error), authorization string, o Options) (Result, error) {
+	transport := &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 10 * time.Second}
+	defer transport.CloseIdleConnections()
+	servers := make([]*httptest.Server, o.Replicas)
+	for i := range servers {
+		h, stop, err := mk()
+		if err != nil {
+			return Result{}, err
+		}
+		defer stop()
+		servers[i] = httptest.NewServer(h)
+		defer servers[i].Close()
+	}
+	var next atomic.Uint64
+	lb := httptest.NewServer(&httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			target := servers[next.Add(1)%uint64(len(servers))]
+			r.Out.URL.Scheme, r.Out.URL.Host = "http", strings.TrimPrefix(target.URL, "http://")
+		},
+		Transport: transport,
+		ErrorLog:  log.New(io.Discard, "", 0),
+	})
+	defer lb.Close()
+	client := &http.Client{Transport: transport, Timeout: 5 * time.Second}
+
+	var sent, admitted, failed atomic.Int64
+	var wg sync.WaitGroup
+	p := progress{w: o.Progress, live: o.Live, mode: mode}
+	runCtx, cancel := context.WithTimeout(ctx, o.Duration)
+	defer cancel()
+	ticker := time.NewTicker(time.Second / time.Duration(o.RPS))
+	defer ticker.Stop()
+	tick := time.NewTicker(p.interval())
+	defer tick.Stop()
+	start := time.Now()
+loop:
+	for {
+		select {
+		case <-runCtx.Done():
+			break loop
+		case <-tick.C:
+			p.print(time.Since(start), sent.Load(), admitted.Load(), false)
+		case <-ticker.C:
+			wg.Add(1)
+			sent.Add(1)
+			go func() {
+				defer wg.Done()
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, lb.URL+app.PathProfile, nil)
+				req.Header.Set("Authorization", authorization)
+				resp, err := client.Do(req)
+				if err != nil {
+					failed.Add(1)
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+				switch resp.StatusCode {
+				case http.StatusOK:
+					admitted.Add(1)
+				case http.StatusTooManyRequests:
+				default:
+					failed.Add(1)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	p.print(elapsed, sent.Load(), admitted.Load(), true)
+	if ctx.Err() != nil {
+		return Result{}, ctx.Err()
+	}
+	if n := failed.Load(); n > 0 {
+		return Result{}, fmt.Errorf("%d of %d requests failed (neither 200 nor 429): is Redis answering?", n, sent.Load())
+	}
+	return Result{Mode: mode, Replicas: o.Replicas, Sent: sent.Load(), Admitted: admitted.Load(), Elapsed: elapsed,
+		Bound: float64(o.Quota.Capacity) + o.Quota.RefillPerSecond*elapsed.Seconds()}, nil
+}
+
+// progress prints the live progress line: rewritten in place on a
+// terminal, one line a second otherwise (a log or a CI console).
+type progress struct {
+	w    io.Writer
+	live bool
+	mode string
+}
+
+func (p progress) interval() time.Duration {
+	if p.live {
+		return 200 * time.Millisecond
+	}
+	return time.Second
+}
+
+func (p progress) print(elapsed time.Duration, sent, admitted int64, final bool) {
+	if p.w == nil {
+		return
+	}
+	line := fmt.Sprintf("%-18s %5.1fs  sent %6d  admitted %6d", p.mode, elapsed.Seconds(), sent, admitted)
+	if final {
+		line += "  done"
+	}
+	switch {
+	case p.live && final:
+		fmt.Fprintf(p.w, "\r%s\n", line)
+	case p.live:
+		fmt.Fprintf(p.w, "\r%s", line)
+	default:
+		fmt.Fprintln(p.w, line)
+	}
+}
+
+// WriteTable prints the results as the demo's table.
+func WriteTable(w io.Writer, q core.Quota, results []Result) {
+	fmt.Fprintf(w, "%-18s %8s %12s %8s %8s %9s %7s\n", "mode", "replicas", "limit", "bound", "sent", "admitted", "ratio")
+	for _, r := range results {
+		fmt.Fprintf(w, "%-18s %8d %12s %8.0f %8d %9d %6.2fx\n", r.Mode, r.Replicas, limitString(q), r.Bound, r.Sent, r.Admitted, r.Ratio())
+	}
+}
+
+func limitString(q core.Quota) string {
+	return fmt.Sprintf("%d+%g/s", q.Capacity, q.RefillPerSecond)
+}
+
+// errBoundBroken is returned when the shared limiter did not hold.
+var errBoundBroken = errors.New("the shared limiter did not hold the token-bucket bound (admitted <= capacity + rate x elapsed, and > 0)")
