@@ -6,6 +6,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -47,14 +48,28 @@ type metrics struct {
 	batches   metric.Int64Histogram
 	tenants   *topK // nil: no tenant label
 	tracing   bool
+
+	// attribute sets are hashed and sorted when built: cached per label
+	// tuple, they cost a map lookup on the hot path
+	sets  sync.Map // decisionLabels -> metric.MeasurementOption
+	nsets atomic.Int64
+	okOpt metric.MeasurementOption
 }
+
+// decisionLabels is the label tuple of the decisions metric, unvalidated.
+type decisionLabels struct{ outcome, reason, class, tier, policy string }
+
+// maxCachedSets bounds the attribute-set cache (labels are bounded names,
+// but a misconfigured resolver could vary them): past it, sets are built
+// per call as before.
+const maxCachedSets = 4096
 
 func newMetrics(mp metric.MeterProvider, k int) *metrics {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
 	meter := mp.Meter("github.com/tollgate-go/tollgate/core")
-	m := &metrics{tracing: true}
+	m := &metrics{tracing: true, okOpt: metric.WithAttributes(attribute.String("result", "ok"))}
 	// Instrument creation fails only for invalid names, which are constants
 	// here; a nil instrument would be a bug, so fall back to no-ops.
 	var err error
@@ -108,18 +123,11 @@ func label(s, empty string) string {
 }
 
 func (m *metrics) record(ctx context.Context, req Request, d Decision) {
-	attrs := make([]attribute.KeyValue, 0, 6)
-	attrs = append(attrs,
-		attribute.String("outcome", outcome(d)),
-		attribute.String("reason", d.Reason.String()),
-		attribute.String("class", label(req.Class, DefaultClass)),
-		attribute.String("tier", label(req.Tenant.Tier, "none")),
-		attribute.String("policy", label(d.Policy, "none")),
-	)
-	if m.tenants != nil {
-		attrs = append(attrs, attribute.String("tenant", m.tenants.label(req.Tenant.ID, !d.Allowed || d.Reason == ReasonShadowDenied)))
+	if m.tenants == nil {
+		m.decisions.Add(ctx, 1, m.decisionSet(decisionLabels{outcome(d), d.Reason.String(), req.Class, req.Tenant.Tier, d.Policy}))
+	} else {
+		m.recordTenant(ctx, req, d)
 	}
-	m.decisions.Add(ctx, 1, metric.WithAttributes(attrs...))
 	if m.tracing {
 		if span := trace.SpanFromContext(ctx); span.IsRecording() {
 			span.AddEvent("tollgate.decision", trace.WithAttributes(
@@ -135,6 +143,41 @@ func (m *metrics) record(ctx context.Context, req Request, d Decision) {
 	}
 }
 
+func (m *metrics) decisionSet(k decisionLabels) metric.MeasurementOption {
+	if o, ok := m.sets.Load(k); ok {
+		return o.(metric.MeasurementOption)
+	}
+	o := metric.WithAttributes(
+		attribute.String("outcome", k.outcome),
+		attribute.String("reason", k.reason),
+		attribute.String("class", label(k.class, DefaultClass)),
+		attribute.String("tier", label(k.tier, "none")),
+		attribute.String("policy", label(k.policy, "none")),
+	)
+	if m.nsets.Load() < maxCachedSets {
+		if _, loaded := m.sets.LoadOrStore(k, o); !loaded {
+			m.nsets.Add(1)
+		}
+	}
+	return o
+}
+
+// recordTenant records a decision with the tenant label (WithTenantLabel).
+func (m *metrics) recordTenant(ctx context.Context, req Request, d Decision) {
+	attrs := make([]attribute.KeyValue, 0, 6)
+	attrs = append(attrs,
+		attribute.String("outcome", outcome(d)),
+		attribute.String("reason", d.Reason.String()),
+		attribute.String("class", label(req.Class, DefaultClass)),
+		attribute.String("tier", label(req.Tenant.Tier, "none")),
+		attribute.String("policy", label(d.Policy, "none")),
+	)
+	if m.tenants != nil {
+		attrs = append(attrs, attribute.String("tenant", m.tenants.label(req.Tenant.ID, !d.Allowed || d.Reason == ReasonShadowDenied)))
+	}
+	m.decisions.Add(ctx, 1, metric.WithAttributes(attrs...))
+}
+
 func (m *metrics) storeCall(ctx context.Context, took time.Duration, err error, policy FailurePolicy) {
 	result := "ok"
 	if err != nil {
@@ -144,7 +187,10 @@ func (m *metrics) storeCall(ctx context.Context, took time.Duration, err error, 
 			attribute.String("policy", policy.String()),
 		))
 	}
-	if !errors.Is(err, errCircuitOpen) {
+	switch {
+	case err == nil:
+		m.storeDur.Record(ctx, took.Seconds(), m.okOpt)
+	case !errors.Is(err, errCircuitOpen):
 		m.storeDur.Record(ctx, took.Seconds(), metric.WithAttributes(attribute.String("result", result)))
 	}
 }
