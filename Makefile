@@ -6,7 +6,7 @@ TESTFLAGS ?= -race -shuffle=on -count=1 -timeout 12m
 BENCHFLAGS ?= -run '^$$' -bench . -benchmem -count 5
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: help test lint bench bench/load demo tidy fmt check-redis $(addprefix test/,$(MODULES)) $(addprefix bench/,$(MODULES))
+.PHONY: help test lint bench bench/load demo fuzz tidy fmt check-redis $(addprefix test/,$(MODULES)) $(addprefix bench/,$(MODULES))
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z/%_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
@@ -25,6 +25,16 @@ check-redis: ## fail fast, and say why, when no real Redis can be had
 	if command -v redis-server >/dev/null 2>&1; then exit 0; fi; \
 	if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then exit 0; fi; \
 	echo "make test needs a real Redis: set REDIS_URL, start a Docker daemon (testcontainers), or put redis-server on PATH" >&2; exit 1
+
+FUZZTIME ?= 10s
+FUZZ_TARGETS := core:FuzzKeys core:FuzzSFString core:FuzzCheck core/config:FuzzParse
+
+fuzz: check-redis ## run every fuzz target for FUZZTIME (default 10s) from its committed seed corpus
+	@for t in $(FUZZ_TARGETS); do \
+		dir=$${t%%:*}; name=$${t##*:}; \
+		echo "fuzz $$dir $$name ($(FUZZTIME))"; \
+		(cd $$dir && $(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) .) || exit 1; \
+	done
 
 lint: ## gofmt, go vet and staticcheck in every module
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
