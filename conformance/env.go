@@ -119,11 +119,11 @@ func newEnv(t *testing.T, target Target, b backend, cfg config) *env {
 	case cluster:
 		e.client = redistest.SharedCluster(t)
 	case deadStandalone:
-		c := redis.NewClient(&redis.Options{Addr: deadAddr(t), MaxRetries: -1, DialTimeout: 500 * time.Millisecond})
+		c := redis.NewClient(&redis.Options{Addr: deadAddr(t), MaxRetries: -1, DialTimeout: 200 * time.Millisecond, DialerRetries: 1})
 		t.Cleanup(func() { _ = c.Close() })
 		e.client = c
 	case deadCluster:
-		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{deadAddr(t)}, MaxRetries: -1, DialTimeout: 500 * time.Millisecond})
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{deadAddr(t)}, MaxRetries: -1, DialTimeout: 200 * time.Millisecond, DialerRetries: 1})
 		t.Cleanup(func() { _ = c.Close() })
 		e.client = c
 	case paused:

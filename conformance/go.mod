@@ -7,10 +7,11 @@ replace github.com/tollgate-go/tollgate/core => ../core
 require (
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/testcontainers/testcontainers-go/modules/redis v0.45.0
+	go.uber.org/goleak v1.3.0
 )
 
 require (
-	go.uber.org/goleak v1.3.0 // indirect
+	go.opentelemetry.io/otel/log v1.47.0 // indirect
 	golang.org/x/sync v0.25.0 // indirect
 )
 

@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"flag"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
-	"go.uber.org/goleak"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the reference target")
@@ -25,16 +23,7 @@ func TestMain(m *testing.M) {
 	if b := os.Getenv(envBackends); b != "" {
 		onlyBackends = strings.Split(b, ",")
 	}
-	redistest.StartSharedCluster()
-	code := m.Run()
-	redistest.Shutdown()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	redistest.MainWithCluster(m)
 }
 
 // fault is a way an adapter can get the standard wrong.
@@ -141,7 +130,7 @@ func TestSuiteCatchesDivergence(t *testing.T) {
 	if os.Getenv(envWrong) != "" {
 		t.Skip("child process")
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestWrongTargets$", "-test.v", "-test.count=1")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestWrongTargets$", "-test.v", "-test.count=1", "-test.parallel=8")
 	// one standalone Redis shared with the child; the Cluster scenarios
 	// are the same code and are covered by TestGolden
 	cmd.Env = append(os.Environ(), envWrong+"=1", "REDIS_URL="+redistest.URL(t), envBackends+"=standalone,dead-standalone,paused")

@@ -8,7 +8,6 @@ require (
 	github.com/tollgate-go/tollgate/conformance v0.0.0
 	github.com/tollgate-go/tollgate/core v0.0.0
 	github.com/tollgate-go/tollgate/httplimit v0.0.0
-	go.uber.org/goleak v1.3.0
 )
 
 require (
@@ -85,6 +84,7 @@ require (
 	go.opentelemetry.io/otel/metric v1.47.0 // indirect
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
+	go.uber.org/goleak v1.3.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	golang.org/x/arch v0.22.0 // indirect
 	golang.org/x/crypto v0.58.0 // indirect

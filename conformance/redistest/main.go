@@ -1,0 +1,27 @@
+package redistest
+
+import (
+	"fmt"
+	"os"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// MainWithCluster is a TestMain for packages whose tests use the shared
+// Cluster: it starts the Cluster in the background (StartSharedCluster) so
+// that its start-up overlaps the first tests, runs the tests, stops every
+// server, and then fails the run if goroutines leaked (goleak; ignore lists
+// goroutines a dependency keeps on purpose).
+func MainWithCluster(m *testing.M, ignore ...goleak.Option) {
+	StartSharedCluster()
+	code := m.Run()
+	Shutdown()
+	if code == 0 {
+		if err := goleak.Find(ignore...); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
