@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -132,6 +134,8 @@ type TieredResolver struct {
 	overrides Overrides
 	ttl       time.Duration
 	retry     time.Duration
+	timeout   time.Duration
+	maxCache  int
 	now       func() time.Time
 	log       *slog.Logger
 
@@ -178,6 +182,28 @@ func WithCacheTTL(d time.Duration) ResolverOption {
 	})
 }
 
+// WithOverrideTimeout bounds one override lookup. Default 2 s; values <= 0
+// are ignored. The lookup is shared by every request waiting for the same
+// tenant (singleflight) and outlives a single caller's cancellation.
+func WithOverrideTimeout(d time.Duration) ResolverOption {
+	return resolverOptionFunc(func(r *TieredResolver) {
+		if d > 0 {
+			r.timeout = d
+		}
+	})
+}
+
+// WithCacheSize bounds the number of tenants whose overrides are cached.
+// Default 100,000; values <= 0 are ignored. When full, expired entries are
+// dropped first, then arbitrary ones (they are reloaded on their next use).
+func WithCacheSize(n int) ResolverOption {
+	return resolverOptionFunc(func(r *TieredResolver) {
+		if n > 0 {
+			r.maxCache = n
+		}
+	})
+}
+
 // WithResolverClock sets the clock used for cache expiry. Default time.Now.
 func WithResolverClock(now func() time.Time) ResolverOption {
 	return resolverOptionFunc(func(r *TieredResolver) {
@@ -202,7 +228,8 @@ func NewResolver(tiers Tiers, opts ...ResolverOption) (*TieredResolver, error) {
 	if err := tiers.Validate(); err != nil {
 		return nil, err
 	}
-	r := &TieredResolver{ttl: DefaultCacheTTL, now: time.Now, log: slog.Default(), cache: map[string]*cacheEntry{}}
+	r := &TieredResolver{ttl: DefaultCacheTTL, timeout: 2 * time.Second, maxCache: 100_000,
+		now: time.Now, log: slog.Default(), cache: map[string]*cacheEntry{}}
 	for _, o := range opts {
 		if o != nil {
 			o.applyResolver(r)
@@ -266,7 +293,7 @@ func (r *TieredResolver) lookup(ctx context.Context, tenantID string) map[string
 	v, _, _ := r.group.Do(tenantID, func() (any, error) {
 		// The lookup outlives one caller's cancellation: its result serves
 		// every waiter and the cache.
-		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
 		defer cancel()
 		r.stats.Loads.Add(1)
 		ov, err := r.overrides.Overrides(lctx, tenantID)
@@ -283,14 +310,75 @@ func (r *TieredResolver) lookup(ctx context.Context, tenantID string) map[string
 			if ne.loaded {
 				r.stats.StaleServed.Add(1)
 			}
+			r.evict(now)
 			r.cache[tenantID] = ne
 			r.log.Warn("tollgate: override source failed; serving last known quotas",
 				"tenant", EscapeID(tenantID), "stale", ne.loaded, "err", err)
 			return ne.overrides, nil
 		}
+		for name, q := range ov {
+			if err := q.Validate(); err != nil {
+				r.log.Warn("tollgate: ignoring an invalid override; the tier default applies",
+					"tenant", EscapeID(tenantID), "bucket", EscapeID(name), "err", err)
+			}
+		}
+		if old != nil && old.loaded && !sameOverrides(old.overrides, ov) {
+			r.log.Info("tollgate: quota override changed", "tenant", EscapeID(tenantID),
+				"old", fmtOverrides(old.overrides), "new", fmtOverrides(ov))
+		}
+		r.evict(now)
 		r.cache[tenantID] = &cacheEntry{overrides: ov, expires: now.Add(r.ttl), loaded: true}
 		return ov, nil
 	})
 	ov, _ := v.(map[string]Quota)
 	return ov
+}
+
+// evict makes room for one entry. Callers hold mu.
+func (r *TieredResolver) evict(now time.Time) {
+	if len(r.cache) < r.maxCache {
+		return
+	}
+	for k, e := range r.cache {
+		if !now.Before(e.expires) {
+			delete(r.cache, k)
+		}
+	}
+	for k := range r.cache { // map order is random enough
+		if len(r.cache) < r.maxCache*3/4 {
+			break
+		}
+		delete(r.cache, k)
+	}
+}
+
+func sameOverrides(a, b map[string]Quota) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+func fmtOverrides(m map[string]Quota) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	for i, k := range names {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(EscapeID(k) + "=" + m[k].String())
+	}
+	return b.String()
 }

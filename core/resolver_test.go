@@ -3,6 +3,9 @@ package core_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -182,4 +185,60 @@ func TestResolverSetTiers(t *testing.T) {
 			t.Errorf("%s: accepted", tc.name)
 		}
 	}
+}
+
+func TestResolverLogsAndBounds(t *testing.T) {
+	var logs syncBuffer
+	src := &overrideSource{}
+	now := time.Unix(0, 0)
+	r, err := core.NewResolver(testTiers, core.WithOverrides(src), core.WithCacheTTL(time.Second), core.WithCacheSize(10),
+		core.WithResolverClock(func() time.Time { return now }),
+		core.WithResolverLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	src.set("t{1}", "default", core.Quota{Capacity: 50, RefillPerSecond: 5}, false)
+	_, _ = r.Buckets(ctx, core.Tenant{ID: "t{1}"}, "default")
+	src.set("t{1}", "default", core.Quota{Capacity: 70, RefillPerSecond: 5}, false)
+	now = now.Add(2 * time.Second)
+	_, _ = r.Buckets(ctx, core.Tenant{ID: "t{1}"}, "default")
+	out := logs.String()
+	if !strings.Contains(out, "quota override changed") || !strings.Contains(out, "t%7B1%7D") || strings.Contains(out, "t{1}") {
+		t.Fatalf("quota change not logged, or the tenant not escaped:\n%s", out)
+	}
+	src.set("t2", "default", core.Quota{Capacity: -5, RefillPerSecond: 1}, false)
+	_, _ = r.Buckets(ctx, core.Tenant{ID: "t2"}, "default")
+	if !strings.Contains(logs.String(), "ignoring an invalid override") {
+		t.Fatalf("invalid override not logged:\n%s", logs.String())
+	}
+	// the cache stays bounded
+	for i := range 100 {
+		_, _ = r.Buckets(ctx, core.Tenant{ID: "many-" + strconv.Itoa(i)}, "default")
+	}
+	if n := src.calls.Load(); n < 100 {
+		t.Fatalf("lookups %d", n)
+	}
+	calls := src.calls.Load()
+	_, _ = r.Buckets(ctx, core.Tenant{ID: "many-99"}, "default") // the newest is still cached
+	if src.calls.Load() != calls {
+		t.Fatal("the newest entry was evicted")
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
