@@ -1,0 +1,94 @@
+package conformance_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/netip"
+	"sort"
+	"testing"
+
+	"github.com/tollgate-go/tollgate/conformance"
+	"github.com/tollgate-go/tollgate/core"
+)
+
+// An in-house adapter runs the suite from its own tests. Here the
+// "framework" is plain net/http and the adapter is the thinnest possible:
+// it asks core's Gate and renders the Verdict.
+func ExampleRun() {
+	target := conformance.HTTPTarget(func(t testing.TB, s conformance.Setup) (conformance.Instance, error) {
+		// 2. the adapter under test, configured from the Setup
+		gate, err := core.NewGate(s.Limiter, s.GateOptions(conformance.HTTPRoutes(s.Routes, nil))...)
+		if err != nil {
+			return nil, err
+		}
+		// 3. the service's handlers, counting their calls
+		var calls conformance.Counter
+		mux := http.NewServeMux()
+		for _, e := range conformance.HTTPEndpoints {
+			mux.HandleFunc(e.Method+" "+e.Path, func(http.ResponseWriter, *http.Request) { calls.Inc() })
+		}
+		limited := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, pattern := mux.Handler(r)
+			ip, _ := netip.ParseAddrPort(r.RemoteAddr)
+			v := gate.Decide(r.Context(), core.Endpoint{Method: r.Method, Pattern: pattern[len(r.Method)+1:], ClientIP: ip.Addr().String()})
+			if v.Err != nil {
+				s.OnError(v.Err)
+			}
+			for _, h := range v.Headers {
+				w.Header().Set(h.Name, h.Value)
+			}
+			if !v.Proceed {
+				w.Header().Set("Content-Type", v.ContentType)
+				w.WriteHeader(v.Status)
+				_, _ = w.Write(v.Body)
+				return
+			}
+			mux.ServeHTTP(w, r)
+		})
+		// 1. the test authentication layer, in front
+		auth := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if tn, ok := conformance.Authenticate(r.Header.Get("Authorization")); ok {
+				r = r.WithContext(core.ContextWithTenant(r.Context(), tn))
+			}
+			limited.ServeHTTP(w, r)
+		})
+		return conformance.HandlerInstance(auth, &calls), nil
+	})
+
+	// In a _test.go file of the adapter's package:
+	_ = func(t *testing.T) { conformance.Run(t, target) }
+}
+
+// The identity the suite sends, and what the test authentication layer
+// makes of it.
+func ExampleAuthenticate() {
+	r := conformance.Request{Endpoint: conformance.EndpointProfile, Tenant: "acme:eu", Tier: "pro"}
+	fmt.Println(r.Authorization())
+	t, ok := conformance.Authenticate(r.Authorization())
+	fmt.Printf("%q %q %v\n", t.ID, t.Tier, ok)
+	_, ok = conformance.Authenticate("Bearer something-else")
+	fmt.Println(ok)
+	// Output:
+	// Bearer test:acme%3Aeu:pro
+	// "acme:eu" "pro" true
+	// false
+}
+
+// The route table a Gin, Echo or Fiber target configures.
+func ExampleHTTPRoutes() {
+	rs := conformance.HTTPRoutes(map[string]core.Route{
+		conformance.EndpointExport: {Class: "export", Cost: 4},
+		conformance.EndpointItem:   {Class: "items", Cost: 1},
+	}, conformance.HTTPEndpoint.ColonPath)
+	keys := make([]string, 0, len(rs))
+	for k := range rs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Println(k, "->", rs[k].Class, rs[k].Cost)
+	}
+	// Output:
+	// GET /v1/items/:id -> items 1
+	// POST /v1/reports/export -> export 4
+}
