@@ -16,44 +16,46 @@ import (
 // (answers are immediate), and after the cool-down a probe closes the circuit
 // once Redis is back.
 func TestCircuitBreaker(t *testing.T) {
-	srv := redistest.NewServer(t)
-	c := srv.Client(t)
-	l, err := core.New(c, staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(100)}),
-		core.WithPrefix(redistest.Prefix(t)), core.WithFailurePolicy(core.FailClosed),
-		core.WithCircuitBreaker(3, 300*time.Millisecond), core.WithTimeout(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	tn := core.Tenant{ID: "t1"}
-	srv.Kill()
-	for i := range 3 {
-		if _, err := l.Allow(ctx, tn, "default", 1); !errors.Is(err, core.ErrStore) {
-			t.Fatalf("failure %d: %v", i, err)
+	forEachVariant(t, func(t *testing.T) {
+		srv := redistest.NewServer(t)
+		c := srv.Client(t)
+		l, err := core.New(c, staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(100)}), append(variantOpts(t),
+			core.WithPrefix(redistest.Prefix(t)), core.WithFailurePolicy(core.FailClosed),
+			core.WithCircuitBreaker(3, 300*time.Millisecond), core.WithTimeout(time.Second))...)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	d, err := l.Allow(ctx, tn, "default", 1)
-	if !errors.Is(err, core.ErrStore) || d.Reason != core.ReasonFailedClosed || !containsAll(err.Error(), "circuit breaker open") {
-		t.Fatalf("open circuit: %+v, %v", d, err)
-	}
-	if err := srv.Restart(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := l.Allow(ctx, tn, "default", 1); err == nil || !containsAll(err.Error(), "circuit breaker open") {
-		t.Fatalf("during the cool-down the store must not be called: %v", err)
-	}
-	time.Sleep(350 * time.Millisecond)
-	var ok bool
-	for range 3 { // the probe may meet a stale pooled connection once
-		if d, err = l.Allow(ctx, tn, "default", 1); err == nil && d.Reason == core.ReasonOK {
-			ok = true
-			break
+		ctx := context.Background()
+		tn := core.Tenant{ID: "t1"}
+		srv.Kill()
+		for i := range 3 {
+			if _, err := l.Allow(ctx, tn, "default", 1); !errors.Is(err, core.ErrStore) {
+				t.Fatalf("failure %d: %v", i, err)
+			}
+		}
+		d, err := l.Allow(ctx, tn, "default", 1)
+		if !errors.Is(err, core.ErrStore) || d.Reason != core.ReasonFailedClosed || !containsAll(err.Error(), "circuit breaker open") {
+			t.Fatalf("open circuit: %+v, %v", d, err)
+		}
+		if err := srv.Restart(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Allow(ctx, tn, "default", 1); err == nil || !containsAll(err.Error(), "circuit breaker open") {
+			t.Fatalf("during the cool-down the store must not be called: %v", err)
 		}
 		time.Sleep(350 * time.Millisecond)
-	}
-	if !ok {
-		t.Fatalf("circuit did not close after Redis came back: %+v, %v", d, err)
-	}
+		var ok bool
+		for range 3 { // the probe may meet a stale pooled connection once
+			if d, err = l.Allow(ctx, tn, "default", 1); err == nil && d.Reason == core.ReasonOK {
+				ok = true
+				break
+			}
+			time.Sleep(350 * time.Millisecond)
+		}
+		if !ok {
+			t.Fatalf("circuit did not close after Redis came back: %+v, %v", d, err)
+		}
+	})
 }
 
 func containsAll(s string, subs ...string) bool {
@@ -77,27 +79,29 @@ func contains(s, sub string) bool {
 // TestLocalFallback: while the store is down, the fallback buckets enforce
 // share of the quota, and the decisions are marked.
 func TestLocalFallback(t *testing.T) {
-	srv := redistest.NewServer(t)
-	c := srv.Client(t)
-	srv.Kill()
-	l, err := core.New(c, staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 40, RefillPerSecond: 0.001}}),
-		core.WithLocalFallback(0.25), core.WithFailurePolicy(core.FailClosed))
-	if err != nil {
-		t.Fatal(err)
-	}
-	admitted := 0
-	for range 20 {
-		d, err := l.Allow(context.Background(), core.Tenant{ID: "t1"}, "default", 1)
-		if !errors.Is(err, core.ErrStore) || !d.Fallback || !d.Degraded() {
-			t.Fatalf("fallback decision %+v, %v", d, err)
+	forEachVariant(t, func(t *testing.T) {
+		srv := redistest.NewServer(t)
+		c := srv.Client(t)
+		srv.Kill()
+		l, err := core.New(c, staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 40, RefillPerSecond: 0.001}}),
+			append(variantOpts(t), core.WithLocalFallback(0.25), core.WithFailurePolicy(core.FailClosed))...)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if d.Allowed {
-			admitted++
+		admitted := 0
+		for range 20 {
+			d, err := l.Allow(context.Background(), core.Tenant{ID: "t1"}, "default", 1)
+			if !errors.Is(err, core.ErrStore) || !d.Fallback || !d.Degraded() {
+				t.Fatalf("fallback decision %+v, %v", d, err)
+			}
+			if d.Allowed {
+				admitted++
+			}
 		}
-	}
-	if admitted != 10 {
-		t.Fatalf("fallback admitted %d, want 10 (a quarter of 40)", admitted)
-	}
+		if admitted != 10 {
+			t.Fatalf("fallback admitted %d, want 10 (a quarter of 40)", admitted)
+		}
+	})
 }
 
 // TestDenyCacheNeverDeniesWhatRedisAdmits drives a random sequence through a
@@ -109,7 +113,7 @@ func TestDenyCacheNeverDeniesWhatRedisAdmits(t *testing.T) {
 		clock := newFakeClock()
 		r := staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 5, RefillPerSecond: 3}})
 		cached := newLimiter(t, c, r, core.WithClientClock(clock.Now), core.WithDenyCache(true))
-		plain := newLimiter(t, c, r, core.WithClientClock(clock.Now))
+		plain := newLimiter(t, c, r, core.WithClientClock(clock.Now), core.WithDenyCache(false))
 		rng := rand.New(rand.NewPCG(1, 2))
 		local := 0
 		for i := range 2000 {

@@ -2,6 +2,8 @@ package core_test
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -35,12 +37,46 @@ var backends = []backend{
 	{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.SharedCluster(t) }},
 }
 
+// variants: every store test runs with each optimisation off and with
+// every one on, so that batching and the deny cache are held to the same
+// arithmetic and concurrency tests as single calls. newLimiter applies the
+// variant named in the test's name; a test's own options come after it and
+// win.
+var variants = []struct {
+	name string
+	opts []core.Option
+}{
+	{"plain", []core.Option{core.WithBatching(false), core.WithDenyCache(false)}},
+	{"batch+deny", []core.Option{core.WithBatching(true), core.WithDenyCache(true)}},
+}
+
+// variantOpts returns the options of the variant t runs under, if any.
+func variantOpts(t testing.TB) []core.Option {
+	for _, seg := range strings.Split(t.Name(), "/") {
+		for _, v := range variants {
+			if seg == v.name {
+				return slices.Clip(v.opts)
+			}
+		}
+	}
+	return nil
+}
+
+// forEachVariant runs f under every variant (see variants).
+func forEachVariant(t *testing.T, f func(t *testing.T)) {
+	for _, v := range variants {
+		t.Run(v.name, f)
+	}
+}
+
 func forEachBackend(t *testing.T, f func(t *testing.T, c redis.UniversalClient)) {
 	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
-			t.Parallel()
-			f(t, b.client(t))
-		})
+		for _, v := range variants {
+			t.Run(b.name+"/"+v.name, func(t *testing.T) {
+				t.Parallel()
+				f(t, b.client(t))
+			})
+		}
 	}
 }
 
@@ -53,11 +89,12 @@ func staticResolver(bs ...core.Bucket) core.Resolver {
 
 func newLimiter(t *testing.T, c redis.UniversalClient, r core.Resolver, opts ...core.Option) *core.Limiter {
 	t.Helper()
-	opts = append([]core.Option{core.WithPrefix(redistest.Prefix(t)), core.WithTimeout(2 * time.Second)}, opts...)
-	l, err := core.New(c, r, opts...)
+	base := append([]core.Option{core.WithPrefix(redistest.Prefix(t)), core.WithTimeout(2 * time.Second)}, variantOpts(t)...)
+	l, err := core.New(c, r, append(base, opts...)...)
 	if err != nil {
 		t.Fatalf("core.New: %v", err)
 	}
+	t.Cleanup(func() { _ = l.Close() })
 	return l
 }
 

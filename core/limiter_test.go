@@ -228,47 +228,50 @@ func TestMultiBucket(t *testing.T) {
 // checks on one key never admit more than capacity + rate * elapsed.
 func TestConcurrentAtomicity(t *testing.T) {
 	for _, b := range backends {
-		for _, instances := range []int{1, 4} {
-			t.Run(b.name+"/instances="+strconv.Itoa(instances), func(t *testing.T) {
-				const capacity, rate, total, workers = 10, 2.0, 500, 50
-				prefix := redistest.Prefix(t)
-				r := staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: capacity, RefillPerSecond: rate}})
-				lims := make([]*core.Limiter, instances)
-				for i := range lims {
-					// separate clients: separate "replicas"
-					l, err := core.New(b.client(t), r, core.WithPrefix(prefix), core.WithTimeout(5*time.Second))
-					if err != nil {
-						t.Fatal(err)
-					}
-					lims[i] = l
-				}
-				var admitted, next atomic.Int64
-				var wg sync.WaitGroup
-				start := time.Now()
-				for w := range workers {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						for next.Add(1) <= total {
-							d, err := lims[w%instances].Allow(context.Background(), core.Tenant{ID: "hot"}, "default", 1)
-							if err != nil {
-								t.Error(err)
-								return
-							}
-							if d.Allowed {
-								admitted.Add(1)
-							}
+		for _, v := range variants {
+			for _, instances := range []int{1, 4} {
+				t.Run(b.name+"/"+v.name+"/instances="+strconv.Itoa(instances), func(t *testing.T) {
+					const capacity, rate, total, workers = 10, 2.0, 500, 50
+					prefix := redistest.Prefix(t)
+					r := staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: capacity, RefillPerSecond: rate}})
+					lims := make([]*core.Limiter, instances)
+					for i := range lims {
+						// separate clients: separate "replicas"
+						l, err := core.New(b.client(t), r, append([]core.Option{core.WithPrefix(prefix), core.WithTimeout(5 * time.Second)}, v.opts...)...)
+						if err != nil {
+							t.Fatal(err)
 						}
-					}()
-				}
-				wg.Wait()
-				elapsed := time.Since(start).Seconds()
-				bound := capacity + rate*elapsed
-				t.Logf("admitted %d of %d in %.3fs (bound %.1f)", admitted.Load(), total, elapsed, bound)
-				if a := float64(admitted.Load()); a > bound || a == 0 {
-					t.Fatalf("admitted %v, want 0 < admitted <= %.2f", a, bound)
-				}
-			})
+						t.Cleanup(func() { _ = l.Close() })
+						lims[i] = l
+					}
+					var admitted, next atomic.Int64
+					var wg sync.WaitGroup
+					start := time.Now()
+					for w := range workers {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							for next.Add(1) <= total {
+								d, err := lims[w%instances].Allow(context.Background(), core.Tenant{ID: "hot"}, "default", 1)
+								if err != nil {
+									t.Error(err)
+									return
+								}
+								if d.Allowed {
+									admitted.Add(1)
+								}
+							}
+						}()
+					}
+					wg.Wait()
+					elapsed := time.Since(start).Seconds()
+					bound := capacity + rate*elapsed
+					t.Logf("admitted %d of %d in %.3fs (bound %.1f)", admitted.Load(), total, elapsed, bound)
+					if a := float64(admitted.Load()); a > bound || a == 0 {
+						t.Fatalf("admitted %v, want 0 < admitted <= %.2f", a, bound)
+					}
+				})
+			}
 		}
 	}
 }
@@ -294,86 +297,92 @@ func TestScriptFlushReloads(t *testing.T) {
 }
 
 func TestRedisRestart(t *testing.T) {
-	s := redistest.NewServer(t)
-	l := newLimiter(t, s.Client(t), staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(100)}))
-	check(t, l, "t1", 1)
-	if err := s.Restart(); err != nil {
-		t.Fatal(err)
-	}
-	// the first call after a restart may meet a dead pooled connection;
-	// the limiter never replays it, so allow one failed-open answer
-	var d core.Decision
-	var err error
-	for range 3 {
-		if d, err = l.Allow(context.Background(), core.Tenant{ID: "t1"}, "default", 1); err == nil {
-			break
+	forEachVariant(t, func(t *testing.T) {
+		s := redistest.NewServer(t)
+		l := newLimiter(t, s.Client(t), staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(100)}))
+		check(t, l, "t1", 1)
+		if err := s.Restart(); err != nil {
+			t.Fatal(err)
 		}
-	}
-	if err != nil || !d.Allowed || d.Reason != core.ReasonOK || d.Remaining != 99 {
-		t.Fatalf("after restart: %+v, %v (want a fresh bucket: data and scripts were lost)", d, err)
-	}
+		// the first call after a restart may meet a dead pooled connection;
+		// the limiter never replays it, so allow one failed-open answer
+		var d core.Decision
+		var err error
+		for range 3 {
+			if d, err = l.Allow(context.Background(), core.Tenant{ID: "t1"}, "default", 1); err == nil {
+				break
+			}
+		}
+		if err != nil || !d.Allowed || d.Reason != core.ReasonOK || d.Remaining != 99 {
+			t.Fatalf("after restart: %+v, %v (want a fresh bucket: data and scripts were lost)", d, err)
+		}
+	})
 }
 
 // TestRedisDown: with nothing listening, each policy answers within the
 // timeout, with ErrStore.
 func TestRedisDown(t *testing.T) {
-	s := redistest.NewServer(t)
-	c := s.Client(t)
-	s.Kill()
-	for _, tc := range []struct {
-		policy core.FailurePolicy
-		reason core.Reason
-		status int
-	}{{core.FailOpen, core.ReasonFailedOpen, 200}, {core.FailClosed, core.ReasonFailedClosed, 503}} {
-		t.Run(tc.policy.String(), func(t *testing.T) {
-			l, err := core.New(c, staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(1)}),
-				core.WithFailurePolicy(tc.policy), core.WithTimeout(200*time.Millisecond))
-			if err != nil {
-				t.Fatal(err)
-			}
-			start := time.Now()
-			d, err := l.Allow(context.Background(), core.Tenant{ID: "t1"}, "default", 1)
-			took := time.Since(start)
-			if !errors.Is(err, core.ErrStore) || d.Reason != tc.reason || d.Status() != tc.status || !d.Degraded() {
-				t.Fatalf("decision %+v (status %d), err %v; want %v, %d, ErrStore", d, d.Status(), err, tc.reason, tc.status)
-			}
-			if len(d.Headers(core.DefaultHeaderStyle, time.Now())) != 0 {
-				t.Fatal("a degraded decision carries rate-limit headers")
-			}
-			if took > time.Second {
-				t.Fatalf("took %v with a 200ms timeout", took)
-			}
-		})
-	}
+	forEachVariant(t, func(t *testing.T) {
+		s := redistest.NewServer(t)
+		c := s.Client(t)
+		s.Kill()
+		for _, tc := range []struct {
+			policy core.FailurePolicy
+			reason core.Reason
+			status int
+		}{{core.FailOpen, core.ReasonFailedOpen, 200}, {core.FailClosed, core.ReasonFailedClosed, 503}} {
+			t.Run(tc.policy.String(), func(t *testing.T) {
+				l, err := core.New(c, staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(1)}),
+					append(variantOpts(t), core.WithFailurePolicy(tc.policy), core.WithTimeout(200*time.Millisecond))...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				start := time.Now()
+				d, err := l.Allow(context.Background(), core.Tenant{ID: "t1"}, "default", 1)
+				took := time.Since(start)
+				if !errors.Is(err, core.ErrStore) || d.Reason != tc.reason || d.Status() != tc.status || !d.Degraded() {
+					t.Fatalf("decision %+v (status %d), err %v; want %v, %d, ErrStore", d, d.Status(), err, tc.reason, tc.status)
+				}
+				if len(d.Headers(core.DefaultHeaderStyle, time.Now())) != 0 {
+					t.Fatal("a degraded decision carries rate-limit headers")
+				}
+				if took > time.Second {
+					t.Fatalf("took %v with a 200ms timeout", took)
+				}
+			})
+		}
+	})
 }
 
 // TestRedisHung: a paused server (SIGSTOP) answers nothing; the check still
 // returns within its timeout, even on a client that ignores context
 // deadlines.
 func TestRedisHung(t *testing.T) {
-	s := redistest.NewServer(t)
-	c := s.Client(t, func(o *redis.Options) { o.ReadTimeout = time.Second })
-	l, err := core.New(c, staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(1)}),
-		core.WithFailurePolicy(core.FailClosed), core.WithTimeout(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	check(t, l, "t1", 0) // warm the connection and the script cache
-	if err := s.Pause(); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	d, err := l.Allow(context.Background(), core.Tenant{ID: "t1"}, "default", 1)
-	took := time.Since(start)
-	if err := s.Resume(); err != nil {
-		t.Fatal(err)
-	}
-	if !errors.Is(err, core.ErrStore) || d.Reason != core.ReasonFailedClosed {
-		t.Fatalf("hung Redis: %+v, %v", d, err)
-	}
-	if took > 900*time.Millisecond {
-		t.Fatalf("took %v with a 100ms timeout", took)
-	}
+	forEachVariant(t, func(t *testing.T) {
+		s := redistest.NewServer(t)
+		c := s.Client(t, func(o *redis.Options) { o.ReadTimeout = time.Second })
+		l, err := core.New(c, staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(1)}),
+			append(variantOpts(t), core.WithFailurePolicy(core.FailClosed), core.WithTimeout(100*time.Millisecond))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, l, "t1", 0) // warm the connection and the script cache
+		if err := s.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		d, err := l.Allow(context.Background(), core.Tenant{ID: "t1"}, "default", 1)
+		took := time.Since(start)
+		if err := s.Resume(); err != nil {
+			t.Fatal(err)
+		}
+		if !errors.Is(err, core.ErrStore) || d.Reason != core.ReasonFailedClosed {
+			t.Fatalf("hung Redis: %+v, %v", d, err)
+		}
+		if took > 900*time.Millisecond {
+			t.Fatalf("took %v with a 100ms timeout", took)
+		}
+	})
 }
 
 func TestServerClockBurst(t *testing.T) {

@@ -1,0 +1,225 @@
+package core_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/conformance/redistest"
+	"github.com/tollgate-go/tollgate/core"
+)
+
+// scriptCalls is the number of script calls (EVALSHA and EVAL) the server
+// has run since its stats were reset: the store calls a limiter made.
+func scriptCalls(t *testing.T, c *redis.Client) int64 {
+	t.Helper()
+	s, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, line := range strings.Split(s, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
+			continue
+		}
+		calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+		x, err := strconv.ParseInt(calls, 10, 64)
+		if err != nil {
+			t.Fatalf("commandstats line %q: %v", line, err)
+		}
+		n += x
+	}
+	return n
+}
+
+// TestLeasesBound: several replicas (separate clients) with leases share one
+// bucket under concurrent load; their admissions never exceed capacity +
+// rate × elapsed + replicas × lease size, on a standalone server and a
+// Cluster, with and without batching.
+func TestLeasesBound(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, _ redis.UniversalClient) {
+		const capacity, rate, size, instances, workers = 20, 10.0, 5, 4, 40
+		r := staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: capacity, RefillPerSecond: rate}})
+		prefix := redistest.Prefix(t)
+		backend := backends[0]
+		if strings.HasPrefix(t.Name(), "TestLeasesBound/cluster") {
+			backend = backends[1]
+		}
+		lims := make([]*core.Limiter, instances)
+		for i := range lims {
+			l, err := core.New(backend.client(t), r, append(variantOpts(t),
+				core.WithPrefix(prefix), core.WithTimeout(5*time.Second), core.WithLeases("default", size, 200*time.Millisecond))...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = l.Close() })
+			lims[i] = l
+		}
+		var admitted, local atomic.Int64
+		var wg sync.WaitGroup
+		start := time.Now()
+		stop := start.Add(1500 * time.Millisecond)
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Now().Before(stop) {
+					d, err := lims[w%instances].Allow(context.Background(), core.Tenant{ID: "hot"}, "default", 1)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if d.Allowed {
+						admitted.Add(1)
+						if d.Local {
+							local.Add(1)
+						}
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		elapsed := time.Since(start).Seconds()
+		bound := capacity + rate*elapsed + instances*size
+		t.Logf("admitted %d (%d from leases) in %.3fs, bound %.1f", admitted.Load(), local.Load(), elapsed, bound)
+		if a := float64(admitted.Load()); a > bound || a == 0 {
+			t.Fatalf("admitted %v, want 0 < admitted <= %.2f", a, bound)
+		}
+		if local.Load() == 0 {
+			t.Fatal("no request was admitted from a lease")
+		}
+	})
+}
+
+// TestLeasesCutCalls counts the server's script calls: with leases of 10,
+// 200 admitted requests take about 20 store calls instead of 200.
+func TestLeasesCutCalls(t *testing.T) {
+	forEachVariant(t, func(t *testing.T) {
+		srv := redistest.NewServer(t)
+		c := srv.Client(t)
+		r := staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 1000, RefillPerSecond: 1}})
+		ctx := context.Background()
+		// cached first, so that no call fails NOSCRIPT and is counted twice
+		if err := c.ScriptLoad(ctx, core.ScriptSource()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			name     string
+			opts     []core.Option
+			min, max int64
+		}{
+			{"without", nil, 200, 200},
+			{"with", []core.Option{core.WithLeases("default", 10, time.Minute)}, 20, 20},
+		} {
+			l := newLimiter(t, c, r, tc.opts...)
+			if err := c.ConfigResetStat(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 200 {
+				if d := check(t, l, "t1", 1); !d.Allowed {
+					t.Fatalf("%s leases: request %d denied: %+v", tc.name, i, d)
+				}
+			}
+			if n := scriptCalls(t, c); n < tc.min || n > tc.max {
+				t.Fatalf("%s leases: %d store calls for 200 requests, want %d to %d", tc.name, n, tc.min, tc.max)
+			}
+		}
+	})
+}
+
+// TestLeaseArithmetic: a lease is a charge of its size; its decisions count
+// the unspent tokens; at expiry they are lost, not refunded; a request
+// larger than the lease, and a peek, go to the store.
+func TestLeaseArithmetic(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
+		clock := newFakeClock()
+		r := staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 10, RefillPerSecond: 0.001}})
+		l := newLimiter(t, c, r, core.WithClientClock(clock.Now), core.WithLeases("default", 4, time.Second))
+		d := check(t, l, "t1", 1) // the store gives 4: 6 left there, 3 in the lease
+		if !d.Allowed || d.Local || d.Remaining != 9 {
+			t.Fatalf("first request: %+v", d)
+		}
+		if p := check(t, l, "t1", 0); p.Local || !near(p.Tokens, 6, 1e-6) {
+			t.Fatalf("peek after a lease of 4: %+v, want 6 tokens in the store", p)
+		}
+		for want := int64(8); want >= 6; want-- {
+			if d := check(t, l, "t1", 1); !d.Allowed || !d.Local || d.Remaining != want {
+				t.Fatalf("from the lease: %+v, want local, remaining %d", d, want)
+			}
+		}
+		// the lease is spent: a new one is taken from the store
+		if d := check(t, l, "t1", 1); !d.Allowed || d.Local || d.Remaining != 5 {
+			t.Fatalf("second lease: %+v, want remaining 5 (2 in the store, 3 leased)", d)
+		}
+		clock.Advance(2 * time.Second) // the lease expires unspent: its 3 are lost
+		// the store holds 2: too few for a lease of 4, so the request is
+		// charged alone
+		if d := check(t, l, "t1", 1); !d.Allowed || d.Local || !near(d.Tokens, 1.002, 1e-6) {
+			t.Fatalf("after expiry: %+v, want the store's 2.002 charged once", d)
+		}
+		if d := check(t, l, "t1", 5); d.Allowed || d.Local {
+			t.Fatalf("a request larger than the lease: %+v, want a store denial", d)
+		}
+	})
+}
+
+// TestDenyCacheFloodSendsNothing: once one tenant is denied, a flood of its
+// requests makes no store call (counted by the server) until the bound
+// allows, then exactly the calls needed.
+func TestDenyCacheFloodSendsNothing(t *testing.T) {
+	forEachVariant(t, func(t *testing.T) {
+		srv := redistest.NewServer(t)
+		c := srv.Client(t)
+		clock := newFakeClock()
+		l := newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 5, RefillPerSecond: 0.5}}),
+			core.WithClientClock(clock.Now), core.WithDenyCache(true))
+		for range 5 {
+			check(t, l, "flood", 1)
+		}
+		if d := check(t, l, "flood", 1); d.Allowed || d.Local {
+			t.Fatalf("first denial: %+v, want one from the store", d)
+		}
+		if err := c.ConfigResetStat(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		var denied atomic.Int64
+		for range 20 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 100 {
+					d, err := l.Allow(context.Background(), core.Tenant{ID: "flood"}, "default", 1)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if !d.Allowed && d.Local {
+						denied.Add(1)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		clock.Advance(1900 * time.Millisecond) // 0.95 tokens: still below the cost
+		if d := check(t, l, "flood", 1); d.Allowed || !d.Local {
+			t.Fatalf("before the bound allows: %+v", d)
+		}
+		if n := scriptCalls(t, c); n != 0 || denied.Load() != 2000 {
+			t.Fatalf("flood of 2000 denied requests: %d store calls, %d denied locally; want 0, 2000", n, denied.Load())
+		}
+		clock.Advance(100 * time.Millisecond) // 1 token: the store is asked again
+		if d := check(t, l, "flood", 1); !d.Allowed || d.Local {
+			t.Fatalf("when the bound allows: %+v, want admitted by the store", d)
+		}
+		if n := scriptCalls(t, c); n != 1 {
+			t.Fatalf("%d store calls once the bound allowed, want 1", n)
+		}
+	})
+}
