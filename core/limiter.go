@@ -58,6 +58,7 @@ type Limiter struct {
 	metrics  *metrics
 	now      func() time.Time
 	batch    *batcher // nil: one call per check
+	leases   *leases  // nil: no class leases
 }
 
 // New returns a limiter that keeps its buckets in client (any go-redis v9
@@ -96,6 +97,9 @@ func New(client redis.UniversalClient, r Resolver, opts ...Option) (*Limiter, er
 	}
 	if cfg.denyCache {
 		l.deny = newDenyCache(100_000)
+	}
+	if len(cfg.leases) > 0 {
+		l.leases = newLeases(cfg.leases, 100_000)
 	}
 	if cfg.batching {
 		l.batch = newBatcher(client, l.direct, l.metrics.batchSize)
@@ -180,13 +184,33 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 		}
 	}
 	sent := l.now()
-	if l.deny != nil && req.Cost > 0 {
-		if d, ok := l.deny.check(keys, buckets, req.Cost, sent); ok {
-			d.Local = true
-			l.metrics.precheck.Add(ctx, 1)
-			return d, nil
+	if l.leases != nil && req.Cost > 0 {
+		if lc, ok := l.leases.classes[req.Class]; ok {
+			return l.checkLeased(ctx, req, keys, buckets, lc, sent)
 		}
 	}
+	if d, ok := l.precheck(ctx, keys, buckets, req.Cost, sent); ok {
+		return d, nil
+	}
+	return l.store(ctx, req, keys, buckets, req.Cost, sent)
+}
+
+// precheck answers from the deny cache when it proves a denial.
+func (l *Limiter) precheck(ctx context.Context, keys []string, buckets []Bucket, cost int64, now time.Time) (Decision, bool) {
+	if l.deny == nil || cost <= 0 {
+		return Decision{}, false
+	}
+	d, ok := l.deny.check(keys, buckets, cost, now)
+	if ok {
+		d.Local = true
+		l.metrics.precheck.Add(ctx, 1)
+	}
+	return d, ok
+}
+
+// store charges cost tokens (req.Cost, or a lease's size) in the store, or
+// degrades when it fails. sent is when the check started.
+func (l *Limiter) store(ctx context.Context, req Request, keys []string, buckets []Bucket, cost int64, sent time.Time) (Decision, error) {
 	if !l.breaker.allow(sent) {
 		err := fmt.Errorf("%w: %w", ErrStore, errCircuitOpen)
 		l.metrics.storeCall(ctx, 0, err, l.cfg.policy)
@@ -197,7 +221,7 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 	if l.cfg.clock != nil {
 		args[0] = strconv.FormatInt(sent.UnixMicro(), 10)
 	}
-	args[1] = strconv.FormatInt(req.Cost, 10)
+	args[1] = strconv.FormatInt(cost, 10)
 	for _, b := range buckets {
 		args = append(args,
 			strconv.FormatInt(b.Quota.Capacity, 10),
@@ -208,7 +232,7 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 	reply, err := l.run(ctx, keys, args)
 	var d Decision
 	if err == nil {
-		d, err = parseReply(reply, buckets, req.Cost)
+		d, err = parseReply(reply, buckets, cost)
 	}
 	l.metrics.storeCall(ctx, time.Since(start), err, l.cfg.policy)
 	if err != nil {
@@ -222,7 +246,7 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 	if l.fallback != nil {
 		l.fallback.reset()
 	}
-	if l.deny != nil && d.Reason == ReasonOverLimit {
+	if l.deny != nil && d.Reason == ReasonOverLimit && cost == req.Cost {
 		l.deny.remember(keys, d, sent)
 	}
 	return d, nil
@@ -420,9 +444,12 @@ func (l *Limiter) Reset(ctx context.Context, t Tenant, buckets ...string) error 
 			return fmt.Errorf("%w: reset: %w", ErrStore, err)
 		}
 	}
-	if l.deny != nil {
-		if p, err := l.keys.TenantPattern(t.ID); err == nil {
+	if p, err := l.keys.TenantPattern(t.ID); err == nil {
+		if l.deny != nil {
 			l.deny.forget(p[:len(p)-1])
+		}
+		if l.leases != nil {
+			l.leases.forget(p[:len(p)-1])
 		}
 	}
 	if len(keys) == 0 {

@@ -52,6 +52,7 @@ type config struct {
 	meterProvider    metric.MeterProvider
 	tenantTopK       int
 	batching         bool
+	leases           map[string]leaseClass // by class; nil: none
 }
 
 func defaultConfig() config {
@@ -97,6 +98,42 @@ func WithLocalFallback(share float64) Option {
 // off.
 func WithDenyCache(on bool) Option {
 	return optionFunc(func(c *config) { c.denyCache = on })
+}
+
+// WithLeases turns on token leases for class: a check of that class that
+// finds no local lease takes size tokens from the store in one script call
+// (a lease is a charge of size tokens, at most the smallest capacity of the
+// class's buckets) and keeps what its own request did not use, to spend
+// locally, without store calls, for ttl. Each replica holds at most one
+// lease per tenant and class, so at any time at most size tokens per
+// replica are held outside the store.
+//
+// Accuracy: the store never admits more than capacity + rate × elapsed, so
+// neither do leases in total; but leased tokens are spent later than they
+// were charged, so admissions in a window can exceed the bucket's
+// allowance for that window by at most the unspent leased tokens across
+// replicas (≤ replicas × size). Unused tokens are not refunded: they are
+// lost when the lease expires, and the long-run rate can be lower by up to
+// size per replica per ttl. Decisions answered from a lease have Local set;
+// their Remaining counts the store's balance plus the lease's unspent
+// tokens. Peeks (cost 0) and requests costing more than size always go to
+// the store. Reset drops this replica's leases for the tenant, not other
+// replicas'. size <= 1 or ttl <= 0 turns leases off for class; the empty
+// class means DefaultClass. Default: no leases.
+func WithLeases(class string, size int64, ttl time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if class == "" {
+			class = DefaultClass
+		}
+		if size <= 1 || ttl <= 0 {
+			delete(c.leases, class)
+			return
+		}
+		if c.leases == nil {
+			c.leases = map[string]leaseClass{}
+		}
+		c.leases[class] = leaseClass{size: size, ttl: ttl}
+	})
 }
 
 // WithMeterProvider sets the OpenTelemetry meter provider for the limiter's

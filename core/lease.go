@@ -1,0 +1,189 @@
+package core
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+)
+
+// leaseClass is one class's lease setting (WithLeases).
+type leaseClass struct {
+	size int64
+	ttl  time.Duration
+}
+
+// leases holds this replica's token leases, one per bucket set (tenant and
+// class), each taken from the store as one charge of the lease's size.
+type leases struct {
+	classes map[string]leaseClass
+	mu      sync.Mutex
+	entries map[string]*lease // by the first bucket key
+	max     int
+}
+
+type lease struct {
+	keys    []string
+	base    []BucketState // the store's balances after the lease was charged
+	tokens  int64         // unspent
+	expires time.Time
+	// acquiring is non-nil while one check takes a new lease from the store;
+	// it is closed when that check is done.
+	acquiring chan struct{}
+}
+
+func newLeases(classes map[string]leaseClass, max int) *leases {
+	return &leases{classes: classes, entries: map[string]*lease{}, max: max}
+}
+
+// spend takes cost tokens from a live lease for keys. Otherwise, when no
+// check is taking a lease for keys, it marks the caller as the one who does
+// (acquire true: the caller must call release); when another check is
+// taking one, it returns that check's channel to wait on.
+func (ls *leases) spend(keys []string, buckets []Bucket, cost int64, now time.Time, acquire bool) (d Decision, ok bool, wait <-chan struct{}, acquiring bool) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	e := ls.entries[keys[0]]
+	if e != nil && !e.matches(keys, buckets) {
+		// another bucket set or a changed quota: the lease proves nothing
+		if e.acquiring != nil {
+			return Decision{}, false, e.acquiring, false
+		}
+		delete(ls.entries, keys[0])
+		e = nil
+	}
+	if e != nil && e.base != nil && e.tokens >= cost && now.Before(e.expires) {
+		e.tokens -= cost
+		return e.decision(buckets, cost), true, nil, false
+	}
+	if e != nil && e.acquiring != nil {
+		return Decision{}, false, e.acquiring, false
+	}
+	if !acquire {
+		return Decision{}, false, nil, false
+	}
+	if e == nil {
+		if len(ls.entries) >= ls.max {
+			clear(ls.entries) // bounded: unspent tokens are lost, never minted
+		}
+		e = &lease{keys: keys}
+		ls.entries[keys[0]] = e
+	}
+	e.acquiring = make(chan struct{})
+	return Decision{}, false, nil, true
+}
+
+// release ends an acquisition: with a granted decision d (charged size
+// tokens, of which cost were the caller's), the lease holds size-cost
+// tokens until expires; otherwise it is dropped.
+func (ls *leases) release(keys []string, d *Decision, unspent int64, expires time.Time) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	e := ls.entries[keys[0]]
+	if e == nil || e.acquiring == nil {
+		return // forgotten (Reset) or cleared meanwhile
+	}
+	close(e.acquiring)
+	e.acquiring = nil
+	if d == nil {
+		delete(ls.entries, keys[0])
+		return
+	}
+	e.base, e.tokens, e.expires = d.Buckets, unspent, expires
+}
+
+func (e *lease) matches(keys []string, buckets []Bucket) bool {
+	if len(e.keys) != len(keys) || (e.base != nil && len(e.base) != len(buckets)) {
+		return false
+	}
+	for i := range keys {
+		if e.keys[i] != keys[i] || (e.base != nil && e.base[i].Quota != buckets[i].Quota) {
+			return false
+		}
+	}
+	return true
+}
+
+// decision is a local admission from the lease: each bucket's balance is
+// the store's after the lease plus the lease's unspent tokens.
+func (e *lease) decision(buckets []Bucket, cost int64) Decision {
+	states := make([]BucketState, len(buckets))
+	for i, b := range buckets {
+		states[i] = BucketState{Name: b.Name, Quota: b.Quota, Tokens: e.base[i].Tokens + float64(e.tokens)}
+	}
+	d := newDecision(states, tightest(states), ReasonOK, 0, cost)
+	d.Local = true
+	return d
+}
+
+func (ls *leases) forget(prefix string) {
+	ls.mu.Lock()
+	for k, e := range ls.entries {
+		if strings.HasPrefix(k, prefix) && e.acquiring == nil {
+			delete(ls.entries, k)
+		}
+	}
+	ls.mu.Unlock()
+}
+
+// checkLeased answers a check of a leased class: from this replica's lease
+// when it has the tokens, else by taking a new lease from the store (one
+// charge of the lease size), else by a plain charge of the request's cost.
+// At most one check per bucket set takes a lease at a time; the others wait
+// for it once, then spend from it or make a plain call.
+func (l *Limiter) checkLeased(ctx context.Context, req Request, keys []string, buckets []Bucket, lc leaseClass, sent time.Time) (Decision, error) {
+	size := lc.size
+	for _, b := range buckets {
+		size = min(size, b.Quota.Capacity)
+	}
+	if req.Cost > size || size <= 1 {
+		return l.plain(ctx, req, keys, buckets, sent)
+	}
+	d, ok, wait, acquiring := l.leases.spend(keys, buckets, req.Cost, sent, true)
+	if ok {
+		return d, nil
+	}
+	if wait != nil {
+		select {
+		case <-wait:
+		case <-ctx.Done():
+		}
+		if d, ok, _, _ := l.leases.spend(keys, buckets, req.Cost, l.now(), false); ok {
+			return d, nil
+		}
+		return l.plain(ctx, req, keys, buckets, sent)
+	}
+	if !acquiring {
+		return l.plain(ctx, req, keys, buckets, sent)
+	}
+	if d, ok := l.precheck(ctx, keys, buckets, req.Cost, sent); ok {
+		l.leases.release(keys, nil, 0, time.Time{})
+		return d, nil
+	}
+	d, err := l.store(ctx, req, keys, buckets, size, sent)
+	if err != nil || d.Reason != ReasonOK {
+		l.leases.release(keys, nil, 0, time.Time{})
+		if err != nil {
+			return d, err // degraded for req (store answers by req.Cost)
+		}
+		// the bucket cannot give a whole lease: charge the request alone
+		return l.store(ctx, req, keys, buckets, req.Cost, sent)
+	}
+	unspent := size - req.Cost
+	// the lease runs from when the check started: never longer than ttl
+	l.leases.release(keys, &d, unspent, sent.Add(lc.ttl))
+	states := make([]BucketState, len(d.Buckets))
+	for i, s := range d.Buckets {
+		s.Tokens += float64(unspent)
+		states[i] = s
+	}
+	return newDecision(states, tightest(states), ReasonOK, 0, req.Cost), nil
+}
+
+// plain is a check without leases: the deny cache, then the store.
+func (l *Limiter) plain(ctx context.Context, req Request, keys []string, buckets []Bucket, sent time.Time) (Decision, error) {
+	if d, ok := l.precheck(ctx, keys, buckets, req.Cost, sent); ok {
+		return d, nil
+	}
+	return l.store(ctx, req, keys, buckets, req.Cost, sent)
+}
