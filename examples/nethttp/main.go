@@ -9,9 +9,7 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"net"
 	"net/http"
 
 	"github.com/tollgate-go/tollgate/core"
@@ -20,13 +18,7 @@ import (
 )
 
 func main() {
-	app.Main("nethttp", func(ctx context.Context, a *app.App, ln net.Listener) error {
-		h, err := NewHandler(a)
-		if err != nil {
-			return err
-		}
-		return app.ServeHTTP(ctx, ln, h)
-	})
+	app.MainHTTP("nethttp", NewHandler)
 }
 
 // NewHandler returns the service: /healthz and /metrics open, /v1/ behind

@@ -41,6 +41,17 @@ func run(name string, serve func(ctx context.Context, a *App, ln net.Listener) e
 	return serve(ctx, a, ln)
 }
 
+// MainHTTP is Main for a service that is an http.Handler.
+func MainHTTP(name string, newHandler func(*App) (http.Handler, error)) {
+	Main(name, func(ctx context.Context, a *App, ln net.Listener) error {
+		h, err := newHandler(a)
+		if err != nil {
+			return err
+		}
+		return ServeHTTP(ctx, ln, h)
+	})
+}
+
 // ServeHTTP serves h on ln until ctx is done, then shuts down gracefully.
 func ServeHTTP(ctx context.Context, ln net.Listener, h http.Handler) error {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -57,6 +58,19 @@ func expect(t testing.TB, what string, r Response, status int, headers map[strin
 			t.Errorf("%s: header %s = %q, want %q", what, name, got, want)
 		}
 	}
+}
+
+// Handler builds an example's handler on a fresh App, serves it on a real
+// local port and runs the HTTP suite against it.
+func Handler(t *testing.T, newHandler func(*app.App) (http.Handler, error)) {
+	a := New(t)
+	h, err := newHandler(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	HTTP(t, a, srv.URL)
 }
 
 // HTTP runs the example service's HTTP contract against base (a running

@@ -10,12 +10,13 @@ import (
 )
 
 // Main is the examples' TestMain: it runs the tests, stops the Redis
-// servers the harness started, and fails the run if a goroutine leaked.
-func Main(m *testing.M) {
+// servers the harness started, and fails the run if a goroutine leaked
+// (opts name goroutines a framework keeps on purpose).
+func Main(m *testing.M, opts ...goleak.Option) {
 	code := m.Run()
 	redistest.Shutdown()
 	if code == 0 {
-		if err := goleak.Find(); err != nil {
+		if err := goleak.Find(opts...); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}

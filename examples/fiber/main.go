@@ -1,0 +1,96 @@
+// Command fiber is the example service on Fiber v2 with tollgate's
+// fiberlimit handler. The nethttp, gin, echo and grpc examples serve the
+// same API, so they can be compared.
+//
+//	cd examples && go run ./fiber
+//	curl -H "Authorization: Bearer $(go run ./cmd/mint -tenant t42)" localhost:8080/v1/profile
+//
+// See ../README.md for the environment it reads.
+package main
+
+import (
+	"context"
+	"net"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/adaptor"
+	"github.com/gofiber/fiber/v2/middleware/recover"
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/examples/internal/app"
+	"github.com/tollgate-go/tollgate/fiberlimit"
+)
+
+func main() {
+	app.Main("fiber", func(ctx context.Context, a *app.App, ln net.Listener) error {
+		f, err := NewApp(a)
+		if err != nil {
+			return err
+		}
+		return Serve(ctx, f, ln)
+	})
+}
+
+// NewApp returns the service: /healthz and /metrics open, the /v1 routes
+// behind authentication and then the limiter (on each route, so that the
+// limiter sees the route's template).
+func NewApp(a *app.App) (*fiber.App, error) {
+	opts := []fiberlimit.Option{
+		fiberlimit.WithRoutes(app.Routes()),
+		fiberlimit.WithCostFunc(a.CostFunc()),
+		fiberlimit.WithHeaderStyle(a.HeaderStyle),
+		fiberlimit.WithErrorHandler(func(c *fiber.Ctx, err error) {
+			a.Log.Warn("rate limiter degraded", "path", c.Route().Path, "err", err)
+		}),
+	}
+	if err := fiberlimit.Validate(a.Limiter, opts...); err != nil {
+		return nil, err
+	}
+	auth, limit := authenticate(a.Auth), fiberlimit.New(a.Limiter, opts...)
+
+	f := fiber.New(fiber.Config{DisableStartupMessage: true})
+	f.Use(recover.New())
+	f.Get(app.PathHealth, func(c *fiber.Ctx) error { return c.JSON(app.Health{Status: "ok"}) })
+	f.Get(app.PathMetrics, adaptor.HTTPHandler(a.Metrics))
+	f.Get(app.PathProfile, auth, limit, func(c *fiber.Ctx) error {
+		t, _ := core.TenantFromContext(c.UserContext())
+		return c.JSON(a.GetProfile(t))
+	})
+	f.Post(app.PathExport, auth, limit, func(c *fiber.Ctx) error {
+		t, _ := core.TenantFromContext(c.UserContext())
+		return c.JSON(a.ExportReport(t))
+	})
+	return f, nil
+}
+
+// Serve serves f on ln until ctx is done, then shuts down gracefully.
+func Serve(ctx context.Context, f *fiber.App, ln net.Listener) error {
+	errc := make(chan error, 1)
+	go func() { errc <- f.Listener(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	err := f.ShutdownWithTimeout(app.ShutdownTimeout)
+	if serr := <-errc; err == nil {
+		err = serr
+	}
+	return err
+}
+
+// authenticate verifies the bearer token and stores the tenant with
+// fiberlimit.SetTenant (core.ContextWithTenant in the user context), or
+// answers 401.
+func authenticate(v *app.Verifier) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		t, err := v.Authenticate(c.Get(fiber.HeaderAuthorization))
+		if err != nil {
+			status, contentType, body := app.Unauthorized(err)
+			c.Set(fiber.HeaderWWWAuthenticate, app.WWWAuthenticate)
+			c.Set(fiber.HeaderContentType, contentType)
+			return c.Status(status).Send(body)
+		}
+		fiberlimit.SetTenant(c, t)
+		return c.Next()
+	}
+}
