@@ -69,20 +69,12 @@ func main() {
 	})
 }
 
-// Methods is the gRPC method table: full method to class and cost.
-func Methods() core.Routes {
-	return core.Routes{
-		demopb.Demo_GetProfile_FullMethodName:   {Class: core.DefaultClass, Cost: 1},
-		demopb.Demo_ExportReport_FullMethodName: {Class: app.ClassExport, Cost: app.ExportCost},
-	}
-}
-
 // NewServer returns the gRPC service: authentication, then the limiter,
 // then the Demo service. Reflection and health are neither authenticated
 // nor limited.
 func NewServer(a *app.App) (*grpc.Server, error) {
 	limit, err := grpclimit.New(a.Limiter,
-		grpclimit.WithMethods(Methods()),
+		grpclimit.WithMethods(app.GRPCMethods()),
 		grpclimit.WithCostFunc(a.CostFunc()),
 		grpclimit.WithHeaderStyle(a.HeaderStyle),
 		grpclimit.WithFilter(func(_ context.Context, method string) bool { return !open(method) }),

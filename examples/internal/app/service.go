@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/examples/internal/demopb"
 )
 
 // The service every example serves, whatever its framework.
@@ -45,6 +46,14 @@ func Routes() core.Routes {
 		"POST " + PathExport: {Class: ClassExport, Cost: ExportCost},
 		PathHealth:           {Exempt: true},
 		PathMetrics:          {Exempt: true},
+	}
+}
+
+// GRPCMethods is the gRPC method table: full method to class and cost.
+func GRPCMethods() core.Routes {
+	return core.Routes{
+		demopb.Demo_GetProfile_FullMethodName:   {Class: core.DefaultClass, Cost: 1},
+		demopb.Demo_ExportReport_FullMethodName: {Class: ClassExport, Cost: ExportCost},
 	}
 }
 

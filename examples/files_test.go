@@ -1,0 +1,107 @@
+package examples_test
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/config"
+	"github.com/tollgate-go/tollgate/examples/internal/app"
+	"go.yaml.in/yaml/v3"
+)
+
+// docker-compose.yml cannot be run here (no Docker engine): check that it
+// parses and says what the examples need.
+func TestComposeFile(t *testing.T) {
+	data, err := os.ReadFile("docker-compose.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Services map[string]struct {
+			Image string `yaml:"image"`
+			Build struct {
+				Context    string            `yaml:"context"`
+				Dockerfile string            `yaml:"dockerfile"`
+				Args       map[string]string `yaml:"args"`
+			} `yaml:"build"`
+			Environment map[string]string `yaml:"environment"`
+			Ports       []string          `yaml:"ports"`
+			DependsOn   map[string]any    `yaml:"depends_on"`
+		} `yaml:"services"`
+	}
+	if err := yaml.Unmarshal(data, &f); err != nil {
+		t.Fatalf("docker-compose.yml: %v", err)
+	}
+	for _, s := range []string{"redis", "postgres"} {
+		if f.Services[s].Image == "" {
+			t.Errorf("service %s: no image", s)
+		}
+	}
+	ports := map[string]bool{}
+	for _, name := range []string{"nethttp", "gin", "echo", "fiber", "grpc"} {
+		s, ok := f.Services[name]
+		if !ok {
+			t.Errorf("no service %s", name)
+			continue
+		}
+		if s.Build.Args["EXAMPLE"] != name {
+			t.Errorf("%s: builds EXAMPLE=%q", name, s.Build.Args["EXAMPLE"])
+		}
+		if _, err := os.Stat(filepath.Join(name, "main.go")); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+		if _, err := os.Stat(filepath.Join(s.Build.Context, s.Build.Dockerfile)); err != nil || s.Build.Context != ".." {
+			t.Errorf("%s: build context %q, Dockerfile %q: %v", name, s.Build.Context, s.Build.Dockerfile, err)
+		}
+		env := s.Environment
+		if env["REDIS_URL"] != "redis://redis:6379/0" || !strings.HasPrefix(env["DATABASE_URL"], "postgres://") ||
+			env["TOLLGATE_CONFIG"] == "" || !strings.HasPrefix(env["ADDR"], "0.0.0.0:") {
+			t.Errorf("%s: environment %v", name, env)
+		}
+		if want := "${TOLLGATE_JWT_SECRET:-" + app.DevSecret + "}"; env["TOLLGATE_JWT_SECRET"] != want {
+			t.Errorf("%s: TOLLGATE_JWT_SECRET %q, want %q so that minted tokens work", name, env["TOLLGATE_JWT_SECRET"], want)
+		}
+		if len(s.DependsOn) != 2 {
+			t.Errorf("%s: depends_on %v", name, s.DependsOn)
+		}
+		for _, p := range s.Ports {
+			host, _, _ := strings.Cut(p, ":")
+			if ports[host] {
+				t.Errorf("%s: host port %s used twice", name, host)
+			}
+			ports[host] = true
+		}
+	}
+}
+
+// tollgate.yaml, the file docker-compose mounts, must say what the
+// built-in tiers and routes say.
+func TestConfigFileMatchesTheBuiltIns(t *testing.T) {
+	cfg, err := config.Load("tollgate.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(cfg.Tiers, app.BuiltinTiers()) {
+		t.Errorf("tiers %+v, want %+v", cfg.Tiers, app.BuiltinTiers())
+	}
+	routes := app.Routes()
+	for _, r := range cfg.Routes {
+		want, ok := routes[r.Method+" "+r.Path]
+		if !ok || want != (core.Route{Class: r.Class, Cost: r.Cost}) {
+			t.Errorf("route %s %s: %s/%d, built-in %+v", r.Method, r.Path, r.Class, r.Cost, want)
+		}
+	}
+	grpc := app.GRPCMethods()
+	if len(cfg.GRPCMethods) != len(grpc) {
+		t.Errorf("%d gRPC methods, want %d", len(cfg.GRPCMethods), len(grpc))
+	}
+	for _, m := range cfg.GRPCMethods {
+		if grpc[m.Method] != (core.Route{Class: m.Class, Cost: m.Cost}) {
+			t.Errorf("gRPC method %s: %s/%d", m.Method, m.Class, m.Cost)
+		}
+	}
+}
