@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/url"
 	"slices"
 	"sort"
 	"strconv"
@@ -429,6 +428,3 @@ func (e *env) expectStoreErrors(n int) {
 		}
 	}
 }
-
-// escapeParam keeps a param readable in a transcript line.
-func escapeParam(s string) string { return url.PathEscape(s) }
