@@ -17,7 +17,8 @@ import (
 //     the window counts from 0 there (it was born inside the window), where
 //     Prometheus would only extrapolate; a counter reset (the value going
 //     down) counts the new value as the increase. No extrapolation to the
-//     window's edges.
+//     window's edges; a window holding one scrape (a late scrape) is
+//     widened to the scrape before.
 //   - sum by (l) sums per distinct value of l; topk keeps the k largest at
 //     this instant (so the set of series can change over time, as in
 //     Grafana).
@@ -78,6 +79,11 @@ func rate(sel *Selector, scrapes []Scrape, i int) []Sample {
 	now := scrapes[i].At
 	first := i
 	for first > 0 && now.Sub(scrapes[first-1].At) < sel.Range {
+		first--
+	}
+	// a late scrape leaves one sample in the window: widen it to the
+	// previous scrape rather than leave a gap
+	if first == i && i > 0 {
 		first--
 	}
 	type acc struct {

@@ -166,7 +166,8 @@ func drive(ctx context.Context, c config, demo *grafana.Demo, srv *redisServer, 
 			_ = srv.signal(syscall.SIGCONT)
 		}
 	}()
-	for n := 0; ; n++ {
+	next, scraped := 0, time.Duration(-1)
+	for {
 		select {
 		case <-ctx.Done():
 			return nil, outage, ctx.Err()
@@ -190,12 +191,17 @@ func drive(ctx context.Context, c config, demo *grafana.Demo, srv *redisServer, 
 			paused = false
 			c.log.Info("redis resumed")
 		}
-		wg.Add(1)
-		go func(n int) {
-			defer wg.Done()
-			demo.Traffic(ctx, n, tick)
-		}(n)
-		if n%10 == 0 {
+		// every tick due by now, so a starved process catches up and the
+		// rates stay what the script says
+		for ; time.Duration(next)*tick <= el; next++ {
+			wg.Add(1)
+			go func(n int) {
+				defer wg.Done()
+				demo.Traffic(ctx, n, tick)
+			}(next)
+		}
+		if el.Truncate(time.Second) > scraped {
+			scraped = el.Truncate(time.Second)
 			s, err := scrape(ctx, hc, metricsURL)
 			if err != nil {
 				return nil, outage, err
