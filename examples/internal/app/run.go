@@ -37,7 +37,7 @@ func run(name string, serve func(ctx context.Context, a *App, ln net.Listener) e
 	if err != nil {
 		return fmt.Errorf("ADDR: %w", err)
 	}
-	a.Log.Info(name+" example listening", "addr", "http://"+ln.Addr().String(), "redis", a.Redis, "overrides", a.Database)
+	a.Log.Info(name+" example listening", "addr", ln.Addr().String(), "redis", a.Redis, "overrides", a.Database)
 	return serve(ctx, a, ln)
 }
 
