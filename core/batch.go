@@ -149,6 +149,18 @@ func (b *batcher) send(batch []*call) {
 	if len(live) == 0 {
 		return
 	}
+	if len(live) == 1 {
+		// alone (low concurrency): a plain call under the caller's own
+		// context, the same as without batching, so that one caller pays
+		// nothing for the batcher
+		c := live[0]
+		v, err := tokenBucket.Run(c.ctx, b.client, c.keys, c.args...).Result()
+		if err != nil {
+			refreshTopology(b.client, err)
+		}
+		c.finish(v, err)
+		return
+	}
 	// the pipeline serves every caller in it: bounded by the latest of
 	// their deadlines, not cut short by one caller's cancellation
 	deadline, ok := live[0].ctx.Deadline()
