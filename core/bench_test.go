@@ -15,8 +15,10 @@ import (
 
 // BenchmarkCheck measures checks per second against a private Redis, many
 // tenants (10k), at several concurrencies, for tollgate with one call per
-// check, tollgate with batching, and go-redis/redis_rate v10 (the leading
-// Go peer) in the same run, so ratios are fair on a noisy machine:
+// check, tollgate with batching (the default), and go-redis/redis_rate v10
+// (the leading Go peer) in the same run, so ratios are fair on a noisy
+// machine. The load driver (bench/loadbench, make bench) adds latency
+// percentiles, Redis CPU per decision, a raw EVALSHA and redis-benchmark:
 //
 //	make bench/core   # or: go test -run '^$' -bench Check -count 5 ./core | benchstat -
 func BenchmarkCheck(b *testing.B) {
@@ -29,7 +31,7 @@ func BenchmarkCheck(b *testing.B) {
 		mk   func(b *testing.B, c *redis.Client) (checker, func())
 	}{
 		{"tollgate", func(b *testing.B, c *redis.Client) (checker, func()) {
-			l := benchLimiter(b, c, quota)
+			l := benchLimiter(b, c, quota, core.WithBatching(false))
 			return func(ctx context.Context, i int) error {
 				_, err := l.Allow(ctx, core.Tenant{ID: "t" + strconv.Itoa(i)}, "default", 1)
 				return err
