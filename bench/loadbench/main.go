@@ -36,6 +36,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,6 +58,7 @@ var (
 	flagImpls    = flag.String("impls", "tollgate,tollgate-batched,tollgate-default,redis_rate,evalsha", "implementations to run")
 	flagPool     = flag.Int("pool", 64, "go-redis pool size (every implementation)")
 	flagBuckets  = flag.Int("buckets", 100000, "buckets for the memory measurement (0: skip)")
+	flagProfile  = flag.String("cpuprofile", "", "write a CPU profile of the driver (client side) to this file")
 	flagRB       = flag.Bool("redis-benchmark", true, "run redis-benchmark on the script as the server's ceiling")
 )
 
@@ -68,8 +70,21 @@ const (
 
 func main() {
 	flag.Parse()
+	if *flagProfile != "" {
+		f, err := os.Create(*flagProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "loadbench:", err)
+			os.Exit(1)
+		}
+		defer f.Close()
+		defer pprof.StopCPUProfile()
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "loadbench:", err)
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
@@ -228,6 +243,9 @@ func setup(client *redis.Client, impl, sha, prefix string, tenants int) (checker
 		return limiter(core.WithBatching(true), core.WithDenyCache(false))
 	case "tollgate-default":
 		return limiter()
+	case "tollgate-lease10":
+		// opt-in: a lease of 10 tokens per replica and tenant, for 1 s
+		return limiter(core.WithBatching(true), core.WithLeases("default", 10, time.Second))
 	case "redis_rate":
 		rl := redis_rate.NewLimiter(client)
 		lim := redis_rate.Limit{Rate: rate, Burst: capacity, Period: time.Second}
