@@ -20,6 +20,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
 // Quotas of the scenarios (C burst, ρ tokens/s).
@@ -104,6 +107,9 @@ type env struct {
 	prefix  string
 	backend backend
 	tr      transcript
+	// metrics reads what the env's limiters recorded (core's instruments)
+	metrics *sdkmetric.ManualReader
+	meter   *sdkmetric.MeterProvider
 
 	mu   sync.Mutex
 	errs []error
@@ -111,6 +117,9 @@ type env struct {
 
 func newEnv(t *testing.T, target Target, b backend, cfg config) *env {
 	e := &env{t: t, target: target, proto: target.Protocol(), cfg: cfg, clock: &fakeClock{}, backend: b, prefix: redistest.Prefix(t)}
+	e.metrics = sdkmetric.NewManualReader()
+	e.meter = sdkmetric.NewMeterProvider(sdkmetric.WithReader(e.metrics))
+	t.Cleanup(func() { _ = e.meter.Shutdown(context.Background()) })
 	e.clock.us.Store(epoch.UnixMicro())
 	switch b {
 	case standalone:
@@ -159,6 +168,7 @@ func (e *env) limiter() *core.Limiter {
 	opts := []core.Option{
 		core.WithPrefix(e.prefix), core.WithTimeout(timeout), core.WithFailurePolicy(e.cfg.policy),
 		core.WithShadow(e.cfg.shadow), core.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
+		core.WithMeterProvider(e.meter),
 	}
 	if !e.cfg.serverClock {
 		opts = append(opts, core.WithClientClock(e.clock.Now))
@@ -427,4 +437,29 @@ func (e *env) expectStoreErrors(n int) {
 			e.t.Errorf("conformance: the error hook got %v, want an error wrapping core.ErrStore", err)
 		}
 	}
+}
+
+// decisions returns the tollgate.decisions counts the env's limiters
+// recorded, by "outcome/class".
+func (e *env) decisions() map[string]int64 {
+	e.t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := e.metrics.Collect(context.Background(), &rm); err != nil {
+		e.t.Fatalf("conformance: collect metrics: %v", err)
+	}
+	out := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			sum, ok := m.Data.(metricdata.Sum[int64])
+			if m.Name != core.MetricDecisions || !ok {
+				continue
+			}
+			for _, dp := range sum.DataPoints {
+				o, _ := dp.Attributes.Value(attribute.Key("outcome"))
+				c, _ := dp.Attributes.Value(attribute.Key("class"))
+				out[o.AsString()+"/"+c.AsString()] += dp.Value
+			}
+		}
+	}
+	return out
 }

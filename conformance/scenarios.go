@@ -334,6 +334,12 @@ func shadow(e *env) {
 	wantStatus(e, e.send(in, EndpointExport, "hooli", "small"), 200)
 	want(e, "handler calls", e.calls(in), 6)
 	e.expectNoHookErrors()
+	// what would have been denied is counted as such: 2 over the profile
+	// burst of 3, and the export whose cost exceeds its capacity
+	got := e.decisions()
+	want(e, "shadow_denied decisions (default)", got["shadow_denied/default"], 2)
+	want(e, "shadow_denied decisions (export)", got["shadow_denied/export"], 1)
+	want(e, "allowed decisions (default)", got["allowed/default"], 3)
 }
 
 // Redis down, fail-open: requests pass, with no rate-limit headers; the
