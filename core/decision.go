@@ -31,9 +31,13 @@ const (
 	// ReasonInvalid: the request could not be keyed or charged (an empty
 	// or over-long tenant ID, a negative cost). Nothing was charged.
 	ReasonInvalid
+	// ReasonUnresolved: no valid quota is configured for the request (an
+	// unknown tier or class, an invalid quota). It is rejected (HTTP 500,
+	// gRPC Internal): a configuration mistake must not mean unlimited.
+	ReasonUnresolved
 )
 
-var reasonNames = [...]string{"ok", "over_limit", "cost_exceeds_capacity", "failed_open", "failed_closed", "shadow_denied", "invalid"}
+var reasonNames = [...]string{"ok", "over_limit", "cost_exceeds_capacity", "failed_open", "failed_closed", "shadow_denied", "invalid", "unresolved"}
 
 // String returns the reason's stable snake_case name, used in metrics and logs.
 func (r Reason) String() string {

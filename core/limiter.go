@@ -147,13 +147,17 @@ func (l *Limiter) Peek(ctx context.Context, t Tenant, class string) (Decision, e
 
 // Check answers one request. Over quota is not an error: it is a Decision
 // with Allowed false. The error is non-nil when the request is invalid
-// (wrapping ErrInvalidRequest; the Decision has ReasonInvalid) or when the
-// quota could not be resolved or the store failed (wrapping ErrResolve or
-// ErrStore; the Decision then carries the failure policy's answer,
-// ReasonFailedOpen or ReasonFailedClosed). The Decision is always usable.
+// (wrapping ErrInvalidRequest; the Decision has ReasonInvalid), when its
+// quota is not configured (an unknown tier or class, an invalid quota:
+// wrapping ErrResolve or ErrInvalidQuota; ReasonUnresolved, not admitted:
+// a configuration mistake never turns into unlimited traffic), or when the
+// store or a custom resolver's backend failed (wrapping ErrStore; the
+// Decision carries the failure policy's answer, ReasonFailedOpen or
+// ReasonFailedClosed, or the local fallback's). The Decision is always
+// usable.
 func (l *Limiter) Check(ctx context.Context, req Request) (Decision, error) {
 	d, err := l.check(ctx, req)
-	if !d.Allowed && l.cfg.shadow && !d.Degraded() && d.Reason != ReasonInvalid {
+	if !d.Allowed && l.cfg.shadow && d.Denied() {
 		d.Allowed, d.Reason = true, ReasonShadowDenied
 	}
 	l.metrics.record(ctx, req, d)
@@ -172,9 +176,12 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 		err = validateBuckets(buckets)
 	}
 	if err != nil {
-		if !errors.Is(err, ErrResolve) && !errors.Is(err, ErrInvalidQuota) {
-			err = fmt.Errorf("%w: %w", ErrResolve, err)
+		if errors.Is(err, ErrResolve) || errors.Is(err, ErrInvalidQuota) {
+			l.logDegraded("tollgate: no quota configured for this request; rejected", req, err, "tier", EscapeID(req.Tenant.Tier))
+			return Decision{Reason: ReasonUnresolved, Cost: req.Cost}, err
 		}
+		// a custom resolver's own backend failed: a store failure
+		err = fmt.Errorf("%w: resolve: %w", ErrStore, err)
 		return l.degrade(req, nil, nil, err), err
 	}
 	keys := make([]string, len(buckets))
@@ -236,6 +243,9 @@ func (l *Limiter) store(ctx context.Context, req Request, keys []string, buckets
 	}
 	l.metrics.storeCall(ctx, time.Since(start), err, l.cfg.policy)
 	if err != nil {
+		if l.batch == nil {
+			refreshTopology(l.client, err) // the batcher does this itself
+		}
 		err = fmt.Errorf("%w: %w", ErrStore, err)
 		if l.breaker.failure(time.Now()) {
 			l.logDegraded("tollgate: circuit breaker opened: store calls paused", req, err)

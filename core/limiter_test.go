@@ -435,10 +435,33 @@ func TestInvalidInput(t *testing.T) {
 			}
 		})
 	}
-	// a resolver answering an invalid quota fails by policy, naming the field
+	// a resolver answering an invalid quota is a configuration mistake:
+	// rejected (500), never let through unlimited, even when failing open
 	bad := newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 1, RefillPerSecond: math.NaN()}}))
 	d, err := bad.Allow(ctx, core.Tenant{ID: "t"}, "default", 1)
-	if !errors.Is(err, core.ErrInvalidQuota) || !strings.Contains(err.Error(), "refill rate") || d.Reason != core.ReasonFailedOpen {
+	if !errors.Is(err, core.ErrInvalidQuota) || !strings.Contains(err.Error(), "refill rate") || d.Reason != core.ReasonUnresolved || d.Allowed || d.Status() != 500 {
 		t.Fatalf("NaN rate: %+v, %v", d, err)
+	}
+	// so is an unknown tier or class
+	res, err := core.NewResolver(testTiers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := newLimiter(t, c, res)
+	for _, req := range []core.Request{
+		{Tenant: core.Tenant{ID: "t", Tier: "platinum"}, Class: "default", Cost: 1},
+		{Tenant: core.Tenant{ID: "t", Tier: "free"}, Class: "nosuchclass", Cost: 1},
+	} {
+		d, err := lim.Check(ctx, req)
+		if !errors.Is(err, core.ErrResolve) || d.Allowed || d.Reason != core.ReasonUnresolved {
+			t.Fatalf("%+v: %+v, %v; want rejected as unresolved", req, d, err)
+		}
+	}
+	// a custom resolver whose own backend fails is a store failure: policy
+	broken := newLimiter(t, c, core.ResolverFunc(func(context.Context, core.Tenant, string) ([]core.Bucket, error) {
+		return nil, errors.New("quota service unreachable")
+	}), core.WithFailurePolicy(core.FailClosed))
+	if d, err := broken.Allow(ctx, core.Tenant{ID: "t"}, "default", 1); !errors.Is(err, core.ErrStore) || d.Reason != core.ReasonFailedClosed {
+		t.Fatalf("resolver backend failure: %+v, %v", d, err)
 	}
 }

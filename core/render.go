@@ -174,7 +174,8 @@ func SFString(s string) string {
 
 // Status is the HTTP status of a response for d: 200 when the request
 // proceeds (allowed, failed open, shadow-denied), 429 for a denial, 503 when
-// the store failed and the policy is fail-closed, 400 for an invalid request.
+// the store failed and the policy is fail-closed, 400 for an invalid request,
+// 500 when no quota is configured for it.
 func (d Decision) Status() int {
 	switch {
 	case d.Allowed:
@@ -183,6 +184,8 @@ func (d Decision) Status() int {
 		return 429
 	case d.Reason == ReasonFailedClosed:
 		return 503
+	case d.Reason == ReasonUnresolved:
+		return 500
 	default:
 		return 400
 	}
@@ -232,6 +235,9 @@ func (d Decision) Problem() Problem {
 	case ReasonFailedClosed:
 		return Problem{Type: "about:blank", Title: "Service Unavailable", Status: 503,
 			Detail: "The rate limiter cannot reach its store; try again later."}
+	case ReasonUnresolved:
+		return Problem{Type: "about:blank", Title: "Internal Server Error", Status: 500,
+			Detail: "No rate limit is configured for this request."}
 	case ReasonInvalid:
 		return Problem{Type: "about:blank", Title: "Bad Request", Status: 400,
 			Detail: "The request cannot be rate limited: its identity or cost is invalid."}
