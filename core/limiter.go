@@ -157,7 +157,7 @@ func (l *Limiter) Peek(ctx context.Context, t Tenant, class string) (Decision, e
 // usable.
 func (l *Limiter) Check(ctx context.Context, req Request) (Decision, error) {
 	d, err := l.check(ctx, req)
-	if !d.Allowed && l.cfg.shadow && d.Denied() {
+	if !d.Allowed && d.Denied() && (l.cfg.shadow || l.cfg.shadowClasses[orDefault(req.Class)]) {
 		d.Allowed, d.Reason = true, ReasonShadowDenied
 	}
 	l.metrics.record(ctx, req, d)
@@ -470,4 +470,11 @@ func (l *Limiter) Reset(ctx context.Context, t Tenant, buckets ...string) error 
 		return fmt.Errorf("%w: reset: %w", ErrStore, err)
 	}
 	return nil
+}
+
+func orDefault(class string) string {
+	if class == "" {
+		return DefaultClass
+	}
+	return class
 }

@@ -414,6 +414,24 @@ func TestShadow(t *testing.T) {
 	}
 }
 
+func TestShadowClasses(t *testing.T) {
+	c := redistest.Client(t)
+	q := core.Quota{Capacity: 1, RefillPerSecond: 0.01}
+	l := newLimiter(t, c, core.ResolverFunc(func(_ context.Context, _ core.Tenant, class string) ([]core.Bucket, error) {
+		return []core.Bucket{{Name: class, Quota: q}}, nil
+	}), core.WithShadowClasses("export"))
+	ctx := context.Background()
+	for _, class := range []string{"export", "default"} {
+		_, _ = l.Allow(ctx, core.Tenant{ID: "t1"}, class, 1)
+	}
+	if d, _ := l.Allow(ctx, core.Tenant{ID: "t1"}, "export", 1); !d.Allowed || d.Reason != core.ReasonShadowDenied {
+		t.Fatalf("shadowed class: %+v", d)
+	}
+	if d, _ := l.Allow(ctx, core.Tenant{ID: "t1"}, "default", 1); d.Allowed || d.Reason != core.ReasonOverLimit {
+		t.Fatalf("enforced class: %+v", d)
+	}
+}
+
 func TestInvalidInput(t *testing.T) {
 	c := redistest.Client(t)
 	l := newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(1)}))

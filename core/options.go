@@ -43,6 +43,8 @@ type config struct {
 	timeout time.Duration
 	clock   func() time.Time // nil: server clock (TIME)
 	shadow  bool
+	// shadowClasses: classes in shadow mode while the rest enforce
+	shadowClasses map[string]bool
 	log     *slog.Logger
 
 	breakerThreshold int
@@ -203,6 +205,21 @@ func WithClientClock(now func() time.Time) Option {
 // through with ReasonShadowDenied. Default off.
 func WithShadow(on bool) Option {
 	return optionFunc(func(c *config) { c.shadow = on })
+}
+
+// WithShadowClasses puts only the named classes in shadow mode: their would-be
+// denials are let through as ReasonShadowDenied (and counted), while every
+// other class is enforced. Use it to roll out a new or tighter class limit
+// safely. It adds to earlier calls; WithShadow(true) shadows every class.
+func WithShadowClasses(classes ...string) Option {
+	return optionFunc(func(c *config) {
+		if c.shadowClasses == nil {
+			c.shadowClasses = map[string]bool{}
+		}
+		for _, cl := range classes {
+			c.shadowClasses[cl] = true
+		}
+	})
 }
 
 // WithLogger sets the logger for degraded decisions. Default slog.Default();
