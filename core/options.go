@@ -45,7 +45,7 @@ type config struct {
 	shadow  bool
 	// shadowClasses: classes in shadow mode while the rest enforce
 	shadowClasses map[string]bool
-	log     *slog.Logger
+	log           *slog.Logger
 
 	breakerThreshold int
 	breakerCooldown  time.Duration
