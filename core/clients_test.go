@@ -1,0 +1,112 @@
+package core_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/conformance/redistest"
+	"github.com/tollgate-go/tollgate/core"
+)
+
+// The limiter works with any go-redis UniversalClient. Standalone and Cluster
+// are covered everywhere; these cover a Ring and a Sentinel failover client.
+
+func TestRingClient(t *testing.T) {
+	a, b := redistest.NewServer(t), redistest.NewServer(t)
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr(), "b": b.Addr()}})
+	t.Cleanup(func() { _ = ring.Close() })
+	class := core.Bucket{Name: "export", Quota: core.Quota{Capacity: 10, RefillPerSecond: 0.01}}
+	ceiling := core.Bucket{Name: core.CeilingBucket, Quota: core.Quota{Capacity: 5, RefillPerSecond: 0.01}}
+	l := newLimiter(t, ring, staticResolver(class, ceiling))
+	// many tenants: they spread over both shards, and each tenant's two
+	// keys share its hash tag, so the script always finds both on one shard
+	for i := range 40 {
+		tn := core.Tenant{ID: "tenant-" + strconv.Itoa(i)}
+		for j := range 6 {
+			d, err := l.Allow(context.Background(), tn, "export", 1)
+			if err != nil {
+				t.Fatalf("ring: %v", err)
+			}
+			if d.Allowed != (j < 5) {
+				t.Fatalf("tenant %d request %d: %+v", i, j, d)
+			}
+		}
+	}
+	for _, s := range []*redistest.Server{a, b} {
+		n, err := s.Client(t).DBSize(context.Background()).Result()
+		if err != nil || n == 0 {
+			t.Fatalf("shard %s holds %d keys (%v): the ring did not spread tenants", s.Addr(), n, err)
+		}
+	}
+}
+
+func TestSentinelFailoverClient(t *testing.T) {
+	master := redistest.NewServer(t)
+	sentinel := startSentinel(t, master.Port())
+	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "tollgate", SentinelAddrs: []string{sentinel}})
+	t.Cleanup(func() { _ = c.Close() })
+	l := newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 3, RefillPerSecond: 0.01}}))
+	for i := range 4 {
+		d, err := l.Allow(context.Background(), core.Tenant{ID: "t1"}, "default", 1)
+		if err != nil {
+			t.Fatalf("through Sentinel: %v", err)
+		}
+		if d.Allowed != (i < 3) {
+			t.Fatalf("request %d: %+v", i, d)
+		}
+	}
+}
+
+// startSentinel runs redis-server in sentinel mode monitoring 127.0.0.1:port
+// as "tollgate", and returns its address.
+func startSentinel(t *testing.T, masterPort int) string {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if redistest.InCI() {
+			t.Fatal("a Sentinel needs redis-server on PATH")
+		}
+		t.Skip("a Sentinel needs redis-server on PATH (skipped outside CI)")
+	}
+	probe := redistest.NewServer(t) // borrow a free port
+	port := probe.Port()
+	probe.Stop()
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "sentinel.conf")
+	body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor tollgate 127.0.0.1 %d 1\nsentinel down-after-milliseconds tollgate 2000\n", port, dir, masterPort)
+	if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, conf, "--sentinel")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	sc := redis.NewSentinelClient(&redis.Options{Addr: addr})
+	defer sc.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		_, err := sc.GetMasterAddrByName(ctx, "tollgate").Result()
+		cancel()
+		if err == nil {
+			return addr
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sentinel on %s not ready: %v", addr, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
