@@ -1,76 +1,27 @@
 package ginlimit_test
 
 import (
-	"net/http/httptest"
+	"net/http"
 	"testing"
-	"time"
 
 	"github.com/gin-gonic/gin"
-	"github.com/tollgate-go/tollgate/conformance/redistest"
+	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/ginlimit"
 )
 
-// BenchmarkOverhead measures what the middleware adds to a request beyond
-// core's Gate.Decide, against a real Redis:
-//
-//	overhead ≈ limited − bare − decide
-//
-// The "redis" cases include the round trip; the "exempt" cases use an
-// exempt route, which core answers without Redis, so they isolate the
-// adapter's own cost from the network's noise.
+// BenchmarkOverhead: what the middleware adds beyond core's Gate.Decide
+// (see conformance.BenchmarkOverhead).
 func BenchmarkOverhead(b *testing.B) {
-	res, err := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{"free": {Classes: map[string]core.Quota{
-		"default": {Capacity: core.MaxCapacity, RefillPerSecond: core.MaxRefillPerSecond},
-	}}}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	lim, err := core.New(redistest.Client(b), res, core.WithPrefix(redistest.Prefix(b)), core.WithTimeout(5*time.Second))
-	if err != nil {
-		b.Fatal(err)
-	}
-	routes := core.Routes{"/healthz": {Exempt: true}}
-	gate, err := core.NewGate(lim, core.WithRoutes(routes))
-	if err != nil {
-		b.Fatal(err)
-	}
-	engine := func(mws ...gin.HandlerFunc) *gin.Engine {
-		r := gin.New()
-		r.Use(tenant("bench"))
-		r.Use(mws...)
-		r.GET("/v1/profile", ok)
-		r.GET("/healthz", ok)
-		return r
-	}
-	bare, limited := engine(), engine(ginlimit.Middleware(lim, ginlimit.WithRoutes(routes)))
-	for name, path := range map[string]string{"redis": "/v1/profile", "exempt": "/healthz"} {
-		req := httptest.NewRequest("GET", path, nil)
-		ctx := core.ContextWithTenant(req.Context(), core.Tenant{ID: "bench"})
-		ep := core.Endpoint{Method: "GET", Pattern: path, ClientIP: "192.0.2.1"}
-		b.Run(name+"/decide", func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				if v := gate.Decide(ctx, ep); !v.Proceed {
-					b.Fatal(v.Status)
-				}
-			}
-		})
-		b.Run(name+"/bare", func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				bare.ServeHTTP(httptest.NewRecorder(), req)
-			}
-		})
-		b.Run(name+"/limited", func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				w := httptest.NewRecorder()
-				limited.ServeHTTP(w, req)
-				if w.Code != 200 {
-					b.Fatal(w.Code)
-				}
-			}
-		})
-	}
+	conformance.BenchmarkOverhead(b, func(lim *core.Limiter, routes core.Routes) (http.Handler, http.Handler) {
+		engine := func(mws ...gin.HandlerFunc) http.Handler {
+			r := gin.New()
+			r.Use(tenant(conformance.BenchTenant))
+			r.Use(mws...)
+			r.GET("/v1/profile", ok)
+			r.GET("/healthz", ok)
+			return r
+		}
+		return engine(), engine(ginlimit.Middleware(lim, ginlimit.WithRoutes(routes)))
+	})
 }

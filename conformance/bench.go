@@ -1,0 +1,77 @@
+package conformance
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/tollgate-go/tollgate/conformance/redistest"
+	"github.com/tollgate-go/tollgate/core"
+)
+
+// BenchTenant is the tenant an overhead benchmark's handlers must charge:
+// their auth middleware puts core.Tenant{ID: BenchTenant} in the context.
+const BenchTenant = "bench"
+
+// BenchRoutes is the route table an overhead benchmark's adapter must use:
+// GET /v1/profile is charged (a Redis round trip), GET /healthz is exempt
+// (answered by core without Redis).
+var BenchRoutes = core.Routes{"/healthz": {Exempt: true}}
+
+// BenchmarkOverhead measures what an HTTP adapter adds to a request beyond
+// core's Gate.Decide, against a real Redis:
+//
+//	overhead ≈ limited − bare − decide
+//
+// build returns two handlers serving GET /v1/profile and GET /healthz behind
+// an auth middleware that sets BenchTenant: bare without the limiter, limited
+// with the adapter over lim and BenchRoutes. The "redis" cases include the
+// round trip; the "exempt" cases isolate the adapter's own cost from the
+// network's noise.
+func BenchmarkOverhead(b *testing.B, build func(lim *core.Limiter, routes core.Routes) (bare, limited http.Handler)) {
+	res, err := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{"free": {Classes: map[string]core.Quota{
+		core.DefaultClass: {Capacity: core.MaxCapacity, RefillPerSecond: core.MaxRefillPerSecond},
+	}}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	lim, err := core.New(redistest.Client(b), res, core.WithPrefix(redistest.Prefix(b)), core.WithTimeout(5*time.Second))
+	if err != nil {
+		b.Fatal(err)
+	}
+	gate, err := core.NewGate(lim, core.WithRoutes(BenchRoutes))
+	if err != nil {
+		b.Fatal(err)
+	}
+	bare, limited := build(lim, BenchRoutes)
+	for name, path := range map[string]string{"redis": "/v1/profile", "exempt": "/healthz"} {
+		req := httptest.NewRequest("GET", path, nil)
+		ctx := core.ContextWithTenant(context.Background(), core.Tenant{ID: BenchTenant})
+		ep := core.Endpoint{Method: "GET", Pattern: path, ClientIP: "192.0.2.1"}
+		b.Run(name+"/decide", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if v := gate.Decide(ctx, ep); !v.Proceed {
+					b.Fatal(v.Status)
+				}
+			}
+		})
+		for _, h := range []struct {
+			name string
+			h    http.Handler
+		}{{"bare", bare}, {"limited", limited}} {
+			b.Run(name+"/"+h.name, func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					w := httptest.NewRecorder()
+					h.h.ServeHTTP(w, req)
+					if w.Code != http.StatusOK {
+						b.Fatal(w.Code)
+					}
+				}
+			})
+		}
+	}
+}
