@@ -166,7 +166,16 @@ func (l *Limiter) checkLeased(ctx context.Context, req Request, keys []string, b
 		if err != nil {
 			return d, err // degraded for req (store answers by req.Cost)
 		}
-		// the bucket cannot give a whole lease: charge the request alone
+		// the bucket cannot give a whole lease. The reply's balances still
+		// prove a denial of the request itself when some bucket holds less
+		// than its cost (nothing was charged): no second call
+		if d, ok := denialFor(d, req.Cost); ok {
+			if l.deny != nil {
+				l.deny.remember(keys, d, sent)
+			}
+			return d, nil
+		}
+		// enough for the request alone: charge it
 		return l.store(ctx, req, keys, buckets, req.Cost, sent)
 	}
 	unspent := size - req.Cost
@@ -186,4 +195,22 @@ func (l *Limiter) plain(ctx context.Context, req Request, keys []string, buckets
 		return d, nil
 	}
 	return l.store(ctx, req, keys, buckets, req.Cost, sent)
+}
+
+// denialFor turns a denial of a lease (a charge larger than cost) into the
+// denial of cost, when a bucket's balance is below cost: the decision the
+// store would have made for cost, as nothing was charged.
+func denialFor(d Decision, cost int64) (Decision, bool) {
+	binding, retry := -1, 0.0
+	for i, s := range d.Buckets {
+		if s.Tokens < float64(cost) {
+			if wait := (float64(cost) - s.Tokens) / s.Quota.RefillPerSecond; binding < 0 || wait > retry {
+				binding, retry = i, wait
+			}
+		}
+	}
+	if binding < 0 {
+		return Decision{}, false
+	}
+	return newDecision(d.Buckets, binding, ReasonOverLimit, retry, cost), true
 }

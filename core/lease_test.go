@@ -223,3 +223,42 @@ func TestDenyCacheFloodSendsNothing(t *testing.T) {
 		}
 	})
 }
+
+// TestLeaseDenialIsOneCall: when the store cannot give a lease and holds
+// less than the request's cost, the lease's reply is the request's denial:
+// one store call, with the exact retry time.
+func TestLeaseDenialIsOneCall(t *testing.T) {
+	srv := redistest.NewServer(t)
+	c := srv.Client(t)
+	ctx := context.Background()
+	if err := c.ScriptLoad(ctx, core.ScriptSource()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	clock := newFakeClock()
+	// size 10 is clamped to the capacity, 3
+	l := newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 3, RefillPerSecond: 0.5}}),
+		core.WithClientClock(clock.Now), core.WithLeases("default", 10, time.Minute))
+	if err := c.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if d := check(t, l, "t1", 1); !d.Allowed || d.Local != (i > 0) {
+			t.Fatalf("request %d: %+v", i, d)
+		}
+	}
+	clock.Advance(time.Second) // 0.5 tokens in the store: below the cost
+	d := check(t, l, "t1", 1)
+	if d.Allowed || d.Reason != core.ReasonOverLimit || d.Cost != 1 || !nearDur(d.RetryAfter, time.Second) || !near(d.Tokens, 0.5, 1e-6) {
+		t.Fatalf("denial: %+v, want over limit for cost 1, 0.5 tokens, retry 1s", d)
+	}
+	if n := scriptCalls(t, c); n != 2 {
+		t.Fatalf("%d store calls, want 2 (a lease, then a refused lease that is the denial)", n)
+	}
+	clock.Advance(time.Second) // 1 token: too few for a lease, enough for the request
+	if d := check(t, l, "t1", 1); !d.Allowed || d.Local || !near(d.Tokens, 0, 1e-6) {
+		t.Fatalf("after refill: %+v, want the request charged alone", d)
+	}
+	if n := scriptCalls(t, c); n != 4 {
+		t.Fatalf("%d store calls, want 4", n)
+	}
+}
