@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -59,6 +60,8 @@ type Limiter struct {
 	now      func() time.Time
 	batch    *batcher // nil: one call per check
 	leases   *leases  // nil: no class leases
+	args     sync.Map // Quota -> [3]any, see quotaArgs
+	nargs    atomic.Int64
 }
 
 // New returns a limiter that keeps its buckets in client (any go-redis v9
@@ -230,10 +233,8 @@ func (l *Limiter) store(ctx context.Context, req Request, keys []string, buckets
 	}
 	args[1] = strconv.FormatInt(cost, 10)
 	for _, b := range buckets {
-		args = append(args,
-			strconv.FormatInt(b.Quota.Capacity, 10),
-			strconv.FormatFloat(b.Quota.RefillPerSecond, 'g', -1, 64),
-			b.Quota.ttlMillis())
+		q := l.quotaArgs(b.Quota)
+		args = append(args, q[0], q[1], q[2])
 	}
 	start := time.Now()
 	reply, err := l.run(ctx, keys, args)
@@ -260,6 +261,21 @@ func (l *Limiter) store(ctx context.Context, req Request, keys []string, buckets
 		l.deny.remember(keys, d, sent)
 	}
 	return d, nil
+}
+
+// quotaArgs returns a quota's script arguments (capacity, rate, TTL),
+// formatted once per quota: quotas are few, checks many.
+func (l *Limiter) quotaArgs(q Quota) [3]any {
+	if v, ok := l.args.Load(q); ok {
+		return v.([3]any)
+	}
+	a := [3]any{strconv.FormatInt(q.Capacity, 10), strconv.FormatFloat(q.RefillPerSecond, 'g', -1, 64), q.ttlMillis()}
+	if l.nargs.Load() < maxCachedSets {
+		if _, loaded := l.args.LoadOrStore(q, a); !loaded {
+			l.nargs.Add(1)
+		}
+	}
+	return a
 }
 
 func (l *Limiter) validate(req Request) error {
