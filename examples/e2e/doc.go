@@ -1,0 +1,10 @@
+// Package e2e holds the examples' end-to-end tests, and nothing else: they
+// build the example binaries, run each as a real process on a free port
+// against a real Redis and a SQLite file, and drive it over real
+// connections with tokens minted by the built mint command, holding the
+// four HTTP frameworks to the same answers and the gRPC service to the same
+// quotas; and they run the README's `make demo` and check its table and
+// exit code.
+//
+//	cd examples && go test -race ./e2e
+package e2e
