@@ -11,8 +11,12 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 help: ## list the targets
 	@grep -hE '^[a-zA-Z/%_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
 
+# DEMOFLAGS are extra flags for the demo (go run ./replicas -h lists them),
+# e.g. make demo DEMOFLAGS='-replicas 8'; empty, it runs as the README says.
+DEMOFLAGS ?=
+
 demo: ## the replicas demo: in-process limiters vs the shared bucket (embedded Redis unless REDIS_URL is set)
-	cd examples && $(GO) run ./replicas
+	cd examples && $(GO) run ./replicas $(DEMOFLAGS)
 
 test: check-redis ## every module, with -race, against a real Redis
 	$(GO) test $(TESTFLAGS) $(PKGS)
