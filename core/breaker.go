@@ -72,12 +72,3 @@ func (b *breaker) failure(now time.Time) bool {
 	}
 	return false
 }
-
-// open reports whether the circuit is open now.
-func (b *breaker) open(now time.Time) bool {
-	if b == nil {
-		return false
-	}
-	until := b.openUntil.Load()
-	return until != 0 && now.UnixNano() < until
-}

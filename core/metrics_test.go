@@ -40,7 +40,7 @@ func collect(t *testing.T, r *sdkmetric.ManualReader, name string, keys ...strin
 					if i > 0 {
 						k += "/"
 					}
-					k += v.Emit()
+					k += v.String()
 				}
 				out[k] += dp.Value
 			}
