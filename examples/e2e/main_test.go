@@ -165,6 +165,9 @@ func start(t *testing.T, name string, env ...string) *process {
 	p.cmd.Env = environ(env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	p.cmd.WaitDelay = time.Second
+	// Should the test binary itself die (a -timeout panic skips cleanups),
+	// the kernel kills the service with it.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
