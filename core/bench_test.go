@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -95,4 +96,64 @@ func benchLimiter(b *testing.B, c *redis.Client, q core.Quota, opts ...core.Opti
 		b.Fatal(err)
 	}
 	return l
+}
+
+// BenchmarkSingleCallerP50 measures what the library adds to one caller's
+// latency: each iteration makes one Limiter.Allow and one raw go-redis
+// EVALSHA of the same script with the same arguments (on another tenant),
+// back to back, so that the machine's drift hits both alike, and reports
+// each median and their ratio (issue 8: ≤ 1.1x). Run with -count and read
+// the medians of p50-ratio.
+func BenchmarkSingleCallerP50(b *testing.B) {
+	srv := redistest.NewServer(b)
+	c := srv.Client(b, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	q := core.Quota{Capacity: 1000, RefillPerSecond: 100}
+	for _, v := range []struct {
+		name string
+		opts []core.Option
+	}{{"default", nil}, {"unbatched", []core.Option{core.WithBatching(false)}}} {
+		b.Run(v.name, func(b *testing.B) {
+			l := benchLimiter(b, c, q, v.opts...)
+			defer l.Close()
+			ctx := context.Background()
+			sha := tokenBucketSHA(b, c)
+			ttl := strconv.FormatInt(q.Capacity*1000/int64(q.RefillPerSecond)+1000, 10)
+			var lib, raw []time.Duration
+			n := 0
+			for b.Loop() {
+				n++
+				t0 := time.Now()
+				if _, err := l.Allow(ctx, core.Tenant{ID: "t" + strconv.Itoa(n%10000)}, "default", 1); err != nil {
+					b.Fatal(err)
+				}
+				t1 := time.Now()
+				key := l.Keys().Prefix() + ":{u" + strconv.Itoa(n%10000) + "}:default"
+				if err := c.EvalSha(ctx, sha, []string{key}, "", "1", "1000", "100", ttl).Err(); err != nil {
+					b.Fatal(err)
+				}
+				lib, raw = append(lib, t1.Sub(t0)), append(raw, time.Since(t1))
+			}
+			pl, pr := median(lib), median(raw)
+			b.ReportMetric(float64(pl.Microseconds()), "lib-p50-µs")
+			b.ReportMetric(float64(pr.Microseconds()), "evalsha-p50-µs")
+			b.ReportMetric(float64(pl)/float64(pr), "p50-ratio")
+		})
+	}
+}
+
+func tokenBucketSHA(b *testing.B, c *redis.Client) string {
+	sha, err := c.ScriptLoad(context.Background(), core.ScriptSource()).Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return sha
+}
+
+func median(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
