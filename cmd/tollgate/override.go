@@ -107,26 +107,38 @@ func toJSON(o sqlquota.Override, now time.Time) overrideJSON {
 	return j
 }
 
-func (e *env) dbContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, e.opts.timeout)
-}
-
-func overrideMigrate(ctx context.Context, e *env, _ []string) error {
-	s, closeDB, err := e.openStore(false)
+// withStore opens the override store and runs f under the command's
+// timeout, closing the store afterwards.
+func (e *env) withStore(ctx context.Context, mustExist bool, f func(ctx context.Context, s *sqlquota.Store) error) error {
+	s, closeDB, err := e.openStore(mustExist)
 	if err != nil {
 		return err
 	}
 	defer closeDB()
-	ctx, cancel := e.dbContext(ctx)
+	ctx, cancel := context.WithTimeout(ctx, e.opts.timeout)
 	defer cancel()
-	if err := s.Migrate(ctx); err != nil {
-		return dbHint(err, s)
+	return f(ctx, s)
+}
+
+// notFoundOr names a missing override, or explains another database error.
+func notFoundOr(err error, s *sqlquota.Store, tenant, bucket string) error {
+	if errors.Is(err, sqlquota.ErrNotFound) {
+		return fmt.Errorf("no override for tenant %s bucket %s", core.EscapeID(tenant), core.EscapeID(bucket))
 	}
-	if e.opts.json {
-		return e.printJSON(map[string]any{"table": s.Table(), "dialect": s.Dialect().String(), "schema_version": sqlquota.SchemaVersion})
-	}
-	fmt.Fprintf(e.stdout, "table %s ready (%s, schema version %d)\n", s.Table(), s.Dialect(), sqlquota.SchemaVersion)
-	return nil
+	return dbHint(err, s)
+}
+
+func overrideMigrate(ctx context.Context, e *env, _ []string) error {
+	return e.withStore(ctx, false, func(ctx context.Context, s *sqlquota.Store) error {
+		if err := s.Migrate(ctx); err != nil {
+			return dbHint(err, s)
+		}
+		if e.opts.json {
+			return e.printJSON(map[string]any{"table": s.Table(), "dialect": s.Dialect().String(), "schema_version": sqlquota.SchemaVersion})
+		}
+		fmt.Fprintf(e.stdout, "table %s ready (%s, schema version %d)\n", s.Table(), s.Dialect(), sqlquota.SchemaVersion)
+		return nil
+	})
 }
 
 func overrideSet(ctx context.Context, e *env, args []string) error {
@@ -163,25 +175,20 @@ func overrideSet(ctx context.Context, e *env, args []string) error {
 	if o.UpdatedBy == "" {
 		return usagef("--by is required (who makes the change) when $USER is not set")
 	}
-	s, closeDB, err := e.openStore(true)
-	if err != nil {
-		return err
-	}
-	defer closeDB()
-	ctx, cancel := e.dbContext(ctx)
-	defer cancel()
-	stored, err := s.Set(ctx, o)
-	if err != nil {
-		if errors.Is(err, core.ErrInvalidRequest) || errors.Is(err, core.ErrInvalidQuota) {
-			return usagef("%v", err)
+	return e.withStore(ctx, true, func(ctx context.Context, s *sqlquota.Store) error {
+		stored, err := s.Set(ctx, o)
+		if err != nil {
+			if errors.Is(err, core.ErrInvalidRequest) || errors.Is(err, core.ErrInvalidQuota) {
+				return usagef("%v", err)
+			}
+			return dbHint(err, s)
 		}
-		return dbHint(err, s)
-	}
-	if e.opts.json {
-		return e.printJSON(toJSON(stored, now))
-	}
-	fmt.Fprintf(e.stdout, "set override %s/%s: %s\n", core.EscapeID(stored.TenantID), stored.Bucket, describe(stored))
-	return nil
+		if e.opts.json {
+			return e.printJSON(toJSON(stored, now))
+		}
+		fmt.Fprintf(e.stdout, "set override %s/%s: %s\n", core.EscapeID(stored.TenantID), stored.Bucket, describe(stored))
+		return nil
+	})
 }
 
 func describe(o sqlquota.Override) string {
@@ -196,25 +203,17 @@ func overrideGet(ctx context.Context, e *env, args []string) error {
 	if err := checkTenant(args[0]); err != nil {
 		return err
 	}
-	s, closeDB, err := e.openStore(true)
-	if err != nil {
-		return err
-	}
-	defer closeDB()
-	ctx, cancel := e.dbContext(ctx)
-	defer cancel()
-	o, err := s.Get(ctx, args[0], args[1])
-	if err != nil {
-		if errors.Is(err, sqlquota.ErrNotFound) {
-			return fmt.Errorf("no override for tenant %s bucket %s", core.EscapeID(args[0]), core.EscapeID(args[1]))
+	return e.withStore(ctx, true, func(ctx context.Context, s *sqlquota.Store) error {
+		o, err := s.Get(ctx, args[0], args[1])
+		if err != nil {
+			return notFoundOr(err, s, args[0], args[1])
 		}
-		return dbHint(err, s)
-	}
-	now := time.Now()
-	if e.opts.json {
-		return e.printJSON(toJSON(o, now))
-	}
-	return printOverrides(e, []sqlquota.Override{o}, now)
+		now := time.Now()
+		if e.opts.json {
+			return e.printJSON(toJSON(o, now))
+		}
+		return printOverrides(e, []sqlquota.Override{o}, now)
+	})
 }
 
 func overrideList(ctx context.Context, e *env, args []string) error {
@@ -228,30 +227,25 @@ func overrideList(ctx context.Context, e *env, args []string) error {
 	if e.opts.limit < 1 {
 		return usagef("bad --limit %d: must be >= 1", e.opts.limit)
 	}
-	s, closeDB, err := e.openStore(true)
-	if err != nil {
-		return err
-	}
-	defer closeDB()
-	ctx, cancel := e.dbContext(ctx)
-	defer cancel()
-	list, err := s.List(ctx, opt)
-	if err != nil {
-		return dbHint(err, s)
-	}
-	now := time.Now()
-	if e.opts.json {
-		out := make([]overrideJSON, len(list))
-		for i, o := range list {
-			out[i] = toJSON(o, now)
+	return e.withStore(ctx, true, func(ctx context.Context, s *sqlquota.Store) error {
+		list, err := s.List(ctx, opt)
+		if err != nil {
+			return dbHint(err, s)
 		}
-		return e.printJSON(out)
-	}
-	if len(list) == 0 {
-		fmt.Fprintln(e.stdout, "no overrides")
-		return nil
-	}
-	return printOverrides(e, list, now)
+		now := time.Now()
+		if e.opts.json {
+			out := make([]overrideJSON, len(list))
+			for i, o := range list {
+				out[i] = toJSON(o, now)
+			}
+			return e.printJSON(out)
+		}
+		if len(list) == 0 {
+			fmt.Fprintln(e.stdout, "no overrides")
+			return nil
+		}
+		return printOverrides(e, list, now)
+	})
 }
 
 func printOverrides(e *env, list []sqlquota.Override, now time.Time) error {
@@ -276,22 +270,14 @@ func overrideDelete(ctx context.Context, e *env, args []string) error {
 	if err := checkTenant(args[0]); err != nil {
 		return err
 	}
-	s, closeDB, err := e.openStore(true)
-	if err != nil {
-		return err
-	}
-	defer closeDB()
-	ctx, cancel := e.dbContext(ctx)
-	defer cancel()
-	if err := s.Delete(ctx, args[0], args[1]); err != nil {
-		if errors.Is(err, sqlquota.ErrNotFound) {
-			return fmt.Errorf("no override for tenant %s bucket %s", core.EscapeID(args[0]), core.EscapeID(args[1]))
+	return e.withStore(ctx, true, func(ctx context.Context, s *sqlquota.Store) error {
+		if err := s.Delete(ctx, args[0], args[1]); err != nil {
+			return notFoundOr(err, s, args[0], args[1])
 		}
-		return dbHint(err, s)
-	}
-	if e.opts.json {
-		return e.printJSON(map[string]any{"deleted": true, "tenant_id": args[0], "bucket": args[1]})
-	}
-	fmt.Fprintf(e.stdout, "deleted override %s/%s: the tier default applies at the next cache refresh\n", core.EscapeID(args[0]), args[1])
-	return nil
+		if e.opts.json {
+			return e.printJSON(map[string]any{"deleted": true, "tenant_id": args[0], "bucket": args[1]})
+		}
+		fmt.Fprintf(e.stdout, "deleted override %s/%s: the tier default applies at the next cache refresh\n", core.EscapeID(args[0]), args[1])
+		return nil
+	})
 }
