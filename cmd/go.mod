@@ -5,6 +5,7 @@ go 1.26.0
 replace (
 	github.com/tollgate-go/tollgate/conformance => ../conformance
 	github.com/tollgate-go/tollgate/core => ../core
+	github.com/tollgate-go/tollgate/sqlquota => ../sqlquota
 )
 
 require (
@@ -12,6 +13,7 @@ require (
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/tollgate-go/tollgate/conformance v0.0.0
 	github.com/tollgate-go/tollgate/core v0.0.0
+	github.com/tollgate-go/tollgate/sqlquota v0.0.0-00010101000000-000000000000
 	modernc.org/sqlite v1.62.0
 )
 
@@ -73,6 +75,7 @@ require (
 	go.opentelemetry.io/otel/metric v1.47.0 // indirect
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
+	go.uber.org/goleak v1.3.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/sync v0.25.0 // indirect

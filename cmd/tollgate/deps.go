@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/config"
-	"github.com/tollgate-go/tollgate/core/sqlquota"
+	"github.com/tollgate-go/tollgate/sqlquota"
 	_ "modernc.org/sqlite" // database/sql driver "sqlite"
 )
 

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/tollgate-go/tollgate/core"
-	"github.com/tollgate-go/tollgate/core/sqlquota"
+	"github.com/tollgate-go/tollgate/sqlquota"
 )
 
 func init() {

@@ -23,7 +23,7 @@ import (
 
 // postgresURL is the test database: TOLLGATE_TEST_POSTGRES, else a
 // postgres:// DATABASE_URL, else the machine's local server (as in
-// core/sqlquota's tests).
+// sqlquota's tests).
 func postgresURL() string {
 	if u := os.Getenv("TOLLGATE_TEST_POSTGRES"); u != "" {
 		return u

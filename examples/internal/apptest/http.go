@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/tollgate-go/tollgate/core"
-	"github.com/tollgate-go/tollgate/core/sqlquota"
 	"github.com/tollgate-go/tollgate/examples/internal/app"
+	"github.com/tollgate-go/tollgate/sqlquota"
 )
 
 // Response is what the suite reads of one answer.

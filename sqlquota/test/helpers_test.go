@@ -17,7 +17,7 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
-	"github.com/tollgate-go/tollgate/core/sqlquota"
+	"github.com/tollgate-go/tollgate/sqlquota"
 	_ "modernc.org/sqlite"
 )
 

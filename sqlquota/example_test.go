@@ -8,7 +8,8 @@ import (
 	"path/filepath"
 
 	"github.com/tollgate-go/tollgate/core"
-	"github.com/tollgate-go/tollgate/core/sqlquota"
+	"github.com/tollgate-go/tollgate/sqlquota"
+	_ "modernc.org/sqlite"
 )
 
 func Example() {

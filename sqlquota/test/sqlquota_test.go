@@ -14,7 +14,7 @@ import (
 
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
-	"github.com/tollgate-go/tollgate/core/sqlquota"
+	"github.com/tollgate-go/tollgate/sqlquota"
 )
 
 func TestStoreCRUD(t *testing.T) {
