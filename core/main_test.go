@@ -5,18 +5,13 @@ import (
 	"os"
 	"testing"
 
-	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
-	redistest.StartSharedCluster()
-	// Example functions read REDIS_URL: point it at the harness's server
-	if u, err := redistest.SharedURL(); err == nil {
-		os.Setenv("REDIS_URL", u)
-	}
+	// The examples run against the Redis at REDIS_URL (127.0.0.1:6379 by
+	// default); the tests that need the harness live in the core/test module.
 	code := m.Run()
-	redistest.Shutdown()
 	if code == 0 {
 		// go-redis re-dials a dead server in the background and notices a
 		// closed pool only after its back-off sleep: not a leak of ours

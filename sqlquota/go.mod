@@ -2,10 +2,7 @@ module github.com/tollgate-go/tollgate/sqlquota
 
 go 1.26.0
 
-replace (
-	github.com/tollgate-go/tollgate/conformance => ../conformance
-	github.com/tollgate-go/tollgate/core => ../core
-)
+replace github.com/tollgate-go/tollgate/core => ../core
 
 require (
 	github.com/tollgate-go/tollgate/core v0.0.0

@@ -109,3 +109,9 @@ func check(t *testing.T, l *core.Limiter, tenant string, cost int64) core.Decisi
 
 // near reports whether a and b differ by at most eps.
 func near(a, b, eps float64) bool { return a-b <= eps && b-a <= eps }
+
+// testTiers is the resolver tests' tier set (core's resolver_test.go).
+var testTiers = core.Tiers{Default: "free", Tiers: map[string]core.Tier{
+	"free": {Classes: map[string]core.Quota{"default": {Capacity: 20, RefillPerSecond: 2}}, Ceiling: &core.Quota{Capacity: 100, RefillPerSecond: 10}},
+	"pro":  {Classes: map[string]core.Quota{"default": {Capacity: 200, RefillPerSecond: 50}}},
+}}
