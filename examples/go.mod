@@ -21,7 +21,7 @@ require (
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/tollgate-go/tollgate/core v0.0.0
 	github.com/tollgate-go/tollgate/grpclimit v0.0.0-00010101000000-000000000000
-	github.com/tollgate-go/tollgate/sqlquota v0.0.0-00010101000000-000000000000
+	github.com/tollgate-go/tollgate/sqlquota v0.0.0
 	go.opentelemetry.io/otel/exporters/prometheus v0.69.0
 	go.opentelemetry.io/otel/metric v1.47.0
 	go.opentelemetry.io/otel/sdk/metric v1.47.0

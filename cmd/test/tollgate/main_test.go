@@ -19,7 +19,7 @@ import (
 	"github.com/tollgate-go/tollgate/core/config"
 )
 
-// bin is the tollgate binary built from this package for the tests.
+// bin is the tollgate binary built from cmd/tollgate for the tests.
 var bin string
 
 func TestMain(m *testing.M) {
@@ -29,7 +29,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	bin = filepath.Join(dir, "tollgate")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Dir = "../../tollgate" // cmd/tollgate, in the cmd module
+	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "build tollgate: %v\n%s", err, out)
 		os.Exit(1)
 	}
