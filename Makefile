@@ -1,15 +1,21 @@
-# tollgate: one Go module per top-level folder, tied together by go.work.
+# tollgate: one Go module per top-level folder, tied together by go.work. A
+# module's tests that need the Redis harness or the conformance suite live in
+# its nested test-only module <module>/test (README, "Module layout").
 GO        ?= go
-MODULES   := core conformance httplimit ginlimit echolimit fiberlimit grpclimit examples cmd bench
-PKGS      := $(addprefix github.com/tollgate-go/tollgate/,$(addsuffix /...,$(MODULES)))
+MODULES   := core sqlquota conformance httplimit ginlimit echolimit fiberlimit grpclimit examples cmd bench
+TEST_MODULES := $(patsubst %/go.mod,%,$(wildcard $(addsuffix /test/go.mod,$(MODULES))))
+ALL_MODULES  := $(MODULES) $(TEST_MODULES)
+# in the workspace, core/... also matches core/test/...: go lists each package once
+PKGS      := $(addprefix github.com/tollgate-go/tollgate/,$(addsuffix /...,$(ALL_MODULES)))
 TESTFLAGS ?= -race -shuffle=on -count=1 -timeout 12m
 BENCHFLAGS ?= -run '^$$' -bench . -benchmem -count 5
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: help test lint bench bench/load demo fuzz tidy fmt check-redis $(addprefix test/,$(MODULES)) $(addprefix bench/,$(MODULES))
+.PHONY: help test lint bench bench/load demo fuzz tidy fmt check-redis $(addprefix test/,$(ALL_MODULES)) $(addprefix bench/,$(ALL_MODULES))
 
 help: ## list the targets
-	@grep -hE '^[a-zA-Z/%_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
+	@grep -hE '^([a-zA-Z/%_-]+|\$$\(addprefix [^)]*\)\): [a-z]+/%):.*## ' $(MAKEFILE_LIST) \
+		| sed -E 's/^\$$\(addprefix [^)]*\)\): //; s/:.*## /\t/' | expand -t 16
 
 # DEMOFLAGS are extra flags for the demo (go run ./replicas -h lists them),
 # e.g. make demo DEMOFLAGS='-replicas 8'; empty, it runs as the README says.
@@ -21,8 +27,8 @@ demo: ## the replicas demo: in-process limiters vs the shared bucket (embedded R
 test: check-redis ## every module, with -race, against a real Redis
 	$(GO) test $(TESTFLAGS) $(PKGS)
 
-test/%: check-redis ## one module, e.g. make test/core
-	cd $* && $(GO) test $(TESTFLAGS) ./...
+$(addprefix test/,$(ALL_MODULES)): test/%: check-redis ## one module and its test module, e.g. make test/core
+	cd $* && $(GO) test $(TESTFLAGS) github.com/tollgate-go/tollgate/$*/...
 
 check-redis: ## fail fast, and say why, when no real Redis can be had
 	@if [ -n "$$REDIS_URL" ]; then exit 0; fi; \
@@ -31,7 +37,7 @@ check-redis: ## fail fast, and say why, when no real Redis can be had
 	echo "make test needs a real Redis: set REDIS_URL, start a Docker daemon (testcontainers), or put redis-server on PATH" >&2; exit 1
 
 FUZZTIME ?= 10s
-FUZZ_TARGETS := core:FuzzKeys core:FuzzSFString core:FuzzCheck core/config:FuzzParse
+FUZZ_TARGETS := core:FuzzKeys core:FuzzSFString core/test:FuzzCheck core/config:FuzzParse
 
 fuzz: check-redis ## run every fuzz target for FUZZTIME (default 10s) from its committed seed corpus
 	@for t in $(FUZZ_TARGETS); do \
@@ -54,11 +60,11 @@ bench: check-redis ## Go benchmarks of every module, then the side-by-side load 
 bench/load: check-redis ## only the load driver: tollgate vs redis_rate vs redis-benchmark, one Redis, one run
 	cd bench && $(GO) run ./loadbench $(LOADFLAGS)
 
-bench/%: check-redis
-	cd $* && $(GO) test $(BENCHFLAGS) ./...
+$(addprefix bench/,$(ALL_MODULES)): bench/%: check-redis
+	cd $* && $(GO) test $(BENCHFLAGS) github.com/tollgate-go/tollgate/$*/...
 
-tidy: ## go mod tidy in every module
-	@for m in $(MODULES); do (cd $$m && $(GO) mod tidy) || exit 1; done
+tidy: ## go mod tidy in every module, test modules included
+	@for m in $(ALL_MODULES); do (cd $$m && $(GO) mod tidy) || exit 1; done
 
 fmt: ## gofmt -w
 	gofmt -w $(MODULES)
