@@ -66,9 +66,9 @@ type Decision struct {
 	// ReasonOK, ReasonFailedOpen and ReasonShadowDenied.
 	Allowed bool
 	Reason  Reason
-	// Policy names the binding bucket: the one that denied the request, or
+	// Bucket names the binding bucket: the one that denied the request, or
 	// when it was admitted, the one left with the fewest tokens.
-	Policy string
+	Bucket string
 	// Quota is the binding bucket's quota.
 	Quota Quota
 	// Limit is the binding bucket's capacity.
@@ -109,7 +109,7 @@ func (d Decision) Denied() bool {
 func (d Decision) hasQuota() bool {
 	switch d.Reason {
 	case ReasonOK, ReasonOverLimit, ReasonCostExceedsCapacity, ReasonShadowDenied:
-		return d.Policy != ""
+		return d.Bucket != ""
 	}
 	return false
 }
@@ -132,7 +132,7 @@ func newDecision(states []BucketState, binding int, reason Reason, retry float64
 	d := Decision{
 		Allowed: reason == ReasonOK,
 		Reason:  reason,
-		Policy:  b.Name,
+		Bucket:  b.Name,
 		Quota:   b.Quota,
 		Limit:   b.Quota.Capacity,
 		Tokens:  b.Tokens,

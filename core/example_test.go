@@ -50,7 +50,7 @@ func Example() {
 // Rendering a denial: the headers and the problem body every adapter sends.
 func ExampleDecision_Headers() {
 	q := core.Quota{Capacity: 10, RefillPerSecond: 2}
-	d := core.Decision{Reason: core.ReasonOverLimit, Policy: "default", Quota: q, Limit: 10,
+	d := core.Decision{Reason: core.ReasonOverLimit, Bucket: "default", Quota: q, Limit: 10,
 		Tokens: 0.5, RetryAfter: 250 * time.Millisecond, ResetAfter: 4750 * time.Millisecond, Cost: 1}
 	for _, h := range d.Headers(core.DefaultHeaderStyle, time.Now()) {
 		fmt.Printf("%s: %s\n", h.Name, h.Value)

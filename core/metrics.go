@@ -21,7 +21,7 @@ import (
 const (
 	// MetricDecisions counts decisions, by outcome (allowed, denied,
 	// failed_open, failed_closed, fallback, shadow_denied, invalid), reason,
-	// class, tier and binding policy, and tenant when WithTenantLabel is on.
+	// class, tier and binding bucket, and tenant when WithTenantLabel is on.
 	MetricDecisions = "tollgate.decisions"
 	// MetricStoreDuration is the client-side latency of the store call, in
 	// seconds, by result (ok, error).
@@ -57,7 +57,7 @@ type metrics struct {
 }
 
 // decisionLabels is the label tuple of the decisions metric, unvalidated.
-type decisionLabels struct{ outcome, reason, class, tier, policy string }
+type decisionLabels struct{ outcome, reason, class, tier, bucket string }
 
 // maxCachedSets bounds the attribute-set cache (labels are bounded names,
 // but a misconfigured resolver could vary them): past it, sets are built
@@ -124,7 +124,7 @@ func label(s, empty string) string {
 
 func (m *metrics) record(ctx context.Context, req Request, d Decision) {
 	if m.tenants == nil {
-		m.decisions.Add(ctx, 1, m.decisionSet(decisionLabels{outcome(d), d.Reason.String(), req.Class, req.Tenant.Tier, d.Policy}))
+		m.decisions.Add(ctx, 1, m.decisionSet(decisionLabels{outcome(d), d.Reason.String(), req.Class, req.Tenant.Tier, d.Bucket}))
 	} else {
 		m.recordTenant(ctx, req, d)
 	}
@@ -133,7 +133,7 @@ func (m *metrics) record(ctx context.Context, req Request, d Decision) {
 			span.AddEvent("tollgate.decision", trace.WithAttributes(
 				attribute.String("tollgate.outcome", outcome(d)),
 				attribute.String("tollgate.reason", d.Reason.String()),
-				attribute.String("tollgate.policy", d.Policy),
+				attribute.String("tollgate.bucket", d.Bucket),
 				attribute.Int64("tollgate.limit", d.Limit),
 				attribute.Int64("tollgate.remaining", d.Remaining),
 				attribute.Int64("tollgate.cost", d.Cost),
@@ -152,7 +152,7 @@ func (m *metrics) decisionSet(k decisionLabels) metric.MeasurementOption {
 		attribute.String("reason", k.reason),
 		attribute.String("class", label(k.class, DefaultClass)),
 		attribute.String("tier", label(k.tier, "none")),
-		attribute.String("policy", label(k.policy, "none")),
+		attribute.String("bucket", label(k.bucket, "none")),
 	)
 	if m.nsets.Load() < maxCachedSets {
 		if _, loaded := m.sets.LoadOrStore(k, o); !loaded {
@@ -170,7 +170,7 @@ func (m *metrics) recordTenant(ctx context.Context, req Request, d Decision) {
 		attribute.String("reason", d.Reason.String()),
 		attribute.String("class", label(req.Class, DefaultClass)),
 		attribute.String("tier", label(req.Tenant.Tier, "none")),
-		attribute.String("policy", label(d.Policy, "none")),
+		attribute.String("bucket", label(d.Bucket, "none")),
 	)
 	if m.tenants != nil {
 		attrs = append(attrs, attribute.String("tenant", m.tenants.label(req.Tenant.ID, !d.Allowed || d.Reason == ReasonShadowDenied)))

@@ -117,7 +117,7 @@ func (d Decision) Headers(style HeaderStyle, now time.Time) []Header {
 		t = retry
 	}
 	if style&HeaderIETF != 0 {
-		name := SFString(d.Policy)
+		name := SFString(d.Bucket)
 		hs = append(hs,
 			Header{HeaderRateLimitPolicy, name + ";q=" + limit + ";w=" + strconv.FormatInt(d.Quota.Window(), 10)},
 			Header{HeaderRateLimit, name + ";r=" + remaining + ";t=" + strconv.FormatInt(t, 10)},
@@ -220,8 +220,8 @@ func (d Decision) Problem() Problem {
 			Title:  "Too Many Requests",
 			Status: 429,
 			Detail: fmt.Sprintf("Rate limit of policy %s exceeded: the request costs %d, %d left; retry in %d s.",
-				SFString(d.Policy), d.Cost, d.Remaining, d.RetryAfterSeconds()),
-			ViolatedPolicies: []string{d.Policy},
+				SFString(d.Bucket), d.Cost, d.Remaining, d.RetryAfterSeconds()),
+			ViolatedPolicies: []string{d.Bucket},
 		}
 	case ReasonCostExceedsCapacity:
 		return Problem{
@@ -229,8 +229,8 @@ func (d Decision) Problem() Problem {
 			Title:  "Too Many Requests",
 			Status: 429,
 			Detail: fmt.Sprintf("The request costs %d, more than the capacity %d of policy %s: it can never be admitted.",
-				d.Cost, d.Limit, SFString(d.Policy)),
-			ViolatedPolicies: []string{d.Policy},
+				d.Cost, d.Limit, SFString(d.Bucket)),
+			ViolatedPolicies: []string{d.Bucket},
 		}
 	case ReasonFailedClosed:
 		return Problem{Type: "about:blank", Title: "Service Unavailable", Status: 503,

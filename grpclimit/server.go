@@ -274,7 +274,7 @@ func (i *Interceptors) denial(v core.Verdict) *status.Status {
 		Reason: Reason,
 		Domain: i.cfg.domain,
 		Metadata: map[string]string{
-			MetaPolicy:    d.Policy,
+			MetaPolicy:    d.Bucket,
 			MetaLimit:     strconv.FormatInt(d.Limit, 10),
 			MetaRemaining: strconv.FormatInt(d.Remaining, 10),
 			MetaCost:      strconv.FormatInt(d.Cost, 10),

@@ -181,7 +181,7 @@ func simulate(ctx context.Context, e *env, _ []string) error {
 			admitted++
 		}
 		rows = append(rows, simRow{N: i + 1, AtMillis: (time.Duration(i) * o.interval).Milliseconds(), Allowed: d.Allowed,
-			Reason: d.Reason.String(), Policy: d.Policy, Remaining: d.Remaining, Tokens: d.Tokens,
+			Reason: d.Reason.String(), Policy: d.Bucket, Remaining: d.Remaining, Tokens: d.Tokens,
 			RetryAfterMs: int64(math.Ceil(float64(d.RetryAfter) / float64(time.Millisecond)))})
 	}
 	if o.json {

@@ -99,8 +99,8 @@ func TestArithmetic(t *testing.T) {
 				if !nearDur(d.RetryAfter, w.retryAfter) || !nearDur(d.ResetAfter, w.resetAfter) {
 					t.Errorf("retry = %v, reset = %v; want %v, %v", d.RetryAfter, d.ResetAfter, w.retryAfter, w.resetAfter)
 				}
-				if d.Limit != tt.quota.Capacity || d.Policy != "default" || d.Quota != tt.quota {
-					t.Errorf("limit/policy/quota = %d/%q/%v", d.Limit, d.Policy, d.Quota)
+				if d.Limit != tt.quota.Capacity || d.Bucket != "default" || d.Quota != tt.quota {
+					t.Errorf("limit/policy/quota = %d/%q/%v", d.Limit, d.Bucket, d.Quota)
 				}
 			})
 		}
@@ -184,14 +184,14 @@ func TestMultiBucket(t *testing.T) {
 		ctx := context.Background()
 		req := core.Request{Tenant: core.Tenant{ID: "t{1}:x"}, Class: "export", Cost: 3}
 		d, err := l.Check(ctx, req)
-		if err != nil || !d.Allowed || d.Policy != core.CeilingBucket || d.Remaining != 2 {
+		if err != nil || !d.Allowed || d.Bucket != core.CeilingBucket || d.Remaining != 2 {
 			t.Fatalf("first = %+v, %v; want allowed, binding tenant with 2 left", d, err)
 		}
 		if len(d.Buckets) != 2 || d.Buckets[0].Tokens != 7 || d.Buckets[1].Tokens != 2 {
 			t.Fatalf("bucket states = %+v", d.Buckets)
 		}
 		d, err = l.Check(ctx, req)
-		if err != nil || d.Allowed || d.Reason != core.ReasonOverLimit || d.Policy != core.CeilingBucket {
+		if err != nil || d.Allowed || d.Reason != core.ReasonOverLimit || d.Bucket != core.CeilingBucket {
 			t.Fatalf("second = %+v, %v; want denied by the ceiling", d, err)
 		}
 		if d.RetryAfter != time.Second {
@@ -208,7 +208,7 @@ func TestMultiBucket(t *testing.T) {
 		// the class denies a cost of 8 while... a never answer wins over over-limit
 		req.Cost = 6
 		d, _ = l.Check(ctx, req)
-		if d.Reason != core.ReasonCostExceedsCapacity || d.Policy != core.CeilingBucket {
+		if d.Reason != core.ReasonCostExceedsCapacity || d.Bucket != core.CeilingBucket {
 			t.Fatalf("cost 6 > ceiling capacity 5: %+v", d)
 		}
 		// the bucket with the longest wait binds
@@ -218,7 +218,7 @@ func TestMultiBucket(t *testing.T) {
 			t.Fatalf("cost 5 after refill: %+v", d)
 		}
 		req.Cost = 4 // class 5 left, ceiling 0: ceiling needs 4 s, class admits
-		if d, _ = l.Check(ctx, req); d.Allowed || d.Policy != core.CeilingBucket || d.RetryAfter != 4*time.Second {
+		if d, _ = l.Check(ctx, req); d.Allowed || d.Bucket != core.CeilingBucket || d.RetryAfter != 4*time.Second {
 			t.Fatalf("binding = %+v, want ceiling with 4s", d)
 		}
 	})

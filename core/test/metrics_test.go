@@ -92,6 +92,11 @@ func TestMetricsCountDecisions(t *testing.T) {
 			t.Errorf("decisions[%s] = %d, want %d (all: %v)", k, got[k], v, got)
 		}
 	}
+	// the bucket label names the binding bucket (Decision.Bucket)
+	byBucket := collect(t, reader, core.MetricDecisions, "outcome", "bucket")
+	if byBucket["denied/default"] != 2 || byBucket["denied/export"] != 2 {
+		t.Errorf("decisions by bucket = %v, want 2 denied/default and 2 denied/export", byBucket)
+	}
 	if n := histogramCount(t, reader, core.MetricStoreDuration); n != 8 {
 		t.Errorf("store latency samples = %d, want 8", n)
 	}
