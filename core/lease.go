@@ -156,7 +156,7 @@ func (l *Limiter) checkLeased(ctx context.Context, req Request, keys []string, b
 	if !acquiring {
 		return l.plain(ctx, req, keys, buckets, sent)
 	}
-	if d, ok := l.precheck(ctx, keys, buckets, req.Cost, sent); ok {
+	if d, ok := l.checkDenyCache(ctx, keys, buckets, req.Cost, sent); ok {
 		l.leases.release(keys, nil, 0, time.Time{})
 		return d, nil
 	}
@@ -191,7 +191,7 @@ func (l *Limiter) checkLeased(ctx context.Context, req Request, keys []string, b
 
 // plain is a check without leases: the deny cache, then the store.
 func (l *Limiter) plain(ctx context.Context, req Request, keys []string, buckets []Bucket, sent time.Time) (Decision, error) {
-	if d, ok := l.precheck(ctx, keys, buckets, req.Cost, sent); ok {
+	if d, ok := l.checkDenyCache(ctx, keys, buckets, req.Cost, sent); ok {
 		return d, nil
 	}
 	return l.store(ctx, req, keys, buckets, req.Cost, sent)

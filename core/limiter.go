@@ -199,21 +199,21 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 			return l.checkLeased(ctx, req, keys, buckets, lc, sent)
 		}
 	}
-	if d, ok := l.precheck(ctx, keys, buckets, req.Cost, sent); ok {
+	if d, ok := l.checkDenyCache(ctx, keys, buckets, req.Cost, sent); ok {
 		return d, nil
 	}
 	return l.store(ctx, req, keys, buckets, req.Cost, sent)
 }
 
-// precheck answers from the deny cache when it proves a denial.
-func (l *Limiter) precheck(ctx context.Context, keys []string, buckets []Bucket, cost int64, now time.Time) (Decision, bool) {
+// checkDenyCache answers from the deny cache when it proves a denial.
+func (l *Limiter) checkDenyCache(ctx context.Context, keys []string, buckets []Bucket, cost int64, now time.Time) (Decision, bool) {
 	if l.deny == nil || cost <= 0 {
 		return Decision{}, false
 	}
 	d, ok := l.deny.check(keys, buckets, cost, now)
 	if ok {
 		d.Local = true
-		l.metrics.precheck.Add(ctx, 1)
+		l.metrics.denyCacheHits.Add(ctx, 1)
 	}
 	return d, ok
 }

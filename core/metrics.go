@@ -29,9 +29,9 @@ const (
 	// MetricStoreErrors counts store failures by kind (timeout, connection,
 	// oom, circuit_open, protocol, other) and failure policy.
 	MetricStoreErrors = "tollgate.store.errors"
-	// MetricPrecheckHits counts requests denied locally by the deny cache,
+	// MetricDenyCacheHits counts requests denied locally by the deny cache,
 	// without a store call.
-	MetricPrecheckHits = "tollgate.precheck.hits"
+	MetricDenyCacheHits = "tollgate.deny_cache.hits"
 	// MetricBatchSize is the number of checks per pipelined round trip
 	// (WithBatching).
 	MetricBatchSize = "tollgate.batch.size"
@@ -41,13 +41,13 @@ const (
 const OtherTenant = "_other"
 
 type metrics struct {
-	decisions metric.Int64Counter
-	storeDur  metric.Float64Histogram
-	storeErrs metric.Int64Counter
-	precheck  metric.Int64Counter
-	batches   metric.Int64Histogram
-	tenants   *topK // nil: no tenant label
-	tracing   bool
+	decisions     metric.Int64Counter
+	storeDur      metric.Float64Histogram
+	storeErrs     metric.Int64Counter
+	denyCacheHits metric.Int64Counter
+	batches       metric.Int64Histogram
+	tenants       *topK // nil: no tenant label
+	tracing       bool
 
 	// attribute sets are hashed and sorted when built: cached per label
 	// tuple, they cost a map lookup on the hot path
@@ -83,7 +83,7 @@ func newMetrics(mp metric.MeterProvider, k int) *metrics {
 	if m.storeErrs, err = meter.Int64Counter(MetricStoreErrors, metric.WithDescription("Rate-limit store failures."), metric.WithUnit("{error}")); err != nil {
 		otel.Handle(err)
 	}
-	if m.precheck, err = meter.Int64Counter(MetricPrecheckHits, metric.WithDescription("Requests denied by the local deny cache without a store call."), metric.WithUnit("{request}")); err != nil {
+	if m.denyCacheHits, err = meter.Int64Counter(MetricDenyCacheHits, metric.WithDescription("Requests denied by the local deny cache without a store call."), metric.WithUnit("{request}")); err != nil {
 		otel.Handle(err)
 	}
 	if m.batches, err = meter.Int64Histogram(MetricBatchSize, metric.WithDescription("Checks per pipelined round trip (WithBatching)."),

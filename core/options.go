@@ -92,7 +92,7 @@ func WithLocalFallback(share float64) Option {
 	})
 }
 
-// WithDenyCache turns on the local pre-check: after a denial the limiter
+// WithDenyCache turns on the deny cache: after a denial the limiter
 // knows an upper bound on each bucket's tokens (the balance the store
 // reported plus the refill since; other replicas can only lower it), and
 // denies locally, without a store call, while that bound is below the cost.

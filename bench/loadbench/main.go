@@ -244,7 +244,7 @@ func setup(client *redis.Client, impl, sha, prefix string, tenants int) (checker
 	case "tollgate-default":
 		return limiter()
 	case "tollgate-deny":
-		// opt-in: the local pre-check, with batching
+		// opt-in: the deny cache, with batching
 		return limiter(core.WithBatching(true), core.WithDenyCache(true))
 	case "tollgate-lease10":
 		// opt-in: a lease of 10 tokens per replica and tenant, for 1 s

@@ -160,7 +160,7 @@ func TestTenantLabelCardinality(t *testing.T) {
 	if got[core.OtherTenant] != 20010 {
 		t.Fatalf("other tenants = %d, want 20010", got[core.OtherTenant])
 	}
-	if hits := collect(t, reader, core.MetricPrecheckHits); hits[""] == 0 {
+	if hits := collect(t, reader, core.MetricDenyCacheHits); hits[""] == 0 {
 		t.Fatalf("deny cache hits not counted: %v", hits)
 	}
 }

@@ -91,7 +91,7 @@ func TestDashboardShape(t *testing.T) {
 	all := string(JSON)
 	for _, want := range []string{`outcome=\"allowed\"`, `outcome=\"denied\"`, "topk(", "sum by (tenant",
 		"histogram_quantile(0.5,", "histogram_quantile(0.99,", "tollgate_store_duration_seconds_bucket",
-		"tollgate_store_errors_total", "failed_open|failed_closed|fallback", `outcome=\"shadow_denied\"`, "tollgate_precheck_hits_total"} {
+		"tollgate_store_errors_total", "failed_open|failed_closed|fallback", `outcome=\"shadow_denied\"`, "tollgate_deny_cache_hits_total"} {
 		if !strings.Contains(all, want) {
 			t.Errorf("dashboard has no query with %s", want)
 		}

@@ -41,7 +41,7 @@ func DemoTiers() core.Tiers {
 // service built from the examples exposes /metrics:
 //
 //   - API: classes default and export, fail-open, tenant label (top 5),
-//     the deny cache (pre-check hits);
+//     the deny cache (deny cache hits);
 //   - Payments: class checkout, fail-closed;
 //   - Batch: class bulk, local fallback at half the quota;
 //   - Shadow: class search, a new limit rolled out in shadow mode.

@@ -49,7 +49,7 @@ func TestSoak(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// the first two replicas batch and pre-check, the others do not
+		// the first two replicas batch and use the deny cache, the others do not
 		l, err := core.New(c, res, core.WithPrefix(prefix), core.WithTimeout(2*time.Second),
 			core.WithBatching(i < 2), core.WithDenyCache(i < 2))
 		if err != nil {
