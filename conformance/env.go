@@ -171,7 +171,7 @@ func (e *env) limiter() *core.Limiter {
 		core.WithMeterProvider(e.meter),
 	}
 	if !e.cfg.serverClock {
-		opts = append(opts, core.WithClientClock(e.clock.Now))
+		opts = append(opts, core.WithClock(e.clock.Now))
 	}
 	l, err := core.New(e.client, res, opts...)
 	if err != nil {

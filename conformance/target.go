@@ -91,7 +91,7 @@ type Setup struct {
 	// (core.WithAnonymous("")), instead of answering 401.
 	Anonymous bool
 	// Clock is the time of day used for time-of-day header values (the
-	// epoch X-RateLimit-Reset); pass it to the adapter (core.WithGateClock).
+	// epoch X-RateLimit-Reset); pass it to the adapter (core.WithClock).
 	Clock func() time.Time
 	// OnError is the adapter's error hook: wire it so that it receives
 	// Verdict.Err whenever the limiter reports an error (store failure).
@@ -102,7 +102,7 @@ type Setup struct {
 // GateOptions returns s as core gate options, with routes as the route
 // table: what most adapters' "pass gate options through" option takes.
 func (s Setup) GateOptions(routes core.Routes) []core.GateOption {
-	opts := []core.GateOption{core.WithRoutes(routes), core.WithHeaderStyle(s.HeaderStyle), core.WithGateClock(s.Clock)}
+	opts := []core.GateOption{core.WithRoutes(routes), core.WithHeaderStyle(s.HeaderStyle), core.WithClock(s.Clock)}
 	if s.Anonymous {
 		opts = append(opts, core.WithAnonymous(""))
 	}

@@ -172,15 +172,6 @@ func WithAnonymous(tier string) GateOption {
 	})
 }
 
-// WithGateClock sets the clock used for epoch-style headers. Default time.Now.
-func WithGateClock(now func() time.Time) GateOption {
-	return gateOptionFunc(func(g *Gate) {
-		if now != nil {
-			g.now = now
-		}
-	})
-}
-
 // NewGate returns the shared request flow over l.
 func NewGate(l *Limiter, opts ...GateOption) (*Gate, error) {
 	if l == nil {

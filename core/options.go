@@ -187,18 +187,46 @@ func WithTimeout(d time.Duration) Option {
 	})
 }
 
-// WithClientClock makes the script take the time from now (this process's
-// clock) instead of calling TIME on the server. Use it only for a managed
-// Redis that forbids TIME in scripts: replicas whose clocks disagree then
-// see slightly different buckets. A clock that steps backwards neither mints
-// nor burns tokens. nil is ignored. Default: the server clock.
-func WithClientClock(now func() time.Time) Option {
-	return optionFunc(func(c *config) {
-		if now != nil {
-			c.clock = now
-		}
-	})
+// ClockOption is the option WithClock returns: one clock for a Limiter
+// (New), a Gate (NewGate) and a TieredResolver (NewResolver) alike.
+type ClockOption interface {
+	Option
+	GateOption
+	ResolverOption
 }
+
+type clockOption func() time.Time
+
+func (now clockOption) apply(c *config) {
+	if now != nil {
+		c.clock = now
+	}
+}
+
+func (now clockOption) applyGate(g *Gate) {
+	if now != nil {
+		g.now = now
+	}
+}
+
+func (now clockOption) applyResolver(r *TieredResolver) {
+	if now != nil {
+		r.now = now
+	}
+}
+
+// WithClock takes the time from now instead of the system clock. Pass the
+// same WithClock to New, NewGate and NewResolver to run all three on one
+// clock (tests, simulations). nil is ignored. Default: time.Now, and for a
+// Limiter the Redis server's clock.
+//
+// On a Limiter it also makes the script take the time from now instead of
+// calling TIME on the server: use it in production only for a managed Redis
+// that forbids TIME in scripts (WithClock(time.Now)); replicas whose clocks
+// disagree then see slightly different buckets. A clock that steps
+// backwards neither mints nor burns tokens. On a Gate it dates epoch-style
+// headers; on a TieredResolver it expires cached overrides.
+func WithClock(now func() time.Time) ClockOption { return clockOption(now) }
 
 // WithShadow turns on shadow (dry-run) mode: decisions are computed,
 // charged and reported as usual, but a request that would be denied is let

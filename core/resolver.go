@@ -204,15 +204,6 @@ func WithCacheSize(n int) ResolverOption {
 	})
 }
 
-// WithResolverClock sets the clock used for cache expiry. Default time.Now.
-func WithResolverClock(now func() time.Time) ResolverOption {
-	return resolverOptionFunc(func(r *TieredResolver) {
-		if now != nil {
-			r.now = now
-		}
-	})
-}
-
 // WithResolverLogger sets the logger for override-source failures. Default
 // slog.Default().
 func WithResolverLogger(l *slog.Logger) ResolverOption {

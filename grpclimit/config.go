@@ -105,7 +105,7 @@ func WithAnonymous(tier string) Option {
 }
 
 // WithGateOptions passes core gate options through (for example
-// core.WithGateClock), after the options above that set the same thing.
+// core.WithClock), after the options above that set the same thing.
 // Default: none. nil options are ignored.
 func WithGateOptions(opts ...core.GateOption) Option {
 	return optionFunc(func(c *config) { c.gate = append(c.gate, opts...) })

@@ -153,7 +153,7 @@ func simulate(ctx context.Context, e *env, _ []string) error {
 	start := time.Now()
 	var offset atomic.Int64
 	clock := func() time.Time { return start.Add(time.Duration(offset.Load())) }
-	lim, err := core.New(client, resolver, core.WithPrefix(prefix), core.WithClientClock(clock),
+	lim, err := core.New(client, resolver, core.WithPrefix(prefix), core.WithClock(clock),
 		core.WithTimeout(o.timeout), core.WithFailurePolicy(core.FailClosed))
 	if err != nil {
 		return err

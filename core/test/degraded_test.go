@@ -112,8 +112,8 @@ func TestDenyCacheNeverDeniesWhatRedisAdmits(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
 		clock := newFakeClock()
 		r := staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 5, RefillPerSecond: 3}})
-		cached := newLimiter(t, c, r, core.WithClientClock(clock.Now), core.WithDenyCache(true))
-		plain := newLimiter(t, c, r, core.WithClientClock(clock.Now), core.WithDenyCache(false))
+		cached := newLimiter(t, c, r, core.WithClock(clock.Now), core.WithDenyCache(true))
+		plain := newLimiter(t, c, r, core.WithClock(clock.Now), core.WithDenyCache(false))
 		rng := rand.New(rand.NewPCG(1, 2))
 		local := 0
 		for i := range 2000 {

@@ -32,7 +32,7 @@ func FuzzCheck(f *testing.F) {
 		r := core.ResolverFunc(func(context.Context, core.Tenant, string) ([]core.Bucket, error) {
 			return []core.Bucket{{Name: "b", Quota: q}, {Name: core.CeilingBucket, Quota: core.Quota{Capacity: core.MaxCapacity, RefillPerSecond: 1e9}}}, nil
 		})
-		l, err := core.New(c, r, core.WithPrefix(prefix), core.WithClientClock(clock), core.WithTimeout(5*time.Second))
+		l, err := core.New(c, r, core.WithPrefix(prefix), core.WithClock(clock), core.WithTimeout(5*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}

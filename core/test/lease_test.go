@@ -140,7 +140,7 @@ func TestLeaseArithmetic(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
 		clock := newFakeClock()
 		r := staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 10, RefillPerSecond: 0.001}})
-		l := newLimiter(t, c, r, core.WithClientClock(clock.Now), core.WithLeases("default", 4, time.Second))
+		l := newLimiter(t, c, r, core.WithClock(clock.Now), core.WithLeases("default", 4, time.Second))
 		d := check(t, l, "t1", 1) // the store gives 4: 6 left there, 3 in the lease
 		if !d.Allowed || d.Local || d.Remaining != 9 {
 			t.Fatalf("first request: %+v", d)
@@ -178,7 +178,7 @@ func TestDenyCacheFloodSendsNothing(t *testing.T) {
 		c := srv.Client(t)
 		clock := newFakeClock()
 		l := newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 5, RefillPerSecond: 0.5}}),
-			core.WithClientClock(clock.Now), core.WithDenyCache(true))
+			core.WithClock(clock.Now), core.WithDenyCache(true))
 		for range 5 {
 			check(t, l, "flood", 1)
 		}
@@ -237,7 +237,7 @@ func TestLeaseDenialIsOneCall(t *testing.T) {
 	clock := newFakeClock()
 	// size 10 is clamped to the capacity, 3
 	l := newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 3, RefillPerSecond: 0.5}}),
-		core.WithClientClock(clock.Now), core.WithLeases("default", 10, time.Minute))
+		core.WithClock(clock.Now), core.WithLeases("default", 10, time.Minute))
 	if err := c.ConfigResetStat(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}

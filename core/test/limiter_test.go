@@ -82,7 +82,7 @@ func TestArithmetic(t *testing.T) {
 			t.Run(tt.name, func(t *testing.T) {
 				t.Parallel()
 				clock := newFakeClock()
-				l := newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: tt.quota}), core.WithClientClock(clock.Now))
+				l := newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: tt.quota}), core.WithClock(clock.Now))
 				var d core.Decision
 				for _, s := range tt.steps {
 					clock.Advance(s.advance)
@@ -180,7 +180,7 @@ func TestMultiBucket(t *testing.T) {
 		clock := newFakeClock()
 		class := core.Bucket{Name: "export", Quota: core.Quota{Capacity: 10, RefillPerSecond: 1}}
 		ceiling := core.Bucket{Name: core.CeilingBucket, Quota: core.Quota{Capacity: 5, RefillPerSecond: 1}}
-		l := newLimiter(t, c, staticResolver(class, ceiling), core.WithClientClock(clock.Now))
+		l := newLimiter(t, c, staticResolver(class, ceiling), core.WithClock(clock.Now))
 		ctx := context.Background()
 		req := core.Request{Tenant: core.Tenant{ID: "t{1}:x"}, Class: "export", Cost: 3}
 		d, err := l.Check(ctx, req)

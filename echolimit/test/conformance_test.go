@@ -25,7 +25,7 @@ func options(s conformance.Setup) []echolimit.Option {
 	opts := []echolimit.Option{
 		echolimit.WithRoutes(conformance.HTTPRoutes(s.Routes, conformance.HTTPEndpoint.ColonPath)),
 		echolimit.WithHeaderStyle(s.HeaderStyle),
-		echolimit.WithGateOptions(core.WithGateClock(s.Clock)),
+		echolimit.WithGateOptions(core.WithClock(s.Clock)),
 		echolimit.WithErrorHandler(func(_ echo.Context, err error) { s.OnError(err) }),
 	}
 	if s.Anonymous {

@@ -25,7 +25,7 @@ func options(s conformance.Setup) []fiberlimit.Option {
 	opts := []fiberlimit.Option{
 		fiberlimit.WithRoutes(conformance.HTTPRoutes(s.Routes, conformance.HTTPEndpoint.ColonPath)),
 		fiberlimit.WithHeaderStyle(s.HeaderStyle),
-		fiberlimit.WithGateOptions(core.WithGateClock(s.Clock)),
+		fiberlimit.WithGateOptions(core.WithClock(s.Clock)),
 		fiberlimit.WithErrorHandler(func(_ *fiber.Ctx, err error) { s.OnError(err) }),
 	}
 	if s.Anonymous {

@@ -25,7 +25,7 @@ func options(s conformance.Setup) []ginlimit.Option {
 	opts := []ginlimit.Option{
 		ginlimit.WithRoutes(conformance.HTTPRoutes(s.Routes, conformance.HTTPEndpoint.ColonPath)),
 		ginlimit.WithHeaderStyle(s.HeaderStyle),
-		ginlimit.WithGateOptions(core.WithGateClock(s.Clock)),
+		ginlimit.WithGateOptions(core.WithClock(s.Clock)),
 		ginlimit.WithErrorHandler(func(_ *gin.Context, err error) { s.OnError(err) }),
 	}
 	if s.Anonymous {

@@ -161,7 +161,7 @@ func TestClientInterceptors(t *testing.T) {
 			})
 			t.Run("jitter spreads waits upward within the cap", func(t *testing.T) {
 				clock := newFakeClock() // frozen: every retry is denied again, 1 s
-				e := newEnv(t, newLimiter(t, c, core.WithClientClock(clock.Now)))
+				e := newEnv(t, newLimiter(t, c, core.WithClock(clock.Now)))
 				var rec recorder
 				cl := e.client(t, s.dial(retry.WithMaxAttempts(3), retry.WithSleep(rec.sleep), retry.WithRand(rand.New(rand.NewPCG(5, 6)))))
 				ctx := as("t1", "")
@@ -193,7 +193,7 @@ func TestClientInterceptors(t *testing.T) {
 			})
 			t.Run("hint over the cap is not waited for", func(t *testing.T) {
 				clock := newFakeClock()
-				e := newEnv(t, newLimiter(t, c, core.WithClientClock(clock.Now)))
+				e := newEnv(t, newLimiter(t, c, core.WithClock(clock.Now)))
 				cl := e.client(t, s.dial(retry.WithMaxDelay(500*time.Millisecond)))
 				for range 3 {
 					s.call(as("t1", ""), cl)
@@ -205,7 +205,7 @@ func TestClientInterceptors(t *testing.T) {
 			})
 			t.Run("context cancelled during the wait", func(t *testing.T) {
 				clock := newFakeClock()
-				e := newEnv(t, newLimiter(t, c, core.WithClientClock(clock.Now)))
+				e := newEnv(t, newLimiter(t, c, core.WithClock(clock.Now)))
 				cl := e.client(t, s.dial())
 				for range 3 {
 					s.call(as("t1", ""), cl)
@@ -220,7 +220,7 @@ func TestClientInterceptors(t *testing.T) {
 			})
 			t.Run("deadline before the retry", func(t *testing.T) {
 				clock := newFakeClock()
-				e := newEnv(t, newLimiter(t, c, core.WithClientClock(clock.Now)))
+				e := newEnv(t, newLimiter(t, c, core.WithClock(clock.Now)))
 				cl := e.client(t, s.dial())
 				for range 3 {
 					s.call(as("t1", ""), cl)
@@ -294,7 +294,7 @@ func TestStreamClientInterceptorReplays(t *testing.T) {
 func TestMessageCost(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
 		clock := newFakeClock()
-		e := newEnv(t, newLimiter(t, c, core.WithClientClock(clock.Now)), grpclimit.WithMessageCost("upload", 1))
+		e := newEnv(t, newLimiter(t, c, core.WithClock(clock.Now)), grpclimit.WithMessageCost("upload", 1))
 		// the client interceptor must not retry a denial that came after
 		// the stream had started answering
 		cl := e.client(t, grpc.WithStreamInterceptor(grpclimit.StreamClientInterceptor()))

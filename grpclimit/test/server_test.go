@@ -119,7 +119,7 @@ func TestBurstDenyRefill(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
 		forEachShape(t, func(t *testing.T, call func(context.Context, testpb.TestServiceClient) result) {
 			clock := newFakeClock()
-			e := newEnv(t, newLimiter(t, c, core.WithClientClock(clock.Now)))
+			e := newEnv(t, newLimiter(t, c, core.WithClock(clock.Now)))
 			cl := e.client(t)
 			ctx := as("t1", "free")
 			for i, want := range []string{`"default";r=2;t=1`, `"default";r=1;t=1`, `"default";r=0;t=1`} {
@@ -179,7 +179,7 @@ func TestMultiBucket(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
 		forEachShape(t, func(t *testing.T, call func(context.Context, testpb.TestServiceClient) result) {
 			clock := newFakeClock()
-			e := newEnv(t, newLimiter(t, c, core.WithClientClock(clock.Now)))
+			e := newEnv(t, newLimiter(t, c, core.WithClock(clock.Now)))
 			cl := e.client(t)
 			ctx := as("big", "ceiling")
 			for range 2 {
@@ -201,7 +201,7 @@ func TestShadow(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
 		forEachShape(t, func(t *testing.T, call func(context.Context, testpb.TestServiceClient) result) {
 			clock := newFakeClock()
-			e := newEnv(t, newLimiter(t, c, core.WithClientClock(clock.Now), core.WithShadow(true)))
+			e := newEnv(t, newLimiter(t, c, core.WithClock(clock.Now), core.WithShadow(true)))
 			cl := e.client(t)
 			for i := range 5 {
 				r := call(as("t1", ""), cl)
@@ -289,7 +289,7 @@ func TestOptions(t *testing.T) {
 	c := redistest.Client(t)
 	t.Run("denied code Unavailable", func(t *testing.T) {
 		clock := newFakeClock()
-		e := newEnv(t, newLimiter(t, c, core.WithClientClock(clock.Now)), grpclimit.WithDeniedCode(codes.Unavailable), grpclimit.WithDomain("api.example.com"))
+		e := newEnv(t, newLimiter(t, c, core.WithClock(clock.Now)), grpclimit.WithDeniedCode(codes.Unavailable), grpclimit.WithDomain("api.example.com"))
 		cl := e.client(t)
 		for range 3 {
 			getProfile(as("t1", ""), cl)
@@ -301,7 +301,7 @@ func TestOptions(t *testing.T) {
 	})
 	t.Run("filter and exempt methods skip the limiter", func(t *testing.T) {
 		clock := newFakeClock()
-		e := newEnv(t, newLimiter(t, c, core.WithClientClock(clock.Now)),
+		e := newEnv(t, newLimiter(t, c, core.WithClock(clock.Now)),
 			grpclimit.WithFilter(func(_ context.Context, m string) bool { return m != mItem }),
 			grpclimit.WithMethods(core.Routes{mExport: {Exempt: true}}))
 		cl := e.client(t)
@@ -320,7 +320,7 @@ func TestOptions(t *testing.T) {
 	})
 	t.Run("cost func and header style", func(t *testing.T) {
 		clock := newFakeClock()
-		e := newEnv(t, newLimiter(t, c, core.WithClientClock(clock.Now)),
+		e := newEnv(t, newLimiter(t, c, core.WithClock(clock.Now)),
 			grpclimit.WithCostFunc(func(_ context.Context, _ core.Tenant, ep core.Endpoint) (core.Route, bool) {
 				return core.Route{Class: "export", Cost: 4}, ep.Pattern == mProfile && ep.Method == ""
 			}),

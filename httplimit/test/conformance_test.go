@@ -24,7 +24,7 @@ func options(s conformance.Setup) []httplimit.Option {
 	opts := []httplimit.Option{
 		httplimit.WithRoutes(conformance.HTTPRoutes(s.Routes, nil)),
 		httplimit.WithHeaderStyle(s.HeaderStyle),
-		httplimit.WithGateOptions(core.WithGateClock(s.Clock)),
+		httplimit.WithGateOptions(core.WithClock(s.Clock)),
 		httplimit.WithErrorHandler(func(_ *http.Request, err error) { s.OnError(err) }),
 	}
 	if s.Anonymous {

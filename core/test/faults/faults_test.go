@@ -268,7 +268,7 @@ func TestClientClockJump(t *testing.T) {
 	srv := redistest.NewServer(t)
 	now := time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
-	lim := newLimiter(t, srv.Client(t), core.FailClosed, core.WithClientClock(clock))
+	lim := newLimiter(t, srv.Client(t), core.FailClosed, core.WithClock(clock))
 	ctx := context.Background()
 	admit := func() int {
 		n := 0
