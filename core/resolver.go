@@ -119,8 +119,8 @@ func (f OverridesFunc) Overrides(ctx context.Context, tenantID string) (map[stri
 	return f(ctx, tenantID)
 }
 
-// DefaultCacheTTL is how long a tenant's overrides are cached in process.
-const DefaultCacheTTL = 45 * time.Second
+// DefaultOverrideCacheTTL is how long a tenant's overrides are cached in process.
+const DefaultOverrideCacheTTL = 45 * time.Second
 
 // TieredResolver resolves quotas as tier defaults plus per-tenant overrides.
 // Overrides are cached in process for a TTL (default 45 s), so the override
@@ -172,9 +172,9 @@ func WithOverrides(o Overrides) ResolverOption {
 	})
 }
 
-// WithCacheTTL sets how long overrides are cached. Default 45 s; values <= 0
+// WithOverrideCacheTTL sets how long overrides are cached. Default 45 s; values <= 0
 // are ignored.
-func WithCacheTTL(d time.Duration) ResolverOption {
+func WithOverrideCacheTTL(d time.Duration) ResolverOption {
 	return resolverOptionFunc(func(r *TieredResolver) {
 		if d > 0 {
 			r.ttl = d
@@ -193,10 +193,10 @@ func WithOverrideTimeout(d time.Duration) ResolverOption {
 	})
 }
 
-// WithCacheSize bounds the number of tenants whose overrides are cached.
+// WithOverrideCacheSize bounds the number of tenants whose overrides are cached.
 // Default 100,000; values <= 0 are ignored. When full, expired entries are
 // dropped first, then arbitrary ones (they are reloaded on their next use).
-func WithCacheSize(n int) ResolverOption {
+func WithOverrideCacheSize(n int) ResolverOption {
 	return resolverOptionFunc(func(r *TieredResolver) {
 		if n > 0 {
 			r.maxCache = n
@@ -219,7 +219,7 @@ func NewResolver(tiers Tiers, opts ...ResolverOption) (*TieredResolver, error) {
 	if err := tiers.Validate(); err != nil {
 		return nil, err
 	}
-	r := &TieredResolver{ttl: DefaultCacheTTL, timeout: 2 * time.Second, maxCache: 100_000,
+	r := &TieredResolver{ttl: DefaultOverrideCacheTTL, timeout: 2 * time.Second, maxCache: 100_000,
 		now: time.Now, log: slog.Default(), cache: map[string]*cacheEntry{}}
 	for _, o := range opts {
 		if o != nil {

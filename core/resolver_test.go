@@ -60,7 +60,7 @@ func TestResolverTiersAndOverrides(t *testing.T) {
 	var mu sync.Mutex
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
-	r, err := core.NewResolver(testTiers, core.WithOverrides(src), core.WithCacheTTL(30*time.Second), core.WithClock(clock))
+	r, err := core.NewResolver(testTiers, core.WithOverrides(src), core.WithOverrideCacheTTL(30*time.Second), core.WithClock(clock))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func TestResolverLogsAndBounds(t *testing.T) {
 	var logs syncBuffer
 	src := &overrideSource{}
 	now := time.Unix(0, 0)
-	r, err := core.NewResolver(testTiers, core.WithOverrides(src), core.WithCacheTTL(time.Second), core.WithCacheSize(10),
+	r, err := core.NewResolver(testTiers, core.WithOverrides(src), core.WithOverrideCacheTTL(time.Second), core.WithOverrideCacheSize(10),
 		core.WithClock(func() time.Time { return now }),
 		core.WithResolverLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	if err != nil {

@@ -46,7 +46,7 @@ type Config struct {
 	// Timeout bounds one check's Redis call. Default core.DefaultTimeout.
 	Timeout time.Duration
 	// CacheTTL is how long a tenant's overrides are cached. Default
-	// core.DefaultCacheTTL.
+	// core.DefaultOverrideCacheTTL.
 	CacheTTL time.Duration
 	// KeyPrefix is the Redis key prefix. Default core.DefaultPrefix.
 	KeyPrefix string
@@ -162,7 +162,7 @@ func (c *Config) Options() []core.Option {
 // ResolverOptions returns the resolver options the file sets: the override
 // cache TTL.
 func (c *Config) ResolverOptions() []core.ResolverOption {
-	return []core.ResolverOption{core.WithCacheTTL(c.CacheTTL)}
+	return []core.ResolverOption{core.WithOverrideCacheTTL(c.CacheTTL)}
 }
 
 // NewResolver returns a resolver over the file's tiers with the file's cache

@@ -113,7 +113,7 @@ failure_policy: closed
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}
-	if cfg.KeyPrefix != core.DefaultPrefix || cfg.Timeout != core.DefaultTimeout || cfg.CacheTTL != core.DefaultCacheTTL {
+	if cfg.KeyPrefix != core.DefaultPrefix || cfg.Timeout != core.DefaultTimeout || cfg.CacheTTL != core.DefaultOverrideCacheTTL {
 		t.Errorf("defaults not applied: %+v", cfg)
 	}
 	if cfg.HeaderStyle != core.HeaderIETF|core.HeaderDraft06 || cfg.FailurePolicy != core.FailClosed {

@@ -345,7 +345,7 @@ func (p *parser) config(root *yaml.Node) *Config {
 		HeaderStyle:   core.DefaultHeaderStyle,
 		FailurePolicy: core.FailOpen,
 		Timeout:       core.DefaultTimeout,
-		CacheTTL:      core.DefaultCacheTTL,
+		CacheTTL:      core.DefaultOverrideCacheTTL,
 		KeyPrefix:     core.DefaultPrefix,
 		routes:        map[routeKey]int{},
 		grpc:          map[string]int{},

@@ -249,7 +249,7 @@ func TestOverrideAppliesAfterCacheTTL(t *testing.T) {
 	forEachDatabase(t, func(t *testing.T, d database) {
 		clock := newFakeClock()
 		s, _ := newStore(t, d, sqlquota.WithClock(clock.Now))
-		r, err := core.NewResolver(testTiers, core.WithOverrides(s), core.WithCacheTTL(ttl), core.WithClock(clock.Now))
+		r, err := core.NewResolver(testTiers, core.WithOverrides(s), core.WithOverrideCacheTTL(ttl), core.WithClock(clock.Now))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -304,7 +304,7 @@ func TestDatabaseDownServesLastKnown(t *testing.T) {
 		clock := newFakeClock()
 		s, db := newStore(t, d, sqlquota.WithClock(clock.Now))
 		var logs logBuffer
-		r, err := core.NewResolver(testTiers, core.WithOverrides(s), core.WithCacheTTL(time.Second),
+		r, err := core.NewResolver(testTiers, core.WithOverrides(s), core.WithOverrideCacheTTL(time.Second),
 			core.WithClock(clock.Now), core.WithResolverLogger(logs.Logger()))
 		if err != nil {
 			t.Fatal(err)
@@ -452,7 +452,7 @@ func TestLimiterQuotaChangeOnRedis(t *testing.T) {
 		tiers := core.Tiers{Default: "free", Tiers: map[string]core.Tier{"free": {Classes: map[string]core.Quota{
 			"default": {Capacity: 10, RefillPerSecond: 0.001}, // slow: the clock steps add ~0.001 token
 		}}}}
-		r, err := core.NewResolver(tiers, core.WithOverrides(s), core.WithCacheTTL(time.Second), core.WithClock(clock.Now))
+		r, err := core.NewResolver(tiers, core.WithOverrides(s), core.WithOverrideCacheTTL(time.Second), core.WithClock(clock.Now))
 		if err != nil {
 			t.Fatal(err)
 		}
