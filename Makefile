@@ -37,7 +37,7 @@ check-redis: ## fail fast, and say why, when no real Redis can be had
 	echo "make test needs a real Redis: set REDIS_URL, start a Docker daemon (testcontainers), or put redis-server on PATH" >&2; exit 1
 
 FUZZTIME ?= 10s
-FUZZ_TARGETS := core:FuzzKeys core:FuzzSFString core/test:FuzzCheck core/config:FuzzParse
+FUZZ_TARGETS := core:FuzzKeys core:FuzzQuoteSFString core/test:FuzzCheck core/config:FuzzParse
 
 fuzz: check-redis ## run every fuzz target for FUZZTIME (default 10s) from its committed seed corpus
 	@for t in $(FUZZ_TARGETS); do \

@@ -227,18 +227,19 @@ func (g *Gate) Decide(ctx context.Context, e Endpoint) Verdict {
 		return Verdict{Proceed: true, Tenant: t, Route: r}
 	}
 	d, err := g.lim.Check(ctx, Request{Tenant: t, Class: r.Class, Cost: r.Cost})
-	return g.Render(t, r, d, err)
+	return g.render(t, r, d, err)
 }
 
-// CheckMore charges one more unit of work (for example one stream message)
-// of class and cost for tenant t, and renders the answer.
-func (g *Gate) CheckMore(ctx context.Context, t Tenant, r Route) Verdict {
+// CheckRoute checks one unit of work whose tenant and route are already known
+// (for example one more message on a stream Decide admitted): it charges
+// r.Cost to tenant t's r.Class buckets and renders the answer.
+func (g *Gate) CheckRoute(ctx context.Context, t Tenant, r Route) Verdict {
 	d, err := g.lim.Check(ctx, Request{Tenant: t, Class: r.Class, Cost: r.Cost})
-	return g.Render(t, r, d, err)
+	return g.render(t, r, d, err)
 }
 
-// Render turns the limiter's answer for (t, r) into a Verdict.
-func (g *Gate) Render(t Tenant, r Route, d Decision, err error) Verdict {
+// render turns the limiter's answer for (t, r) into a Verdict.
+func (g *Gate) render(t Tenant, r Route, d Decision, err error) Verdict {
 	v := Verdict{Proceed: d.Allowed, Decision: d, Tenant: t, Route: r, Checked: true, Err: err,
 		Headers: d.Headers(g.style, g.now())}
 	if !d.Allowed {

@@ -117,7 +117,7 @@ func (d Decision) Headers(style HeaderStyle, now time.Time) []Header {
 		t = retry
 	}
 	if style&HeaderIETF != 0 {
-		name := SFString(d.Bucket)
+		name := quoteSFString(d.Bucket)
 		hs = append(hs,
 			Header{HeaderRateLimitPolicy, name + ";q=" + limit + ";w=" + strconv.FormatInt(d.Quota.Window(), 10)},
 			Header{HeaderRateLimit, name + ";r=" + remaining + ";t=" + strconv.FormatInt(t, 10)},
@@ -147,10 +147,10 @@ func (d Decision) Headers(style HeaderStyle, now time.Time) []Header {
 	return hs
 }
 
-// SFString serialises s as an RFC 9651 structured-field string: quoted, with
+// quoteSFString serialises s as an RFC 9651 structured-field string: quoted, with
 // '"' and '\' escaped. Bytes a structured-field string cannot hold (controls,
 // non-ASCII) are written as %XX, so a name can never inject a header.
-func SFString(s string) string {
+func quoteSFString(s string) string {
 	var b strings.Builder
 	b.Grow(len(s) + 2)
 	b.WriteByte('"')
@@ -220,7 +220,7 @@ func (d Decision) Problem() Problem {
 			Title:  "Too Many Requests",
 			Status: 429,
 			Detail: fmt.Sprintf("Rate limit of policy %s exceeded: the request costs %d, %d left; retry in %d s.",
-				SFString(d.Bucket), d.Cost, d.Remaining, d.RetryAfterSeconds()),
+				quoteSFString(d.Bucket), d.Cost, d.Remaining, d.RetryAfterSeconds()),
 			ViolatedPolicies: []string{d.Bucket},
 		}
 	case ReasonCostExceedsCapacity:
@@ -229,7 +229,7 @@ func (d Decision) Problem() Problem {
 			Title:  "Too Many Requests",
 			Status: 429,
 			Detail: fmt.Sprintf("The request costs %d, more than the capacity %d of policy %s: it can never be admitted.",
-				d.Cost, d.Limit, SFString(d.Bucket)),
+				d.Cost, d.Limit, quoteSFString(d.Bucket)),
 			ViolatedPolicies: []string{d.Bucket},
 		}
 	case ReasonFailedClosed:

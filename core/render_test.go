@@ -63,12 +63,12 @@ func TestRetryAfterCeil(t *testing.T) {
 	}
 }
 
-func FuzzSFString(f *testing.F) {
+func FuzzQuoteSFString(f *testing.F) {
 	for _, s := range []string{"default", `a"b`, `a\b`, "a\r\nX-Evil: 1", "\x00", "é"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		out := SFString(s)
+		out := quoteSFString(s)
 		if len(out) < 2 || out[0] != '"' || out[len(out)-1] != '"' {
 			t.Fatalf("%q -> %q: not quoted", s, out)
 		}

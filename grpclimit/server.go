@@ -169,7 +169,7 @@ func (s *chargedStream) RecvMsg(m any) error {
 		return err
 	}
 	ctx := s.Context()
-	v := s.i.gate.CheckMore(ctx, s.tenant, *s.i.cfg.message)
+	v := s.i.gate.CheckRoute(ctx, s.tenant, *s.i.cfg.message)
 	s.i.report(ctx, s.method, v)
 	if v.Proceed {
 		return nil
