@@ -86,3 +86,28 @@ func exampleRedisAddr() string {
 	}
 	return "127.0.0.1:6379"
 }
+
+// An option given a value it cannot use makes the constructor fail, naming
+// the option; nothing is silently ignored.
+func ExampleNew_invalidOption() {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer client.Close()
+	tiers := core.Tiers{Default: "free", Tiers: map[string]core.Tier{
+		"free": {Classes: map[string]core.Quota{"default": core.PerSecond(10)}},
+	}}
+	res, _ := core.NewResolver(tiers)
+
+	_, err := core.New(client, res, core.WithLocalFallback(25))
+	fmt.Println(err)
+	_, err = core.New(client, res, core.WithLeases("upload", 20, 0))
+	fmt.Println(err)
+	_, err = core.NewResolver(tiers, core.WithOverrideCacheSize(0))
+	fmt.Println(err)
+	_, err = core.New(client, res, core.WithShadowClasses("no spaces"))
+	fmt.Println(err)
+	// Output:
+	// tollgate: WithLocalFallback: share must be in (0,1], got 25
+	// tollgate: WithLeases: ttl must be positive, got 0s
+	// tollgate: WithOverrideCacheSize: size must be positive, got 0
+	// tollgate: WithShadowClasses: invalid request: bucket name "no spaces" has byte ' ' at 2; use letters, digits, '_', '-', '.'
+}

@@ -120,55 +120,75 @@ type Gate struct {
 	now       func() time.Time
 }
 
-// GateOption configures a Gate.
-type GateOption interface{ applyGate(*Gate) }
+// GateOption configures a Gate. Like an Option, one given a value it cannot
+// use makes NewGate fail with an error naming it.
+type GateOption interface{ applyGate(*Gate) error }
 
-type gateOptionFunc func(*Gate)
+type gateOptionFunc func(*Gate) error
 
-func (f gateOptionFunc) applyGate(g *Gate) { f(g) }
+func (f gateOptionFunc) applyGate(g *Gate) error { return f(g) }
 
-// WithRoutes sets the route table. Default: none (every route is the
-// default route).
+// WithRoutes sets the route table; every entry must be valid (see
+// Routes.Validate). Default: none (every route is the default route).
 func WithRoutes(rs Routes) GateOption {
-	return gateOptionFunc(func(g *Gate) {
+	return gateOptionFunc(func(g *Gate) error {
+		if err := rs.Validate(); err != nil {
+			return badValue("WithRoutes", err)
+		}
 		if rs != nil {
 			g.routes = rs
 		}
+		return nil
 	})
 }
 
 // WithDefaultRoute sets the class and cost of routes not in the table.
 // Default: class "default", cost 1.
 func WithDefaultRoute(r Route) GateOption {
-	return gateOptionFunc(func(g *Gate) { g.fallback = r })
+	return gateOptionFunc(func(g *Gate) error {
+		if err := (Routes{"default route": r}).Validate(); err != nil {
+			return badValue("WithDefaultRoute", err)
+		}
+		g.fallback = r
+		return nil
+	})
 }
 
 // WithCostFunc sets a dynamic class/cost decision, consulted before the
 // route table. nil is ignored.
 func WithCostFunc(f CostFunc) GateOption {
-	return gateOptionFunc(func(g *Gate) {
+	return gateOptionFunc(func(g *Gate) error {
 		if f != nil {
 			g.costFunc = f
 		}
+		return nil
 	})
 }
 
 // WithHeaderStyle selects the rate-limit header families. Default
 // DefaultHeaderStyle (IETF draft-11 and X-RateLimit).
 func WithHeaderStyle(s HeaderStyle) GateOption {
-	return gateOptionFunc(func(g *Gate) { g.style = s })
+	return gateOptionFunc(func(g *Gate) error {
+		const known = HeaderIETF | HeaderXRateLimit | HeaderXRateLimitEpoch | HeaderDraft06
+		if s&^known != 0 {
+			return badOption("WithHeaderStyle", "unknown header style bits %#x", uint(s&^known))
+		}
+		g.style = s
+		return nil
+	})
 }
 
 // WithAnonymous admits callers with no tenant in the context as tenant
 // "anonymous:<client IP>" on tier (default "anonymous"), instead of
 // answering 401. The tier must exist in the resolver.
 func WithAnonymous(tier string) GateOption {
-	return gateOptionFunc(func(g *Gate) {
+	return gateOptionFunc(func(g *Gate) error {
 		g.anonymous = true
 		g.anonTier = tier
 		if tier == "" {
 			g.anonTier = "anonymous"
 		}
+		return nil
 	})
 }
 
@@ -180,7 +200,9 @@ func NewGate(l *Limiter, opts ...GateOption) (*Gate, error) {
 	g := &Gate{lim: l, fallback: Route{Class: DefaultClass, Cost: 1}, style: DefaultHeaderStyle, now: time.Now}
 	for _, o := range opts {
 		if o != nil {
-			o.applyGate(g)
+			if err := o.applyGate(g); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if err := g.routes.Validate(); err != nil {

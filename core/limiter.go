@@ -77,7 +77,9 @@ func New(client redis.UniversalClient, r Resolver, opts ...Option) (*Limiter, er
 	cfg := defaultConfig()
 	for _, o := range opts {
 		if o != nil {
-			o.apply(&cfg)
+			if err := o.apply(&cfg); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if cfg.policy > FailClosed {

@@ -1,7 +1,10 @@
 package core
 
 import (
+	"fmt"
 	"log/slog"
+	"math"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -30,12 +33,40 @@ func (p FailurePolicy) String() string {
 // DefaultTimeout bounds one check's store call.
 const DefaultTimeout = 100 * time.Millisecond
 
-// Option configures a Limiter.
-type Option interface{ apply(*config) }
+// Option configures a Limiter. An option given a value it cannot use makes
+// New fail with an error that names the option and wraps ErrInvalidConfig;
+// nil (a logger, a meter provider, a clock) means the default.
+type Option interface{ apply(*config) error }
 
-type optionFunc func(*config)
+type optionFunc func(*config) error
 
-func (f optionFunc) apply(c *config) { f(c) }
+func (f optionFunc) apply(c *config) error { return f(c) }
+
+// optionError is a value an option cannot use. It names the option, so the
+// error points at the call to fix, and wraps ErrInvalidConfig (and the
+// validation error behind it, if any).
+type optionError struct {
+	option, msg string
+	cause       error
+}
+
+func (e *optionError) Error() string { return "tollgate: " + e.option + ": " + e.msg }
+
+func (e *optionError) Unwrap() []error {
+	if e.cause != nil {
+		return []error{ErrInvalidConfig, e.cause}
+	}
+	return []error{ErrInvalidConfig}
+}
+
+func badOption(option, format string, args ...any) error {
+	return &optionError{option: option, msg: fmt.Sprintf(format, args...)}
+}
+
+// badValue is badOption for a value that failed its own validation.
+func badValue(option string, err error) error {
+	return &optionError{option: option, msg: strings.TrimPrefix(err.Error(), "tollgate: "), cause: err}
+}
 
 type config struct {
 	prefix  string
@@ -66,16 +97,22 @@ func defaultConfig() config {
 // WithCircuitBreaker sets the circuit breaker: after threshold consecutive
 // store failures the limiter stops calling the store for cooldown (every
 // check answers by the failure policy at once), then lets one probe through;
-// a success closes the circuit. threshold 0 turns it off. Default 5
-// failures, 1 s.
+// a success closes the circuit. threshold 0 turns it off (cooldown is then
+// not used); otherwise cooldown must be positive. Default 5 failures, 1 s.
 func WithCircuitBreaker(threshold int, cooldown time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if threshold >= 0 {
-			c.breakerThreshold = threshold
+	return optionFunc(func(c *config) error {
+		if threshold < 0 {
+			return badOption("WithCircuitBreaker", "threshold must be >= 0, got %d", threshold)
 		}
-		if cooldown > 0 {
-			c.breakerCooldown = cooldown
+		c.breakerThreshold = threshold
+		if threshold == 0 {
+			return nil
 		}
+		if cooldown <= 0 {
+			return badOption("WithCircuitBreaker", "cooldown must be positive, got %v", cooldown)
+		}
+		c.breakerCooldown = cooldown
+		return nil
 	})
 }
 
@@ -83,12 +120,14 @@ func WithCircuitBreaker(threshold int, cooldown time.Duration) Option {
 // fails, instead of failing open or closed: each bucket gets share of its
 // quota (capacity and rate times share, capacity at least 1), e.g. 1/N for N
 // replicas. Decisions made so have Fallback set and still return the store
-// error. share outside (0, 1] is ignored. Default off.
+// error. share must be in (0, 1]. Default off.
 func WithLocalFallback(share float64) Option {
-	return optionFunc(func(c *config) {
-		if share > 0 && share <= 1 {
-			c.fallbackShare = share
+	return optionFunc(func(c *config) error {
+		if !(share > 0 && share <= 1) || math.IsNaN(share) {
+			return badOption("WithLocalFallback", "share must be in (0,1], got %v", share)
 		}
+		c.fallbackShare = share
+		return nil
 	})
 }
 
@@ -107,7 +146,7 @@ func WithLocalFallback(share float64) Option {
 // is down, rather than answered by the failure policy; a Reset by another
 // process is seen late).
 func WithDenyCache(on bool) Option {
-	return optionFunc(func(c *config) { c.denyCache = on })
+	return optionFunc(func(c *config) error { c.denyCache = on; return nil })
 }
 
 // WithLeases turns on token leases for class: a check of that class that
@@ -128,21 +167,27 @@ func WithDenyCache(on bool) Option {
 // their Remaining counts the store's balance plus the lease's unspent
 // tokens. Peeks (cost 0) and requests costing more than size always go to
 // the store. Reset drops this replica's leases for the tenant, not other
-// replicas'. size <= 1 or ttl <= 0 turns leases off for class; the empty
-// class means DefaultClass. Default: no leases.
+// replicas'. size must be at least 2 and ttl positive; the empty class
+// means DefaultClass. Default: no leases.
 func WithLeases(class string, size int64, ttl time.Duration) Option {
-	return optionFunc(func(c *config) {
+	return optionFunc(func(c *config) error {
 		if class == "" {
 			class = DefaultClass
 		}
-		if size <= 1 || ttl <= 0 {
-			delete(c.leases, class)
-			return
+		if err := ValidateName(class); err != nil {
+			return badValue("WithLeases", err)
+		}
+		if size < 2 {
+			return badOption("WithLeases", "size must be at least 2, got %d", size)
+		}
+		if ttl <= 0 {
+			return badOption("WithLeases", "ttl must be positive, got %v", ttl)
 		}
 		if c.leases == nil {
 			c.leases = map[string]leaseClass{}
 		}
 		c.leases[class] = leaseClass{size: size, ttl: ttl}
+		return nil
 	})
 }
 
@@ -151,39 +196,60 @@ func WithLeases(class string, size int64, ttl time.Duration) Option {
 // global provider (otel.GetMeterProvider), a no-op unless one is installed.
 // nil is ignored.
 func WithMeterProvider(mp metric.MeterProvider) Option {
-	return optionFunc(func(c *config) {
+	return optionFunc(func(c *config) error {
 		if mp != nil {
 			c.meterProvider = mp
 		}
+		return nil
 	})
 }
 
 // WithTenantLabel adds a tenant label to the decisions metric, bounded to
 // the first k heavy hitters by denials (the rest are OtherTenant), so its
-// cardinality is at most k+1 whatever the number of tenants. k <= 0 turns
-// it off. Default off.
+// cardinality is at most k+1 whatever the number of tenants. k 0 turns it
+// off; k must not be negative. Default off.
 func WithTenantLabel(k int) Option {
-	return optionFunc(func(c *config) { c.tenantTopK = max(k, 0) })
+	return optionFunc(func(c *config) error {
+		if k < 0 {
+			return badOption("WithTenantLabel", "k must be >= 0, got %d", k)
+		}
+		c.tenantTopK = k
+		return nil
+	})
 }
 
 // WithPrefix sets the key prefix. Default "rl". See [Keys].
 func WithPrefix(prefix string) Option {
-	return optionFunc(func(c *config) { c.prefix = prefix })
+	return optionFunc(func(c *config) error {
+		if _, err := NewKeys(prefix); err != nil {
+			return badValue("WithPrefix", err)
+		}
+		c.prefix = prefix
+		return nil
+	})
 }
 
 // WithFailurePolicy sets what a check answers when the store fails. Default
 // FailOpen.
 func WithFailurePolicy(p FailurePolicy) Option {
-	return optionFunc(func(c *config) { c.policy = p })
+	return optionFunc(func(c *config) error {
+		if p > FailClosed {
+			return badOption("WithFailurePolicy", "unknown failure policy %d", p)
+		}
+		c.policy = p
+		return nil
+	})
 }
 
-// WithTimeout bounds each check's store call. Default 100 ms; values <= 0 are
-// ignored. The bound holds even for a client without ContextTimeoutEnabled.
+// WithTimeout bounds each check's store call; d must be positive. Default
+// 100 ms. The bound holds even for a client without ContextTimeoutEnabled.
 func WithTimeout(d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if d > 0 {
-			c.timeout = d
+	return optionFunc(func(c *config) error {
+		if d <= 0 {
+			return badOption("WithTimeout", "timeout must be positive, got %v", d)
 		}
+		c.timeout = d
+		return nil
 	})
 }
 
@@ -197,22 +263,25 @@ type ClockOption interface {
 
 type clockOption func() time.Time
 
-func (now clockOption) apply(c *config) {
+func (now clockOption) apply(c *config) error {
 	if now != nil {
 		c.clock = now
 	}
+	return nil
 }
 
-func (now clockOption) applyGate(g *Gate) {
+func (now clockOption) applyGate(g *Gate) error {
 	if now != nil {
 		g.now = now
 	}
+	return nil
 }
 
-func (now clockOption) applyResolver(r *TieredResolver) {
+func (now clockOption) applyResolver(r *TieredResolver) error {
 	if now != nil {
 		r.now = now
 	}
+	return nil
 }
 
 // WithClock takes the time from now instead of the system clock. Pass the
@@ -232,7 +301,7 @@ func WithClock(now func() time.Time) ClockOption { return clockOption(now) }
 // charged and reported as usual, but a request that would be denied is let
 // through with ReasonShadowDenied. Default off.
 func WithShadow(on bool) Option {
-	return optionFunc(func(c *config) { c.shadow = on })
+	return optionFunc(func(c *config) error { c.shadow = on; return nil })
 }
 
 // WithShadowClasses puts only the named classes in shadow mode: their would-be
@@ -240,23 +309,30 @@ func WithShadow(on bool) Option {
 // other class is enforced. Use it to roll out a new or tighter class limit
 // safely. It adds to earlier calls; WithShadow(true) shadows every class.
 func WithShadowClasses(classes ...string) Option {
-	return optionFunc(func(c *config) {
+	return optionFunc(func(c *config) error {
+		for _, cl := range classes {
+			if err := ValidateName(cl); err != nil {
+				return badValue("WithShadowClasses", err)
+			}
+		}
 		if c.shadowClasses == nil {
 			c.shadowClasses = map[string]bool{}
 		}
 		for _, cl := range classes {
 			c.shadowClasses[cl] = true
 		}
+		return nil
 	})
 }
 
 // WithLogger sets the logger for degraded decisions. Default slog.Default();
 // nil is ignored.
 func WithLogger(l *slog.Logger) Option {
-	return optionFunc(func(c *config) {
+	return optionFunc(func(c *config) error {
 		if l != nil {
 			c.log = l
 		}
+		return nil
 	})
 }
 
@@ -269,5 +345,5 @@ func WithLogger(l *slog.Logger) Option {
 // check); see docs/benchmarks.md. Close waits for the batches in flight.
 // Default on.
 func WithBatching(on bool) Option {
-	return optionFunc(func(c *config) { c.batching = on })
+	return optionFunc(func(c *config) error { c.batching = on; return nil })
 }

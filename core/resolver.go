@@ -157,60 +157,70 @@ type cacheEntry struct {
 }
 
 // ResolverOption configures a TieredResolver.
-type ResolverOption interface{ applyResolver(*TieredResolver) }
+// Like an Option, one given a value it cannot use makes NewResolver fail
+// with an error naming it.
+type ResolverOption interface{ applyResolver(*TieredResolver) error }
 
-type resolverOptionFunc func(*TieredResolver)
+type resolverOptionFunc func(*TieredResolver) error
 
-func (f resolverOptionFunc) applyResolver(r *TieredResolver) { f(r) }
+func (f resolverOptionFunc) applyResolver(r *TieredResolver) error { return f(r) }
 
 // WithOverrides sets the override source. Default: none (tier defaults only).
 func WithOverrides(o Overrides) ResolverOption {
-	return resolverOptionFunc(func(r *TieredResolver) {
+	return resolverOptionFunc(func(r *TieredResolver) error {
 		if o != nil {
 			r.overrides = o
 		}
+		return nil
 	})
 }
 
-// WithOverrideCacheTTL sets how long overrides are cached. Default 45 s; values <= 0
-// are ignored.
+// WithOverrideCacheTTL sets how long overrides are cached; d must be
+// positive. Default 45 s.
 func WithOverrideCacheTTL(d time.Duration) ResolverOption {
-	return resolverOptionFunc(func(r *TieredResolver) {
-		if d > 0 {
-			r.ttl = d
+	return resolverOptionFunc(func(r *TieredResolver) error {
+		if d <= 0 {
+			return badOption("WithOverrideCacheTTL", "ttl must be positive, got %v", d)
 		}
+		r.ttl = d
+		return nil
 	})
 }
 
-// WithOverrideTimeout bounds one override lookup. Default 2 s; values <= 0
-// are ignored. The lookup is shared by every request waiting for the same
+// WithOverrideTimeout bounds one override lookup. d must be positive.
+// Default 2 s. The lookup is shared by every request waiting for the same
 // tenant (singleflight) and outlives a single caller's cancellation.
 func WithOverrideTimeout(d time.Duration) ResolverOption {
-	return resolverOptionFunc(func(r *TieredResolver) {
-		if d > 0 {
-			r.timeout = d
+	return resolverOptionFunc(func(r *TieredResolver) error {
+		if d <= 0 {
+			return badOption("WithOverrideTimeout", "timeout must be positive, got %v", d)
 		}
+		r.timeout = d
+		return nil
 	})
 }
 
 // WithOverrideCacheSize bounds the number of tenants whose overrides are cached.
-// Default 100,000; values <= 0 are ignored. When full, expired entries are
+// n must be positive. Default 100,000. When full, expired entries are
 // dropped first, then arbitrary ones (they are reloaded on their next use).
 func WithOverrideCacheSize(n int) ResolverOption {
-	return resolverOptionFunc(func(r *TieredResolver) {
-		if n > 0 {
-			r.maxCache = n
+	return resolverOptionFunc(func(r *TieredResolver) error {
+		if n <= 0 {
+			return badOption("WithOverrideCacheSize", "size must be positive, got %d", n)
 		}
+		r.maxCache = n
+		return nil
 	})
 }
 
 // WithResolverLogger sets the logger for override-source failures. Default
 // slog.Default().
 func WithResolverLogger(l *slog.Logger) ResolverOption {
-	return resolverOptionFunc(func(r *TieredResolver) {
+	return resolverOptionFunc(func(r *TieredResolver) error {
 		if l != nil {
 			r.log = l
 		}
+		return nil
 	})
 }
 
@@ -223,7 +233,9 @@ func NewResolver(tiers Tiers, opts ...ResolverOption) (*TieredResolver, error) {
 		now: time.Now, log: slog.Default(), cache: map[string]*cacheEntry{}}
 	for _, o := range opts {
 		if o != nil {
-			o.applyResolver(r)
+			if err := o.applyResolver(r); err != nil {
+				return nil, err
+			}
 		}
 	}
 	// After a failed load, try again after this long rather than on every
