@@ -175,7 +175,7 @@ func WithLeases(class string, size int64, ttl time.Duration) Option {
 			class = DefaultClass
 		}
 		if err := ValidateName(class); err != nil {
-			return badValue("WithLeases", err)
+			return &optionError{option: "WithLeases", msg: "class " + strings.TrimPrefix(err.Error(), "tollgate: "), cause: err}
 		}
 		if size < 2 {
 			return badOption("WithLeases", "size must be at least 2, got %d", size)
