@@ -101,9 +101,9 @@ type Verdict struct {
 	Err error
 }
 
-// AnonymousPrefix starts the tenant ID of an anonymous caller
+// anonymousPrefix starts the tenant ID of an anonymous caller
 // (WithAnonymous): "anonymous:" + client IP.
-const AnonymousPrefix = "anonymous:"
+const anonymousPrefix = "anonymous:"
 
 // Gate is the request flow every adapter shares: find the tenant (from the
 // context, never from a header the client sets), map the route to a class
@@ -214,9 +214,6 @@ func NewGate(l *Limiter, opts ...GateOption) (*Gate, error) {
 	return g, nil
 }
 
-// Limiter returns the gate's limiter.
-func (g *Gate) Limiter() *Limiter { return g.lim }
-
 // Route returns the class and cost of a request to e by tenant t.
 func (g *Gate) Route(ctx context.Context, t Tenant, e Endpoint) Route {
 	if g.costFunc != nil {
@@ -242,7 +239,7 @@ func (g *Gate) Decide(ctx context.Context, e Endpoint) Verdict {
 			p := UnauthenticatedProblem()
 			return Verdict{Status: p.Status, ContentType: ProblemContentType, Body: p.JSON(), Problem: p, Unauthenticated: true}
 		}
-		t = Tenant{ID: AnonymousPrefix + e.ClientIP, Tier: g.anonTier}
+		t = Tenant{ID: anonymousPrefix + e.ClientIP, Tier: g.anonTier}
 	}
 	r := g.Route(ctx, t, e)
 	if r.Exempt {
