@@ -19,7 +19,10 @@
 -- time of that charge in integer microseconds. SET ... PX writes value and
 -- TTL in one command. A denial writes nothing: the stored pair still
 -- describes the bucket exactly (refill is computed from last, and nothing
--- was consumed).
+-- was consumed). A stored value the script would never write (not two
+-- numbers, or tokens outside [0, capacity], or a stamp outside [0, 2^53):
+-- Lua's tonumber accepts "nan" and "inf") is treated as a full bucket and
+-- rewritten by the next charge, so garbage neither admits nor denies forever.
 --
 -- Reply (fractions are strings: Lua numbers are truncated on return):
 --   [1] allowed        1 or 0
@@ -59,8 +62,10 @@ if n == 1 then
   if v then
     local sep = string.find(v, ' ', 1, true)
     if sep then
-      tokens = tonumber(string.sub(v, 1, sep - 1)) or cap
-      last = tonumber(string.sub(v, sep + 1)) or now
+      local t, l = tonumber(string.sub(v, 1, sep - 1)), tonumber(string.sub(v, sep + 1))
+      if t and l and t >= 0 and t <= cap and l >= 0 and l < 9007199254740992 then
+        tokens, last = t, l
+      end
     end
   end
   local elapsed = now - last
@@ -94,8 +99,10 @@ for i = 1, n do
   if v then
     local sep = string.find(v, ' ', 1, true)
     if sep then
-      tokens = tonumber(string.sub(v, 1, sep - 1)) or cap
-      last = tonumber(string.sub(v, sep + 1)) or now
+      local t, l = tonumber(string.sub(v, 1, sep - 1)), tonumber(string.sub(v, sep + 1))
+      if t and l and t >= 0 and t <= cap and l >= 0 and l < 9007199254740992 then
+        tokens, last = t, l
+      end
     end
   end
   local elapsed = now - last

@@ -296,3 +296,47 @@ func TestClientClockJump(t *testing.T) {
 	}
 	record(row{"client-clock mode, clock jumps back then forward", core.FailClosed, "a step back mints and burns nothing; a jump forward refills at most to capacity", 0})
 }
+
+// TestGarbageState: one tenant's stored bucket is overwritten with values the
+// script never writes (NaN, infinities, negative or above-capacity balances,
+// unparsable text) while other tenants are under load. Each time the garbage
+// bucket starts full and is rewritten; the other tenants see only ordinary
+// decisions, within the token-bucket bound.
+func TestGarbageState(t *testing.T) {
+	srv := redistest.NewServer(t)
+	c := srv.Client(t)
+	ctx := context.Background()
+	lim := newLimiter(t, c, core.FailClosed, core.WithTimeout(time.Second))
+	ld := startLoad(lim, 4, 10)
+	defer ld.finish()
+	key, err := lim.Keys().Bucket("garbage", "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	now := strconv.FormatInt(time.Now().UnixMicro(), 10)
+	for round := range 5 {
+		for _, g := range []string{"nan " + now, "-nan " + now, "inf " + now, "-inf " + now, "0 nan", "0 inf", "0 -inf",
+			"-1 " + now, "1e9 " + now, "0 1e300", "abc", "", "5 x", "0x1F " + now} {
+			if err := c.Set(ctx, key, g, 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			d, err := lim.Allow(ctx, core.Tenant{ID: "garbage"}, "default", 1)
+			if err != nil || !d.Allowed || d.Remaining != slowQuota.Capacity-1 {
+				t.Fatalf("round %d, stored %q: %+v, %v; want a full bucket charged once", round, g, d, err)
+			}
+			v, err := c.Get(ctx, key).Result()
+			if err != nil || !strings.HasPrefix(v, "19 ") {
+				t.Fatalf("round %d, stored %q: rewritten as %q, %v", round, g, v, err)
+			}
+		}
+	}
+	m, _ := ld.snapshot()
+	for r, n := range m {
+		if r != core.ReasonOK && r != core.ReasonOverLimit && n > 0 {
+			t.Fatalf("other tenants got %d decisions %v: %v", n, r, m)
+		}
+	}
+	checkAccounting(t, ld, time.Since(start)+100*time.Millisecond)
+	record(row{"garbage stored values for one tenant", core.FailClosed, "other tenants unaffected, the garbage bucket starts full", 0})
+}
