@@ -378,10 +378,25 @@ func (l *Limiter) logDegraded(msg string, req Request, err error, attrs ...any) 
 	}
 }
 
-// parseReply decodes the script's reply, checking every element's type.
+// parseReply decodes the script's reply (see the script's header), checking
+// every element's type, and works out what the script leaves to the caller:
+// "cost exceeds capacity" and the retry time.
 func parseReply(v any, buckets []Bucket, cost int64) (Decision, error) {
+	if s, ok := v.(string); ok && len(buckets) == 1 {
+		// one bucket: the state after an admission, or the balance after a
+		// denial (no space)
+		tok, err := parseTokens(s)
+		if err != nil {
+			return Decision{}, err
+		}
+		reason := int64(0)
+		if strings.IndexByte(s, ' ') < 0 {
+			reason = 1
+		}
+		return decide(buckets, []float64{tok}, 0, reason, cost), nil
+	}
 	a, ok := v.([]any)
-	if !ok || len(a) != 4+len(buckets) {
+	if !ok || len(buckets) < 2 || len(a) != 3+len(buckets) {
 		return Decision{}, fmt.Errorf("%w: script reply %T of length %d", errProtocol, v, len(a))
 	}
 	allowed, ok1 := a[0].(int64)
@@ -390,43 +405,47 @@ func parseReply(v any, buckets []Bucket, cost int64) (Decision, error) {
 	if !ok1 || !ok2 || !ok3 || binding < 1 || int(binding) > len(buckets) || reason < 0 || reason > 2 || (allowed == 1) != (reason == 0) {
 		return Decision{}, fmt.Errorf("%w: script reply header %v", errProtocol, a[:3])
 	}
-	retry, err := parseFloat(a[3])
-	if err != nil {
-		return Decision{}, err
-	}
-	states := make([]BucketState, len(buckets))
-	for i, b := range buckets {
-		tok, err := parseTokens(a[4+i])
+	toks := make([]float64, len(buckets))
+	for i := range buckets {
+		tok, err := parseTokens(a[3+i])
 		if err != nil {
 			return Decision{}, err
 		}
-		states[i] = BucketState{Name: b.Name, Quota: b.Quota, Tokens: tok}
+		toks[i] = tok
 	}
-	r := ReasonOK
-	switch reason {
-	case 1:
-		r = ReasonOverLimit
-	case 2:
-		r = ReasonCostExceedsCapacity
+	return decide(buckets, toks, int(binding-1), reason, cost), nil
+}
+
+// decide builds the decision from the buckets' balances after the call, the
+// binding bucket and the script's reason (0 admitted, else denied; a denial
+// by a bucket whose capacity is below the cost is "cost exceeds capacity").
+func decide(buckets []Bucket, toks []float64, binding int, reason, cost int64) Decision {
+	states := make([]BucketState, len(buckets))
+	for i, b := range buckets {
+		states[i] = BucketState{Name: b.Name, Quota: b.Quota, Tokens: toks[i]}
 	}
-	return newDecision(states, int(binding-1), r, retry, cost), nil
+	r, retry := ReasonOK, 0.0
+	if reason != 0 {
+		b := buckets[binding].Quota
+		if cost > b.Capacity {
+			r = ReasonCostExceedsCapacity
+		} else {
+			// the script's own formula and operand order, so the same double
+			r, retry = ReasonOverLimit, (float64(cost)-toks[binding])/b.RefillPerSecond
+		}
+	}
+	return newDecision(states, binding, r, retry, cost)
 }
 
 // parseTokens reads a bucket's balance: a number, possibly followed by a
 // space and more (the stored state, which the script replies as is).
 func parseTokens(v any) (float64, error) {
-	if s, ok := v.(string); ok {
-		if i := strings.IndexByte(s, ' '); i >= 0 {
-			v = s[:i]
-		}
-	}
-	return parseFloat(v)
-}
-
-func parseFloat(v any) (float64, error) {
 	s, ok := v.(string)
 	if !ok {
 		return 0, fmt.Errorf("%w: script reply element %T, want a string", errProtocol, v)
+	}
+	if i := strings.IndexByte(s, ' '); i >= 0 {
+		s = s[:i]
 	}
 	f, err := strconv.ParseFloat(s, 64)
 	if err != nil {

@@ -16,7 +16,8 @@
 --
 -- Storage: one string per bucket, "<tokens> <last>", where tokens is the
 -- balance after the last charge (%.17g, exact round trip) and last is the
--- time of that charge in integer microseconds. SET ... PX writes value and
+-- time of that charge in integer microseconds (the clock's own digits: TIME's
+-- seconds and zero-padded microseconds, or ARGV[1], never reformatted). SET ... PX writes value and
 -- TTL in one command. A denial writes nothing: the stored pair still
 -- describes the bucket exactly (refill is computed from last, and nothing
 -- was consumed). A stored value the script would never write (not two
@@ -24,99 +25,98 @@
 -- Lua's tonumber accepts "nan" and "inf") is treated as a full bucket and
 -- rewritten by the next charge, so garbage neither admits nor denies forever.
 --
--- Reply (fractions are strings: Lua numbers are truncated on return):
---   [1] allowed        1 or 0
---   [2] reason         0 ok, 1 over limit, 2 cost exceeds capacity (never)
---   [3] binding        index of the binding bucket (1-based)
---   [4] retry_after    seconds until the request could be admitted ("0" when
---                      allowed or never), %.17g
---   [5..4+n] tokens_i  balance of bucket i after this call, %.17g, possibly
---                      followed by a space and more text (the single-bucket
---                      path replies the stored value itself, which saves a
---                      format): readers take the number before the first
---                      space.
+-- Reply. Lua numbers are truncated on return, so balances are strings, and
+-- the reply carries only what the caller cannot work out itself: it knows
+-- the cost, capacities and rates, so it computes "cost exceeds capacity"
+-- and the retry time, (cost - tokens_b) / rate_b for the binding bucket b,
+-- with the same IEEE arithmetic the script would use.
+--   One bucket: a string. With a space it is an admission (or a peek) and
+--   is the bucket's state after the call, "<tokens> <last>" (the value just
+--   written); without one it is a denial and is the balance, %.17g.
+--   n buckets: {allowed (1 or 0), reason (0 ok, 1 over limit, 2 cost exceeds
+--   capacity), binding (1-based), tokens_1, ..., tokens_n}, each tokens_i a
+--   balance after the call, %.17g, possibly followed by a space and the
+--   stamp (readers take the number before the first space).
 --
--- Cost: one bucket is the common case and has a path of its own without
--- tables (server CPU per call ~20% lower, measured with redis-benchmark
--- -P 16; see docs/benchmarks.md). Both paths compute the same numbers.
--- The elapsed time is clamped at >= 0 and the stored time never moves
--- backwards, so a clock step back neither mints nor burns tokens.
+-- Cost: server CPU per call is what docs/benchmarks.md compares with a
+-- script that only does GET, TIME and SET PX. The common case, one bucket,
+-- has a path of its own without tables, formats one number per call (the
+-- balance; the stamp is the clock's own digits) and replies one string.
+-- Both paths compute the same numbers. The elapsed time is clamped at >= 0
+-- and the stored time never moves backwards, so a clock step back neither
+-- mints nor burns tokens.
 
 local n = #KEYS
-local now
-if ARGV[1] == '' then
+local fmt, find, sub = string.format, string.find, string.sub
+local stamp = ARGV[1]
+if stamp == '' then
   local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(ARGV[1])
+  stamp = t[1] .. sub('00000' .. t[2], -6)
 end
-local cost = tonumber(ARGV[2])
-local fmt = string.format
+local now = tonumber(stamp)
+local cost = ARGV[2] == '1' and 1 or tonumber(ARGV[2]) -- '1' is the common cost: no strtod
 
 if n == 1 then
   local key = KEYS[1]
   local cap = tonumber(ARGV[3])
-  local rate = tonumber(ARGV[4])
-  local tokens, last = cap, now
+  local tokens, last, ls = cap, now, stamp
   local v = redis.call('GET', key)
   if v then
-    local sep = string.find(v, ' ', 1, true)
+    local sep = find(v, ' ', 1, true)
     if sep then
-      local t, l = tonumber(string.sub(v, 1, sep - 1)), tonumber(string.sub(v, sep + 1))
+      local s = sub(v, sep + 1)
+      local t, l = tonumber(sub(v, 1, sep - 1)), tonumber(s)
       if t and l and t >= 0 and t <= cap and l >= 0 and l < 9007199254740992 then
-        tokens, last = t, l
+        tokens, last, ls = t, l, s
       end
     end
   end
-  local elapsed = now - last
-  if elapsed > 0 then
-    tokens = tokens + elapsed * rate / 1000000
-    last = now
+  if now > last then
+    tokens = tokens + (now - last) * tonumber(ARGV[4]) / 1000000
+    if tokens > cap then tokens = cap end
+    ls = stamp
   end
-  if tokens > cap then tokens = cap end
-  if cost > cap then
-    return {0, 2, 1, '0', fmt('%.17g', tokens)}
-  elseif tokens < cost then
-    return {0, 1, 1, fmt('%.17g', (cost - tokens) / rate), fmt('%.17g', tokens)}
+  if cost > cap or tokens < cost then
+    return fmt('%.17g', tokens)
   end
-  local state = fmt('%.17g %.0f', tokens - cost, last)
+  local state = fmt('%.17g', tokens - cost) .. ' ' .. ls
   if cost > 0 then
     redis.call('SET', key, state, 'PX', ARGV[5])
   end
-  return {1, 0, 1, '0', state}
+  return state
 end
 
-local caps, rates, ttls, toks, lasts = {}, {}, {}, {}, {}
+local caps, rates, toks, stamps = {}, {}, {}, {}
 local reason, binding, retry = 0, 1, 0
 
 for i = 1, n do
   local base = 3 * i
   local cap = tonumber(ARGV[base])
   local rate = tonumber(ARGV[base + 1])
-  caps[i], rates[i], ttls[i] = cap, rate, ARGV[base + 2]
-  local tokens, last = cap, now
+  caps[i], rates[i] = cap, rate
+  local tokens, last, ls = cap, now, stamp
   local v = redis.call('GET', KEYS[i])
   if v then
-    local sep = string.find(v, ' ', 1, true)
+    local sep = find(v, ' ', 1, true)
     if sep then
-      local t, l = tonumber(string.sub(v, 1, sep - 1)), tonumber(string.sub(v, sep + 1))
+      local s = sub(v, sep + 1)
+      local t, l = tonumber(sub(v, 1, sep - 1)), tonumber(s)
       if t and l and t >= 0 and t <= cap and l >= 0 and l < 9007199254740992 then
-        tokens, last = t, l
+        tokens, last, ls = t, l, s
       end
     end
   end
-  local elapsed = now - last
-  if elapsed > 0 then
-    tokens = tokens + elapsed * rate / 1000000
-    last = now
-  end
-  -- elapsed <= 0 is a clock step backwards: no refill, and the later stamp
+  -- now <= last is a clock step backwards: no refill, and the later stamp
   -- is kept so that the step is not counted again when the clock recovers
-  if tokens > cap then tokens = cap end
-  toks[i], lasts[i] = tokens, last
+  if now > last then
+    tokens = tokens + (now - last) * rate / 1000000
+    if tokens > cap then tokens = cap end
+    ls = stamp
+  end
+  toks[i], stamps[i] = tokens, ls
 
   if cost > cap then
-    if reason ~= 2 then reason, binding, retry = 2, i, 0 end
+    if reason ~= 2 then reason, binding = 2, i end
   elseif tokens < cost and reason ~= 2 then
     local wait = (cost - tokens) / rate
     if reason == 0 or wait > retry then binding, retry = i, wait end
@@ -124,23 +124,25 @@ for i = 1, n do
   end
 end
 
-if reason == 0 then
-  -- every bucket admits: charge all; the binding bucket is the one left with
-  -- the fewest tokens (ties: the one slowest to refill to full)
-  local best, bestReset = nil, nil
-  for i = 1, n do
-    local left = toks[i] - cost
-    toks[i] = left
-    if cost > 0 then
-      redis.call('SET', KEYS[i], fmt('%.17g %.0f', left, lasts[i]), 'PX', ttls[i])
-    end
-    local reset = (caps[i] - left) / rates[i]
-    if best == nil or left < best or (left == best and reset > bestReset) then
-      best, bestReset, binding = left, reset, i
-    end
+local reply = {reason == 0 and 1 or 0, reason, binding}
+if reason ~= 0 then
+  for i = 1, n do reply[3 + i] = fmt('%.17g', toks[i]) end
+  return reply
+end
+-- every bucket admits: charge all; the binding bucket is the one left with
+-- the fewest tokens (ties: the one slowest to refill to full)
+local best, bestReset = nil, nil
+for i = 1, n do
+  local left = toks[i] - cost
+  local state = fmt('%.17g', left) .. ' ' .. stamps[i]
+  if cost > 0 then
+    redis.call('SET', KEYS[i], state, 'PX', ARGV[3 * i + 2])
+  end
+  reply[3 + i] = state
+  local reset = (caps[i] - left) / rates[i]
+  if best == nil or left < best or (left == best and reset > bestReset) then
+    best, bestReset, binding = left, reset, i
   end
 end
-
-local reply = {reason == 0 and 1 or 0, reason, binding, fmt('%.17g', retry)}
-for i = 1, n do reply[4 + i] = fmt('%.17g', toks[i]) end
+reply[3] = binding
 return reply

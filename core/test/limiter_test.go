@@ -278,7 +278,9 @@ func TestConcurrentAtomicity(t *testing.T) {
 
 func TestScriptFlushReloads(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
-		l := newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(100)}))
+		// a slow refill: a loaded machine may take 10 ms between the checks
+		q := core.Quota{Capacity: 100, RefillPerSecond: 0.01}
+		l := newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: q}))
 		check(t, l, "t1", 1)
 		ctx := context.Background()
 		var err error
