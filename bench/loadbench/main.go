@@ -9,7 +9,11 @@
 //     go-redis EVALSHA of tollgate's script, at several concurrencies, on one
 //     hot tenant and on many tenants;
 //   - redis-benchmark -P 16 (and -P 1) running EVALSHA of the same script:
-//     what the server can do with a client that costs almost nothing;
+//     what the server can do with a client that costs almost nothing; and,
+//     beside it with -P 16, a floor script that only reads the key, calls
+//     TIME and writes a value back with SET PX (what any bucket on the
+//     server's clock must do at least): Redis CPU per call of tollgate's
+//     script against the floor's;
 //   - bytes per bucket: used_memory delta over N buckets on a fresh server,
 //     and MEMORY USAGE of sampled keys, for tollgate and redis_rate, with keys
 //     of the same length.
@@ -127,6 +131,10 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	floorSHA, err := client.ScriptLoad(ctx, floorScript).Result()
+	if err != nil {
+		return err
+	}
 	prefix := "lb" + strconv.FormatInt(time.Now().UnixNano()%1e6, 36)
 	concs, err := ints(*flagConc)
 	if err != nil {
@@ -151,8 +159,9 @@ func run() error {
 				}
 			}
 			if *flagRB {
-				for _, p := range []int{16, 1} {
-					r, err := redisBenchmark(ctx, client, opt.Addr, sha, prefix, p, tenants)
+				// tollgate's script beside the floor, then unpipelined
+				for _, rb := range rbRuns(sha, floorSHA) {
+					r, err := redisBenchmark(ctx, client, opt.Addr, rb.sha, rb.impl, prefix, rb.p, tenants)
 					if err != nil {
 						return err
 					}

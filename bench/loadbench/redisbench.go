@@ -13,17 +13,41 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// redisBenchmark runs redis-benchmark with pipeline depth p on the script:
-// the server's ceiling, with a client that costs almost nothing.
-func redisBenchmark(ctx context.Context, client *redis.Client, addr, sha, prefix string, p, tenants int) (result, error) {
+// floorScript is the least any token bucket kept on the server's clock must
+// do per call: read the key, read the clock, write a value back with a TTL.
+// It takes tollgate's arguments (ARGV[5] is the TTL), so both run from the
+// same redis-benchmark command line, and its Redis CPU per call is the floor
+// that tollgate's script is compared with.
+const floorScript = `local v = redis.call('GET', KEYS[1])
+local t = redis.call('TIME')
+redis.call('SET', KEYS[1], t[1] .. ' ' .. t[2], 'PX', ARGV[5])
+return 1`
+
+type rbRun struct {
+	sha, impl string
+	p         int
+}
+
+// rbRuns lists the redis-benchmark runs of one round: tollgate's script and
+// the floor with -P 16, interleaved, then tollgate's script with -P 1.
+func rbRuns(sha, floorSHA string) []rbRun {
+	return []rbRun{{sha, "redis-benchmark-P16", 16}, {floorSHA, floorImpl, 16}, {sha, "redis-benchmark-P1", 1}}
+}
+
+const floorImpl = "floor-P16"
+
+// redisBenchmark runs redis-benchmark with pipeline depth p on the script
+// sha (reported as impl): the server's ceiling, with a client that costs
+// almost nothing.
+func redisBenchmark(ctx context.Context, client *redis.Client, addr, sha, impl, prefix string, p, tenants int) (result, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return result{}, err
 	}
-	key := prefix + "rb:{hot}:default"
+	key := prefix + impl + ":{hot}:default"
 	args := []string{"-h", host, "-p", port, "-c", "50", "-P", strconv.Itoa(p), "--csv"}
 	if tenants > 1 {
-		key = prefix + "rb:{__rand_int__}:default"
+		key = prefix + impl + ":{__rand_int__}:default"
 		args = append(args, "-r", strconv.Itoa(tenants))
 	}
 	// about the same length as a throughput measurement
@@ -72,7 +96,6 @@ func redisBenchmark(ctx context.Context, client *redis.Client, addr, sha, prefix
 	if tenants == 1 {
 		tname = "hot"
 	}
-	impl := "redis-benchmark-P" + strconv.Itoa(p)
 	if calls == 0 {
 		calls = 1
 	}

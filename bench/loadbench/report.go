@@ -54,12 +54,25 @@ func summary(impls []string, concs, tenantCounts []int, mem []memResult) {
 			}
 		}
 		if *flagRB {
-			for _, p := range []int{16, 1} {
-				impl := "redis-benchmark-P" + strconv.Itoa(p)
+			for _, rb := range rbRuns("", "") {
+				impl := rb.impl
 				fmt.Printf("| 50 | %s | %.0f | | %.0f | %.0f | %.2f | | %.2f | 1 |\n", impl, med(impl, 0, tenants, ops),
 					med(impl, 0, tenants, func(r result) float64 { return r.p50 }), med(impl, 0, tenants, func(r result) float64 { return r.p99 }),
 					med(impl, 0, tenants, cpu), med(impl, 0, tenants, func(r result) float64 { return r.cmd }))
 			}
+		}
+	}
+	if *flagRB {
+		fmt.Printf("\n### The script against the floor (redis-benchmark -P 16, same run)\n\n")
+		for _, tenants := range tenantCounts {
+			cmd := func(r result) float64 { return r.cmd }
+			tname := strconv.Itoa(tenants) + " tenants"
+			if tenants == 1 {
+				tname = "one hot tenant"
+			}
+			fmt.Printf("- %s: Redis CPU per call %.2fx the floor's (%.2f vs %.2f µs; target <= 1.2), commandstats µs per call %.2fx\n", tname,
+				med("redis-benchmark-P16", 0, tenants, cpu)/med(floorImpl, 0, tenants, cpu), med("redis-benchmark-P16", 0, tenants, cpu), med(floorImpl, 0, tenants, cpu),
+				med("redis-benchmark-P16", 0, tenants, cmd)/med(floorImpl, 0, tenants, cmd))
 		}
 	}
 	// the targets, at 10k tenants when measured
