@@ -3,7 +3,6 @@ package core
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -41,8 +40,7 @@ type batcher struct {
 
 type call struct {
 	ctx  context.Context
-	keys []string
-	args []any
+	args []any // the whole EVALSHA command line, see scriptArgs
 	v    any
 	err  error
 	done chan struct{}
@@ -61,13 +59,30 @@ var errClosed = errors.New("limiter closed")
 
 // do runs the script for one check through the batcher and waits for its
 // answer or ctx's end, whichever comes first.
-func (b *batcher) do(ctx context.Context, keys []string, args []any) (any, error) {
-	c := &call{ctx: ctx, keys: keys, args: args, done: make(chan struct{})}
+func (b *batcher) do(ctx context.Context, args []any) (any, error) {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
 		return nil, errClosed
 	}
+	if b.active < b.inflight && len(b.pending) == 0 && b.inline {
+		// alone (low concurrency): a plain call, inline, with nothing to
+		// hand over, so that one caller pays nothing for the batcher
+		b.active++
+		b.wg.Add(1)
+		b.mu.Unlock()
+		if b.sizes != nil {
+			b.sizes(1)
+		}
+		var v any
+		var err error
+		if err = ctx.Err(); err == nil {
+			v, err = b.single(ctx, args)
+		}
+		b.handOff()
+		return v, err
+	}
+	c := &call{ctx: ctx, args: args, done: make(chan struct{})}
 	if b.active >= b.inflight {
 		b.pending = append(b.pending, c)
 		b.mu.Unlock()
@@ -117,8 +132,14 @@ func (c *call) finish(v any, err error) {
 // lead sends batch, then hands what queued meanwhile to a new leader, or
 // frees its slot.
 func (b *batcher) lead(batch []*call) {
-	defer b.wg.Done()
 	b.send(batch)
+	b.handOff()
+}
+
+// handOff, after a batch came back, sends what queued meanwhile as the next
+// batch from a new leader, or frees the slot.
+func (b *batcher) handOff() {
+	defer b.wg.Done()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.pending) == 0 {
@@ -154,11 +175,7 @@ func (b *batcher) send(batch []*call) {
 		// context, the same as without batching, so that one caller pays
 		// nothing for the batcher
 		c := live[0]
-		v, err := tokenBucket.Run(c.ctx, b.client, c.keys, c.args...).Result()
-		if err != nil {
-			refreshTopology(b.client, err)
-		}
-		c.finish(v, err)
+		c.finish(b.single(c.ctx, c.args))
 		return
 	}
 	// the pipeline serves every caller in it: bounded by the latest of
@@ -183,7 +200,8 @@ func (b *batcher) send(batch []*call) {
 	cmds := make([]*redis.Cmd, len(live))
 	_, _ = b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, c := range live {
-			cmds[i] = p.EvalSha(ctx, tokenBucket.Hash(), c.keys, c.args...)
+			cmds[i] = scriptCmd(ctx, c.args, false)
+			_ = p.Process(ctx, cmds[i])
 		}
 		return nil
 	})
@@ -195,7 +213,7 @@ func (b *batcher) send(batch []*call) {
 			refreshTopology(b.client, err)
 			refreshed = true
 		}
-		if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		if isNoScript(err) {
 			retry = append(retry, c) // not executed: safe to send again
 			continue
 		}
@@ -213,13 +231,24 @@ func (b *batcher) send(batch []*call) {
 	cmds = make([]*redis.Cmd, len(retry))
 	_, _ = b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, c := range retry {
-			cmds[i] = p.Eval(ctx, tokenBucketSource, c.keys, c.args...)
+			cmds[i] = scriptCmd(ctx, c.args, true)
+			_ = p.Process(ctx, cmds[i])
 		}
 		return nil
 	})
 	for i, c := range retry {
 		c.finish(cmds[i].Result())
 	}
+}
+
+// single runs one call on its own, under the caller's context, the same as
+// without batching.
+func (b *batcher) single(ctx context.Context, args []any) (any, error) {
+	v, err := runScript(ctx, b.client, args)
+	if err != nil {
+		refreshTopology(b.client, err)
+	}
+	return v, err
 }
 
 // load makes sure every master has the script.

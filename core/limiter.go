@@ -228,18 +228,17 @@ func (l *Limiter) store(ctx context.Context, req Request, keys []string, buckets
 		l.metrics.storeCall(ctx, 0, err, l.cfg.policy)
 		return l.degrade(req, keys, buckets, err), err
 	}
-	args := make([]any, 2, 2+3*len(buckets))
-	args[0] = ""
+	now := ""
 	if l.cfg.clock != nil {
-		args[0] = strconv.FormatInt(sent.UnixMicro(), 10)
+		now = strconv.FormatInt(sent.UnixMicro(), 10)
 	}
-	args[1] = strconv.FormatInt(cost, 10)
+	var one [1][3]any
+	quotas := one[:0]
 	for _, b := range buckets {
-		q := l.quotaArgs(b.Quota)
-		args = append(args, q[0], q[1], q[2])
+		quotas = append(quotas, l.quotaArgs(b.Quota))
 	}
 	start := time.Now()
-	reply, err := l.run(ctx, keys, args)
+	reply, err := l.run(ctx, scriptArgs(keys, now, cost, quotas))
 	var d Decision
 	if err == nil {
 		d, err = parseReply(reply, buckets, cost)
@@ -317,18 +316,18 @@ func validateBuckets(bs []Bucket) error {
 // when the server answers NOSCRIPT (script cache lost on restart, failover or
 // SCRIPT FLUSH). Never replayed after a timeout or a broken connection: the
 // first call may already have been applied.
-func (l *Limiter) run(ctx context.Context, keys []string, args []any) (any, error) {
+func (l *Limiter) run(ctx context.Context, args []any) (any, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
 	defer cancel()
 	if l.batch != nil {
-		v, err := l.batch.do(ctx, keys, args)
+		v, err := l.batch.do(ctx, args)
 		if errors.Is(err, context.DeadlineExceeded) {
 			err = fmt.Errorf("no answer within %v: %w", l.cfg.timeout, err)
 		}
 		return v, err
 	}
 	if l.direct {
-		return tokenBucket.Run(ctx, l.client, keys, args...).Result()
+		return runScript(ctx, l.client, args)
 	}
 	type result struct {
 		v   any
@@ -336,7 +335,7 @@ func (l *Limiter) run(ctx context.Context, keys []string, args []any) (any, erro
 	}
 	ch := make(chan result, 1)
 	go func() {
-		v, err := tokenBucket.Run(ctx, l.client, keys, args...).Result()
+		v, err := runScript(ctx, l.client, args)
 		ch <- result{v, err}
 	}()
 	select {
@@ -393,7 +392,8 @@ func parseReply(v any, buckets []Bucket, cost int64) (Decision, error) {
 		if strings.IndexByte(s, ' ') < 0 {
 			reason = 1
 		}
-		return decide(buckets, []float64{tok}, 0, reason, cost), nil
+		toks := [1]float64{tok}
+		return decide(buckets, toks[:], 0, reason, cost), nil
 	}
 	a, ok := v.([]any)
 	if !ok || len(buckets) < 2 || len(a) != 3+len(buckets) {

@@ -51,9 +51,11 @@ type metrics struct {
 
 	// attribute sets are hashed and sorted when built: cached per label
 	// tuple, they cost a map lookup on the hot path
-	sets  sync.Map // decisionLabels -> metric.MeasurementOption
+	// and held as the option slices Add and Record take, which would
+	// otherwise be allocated on every call
+	sets  sync.Map // decisionLabels -> []metric.AddOption
 	nsets atomic.Int64
-	okOpt metric.MeasurementOption
+	okOpt []metric.RecordOption
 }
 
 // decisionLabels is the label tuple of the decisions metric, unvalidated.
@@ -69,7 +71,7 @@ func newMetrics(mp metric.MeterProvider, k int) *metrics {
 		mp = otel.GetMeterProvider()
 	}
 	meter := mp.Meter("github.com/tollgate-go/tollgate/core")
-	m := &metrics{tracing: true, okOpt: metric.WithAttributes(attribute.String("result", "ok"))}
+	m := &metrics{tracing: true, okOpt: []metric.RecordOption{metric.WithAttributes(attribute.String("result", "ok"))}}
 	// Instrument creation fails only for invalid names, which are constants
 	// here; a nil instrument would be a bug, so fall back to no-ops.
 	var err error
@@ -124,7 +126,7 @@ func label(s, empty string) string {
 
 func (m *metrics) record(ctx context.Context, req Request, d Decision) {
 	if m.tenants == nil {
-		m.decisions.Add(ctx, 1, m.decisionSet(decisionLabels{outcome(d), d.Reason.String(), req.Class, req.Tenant.Tier, d.Bucket}))
+		m.decisions.Add(ctx, 1, m.decisionSet(decisionLabels{outcome(d), d.Reason.String(), req.Class, req.Tenant.Tier, d.Bucket})...)
 	} else {
 		m.recordTenant(ctx, req, d)
 	}
@@ -143,17 +145,17 @@ func (m *metrics) record(ctx context.Context, req Request, d Decision) {
 	}
 }
 
-func (m *metrics) decisionSet(k decisionLabels) metric.MeasurementOption {
+func (m *metrics) decisionSet(k decisionLabels) []metric.AddOption {
 	if o, ok := m.sets.Load(k); ok {
-		return o.(metric.MeasurementOption)
+		return o.([]metric.AddOption)
 	}
-	o := metric.WithAttributes(
+	o := []metric.AddOption{metric.WithAttributes(
 		attribute.String("outcome", k.outcome),
 		attribute.String("reason", k.reason),
 		attribute.String("class", label(k.class, DefaultClass)),
 		attribute.String("tier", label(k.tier, "none")),
 		attribute.String("bucket", label(k.bucket, "none")),
-	)
+	)}
 	if m.nsets.Load() < maxCachedSets {
 		if _, loaded := m.sets.LoadOrStore(k, o); !loaded {
 			m.nsets.Add(1)
@@ -189,7 +191,7 @@ func (m *metrics) storeCall(ctx context.Context, took time.Duration, err error, 
 	}
 	switch {
 	case err == nil:
-		m.storeDur.Record(ctx, took.Seconds(), m.okOpt)
+		m.storeDur.Record(ctx, took.Seconds(), m.okOpt...)
 	case !errors.Is(err, errCircuitOpen):
 		m.storeDur.Record(ctx, took.Seconds(), metric.WithAttributes(attribute.String("result", result)))
 	}

@@ -1,0 +1,74 @@
+package core
+
+import (
+	"context"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// scriptSHA is the script's SHA1, boxed once: boxing a string allocates.
+var scriptSHA any = tokenBucket.Hash()
+
+// smallCosts holds the cost argument of the common small costs, boxed once.
+var smallCosts = func() (a [65]any) {
+	for i := range a {
+		a[i] = strconv.Itoa(i)
+	}
+	return a
+}()
+
+func costArg(cost int64) any {
+	if cost >= 0 && cost < int64(len(smallCosts)) {
+		return smallCosts[cost]
+	}
+	return strconv.FormatInt(cost, 10)
+}
+
+// scriptArgs returns the whole EVALSHA command line of one check in one
+// slice: "evalsha", the SHA, the number of keys, the keys, then the script's
+// arguments (see the script's header). go-redis's Script.Run would build a
+// second slice and box the SHA on every call.
+func scriptArgs(keys []string, now string, cost int64, quotas [][3]any) []any {
+	args := make([]any, 0, 3+len(keys)+2+3*len(quotas))
+	args = append(args, "evalsha", scriptSHA, len(keys))
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	args = append(args, now, costArg(cost))
+	for _, q := range quotas {
+		args = append(args, q[0], q[1], q[2])
+	}
+	return args
+}
+
+// scriptCmd is the command for args; eval makes it an EVAL of the source
+// (after NOSCRIPT) on a copy, so args stays an EVALSHA.
+func scriptCmd(ctx context.Context, args []any, eval bool) *redis.Cmd {
+	if eval {
+		args = append([]any{"eval", tokenBucketSource}, args[2:]...)
+	}
+	cmd := redis.NewCmd(ctx, args...)
+	cmd.SetFirstKeyPos(3)
+	return cmd
+}
+
+// runScript runs the script once: EVALSHA, then EVAL when the server
+// answers NOSCRIPT (the command was not executed, so sending it again is
+// safe).
+func runScript(ctx context.Context, c redis.UniversalClient, args []any) (any, error) {
+	cmd := scriptCmd(ctx, args, false)
+	_ = c.Process(ctx, cmd)
+	v, err := cmd.Result()
+	if isNoScript(err) {
+		cmd = scriptCmd(ctx, args, true)
+		_ = c.Process(ctx, cmd)
+		v, err = cmd.Result()
+	}
+	return v, err
+}
+
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
