@@ -43,7 +43,20 @@ type call struct {
 	args []any // the whole EVALSHA command line, see scriptArgs
 	v    any
 	err  error
-	done chan struct{}
+	done chan struct{} // buffered: finish sends exactly once, never blocks
+}
+
+// calls recycles call records with their channels. A record goes back only
+// from a caller that received its answer: one whose context ended first
+// leaves it to the batch that still holds it.
+var calls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+
+// result takes the answer of a finished call and recycles the record.
+func (c *call) result() (any, error) {
+	v, err := c.v, c.err
+	*c = call{done: c.done}
+	calls.Put(c)
+	return v, err
 }
 
 const (
@@ -82,16 +95,12 @@ func (b *batcher) do(ctx context.Context, args []any) (any, error) {
 		b.handOff()
 		return v, err
 	}
-	c := &call{ctx: ctx, args: args, done: make(chan struct{})}
+	c := calls.Get().(*call)
+	c.ctx, c.args = ctx, args
 	if b.active >= b.inflight {
 		b.pending = append(b.pending, c)
 		b.mu.Unlock()
-		select {
-		case <-c.done:
-			return c.v, c.err
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+		return c.wait(ctx)
 	}
 	b.active++
 	batch := b.take(c)
@@ -99,13 +108,19 @@ func (b *batcher) do(ctx context.Context, args []any) (any, error) {
 	b.mu.Unlock()
 	if b.inline {
 		b.lead(batch)
-		return c.v, c.err
+		<-c.done // finished by the batch just sent
+		return c.result()
 	}
 	// the client ignores deadlines: send from a goroutine, wait up to ctx
 	go b.lead(batch)
+	return c.wait(ctx)
+}
+
+// wait returns c's answer, or ctx's error when it ends first.
+func (c *call) wait(ctx context.Context) (any, error) {
 	select {
 	case <-c.done:
-		return c.v, c.err
+		return c.result()
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
@@ -126,7 +141,7 @@ func (b *batcher) take(first *call) []*call {
 
 func (c *call) finish(v any, err error) {
 	c.v, c.err = v, err
-	close(c.done)
+	c.done <- struct{}{}
 }
 
 // lead sends batch, then hands what queued meanwhile to a new leader, or
