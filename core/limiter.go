@@ -407,7 +407,11 @@ func parseReply(v any, buckets []Bucket, cost int64) (Decision, error) {
 	}
 	toks := make([]float64, len(buckets))
 	for i := range buckets {
-		tok, err := parseTokens(a[3+i])
+		s, ok := a[3+i].(string)
+		if !ok {
+			return Decision{}, fmt.Errorf("%w: script reply element %T, want a string", errProtocol, a[3+i])
+		}
+		tok, err := parseTokens(s)
 		if err != nil {
 			return Decision{}, err
 		}
@@ -439,11 +443,7 @@ func decide(buckets []Bucket, toks []float64, binding int, reason, cost int64) D
 
 // parseTokens reads a bucket's balance: a number, possibly followed by a
 // space and more (the stored state, which the script replies as is).
-func parseTokens(v any) (float64, error) {
-	s, ok := v.(string)
-	if !ok {
-		return 0, fmt.Errorf("%w: script reply element %T, want a string", errProtocol, v)
-	}
+func parseTokens(s string) (float64, error) {
 	if i := strings.IndexByte(s, ' '); i >= 0 {
 		s = s[:i]
 	}
