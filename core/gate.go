@@ -3,54 +3,8 @@ package core
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 )
-
-// Route is what a request costs: the class (bucket) it is charged to and how
-// many tokens it takes.
-type Route struct {
-	Class string
-	Cost  int64
-	// Exempt routes are never limited (health checks, metrics).
-	Exempt bool
-}
-
-// Routes maps a route to its class and cost. A key is either "METHOD
-// /pattern" or just "/pattern" (any method); the pattern is the framework's
-// route template (Gin's FullPath, Echo's Path, Fiber's Route().Path, net/http's
-// Pattern) or a gRPC full method ("/pkg.Service/Method"), never the raw URL,
-// so path parameters cannot multiply classes.
-type Routes map[string]Route
-
-// Validate reports the first bad entry, naming it.
-func (rs Routes) Validate() error {
-	for k, r := range rs {
-		if strings.TrimSpace(k) == "" {
-			return fmt.Errorf("%w: routes: empty route key", ErrInvalidConfig)
-		}
-		if r.Exempt {
-			continue
-		}
-		if err := ValidateName(r.Class); err != nil {
-			return fmt.Errorf("%w: route %q: %v", ErrInvalidConfig, k, err)
-		}
-		if r.Cost < 1 || r.Cost > MaxCost {
-			return fmt.Errorf("%w: route %q: cost must be 1 to %d, got %d", ErrInvalidConfig, k, int64(MaxCost), r.Cost)
-		}
-	}
-	return nil
-}
-
-// Lookup returns the route of (method, pattern): "METHOD pattern" first,
-// then "pattern", then ok false.
-func (rs Routes) Lookup(method, pattern string) (Route, bool) {
-	if r, ok := rs[method+" "+pattern]; ok && method != "" {
-		return r, true
-	}
-	r, ok := rs[pattern]
-	return r, ok
-}
 
 // Endpoint is what an adapter knows about a request before the handler runs.
 type Endpoint struct {

@@ -1,0 +1,84 @@
+package core
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Route is what a request costs: the class (bucket) it is charged to and how
+// many tokens it takes.
+type Route struct {
+	Class string
+	Cost  int64
+	// Exempt routes are never limited (health checks, metrics).
+	Exempt bool
+}
+
+// Routes maps a route to its class and cost. The pattern in a key is the
+// framework's route template (Gin's FullPath, Echo's Path, Fiber's
+// Route().Path, net/http's Pattern without the method) or a gRPC full
+// method, never the raw URL, so path parameters cannot multiply classes.
+// A key is one of:
+//
+//	"GET /v1/items/:id"        one HTTP method of a route
+//	"/v1/items/:id"            every method of a route
+//	"/pkg.Service/Method"      a gRPC method
+//	"/pkg.Service/*"           every method of a gRPC service
+//
+// The service wildcard applies to gRPC endpoints only (Endpoint.Method
+// empty); an exact key always wins over it. The same table serves an HTTP
+// adapter and a gRPC one.
+type Routes map[string]Route
+
+// Validate reports the first bad entry, naming it.
+func (rs Routes) Validate() error {
+	for k, r := range rs {
+		if strings.TrimSpace(k) == "" {
+			return fmt.Errorf("%w: routes: empty route key", ErrInvalidConfig)
+		}
+		if r.Exempt {
+			continue
+		}
+		if err := ValidateName(r.Class); err != nil {
+			return fmt.Errorf("%w: route %q: %v", ErrInvalidConfig, k, err)
+		}
+		if r.Cost < 1 || r.Cost > MaxCost {
+			return fmt.Errorf("%w: route %q: cost must be 1 to %d, got %d", ErrInvalidConfig, k, int64(MaxCost), r.Cost)
+		}
+	}
+	return nil
+}
+
+// Lookup returns the route of (method, pattern): "METHOD pattern" first,
+// then "pattern", then, for a gRPC endpoint (method empty) named
+// "/pkg.Service/Method", the service's "/pkg.Service/*"; else ok false.
+func (rs Routes) Lookup(method, pattern string) (Route, bool) {
+	if method != "" {
+		if r, ok := rs[method+" "+pattern]; ok {
+			return r, true
+		}
+	}
+	if r, ok := rs[pattern]; ok {
+		return r, true
+	}
+	if method == "" {
+		if svc, _, ok := splitFullMethod(pattern); ok {
+			r, ok := rs["/"+svc+"/*"]
+			return r, ok
+		}
+	}
+	return Route{}, false
+}
+
+// splitFullMethod splits a gRPC full method "/pkg.Service/Method" into its
+// service and method; ok is false when s is not of that form.
+func splitFullMethod(s string) (service, method string, ok bool) {
+	if !strings.HasPrefix(s, "/") {
+		return "", "", false
+	}
+	service, method, ok = strings.Cut(s[1:], "/")
+	if !ok || service == "" || method == "" || strings.Contains(method, "/") {
+		return "", "", false
+	}
+	return service, method, true
+}

@@ -1,0 +1,45 @@
+package core_test
+
+import (
+	"testing"
+
+	"github.com/tollgate-go/tollgate/core"
+)
+
+func TestRoutesLookup(t *testing.T) {
+	rs := core.Routes{
+		"GET /v1/items/:id":          {Class: "read", Cost: 1},
+		"/v1/items/:id":              {Class: "write", Cost: 2},
+		"/healthz":                   {Exempt: true},
+		"/acme.v1.Reports/Export":    {Class: "export", Cost: 5},
+		"/acme.v1.Reports/*":         {Class: "reports", Cost: 1},
+		"/files/*":                   {Class: "files", Cost: 1},
+		"POST /acme.v1.Reports/List": {Class: "post", Cost: 3},
+	}
+	for _, c := range []struct {
+		name, method, pattern string
+		want                  core.Route
+		ok                    bool
+	}{
+		{"method and pattern", "GET", "/v1/items/:id", rs["GET /v1/items/:id"], true},
+		{"any method", "DELETE", "/v1/items/:id", rs["/v1/items/:id"], true},
+		{"exempt", "GET", "/healthz", core.Route{Exempt: true}, true},
+		{"unknown route", "GET", "/v2/items/:id", core.Route{}, false},
+		{"gRPC exact beats the wildcard", "", "/acme.v1.Reports/Export", rs["/acme.v1.Reports/Export"], true},
+		{"gRPC service wildcard", "", "/acme.v1.Reports/List", rs["/acme.v1.Reports/*"], true},
+		{"wildcard is per service", "", "/acme.v1.Billing/List", core.Route{}, false},
+		{"wildcard needs a method name", "", "/acme.v1.Reports/", core.Route{}, false},
+		{"wildcard does not match nested paths", "", "/acme.v1.Reports/a/b", core.Route{}, false},
+		{"HTTP endpoints never match the wildcard", "GET", "/files/a", core.Route{}, false},
+		{"HTTP endpoints match the literal pattern", "GET", "/files/*", rs["/files/*"], true},
+		{"a method key is HTTP only", "", "/acme.v1.Reports/List", rs["/acme.v1.Reports/*"], true},
+		{"HTTP method key", "POST", "/acme.v1.Reports/List", rs["POST /acme.v1.Reports/List"], true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, ok := rs.Lookup(c.method, c.pattern)
+			if got != c.want || ok != c.ok {
+				t.Errorf("Lookup(%q, %q) = %+v, %v; want %+v, %v", c.method, c.pattern, got, ok, c.want, c.ok)
+			}
+		})
+	}
+}
