@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"time"
 
@@ -33,10 +34,17 @@ type Config struct {
 	Version int
 	// Tiers is the tier defaults, with Default set from default_tier.
 	Tiers core.Tiers
-	// Routes maps HTTP routes to (class, cost), in file order.
-	Routes []Route
-	// GRPCMethods maps gRPC methods to (class, cost), in file order.
-	GRPCMethods []GRPCMethod
+	// Routes is the file's routes list as core route keys: "METHOD
+	// /pattern", or "/pattern" for method *.
+	Routes core.Routes
+	// GRPCMethods is the file's grpc_methods list: full methods
+	// ("/pkg.Service/Method") and service wildcards ("/pkg.Service/*").
+	// No key is in both Routes and GRPCMethods.
+	GRPCMethods core.Routes
+	// AnonymousTier, when set, admits callers without a tenant on this
+	// tier, keyed by client IP (core.WithAnonymous); empty, they are
+	// answered 401.
+	AnonymousTier string
 	// HeaderStyle is the rate-limit header families HTTP adapters emit.
 	// Default core.DefaultHeaderStyle.
 	HeaderStyle core.HeaderStyle
@@ -50,41 +58,7 @@ type Config struct {
 	CacheTTL time.Duration
 	// KeyPrefix is the Redis key prefix. Default core.DefaultPrefix.
 	KeyPrefix string
-
-	routes map[routeKey]int
-	grpc   map[string]int
 }
-
-// Route maps an HTTP route to the class and cost of its requests.
-type Route struct {
-	// Method is an HTTP method in upper case, or "*" for every method.
-	Method string
-	// Path is the route's pattern as the framework names it (Gin's
-	// FullPath, Echo's Path, net/http's Request.Pattern without the
-	// method), matched exactly.
-	Path string
-	// Class is the bucket the request is charged to.
-	Class string
-	// Cost is the number of tokens one request takes (default 1).
-	Cost int64
-	// Line is the route's line in the file.
-	Line int
-}
-
-// GRPCMethod maps a gRPC method to the class and cost of its calls.
-type GRPCMethod struct {
-	// Method is a full method name, "/package.Service/Method", or
-	// "/package.Service/*" for every method of the service.
-	Method string
-	// Class is the bucket the call is charged to.
-	Class string
-	// Cost is the number of tokens one call takes (default 1).
-	Cost int64
-	// Line is the entry's line in the file.
-	Line int
-}
-
-type routeKey struct{ method, path string }
 
 // Load reads, parses and validates the configuration file at path. Errors
 // name the file, the line and the field at fault; see [Parse].
@@ -122,41 +96,30 @@ func readFile(path string) ([]byte, error) {
 	return data, nil
 }
 
-// Route returns the entry for an HTTP request of method to the route
-// pattern path: an exact method match first, then a "*" entry.
-func (c *Config) Route(method, path string) (Route, bool) {
-	if i, ok := c.routes[routeKey{method, path}]; ok {
-		return c.Routes[i], true
-	}
-	if i, ok := c.routes[routeKey{"*", path}]; ok {
-		return c.Routes[i], true
-	}
-	return Route{}, false
-}
-
-// GRPCMethod returns the entry for a call of fullMethod
-// ("/package.Service/Method"): an exact match first, then the service's
-// "/package.Service/*" entry.
-func (c *Config) GRPCMethod(fullMethod string) (GRPCMethod, bool) {
-	if i, ok := c.grpc[fullMethod]; ok {
-		return c.GRPCMethods[i], true
-	}
-	if svc, _, ok := splitMethod(fullMethod); ok {
-		if i, ok := c.grpc["/"+svc+"/*"]; ok {
-			return c.GRPCMethods[i], true
-		}
-	}
-	return GRPCMethod{}, false
-}
-
-// Options returns the limiter options the file sets: key prefix, failure
-// policy and timeout. Append your own after them to take precedence.
-func (c *Config) Options() []core.Option {
+// LimiterOptions returns the limiter options the file sets: key prefix,
+// failure policy and timeout. Append your own after them to take
+// precedence.
+func (c *Config) LimiterOptions() []core.Option {
 	return []core.Option{
 		core.WithPrefix(c.KeyPrefix),
 		core.WithFailurePolicy(c.FailurePolicy),
 		core.WithTimeout(c.Timeout),
 	}
+}
+
+// GateOptions returns the gate options the file sets, for any adapter
+// (each has a WithGateOptions): the route table (routes and grpc_methods
+// together), the header style and, when anonymous_tier is set, anonymous
+// callers. Options given after them take precedence.
+func (c *Config) GateOptions() []core.GateOption {
+	rs := make(core.Routes, len(c.Routes)+len(c.GRPCMethods))
+	maps.Copy(rs, c.Routes)
+	maps.Copy(rs, c.GRPCMethods)
+	opts := []core.GateOption{core.WithRoutes(rs), core.WithHeaderStyle(c.HeaderStyle)}
+	if c.AnonymousTier != "" {
+		opts = append(opts, core.WithAnonymous(c.AnonymousTier))
+	}
+	return opts
 }
 
 // ResolverOptions returns the resolver options the file sets: the override
@@ -174,5 +137,5 @@ func (c *Config) NewResolver(opts ...core.ResolverOption) (*core.TieredResolver,
 // NewLimiter returns a limiter over client and r with the file's options;
 // opts come after and take precedence.
 func (c *Config) NewLimiter(client redis.UniversalClient, r core.Resolver, opts ...core.Option) (*core.Limiter, error) {
-	return core.New(client, r, append(c.Options(), opts...)...)
+	return core.New(client, r, append(c.LimiterOptions(), opts...)...)
 }

@@ -51,40 +51,21 @@ func TestParseExample(t *testing.T) {
 		cfg.CacheTTL != 45*time.Second || cfg.HeaderStyle != core.DefaultHeaderStyle {
 		t.Errorf("settings = %+v", cfg)
 	}
-	routes := []struct {
-		method, path string
-		want         config.Route
-		ok           bool
-	}{
-		{"GET", "/v1/profile", config.Route{Method: "GET", Path: "/v1/profile", Class: "default", Cost: 1, Line: 20}, true},
-		{"POST", "/v1/export", config.Route{Method: "POST", Path: "/v1/export", Class: "export", Cost: 5, Line: 21}, true},
-		{"DELETE", "/v1/health", config.Route{Method: "*", Path: "/v1/health", Class: "default", Cost: 1, Line: 22}, true},
-		{"POST", "/v1/profile", config.Route{}, false},
-		{"GET", "/v1/profile/", config.Route{}, false},
+	wantRoutes := core.Routes{
+		"GET /v1/profile": {Class: "default", Cost: 1},
+		"POST /v1/export": {Class: "export", Cost: 5},
+		"/v1/health":      {Class: "default", Cost: 1},
 	}
-	for _, r := range routes {
-		got, ok := cfg.Route(r.method, r.path)
-		if ok != r.ok || got != r.want {
-			t.Errorf("Route(%s %s) = %+v, %v; want %+v, %v", r.method, r.path, got, ok, r.want, r.ok)
-		}
+	if !reflect.DeepEqual(cfg.Routes, wantRoutes) {
+		t.Errorf("Routes = %+v\nwant %+v", cfg.Routes, wantRoutes)
 	}
-	methods := []struct {
-		method string
-		class  string
-		cost   int64
-		ok     bool
-	}{
-		{"/acme.v1.Reports/Export", "export", 5, true},
-		{"/acme.v1.Reports/List", "", 0, false},
-		{"/acme.v1.Profile/Get", "default", 1, true},
-		{"/acme.v1.Profile", "", 0, false},
-		{"acme.v1.Profile/Get", "", 0, false},
+	wantMethods := core.Routes{
+		"/acme.v1.Reports/Export":  {Class: "export", Cost: 5},
+		"/acme.v1.Profile/*":       {Class: "default", Cost: 1},
+		"/grpc.health.v1.Health/*": {Exempt: true},
 	}
-	for _, m := range methods {
-		got, ok := cfg.GRPCMethod(m.method)
-		if ok != m.ok || got.Class != m.class || got.Cost != m.cost {
-			t.Errorf("GRPCMethod(%s) = %+v, %v; want class %q cost %d, %v", m.method, got, ok, m.class, m.cost, m.ok)
-		}
+	if !reflect.DeepEqual(cfg.GRPCMethods, wantMethods) {
+		t.Errorf("GRPCMethods = %+v\nwant %+v", cfg.GRPCMethods, wantMethods)
 	}
 	r, err := cfg.NewResolver()
 	if err != nil {
@@ -94,8 +75,8 @@ func TestParseExample(t *testing.T) {
 	if err != nil || len(bs) != 2 || bs[0].Quota.Capacity != 10 || bs[1].Name != core.CeilingBucket {
 		t.Errorf("Buckets = %+v, %v", bs, err)
 	}
-	if len(cfg.Options()) != 3 || len(cfg.ResolverOptions()) != 1 {
-		t.Errorf("Options = %d, ResolverOptions = %d", len(cfg.Options()), len(cfg.ResolverOptions()))
+	if len(cfg.LimiterOptions()) != 3 || len(cfg.ResolverOptions()) != 1 {
+		t.Errorf("LimiterOptions = %d, ResolverOptions = %d", len(cfg.LimiterOptions()), len(cfg.ResolverOptions()))
 	}
 }
 
@@ -109,6 +90,7 @@ tiers:
   basic: *classes
 header_style: [ietf, draft-06]
 failure_policy: closed
+anonymous_tier: base
 `))
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
@@ -118,6 +100,9 @@ failure_policy: closed
 	}
 	if cfg.HeaderStyle != core.HeaderIETF|core.HeaderDraft06 || cfg.FailurePolicy != core.FailClosed {
 		t.Errorf("header style %v, policy %v", cfg.HeaderStyle, cfg.FailurePolicy)
+	}
+	if cfg.AnonymousTier != "base" || len(cfg.Routes) != 0 || len(cfg.GRPCMethods) != 0 {
+		t.Errorf("anonymous tier %q, routes %v, gRPC methods %v", cfg.AnonymousTier, cfg.Routes, cfg.GRPCMethods)
 	}
 	if q := cfg.Tiers.Tiers["basic"].Classes["default"]; q.Capacity != 5 {
 		t.Errorf("alias not followed: %+v", cfg.Tiers.Tiers)
@@ -148,7 +133,7 @@ func TestParseErrors(t *testing.T) {
 		{"cache ttl zero", "cache_ttl: 45s", "cache_ttl: 0s", "tiers.yaml:7: cache_ttl: must be > 0 and <= 24h0m0s, got 0s"},
 		{"header style unknown", "header_style: default", "header_style: fancy", `tiers.yaml:8: header_style: unknown header style "fancy"`},
 		{"header style list item", "header_style: default", "header_style: [ietf, {a: b}]", "tiers.yaml:8: header_style[1]: must be a value, got a mapping"},
-		{"unknown top-level field", "version: 1", "version: 1\ncolour: blue", "tiers.yaml:3: colour: unknown field (want one of version, default_tier, tiers,"},
+		{"unknown top-level field", "version: 1", "version: 1\ncolour: blue", "tiers.yaml:3: colour: unknown field (want one of version, default_tier, anonymous_tier, tiers,"},
 		{"tiers not a mapping", "", "default_tier: free\ntiers: []\n", "tiers.yaml:2: tiers: must be a mapping, got a list"},
 		{"tiers empty", "", "default_tier: free\ntiers: {}\n", "tiers.yaml:2: tiers: must define at least one tier"},
 		{"tier name bad", "  pro:\n", "  pro plus:\n", `tiers.yaml:15: tiers.pro plus: bad name: bucket name "pro plus" has byte ' ' at 3`},
@@ -188,14 +173,20 @@ func TestParseErrors(t *testing.T) {
 		{"route class missing", "path: /v1/profile, class: default,", "path: /v1/profile,", "tiers.yaml:20: routes[0].class: is required"},
 		{"route cost zero", "class: default, cost: 1}", "class: default, cost: 0}", "tiers.yaml:20: routes[0].cost: must be 1 to 1099511627776, got 0"},
 		{"route cost over capacity", "class: export, cost: 5}\n  - {method: \"*\"", "class: export, cost: 11}\n  - {method: \"*\"", `tiers.yaml:21: routes[1].cost: cost 11 exceeds capacity 10 of class "export" in tier "free": such a request could never be admitted`},
-		{"route unknown field", "{method: GET, path: /v1/profile,", "{verb: GET, method: GET, path: /v1/profile,", "tiers.yaml:20: routes[0].verb: unknown field (want one of method, path, class, cost)"},
+		{"route unknown field", "{method: GET, path: /v1/profile,", "{verb: GET, method: GET, path: /v1/profile,", "tiers.yaml:20: routes[0].verb: unknown field (want one of method, path, class, cost, exempt)"},
 		{"route twice", "  - {method: POST, path: /v1/export", "  - {method: GET, path: /v1/profile, class: export}\n  - {method: POST, path: /v1/export", "tiers.yaml:21: routes[1]: GET /v1/profile is already mapped at line 20"},
 		{"route not a mapping", "  - {method: GET, path: /v1/profile, class: default, cost: 1}", "  - GET /v1/profile", `tiers.yaml:20: routes[0]: must be a mapping, got "GET /v1/profile"`},
 		{"grpc method malformed", "{method: /acme.v1.Reports/Export,", "{method: Export,", `tiers.yaml:24: grpc_methods[0].method: must be /package.Service/Method or /package.Service/*, got "Export"`},
 		{"grpc cost not an integer", "class: export, cost: 5}\n  - {method: /acme", "class: export, cost: five}\n  - {method: /acme", `tiers.yaml:24: grpc_methods[0].cost: must be an integer, got "five"`},
 		{"grpc twice", "{method: /acme.v1.Profile/*", "{method: /acme.v1.Reports/Export", "tiers.yaml:25: grpc_methods[1]: /acme.v1.Reports/Export is already mapped at line 24"},
-		{"grpc unknown field", "{method: /acme.v1.Profile/*,", "{method: /acme.v1.Profile/*, path: /x,", "tiers.yaml:25: grpc_methods[1].path: unknown field (want one of method, class, cost)"},
-		{"YAML syntax", "tiers:\n  free:", "tiers:\n  free: [\n", "tiers.yaml:"},
+		{"grpc unknown field", "{method: /acme.v1.Profile/*,", "{method: /acme.v1.Profile/*, path: /x,", "tiers.yaml:25: grpc_methods[1].path: unknown field (want one of method, class, cost, exempt)"},
+		{"grpc method with two slashes", "{method: /acme.v1.Reports/Export,", "{method: /acme.v1.Reports/Export/x,", `tiers.yaml:24: grpc_methods[0].method: must be /package.Service/Method or /package.Service/*, got "/acme.v1.Reports/Export/x"`},
+		{"route any method twice", "{method: \"*\", path: /v1/health", "{method: \"*\", path: /v1/export, class: export}\n  - {method: \"*\", path: /v1/export", `tiers.yaml:23: routes[3]: * /v1/export is already mapped at line 22`},
+		{"route and gRPC method share a key", "{method: \"*\", path: /v1/health", "{method: \"*\", path: /acme.v1.Reports/Export", "tiers.yaml:24: grpc_methods[0]: /acme.v1.Reports/Export is already mapped at line 22"},
+		{"exempt with a class", "{method: /grpc.health.v1.Health/*, exempt: true}", "{method: /grpc.health.v1.Health/*, exempt: true, class: default}", "tiers.yaml:26: grpc_methods[2].class: an exempt route is never charged: remove class or exempt"},
+		{"exempt not a bool", "exempt: true}", "exempt: yes please}", `tiers.yaml:26: grpc_methods[2].exempt: must be true or false, got "yes please"`},
+		{"exempt false needs a class", "{method: /grpc.health.v1.Health/*, exempt: true}", "{method: /grpc.health.v1.Health/*, exempt: false}", "tiers.yaml:26: grpc_methods[2].class: is required (or exempt: true)"},
+		{"anonymous tier undefined", "default_tier: free", "default_tier: free\nanonymous_tier: guest", `tiers.yaml:4: anonymous_tier: tier "guest" is not defined under tiers`},
 		{"tab indentation", "  free:\n", "\tfree:\n", "tiers.yaml:10: invalid YAML: found character that cannot start any token"},
 		{"two documents", "", "default_tier: a\n---\ndefault_tier: b\n", "tiers.yaml:2: more than one YAML document; want one"},
 		{"empty file", "", "", "tiers.yaml: file is empty"},
@@ -227,13 +218,25 @@ func TestParseErrors(t *testing.T) {
 			if !errors.As(err, &ce) {
 				t.Fatalf("error is %T, want *config.Error", err)
 			}
-			if len(ce.Errs) != 1 && tc.name != "YAML syntax" {
+			if len(ce.Errs) != 1 {
 				t.Errorf("want exactly one error, got %d:\n%v", len(ce.Errs), err)
 			}
 			if !strings.HasPrefix(err.Error(), tc.want) {
 				t.Errorf("error:\n  %v\nwant it to start with:\n  %s", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestParseYAMLSyntaxError: a syntax error is reported with its line, as
+// a config error; the YAML library decides how many problems it sees.
+func TestParseYAMLSyntaxError(t *testing.T) {
+	src := strings.Replace(example(t), "tiers:\n  free:", "tiers:\n  free: [\n", 1)
+	_, err := config.Parse("tiers.yaml", []byte(src))
+	var ce *config.Error
+	if !errors.As(err, &ce) || !errors.Is(err, core.ErrInvalidConfig) || !strings.HasPrefix(err.Error(), "tiers.yaml:") ||
+		!strings.Contains(err.Error(), "invalid YAML") {
+		t.Fatalf("Parse = %v", err)
 	}
 }
 
@@ -304,10 +307,16 @@ func FuzzParse(f *testing.F) {
 		if _, err := cfg.NewResolver(); err != nil {
 			t.Fatalf("NewResolver: %v", err)
 		}
-		for _, r := range cfg.Routes {
-			if got, ok := cfg.Route(r.Method, r.Path); !ok || got != r {
-				t.Fatalf("route %+v not found by lookup", r)
+		for k := range cfg.GRPCMethods {
+			if _, dup := cfg.Routes[k]; dup {
+				t.Fatalf("key %q in both routes and grpc_methods", k)
 			}
+		}
+		if err := cfg.GRPCMethods.Validate(); err != nil {
+			t.Fatalf("accepted gRPC methods core rejects: %v", err)
+		}
+		if err := cfg.Routes.Validate(); err != nil {
+			t.Fatalf("accepted routes core rejects: %v", err)
 		}
 	})
 }

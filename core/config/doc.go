@@ -5,6 +5,7 @@
 //
 //	version: 1                  # optional; the schema version
 //	default_tier: free          # required; the tier of a tenant that names none
+//	anonymous_tier: anonymous   # optional; admit callers without a tenant on this tier, by IP
 //	key_prefix: rl              # Redis key prefix (default rl)
 //	failure_policy: open        # open | closed (default open)
 //	timeout: 100ms              # bound on one Redis call (default 100ms, at most 1m)
@@ -18,8 +19,10 @@
 //	      export:  {capacity: 10, refill_per_second: 0.1}
 //	routes:                     # HTTP route pattern -> (class, cost); cost defaults to 1
 //	  - {method: GET, path: /v1/profile, class: default, cost: 1}
+//	  - {method: "*", path: /healthz, exempt: true}      # never limited
 //	grpc_methods:               # full method (or /pkg.Svc/*) -> (class, cost)
 //	  - {method: /acme.v1.Reports/Export, class: export, cost: 5}
+//	  - {method: /acme.v1.Reports/*, class: default}
 //
 // [Load] and [Parse] validate everything before anything is used: unknown
 // fields, duplicate keys, wrong types and out-of-range numbers are errors,
@@ -34,14 +37,27 @@
 //
 // # Using it
 //
-// [Config.NewResolver] and [Config.NewLimiter] (or [Config.Options] and
-// [Config.ResolverOptions]) turn a Config into core's types; [Config.Route]
-// and [Config.GRPCMethod] map a request to its class and cost.
+// Routes are core's route model, [core.Routes]: [Config.Routes] holds the
+// routes list ("GET /v1/profile", or "/healthz" for method *) and
+// [Config.GRPCMethods] the grpc_methods list, service wildcards included.
+// A Config hands out ready options, so wiring the file into any adapter
+// takes a few lines:
+//
+//	cfg, err := config.Load("tiers.yaml")
+//	resolver, err := cfg.NewResolver(core.WithOverrides(store)) // cache_ttl
+//	lim, err := cfg.NewLimiter(client, resolver)                // key_prefix, failure_policy, timeout
+//	mw := ginlimit.Middleware(lim, ginlimit.WithGateOptions(cfg.GateOptions()...))
+//
+// [Config.GateOptions] carries the route table, header_style and
+// anonymous_tier to any adapter's WithGateOptions (httplimit, ginlimit,
+// echolimit, fiberlimit, grpclimit); [Config.LimiterOptions] and
+// [Config.ResolverOptions] are the rest, for building core's types yourself.
 //
 // # Reloading
 //
-// [Watch] keeps a [core.TieredResolver]'s tiers in step with the file: on
-// SIGHUP and whenever the file's contents change, it parses the new file and
-// swaps its tiers in atomically with SetTiers. An invalid file is refused and
-// logged, and the previous configuration keeps serving. See [Reloader].
+// [Watch] keeps a [core.TieredResolver]'s tiers in step with the file:
+// whenever the file's contents change, and on the signals given with
+// [WithSignals] (none unless asked), it parses the new file and swaps its
+// tiers in atomically with SetTiers. An invalid file is refused and logged,
+// and the previous configuration keeps serving. See [Reloader].
 package config

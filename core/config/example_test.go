@@ -20,17 +20,23 @@ tiers:
       export: {capacity: 10, refill_per_second: 0.1}
 routes:
   - {method: POST, path: /v1/export, class: export, cost: 5}
+  - {method: GET, path: /healthz, exempt: true}
+grpc_methods:
+  - {method: /acme.v1.Reports/*, class: export, cost: 2}
 `))
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	fmt.Println(cfg.Tiers.Tiers["free"].Classes["export"])
-	r, _ := cfg.Route("POST", "/v1/export")
-	fmt.Println(r.Class, r.Cost)
+	fmt.Println(cfg.Routes.Lookup("POST", "/v1/export"))
+	fmt.Println(cfg.Routes.Lookup("GET", "/healthz"))
+	fmt.Println(cfg.GRPCMethods.Lookup("", "/acme.v1.Reports/List"))
 	// Output:
 	// 10 burst, 0.1/s
-	// export 5
+	// {export 5 false} true
+	// { 0 true} true
+	// {export 2 false} true
 }
 
 func ExampleParse_errors() {
@@ -67,7 +73,7 @@ func ExampleWatch() {
 		return
 	}
 	write(50)
-	_ = rl.Reload() // what SIGHUP or the file poller does
+	_ = rl.Reload() // what the file poller does on a change
 	bs, _ := resolver.Buckets(ctx, core.Tenant{ID: "t1"}, "default")
 	fmt.Println(bs[0].Quota.Capacity)
 

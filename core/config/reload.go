@@ -5,12 +5,12 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"os/signal"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/tollgate-go/tollgate/core"
@@ -20,9 +20,11 @@ import (
 const DefaultPollInterval = 2 * time.Second
 
 // Reloader keeps a TieredResolver's tiers in step with a configuration file.
-// It re-reads the file on SIGHUP and when its contents change (the file is
-// read and hashed every poll interval, so an editor's rename-into-place and
-// an in-place rewrite are both seen), and swaps the new tiers in with
+// It re-reads the file when its contents change (the file is read and
+// hashed every poll interval, so an editor's rename-into-place and an
+// in-place rewrite are both seen), and on the signals given with
+// [WithSignals] (none by default: a library does not take a process's
+// signals unless asked), and swaps the new tiers in with
 // [core.TieredResolver.SetTiers]: one atomic pointer store, so requests in
 // flight see either the old tiers or the new, never a mix, and none fails.
 //
@@ -31,10 +33,10 @@ const DefaultPollInterval = 2 * time.Second
 // reason is logged once and kept in [Reloader.LastError], and the next
 // change is tried again.
 //
-// What reloads: the tiers (through the resolver) and the route and gRPC
-// tables (read them from [Reloader.Config] per request). key_prefix,
-// failure_policy, timeout, header_style and cache_ttl are fixed when the
-// limiter is built; a change to them is logged as needing a restart.
+// What reloads: the tiers, through the resolver. The other fields are fixed
+// when the limiter and the adapters are built (key_prefix, failure_policy,
+// timeout, cache_ttl, and the gate's routes, grpc_methods, header_style and
+// anonymous_tier); a change to them is logged as needing a restart.
 //
 // Start it with [Watch], or [NewReloader] and [Reloader.Run]. It is safe for
 // concurrent use.
@@ -75,8 +77,8 @@ func WithPollInterval(d time.Duration) ReloadOption {
 	})
 }
 
-// WithSignals sets the signals that force a reload. Default SIGHUP; with no
-// arguments, no signal is watched.
+// WithSignals sets the signals that force a reload, for example
+// syscall.SIGHUP. Default: none; the file is only polled.
 func WithSignals(sigs ...os.Signal) ReloadOption {
 	return reloadOptionFunc(func(r *Reloader) { r.signals = sigs })
 }
@@ -117,7 +119,6 @@ func NewReloader(path string, r *core.TieredResolver, opts ...ReloadOption) (*Re
 		resolver: r,
 		log:      slog.Default(),
 		interval: DefaultPollInterval,
-		signals:  []os.Signal{syscall.SIGHUP},
 		onReload: func(*Config, error) {},
 		done:     make(chan struct{}),
 	}
@@ -129,9 +130,10 @@ func NewReloader(path string, r *core.TieredResolver, opts ...ReloadOption) (*Re
 	return rl, nil
 }
 
-// Watch loads the file at path into r, then keeps reloading it (on the
-// signals and on change) until ctx is done. It fails, changing nothing, when
-// the file is invalid now. Signals are being watched when it returns.
+// Watch loads the file at path into r, then keeps reloading it (on change,
+// and on the signals of [WithSignals]) until ctx is done. It fails, changing
+// nothing, when the file is invalid now. The signals, if any, are being
+// watched when it returns.
 // [Reloader.Done] is closed when the watch has stopped.
 func Watch(ctx context.Context, path string, r *core.TieredResolver, opts ...ReloadOption) (*Reloader, error) {
 	rl, err := NewReloader(path, r, opts...)
@@ -147,7 +149,7 @@ func Watch(ctx context.Context, path string, r *core.TieredResolver, opts ...Rel
 	return rl, nil
 }
 
-// Run reloads the file on the signals and on change until ctx is done, then
+// Run reloads the file on change (and on the signals of [WithSignals]) until ctx is done, then
 // returns nil. It does not load the file first; see [Watch]. A Reloader
 // runs once: a second Run fails.
 func (rl *Reloader) Run(ctx context.Context) error {
@@ -278,6 +280,15 @@ func restartFields(a, b *Config) []string {
 	}
 	if a.CacheTTL != b.CacheTTL {
 		out = append(out, "cache_ttl")
+	}
+	if !maps.Equal(a.Routes, b.Routes) {
+		out = append(out, "routes")
+	}
+	if !maps.Equal(a.GRPCMethods, b.GRPCMethods) {
+		out = append(out, "grpc_methods")
+	}
+	if a.AnonymousTier != b.AnonymousTier {
+		out = append(out, "anonymous_tier")
 	}
 	return out
 }

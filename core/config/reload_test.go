@@ -192,8 +192,8 @@ func TestReloadUnderConcurrentTraffic(t *testing.T) {
 	if c, ceil, _ := classCap(t, r); c != 10+last || ceil != 1000+last {
 		t.Errorf("final capacities %d/%d, want %d/%d", c, ceil, 10+last, 1000+last)
 	}
-	if got, ok := rl.Config().Route("GET", fmt.Sprintf("/v%d", last)); !ok || got.Class != "default" {
-		t.Errorf("route table not reloaded: %+v", rl.Config().Routes)
+	if got, ok := rl.Config().Routes.Lookup("GET", fmt.Sprintf("/v%d", last)); !ok || got.Class != "default" {
+		t.Errorf("configuration in force is not the last file: routes %+v", rl.Config().Routes)
 	}
 	applied, refused := rl.ReloadStats()
 	if applied < 180 || refused < 20 {
@@ -205,11 +205,11 @@ func TestReloadUnderConcurrentTraffic(t *testing.T) {
 }
 
 func TestReloadOnFileChange(t *testing.T) {
-	path, r, rl, logs := setup(t, config.WithPollInterval(5*time.Millisecond), config.WithSignals())
+	path, r, rl, logs := setup(t, config.WithPollInterval(5*time.Millisecond))
 	writeAtomic(t, path, version(7))
 	waitFor(t, "the poller to apply version 7", func() bool { c, _, _ := classCap(t, r); return c == 17 })
 
-	writeFile(t, path, invalid)
+	writeAtomic(t, path, invalid) // in place, the poller could first see an empty file
 	waitFor(t, "the poller to refuse the invalid file", func() bool { return rl.LastError() != nil })
 	if c, _, _ := classCap(t, r); c != 17 {
 		t.Errorf("invalid file replaced the valid one: capacity %d", c)
@@ -241,12 +241,12 @@ func TestReloadOnFileChange(t *testing.T) {
 }
 
 func TestReloadWarnsAboutRestartOnlyFields(t *testing.T) {
-	path, _, rl, logs := setup(t, config.WithSignals(), config.WithPollInterval(time.Hour))
+	path, _, rl, logs := setup(t, config.WithPollInterval(time.Hour))
 	writeFile(t, path, version(1)+"key_prefix: other\ntimeout: 3s\n")
 	if err := rl.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(logs.String(), `take effect only at restart`) || !strings.Contains(logs.String(), `fields="key_prefix, timeout"`) {
+	if !strings.Contains(logs.String(), `take effect only at restart`) || !strings.Contains(logs.String(), `fields="key_prefix, timeout, routes"`) {
 		t.Errorf("log:\n%s", logs.String())
 	}
 }
@@ -270,7 +270,7 @@ func TestWatchRefusesAnInvalidFile(t *testing.T) {
 }
 
 func TestRunTwiceFails(t *testing.T) {
-	_, _, rl, _ := setup(t, config.WithSignals())
+	_, _, rl, _ := setup(t)
 	if err := rl.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "already running") {
 		t.Errorf("second Run = %v", err)
 	}

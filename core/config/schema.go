@@ -1,0 +1,492 @@
+package config
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/tollgate-go/tollgate/core"
+	"go.yaml.in/yaml/v3"
+)
+
+// Parse parses and validates a configuration file's contents; name is the
+// file name used in error messages. Unknown fields, duplicate keys, wrong
+// types and out-of-range values are errors; the returned error is an
+// [*Error] listing every problem with its line and field.
+func Parse(name string, data []byte) (*Config, error) {
+	p := &schema{parser: &parser{file: name}, routeLines: map[string]int{}}
+	if len(data) > MaxFileSize {
+		p.fail(0, "", "file is %d bytes, larger than %d", len(data), MaxFileSize)
+		return nil, p.err()
+	}
+	root, ok := p.document(data)
+	if !ok {
+		return nil, p.err()
+	}
+	cfg := p.config(root)
+	if len(p.errs) > 0 {
+		return nil, p.err()
+	}
+	return cfg, nil
+}
+
+// schema reads the file's fields into a Config.
+type schema struct {
+	*parser
+	cfg *Config
+	// crossCheck is set when the tiers are sound, so that routes and
+	// default_tier can be checked against them.
+	crossCheck bool
+	// routeLines is the line of each route key read so far, in both lists.
+	routeLines map[string]int
+}
+
+// name checks a tier or class name.
+func (p *schema) name(n *yaml.Node, field, s string) bool {
+	if err := core.ValidateName(s); err != nil {
+		p.failAt(n, field, "bad name: %s", strings.TrimPrefix(err.Error(), core.ErrInvalidRequest.Error()+": "))
+		return false
+	}
+	return true
+}
+
+var topFields = []string{"version", "default_tier", "anonymous_tier", "tiers", "routes", "grpc_methods", "header_style", "failure_policy", "timeout", "cache_ttl", "key_prefix"}
+
+func (p *schema) config(root *yaml.Node) *Config {
+	cfg := &Config{
+		Source:        p.file,
+		Version:       1,
+		HeaderStyle:   core.DefaultHeaderStyle,
+		FailurePolicy: core.FailOpen,
+		Timeout:       core.DefaultTimeout,
+		CacheTTL:      core.DefaultOverrideCacheTTL,
+		KeyPrefix:     core.DefaultPrefix,
+		Routes:        core.Routes{},
+		GRPCMethods:   core.Routes{},
+	}
+	p.cfg = cfg
+	entries, ok := p.mapping(root, "", topFields...)
+	if !ok {
+		return nil
+	}
+	byName := map[string]entry{}
+	for _, e := range entries {
+		byName[e.name] = e
+	}
+	if e, ok := byName["version"]; ok {
+		if v, ok := p.int64(e.val, "version"); ok && v != 1 {
+			p.failAt(deref(e.val), "version", "unsupported schema version %d; this build reads version 1", v)
+		}
+	}
+	tiers, tierOK := byName["tiers"]
+	errsBefore := len(p.errs)
+	if !tierOK {
+		p.failAt(root, "tiers", "is required: define at least one tier")
+	} else {
+		cfg.Tiers.Tiers = p.tiers(tiers.val)
+	}
+	// Routes are checked against the tiers only when the tiers are sound:
+	// one bad class must not be reported again by every route naming it.
+	p.crossCheck = tierOK && len(p.errs) == errsBefore
+	if e, ok := byName["default_tier"]; !ok {
+		p.failAt(root, "default_tier", "is required: the tier of a tenant that names none")
+	} else if s, ok := p.str(e.val, "default_tier"); ok {
+		cfg.Tiers.Default = s
+		if _, defined := cfg.Tiers.Tiers[s]; p.crossCheck && !defined {
+			p.failAt(deref(e.val), "default_tier", "tier %q is not defined under tiers", s)
+		}
+	}
+	if e, ok := byName["anonymous_tier"]; ok {
+		if s, ok := p.str(e.val, "anonymous_tier"); ok {
+			cfg.AnonymousTier = s
+			if _, defined := cfg.Tiers.Tiers[s]; p.crossCheck && !defined {
+				p.failAt(deref(e.val), "anonymous_tier", "tier %q is not defined under tiers", s)
+			}
+		}
+	}
+	if e, ok := byName["header_style"]; ok {
+		cfg.HeaderStyle = p.headerStyle(e.val)
+	}
+	if e, ok := byName["failure_policy"]; ok {
+		if s, ok := p.str(e.val, "failure_policy"); ok {
+			switch s {
+			case "open":
+				cfg.FailurePolicy = core.FailOpen
+			case "closed":
+				cfg.FailurePolicy = core.FailClosed
+			default:
+				p.failAt(deref(e.val), "failure_policy", "must be open or closed, got %q", s)
+			}
+		}
+	}
+	if e, ok := byName["timeout"]; ok {
+		if d, ok := p.duration(e.val, "timeout", MaxTimeout); ok {
+			cfg.Timeout = d
+		}
+	}
+	if e, ok := byName["cache_ttl"]; ok {
+		if d, ok := p.duration(e.val, "cache_ttl", MaxCacheTTL); ok {
+			cfg.CacheTTL = d
+		}
+	}
+	if e, ok := byName["key_prefix"]; ok {
+		if s, ok := p.str(e.val, "key_prefix"); ok {
+			if _, err := core.NewKeys(s); err != nil {
+				p.failAt(deref(e.val), "key_prefix", "%s", strings.TrimPrefix(err.Error(), core.ErrInvalidConfig.Error()+": "))
+			} else {
+				cfg.KeyPrefix = s
+			}
+		}
+	}
+	if e, ok := byName["routes"]; ok {
+		cfg.Routes = p.routes(httpRoutes, e.val)
+	}
+	if e, ok := byName["grpc_methods"]; ok {
+		cfg.GRPCMethods = p.routes(grpcMethods, e.val)
+	}
+	if len(p.errs) == 0 {
+		// The file's checks mirror core's; this catches any rule core has
+		// and the parser does not.
+		if err := cfg.Tiers.Validate(); err != nil {
+			p.failAt(root, "tiers", "%v", err)
+		}
+	}
+	return cfg
+}
+
+func (p *schema) headerStyle(n *yaml.Node) core.HeaderStyle {
+	n = deref(n)
+	var names []string
+	if n != nil && n.Kind == yaml.SequenceNode {
+		for i, c := range n.Content {
+			if s, ok := p.str(c, fmt.Sprintf("header_style[%d]", i)); ok {
+				names = append(names, s)
+			}
+		}
+	} else if s, ok := p.str(n, "header_style"); ok {
+		names = append(names, s)
+	} else {
+		return core.DefaultHeaderStyle
+	}
+	st, err := core.ParseHeaderStyle(strings.Join(names, ","))
+	if err != nil {
+		p.failAt(n, "header_style", "%s", strings.TrimPrefix(err.Error(), core.ErrInvalidConfig.Error()+": "))
+		return core.DefaultHeaderStyle
+	}
+	return st
+}
+
+func (p *schema) tiers(n *yaml.Node) map[string]core.Tier {
+	entries, ok := p.mapping(n, "tiers")
+	if !ok {
+		return nil
+	}
+	if len(entries) == 0 {
+		p.failAt(deref(n), "tiers", "must define at least one tier")
+	}
+	out := make(map[string]core.Tier, len(entries))
+	for _, e := range entries {
+		field := "tiers." + e.name
+		if !p.name(e.key, field, e.name) {
+			continue
+		}
+		out[e.name] = p.tier(e.val, field)
+	}
+	return out
+}
+
+func (p *schema) tier(n *yaml.Node, field string) core.Tier {
+	var t core.Tier
+	entries, ok := p.mapping(n, field, "classes", "ceiling")
+	if !ok {
+		return t
+	}
+	hasClasses := false
+	for _, e := range entries {
+		switch e.name {
+		case "classes":
+			hasClasses = true
+			t.Classes = p.classes(e.val, field+".classes")
+		case "ceiling":
+			if q, ok := p.quota(e.val, field+".ceiling"); ok {
+				t.Ceiling = &q
+			}
+		}
+	}
+	if !hasClasses {
+		p.failAt(deref(n), field+".classes", "is required: a tier needs at least one class")
+	}
+	return t
+}
+
+func (p *schema) classes(n *yaml.Node, field string) map[string]core.Quota {
+	entries, ok := p.mapping(n, field)
+	if !ok {
+		return nil
+	}
+	if len(entries) == 0 {
+		p.failAt(deref(n), field, "must define at least one class")
+	}
+	out := make(map[string]core.Quota, len(entries))
+	for _, e := range entries {
+		sub := field + "." + e.name
+		if !p.name(e.key, sub, e.name) {
+			continue
+		}
+		if e.name == core.CeilingBucket {
+			p.failAt(e.key, sub, "class name %q is reserved for the tenant-wide ceiling; use the tier's ceiling field", e.name)
+			continue
+		}
+		if q, ok := p.quota(e.val, sub); ok {
+			out[e.name] = q
+		}
+	}
+	return out
+}
+
+func (p *schema) quota(n *yaml.Node, field string) (core.Quota, bool) {
+	var q core.Quota
+	entries, ok := p.mapping(n, field, "capacity", "refill_per_second")
+	if !ok {
+		return q, false
+	}
+	var capOK, rateOK, capSeen, rateSeen bool
+	for _, e := range entries {
+		switch e.name {
+		case "capacity":
+			capSeen = true
+			sub := field + ".capacity"
+			v, ok := p.int64(e.val, sub)
+			if !ok {
+				break
+			}
+			switch {
+			case v <= 0:
+				p.failAt(deref(e.val), sub, "must be > 0, got %d", v)
+			case v > core.MaxCapacity:
+				p.failAt(deref(e.val), sub, "must be <= %d, got %d", int64(core.MaxCapacity), v)
+			default:
+				q.Capacity, capOK = v, true
+			}
+		case "refill_per_second":
+			rateSeen = true
+			sub := field + ".refill_per_second"
+			v, ok := p.float(e.val, sub)
+			if !ok {
+				break
+			}
+			switch {
+			case math.IsNaN(v) || math.IsInf(v, 0):
+				p.failAt(deref(e.val), sub, "must be finite, got %v", v)
+			case v <= 0:
+				p.failAt(deref(e.val), sub, "must be > 0, got %v", v)
+			case v > core.MaxRefillPerSecond:
+				p.failAt(deref(e.val), sub, "must be <= %g, got %v", float64(core.MaxRefillPerSecond), v)
+			default:
+				q.RefillPerSecond, rateOK = v, true
+			}
+		}
+	}
+	if !capSeen {
+		p.failAt(deref(n), field+".capacity", "is required (the largest burst, in tokens)")
+	}
+	if !rateSeen {
+		p.failAt(deref(n), field+".refill_per_second", "is required (the sustained rate, tokens per second)")
+	}
+	if !capOK || !rateOK {
+		return q, false
+	}
+	if err := q.Validate(); err != nil {
+		p.failAt(deref(n), field, "%s", strings.TrimPrefix(err.Error(), core.ErrInvalidQuota.Error()+": "))
+		return q, false
+	}
+	return q, true
+}
+
+// routeList is what differs between the file's two route lists: the
+// fields naming the route, and how they make a core.Routes key.
+type routeList struct {
+	name   string
+	fields []string
+	// key reads the naming fields of one entry; display is how errors
+	// name the route.
+	key func(p *schema, byName map[string]entry, item *yaml.Node, field string) (key, display string, ok bool)
+}
+
+var (
+	httpRoutes  = routeList{name: "routes", fields: []string{"method", "path", "class", "cost", "exempt"}, key: (*schema).httpKey}
+	grpcMethods = routeList{name: "grpc_methods", fields: []string{"method", "class", "cost", "exempt"}, key: (*schema).grpcKey}
+)
+
+// routes reads a route list into a core.Routes table. A key may appear once
+// across both lists, since adapters are given their union.
+func (p *schema) routes(l routeList, n *yaml.Node) core.Routes {
+	table := core.Routes{}
+	for i, item := range p.sequence(n, l.name) {
+		field := fmt.Sprintf("%s[%d]", l.name, i)
+		entries, ok := p.mapping(item, field, l.fields...)
+		if !ok {
+			continue
+		}
+		item = deref(item)
+		byName := map[string]entry{}
+		for _, e := range entries {
+			byName[e.name] = e
+		}
+		key, display, kok := l.key(p, byName, item, field)
+		r, rok := p.target(byName, item, field)
+		if !kok || !rok {
+			continue
+		}
+		if line, dup := p.routeLines[key]; dup {
+			p.failAt(item, field, "%s is already mapped at line %d", display, line)
+			continue
+		}
+		p.routeLines[key] = item.Line
+		table[key] = r
+	}
+	return table
+}
+
+var httpMethod = regexp.MustCompile(`^[A-Z][A-Z0-9_-]{0,31}$`)
+
+func (p *schema) httpKey(byName map[string]entry, item *yaml.Node, field string) (key, display string, ok bool) {
+	var method, path string
+	ok = true
+	if e, found := byName["method"]; !found {
+		p.failAt(item, field+".method", "is required (an HTTP method such as GET, or *)")
+		ok = false
+	} else if s, sok := p.str(e.val, field+".method"); !sok {
+		ok = false
+	} else if s != "*" && !httpMethod.MatchString(s) {
+		hint := ""
+		if up := strings.ToUpper(s); httpMethod.MatchString(up) {
+			hint = fmt.Sprintf(" (methods are case-sensitive: did you mean %s?)", up)
+		}
+		p.failAt(deref(e.val), field+".method", "must be an upper-case HTTP method or *, got %q%s", s, hint)
+		ok = false
+	} else {
+		method = s
+	}
+	if e, found := byName["path"]; !found {
+		p.failAt(item, field+".path", "is required (the route pattern, e.g. /v1/users/:id)")
+		ok = false
+	} else if s, sok := p.str(e.val, field+".path"); !sok {
+		ok = false
+	} else if !strings.HasPrefix(s, "/") || len(s) > MaxPathLen || strings.ContainsFunc(s, isSpaceOrControl) {
+		p.failAt(deref(e.val), field+".path", "must start with / and hold no spaces or control characters (at most %d bytes), got %q", MaxPathLen, s)
+		ok = false
+	} else {
+		path = s
+	}
+	if !ok {
+		return "", "", false
+	}
+	if method == "*" {
+		return path, "* " + path, true
+	}
+	return method + " " + path, method + " " + path, true
+}
+
+// fullMethod is a gRPC full method, or a service wildcard.
+var fullMethod = regexp.MustCompile(`^/[^/]+/[^/]+$`)
+
+func (p *schema) grpcKey(byName map[string]entry, item *yaml.Node, field string) (key, display string, ok bool) {
+	e, found := byName["method"]
+	if !found {
+		p.failAt(item, field+".method", "is required (a full method name, /package.Service/Method)")
+		return "", "", false
+	}
+	s, ok := p.str(e.val, field+".method")
+	if !ok {
+		return "", "", false
+	}
+	if !fullMethod.MatchString(s) || len(s) > MaxPathLen || strings.ContainsFunc(s, isSpaceOrControl) {
+		p.failAt(deref(e.val), field+".method", "must be /package.Service/Method or /package.Service/*, got %q", s)
+		return "", "", false
+	}
+	return s, s, true
+}
+
+// target reads what a route costs: exempt, or a class and a cost (default
+// 1) that every tier can admit.
+func (p *schema) target(byName map[string]entry, item *yaml.Node, field string) (r core.Route, ok bool) {
+	if e, found := byName["exempt"]; found {
+		exempt, bok := p.bool(e.val, field+".exempt")
+		if !bok {
+			return r, false
+		}
+		if exempt {
+			ok = true
+			for _, f := range []string{"class", "cost"} {
+				if e, found := byName[f]; found {
+					p.failAt(e.key, field+"."+f, "an exempt route is never charged: remove %s or exempt", f)
+					ok = false
+				}
+			}
+			return core.Route{Exempt: true}, ok
+		}
+	}
+	ok = true
+	r.Cost = 1
+	tiers := p.cfg.Tiers.Tiers
+	if e, found := byName["class"]; !found {
+		p.failAt(item, field+".class", "is required (or exempt: true)")
+		ok = false
+	} else if s, sok := p.str(e.val, field+".class"); !sok {
+		ok = false
+	} else {
+		r.Class = s
+		if p.crossCheck {
+			for _, tn := range sortedTiers(tiers) {
+				if _, defined := tiers[tn].Classes[s]; !defined {
+					p.failAt(deref(e.val), field+".class", "class %q is not defined in tier %q: its tenants' requests could not be resolved", s, tn)
+					ok = false
+					break
+				}
+			}
+		}
+	}
+	if e, found := byName["cost"]; found {
+		v, vok := p.int64(e.val, field+".cost")
+		switch {
+		case !vok:
+			ok = false
+		case v < 1 || v > core.MaxCost:
+			p.failAt(deref(e.val), field+".cost", "must be 1 to %d, got %d", int64(core.MaxCost), v)
+			ok = false
+		default:
+			r.Cost = v
+			if r.Class == "" || !p.crossCheck {
+				break
+			}
+			for _, tn := range sortedTiers(tiers) {
+				t := tiers[tn]
+				if q, defined := t.Classes[r.Class]; defined && v > q.Capacity {
+					p.failAt(deref(e.val), field+".cost", "cost %d exceeds capacity %d of class %q in tier %q: such a request could never be admitted", v, q.Capacity, r.Class, tn)
+					ok = false
+					break
+				}
+				if t.Ceiling != nil && v > t.Ceiling.Capacity {
+					p.failAt(deref(e.val), field+".cost", "cost %d exceeds the ceiling capacity %d of tier %q: such a request could never be admitted", v, t.Ceiling.Capacity, tn)
+					ok = false
+					break
+				}
+			}
+		}
+	}
+	return r, ok
+}
+
+func sortedTiers(m map[string]core.Tier) []string {
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+func isSpaceOrControl(r rune) bool { return r <= ' ' || r == 0x7f }
