@@ -1,6 +1,7 @@
 package examples_test
 
 import (
+	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -9,7 +10,9 @@ import (
 
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/config"
+	"github.com/tollgate-go/tollgate/examples"
 	"github.com/tollgate-go/tollgate/examples/internal/app"
+	"github.com/tollgate-go/tollgate/examples/internal/demopb"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -78,30 +81,39 @@ func TestComposeFile(t *testing.T) {
 	}
 }
 
-// tollgate.yaml, the file docker-compose mounts, must say what the
-// built-in tiers and routes say.
-func TestConfigFileMatchesTheBuiltIns(t *testing.T) {
+// tollgate.yaml is what every example serves by default: it must price the
+// service's routes and gRPC methods as the examples' docs say, and exempt
+// /healthz and /metrics.
+func TestDefaultConfigPricesTheService(t *testing.T) {
 	cfg, err := config.Load("tollgate.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(cfg.Tiers, app.BuiltinTiers()) {
-		t.Errorf("tiers %+v, want %+v", cfg.Tiers, app.BuiltinTiers())
+	if embedded, err := config.Parse("embedded", examples.DefaultConfig); err != nil || !reflect.DeepEqual(embedded.Routes, cfg.Routes) {
+		t.Fatalf("examples.DefaultConfig is not tollgate.yaml: %v", err)
 	}
-	routes := app.Routes()
-	for _, r := range cfg.Routes {
-		want, ok := routes[r.Method+" "+r.Path]
-		if !ok || want != (core.Route{Class: r.Class, Cost: r.Cost}) {
-			t.Errorf("route %s %s: %s/%d, built-in %+v", r.Method, r.Path, r.Class, r.Cost, want)
+	for _, c := range []struct {
+		method, pattern string
+		want            core.Route
+	}{
+		{http.MethodGet, app.PathProfile, core.Route{Class: core.DefaultClass, Cost: 1}},
+		{http.MethodPost, app.PathExport, core.Route{Class: app.ClassExport, Cost: 5}},
+		{http.MethodGet, app.PathHealth, core.Route{Exempt: true}},
+		{http.MethodGet, app.PathMetrics, core.Route{Exempt: true}},
+		{"", demopb.Demo_GetProfile_FullMethodName, core.Route{Class: core.DefaultClass, Cost: 1}},
+		{"", demopb.Demo_ExportReport_FullMethodName, core.Route{Class: app.ClassExport, Cost: 5}},
+	} {
+		table := cfg.Routes
+		if c.method == "" {
+			table = cfg.GRPCMethods
+		}
+		if got, ok := table.Lookup(c.method, c.pattern); !ok || got != c.want {
+			t.Errorf("%s %s: %+v, %v; want %+v", c.method, c.pattern, got, ok, c.want)
 		}
 	}
-	grpc := app.GRPCMethods()
-	if len(cfg.GRPCMethods) != len(grpc) {
-		t.Errorf("%d gRPC methods, want %d", len(cfg.GRPCMethods), len(grpc))
-	}
-	for _, m := range cfg.GRPCMethods {
-		if grpc[m.Method] != (core.Route{Class: m.Class, Cost: m.Cost}) {
-			t.Errorf("gRPC method %s: %s/%d", m.Method, m.Class, m.Cost)
+	for _, tier := range []string{"free", "pro"} {
+		if _, ok := cfg.Tiers.Tiers[tier]; !ok {
+			t.Errorf("no tier %q (the docs and cmd/mint name it)", tier)
 		}
 	}
 }

@@ -26,9 +26,7 @@ func main() {
 // routes behind authentication and then the limiter.
 func NewHandler(a *app.App) (http.Handler, error) {
 	opts := []echolimit.Option{
-		echolimit.WithRoutes(app.Routes()),
-		echolimit.WithCostFunc(a.CostFunc()),
-		echolimit.WithHeaderStyle(a.HeaderStyle),
+		echolimit.WithGateOptions(a.File.GateOptions()...), // routes, header style from the tier file
 		echolimit.WithErrorHandler(func(c echo.Context, err error) {
 			a.Log.Warn("rate limiter degraded", "path", c.Path(), "err", err)
 		}),

@@ -35,9 +35,7 @@ func main() {
 // limiter sees the route's template).
 func NewApp(a *app.App) (*fiber.App, error) {
 	opts := []fiberlimit.Option{
-		fiberlimit.WithRoutes(app.Routes()),
-		fiberlimit.WithCostFunc(a.CostFunc()),
-		fiberlimit.WithHeaderStyle(a.HeaderStyle),
+		fiberlimit.WithGateOptions(a.File.GateOptions()...), // routes, header style from the tier file
 		fiberlimit.WithErrorHandler(func(c *fiber.Ctx, err error) {
 			a.Log.Warn("rate limiter degraded", "path", c.Route().Path, "err", err)
 		}),

@@ -26,9 +26,7 @@ func main() {
 // routes behind authentication and then the limiter.
 func NewHandler(a *app.App) (http.Handler, error) {
 	opts := []ginlimit.Option{
-		ginlimit.WithRoutes(app.Routes()),
-		ginlimit.WithCostFunc(a.CostFunc()),
-		ginlimit.WithHeaderStyle(a.HeaderStyle),
+		ginlimit.WithGateOptions(a.File.GateOptions()...), // routes, header style from the tier file
 		ginlimit.WithErrorHandler(func(c *gin.Context, err error) {
 			a.Log.Warn("rate limiter degraded", "path", c.FullPath(), "err", err)
 		}),

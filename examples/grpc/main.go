@@ -74,9 +74,7 @@ func main() {
 // nor limited.
 func NewServer(a *app.App) (*grpc.Server, error) {
 	limit, err := grpclimit.New(a.Limiter,
-		grpclimit.WithMethods(app.GRPCMethods()),
-		grpclimit.WithCostFunc(a.CostFunc()),
-		grpclimit.WithHeaderStyle(a.HeaderStyle),
+		grpclimit.WithGateOptions(a.File.GateOptions()...), // methods, header style from the tier file
 		grpclimit.WithFilter(func(_ context.Context, method string) bool { return !open(method) }),
 		grpclimit.WithErrorHandler(func(_ context.Context, method string, err error) {
 			a.Log.Warn("rate limiter degraded", "method", method, "err", err)

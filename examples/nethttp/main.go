@@ -25,9 +25,7 @@ func main() {
 // authentication and then the limiter.
 func NewHandler(a *app.App) (http.Handler, error) {
 	opts := []httplimit.Option{
-		httplimit.WithRoutes(app.Routes()),
-		httplimit.WithCostFunc(a.CostFunc()),
-		httplimit.WithHeaderStyle(a.HeaderStyle),
+		httplimit.WithGateOptions(a.File.GateOptions()...), // routes, header style from the tier file
 		httplimit.WithErrorHandler(func(r *http.Request, err error) {
 			a.Log.Warn("rate limiter degraded", "path", r.URL.Path, "err", err)
 		}),

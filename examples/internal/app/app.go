@@ -1,8 +1,11 @@
 // Package app is the wiring the example services share, so that each
 // example's main shows only its framework's part: configuration from the
 // environment, Redis (or an embedded server), the override database, the
-// tier configuration, JWT authentication and the Prometheus /metrics
-// endpoint.
+// tier file, JWT authentication and the Prometheus /metrics endpoint.
+//
+// The tier file is read with core/config as any user's program would: an
+// example passes App.File.GateOptions() to its adapter's WithGateOptions,
+// and has no route table of its own.
 package app
 
 import (
@@ -14,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -21,6 +25,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/config"
+	"github.com/tollgate-go/tollgate/examples"
 	"github.com/tollgate-go/tollgate/sqlquota"
 	_ "modernc.org/sqlite" // database/sql driver "sqlite"
 )
@@ -39,8 +44,9 @@ type Config struct {
 	// postgres://... or sqlite://path; empty: a SQLite file in a temporary
 	// directory).
 	DatabaseURL string
-	// ConfigPath is a tier configuration file (TOLLGATE_CONFIG; empty: the
-	// built-in tiers). It is reloaded on change and on SIGHUP.
+	// ConfigPath is a tier configuration file (TOLLGATE_CONFIG; empty:
+	// examples.DefaultConfig, built in). Its tiers are reloaded on change
+	// and on SIGHUP.
 	ConfigPath string
 	// JWTSecret verifies HS256 tokens (TOLLGATE_JWT_SECRET; empty:
 	// DevSecret, with a warning).
@@ -83,8 +89,9 @@ type App struct {
 	Overrides *sqlquota.Store
 	// Auth verifies bearer tokens.
 	Auth *Verifier
-	// HeaderStyle is the rate-limit header families to send.
-	HeaderStyle core.HeaderStyle
+	// File is the tier file read at start: the limiter was built with its
+	// options; pass File.GateOptions() to the adapter.
+	File *config.Config
 	// Metrics serves the Prometheus text format.
 	Metrics http.Handler
 	// Log is the logger.
@@ -94,8 +101,7 @@ type App struct {
 	// Database says where the overrides are.
 	Database string
 
-	reloader *config.Reloader
-	closers  []func()
+	closers []func()
 }
 
 // Open connects everything c names. On error nothing is left open.
@@ -103,7 +109,7 @@ func Open(ctx context.Context, c Config) (a *App, err error) {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	a = &App{Config: c, Log: c.Logger, HeaderStyle: core.DefaultHeaderStyle}
+	a = &App{Config: c, Log: c.Logger}
 	defer func() {
 		if err != nil {
 			a.Close()
@@ -125,17 +131,15 @@ func Open(ctx context.Context, c Config) (a *App, err error) {
 		return a, err
 	}
 
-	var file *config.Config
 	if c.ConfigPath != "" {
-		if file, err = config.Load(c.ConfigPath); err != nil {
-			return a, fmt.Errorf("TOLLGATE_CONFIG: %w", err)
-		}
-		a.HeaderStyle = file.HeaderStyle
-		a.Resolver, err = file.NewResolver(core.WithOverrides(a.Overrides), core.WithResolverLogger(a.Log))
+		a.File, err = config.Load(c.ConfigPath)
 	} else {
-		a.Resolver, err = core.NewResolver(BuiltinTiers(), core.WithOverrides(a.Overrides), core.WithResolverLogger(a.Log))
+		a.File, err = config.Parse("examples/tollgate.yaml (built in)", examples.DefaultConfig)
 	}
 	if err != nil {
+		return a, fmt.Errorf("TOLLGATE_CONFIG: %w", err)
+	}
+	if a.Resolver, err = a.File.NewResolver(core.WithOverrides(a.Overrides), core.WithResolverLogger(a.Log)); err != nil {
 		return a, fmt.Errorf("tiers: %w", err)
 	}
 
@@ -150,24 +154,18 @@ func Open(ctx context.Context, c Config) (a *App, err error) {
 	if c.KeyPrefix != "" {
 		opts = append(opts, core.WithPrefix(c.KeyPrefix))
 	}
-	if file != nil {
-		a.Limiter, err = file.NewLimiter(client, a.Resolver, opts...)
-	} else {
-		a.Limiter, err = core.New(client, a.Resolver, opts...)
-	}
-	if err != nil {
+	if a.Limiter, err = a.File.NewLimiter(client, a.Resolver, opts...); err != nil {
 		return a, fmt.Errorf("limiter: %w", err)
 	}
 	a.closers = append(a.closers, func() { _ = a.Limiter.Close() })
 
-	if file != nil {
+	if c.ConfigPath != "" {
 		wctx, cancel := context.WithCancel(context.Background())
-		a.reloader, err = config.Watch(wctx, c.ConfigPath, a.Resolver, config.WithReloadLogger(a.Log))
+		rl, err := config.Watch(wctx, c.ConfigPath, a.Resolver, config.WithReloadLogger(a.Log), config.WithSignals(syscall.SIGHUP))
 		if err != nil {
 			cancel()
 			return a, fmt.Errorf("TOLLGATE_CONFIG: %w", err)
 		}
-		rl := a.reloader
 		a.closers = append(a.closers, func() { cancel(); <-rl.Done() })
 	}
 
@@ -199,9 +197,9 @@ func (a *App) knownTier(tier string) bool {
 
 // Describe is one line saying what the service runs on.
 func (a *App) Describe() string {
-	cfg := "built-in tiers"
+	cfg := a.File.Source
 	if a.Config.ConfigPath != "" {
-		cfg = a.Config.ConfigPath + " (reloaded on change and SIGHUP)"
+		cfg += " (tiers reloaded on change and SIGHUP)"
 	}
 	return fmt.Sprintf("redis: %s; overrides: %s; tiers: %s", a.Redis, a.Database, cfg)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/examples/internal/app"
 	"github.com/tollgate-go/tollgate/examples/internal/apptest"
+	"github.com/tollgate-go/tollgate/httplimit"
 )
 
 func TestMain(m *testing.M) { apptest.Main(m) }
@@ -92,14 +93,15 @@ func TestVerifier(t *testing.T) {
 	}
 }
 
-// A TOLLGATE_CONFIG file replaces the built-in tiers and routes, and a
-// change to it applies without a restart.
+// A TOLLGATE_CONFIG file replaces the built-in one: its routes and header
+// style reach the adapter through File.GateOptions, and a change to its
+// tiers applies without a restart.
 func TestConfigFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "tollgate.yaml")
 	write := func(profileCapacity int) {
 		t.Helper()
-		y := "version: 1\ndefault_tier: free\ntiers:\n  free:\n    classes:\n" +
+		y := "version: 1\ndefault_tier: free\nheader_style: x-ratelimit\ntiers:\n  free:\n    classes:\n" +
 			"      default: {capacity: " + strconv.Itoa(profileCapacity) + ", refill_per_second: 1}\n" +
 			"      export: {capacity: 30, refill_per_second: 1}\n" +
 			"routes:\n  - {method: POST, path: /v1/reports/export, class: export, cost: 10}\n"
@@ -118,26 +120,30 @@ func TestConfigFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	limit := a.Auth.RequireTenant(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tn, _ := core.TenantFromContext(r.Context())
-		route, _ := a.CostFunc()(r.Context(), tn, core.Endpoint{Method: r.Method, Pattern: r.URL.Path})
-		d, err := a.Limiter.Allow(r.Context(), tn, route.Class, route.Cost)
-		if err != nil {
-			t.Errorf("Allow: %v", err)
-		}
-		w.Header().Set("Class", route.Class)
-		w.Header().Set("Limit", strconv.Itoa(int(d.Limit)))
-	}))
-	srv := httptest.NewServer(limit)
+	if a.File.Source != path || !strings.Contains(a.Describe(), path) {
+		t.Errorf("File.Source %q, Describe %q: want the file", a.File.Source, a.Describe())
+	}
+	limit := httplimit.Middleware(a.Limiter, httplimit.WithGateOptions(a.File.GateOptions()...))
+	mux := http.NewServeMux()
+	ok := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+	mux.Handle("POST "+app.PathExport, a.Auth.RequireTenant(limit(ok)))
+	mux.Handle("GET "+app.PathProfile, a.Auth.RequireTenant(limit(ok)))
+	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	auth := "Bearer " + apptest.Token(t, apptest.Tenant(t), "free")
 
 	r := apptest.Do(t, http.MethodPost, srv.URL+app.PathExport, auth)
-	if r.Header.Get("Class") != "export" || r.Header.Get("Limit") != "30" {
-		t.Errorf("export from the file: class %q limit %q, want export 30", r.Header.Get("Class"), r.Header.Get("Limit"))
+	if r.Status != http.StatusOK || r.Header.Get("X-RateLimit-Limit") != "30" || r.Header.Get("X-RateLimit-Remaining") != "20" {
+		t.Errorf("export: status %d, limit %q, remaining %q; want 200, 30 and 20 (class export, cost 10 from the file)",
+			r.Status, r.Header.Get("X-RateLimit-Limit"), r.Header.Get("X-RateLimit-Remaining"))
 	}
-	if _, ok := a.CostFunc()(t.Context(), core.Tenant{}, core.Endpoint{Method: http.MethodGet, Pattern: app.PathProfile}); ok {
-		t.Error("a route the file does not name did not fall back to the built-in table")
+	if r.Header.Get("RateLimit") != "" {
+		t.Errorf("RateLimit header %q sent; the file's header_style is x-ratelimit only", r.Header.Get("RateLimit"))
+	}
+	// A route the file does not name is the default route: class default, cost 1.
+	r = apptest.Do(t, http.MethodGet, srv.URL+app.PathProfile, auth)
+	if r.Status != http.StatusOK || r.Header.Get("X-RateLimit-Limit") != "7" || r.Header.Get("X-RateLimit-Remaining") != "6" {
+		t.Errorf("profile: status %d, limit %q, remaining %q; want 200, 7 and 6", r.Status, r.Header.Get("X-RateLimit-Limit"), r.Header.Get("X-RateLimit-Remaining"))
 	}
 	if got := a.Resolver.Tiers().Tiers["free"].Classes["default"].Capacity; got != 7 {
 		t.Fatalf("default capacity %d, want 7 from the file", got)
