@@ -6,17 +6,18 @@
 //
 // It starts a private redis-server on a free port, runs the demo limiters
 // of package grafana behind the OpenTelemetry Prometheus exporter on a
-// local /metrics, drives scripted traffic (five tenants, one abusive, five
-// classes, a long tail) for -duration, pausing the Redis (SIGSTOP) for
-// -outage in the middle so that the fail-open, fail-closed and fallback
-// panels have an episode to show, and scrapes /metrics every second. Each
-// panel's PromQL is then evaluated over the scrapes by grafana.Eval (an
-// approximation of Prometheus, documented there), drawn as inline SVG in
-// an HTML page, and the page is screenshotted with headless Chromium.
+// local /metrics, starts a private Prometheus scraping it every second,
+// drives scripted traffic (five tenants, one abusive, five classes, a long
+// tail) for -duration, pausing the Redis (SIGSTOP) for -outage in the
+// middle so that the fail-open, fail-closed and fallback panels have an
+// episode to show. Each panel's PromQL is then run by that Prometheus
+// (query_range over the run, a second a step), drawn as inline SVG in an
+// HTML page, and the page is screenshotted with headless Chromium.
 //
 //	cd examples && go run ./cmd/dashshot -out ../docs/img/dashboard.png
 //
-// Needs redis-server on PATH, and chromium (or -chromium) unless -html-only.
+// Needs redis-server and prometheus on PATH (Debian: apt-get install
+// redis-server prometheus), and chromium (or -chromium) unless -html-only.
 package main
 
 import (
@@ -36,6 +37,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/common/model"
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/examples/grafana"
 )
@@ -109,14 +111,32 @@ func run(ctx context.Context, c config) error {
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = hs.Serve(ln) }()
 	defer hs.Close()
-	metricsURL := "http://" + ln.Addr().String() + "/metrics"
-
-	c.log.Info("driving traffic", "duration", c.duration, "redis", srv.addr, "metrics", metricsURL)
-	scrapes, outage, err := drive(ctx, c, demo, srv, metricsURL)
+	prom, err := grafana.StartPrometheus(ctx, ln.Addr().String(), 90*time.Second)
 	if err != nil {
 		return err
 	}
-	page, err := render(dash, scrapes, outage, c.width, c.height)
+	defer prom.Stop()
+
+	c.log.Info("driving traffic", "duration", c.duration, "redis", srv.addr, "prometheus", prom.URL)
+	start := time.Now().Truncate(time.Second)
+	outage, err := drive(ctx, c, demo, srv)
+	if err != nil {
+		return err
+	}
+	// the last traffic scraped
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(2 * grafana.ScrapeInterval):
+	}
+	var times []time.Time
+	for t := start; !t.After(start.Add(c.duration)); t = t.Add(time.Second) {
+		times = append(times, t)
+	}
+	q := func(expr string) (model.Matrix, error) {
+		return prom.Range(ctx, expr, times[0], times[len(times)-1], time.Second)
+	}
+	page, err := render(dash, q, times, outage, c.width, c.height)
 	if err != nil {
 		return err
 	}
@@ -147,9 +167,9 @@ func run(ctx context.Context, c config) error {
 type window struct{ from, to time.Duration }
 
 // drive sends the demo traffic, a tick every 100 ms (each tick in its own
-// goroutine, so a stalled store slows no other tick), pauses Redis for
-// c.outage from 60% of the run, and scrapes metricsURL every second.
-func drive(ctx context.Context, c config, demo *grafana.Demo, srv *redisServer, metricsURL string) ([]grafana.Scrape, window, error) {
+// goroutine, so a stalled store slows no other tick), and pauses Redis for
+// c.outage from 60% of the run.
+func drive(ctx context.Context, c config, demo *grafana.Demo, srv *redisServer) (window, error) {
 	const tick = 100 * time.Millisecond
 	outage := window{from: c.duration * 6 / 10}
 	outage.to = outage.from + c.outage
@@ -158,35 +178,33 @@ func drive(ctx context.Context, c config, demo *grafana.Demo, srv *redisServer, 
 	defer wg.Wait()
 	ticker := time.NewTicker(tick)
 	defer ticker.Stop()
-	var scrapes []grafana.Scrape
-	hc := &http.Client{Timeout: 5 * time.Second}
 	paused := false
 	defer func() {
 		if paused {
 			_ = srv.signal(syscall.SIGCONT)
 		}
 	}()
-	next, scraped := 0, time.Duration(-1)
+	next := 0
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, outage, ctx.Err()
+			return outage, ctx.Err()
 		case <-ticker.C:
 		}
 		el := time.Since(start)
 		if el >= c.duration {
-			break
+			return outage, nil
 		}
 		if c.outage > 0 && !paused && el >= outage.from && el < outage.to {
 			if err := srv.signal(syscall.SIGSTOP); err != nil {
-				return nil, outage, err
+				return outage, err
 			}
 			paused = true
 			c.log.Info("redis paused: the limiters fail open, fail closed or fall back")
 		}
 		if paused && el >= outage.to {
 			if err := srv.signal(syscall.SIGCONT); err != nil {
-				return nil, outage, err
+				return outage, err
 			}
 			paused = false
 			c.log.Info("redis resumed")
@@ -200,32 +218,7 @@ func drive(ctx context.Context, c config, demo *grafana.Demo, srv *redisServer, 
 				demo.Traffic(ctx, n, tick)
 			}(next)
 		}
-		if el.Truncate(time.Second) > scraped {
-			scraped = el.Truncate(time.Second)
-			s, err := scrape(ctx, hc, metricsURL)
-			if err != nil {
-				return nil, outage, err
-			}
-			scrapes = append(scrapes, s)
-		}
 	}
-	return scrapes, outage, nil
-}
-
-func scrape(ctx context.Context, hc *http.Client, url string) (grafana.Scrape, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return grafana.Scrape{}, err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return grafana.Scrape{}, fmt.Errorf("scrape: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return grafana.Scrape{}, fmt.Errorf("scrape: %s", resp.Status)
-	}
-	return grafana.ParseScrape(resp.Body, time.Now())
 }
 
 // redisServer is a private redis-server the tool may pause.

@@ -28,11 +28,14 @@ func TestMain(m *testing.M) {
 }
 
 // TestRunHTML runs the tool end to end, without the screenshot (no
-// Chromium in make test): a private Redis, traffic with an outage, scrapes,
-// and the rendered page, which must hold every panel with a chart.
+// Chromium in make test): a private Redis, traffic with an outage, a
+// private Prometheus, and the rendered page, which must hold every panel
+// with a chart.
 func TestRunHTML(t *testing.T) {
-	if _, err := exec.LookPath("redis-server"); err != nil && os.Getenv("CI") != "true" {
-		t.Skip("dashshot needs redis-server on PATH (skipped outside CI)")
+	for _, bin := range []string{"redis-server", "prometheus"} {
+		if _, err := exec.LookPath(bin); err != nil && os.Getenv("CI") != "true" {
+			t.Skipf("dashshot needs %s on PATH (apt-get install %s; skipped outside CI)", bin, bin)
+		}
 	}
 	out := filepath.Join(t.TempDir(), "dashboard.html")
 	c := config{html: out, htmlOnly: true, duration: 4 * time.Second, outage: time.Second,

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/common/model"
 	"github.com/tollgate-go/tollgate/examples/grafana"
 )
 
@@ -19,33 +20,42 @@ type series struct {
 	values []float64
 }
 
-// panelData evaluates every target of p at every scrape.
-func panelData(p grafana.Panel, scrapes []grafana.Scrape) ([]series, error) {
+// query runs a panel's PromQL over the run, as Grafana would: one
+// query_range from the first to the last of times, a step apart.
+type query func(expr string) (model.Matrix, error)
+
+// panelData runs every target of p; a series' values are aligned on times
+// (NaN: no value then).
+func panelData(p grafana.Panel, q query, times []time.Time) ([]series, error) {
 	var out []series
 	idx := map[string]int{}
+	step := times[1].Sub(times[0])
 	for _, t := range p.Targets {
-		n, err := grafana.Parse(grafana.Expand(t.Expr, grafana.AllVars))
+		m, err := q(t.Expr)
 		if err != nil {
 			return nil, fmt.Errorf("panel %q: %w", p.Title, err)
 		}
-		for i := range scrapes {
-			v, err := grafana.Eval(n, scrapes, i)
-			if err != nil {
-				return nil, fmt.Errorf("panel %q: %w", p.Title, err)
+		for _, s := range m {
+			labels := make(map[string]string, len(s.Metric))
+			for k, v := range s.Metric {
+				labels[string(k)] = string(v)
 			}
-			for _, s := range v {
-				l := grafana.Legend(t.LegendFormat, s.Labels)
-				j, ok := idx[l]
-				if !ok {
-					j = len(out)
-					idx[l] = j
-					vals := make([]float64, len(scrapes))
-					for k := range vals {
-						vals[k] = math.NaN()
-					}
-					out = append(out, series{legend: l, values: vals})
+			l := grafana.Legend(t.LegendFormat, labels)
+			j, ok := idx[l]
+			if !ok {
+				j = len(out)
+				idx[l] = j
+				vals := make([]float64, len(times))
+				for k := range vals {
+					vals[k] = math.NaN()
 				}
-				out[j].values[i] = s.Value
+				out = append(out, series{legend: l, values: vals})
+			}
+			for _, v := range s.Values {
+				k := int(v.Timestamp.Time().Sub(times[0]).Round(step) / step)
+				if k >= 0 && k < len(times) {
+					out[j].values[k] = float64(v.Value)
+				}
 			}
 		}
 	}
@@ -96,9 +106,9 @@ func colour(legend string, i int) string {
 
 // render lays the dashboard's panels out as Grafana does (24 columns) and
 // draws each as an SVG chart.
-func render(d *grafana.Dashboard, scrapes []grafana.Scrape, outage window, width, height int) ([]byte, error) {
-	if len(scrapes) < 2 {
-		return nil, fmt.Errorf("need at least two scrapes, have %d", len(scrapes))
+func render(d *grafana.Dashboard, q query, times []time.Time, outage window, width, height int) ([]byte, error) {
+	if len(times) < 2 {
+		return nil, fmt.Errorf("need at least two points in time, have %d", len(times))
 	}
 	const header, margin, gap = 58, 12, 10
 	rows := 0
@@ -107,7 +117,7 @@ func render(d *grafana.Dashboard, scrapes []grafana.Scrape, outage window, width
 	}
 	colW := float64(width-2*margin+gap) / 24
 	rowH := float64(height-header-margin+gap) / float64(rows)
-	start := scrapes[0].At
+	start, last := times[0], times[len(times)-1]
 	var b strings.Builder
 	fmt.Fprintf(&b, `<!doctype html><html><head><meta charset="utf-8"><title>%s</title><style>
 body{margin:0;background:#111217;color:#ccccdc;font-family:Inter,"Helvetica Neue",Arial,sans-serif;width:%dpx;height:%dpx;overflow:hidden}
@@ -121,21 +131,21 @@ body{margin:0;background:#111217;color:#ccccdc;font-family:Inter,"Helvetica Neue
 svg text{font-family:inherit}
 </style></head><body>`, html.EscapeString(d.Title), width, height, header-4, margin)
 	fmt.Fprintf(&b, `<div class="hdr"><h1>%s</h1><span class="var"><b>class</b>All</span><span class="var"><b>tier</b>All</span>`, html.EscapeString(d.Title))
-	fmt.Fprintf(&b, `<span class="var"><b>window</b>%s, %s – %s</span>`, fmtDur(scrapes[len(scrapes)-1].At.Sub(start)),
-		start.Format("15:04:05"), scrapes[len(scrapes)-1].At.Format("15:04:05"))
+	fmt.Fprintf(&b, `<span class="var"><b>window</b>%s, %s – %s</span>`, fmtDur(last.Sub(start)),
+		start.Format("15:04:05"), last.Format("15:04:05"))
 	b.WriteString(`<div class="note">tollgate's own rendering of the Grafana dashboard's panels (examples/cmd/dashshot),<br>` +
-		`from real /metrics scrapes of limiters on a real Redis; not a Grafana screenshot. <span style="color:#F2495C">▮</span> Redis paused</div></div>`)
+		`queried from a real Prometheus scraping limiters on a real Redis; not a Grafana screenshot. <span style="color:#F2495C">▮</span> Redis paused</div></div>`)
 	for _, p := range d.Panels {
 		x := float64(margin) + float64(p.GridPos.X)*colW
 		y := float64(header) + float64(margin)/2 + float64(p.GridPos.Y)*rowH
 		w := float64(p.GridPos.W)*colW - gap
 		h := float64(p.GridPos.H)*rowH - gap
-		data, err := panelData(p, scrapes)
+		data, err := panelData(p, q, times)
 		if err != nil {
 			return nil, err
 		}
 		fmt.Fprintf(&b, `<div class="p" style="left:%.0fpx;top:%.0fpx;width:%.0fpx;height:%.0fpx"><h2>%s</h2>`, x, y, w, h, html.EscapeString(p.Title))
-		b.WriteString(chart(p, data, scrapes, start, outage, w-2, h-30))
+		b.WriteString(chart(p, data, times, outage, w-2, h-30))
 		b.WriteString(`</div>`)
 	}
 	b.WriteString(`</body></html>`)
@@ -144,13 +154,14 @@ svg text{font-family:inherit}
 
 // chart draws one time-series panel: axes, grid, the outage band, lines
 // (stacked when the panel stacks) and the legend.
-func chart(p grafana.Panel, data []series, scrapes []grafana.Scrape, start time.Time, outage window, w, h float64) string {
+func chart(p grafana.Panel, data []series, times []time.Time, outage window, w, h float64) string {
+	start := times[0]
 	const left, right, top = 62.0, 12.0, 8.0
 	legendRows := 2
 	legendH := float64(legendRows)*16 + 6
 	plotH := h - top - 22 - legendH
 	plotW := w - left - right
-	tmax := scrapes[len(scrapes)-1].At.Sub(start).Seconds()
+	tmax := times[len(times)-1].Sub(start).Seconds()
 	xAt := func(t float64) float64 { return left + t/tmax*plotW }
 
 	stacked := p.Stacked()
@@ -231,7 +242,7 @@ func chart(p grafana.Panel, data []series, scrapes []grafana.Scrape, start time.
 				flush()
 				continue
 			}
-			pts = append(pts, fmt.Sprintf("%.1f,%.1f", xAt(scrapes[k].At.Sub(start).Seconds()), yAt(y)))
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", xAt(times[k].Sub(start).Seconds()), yAt(y)))
 		}
 		flush()
 	}
