@@ -75,7 +75,7 @@ func summary(impls []string, concs, tenantCounts []int, mem []memResult) {
 				med("redis-benchmark-P16", 0, tenants, cmd)/med(floorImpl, 0, tenants, cmd))
 		}
 	}
-	// the targets, at 10k tenants when measured
+	// the performance targets, at 10k tenants when measured
 	t := tenantCounts[len(tenantCounts)-1]
 	best := ""
 	for _, impl := range impls {

@@ -17,9 +17,10 @@ import (
 // batching on, on a standalone server and a Cluster, and many checks share
 // round trips.
 func TestBatchingAtomicity(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
+	forEachBackend(t, func(t *testing.T, b backend, v variant) {
+		c := b.client(t)
 		const capacity, rate, total, workers = 10, 2.0, 500, 50
-		l := newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: capacity, RefillPerSecond: rate}}),
+		l := v.newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: capacity, RefillPerSecond: rate}}),
 			core.WithBatching(true))
 		defer l.Close()
 		var admitted, next atomic.Int64
@@ -57,8 +58,9 @@ func TestBatchingAtomicity(t *testing.T) {
 // TestBatchingScriptFlush: NOSCRIPT inside a pipeline is recovered by
 // loading the script and resending only the commands that were not run.
 func TestBatchingScriptFlush(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
-		l := newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 1000, RefillPerSecond: 0.001}}), core.WithBatching(true))
+	forEachBackend(t, func(t *testing.T, b backend, v variant) {
+		c := b.client(t)
+		l := v.newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 1000, RefillPerSecond: 0.001}}), core.WithBatching(true))
 		defer l.Close()
 		ctx := context.Background()
 		check(t, l, "t1", 1)

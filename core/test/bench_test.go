@@ -105,7 +105,7 @@ func benchLimiter(b *testing.B, c *redis.Client, q core.Quota, opts ...core.Opti
 // latency: each iteration makes one Limiter.Allow and one raw go-redis
 // EVALSHA of the same script with the same arguments (on another tenant),
 // back to back, so that the machine's drift hits both alike, and reports
-// each median and their ratio (issue 8: ≤ 1.1x). Run with -count and read
+// each median and their ratio (the target is ≤ 1.1x). Run with -count and read
 // the medians of p50-ratio.
 func BenchmarkSingleCallerP50(b *testing.B) {
 	srv := redistest.NewServer(b)

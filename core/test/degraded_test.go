@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 )
@@ -16,10 +15,10 @@ import (
 // (answers are immediate), and after the cool-down a probe closes the circuit
 // once Redis is back.
 func TestCircuitBreaker(t *testing.T) {
-	forEachVariant(t, func(t *testing.T) {
+	forEachVariant(t, func(t *testing.T, v variant) {
 		srv := redistest.NewServer(t)
 		c := srv.Client(t)
-		l, err := core.New(c, staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(100)}), append(variantOpts(t),
+		l, err := core.New(c, staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(100)}), append(v.options(),
 			core.WithPrefix(redistest.Prefix(t)), core.WithFailurePolicy(core.FailClosed),
 			core.WithCircuitBreaker(3, 300*time.Millisecond), core.WithTimeout(time.Second))...)
 		if err != nil {
@@ -79,12 +78,12 @@ func contains(s, sub string) bool {
 // TestLocalFallback: while the store is down, the fallback buckets enforce
 // share of the quota, and the decisions are marked.
 func TestLocalFallback(t *testing.T) {
-	forEachVariant(t, func(t *testing.T) {
+	forEachVariant(t, func(t *testing.T, v variant) {
 		srv := redistest.NewServer(t)
 		c := srv.Client(t)
 		srv.Kill()
 		l, err := core.New(c, staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 40, RefillPerSecond: 0.001}}),
-			append(variantOpts(t), core.WithLocalFallback(0.25), core.WithFailurePolicy(core.FailClosed))...)
+			append(v.options(), core.WithLocalFallback(0.25), core.WithFailurePolicy(core.FailClosed))...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,11 +108,12 @@ func TestLocalFallback(t *testing.T) {
 // same fake clock and separate keys: every local denial must be one the store
 // also makes, and the admitted counts must match exactly.
 func TestDenyCacheNeverDeniesWhatRedisAdmits(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
+	forEachBackend(t, func(t *testing.T, b backend, v variant) {
+		c := b.client(t)
 		clock := newFakeClock()
 		r := staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 5, RefillPerSecond: 3}})
-		cached := newLimiter(t, c, r, core.WithClock(clock.Now), core.WithDenyCache(true))
-		plain := newLimiter(t, c, r, core.WithClock(clock.Now), core.WithDenyCache(false))
+		cached := v.newLimiter(t, c, r, core.WithClock(clock.Now), core.WithDenyCache(true))
+		plain := v.newLimiter(t, c, r, core.WithClock(clock.Now), core.WithDenyCache(false))
 		rng := rand.New(rand.NewPCG(1, 2))
 		local := 0
 		for i := range 2000 {

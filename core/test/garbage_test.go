@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
 )
 
@@ -37,10 +36,11 @@ func TestGarbageStateStartsFull(t *testing.T) {
 			buckets = append(buckets, ceiling)
 		}
 		t.Run(name, func(t *testing.T) {
-			forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
+			forEachBackend(t, func(t *testing.T, be backend, vr variant) {
+				c := be.client(t)
 				ctx := context.Background()
 				clock := newFakeClock()
-				l := newLimiter(t, c, staticResolver(buckets...), core.WithClock(clock.Now))
+				l := vr.newLimiter(t, c, staticResolver(buckets...), core.WithClock(clock.Now))
 				for i, g := range garbageStates {
 					t.Run(strconv.Quote(g), func(t *testing.T) {
 						tenant := "g" + strconv.Itoa(i)

@@ -3,7 +3,6 @@ package core_test
 import (
 	"context"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -37,44 +36,45 @@ var backends = []backend{
 	{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.SharedCluster(t) }},
 }
 
-// variants: every store test runs with each optimisation off and with
-// every one on, so that batching and the deny cache are held to the same
-// arithmetic and concurrency tests as single calls. newLimiter applies the
-// variant named in the test's name; a test's own options come after it and
-// win.
-var variants = []struct {
+// variant is a set of limiter options a store test runs under.
+type variant struct {
 	name string
 	opts []core.Option
-}{
+}
+
+// variants: every store test runs with each optimisation off and with
+// every one on, so that batching and the deny cache are held to the same
+// arithmetic and concurrency tests as single calls. forEachVariant and
+// forEachBackend hand the variant to the test, whose v.newLimiter applies
+// it; a test's own options come after it and win.
+var variants = []variant{
 	{"plain", []core.Option{core.WithBatching(false), core.WithDenyCache(false)}},
 	{"batch+deny", []core.Option{core.WithBatching(true), core.WithDenyCache(true)}},
 }
 
-// variantOpts returns the options of the variant t runs under, if any.
-func variantOpts(t testing.TB) []core.Option {
-	for _, seg := range strings.Split(t.Name(), "/") {
-		for _, v := range variants {
-			if seg == v.name {
-				return slices.Clip(v.opts)
-			}
-		}
-	}
-	return nil
+// options returns the variant's options, safe to append to.
+func (v variant) options() []core.Option { return slices.Clip(v.opts) }
+
+// newLimiter is newLimiter under the variant's options.
+func (v variant) newLimiter(t *testing.T, c redis.UniversalClient, r core.Resolver, opts ...core.Option) *core.Limiter {
+	t.Helper()
+	return newLimiter(t, c, r, append(v.options(), opts...)...)
 }
 
 // forEachVariant runs f under every variant (see variants).
-func forEachVariant(t *testing.T, f func(t *testing.T)) {
+func forEachVariant(t *testing.T, f func(t *testing.T, v variant)) {
 	for _, v := range variants {
-		t.Run(v.name, f)
+		t.Run(v.name, func(t *testing.T) { f(t, v) })
 	}
 }
 
-func forEachBackend(t *testing.T, f func(t *testing.T, c redis.UniversalClient)) {
+// forEachBackend runs f, in parallel, on every backend under every variant.
+func forEachBackend(t *testing.T, f func(t *testing.T, b backend, v variant)) {
 	for _, b := range backends {
 		for _, v := range variants {
 			t.Run(b.name+"/"+v.name, func(t *testing.T) {
 				t.Parallel()
-				f(t, b.client(t))
+				f(t, b, v)
 			})
 		}
 	}
@@ -89,7 +89,7 @@ func staticResolver(bs ...core.Bucket) core.Resolver {
 
 func newLimiter(t *testing.T, c redis.UniversalClient, r core.Resolver, opts ...core.Option) *core.Limiter {
 	t.Helper()
-	base := append([]core.Option{core.WithPrefix(redistest.Prefix(t)), core.WithTimeout(2 * time.Second)}, variantOpts(t)...)
+	base := []core.Option{core.WithPrefix(redistest.Prefix(t)), core.WithTimeout(2 * time.Second)}
 	l, err := core.New(c, r, append(base, opts...)...)
 	if err != nil {
 		t.Fatalf("core.New: %v", err)

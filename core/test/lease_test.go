@@ -43,17 +43,13 @@ func scriptCalls(t *testing.T, c *redis.Client) int64 {
 // rate × elapsed + replicas × lease size, on a standalone server and a
 // Cluster, with and without batching.
 func TestLeasesBound(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, _ redis.UniversalClient) {
+	forEachBackend(t, func(t *testing.T, b backend, v variant) {
 		const capacity, rate, size, instances, workers = 20, 10.0, 5, 4, 40
 		r := staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: capacity, RefillPerSecond: rate}})
 		prefix := redistest.Prefix(t)
-		backend := backends[0]
-		if strings.HasPrefix(t.Name(), "TestLeasesBound/cluster") {
-			backend = backends[1]
-		}
 		lims := make([]*core.Limiter, instances)
 		for i := range lims {
-			l, err := core.New(backend.client(t), r, append(variantOpts(t),
+			l, err := core.New(b.client(t), r, append(v.options(),
 				core.WithPrefix(prefix), core.WithTimeout(5*time.Second), core.WithLeases("default", size, 200*time.Millisecond))...)
 			if err != nil {
 				t.Fatal(err)
@@ -100,7 +96,7 @@ func TestLeasesBound(t *testing.T) {
 // TestLeasesCutCalls counts the server's script calls: with leases of 10,
 // 200 admitted requests take about 20 store calls instead of 200.
 func TestLeasesCutCalls(t *testing.T) {
-	forEachVariant(t, func(t *testing.T) {
+	forEachVariant(t, func(t *testing.T, v variant) {
 		srv := redistest.NewServer(t)
 		c := srv.Client(t)
 		r := staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 1000, RefillPerSecond: 1}})
@@ -117,7 +113,7 @@ func TestLeasesCutCalls(t *testing.T) {
 			{"without", nil, 200, 200},
 			{"with", []core.Option{core.WithLeases("default", 10, time.Minute)}, 20, 20},
 		} {
-			l := newLimiter(t, c, r, tc.opts...)
+			l := v.newLimiter(t, c, r, tc.opts...)
 			if err := c.ConfigResetStat(ctx).Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -137,10 +133,11 @@ func TestLeasesCutCalls(t *testing.T) {
 // the unspent tokens; at expiry they are lost, not refunded; a request
 // larger than the lease, and a peek, go to the store.
 func TestLeaseArithmetic(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
+	forEachBackend(t, func(t *testing.T, b backend, v variant) {
+		c := b.client(t)
 		clock := newFakeClock()
 		r := staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 10, RefillPerSecond: 0.001}})
-		l := newLimiter(t, c, r, core.WithClock(clock.Now), core.WithLeases("default", 4, time.Second))
+		l := v.newLimiter(t, c, r, core.WithClock(clock.Now), core.WithLeases("default", 4, time.Second))
 		d := check(t, l, "t1", 1) // the store gives 4: 6 left there, 3 in the lease
 		if !d.Allowed || d.Local || d.Remaining != 9 {
 			t.Fatalf("first request: %+v", d)
@@ -173,11 +170,11 @@ func TestLeaseArithmetic(t *testing.T) {
 // requests makes no store call (counted by the server) until the bound
 // allows, then exactly the calls needed.
 func TestDenyCacheFloodSendsNothing(t *testing.T) {
-	forEachVariant(t, func(t *testing.T) {
+	forEachVariant(t, func(t *testing.T, v variant) {
 		srv := redistest.NewServer(t)
 		c := srv.Client(t)
 		clock := newFakeClock()
-		l := newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 5, RefillPerSecond: 0.5}}),
+		l := v.newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 5, RefillPerSecond: 0.5}}),
 			core.WithClock(clock.Now), core.WithDenyCache(true))
 		for range 5 {
 			check(t, l, "flood", 1)

@@ -31,8 +31,9 @@ type want struct {
 	resetAfter time.Duration
 }
 
-// TestArithmetic pins every row of the token-bucket arithmetic table in
-// standards.md, in client-clock mode so that time is exact.
+// TestArithmetic pins the token-bucket arithmetic (docs/semantics.md): cost,
+// denial, flooring, refill, "never", exact retry, clock steps and extreme
+// quotas, in client-clock mode so that time is exact.
 func TestArithmetic(t *testing.T) {
 	q := core.Quota{Capacity: 10, RefillPerSecond: 2}
 	tests := []struct {
@@ -77,12 +78,13 @@ func TestArithmetic(t *testing.T) {
 		{"long idle gap refills to full", core.Quota{Capacity: 5, RefillPerSecond: 0.001},
 			[]step{{0, 5}, {300 * 24 * time.Hour, 0}}, want{core.ReasonOK, 5, 5, 0, 0}},
 	}
-	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
+	forEachBackend(t, func(t *testing.T, b backend, v variant) {
+		c := b.client(t)
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
 				t.Parallel()
 				clock := newFakeClock()
-				l := newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: tt.quota}), core.WithClock(clock.Now))
+				l := v.newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: tt.quota}), core.WithClock(clock.Now))
 				var d core.Decision
 				for _, s := range tt.steps {
 					clock.Advance(s.advance)
@@ -137,9 +139,10 @@ func stored(t *testing.T, c redis.UniversalClient, key string) (tokens float64, 
 }
 
 func TestStorageAndTTL(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
+	forEachBackend(t, func(t *testing.T, b backend, v variant) {
+		c := b.client(t)
 		q := core.Quota{Capacity: 10, RefillPerSecond: 2}
-		l := newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: q}))
+		l := v.newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: q}))
 		key, err := l.Keys().Bucket("t42", "default")
 		if err != nil {
 			t.Fatal(err)
@@ -176,11 +179,12 @@ func TestStorageAndTTL(t *testing.T) {
 // TestMultiBucket: a tenant-wide ceiling and a class bucket are charged
 // together or not at all, and the binding bucket is reported.
 func TestMultiBucket(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
+	forEachBackend(t, func(t *testing.T, b backend, v variant) {
+		c := b.client(t)
 		clock := newFakeClock()
 		class := core.Bucket{Name: "export", Quota: core.Quota{Capacity: 10, RefillPerSecond: 1}}
 		ceiling := core.Bucket{Name: core.CeilingBucket, Quota: core.Quota{Capacity: 5, RefillPerSecond: 1}}
-		l := newLimiter(t, c, staticResolver(class, ceiling), core.WithClock(clock.Now))
+		l := v.newLimiter(t, c, staticResolver(class, ceiling), core.WithClock(clock.Now))
 		ctx := context.Background()
 		req := core.Request{Tenant: core.Tenant{ID: "t{1}:x"}, Class: "export", Cost: 3}
 		d, err := l.Check(ctx, req)
@@ -277,10 +281,11 @@ func TestConcurrentAtomicity(t *testing.T) {
 }
 
 func TestScriptFlushReloads(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
+	forEachBackend(t, func(t *testing.T, b backend, v variant) {
+		c := b.client(t)
 		// a slow refill: a loaded machine may take 10 ms between the checks
 		q := core.Quota{Capacity: 100, RefillPerSecond: 0.01}
-		l := newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: q}))
+		l := v.newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: q}))
 		check(t, l, "t1", 1)
 		ctx := context.Background()
 		var err error
@@ -299,9 +304,9 @@ func TestScriptFlushReloads(t *testing.T) {
 }
 
 func TestRedisRestart(t *testing.T) {
-	forEachVariant(t, func(t *testing.T) {
+	forEachVariant(t, func(t *testing.T, v variant) {
 		s := redistest.NewServer(t)
-		l := newLimiter(t, s.Client(t), staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(100)}))
+		l := v.newLimiter(t, s.Client(t), staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(100)}))
 		check(t, l, "t1", 1)
 		if err := s.Restart(); err != nil {
 			t.Fatal(err)
@@ -324,7 +329,7 @@ func TestRedisRestart(t *testing.T) {
 // TestRedisDown: with nothing listening, each policy answers within the
 // timeout, with ErrStore.
 func TestRedisDown(t *testing.T) {
-	forEachVariant(t, func(t *testing.T) {
+	forEachVariant(t, func(t *testing.T, v variant) {
 		s := redistest.NewServer(t)
 		c := s.Client(t)
 		s.Kill()
@@ -335,7 +340,7 @@ func TestRedisDown(t *testing.T) {
 		}{{core.FailOpen, core.ReasonFailedOpen, 200}, {core.FailClosed, core.ReasonFailedClosed, 503}} {
 			t.Run(tc.policy.String(), func(t *testing.T) {
 				l, err := core.New(c, staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(1)}),
-					append(variantOpts(t), core.WithFailurePolicy(tc.policy), core.WithTimeout(200*time.Millisecond))...)
+					append(v.options(), core.WithFailurePolicy(tc.policy), core.WithTimeout(200*time.Millisecond))...)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -360,11 +365,11 @@ func TestRedisDown(t *testing.T) {
 // returns within its timeout, even on a client that ignores context
 // deadlines.
 func TestRedisHung(t *testing.T) {
-	forEachVariant(t, func(t *testing.T) {
+	forEachVariant(t, func(t *testing.T, v variant) {
 		s := redistest.NewServer(t)
 		c := s.Client(t, func(o *redis.Options) { o.ReadTimeout = time.Second })
 		l, err := core.New(c, staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(1)}),
-			append(variantOpts(t), core.WithFailurePolicy(core.FailClosed), core.WithTimeout(100*time.Millisecond))...)
+			append(v.options(), core.WithFailurePolicy(core.FailClosed), core.WithTimeout(100*time.Millisecond))...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -388,8 +393,9 @@ func TestRedisHung(t *testing.T) {
 }
 
 func TestServerClockBurst(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
-		l := newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 5, RefillPerSecond: 0.01}}))
+	forEachBackend(t, func(t *testing.T, b backend, v variant) {
+		c := b.client(t)
+		l := v.newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 5, RefillPerSecond: 0.01}}))
 		for i := range 5 {
 			if d := check(t, l, "t1", 1); !d.Allowed || d.Remaining != int64(4-i) {
 				t.Fatalf("request %d: %+v", i, d)

@@ -87,7 +87,7 @@ func TestDashboardShape(t *testing.T) {
 			}
 		}
 	}
-	// the panels issue 9 asks for
+	// the panels the dashboard promises (docs/observability.md)
 	all := string(JSON)
 	for _, want := range []string{`outcome=\"allowed\"`, `outcome=\"denied\"`, "topk(", "sum by (tenant",
 		"histogram_quantile(0.5,", "histogram_quantile(0.99,", "tollgate_store_duration_seconds_bucket",
