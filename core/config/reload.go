@@ -197,8 +197,9 @@ func (rl *Reloader) Reload() error {
 	return err
 }
 
-// Config returns the configuration in force: the last file applied, or nil
-// before the first successful load.
+// Config returns the last file applied, or nil before the first successful
+// load. Its tiers are in force; its other fields are what a restart would
+// build (see [Reloader]).
 func (rl *Reloader) Config() *Config { return rl.cur.Load() }
 
 // LastError returns why the last reload was refused, or nil when it was
