@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
@@ -39,7 +40,9 @@ func Example_configFile() {
 	}
 	client := redis.NewClient(opt)
 	defer client.Close()
-	lim, err := cfg.NewLimiter(client, resolver)
+	// your options come after the file's and win: here a longer bound on
+	// a Redis call than the file's 100ms, for a busy test machine
+	lim, err := cfg.NewLimiter(client, resolver, core.WithTimeout(2*time.Second))
 	if err != nil {
 		fmt.Println(err)
 		return
