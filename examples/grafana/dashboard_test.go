@@ -29,21 +29,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// queries returns every PromQL expression in d, named for messages:
-// panel targets and the variables' label_values queries.
-func queries(d *Dashboard) map[string]string {
-	q := map[string]string{}
-	for _, p := range d.Panels {
-		for _, t := range p.Targets {
-			q[fmt.Sprintf("panel %q target %s", p.Title, t.RefID)] = t.Expr
-		}
-	}
-	for _, v := range d.Templating.List {
-		q[fmt.Sprintf("variable %q", v.Name)] = v.Query.Query
-	}
-	return q
-}
-
 func TestDashboardShape(t *testing.T) {
 	t.Parallel()
 	d, err := Load()
