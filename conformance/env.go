@@ -385,6 +385,9 @@ func (e *env) checkInvariants(en entry) {
 				fail("%s on a %d (no quota was checked)", h, en.status)
 			}
 		}
+		if en.status == 401 && e.proto == ProtocolHTTP && en.header("Www-Authenticate") != "Bearer" {
+			fail("a 401 must challenge with WWW-Authenticate: Bearer, got %q", en.header("Www-Authenticate"))
+		}
 		e.checkProblem(en, en.status)
 	default:
 		fail("unexpected status (want 200, 401, 429 or 503)")

@@ -24,6 +24,7 @@ var RelevantHeaders = []string{
 	"X-Ratelimit-Limit",
 	"X-Ratelimit-Remaining",
 	"X-Ratelimit-Reset",
+	"Www-Authenticate",
 }
 
 // grpcHeaders are the headers compared for ProtocolGRPC targets.

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"time"
 )
 
@@ -18,7 +19,11 @@ type Endpoint struct {
 }
 
 // CostFunc decides a request's class and cost dynamically. ok false falls
-// back to the route table.
+// back to the route table. Its answer is held to the route table's rules
+// (a valid class name, 1 <= Cost <= MaxCost, unless Exempt): a bad one
+// fails the request as a misconfiguration (500, gRPC Internal, reported to
+// the adapter's error hook), never a free pass. A cost that rounds down to
+// 0 (bytes / 1 MiB) must be clamped to 1 by the function.
 type CostFunc func(ctx context.Context, t Tenant, e Endpoint) (r Route, ok bool)
 
 // Verdict is a Gate's answer, ready to render: the adapter sets Headers on
@@ -56,8 +61,39 @@ type Verdict struct {
 }
 
 // anonymousPrefix starts the tenant ID of an anonymous caller
-// (WithAnonymous): "anonymous:" + client IP.
+// (WithAnonymous): "anonymous:" + the client's IPv4 address, or its IPv6
+// /64 network ("anonymous:2001:db8:1:2::/64").
 const anonymousPrefix = "anonymous:"
+
+// anonymousID is the tenant ID of an anonymous caller at ip. An IPv6 caller
+// is grouped by its /64, the smallest allocation a subscriber gets: an
+// address per request would otherwise be a fresh quota per request.
+// IPv4-mapped addresses count as IPv4; an unparsable address is kept as
+// is (the key scheme escapes it).
+func anonymousID(ip string) string {
+	a, err := netip.ParseAddr(ip)
+	if err != nil {
+		return anonymousPrefix + ip
+	}
+	a = a.Unmap()
+	if a.Is4() {
+		return anonymousPrefix + a.String()
+	}
+	p, err := a.WithZone("").Prefix(64)
+	if err != nil { // unreachable: 64 <= 128
+		return anonymousPrefix + ip
+	}
+	return anonymousPrefix + p.String()
+}
+
+type anonymousKey struct{}
+
+// isAnonymous reports whether ctx is the context of an anonymous caller's
+// check (set by the Gate only; a client cannot set it).
+func isAnonymous(ctx context.Context) bool {
+	v, _ := ctx.Value(anonymousKey{}).(bool)
+	return v
+}
 
 // Gate is the request flow every adapter shares: find the tenant (from the
 // context, never from a header the client sets), map the route to a class
@@ -134,7 +170,9 @@ func WithHeaderStyle(s HeaderStyle) GateOption {
 
 // WithAnonymous admits callers with no tenant in the context as tenant
 // "anonymous:<client IP>" on tier (default "anonymous"), instead of
-// answering 401. The tier must exist in the resolver.
+// answering 401. An IPv6 caller is keyed by its /64 network. The tier must
+// exist in the resolver; a TieredResolver serves it from the tier defaults
+// only (no override lookup per new address).
 func WithAnonymous(tier string) GateOption {
 	return gateOptionFunc(func(g *Gate) error {
 		g.anonymous = true
@@ -191,13 +229,21 @@ func (g *Gate) Decide(ctx context.Context, e Endpoint) Verdict {
 	if !ok {
 		if !g.anonymous || e.ClientIP == "" {
 			p := UnauthenticatedProblem()
-			return Verdict{Status: p.Status, ContentType: ProblemContentType, Body: p.JSON(), Problem: p, Unauthenticated: true}
+			return Verdict{Status: p.Status, ContentType: ProblemContentType, Body: p.JSON(), Problem: p, Unauthenticated: true,
+				Headers: []Header{{HeaderWWWAuthenticate, "Bearer"}}}
 		}
-		t = Tenant{ID: anonymousPrefix + e.ClientIP, Tier: g.anonTier}
+		t = Tenant{ID: anonymousID(e.ClientIP), Tier: g.anonTier}
+		ctx = context.WithValue(ctx, anonymousKey{}, true)
 	}
 	r := g.Route(ctx, t, e)
 	if r.Exempt {
 		return Verdict{Proceed: true, Tenant: t, Route: r}
+	}
+	if err := validRoute(r); err != nil {
+		p := misconfiguredProblem()
+		return Verdict{Status: p.Status, ContentType: ProblemContentType, Body: p.JSON(), Problem: p,
+			Decision: Decision{Reason: ReasonUnresolved, Cost: r.Cost}, Tenant: t, Route: r,
+			Err: fmt.Errorf("%w: cost function: %w", ErrInvalidConfig, err)}
 	}
 	d, err := g.lim.Check(ctx, Request{Tenant: t, Class: r.Class, Cost: r.Cost})
 	return g.render(t, r, d, err)

@@ -65,15 +65,18 @@ type Header struct{ Name, Value string }
 
 // Header names.
 const (
-	HeaderRateLimit          = "RateLimit"
-	HeaderRateLimitPolicy    = "RateLimit-Policy"
-	HeaderRetryAfter         = "Retry-After"
-	HeaderXRateLimitLimit    = "X-RateLimit-Limit"
-	HeaderXRateLimitRemain   = "X-RateLimit-Remaining"
-	HeaderXRateLimitReset    = "X-RateLimit-Reset"
-	HeaderRateLimitLimit06   = "RateLimit-Limit"
-	HeaderRateLimitRemain06  = "RateLimit-Remaining"
-	HeaderRateLimitReset06   = "RateLimit-Reset"
+	HeaderRateLimit         = "RateLimit"
+	HeaderRateLimitPolicy   = "RateLimit-Policy"
+	HeaderRetryAfter        = "Retry-After"
+	HeaderXRateLimitLimit   = "X-RateLimit-Limit"
+	HeaderXRateLimitRemain  = "X-RateLimit-Remaining"
+	HeaderXRateLimitReset   = "X-RateLimit-Reset"
+	HeaderRateLimitLimit06  = "RateLimit-Limit"
+	HeaderRateLimitRemain06 = "RateLimit-Remaining"
+	HeaderRateLimitReset06  = "RateLimit-Reset"
+	// HeaderWWWAuthenticate carries the challenge of a 401 (RFC 9110
+	// §11.6.1): "Bearer", the scheme a tenant identity is verified from.
+	HeaderWWWAuthenticate    = "WWW-Authenticate"
 	ProblemContentType       = "application/problem+json"
 	quotaExceededProblemType = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 )
@@ -243,6 +246,15 @@ func (d Decision) Problem() Problem {
 			Detail: "The request cannot be rate limited: its identity or cost is invalid."}
 	}
 	return Problem{Type: "about:blank", Title: "OK", Status: 200}
+}
+
+// misconfiguredProblem is the body of the 500 answered when the limiter's
+// configuration cannot decide a request (an adapter's bad option, a cost
+// function's invalid answer). The cause goes to the error hook, never to
+// the client.
+func misconfiguredProblem() Problem {
+	return Problem{Type: "about:blank", Title: "Internal Server Error", Status: 500,
+		Detail: "The rate limiter is misconfigured."}
 }
 
 // UnauthenticatedProblem is the body of a 401 answered when a request reaches

@@ -36,15 +36,26 @@ func (rs Routes) Validate() error {
 		if strings.TrimSpace(k) == "" {
 			return fmt.Errorf("%w: routes: empty route key", ErrInvalidConfig)
 		}
-		if r.Exempt {
-			continue
-		}
-		if err := ValidateName(r.Class); err != nil {
+		if err := validRoute(r); err != nil {
 			return fmt.Errorf("%w: route %q: %v", ErrInvalidConfig, k, err)
 		}
-		if r.Cost < 1 || r.Cost > MaxCost {
-			return fmt.Errorf("%w: route %q: cost must be 1 to %d, got %d", ErrInvalidConfig, k, int64(MaxCost), r.Cost)
-		}
+	}
+	return nil
+}
+
+// validRoute reports what is wrong with r: an exempt route is always
+// valid; any other needs a valid class name and 1 <= Cost <= MaxCost
+// (cost 0 would be a free peek). Route tables and CostFunc answers are
+// held to the same rule.
+func validRoute(r Route) error {
+	if r.Exempt {
+		return nil
+	}
+	if err := ValidateName(r.Class); err != nil {
+		return err
+	}
+	if r.Cost < 1 || r.Cost > MaxCost {
+		return fmt.Errorf("cost must be 1 to %d, got %d", int64(MaxCost), r.Cost)
 	}
 	return nil
 }

@@ -259,6 +259,8 @@ func (i *Interceptors) statusOf(v core.Verdict) *status.Status {
 		return status.New(codes.Unavailable, v.Problem.Detail)
 	case d.Reason == core.ReasonInvalid:
 		return status.New(codes.InvalidArgument, v.Problem.Detail)
+	case d.Reason == core.ReasonUnresolved:
+		return status.New(codes.Internal, v.Problem.Detail)
 	}
 	return status.New(codes.Internal, "grpclimit: unexpected rate limit verdict "+d.Reason.String())
 }

@@ -3,7 +3,10 @@ package core_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/tollgate-go/tollgate/conformance/redistest"
@@ -113,4 +116,126 @@ func TestGate(t *testing.T) {
 			t.Fatal("cost 0 accepted")
 		}
 	})
+}
+
+// A CostFunc is held to the route table's rules: a class name that is not
+// a valid name, a cost of 0 (a free peek) or above MaxCost is a
+// misconfiguration, answered 500 and reported, never a free pass.
+func TestGateCostFuncValidated(t *testing.T) {
+	c := redistest.Client(t)
+	res, err := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{
+		"free": {Classes: map[string]core.Quota{"default": {Capacity: 1, RefillPerSecond: 0.01}}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLimiter(t, c, res)
+	ctx := core.ContextWithTenant(context.Background(), core.Tenant{ID: "t1"})
+	for _, bad := range []core.Route{{Class: "default", Cost: 0}, {Class: "default", Cost: -1},
+		{Class: "default", Cost: core.MaxCost + 1}, {Class: "a b", Cost: 1}, {Class: "", Cost: 1}} {
+		g, err := core.NewGate(l, core.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
+			return bad, true
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			v := g.Decide(ctx, core.Endpoint{Method: "GET", Pattern: "/x"})
+			if v.Proceed || v.Status != 500 || !errors.Is(v.Err, core.ErrInvalidConfig) || v.ContentType != core.ProblemContentType {
+				t.Fatalf("cost func %+v: proceed %v status %d err %v", bad, v.Proceed, v.Status, v.Err)
+			}
+			if strings.Contains(string(v.Body), "t1") {
+				t.Fatalf("body names the tenant: %s", v.Body)
+			}
+		}
+	}
+	// nothing was charged: the one token is still there
+	if d := check(t, l, "t1", 1); !d.Allowed {
+		t.Fatalf("bucket charged by a rejected cost func: %+v", d)
+	}
+	// an exempt answer stays exempt
+	g, _ := core.NewGate(l, core.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
+		return core.Route{Exempt: true}, true
+	}))
+	if v := g.Decide(ctx, core.Endpoint{Pattern: "/x"}); !v.Proceed || v.Checked {
+		t.Fatalf("exempt: %+v", v)
+	}
+}
+
+// The 401 names the scheme the caller must authenticate with (RFC 9110
+// §11.6.1 requires WWW-Authenticate on a 401).
+func TestGateUnauthenticatedChallenge(t *testing.T) {
+	l := newLimiter(t, redistest.Client(t), staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(1)}))
+	g, err := core.NewGate(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := g.Decide(context.Background(), core.Endpoint{Method: "GET", Pattern: "/x"})
+	if v.Status != 401 || headerMap(v.Headers)["WWW-Authenticate"] != "Bearer" {
+		t.Fatalf("401 headers %v", v.Headers)
+	}
+}
+
+// Anonymous callers: an IPv4 address is its own tenant; an IPv6 caller is
+// grouped by its /64 (one subscriber's allocation), so rotating through
+// its own addresses earns no extra quota.
+func TestGateAnonymousIPv6Grouped(t *testing.T) {
+	l := newLimiter(t, redistest.Client(t), staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 1, RefillPerSecond: 0.01}}))
+	g, err := core.NewGate(l, core.WithAnonymous(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ ip, tenant string }{
+		{"192.0.2.7", "anonymous:192.0.2.7"},
+		{"::ffff:192.0.2.9", "anonymous:192.0.2.9"},
+		{"2001:db8:1:2::1", "anonymous:2001:db8:1:2::/64"},
+		{"2001:db8:1:2:ffff:ee:dd:cc", "anonymous:2001:db8:1:2::/64"},
+		{"2001:DB8:1:3::1", "anonymous:2001:db8:1:3::/64"},
+		{"fe80::1%eth0", "anonymous:fe80::/64"},
+		{"not an ip", "anonymous:not an ip"},
+	} {
+		v := g.Decide(context.Background(), core.Endpoint{Pattern: "/x", ClientIP: c.ip})
+		if v.Tenant.ID != c.tenant {
+			t.Errorf("%s: tenant %q, want %q", c.ip, v.Tenant.ID, c.tenant)
+		}
+	}
+	v := g.Decide(context.Background(), core.Endpoint{Pattern: "/x", ClientIP: "2001:db8:1:2::42"})
+	if v.Proceed || v.Status != 429 {
+		t.Fatalf("a second address of the same /64 got a fresh quota: %+v", v)
+	}
+}
+
+// Anonymous callers never reach the override source: every new address
+// would otherwise be a database query.
+func TestGateAnonymousSkipsOverrides(t *testing.T) {
+	var calls atomic.Int64
+	res, err := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{
+		"free":      {Classes: map[string]core.Quota{"default": core.PerSecond(5)}},
+		"anonymous": {Classes: map[string]core.Quota{"default": core.PerSecond(5)}},
+	}}, core.WithOverrides(core.OverridesFunc(func(context.Context, string) (map[string]core.Quota, error) {
+		calls.Add(1)
+		return nil, nil
+	})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLimiter(t, redistest.Client(t), res)
+	g, err := core.NewGate(l, core.WithAnonymous(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		v := g.Decide(context.Background(), core.Endpoint{Pattern: "/x", ClientIP: fmt.Sprintf("192.0.2.%d", i)})
+		if !v.Proceed {
+			t.Fatalf("%+v", v)
+		}
+	}
+	if n := calls.Load(); n != 0 {
+		t.Fatalf("anonymous callers made %d override lookups", n)
+	}
+	// an authenticated tenant still gets its overrides looked up
+	g.Decide(core.ContextWithTenant(context.Background(), core.Tenant{ID: "acme"}), core.Endpoint{Pattern: "/x"})
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("authenticated tenant: %d lookups, want 1", n)
+	}
 }

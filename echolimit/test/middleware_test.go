@@ -80,6 +80,26 @@ func TestOptions(t *testing.T) {
 	})
 }
 
+func TestCostFuncValidated(t *testing.T) {
+	lim := newLimiter(t)
+	for name, opt := range map[string]echolimit.Option{
+		"neutral": echolimit.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
+			return core.Route{Class: "default", Cost: 0}, true
+		}),
+		"echo": echolimit.WithEchoCostFunc(func(echo.Context) (core.Route, bool) { return core.Route{Class: "bad class", Cost: 1}, true }),
+	} {
+		var hooked error
+		reached := 0
+		e := echo.New()
+		e.Use(tenant("zero-"+name), echolimit.Middleware(lim, opt, echolimit.WithErrorHandler(func(_ echo.Context, err error) { hooked = err })))
+		e.GET("/x", func(c echo.Context) error { reached++; return c.NoContent(http.StatusOK) })
+		w := get(e, "GET", "/x")
+		if w.Code != 500 || reached != 0 || !errors.Is(hooked, core.ErrInvalidConfig) {
+			t.Fatalf("%s: %d, handler reached %d times, hook %v", name, w.Code, reached, hooked)
+		}
+	}
+}
+
 func TestMisconfigured(t *testing.T) {
 	lim := newLimiter(t)
 	if err := echolimit.Validate(lim, echolimit.WithRoutes(core.Routes{"/x": {Class: "a b", Cost: 1}})); !errors.Is(err, core.ErrInvalidConfig) {

@@ -139,6 +139,26 @@ func TestNoBufferAliasing(t *testing.T) {
 	}
 }
 
+func TestCostFuncValidated(t *testing.T) {
+	lim := newLimiter(t)
+	for name, opt := range map[string]fiberlimit.Option{
+		"neutral": fiberlimit.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
+			return core.Route{Class: "default", Cost: 0}, true
+		}),
+		"fiber": fiberlimit.WithFiberCostFunc(func(*fiber.Ctx) (core.Route, bool) { return core.Route{Class: "default", Cost: core.MaxCost + 1}, true }),
+	} {
+		var hooked error
+		reached := 0
+		app := fiber.New()
+		app.Get("/x", tenant("zero-"+name), fiberlimit.New(lim, opt, fiberlimit.WithErrorHandler(func(_ *fiber.Ctx, err error) { hooked = err })),
+			func(c *fiber.Ctx) error { reached++; return c.SendStatus(http.StatusOK) })
+		res := do(t, app, "GET", "/x")
+		if res.StatusCode != 500 || reached != 0 || !errors.Is(hooked, core.ErrInvalidConfig) {
+			t.Fatalf("%s: %d, handler reached %d times, hook %v", name, res.StatusCode, reached, hooked)
+		}
+	}
+}
+
 func TestMisconfigured(t *testing.T) {
 	lim := newLimiter(t)
 	if err := fiberlimit.Validate(lim, fiberlimit.WithRoutes(core.Routes{"/x": {Class: "a b", Cost: 1}})); !errors.Is(err, core.ErrInvalidConfig) {

@@ -68,6 +68,24 @@ func TestOptions(t *testing.T) {
 			t.Fatalf("neutral cost func: remaining %s", got)
 		}
 	})
+	t.Run("a cost func answering cost 0 is a 500, not a free pass", func(t *testing.T) {
+		for name, opt := range map[string]ginlimit.Option{
+			"neutral": ginlimit.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
+				return core.Route{Class: "default", Cost: 0}, true
+			}),
+			"gin": ginlimit.WithGinCostFunc(func(*gin.Context) (core.Route, bool) { return core.Route{Class: "default", Cost: 0}, true }),
+		} {
+			var hooked error
+			reached := 0
+			r := gin.New()
+			r.Use(tenant("zero-"+name), ginlimit.Middleware(lim, opt, ginlimit.WithErrorHandler(func(_ *gin.Context, err error) { hooked = err })))
+			r.GET("/x", func(c *gin.Context) { reached++ })
+			w := get(r, "GET", "/x")
+			if w.Code != 500 || reached != 0 || !errors.Is(hooked, core.ErrInvalidConfig) {
+				t.Fatalf("%s: %d, handler reached %d times, hook %v", name, w.Code, reached, hooked)
+			}
+		}
+	})
 	t.Run("deny handler, chain aborted", func(t *testing.T) {
 		reached := 0
 		r := gin.New()

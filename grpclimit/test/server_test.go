@@ -330,6 +330,26 @@ func TestOptions(t *testing.T) {
 			t.Fatalf("%v %v", r.err, r.header)
 		}
 	})
+	t.Run("a cost func answering cost 0 is Internal, not a free pass", func(t *testing.T) {
+		hooked := make(chan error, 1)
+		e := newEnv(t, newLimiter(t, c),
+			grpclimit.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
+				return core.Route{Class: "default", Cost: 0}, true
+			}),
+			grpclimit.WithErrorHandler(func(_ context.Context, _ string, err error) {
+				select {
+				case hooked <- err:
+				default:
+				}
+			}))
+		r := getProfile(as("zero", ""), e.client(t))
+		if status.Code(r.err) != codes.Internal || !strings.Contains(r.err.Error(), "misconfigured") || e.svc.calls.Load() != 0 {
+			t.Fatalf("%v, handler calls %d", r.err, e.svc.calls.Load())
+		}
+		if err := <-hooked; !errors.Is(err, core.ErrInvalidConfig) {
+			t.Fatalf("hook: %v", err)
+		}
+	})
 	t.Run("bad configuration", func(t *testing.T) {
 		l := newLimiter(t, c)
 		bad := map[string][]grpclimit.Option{

@@ -90,7 +90,7 @@ var canonicalNames = func() map[string]string {
 	m := map[string]string{}
 	for _, n := range []string{core.HeaderRateLimit, core.HeaderRateLimitPolicy, core.HeaderRetryAfter,
 		core.HeaderXRateLimitLimit, core.HeaderXRateLimitRemain, core.HeaderXRateLimitReset,
-		core.HeaderRateLimitLimit06, core.HeaderRateLimitRemain06, core.HeaderRateLimitReset06} {
+		core.HeaderRateLimitLimit06, core.HeaderRateLimitRemain06, core.HeaderRateLimitReset06, core.HeaderWWWAuthenticate} {
 		m[n] = http.CanonicalHeaderKey(n)
 	}
 	return m

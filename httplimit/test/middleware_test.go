@@ -43,6 +43,23 @@ func TestOptions(t *testing.T) {
 			t.Fatal("a request the skipper does not skip is not limited")
 		}
 	})
+	t.Run("a cost func answering cost 0 is a 500, not a free pass", func(t *testing.T) {
+		for name, opt := range map[string]httplimit.Option{
+			"neutral": httplimit.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
+				return core.Route{Class: "default", Cost: 0}, true
+			}),
+			"request": httplimit.WithRequestCostFunc(func(*http.Request) (core.Route, bool) { return core.Route{Class: "default", Cost: 0}, true }),
+		} {
+			var hooked error
+			reached := 0
+			h := httplimit.Middleware(lim, opt, httplimit.WithErrorHandler(func(_ *http.Request, err error) { hooked = err }))(
+				http.HandlerFunc(func(http.ResponseWriter, *http.Request) { reached++ }))
+			w := serve(h, req("GET", "/x", "zero-"+name))
+			if w.Code != 500 || reached != 0 || !errors.Is(hooked, core.ErrInvalidConfig) {
+				t.Fatalf("%s: %d, handler reached %d times, hook %v", name, w.Code, reached, hooked)
+			}
+		}
+	})
 	t.Run("request cost func comes before the neutral one and the table", func(t *testing.T) {
 		h := httplimit.Middleware(lim,
 			httplimit.WithRoutes(core.Routes{"/x": {Class: "default", Cost: 1}}),
