@@ -353,12 +353,7 @@ func (l *Limiter) degrade(req Request, keys []string, buckets []Bucket, err erro
 	var d Decision
 	switch {
 	case l.fallback != nil && buckets != nil && errors.Is(err, ErrStore):
-		local := make([]Bucket, len(buckets))
-		for i, b := range buckets {
-			q := Quota{Capacity: max(1, int64(float64(b.Quota.Capacity)*l.cfg.fallbackShare)), RefillPerSecond: b.Quota.RefillPerSecond * l.cfg.fallbackShare}
-			local[i] = Bucket{Name: b.Name, Quota: q}
-		}
-		d = l.fallback.take(keys, local, req.Cost, l.now())
+		d = l.fallback.takeShare(keys, buckets, l.cfg.fallbackShare, req.Cost, l.now())
 		d.Fallback = true
 	case l.cfg.policy == FailClosed:
 		d = Decision{Reason: ReasonFailedClosed, Cost: req.Cost}

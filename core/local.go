@@ -76,6 +76,50 @@ func (lb *localBuckets) take(keys []string, buckets []Bucket, cost int64, now ti
 	return newDecision(states, binding, reason, retry, cost)
 }
 
+// takeShare is the local fallback's decision: each bucket holds share of
+// its quota (capacity at least 1) in process. The answer is stated in the
+// real quotas: "never" (ReasonCostExceedsCapacity) only when the cost is
+// above a real capacity; a cost above the shrunken capacity alone is an
+// over-limit denial whose retry hint is the time the real bucket takes to
+// earn the cost (the store is expected back by then). Balances are the
+// local ones scaled back by 1/share: this replica's estimate of the whole.
+func (lb *localBuckets) takeShare(keys []string, buckets []Bucket, share float64, cost int64, now time.Time) Decision {
+	local := make([]Bucket, len(buckets))
+	for i, b := range buckets {
+		q := Quota{Capacity: max(1, int64(float64(b.Quota.Capacity)*share)), RefillPerSecond: b.Quota.RefillPerSecond * share}
+		local[i] = Bucket{Name: b.Name, Quota: q}
+	}
+	ld := lb.take(keys, local, cost, now)
+	states := make([]BucketState, len(buckets))
+	binding := 0
+	for i, s := range ld.Buckets {
+		states[i] = BucketState{Name: s.Name, Quota: buckets[i].Quota, Tokens: math.Min(float64(buckets[i].Quota.Capacity), s.Tokens/share)}
+		if s.Name == ld.Policy {
+			binding = i
+		}
+	}
+	for i, b := range buckets {
+		if cost > b.Quota.Capacity {
+			return newDecision(states, i, ReasonCostExceedsCapacity, 0, cost)
+		}
+	}
+	switch ld.Reason {
+	case ReasonCostExceedsCapacity: // above the share only
+		retry := 0.0
+		for i, b := range buckets {
+			if cost > local[i].Quota.Capacity {
+				if w := float64(cost) / b.Quota.RefillPerSecond; w > retry {
+					binding, retry = i, w
+				}
+			}
+		}
+		return newDecision(states, binding, ReasonOverLimit, retry, cost)
+	case ReasonOverLimit:
+		return newDecision(states, binding, ReasonOverLimit, ld.RetryAfter.Seconds(), cost)
+	}
+	return newDecision(states, binding, ld.Reason, 0, cost)
+}
+
 // tightest is the index of the bucket left with the fewest tokens (ties: the
 // slowest to refill), the binding bucket of an admitted request.
 func tightest(states []BucketState) int {

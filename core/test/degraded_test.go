@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -136,4 +137,49 @@ func TestDenyCacheNeverDeniesWhatRedisAdmits(t *testing.T) {
 		}
 		t.Logf("%d of 2000 answered locally", local)
 	})
+}
+
+// TestLocalFallbackJudgesNeverByTheRealQuota: the fallback's shrunken
+// buckets make a cost above their capacity but within the real one an
+// over-limit denial with a retry hint (the store will be back), never
+// "can never be admitted"; headers and body describe the real quota.
+func TestLocalFallbackJudgesNeverByTheRealQuota(t *testing.T) {
+	srv := redistest.NewServer(t)
+	c := srv.Client(t)
+	srv.Kill()
+	real := core.Quota{Capacity: 10, RefillPerSecond: 1}
+	l, err := core.New(c, staticResolver(core.Bucket{Name: "default", Quota: real}),
+		core.WithLocalFallback(0.1), core.WithTimeout(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	ctx := context.Background()
+	d, err := l.Allow(ctx, core.Tenant{ID: "t1"}, "default", 5) // above the share (1), within the quota (10)
+	if !errors.Is(err, core.ErrStore) || !d.Fallback {
+		t.Fatalf("%+v, %v", d, err)
+	}
+	if d.Reason != core.ReasonOverLimit || d.RetryAfter <= 0 || d.RetryAfterSeconds() < 1 || d.PushbackMillis() <= 0 {
+		t.Fatalf("cost 5 of 10 while degraded: reason %v, retry %v, pushback %d", d.Reason, d.RetryAfter, d.PushbackMillis())
+	}
+	if d.Limit != 10 || d.Quota != real {
+		t.Fatalf("decision describes the shrunken quota: limit %d quota %v", d.Limit, d.Quota)
+	}
+	h := headerMap(d.Headers(core.DefaultHeaderStyle, time.Now()))
+	if h["X-RateLimit-Limit"] != "10" || h["Retry-After"] == "" || !strings.Contains(h["RateLimit-Policy"], "q=10") {
+		t.Fatalf("headers %v", h)
+	}
+	if p := d.Problem(); strings.Contains(p.Detail, "never") {
+		t.Fatalf("body: %s", p.Detail)
+	}
+	// above the real capacity is still "never", judged against it
+	d, _ = l.Allow(ctx, core.Tenant{ID: "t1"}, "default", 11)
+	if d.Reason != core.ReasonCostExceedsCapacity || d.Limit != 10 {
+		t.Fatalf("cost 11 of 10: %v limit %d", d.Reason, d.Limit)
+	}
+	// within the share: admitted, reported against the real quota
+	d, _ = l.Allow(ctx, core.Tenant{ID: "t2"}, "default", 1)
+	if !d.Allowed || d.Limit != 10 {
+		t.Fatalf("cost 1: %+v", d)
+	}
 }
