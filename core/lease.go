@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -38,58 +39,67 @@ func newLeases(classes map[string]leaseClass, max int) *leases {
 
 // spend takes cost tokens from a live lease for keys. Otherwise, when no
 // check is taking a lease for keys, it marks the caller as the one who does
-// (acquire true: the caller must call release); when another check is
-// taking one, it returns that check's channel to wait on.
-func (ls *leases) spend(keys []string, buckets []Bucket, cost int64, now time.Time, acquire bool) (d Decision, ok bool, wait <-chan struct{}, acquiring bool) {
+// (acquire true: the caller must call release with the returned lease);
+// when another check is taking one, it returns that check's channel to
+// wait on.
+func (ls *leases) spend(keys []string, buckets []Bucket, cost int64, now time.Time, acquire bool) (d Decision, ok bool, wait <-chan struct{}, acquiring *lease) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	e := ls.entries[keys[0]]
 	if e != nil && !e.matches(keys, buckets) {
 		// another bucket set or a changed quota: the lease proves nothing
 		if e.acquiring != nil {
-			return Decision{}, false, e.acquiring, false
+			return Decision{}, false, e.acquiring, nil
 		}
 		delete(ls.entries, keys[0])
 		e = nil
 	}
 	if e != nil && e.base != nil && e.tokens >= cost && now.Before(e.expires) {
 		e.tokens -= cost
-		return e.decision(buckets, cost), true, nil, false
+		return e.decision(buckets, cost), true, nil, nil
 	}
 	if e != nil && e.acquiring != nil {
-		return Decision{}, false, e.acquiring, false
+		return Decision{}, false, e.acquiring, nil
 	}
 	if !acquire {
-		return Decision{}, false, nil, false
+		return Decision{}, false, nil, nil
 	}
 	if e == nil {
 		if len(ls.entries) >= ls.max {
-			clear(ls.entries) // bounded: unspent tokens are lost, never minted
+			// bounded: unspent tokens are lost, never minted. An
+			// acquisition in progress keeps its lease: release closes its
+			// channel through the pointer, so its waiters are released
+			clear(ls.entries)
 		}
 		e = &lease{keys: keys}
 		ls.entries[keys[0]] = e
 	}
 	e.acquiring = make(chan struct{})
-	return Decision{}, false, nil, true
+	return Decision{}, false, nil, e
 }
 
-// release ends an acquisition: with a granted decision d (charged size
-// tokens, of which cost were the caller's), the lease holds size-cost
-// tokens until expires; otherwise it is dropped.
-func (ls *leases) release(keys []string, d *Decision, unspent int64, expires time.Time) {
+// release ends the acquisition of e (from spend): its waiters are released
+// whatever happened to the map meanwhile (a Reset, an eviction). With a
+// granted decision d (charged size tokens, of which cost were the caller's),
+// the lease holds size-cost tokens until expires, if it is still the map's;
+// otherwise it is dropped.
+func (ls *leases) release(e *lease, d *Decision, unspent int64, expires time.Time) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	e := ls.entries[keys[0]]
-	if e == nil || e.acquiring == nil {
-		return // forgotten (Reset) or cleared meanwhile
+	if e.acquiring != nil {
+		close(e.acquiring)
+		e.acquiring = nil
 	}
-	close(e.acquiring)
-	e.acquiring = nil
+	current := ls.entries[e.keys[0]] == e
 	if d == nil {
-		delete(ls.entries, keys[0])
+		if current {
+			delete(ls.entries, e.keys[0])
+		}
 		return
 	}
-	e.base, e.tokens, e.expires = d.Buckets, unspent, expires
+	if current {
+		e.base, e.tokens, e.expires = d.Buckets, unspent, expires
+	}
 }
 
 func (e *lease) matches(keys []string, buckets []Bucket) bool {
@@ -144,6 +154,12 @@ func (l *Limiter) checkLeased(ctx context.Context, req Request, keys []string, b
 		return d, nil
 	}
 	if wait != nil {
+		// the whole check, waiting included, stays within the check
+		// timeout: a waiter whose deadline passes while the acquisition
+		// hangs is answered by the failure policy, not after a second
+		// timeout of its own
+		ctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
+		defer cancel()
 		select {
 		case <-wait:
 		case <-ctx.Done():
@@ -151,18 +167,22 @@ func (l *Limiter) checkLeased(ctx context.Context, req Request, keys []string, b
 		if d, ok, _, _ := l.leases.spend(keys, buckets, req.Cost, l.now(), false); ok {
 			return d, nil
 		}
+		if ctx.Err() != nil {
+			err := fmt.Errorf("%w: waiting for a lease: no answer within %v: %w", ErrStore, l.cfg.timeout, ctx.Err())
+			return l.degrade(req, keys, buckets, err), err
+		}
 		return l.plain(ctx, req, keys, buckets, sent)
 	}
-	if !acquiring {
+	if acquiring == nil {
 		return l.plain(ctx, req, keys, buckets, sent)
 	}
 	if d, ok := l.checkDenyCache(ctx, keys, buckets, req.Cost, sent); ok {
-		l.leases.release(keys, nil, 0, time.Time{})
+		l.leases.release(acquiring, nil, 0, time.Time{})
 		return d, nil
 	}
 	d, err := l.store(ctx, req, keys, buckets, size, sent)
 	if err != nil || d.Reason != ReasonOK {
-		l.leases.release(keys, nil, 0, time.Time{})
+		l.leases.release(acquiring, nil, 0, time.Time{})
 		if err != nil {
 			return d, err // degraded for req (store answers by req.Cost)
 		}
@@ -180,7 +200,7 @@ func (l *Limiter) checkLeased(ctx context.Context, req Request, keys []string, b
 	}
 	unspent := size - req.Cost
 	// the lease runs from when the check started: never longer than ttl
-	l.leases.release(keys, &d, unspent, sent.Add(lc.ttl))
+	l.leases.release(acquiring, &d, unspent, sent.Add(lc.ttl))
 	states := make([]BucketState, len(d.Buckets))
 	for i, s := range d.Buckets {
 		s.Tokens += float64(unspent)

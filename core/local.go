@@ -94,7 +94,7 @@ func (lb *localBuckets) takeShare(keys []string, buckets []Bucket, share float64
 	binding := 0
 	for i, s := range ld.Buckets {
 		states[i] = BucketState{Name: s.Name, Quota: buckets[i].Quota, Tokens: math.Min(float64(buckets[i].Quota.Capacity), s.Tokens/share)}
-		if s.Name == ld.Policy {
+		if s.Name == ld.Bucket {
 			binding = i
 		}
 	}

@@ -259,3 +259,47 @@ func TestLeaseDenialIsOneCall(t *testing.T) {
 		t.Fatalf("%d store calls, want 4", n)
 	}
 }
+
+// TestLeaseWaitersBoundedByTimeout: checks waiting for another check's
+// lease acquisition never outlive the check timeout, even without a
+// deadline of their own, while the store hangs (a paused redis-server).
+func TestLeaseWaitersBoundedByTimeout(t *testing.T) {
+	forEachVariant(t, func(t *testing.T) {
+		srv := redistest.NewServer(t)
+		const timeout = 500 * time.Millisecond
+		l, err := core.New(srv.Client(t), staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(100)}),
+			append(variantOpts(t), core.WithTimeout(timeout), core.WithLeases("default", 10, time.Second), core.WithCircuitBreaker(0, 0))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		if err := srv.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = srv.Resume() })
+		var wg sync.WaitGroup
+		var worst atomic.Int64
+		for range 16 {
+			wg.Go(func() {
+				start := time.Now()
+				d, err := l.Allow(context.Background(), core.Tenant{ID: "hot"}, "default", 1)
+				if err == nil || d.Reason != core.ReasonFailedOpen {
+					t.Errorf("paused store: %v %v", d.Reason, err)
+				}
+				el := int64(time.Since(start))
+				for {
+					w := worst.Load()
+					if el <= w || worst.CompareAndSwap(w, el) {
+						break
+					}
+				}
+			})
+		}
+		wg.Wait()
+		// a waiter used to wait for the acquisition (one timeout), then
+		// make its own call (a second one)
+		if w := time.Duration(worst.Load()); w > timeout+timeout/2 {
+			t.Fatalf("a check took %v with a %v timeout", w, timeout)
+		}
+	})
+}
