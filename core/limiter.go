@@ -94,6 +94,9 @@ func New(client redis.UniversalClient, r Resolver, opts ...Option) (*Limiter, er
 	if cfg.clock != nil {
 		l.now = cfg.clock
 	}
+	if tr, ok := r.(*TieredResolver); ok {
+		tr.boundWait(cfg.timeout) // a first override lookup waits no longer than a check
+	}
 	if cfg.breakerThreshold > 0 {
 		l.breaker = &breaker{threshold: int64(cfg.breakerThreshold), cooldown: cfg.breakerCooldown}
 	}

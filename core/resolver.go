@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -125,27 +126,42 @@ const DefaultOverrideCacheTTL = 45 * time.Second
 // TieredResolver resolves quotas as tier defaults plus per-tenant overrides.
 // Overrides are cached in process for a TTL (default 45 s), so the override
 // source is off the hot path and a changed override takes effect at the next
-// refresh, with no deploy. Concurrent misses for one tenant share one lookup
+// refresh, with no deploy.
+//
+// Stale-while-revalidate: once a tenant's entry is past its TTL, requests
+// keep getting it while one background lookup refreshes it; only a tenant's
+// first lookup waits, and never past the caller's deadline, the override
+// timeout, or (under a Limiter) the limiter's check timeout: a waiter
+// that gives up gets an error, so the limiter answers by its failure
+// policy. Concurrent first lookups for one tenant share one query
 // (singleflight). When the source fails, the last known overrides keep
-// serving (stale-on-error), or the tier defaults if none was ever loaded:
-// a failing database never becomes an outage. It is safe for concurrent use.
+// serving (stale-on-error), or the tier defaults if none was ever loaded,
+// and it is asked again after a short pause: a failing or hung database
+// never becomes an outage. Reading the cache takes no lock shared by
+// tenants. It is safe for concurrent use.
 type TieredResolver struct {
 	tiers     atomic.Pointer[Tiers]
 	overrides Overrides
 	ttl       time.Duration
 	retry     time.Duration
 	timeout   time.Duration
+	wait      atomic.Int64 // a Limiter's check timeout, bounding a first lookup's wait; 0: none
 	maxCache  int
 	now       func() time.Time
 	log       *slog.Logger
 
-	mu    sync.Mutex
-	cache map[string]*cacheEntry
-	group singleflight.Group
-	stats ResolverStats
+	cache   sync.Map // tenant ID -> *cacheEntry
+	size    atomic.Int64
+	evictMu sync.Mutex
+	group   singleflight.Group
+	stats   ResolverStats
 }
 
 // ResolverStats counts what a TieredResolver did, for tests and metrics.
+// Hits are answers from a fresh entry, Misses first lookups (or after
+// Invalidate) that waited, StaleServed answers from an expired entry (while
+// it is refreshed, or after the source failed), Loads and LoadErrors the
+// queries to the override source and their failures.
 type ResolverStats struct {
 	Hits, Misses, Loads, LoadErrors, StaleServed atomic.Int64
 }
@@ -154,6 +170,9 @@ type cacheEntry struct {
 	overrides map[string]Quota
 	expires   time.Time
 	loaded    bool // false: never loaded successfully (tier defaults served)
+	// refreshing is set by the one request that starts the background
+	// refresh of this (expired) entry
+	refreshing atomic.Bool
 }
 
 // ResolverOption configures a TieredResolver.
@@ -188,8 +207,10 @@ func WithOverrideCacheTTL(d time.Duration) ResolverOption {
 }
 
 // WithOverrideTimeout bounds one override lookup. d must be positive.
-// Default 2 s. The lookup is shared by every request waiting for the same
-// tenant (singleflight) and outlives a single caller's cancellation.
+// Default 2 s. The lookup runs in the background, shared by every request
+// for the same tenant (singleflight), and outlives a single caller's
+// cancellation; no request waits for it longer than its own deadline (and,
+// under a Limiter, the limiter's check timeout).
 func WithOverrideTimeout(d time.Duration) ResolverOption {
 	return resolverOptionFunc(func(r *TieredResolver) error {
 		if d <= 0 {
@@ -230,7 +251,7 @@ func NewResolver(tiers Tiers, opts ...ResolverOption) (*TieredResolver, error) {
 		return nil, err
 	}
 	r := &TieredResolver{ttl: DefaultOverrideCacheTTL, timeout: 2 * time.Second, maxCache: 100_000,
-		now: time.Now, log: slog.Default(), cache: map[string]*cacheEntry{}}
+		now: time.Now, log: slog.Default()}
 	for _, o := range opts {
 		if o != nil {
 			if err := o.applyResolver(r); err != nil {
@@ -263,9 +284,20 @@ func (r *TieredResolver) Stats() *ResolverStats { return &r.stats }
 
 // Invalidate drops tenantID's cached overrides, so the next request loads them.
 func (r *TieredResolver) Invalidate(tenantID string) {
-	r.mu.Lock()
-	delete(r.cache, tenantID)
-	r.mu.Unlock()
+	if _, ok := r.cache.LoadAndDelete(tenantID); ok {
+		r.size.Add(-1)
+	}
+}
+
+// boundWait makes a first lookup wait at most d (a Limiter's check
+// timeout; the smallest of several limiters sharing r).
+func (r *TieredResolver) boundWait(d time.Duration) {
+	for {
+		w := r.wait.Load()
+		if d <= 0 || (w > 0 && w <= int64(d)) || r.wait.CompareAndSwap(w, int64(d)) {
+			return
+		}
+	}
 }
 
 // Buckets implements [Resolver].
@@ -276,7 +308,10 @@ func (r *TieredResolver) Buckets(ctx context.Context, t Tenant, class string) ([
 		// lookup per new address would put the database in their hands
 		return bs, err
 	}
-	ov := r.lookup(ctx, t.ID)
+	ov, err := r.lookup(ctx, t.ID)
+	if err != nil {
+		return nil, err
+	}
 	for i := range bs {
 		if q, ok := ov[bs[i].Name]; ok && q.Validate() == nil {
 			bs[i].Quota = q
@@ -285,76 +320,118 @@ func (r *TieredResolver) Buckets(ctx context.Context, t Tenant, class string) ([
 	return bs, nil
 }
 
-func (r *TieredResolver) lookup(ctx context.Context, tenantID string) map[string]Quota {
+// errLookupWait is returned when a tenant's first override lookup did not
+// answer within the caller's deadline or the check timeout: the limiter
+// answers by its failure policy (it is not ErrResolve).
+var errLookupWait = errors.New("override lookup did not answer in time")
+
+func (r *TieredResolver) lookup(ctx context.Context, tenantID string) (map[string]Quota, error) {
 	now := r.now()
-	r.mu.Lock()
-	e := r.cache[tenantID]
-	r.mu.Unlock()
-	if e != nil && now.Before(e.expires) {
-		r.stats.Hits.Add(1)
-		return e.overrides
+	if v, ok := r.cache.Load(tenantID); ok {
+		e := v.(*cacheEntry)
+		if now.Before(e.expires) {
+			r.stats.Hits.Add(1)
+			return e.overrides, nil
+		}
+		// expired: serve it, and let one request start the refresh
+		r.stats.StaleServed.Add(1)
+		if e.refreshing.CompareAndSwap(false, true) {
+			go r.group.Do(tenantID, func() (any, error) { return r.load(ctx, tenantID), nil })
+		}
+		return e.overrides, nil
 	}
 	r.stats.Misses.Add(1)
-	v, _, _ := r.group.Do(tenantID, func() (any, error) {
-		// The lookup outlives one caller's cancellation: its result serves
-		// every waiter and the cache.
-		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
-		defer cancel()
-		r.stats.Loads.Add(1)
-		ov, err := r.overrides.Overrides(lctx, tenantID)
-		now := r.now()
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		old := r.cache[tenantID]
-		if err != nil {
-			r.stats.LoadErrors.Add(1)
-			ne := &cacheEntry{expires: now.Add(r.retry)}
-			if old != nil {
-				ne.overrides, ne.loaded = old.overrides, old.loaded
-			}
-			if ne.loaded {
-				r.stats.StaleServed.Add(1)
-			}
-			r.evict(now)
-			r.cache[tenantID] = ne
-			r.log.Warn("tollgate: override source failed; serving last known quotas",
-				"tenant", EscapeID(tenantID), "stale", ne.loaded, "err", err)
-			return ne.overrides, nil
-		}
-		for name, q := range ov {
-			if err := q.Validate(); err != nil {
-				r.log.Warn("tollgate: ignoring an invalid override; the tier default applies",
-					"tenant", EscapeID(tenantID), "bucket", EscapeID(name), "err", err)
-			}
-		}
-		if old != nil && old.loaded && !sameOverrides(old.overrides, ov) {
-			r.log.Info("tollgate: quota override changed", "tenant", EscapeID(tenantID),
-				"old", fmtOverrides(old.overrides), "new", fmtOverrides(ov))
-		}
-		r.evict(now)
-		r.cache[tenantID] = &cacheEntry{overrides: ov, expires: now.Add(r.ttl), loaded: true}
+	ch := r.group.DoChan(tenantID, func() (any, error) { return r.load(ctx, tenantID), nil })
+	wait := r.timeout
+	if w := time.Duration(r.wait.Load()); w > 0 && w < wait {
+		wait = w
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case res := <-ch:
+		ov, _ := res.Val.(map[string]Quota)
 		return ov, nil
-	})
-	ov, _ := v.(map[string]Quota)
+	case <-timer.C:
+		return nil, fmt.Errorf("%w: tenant %s: no answer within %v", errLookupWait, EscapeID(tenantID), wait)
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: tenant %s: %w", errLookupWait, EscapeID(tenantID), ctx.Err())
+	}
+}
+
+// load queries the override source for tenantID and caches the answer (or,
+// on failure, the last known overrides until the retry pause ends). It
+// returns the overrides to serve.
+func (r *TieredResolver) load(ctx context.Context, tenantID string) map[string]Quota {
+	// the lookup outlives its callers' cancellation: its result serves
+	// every waiter and the cache
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
+	defer cancel()
+	r.stats.Loads.Add(1)
+	ov, err := r.overrides.Overrides(lctx, tenantID)
+	now := r.now()
+	var old *cacheEntry
+	if v, ok := r.cache.Load(tenantID); ok {
+		old = v.(*cacheEntry)
+	}
+	if err != nil {
+		ne := &cacheEntry{expires: now.Add(r.retry)}
+		if old != nil {
+			ne.overrides, ne.loaded = old.overrides, old.loaded
+		}
+		r.store(tenantID, ne, now)
+		r.stats.LoadErrors.Add(1)
+		r.log.Warn("tollgate: override source failed; serving last known quotas",
+			"tenant", EscapeID(tenantID), "stale", ne.loaded, "err", err)
+		return ne.overrides
+	}
+	for name, q := range ov {
+		if err := q.Validate(); err != nil {
+			r.log.Warn("tollgate: ignoring an invalid override; the tier default applies",
+				"tenant", EscapeID(tenantID), "bucket", EscapeID(name), "err", err)
+		}
+	}
+	if old != nil && old.loaded && !sameOverrides(old.overrides, ov) {
+		r.log.Info("tollgate: quota override changed", "tenant", EscapeID(tenantID),
+			"old", fmtOverrides(old.overrides), "new", fmtOverrides(ov))
+	}
+	r.store(tenantID, &cacheEntry{overrides: ov, expires: now.Add(r.ttl), loaded: true}, now)
 	return ov
 }
 
-// evict makes room for one entry. Callers hold mu.
+// store caches e for tenantID, making room first when the cache is full.
+func (r *TieredResolver) store(tenantID string, e *cacheEntry, now time.Time) {
+	if _, loaded := r.cache.Swap(tenantID, e); !loaded {
+		if r.size.Add(1) > int64(r.maxCache) {
+			r.evict(now)
+		}
+	}
+}
+
+// evict brings the cache back under its bound: expired entries first, then
+// arbitrary ones (they are reloaded on their next use), down to 3/4.
 func (r *TieredResolver) evict(now time.Time) {
-	if len(r.cache) < r.maxCache {
-		return
+	if !r.evictMu.TryLock() {
+		return // another request is evicting
 	}
-	for k, e := range r.cache {
-		if !now.Before(e.expires) {
-			delete(r.cache, k)
+	defer r.evictMu.Unlock()
+	r.cache.Range(func(k, v any) bool {
+		if !now.Before(v.(*cacheEntry).expires) {
+			if _, ok := r.cache.LoadAndDelete(k); ok {
+				r.size.Add(-1)
+			}
 		}
-	}
-	for k := range r.cache { // map order is random enough
-		if len(r.cache) < r.maxCache*3/4 {
-			break
+		return true
+	})
+	r.cache.Range(func(k, _ any) bool { // map order is random enough
+		if r.size.Load() < int64(r.maxCache)*3/4 {
+			return false
 		}
-		delete(r.cache, k)
-	}
+		if _, ok := r.cache.LoadAndDelete(k); ok {
+			r.size.Add(-1)
+		}
+		return true
+	})
 }
 
 func sameOverrides(a, b map[string]Quota) bool {

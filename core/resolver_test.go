@@ -26,7 +26,10 @@ type overrideSource struct {
 
 func (o *overrideSource) Overrides(ctx context.Context, tenantID string) (map[string]core.Quota, error) {
 	o.calls.Add(1)
-	time.Sleep(o.delay)
+	o.mu.Lock()
+	delay := o.delay
+	o.mu.Unlock()
+	time.Sleep(delay)
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.fail {
@@ -99,16 +102,20 @@ func TestResolverTiersAndOverrides(t *testing.T) {
 		t.Fatalf("override applied before the TTL: %v", q)
 	}
 	advance(2 * time.Second)
-	if q := quota(t42); q.Capacity != 500 {
-		t.Fatalf("override not applied after the TTL: %v", q)
-	}
+	// past the TTL the cached quota serves while it is refreshed in the
+	// background, then the override applies
+	eventually(t, r, t42, 500)
 	// the source fails: the last known override keeps serving
 	src.set("t42", "default", core.Quota{}, true)
 	advance(31 * time.Second)
 	if q := quota(t42); q.Capacity != 500 {
 		t.Fatalf("stale-on-error: %v", q)
 	}
-	if r.Stats().StaleServed.Load() == 0 || r.Stats().LoadErrors.Load() == 0 {
+	waitStat(t, &r.Stats().LoadErrors, 1)
+	if q := quota(t42); q.Capacity != 500 {
+		t.Fatalf("stale-on-error after the failed refresh: %v", q)
+	}
+	if r.Stats().StaleServed.Load() == 0 {
 		t.Fatalf("stats: stale %d, errors %d", r.Stats().StaleServed.Load(), r.Stats().LoadErrors.Load())
 	}
 	// a failing source is retried after a short pause, not on every request
@@ -125,15 +132,89 @@ func TestResolverTiersAndOverrides(t *testing.T) {
 	// the source recovers, the override is deleted: back to the tier
 	src.set("t42", "", core.Quota{}, false)
 	advance(31 * time.Second)
-	if q := quota(t42); q.Capacity != 20 {
-		t.Fatalf("deleted override: %v", q)
-	}
+	eventually(t, r, t42, 20)
 	// an invalid override is ignored, never enforced
 	src.set("t42", "default", core.Quota{Capacity: -1, RefillPerSecond: 1}, false)
 	r.Invalidate("t42")
 	if q := quota(t42); q.Capacity != 20 {
 		t.Fatalf("invalid override used: %v", q)
 	}
+}
+
+// eventually polls r until tn's default quota has capacity want (an
+// expired entry is refreshed in the background).
+func eventually(t *testing.T, r *core.TieredResolver, tn core.Tenant, want int64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		bs, err := r.Buckets(context.Background(), tn, "default")
+		if err == nil && bs[0].Quota.Capacity == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("capacity %v (%v), want %d", bs, err, want)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// waitStat polls a resolver counter until it reaches n.
+func waitStat(t *testing.T, c *atomic.Int64, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for c.Load() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("counter %d, want %d", c.Load(), n)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// TestResolverStaleWhileRevalidate: once cached, a tenant's quota never
+// waits for the override source again: an expired entry is served at once
+// while a single background lookup refreshes it, however slow the source.
+// A first lookup waits no longer than the caller's deadline, then fails.
+func TestResolverStaleWhileRevalidate(t *testing.T) {
+	src := &overrideSource{}
+	src.set("t1", "default", core.Quota{Capacity: 500, RefillPerSecond: 5}, false)
+	var now atomic.Int64
+	clock := func() time.Time { return time.Unix(0, now.Load()) }
+	r, err := core.NewResolver(testTiers, core.WithOverrides(src), core.WithOverrideCacheTTL(time.Second), core.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t1 := core.Tenant{ID: "t1"}
+	eventually(t, r, t1, 500)
+	src.mu.Lock()
+	src.delay = 1500 * time.Millisecond // the database hangs
+	src.mu.Unlock()
+	now.Add(int64(2 * time.Second))
+	start := time.Now()
+	for range 50 {
+		bs, err := r.Buckets(context.Background(), t1, "default")
+		if err != nil || bs[0].Quota.Capacity != 500 {
+			t.Fatalf("%v %v", bs, err)
+		}
+	}
+	if took := time.Since(start); took > 500*time.Millisecond {
+		t.Fatalf("50 checks of a cached tenant took %v while the source hung", took)
+	}
+	waitStat(t, &r.Stats().Loads, 2)
+	time.Sleep(50 * time.Millisecond)
+	if n := src.calls.Load(); n != 2 {
+		t.Fatalf("%d lookups, want 2 (the first and one refresh)", n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start = time.Now()
+	if _, err := r.Buckets(ctx, core.Tenant{ID: "new"}, "default"); err == nil || errors.Is(err, core.ErrResolve) {
+		t.Fatalf("first lookup past the deadline: %v", err)
+	}
+	if took := time.Since(start); took > 700*time.Millisecond {
+		t.Fatalf("first lookup waited %v past a 100ms deadline", took)
+	}
+	waitStat(t, &r.Stats().Loads, 3)
+	time.Sleep(1600 * time.Millisecond) // let the slow lookups end (goleak)
 }
 
 func TestResolverSingleflight(t *testing.T) {
@@ -190,9 +271,9 @@ func TestResolverSetTiers(t *testing.T) {
 func TestResolverLogsAndBounds(t *testing.T) {
 	var logs syncBuffer
 	src := &overrideSource{}
-	now := time.Unix(0, 0)
+	var now atomic.Int64
 	r, err := core.NewResolver(testTiers, core.WithOverrides(src), core.WithOverrideCacheTTL(time.Second), core.WithOverrideCacheSize(10),
-		core.WithClock(func() time.Time { return now }),
+		core.WithClock(func() time.Time { return time.Unix(0, now.Load()) }),
 		core.WithResolverLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	if err != nil {
 		t.Fatal(err)
@@ -201,8 +282,8 @@ func TestResolverLogsAndBounds(t *testing.T) {
 	src.set("t{1}", "default", core.Quota{Capacity: 50, RefillPerSecond: 5}, false)
 	_, _ = r.Buckets(ctx, core.Tenant{ID: "t{1}"}, "default")
 	src.set("t{1}", "default", core.Quota{Capacity: 70, RefillPerSecond: 5}, false)
-	now = now.Add(2 * time.Second)
-	_, _ = r.Buckets(ctx, core.Tenant{ID: "t{1}"}, "default")
+	now.Add(int64(2 * time.Second))
+	eventually(t, r, core.Tenant{ID: "t{1}"}, 70)
 	out := logs.String()
 	if !strings.Contains(out, "quota override changed") || !strings.Contains(out, "t%7B1%7D") || strings.Contains(out, "t{1}") {
 		t.Fatalf("quota change not logged, or the tenant not escaped:\n%s", out)

@@ -232,6 +232,28 @@ var testTiers = core.Tiers{Default: "free", Tiers: map[string]core.Tier{
 	},
 }}
 
+// settle waits until tenant t1's cache entry is fresh: past its TTL the
+// resolver serves the stale entry and refreshes it in the background, so
+// this asks (starting the refresh) until an answer comes from a fresh entry.
+func settle(t *testing.T, r *core.TieredResolver) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		hits := r.Stats().Hits.Load()
+		if _, err := r.Buckets(t.Context(), core.Tenant{ID: "t1"}, "default"); err != nil {
+			t.Fatal(err)
+		}
+		if r.Stats().Hits.Load() > hits {
+			return
+		}
+		if time.Now().After(deadline) {
+			st := r.Stats()
+			t.Fatalf("the cache entry was not refreshed: hits %d misses %d loads %d errors %d stale %d", st.Hits.Load(), st.Misses.Load(), st.Loads.Load(), st.LoadErrors.Load(), st.StaleServed.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func capacities(t *testing.T, r core.Resolver, class string) (classCap, ceilingCap int64) {
 	t.Helper()
 	bs, err := r.Buckets(t.Context(), core.Tenant{ID: "t1"}, class)
@@ -286,6 +308,7 @@ func TestOverrideAppliesAfterCacheTTL(t *testing.T) {
 				st.before()
 			}
 			clock.Advance(st.advance)
+			settle(t, r)
 			c, ceil := capacities(t, r, "default")
 			if c != st.wantClass || ceil != st.wantCei {
 				t.Errorf("%s: capacities %d/%d, want %d/%d", st.name, c, ceil, st.wantClass, st.wantCei)
@@ -320,13 +343,14 @@ func TestDatabaseDownServesLastKnown(t *testing.T) {
 		}
 		for i := range 3 {
 			clock.Advance(10 * time.Second)
+			settle(t, r) // serves the stale entry, then the failed refresh's
 			if c, _ := capacities(t, r, "default"); c != 321 {
 				t.Fatalf("refresh %d with the database down: capacity %d, want the last known 321", i, c)
 			}
 		}
 		st := r.Stats()
-		if st.LoadErrors.Load() != 3 || st.StaleServed.Load() != 3 {
-			t.Errorf("LoadErrors %d, StaleServed %d; want 3, 3", st.LoadErrors.Load(), st.StaleServed.Load())
+		if st.LoadErrors.Load() != 3 || st.StaleServed.Load() < 3 {
+			t.Errorf("LoadErrors %d, StaleServed %d; want 3, at least 3", st.LoadErrors.Load(), st.StaleServed.Load())
 		}
 		out := logs.String()
 		if !strings.Contains(out, "serving last known quotas") || !strings.Contains(out, "stale=true") || !strings.Contains(out, "closed") {
@@ -487,6 +511,7 @@ func TestLimiterQuotaChangeOnRedis(t *testing.T) {
 				st.change()
 			}
 			clock.Advance(st.advance)
+			settle(t, r)
 			dec, err := lim.Check(ctx, core.Request{Tenant: tenant, Class: "default", Cost: st.cost})
 			if err != nil {
 				t.Fatalf("%s: %v", st.name, err)
