@@ -163,7 +163,7 @@ func simulate(ctx context.Context, e *env, _ []string) error {
 		// The throwaway keys go even if the run was interrupted.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.timeout)
 		defer cancel()
-		_ = lim.Reset(cctx, t)
+		_, _ = lim.Reset(cctx, t)
 	}()
 	rows := make([]simRow, 0, o.count)
 	admitted := 0

@@ -167,8 +167,8 @@ func TestStorageAndTTL(t *testing.T) {
 		if ttl <= 5*time.Second || ttl > 6*time.Second {
 			t.Fatalf("PTTL = %v, want in (5s, 6s]", ttl)
 		}
-		if err := l.Reset(context.Background(), core.Tenant{ID: "t42"}); err != nil {
-			t.Fatal(err)
+		if n, err := l.Reset(context.Background(), core.Tenant{ID: "t42"}); err != nil || n != 1 {
+			t.Fatalf("Reset = %d, %v; want 1 key deleted", n, err)
 		}
 		if _, found := stored(t, c, key); found {
 			t.Fatal("Reset left the bucket")
@@ -489,5 +489,83 @@ func TestInvalidInput(t *testing.T) {
 	}), core.WithFailurePolicy(core.FailClosed))
 	if d, err := broken.Allow(ctx, core.Tenant{ID: "t"}, "default", 1); !errors.Is(err, core.ErrStore) || d.Reason != core.ReasonFailedClosed {
 		t.Fatalf("resolver backend failure: %+v, %v", d, err)
+	}
+}
+
+// cmdCalls is how many times each master of cc ran command (INFO
+// commandstats), by address.
+func cmdCalls(t *testing.T, cc *redis.ClusterClient, command string) map[string]int64 {
+	t.Helper()
+	var mu sync.Mutex
+	out := map[string]int64{}
+	err := cc.ForEachMaster(context.Background(), func(ctx context.Context, c *redis.Client) error {
+		s, err := c.Info(ctx, "commandstats").Result()
+		if err != nil {
+			return err
+		}
+		var n int64
+		for _, line := range strings.Split(s, "\n") {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+command+":calls="); ok {
+				calls, _, _ := strings.Cut(rest, ",")
+				n, _ = strconv.ParseInt(calls, 10, 64)
+			}
+		}
+		mu.Lock()
+		out[c.Options().Addr] = n
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestResetClusterOnlyTheTenantsMaster: a whole-tenant Reset on a Cluster
+// scans only the master that holds the tenant's slot (all of a tenant's
+// keys share it) and deletes every bucket of the tenant, none of another.
+func TestResetClusterOnlyTheTenantsMaster(t *testing.T) {
+	cluster := redistest.NewCluster(t, 3, 0)
+	cc := cluster.Client(t)
+	classes := core.ResolverFunc(func(_ context.Context, _ core.Tenant, class string) ([]core.Bucket, error) {
+		return []core.Bucket{{Name: class, Quota: core.PerSecond(10)}}, nil
+	})
+	l := newLimiter(t, cc, classes)
+	ctx := context.Background()
+	for _, tenant := range []string{"t{1}", "other"} {
+		for _, class := range []string{"a", "b", "c"} {
+			if _, err := l.Allow(ctx, core.Tenant{ID: tenant}, class, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	key, _ := l.Keys().Bucket("t{1}", "a")
+	owner, err := cc.MasterForKey(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := cmdCalls(t, cc, "scan")
+	if n, err := l.Reset(ctx, core.Tenant{ID: "t{1}"}); err != nil || n != 3 {
+		t.Fatalf("Reset = %d, %v; want 3 keys deleted", n, err)
+	}
+	after := cmdCalls(t, cc, "scan")
+	for addr, n := range after {
+		if addr == owner.Options().Addr {
+			if n == before[addr] {
+				t.Errorf("the tenant's master %s was not scanned", addr)
+			}
+		} else if n != before[addr] {
+			t.Errorf("master %s, which holds none of the tenant's keys, was scanned %d times", addr, n-before[addr])
+		}
+	}
+	for _, class := range []string{"a", "b", "c"} {
+		k, _ := l.Keys().Bucket("t{1}", class)
+		if n, _ := cc.Exists(ctx, k).Result(); n != 0 {
+			t.Errorf("%s survived the reset", k)
+		}
+		k, _ = l.Keys().Bucket("other", class)
+		if n, _ := cc.Exists(ctx, k).Result(); n != 1 {
+			t.Errorf("another tenant's %s was deleted", k)
+		}
 	}
 }
