@@ -12,6 +12,7 @@ require (
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/tollgate-go/tollgate/core v0.0.0
 	github.com/tollgate-go/tollgate/sqlquota v0.0.0
+	golang.org/x/term v0.47.0
 	modernc.org/sqlite v1.62.0
 )
 

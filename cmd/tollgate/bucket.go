@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tollgate-go/tollgate/core"
+	"golang.org/x/term"
 )
 
 func init() {
@@ -43,17 +46,26 @@ Example:
 		args:    "<tenant> [class...]",
 		summary: "delete a tenant's buckets (all, or the named ones): they start full",
 		details: `
-Deletes the bucket keys, so the next request finds a full bucket. With class
-names (or "tenant" for the ceiling) only those; with none, every bucket of the
-tenant under the key prefix (--prefix, else the --config file's key_prefix,
-else rl).
+Deletes the bucket keys, so the next request finds a full bucket, and says
+how many keys it deleted (0: they were already full). With class names (or
+"tenant" for the ceiling) only those; with none, every bucket of the tenant
+under the key prefix (--prefix, else the --config file's key_prefix, else
+rl). Resetting every bucket asks for confirmation on a terminal; without a
+terminal (a script, CI) it refuses unless --yes is given.
+
+On a Redis Cluster give a Cluster URL, redis+cluster://host:port (any node;
+more with ?addr=host2:port2): a plain redis:// URL reaches one node only.
 
 Example:
-  tollgate bucket reset t42
-  tollgate bucket reset t42 export tenant`,
+  tollgate bucket reset t42 export tenant
+  tollgate bucket reset --yes t42
+  tollgate bucket reset --redis-url redis+cluster://10.0.0.5:6379 --yes t42`,
 		min: 1, max: -1,
 		common: fRedis | fPrefix | fTimeout | fConfig,
-		run:    bucketReset,
+		flags: func(fs *flag.FlagSet, o *options) {
+			fs.BoolVar(&o.yes, "yes", false, "reset every bucket of the tenant without asking")
+		},
+		run: bucketReset,
 	})
 }
 
@@ -235,9 +247,15 @@ func bucketReset(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if len(buckets) == 0 && !e.opts.yes {
+		if err := e.confirm(fmt.Sprintf("Delete every bucket of tenant %s under prefix %s?", core.EscapeID(tenant), prefix)); err != nil {
+			return err
+		}
+	}
 	rctx, cancel := context.WithTimeout(ctx, e.opts.timeout)
 	defer cancel()
-	if err := lim.Reset(rctx, core.Tenant{ID: tenant}, buckets...); err != nil {
+	n, err := lim.Reset(rctx, core.Tenant{ID: tenant}, buckets...)
+	if err != nil {
 		return err
 	}
 	if e.opts.json {
@@ -246,14 +264,32 @@ func bucketReset(ctx context.Context, e *env, args []string) error {
 			All     bool     `json:"all"`
 			Buckets []string `json:"buckets"`
 			Prefix  string   `json:"prefix"`
-		}{tenant, len(buckets) == 0, buckets, prefix})
+			Deleted int64    `json:"deleted"`
+		}{tenant, len(buckets) == 0, buckets, prefix, n})
 	}
 	what := "every bucket"
 	if len(buckets) > 0 {
 		what = strings.Join(buckets, ", ")
 	}
-	fmt.Fprintf(e.stdout, "reset tenant %s (prefix %s): %s\n", core.EscapeID(tenant), prefix, what)
+	fmt.Fprintf(e.stdout, "reset tenant %s (prefix %s): %s: %d key(s) deleted\n", core.EscapeID(tenant), prefix, what, n)
 	return nil
+}
+
+// confirm asks question on the terminal and returns nil on "y" or "yes".
+// Without a terminal on stdin it refuses: a destructive command in a
+// script must say --yes.
+func (e *env) confirm(question string) error {
+	f, ok := e.stdin.(*os.File)
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		return usagef("%s needs confirmation, and stdin is not a terminal: pass --yes to reset every bucket of the tenant", strings.ToLower(question[:1])+strings.TrimSuffix(question[1:], "?"))
+	}
+	fmt.Fprintf(e.stderr, "%s [y/N] ", question)
+	answer, _ := bufio.NewReader(f).ReadString('\n')
+	switch strings.ToLower(strings.TrimSpace(answer)) {
+	case "y", "yes":
+		return nil
+	}
+	return errors.New("not confirmed: nothing deleted")
 }
 
 func tierNames(ts core.Tiers) []string { return sortedKeys(ts.Tiers) }

@@ -15,23 +15,37 @@ import (
 	_ "modernc.org/sqlite" // database/sql driver "sqlite"
 )
 
-// openRedis connects to --redis-url and checks that it answers.
-func (e *env) openRedis(ctx context.Context) (*redis.Client, error) {
+// openRedis connects to --redis-url and checks that it answers. A
+// redis+cluster:// (or rediss+cluster://) URL opens a Cluster client:
+// redis+cluster://[user:pass@]host:port[?addr=host2:port2&addr=...], any
+// one node being enough to find the others.
+func (e *env) openRedis(ctx context.Context) (redis.UniversalClient, error) {
 	u := e.opts.redisURL
 	if u == "" {
 		return nil, usagef("no Redis: set --redis-url or REDIS_URL")
 	}
-	opt, err := redis.ParseURL(u)
-	if err != nil {
-		return nil, usagef("bad --redis-url: %v", err)
+	var c redis.UniversalClient
+	var addr string
+	if scheme, rest, ok := strings.Cut(u, "+cluster://"); ok && (scheme == "redis" || scheme == "rediss") {
+		opt, err := redis.ParseClusterURL(scheme + "://" + rest)
+		if err != nil {
+			return nil, usagef("bad --redis-url: %v (want redis+cluster://host:port[?addr=host2:port2...])", err)
+		}
+		opt.MaxRetries = -1 // an operator's command fails fast and says why
+		c, addr = redis.NewClusterClient(opt), "the Cluster at "+strings.Join(opt.Addrs, ", ")
+	} else {
+		opt, err := redis.ParseURL(u)
+		if err != nil {
+			return nil, usagef("bad --redis-url: %v", err)
+		}
+		opt.MaxRetries = -1
+		c, addr = redis.NewClient(opt), opt.Addr
 	}
-	opt.MaxRetries = -1 // an operator's command fails fast and says why
-	c := redis.NewClient(opt)
 	pctx, cancel := context.WithTimeout(ctx, e.opts.timeout)
 	defer cancel()
 	if err := c.Ping(pctx).Err(); err != nil {
 		_ = c.Close()
-		return nil, fmt.Errorf("cannot reach Redis at %s: %w", opt.Addr, err)
+		return nil, fmt.Errorf("cannot reach Redis at %s: %w", addr, err)
 	}
 	return c, nil
 }

@@ -25,7 +25,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr, os.Getenv)
 	stop()
 	os.Exit(code)
 }
@@ -46,6 +46,7 @@ func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(fo
 
 // env is what a command runs with.
 type env struct {
+	stdin          io.Reader
 	stdout, stderr io.Writer
 	getenv         func(string) string
 	opts           *options
@@ -66,7 +67,7 @@ type options struct {
 	expires                         string
 	expiresIn                       time.Duration
 	by, reason                      string
-	all                             bool
+	all, yes                        bool
 	limit                           int
 }
 
@@ -108,7 +109,7 @@ func lookup(words []string) (*command, int) {
 }
 
 // run executes one command line and returns the exit code.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
 	o := &options{}
 	global := flag.NewFlagSet("tollgate", flag.ContinueOnError)
 	global.SetOutput(io.Discard)
@@ -172,7 +173,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		err = usagef("want arguments %s, got %d argument(s)", c.args, len(pos))
 	}
 	if err == nil {
-		err = c.run(ctx, &env{stdout: stdout, stderr: stderr, getenv: getenv, opts: o}, pos)
+		err = c.run(ctx, &env{stdin: stdin, stdout: stdout, stderr: stderr, getenv: getenv, opts: o}, pos)
 	}
 	var ue usageError
 	switch {
@@ -227,7 +228,7 @@ func registerCommon(fs *flag.FlagSet, o *options, groups int, getenv func(string
 		if def == "" {
 			def = getenv("REDIS_URL")
 		}
-		fs.StringVar(&o.redisURL, "redis-url", def, "Redis URL, redis://[user:pass@]host:port/db (default $REDIS_URL)")
+		fs.StringVar(&o.redisURL, "redis-url", def, "Redis URL, redis://[user:pass@]host:port/db, or a Cluster's,\nredis+cluster://[user:pass@]host:port[?addr=host2:port2...] (default $REDIS_URL)")
 	}
 	if groups&fDatabase != 0 {
 		def := o.databaseURL

@@ -351,7 +351,7 @@ func TestBucketGetIsReadOnlyAndReset(t *testing.T) {
 	if _, err := lim.Allow(ctx, core.Tenant{ID: "t42"}, "export", 1); err != nil {
 		t.Fatal(err)
 	}
-	tollgate(t, env, "bucket", "reset", "--prefix", prefix, "t42", "default").check(t, 0, "reset tenant t42", "")
+	tollgate(t, env, "bucket", "reset", "--prefix", prefix, "t42", "default").check(t, 0, "reset tenant t42 (prefix "+prefix+"): default: 1 key(s) deleted", "")
 	if n, _ := client.Exists(ctx, key, exportKey).Result(); n != 1 {
 		t.Errorf("after reset of default: %d of 2 keys exist, want export only", n)
 	}
@@ -359,7 +359,13 @@ func TestBucketGetIsReadOnlyAndReset(t *testing.T) {
 	if _, err := lim.Allow(ctx, core.Tenant{ID: "t43"}, "default", 1); err != nil {
 		t.Fatal(err)
 	}
-	tollgate(t, env, "--json", "bucket", "reset", "--prefix", prefix, "t42").check(t, 0, `"all": true`, "")
+	// every bucket of a tenant: not without confirmation, and there is no
+	// terminal here
+	tollgate(t, env, "bucket", "reset", "--prefix", prefix, "t42").check(t, 2, "", "stdin is not a terminal: pass --yes")
+	if n, _ := client.Exists(ctx, exportKey).Result(); n != 1 {
+		t.Fatal("an unconfirmed reset deleted the bucket")
+	}
+	tollgate(t, env, "--json", "bucket", "reset", "--yes", "--prefix", prefix, "t42").check(t, 0, `"deleted": 2`, "") // export and the ceiling
 	if n, _ := client.Exists(ctx, key, exportKey).Result(); n != 0 {
 		t.Errorf("after reset of all: %d keys left", n)
 	}
