@@ -1,0 +1,101 @@
+package faults_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tollgate-go/tollgate/conformance/redistest"
+	"github.com/tollgate-go/tollgate/core"
+)
+
+// TestLeaseMapOverflow: with leases on, a stream of new tenants fills the
+// lease map past its bound (100,000 bucket sets) twice, emptying it
+// while a hot tenant's checks are taking leases and others wait for them. No
+// check outlives the check timeout (waiters used to stay blocked until
+// their own context ended: forever without a deadline), and no hot tenant
+// is admitted more than the token-bucket bound.
+func TestLeaseMapOverflow(t *testing.T) {
+	if testing.Short() {
+		t.Skip("drives 210,000 new tenants")
+	}
+	srv := redistest.NewServer(t)
+	lim := newLimiter(t, srv.Client(t), core.FailClosed, core.WithLeases("default", 5, time.Second), core.WithBatching(true),
+		core.WithDenyCache(false)) // every lease acquisition is a store call, in flight when the map is emptied
+	const hot, newTenants = 1, 210_000
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var (
+		mu       sync.Mutex
+		worst    time.Duration
+		slow     []string
+		admitted = map[string]int{}
+		reasons  = map[core.Reason]int{}
+		stop     = make(chan struct{})
+		wg       sync.WaitGroup
+	)
+	for w := range 8 { // the hot tenant: one check takes a lease, the others wait for it
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				tenant := "hot" + strconv.Itoa((w+i)%hot)
+				cctx, ccancel := context.WithTimeout(ctx, 5*time.Second) // a hang shows as 5 s, not forever
+				start := time.Now()
+				d, _ := lim.Allow(cctx, core.Tenant{ID: tenant}, "default", 1)
+				took := time.Since(start)
+				ccancel()
+				mu.Lock()
+				worst = max(worst, took)
+				if took > 150*time.Millisecond {
+					slow = append(slow, d.Reason.String()+"/"+took.Round(time.Millisecond).String())
+				}
+				reasons[d.Reason]++
+				if d.Allowed {
+					admitted[tenant]++
+				}
+				mu.Unlock()
+				time.Sleep(time.Millisecond) // a steady, bounded load
+			}
+		})
+	}
+	began := time.Now()
+	var next atomic.Int64
+	var fill sync.WaitGroup
+	for range 4 { // the flood of new tenants
+		fill.Go(func() {
+			for {
+				n := next.Add(1)
+				if n > newTenants || ctx.Err() != nil {
+					return
+				}
+				_, _ = lim.Allow(ctx, core.Tenant{ID: "new" + strconv.FormatInt(n, 10)}, "default", 1)
+			}
+		})
+	}
+	fill.Wait()
+	close(stop)
+	wg.Wait()
+	elapsed := time.Since(began)
+	if ctx.Err() != nil {
+		t.Fatalf("the flood did not finish in time")
+	}
+	t.Logf("%d new tenants in %v; hot tenants' worst check %v; %v; over 150ms: %v", newTenants, elapsed, worst, reasons, slow)
+	if worst > latencyBound {
+		t.Fatalf("a check took %v while the lease map overflowed (timeout 100ms)", worst)
+	}
+	bound := float64(slowQuota.Capacity) + slowQuota.RefillPerSecond*elapsed.Seconds()
+	for tenant, n := range admitted {
+		if float64(n) > bound {
+			t.Errorf("tenant %s admitted %d in %v, bound %.1f", tenant, n, elapsed, bound)
+		}
+	}
+	record(row{"lease map overflowing under load (210,000 new tenants, a hot tenant leasing)", core.FailClosed,
+		"evictions never strand a lease's waiters: no check outlives the timeout; accounting holds", worst})
+}
