@@ -71,8 +71,17 @@ func TestComposeFile(t *testing.T) {
 		if len(s.DependsOn) != 2 {
 			t.Errorf("%s: depends_on %v", name, s.DependsOn)
 		}
+		if env["TOLLGATE_DEMO"] != "${TOLLGATE_DEMO:-}" {
+			t.Errorf("%s: TOLLGATE_DEMO %q, want it passed through (never set for the user)", name, env["TOLLGATE_DEMO"])
+		}
 		for _, p := range s.Ports {
-			host, _, _ := strings.Cut(p, ":")
+			// published on the loopback interface only: the services run
+			// with a public development secret
+			ip, rest, _ := strings.Cut(p, ":")
+			host, _, _ := strings.Cut(rest, ":")
+			if ip != "127.0.0.1" {
+				t.Errorf("%s: port %q is published on every interface, want 127.0.0.1:<port>:<port>", name, p)
+			}
 			if ports[host] {
 				t.Errorf("%s: host port %s used twice", name, host)
 			}

@@ -133,7 +133,7 @@ func (p *process) exited() bool {
 
 // ownEnv are the variables the tests set for a service; whatever the
 // caller's environment holds for them is dropped.
-var ownEnv = []string{"ADDR", "REDIS_URL", "DATABASE_URL", "TOLLGATE_CONFIG", "TOLLGATE_JWT_SECRET", "METRICS_ADDR"}
+var ownEnv = []string{"ADDR", "REDIS_URL", "DATABASE_URL", "TOLLGATE_CONFIG", "TOLLGATE_JWT_SECRET", "TOLLGATE_DEMO", "METRICS_ADDR"}
 
 func environ(extra ...string) []string {
 	var env []string

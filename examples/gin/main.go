@@ -2,7 +2,7 @@
 // middleware. The nethttp, echo, fiber and grpc examples serve the same
 // API, so they can be compared.
 //
-//	cd examples && go run ./gin
+//	cd examples && TOLLGATE_DEMO=1 go run ./gin
 //	curl -H "Authorization: Bearer $(go run ./cmd/mint -tenant t42)" localhost:8080/v1/profile
 //
 // See ../README.md for the environment it reads.

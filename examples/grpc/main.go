@@ -4,7 +4,7 @@
 // export, cost 5), with server reflection and the standard health service.
 // The bearer token travels in the "authorization" metadata.
 //
-//	cd examples && go run ./grpc
+//	cd examples && TOLLGATE_DEMO=1 go run ./grpc
 //	grpcurl -plaintext -H "authorization: Bearer $(go run ./cmd/mint -tenant t42)" \
 //	    127.0.0.1:8080 tollgate.demo.v1.Demo/GetProfile
 //

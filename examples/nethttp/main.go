@@ -2,7 +2,7 @@
 // with tollgate's httplimit middleware. The gin, echo, fiber and grpc
 // examples serve the same API, so they can be compared.
 //
-//	cd examples && go run ./nethttp
+//	cd examples && TOLLGATE_DEMO=1 go run ./nethttp
 //	curl -H "Authorization: Bearer $(go run ./cmd/mint -tenant t42)" localhost:8080/v1/profile
 //
 // See ../README.md for the environment it reads.

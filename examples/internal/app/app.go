@@ -11,6 +11,7 @@ package app
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -48,9 +49,12 @@ type Config struct {
 	// examples.DefaultConfig, built in). Its tiers are reloaded on change
 	// and on SIGHUP.
 	ConfigPath string
-	// JWTSecret verifies HS256 tokens (TOLLGATE_JWT_SECRET; empty:
-	// DevSecret, with a warning).
+	// JWTSecret verifies HS256 tokens (TOLLGATE_JWT_SECRET). Empty or
+	// DevSecret (which is public) only with Demo set.
 	JWTSecret string
+	// Demo allows the development secret (TOLLGATE_DEMO=1): anyone can
+	// mint tokens for the service, so it is for a local demo only.
+	Demo bool
 	// KeyPrefix, when set, replaces the Redis key prefix (tests use a
 	// random one). Not read from the environment.
 	KeyPrefix string
@@ -70,6 +74,7 @@ func FromEnv(getenv func(string) string) Config {
 		DatabaseURL: getenv("DATABASE_URL"),
 		ConfigPath:  getenv("TOLLGATE_CONFIG"),
 		JWTSecret:   getenv("TOLLGATE_JWT_SECRET"),
+		Demo:        getenv("TOLLGATE_DEMO") == "1",
 	}
 	if c.Addr == "" {
 		c.Addr = DefaultAddr
@@ -118,9 +123,13 @@ func Open(ctx context.Context, c Config) (a *App, err error) {
 	}()
 
 	secret := c.JWTSecret
-	if secret == "" {
+	if secret == "" || secret == DevSecret {
+		if !c.Demo {
+			return a, errors.New("TOLLGATE_JWT_SECRET is not set, or is the examples' public development secret: " +
+				"set your own, or TOLLGATE_DEMO=1 to run as a local demo that anyone can mint tokens for")
+		}
 		secret = DevSecret
-		a.Log.Warn("TOLLGATE_JWT_SECRET is not set: using the development secret; anyone can mint tokens for this service")
+		a.Log.Warn("demo mode (TOLLGATE_DEMO=1): using the development secret; anyone can mint tokens for this service")
 	}
 
 	var client redis.UniversalClient

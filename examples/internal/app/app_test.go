@@ -32,6 +32,35 @@ func TestFromEnv(t *testing.T) {
 	}
 }
 
+// The development secret is public: a service started with it (or with no
+// secret) refuses to run unless told it is a demo (TOLLGATE_DEMO=1).
+func TestDevelopmentSecretOnlyForDemos(t *testing.T) {
+	dir := t.TempDir()
+	base := app.Config{RedisURL: redistest.URL(t), DatabaseURL: "sqlite://" + filepath.Join(dir, "o.db"), Logger: quiet()}
+	for _, secret := range []string{"", app.DevSecret} {
+		c := base
+		c.JWTSecret = secret
+		a, err := app.Open(t.Context(), c)
+		if err == nil {
+			a.Close()
+			t.Fatalf("secret %q: opened without TOLLGATE_DEMO", secret)
+		}
+		if !strings.Contains(err.Error(), "TOLLGATE_DEMO=1") || !strings.Contains(err.Error(), "TOLLGATE_JWT_SECRET") {
+			t.Errorf("error %q does not say what to do", err)
+		}
+		c.Demo = true
+		a, err = app.Open(t.Context(), c)
+		if err != nil {
+			t.Fatalf("secret %q with TOLLGATE_DEMO: %v", secret, err)
+		}
+		a.Close()
+	}
+	env := map[string]string{"TOLLGATE_DEMO": "1"}
+	if c := app.FromEnv(func(k string) string { return env[k] }); !c.Demo {
+		t.Error("FromEnv ignores TOLLGATE_DEMO=1")
+	}
+}
+
 func TestOpenRejectsBadConfiguration(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.yaml")
