@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -27,6 +28,7 @@ type load struct {
 	byReason map[core.Reason]int
 	worst    time.Duration
 	badErrs  []error // errors that are neither store failures nor nil
+	resolve  int     // errors of the resolver (an override lookup that did not answer)
 	admitted map[string]int
 	calls    atomic.Int64
 }
@@ -55,6 +57,9 @@ func startLoad(lim *core.Limiter, workers, tenants int) *load {
 				}
 				if err != nil && !errors.Is(err, core.ErrStore) {
 					l.badErrs = append(l.badErrs, err)
+				}
+				if err != nil && strings.Contains(err.Error(), ": resolve: ") {
+					l.resolve++
 				}
 				if d.Reason == core.ReasonOK {
 					l.admitted[tenant]++

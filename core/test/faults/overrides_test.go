@@ -90,10 +90,11 @@ func TestOverrideDatabaseHung(t *testing.T) {
 			}
 			t.Cleanup(func() { _ = lim.Close() })
 			const tenants = 4
-			for i := range tenants { // cache every tenant's overrides
-				if _, err := lim.Allow(ctx, core.Tenant{ID: "t" + strconv.Itoa(i)}, "default", 1); err != nil {
-					t.Fatal(err)
-				}
+			for i := range tenants { // cache every tenant's overrides (a first lookup may outlast the check timeout)
+				waitFor(t, 5*time.Second, "tenant t"+strconv.Itoa(i)+"'s overrides cached", func() bool {
+					_, err := lim.Allow(ctx, core.Tenant{ID: "t" + strconv.Itoa(i)}, "default", 1)
+					return err == nil
+				})
 			}
 
 			tx, err := admin.BeginTx(ctx, nil)
@@ -139,8 +140,13 @@ func TestOverrideDatabaseHung(t *testing.T) {
 			if worst > latencyBound {
 				t.Fatalf("a check took %v while the override database hung (check timeout 100ms)", worst)
 			}
-			if m[core.ReasonFailedOpen]+m[core.ReasonFailedClosed] > 0 || m[core.ReasonOK] == 0 {
-				t.Fatalf("cached tenants were not served from their last known quota: %v", m)
+			ld.mu.Lock()
+			resolveErrs := ld.resolve
+			ld.mu.Unlock()
+			// (a Redis call timing out on a loaded machine is a store
+			// failure answered by policy, not the override database's doing)
+			if resolveErrs > 0 || m[core.ReasonOK] == 0 {
+				t.Fatalf("cached tenants were not served from their last known quota: %d waited for the database; %v", resolveErrs, m)
 			}
 			if err := degradedOnly(newReasons, p); err != nil {
 				t.Fatalf("new tenants: %v", err)
