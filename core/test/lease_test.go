@@ -264,11 +264,11 @@ func TestLeaseDenialIsOneCall(t *testing.T) {
 // lease acquisition never outlive the check timeout, even without a
 // deadline of their own, while the store hangs (a paused redis-server).
 func TestLeaseWaitersBoundedByTimeout(t *testing.T) {
-	forEachVariant(t, func(t *testing.T) {
+	forEachVariant(t, func(t *testing.T, v variant) {
 		srv := redistest.NewServer(t)
 		const timeout = 500 * time.Millisecond
 		l, err := core.New(srv.Client(t), staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(100)}),
-			append(variantOpts(t), core.WithTimeout(timeout), core.WithLeases("default", 10, time.Second), core.WithCircuitBreaker(0, 0))...)
+			append(v.options(), core.WithTimeout(timeout), core.WithLeases("default", 10, time.Second), core.WithCircuitBreaker(0, 0))...)
 		if err != nil {
 			t.Fatal(err)
 		}
