@@ -7,28 +7,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/bench/internal/localredis"
 )
-
-// serverCPU is used_cpu_sys + used_cpu_user, in seconds.
-func serverCPU(ctx context.Context, c *redis.Client) (float64, error) {
-	s, err := c.Info(ctx, "cpu").Result()
-	if err != nil {
-		return 0, err
-	}
-	var total float64
-	for _, f := range []string{"used_cpu_sys", "used_cpu_user"} {
-		v, ok := field(s, f)
-		if !ok {
-			return 0, fmt.Errorf("INFO cpu has no %s", f)
-		}
-		x, err := strconv.ParseFloat(v, 64)
-		if err != nil {
-			return 0, err
-		}
-		total += x
-	}
-	return total, nil
-}
 
 // commandStats returns the microseconds spent in script commands (and the
 // commands they call, which Redis counts inside the script's time) and the
@@ -67,20 +47,11 @@ func infoField(ctx context.Context, c *redis.Client, section, name string) (stri
 	if err != nil {
 		return "", err
 	}
-	v, ok := field(s, name)
+	v, ok := localredis.Field(s, name)
 	if !ok {
 		return "", fmt.Errorf("INFO %s has no %s", section, name)
 	}
 	return v, nil
-}
-
-func field(info, name string) (string, bool) {
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
-			return v, true
-		}
-	}
-	return "", false
 }
 
 func usedMemory(ctx context.Context, c *redis.Client) (int64, error) {

@@ -40,6 +40,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/bench/internal/localredis"
 	"github.com/tollgate-go/tollgate/core"
 )
 
@@ -103,12 +104,12 @@ func run() error {
 	ctx := context.Background()
 	url := *flagRedis
 	if url == "" {
-		srv, err := startServer()
+		srv, err := localredis.Start()
 		if err != nil {
 			return err
 		}
-		defer srv.stop()
-		url = srv.url()
+		defer srv.Stop()
+		url = srv.URL()
 	}
 	opt, err := redis.ParseURL(url)
 	if err != nil {

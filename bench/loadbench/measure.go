@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/bench/internal/localredis"
 	"github.com/tollgate-go/tollgate/core"
 )
 
@@ -86,7 +87,7 @@ func measure(ctx context.Context, client *redis.Client, impl, sha, prefix string
 	if err := client.ConfigResetStat(ctx).Err(); err != nil {
 		return result{}, err
 	}
-	cpu0, err := serverCPU(ctx, client)
+	cpu0, err := localredis.CPU(ctx, client)
 	if err != nil {
 		return result{}, err
 	}
@@ -120,7 +121,7 @@ func measure(ctx context.Context, client *redis.Client, impl, sha, prefix string
 	if err, _ := firstErr.Load().(error); err != nil {
 		return result{}, err
 	}
-	cpu1, err := serverCPU(ctx, client)
+	cpu1, err := localredis.CPU(ctx, client)
 	if err != nil {
 		return result{}, err
 	}

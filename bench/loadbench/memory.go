@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/bench/internal/localredis"
 	"github.com/tollgate-go/tollgate/core"
 )
 
@@ -21,12 +22,12 @@ type memResult struct {
 // used_memory delta per bucket and the mean MEMORY USAGE of 1000 keys. Keys
 // have the same length for both implementations.
 func memory(ctx context.Context, impl string, n int) (memResult, error) {
-	srv, err := startServer()
+	srv, err := localredis.Start()
 	if err != nil {
 		return memResult{}, err
 	}
-	defer srv.stop()
-	client := redis.NewClient(&redis.Options{Addr: srv.addr(), PoolSize: *flagPool})
+	defer srv.Stop()
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: *flagPool})
 	closeWriters := func() { _ = client.Close() }
 	// a fill time of an hour, and each bucket half drained: nothing expires
 	// while memory is measured (redis_rate's TTL is the time to full)
@@ -67,7 +68,7 @@ func memory(ctx context.Context, impl string, n int) (memResult, error) {
 	}
 	// measured over a connection of its own, with the writers' connections
 	// closed, so that client buffers are not counted as bucket bytes
-	probe := redis.NewClient(&redis.Options{Addr: srv.addr(), PoolSize: 1})
+	probe := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 1})
 	defer probe.Close()
 	before, err := usedMemory(ctx, probe)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/bench/internal/localredis"
 )
 
 // floorScript is the least any token bucket kept on the server's clock must
@@ -59,7 +60,7 @@ func redisBenchmark(ctx context.Context, client *redis.Client, addr, sha, impl, 
 	if err := client.ConfigResetStat(ctx).Err(); err != nil {
 		return result{}, err
 	}
-	cpu0, err := serverCPU(ctx, client)
+	cpu0, err := localredis.CPU(ctx, client)
 	if err != nil {
 		return result{}, err
 	}
@@ -67,7 +68,7 @@ func redisBenchmark(ctx context.Context, client *redis.Client, addr, sha, impl, 
 	if err != nil {
 		return result{}, fmt.Errorf("redis-benchmark: %w", err)
 	}
-	cpu1, err := serverCPU(ctx, client)
+	cpu1, err := localredis.CPU(ctx, client)
 	if err != nil {
 		return result{}, err
 	}
