@@ -11,7 +11,7 @@ TESTFLAGS ?= -race -shuffle=on -count=1 -timeout 12m
 BENCHFLAGS ?= -run '^$$' -bench . -benchmem -count 5
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: help test lint bench bench/load demo fuzz tidy fmt check-redis $(addprefix test/,$(ALL_MODULES)) $(addprefix bench/,$(ALL_MODULES))
+.PHONY: help test lint bench bench/load bench/http demo fuzz tidy fmt check-redis $(addprefix test/,$(ALL_MODULES)) $(addprefix bench/,$(ALL_MODULES))
 
 help: ## list the targets
 	@grep -hE '^([a-zA-Z/%_-]+|\$$\(addprefix [^)]*\)\): [a-z]+/%):.*## ' $(MAKEFILE_LIST) \
@@ -59,6 +59,16 @@ bench: check-redis ## Go benchmarks of every module, then the side-by-side load 
 
 bench/load: check-redis ## only the load driver: tollgate vs redis_rate vs redis-benchmark, one Redis, one run
 	cd bench && $(GO) run ./loadbench $(LOADFLAGS)
+
+# HTTPFLAGS are the HTTP driver's flags (cd bench && go run ./httpbench -h).
+HTTPFLAGS ?= -count 3 -duration 3s
+
+# An explicit rule, not one of the bench/<module> pattern targets below
+# (those run a module's Go benchmarks); it needs wrk, installed from Debian when missing.
+bench/http: ## the Gin service under wrk: no limiter, tollgate, ulule/limiter, redis_rate (docs/benchmarks.md)
+	@command -v redis-server >/dev/null || { echo "make bench/http needs redis-server on PATH" >&2; exit 1; }
+	@command -v wrk >/dev/null || (apt-get update && apt-get install -y wrk)
+	cd bench && $(GO) run ./httpbench $(HTTPFLAGS)
 
 $(addprefix bench/,$(ALL_MODULES)): bench/%: check-redis
 	cd $* && $(GO) test $(BENCHFLAGS) github.com/tollgate-go/tollgate/$*/...

@@ -1,0 +1,342 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/bench/internal/localredis"
+)
+
+// proc is one service process.
+type proc struct {
+	config string
+	addr   string
+	cmd    *exec.Cmd
+	out    *strings.Builder
+	done   chan struct{}
+}
+
+var outMu sync.Mutex // guards every proc's out
+
+type lockedWriter struct{ b *strings.Builder }
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	outMu.Lock()
+	defer outMu.Unlock()
+	return w.b.Write(p)
+}
+
+// startService starts this binary with -serve in configuration config and
+// waits, at most 10 s, until it answers /healthz.
+func startService(config, redisURL, secret string) (*proc, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	p := &proc{config: config, addr: addr, out: &strings.Builder{}, done: make(chan struct{})}
+	p.cmd = exec.Command(self, "-serve", "-config", config, "-addr", addr, "-redis", redisURL)
+	p.cmd.Env = append(os.Environ(), secretEnv+"="+secret)
+	p.cmd.Stdout, p.cmd.Stderr = lockedWriter{p.out}, lockedWriter{p.out}
+	p.cmd.WaitDelay = time.Second
+	// The service never outlives the driver, however the driver ends.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	client := &http.Client{Timeout: time.Second}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		resp, err := client.Get("http://" + addr + pathHealth)
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return p, nil
+			}
+		}
+		select {
+		case <-p.done:
+			return nil, fmt.Errorf("service %s exited: %s", config, p.output())
+		default:
+		}
+		if time.Now().After(deadline) {
+			p.stop()
+			return nil, fmt.Errorf("service %s not ready within 10s: %s", config, p.output())
+		}
+	}
+}
+
+func (p *proc) output() string {
+	outMu.Lock()
+	defer outMu.Unlock()
+	return p.out.String()
+}
+
+// stop asks the service to end and kills it after 3 s.
+func (p *proc) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(3 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// stats reads a service's answer counts: 200, 429, other.
+func stats(addr string) (ok, limited, other int64, err error) {
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + addr + pathStats)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	_, err = fmt.Sscan(string(b), &ok, &limited, &other)
+	return ok, limited, other, err
+}
+
+// balancer is a round-robin reverse proxy over the replicas, like the one
+// in examples/replicas (there in-process, in package main, so not
+// importable; a dozen lines of httputil are not worth a shared package).
+func balancer(replicas []*proc) (url string, stop func(), err error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	transport := &http.Transport{MaxIdleConnsPerHost: 128, IdleConnTimeout: 10 * time.Second}
+	var next atomic.Uint64
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.Out.URL.Scheme, r.Out.URL.Host = "http", replicas[next.Add(1)%uint64(len(replicas))].addr
+		},
+		Transport: transport,
+		ErrorLog:  log.New(io.Discard, "", 0),
+	}}
+	go func() { _ = srv.Serve(l) }()
+	return "http://" + l.Addr().String(), func() {
+		_ = srv.Close()
+		transport.CloseIdleConnections()
+	}, nil
+}
+
+// run is one wrk measurement.
+type run struct {
+	config, load string
+	conns        int
+	wrk          wrkResult
+	share429     float64 // 429s / answers, counted by the service
+	cpuPerReq    float64 // Redis CPU µs per request
+	other        int64   // answers neither 200 nor 429
+}
+
+func (r run) name() string {
+	return fmt.Sprintf("HTTP/config=%s/tenants=%s/conns=%d", r.config, r.load, r.conns)
+}
+
+func drive() error {
+	if _, err := exec.LookPath("wrk"); err != nil {
+		return errors.New("wrk is not on PATH (make bench/http installs the Debian package)")
+	}
+	cfgs := strings.Split(*flagConfigs, ",")
+	for _, c := range cfgs {
+		if !slices.Contains(configs, c) {
+			return fmt.Errorf("unknown configuration %q, want some of %s", c, strings.Join(configs, ","))
+		}
+	}
+	conns, err := ints(*flagConns)
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	srv, err := localredis.Start()
+	if err != nil {
+		return err
+	}
+	defer srv.Stop()
+	rc := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rc.Close()
+
+	secret := randomHex(16)
+	replicas := map[string][]*proc{}
+	defer func() {
+		for _, ps := range replicas {
+			for _, p := range ps {
+				p.stop()
+			}
+		}
+	}()
+	for _, c := range cfgs {
+		for range *flagReplicas {
+			p, err := startService(c, srv.URL(), secret)
+			if err != nil {
+				return err
+			}
+			replicas[c] = append(replicas[c], p)
+		}
+	}
+
+	dir, err := os.MkdirTemp("", "httpbench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	tokens := make([]string, *flagTenants)
+	for i := range tokens {
+		if tokens[i], err = mint([]byte(secret), fmt.Sprintf("t%05d", i), 2*time.Hour); err != nil {
+			return err
+		}
+	}
+	script, err := wrkScript(dir, tokens)
+	if err != nil {
+		return err
+	}
+	hot, err := mint([]byte(secret), "hot", 2*time.Hour)
+	if err != nil {
+		return err
+	}
+	loads := []struct{ name, script, auth string }{
+		{fmt.Sprintf("%dk", *flagTenants/1000), script, ""},
+		{"1", "", "Bearer " + hot},
+	}
+	if *flagTenants < 1000 {
+		loads[0].name = strconv.Itoa(*flagTenants)
+	}
+
+	version, _ := rc.Info(ctx, "server").Result()
+	v, _ := localredis.Field(version, "redis_version")
+	fmt.Printf("goos: %s\ngoarch: %s\npkg: github.com/tollgate-go/tollgate/bench/httpbench\n", runtime.GOOS, runtime.GOARCH)
+	fmt.Printf("redis: %s\ncpus: %d\n", v, runtime.NumCPU())
+	fmt.Printf("quota: capacity %d, %d/s; ulule: %d per %v\n", capacity, refill, capacity, window)
+	loadavg("start")
+
+	// warm-up, not reported: every service, connection pool and script
+	for _, c := range cfgs {
+		if _, err := runWrk(ctx, "http://"+replicas[c][0].addr+pathProfile, conns[0], time.Second, script, ""); err != nil {
+			return err
+		}
+	}
+
+	var runs []run
+	var acc []accuracy
+	for rep := range *flagCount {
+		for _, ld := range loads {
+			for _, n := range conns {
+				for i := range cfgs {
+					// round-robin, starting one further each repetition
+					c := cfgs[(i+rep)%len(cfgs)]
+					r, err := measure(ctx, rc, replicas[c][0].addr, c, ld.name, n, ld.script, ld.auth)
+					if err != nil {
+						return fmt.Errorf("%s: %w", c, err)
+					}
+					fmt.Printf("Benchmark%s %d %.0f ns/op %.0f req/s %.0f p50-µs %.0f p99-µs %.4f 429-share %.2f redis-cpu-µs/req\n",
+						r.name(), r.wrk.Requests, 1e9/r.wrk.RPS, r.wrk.RPS, r.wrk.P50, r.wrk.P99, r.share429, r.cpuPerReq)
+					runs = append(runs, r)
+				}
+			}
+		}
+		a, err := accuracyRound(ctx, cfgs, replicas, secret, rep)
+		if err != nil {
+			return err
+		}
+		acc = append(acc, a...)
+	}
+	loadavg("end")
+	md := summary(cfgs, loads[0].name, conns, runs, acc)
+	fmt.Print(md)
+	if *flagOut != "" {
+		return os.WriteFile(*flagOut, []byte(md), 0o644)
+	}
+	return nil
+}
+
+// measure runs wrk once against one service and reads the service's
+// counts and Redis CPU around it.
+func measure(ctx context.Context, rc *redis.Client, addr, config, load string, conns int, script, auth string) (run, error) {
+	ok0, lim0, oth0, err := stats(addr)
+	if err != nil {
+		return run{}, err
+	}
+	cpu0, err := localredis.CPU(ctx, rc)
+	if err != nil {
+		return run{}, err
+	}
+	w, err := runWrk(ctx, "http://"+addr+pathProfile, conns, *flagDuration, script, auth)
+	if err != nil {
+		return run{}, err
+	}
+	cpu1, err := localredis.CPU(ctx, rc)
+	if err != nil {
+		return run{}, err
+	}
+	ok1, lim1, oth1, err := stats(addr)
+	if err != nil {
+		return run{}, err
+	}
+	r := run{config: config, load: load, conns: conns, wrk: w, other: oth1 - oth0}
+	if total := (ok1 - ok0) + (lim1 - lim0) + (oth1 - oth0); total > 0 {
+		r.share429 = float64(lim1-lim0) / float64(total)
+	}
+	if w.Requests > 0 {
+		r.cpuPerReq = (cpu1 - cpu0) * 1e6 / float64(w.Requests)
+	}
+	return r, nil
+}
+
+func loadavg(when string) {
+	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
+		fmt.Printf("loadavg-%s: %s", when, la)
+	}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("bad number %q", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}

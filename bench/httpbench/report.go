@@ -1,0 +1,126 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// cell is the medians of one configuration at one load and connection
+// count.
+type cell struct{ rps, p50, p99, share, cpu float64 }
+
+func medians(runs []run, config, load string, conns int) (cell, bool) {
+	var rps, p50, p99, share, cpu []float64
+	for _, r := range runs {
+		if r.config == config && r.load == load && r.conns == conns {
+			rps, p50, p99 = append(rps, r.wrk.RPS), append(p50, r.wrk.P50), append(p99, r.wrk.P99)
+			share, cpu = append(share, r.share429), append(cpu, r.cpuPerReq)
+		}
+	}
+	if len(rps) == 0 {
+		return cell{}, false
+	}
+	return cell{median(rps), median(p50), median(p99), median(share), median(cpu)}, true
+}
+
+func ratio(a, b float64) string {
+	if b == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", a/b)
+}
+
+// summary is the Markdown report: medians per configuration, ratios
+// against no limiter and against ulule, the accuracy probes, and the
+// targets checked.
+func summary(cfgs []string, many string, conns []int, runs []run, acc []accuracy) string {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	var errs int64
+	for _, r := range runs {
+		errs += r.wrk.SocketErrors + r.other
+	}
+	for _, load := range []string{many, "1"} {
+		if load == "1" {
+			p("\n### One hot tenant (almost every request denied)\n\n")
+		} else {
+			p("\n### %s tenants (pre-minted JWTs rotated by a wrk script)\n\n", many)
+		}
+		p("| conns | config | req/s | x none | x ulule | p50 µs | p99 µs | 429 share | Redis CPU µs/req | x ulule |\n")
+		p("|---|---|---|---|---|---|---|---|---|---|\n")
+		for _, n := range conns {
+			none, _ := medians(runs, "none", load, n)
+			ul, _ := medians(runs, "ulule", load, n)
+			for _, c := range cfgs {
+				m, ok := medians(runs, c, load, n)
+				if !ok {
+					continue
+				}
+				cpu, cpuRatio := fmt.Sprintf("%.2f", m.cpu), ratio(m.cpu, ul.cpu)
+				if c == "none" {
+					cpu, cpuRatio = "–", "–"
+				}
+				p("| %d | %s | %.0f | %s | %s | %.0f | %.0f | %.3f | %s | %s |\n",
+					n, c, m.rps, ratio(m.rps, none.rps), ratio(m.rps, ul.rps), m.p50, m.p99, m.share, cpu, cpuRatio)
+			}
+		}
+	}
+
+	p("\n### Accuracy: one tenant across %d replicas behind a round-robin balancer\n\n", *flagReplicas)
+	p("One request at t=0, idle until %v before ulule's %v window ends, then 32 workers until %v after it. ", probeLead, window, probeLead)
+	p("Bucket bound = %d + %d/s x elapsed (tollgate; redis_rate is GCRA, the same bound). ", capacity, refill)
+	p("ulule's fixed window allows %d per window: 2 x %d across the boundary.\n\n", capacity, capacity)
+	p("| config | admitted | elapsed s | bucket bound | allowed by its algorithm | admitted in the burst | burst s | bucket bound for the burst | sent |\n")
+	p("|---|---|---|---|---|---|---|---|---|\n")
+	for _, c := range cfgs {
+		for _, a := range acc {
+			if a.config == c {
+				p("| %s | %d | %.2f | %.0f | %.0f | %d | %.2f | %.0f | %d |\n",
+					c, a.admitted, a.elapsed, a.bound(), a.allowed(), a.burst, a.burstDur, a.burstBound(), a.sent)
+			}
+		}
+	}
+
+	p("\n### Targets (medians of this run)\n\n")
+	check := func(ok bool, format string, args ...any) {
+		mark := "met"
+		if !ok {
+			mark = "NOT MET"
+		}
+		p("- %s: %s\n", mark, fmt.Sprintf(format, args...))
+	}
+	if slices.Contains(cfgs, "tollgate") && slices.Contains(cfgs, "ulule") && slices.Contains(cfgs, "none") {
+		for _, n := range conns {
+			tg, _ := medians(runs, "tollgate", many, n)
+			ul, _ := medians(runs, "ulule", many, n)
+			none, _ := medians(runs, "none", many, n)
+			check(tg.rps >= 0.95*ul.rps, "%s tenants, %d conns: tollgate %.0f req/s = %.2fx ulule (want >= 0.95)", many, n, tg.rps, tg.rps/ul.rps)
+			check(tg.rps >= 0.85*none.rps, "%s tenants, %d conns: tollgate = %.2fx no limiter (want >= 0.85)", many, n, tg.rps/none.rps)
+			check(tg.cpu <= ul.cpu, "%s tenants, %d conns: tollgate Redis CPU %.2f µs/req vs ulule %.2f (want <=)", many, n, tg.cpu, ul.cpu)
+		}
+	}
+	for _, a := range acc {
+		if a.config == "tollgate" || a.config == "redis_rate" {
+			check(float64(a.admitted) <= a.bound() && float64(a.burst) <= a.burstBound(),
+				"%s across replicas admitted %d <= bound %.1f, burst %d <= %.1f", a.config, a.admitted, a.bound(), a.burst, a.burstBound())
+		}
+		if a.config == "ulule" {
+			p("- ulule at the window boundary: %d admitted in %.2f s, against a bucket bound of %.0f for that interval\n", a.burst, a.burstDur, a.burstBound())
+		}
+	}
+	check(errs == 0, "no socket errors and no answers other than 200/429 (%d)", errs)
+	return b.String()
+}

@@ -1,0 +1,239 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/ginlimit"
+	"github.com/ulule/limiter/v3"
+	ulgin "github.com/ulule/limiter/v3/drivers/middleware/gin"
+	ulredis "github.com/ulule/limiter/v3/drivers/store/redis"
+)
+
+// The quota every limited configuration enforces on the one tier: a burst
+// of capacity, refill tokens per second.
+//
+// ulule/limiter is a fixed window: it is sized so that its long-run rate
+// and its largest burst from rest match the bucket's: limit = capacity per
+// window of capacity / refill seconds (100 per 5 s = 20/s). Within one
+// window it admits at most the bucket's burst; across a window boundary it
+// admits up to 2 x limit in a moment, which the accuracy phase shows.
+const (
+	capacity = 100
+	refill   = 20 // tokens per second
+	tier     = "standard"
+	window   = time.Duration(capacity / refill * int64(time.Second))
+)
+
+// The routes of the service: one limited route, and two open ones for the
+// driver.
+const (
+	pathProfile = "/v1/profile"
+	pathHealth  = "/healthz"
+	pathStats   = "/stats"
+)
+
+// secretEnv names the environment variable holding the HS256 secret that
+// the driver signs tokens with and the service verifies them with.
+const secretEnv = "HTTPBENCH_JWT_SECRET"
+
+// configs are the four ways the service runs, in the order reported.
+var configs = []string{"none", "tollgate", "ulule", "redis_rate"}
+
+// claims are the examples' token claims (examples/internal/app): the
+// tenant and its tier, with a required expiry.
+type claims struct {
+	Tenant string `json:"tenant"`
+	Tier   string `json:"tier"`
+	jwt.RegisteredClaims
+}
+
+// mint signs a token for tenant on the benchmark's tier, valid for ttl.
+func mint(secret []byte, tenant string, ttl time.Duration) (string, error) {
+	now := time.Now()
+	c := claims{Tenant: tenant, Tier: tier, RegisteredClaims: jwt.RegisteredClaims{
+		IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),
+	}}
+	return jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(secret)
+}
+
+// authenticate verifies the bearer token as the examples' Verifier does
+// (HS256 only, expiry required, 5 s leeway) and stores the tenant with
+// core.ContextWithTenant, or answers 401. The examples' verifier lives in
+// an internal package this module cannot import; this is its core, kept
+// the same so that every configuration pays the same authentication.
+func authenticate(secret []byte) gin.HandlerFunc {
+	parser := jwt.NewParser(
+		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
+		jwt.WithExpirationRequired(),
+		jwt.WithLeeway(5*time.Second),
+	)
+	key := func(*jwt.Token) (any, error) { return secret, nil }
+	return func(c *gin.Context) {
+		scheme, token, _ := strings.Cut(c.GetHeader("Authorization"), " ")
+		var cl claims
+		if !strings.EqualFold(scheme, "Bearer") {
+			c.AbortWithStatus(http.StatusUnauthorized)
+			return
+		}
+		if _, err := parser.ParseWithClaims(token, &cl, key); err != nil || cl.Tenant == "" || cl.Tier != tier {
+			c.AbortWithStatus(http.StatusUnauthorized)
+			return
+		}
+		c.Request = c.Request.WithContext(core.ContextWithTenant(c.Request.Context(), core.Tenant{ID: cl.Tenant, Tier: cl.Tier}))
+		c.Next()
+	}
+}
+
+// tenantID is the tenant authenticate stored.
+func tenantID(c *gin.Context) string {
+	t, _ := core.TenantFromContext(c.Request.Context())
+	return t.ID
+}
+
+// counts are the service's answers by status since it started, read by
+// the driver at GET /stats: the share of 429s and the admitted requests
+// across replicas come from here, not from wrk.
+type counts struct{ ok, limited, other atomic.Int64 }
+
+func (n *counts) middleware(c *gin.Context) {
+	c.Next()
+	switch c.Writer.Status() {
+	case http.StatusOK:
+		n.ok.Add(1)
+	case http.StatusTooManyRequests:
+		n.limited.Add(1)
+	default:
+		n.other.Add(1)
+	}
+}
+
+// limiterMiddleware returns the configuration's limiter as Gin middleware
+// (nil for none) and a function that releases it.
+func limiterMiddleware(config string, client *redis.Client) (gin.HandlerFunc, func(), error) {
+	nop := func() {}
+	switch config {
+	case "none":
+		return nil, nop, nil
+	case "tollgate":
+		resolver, err := core.NewResolver(core.Tiers{Default: tier, Tiers: map[string]core.Tier{
+			tier: {Classes: map[string]core.Quota{"default": {Capacity: capacity, RefillPerSecond: refill}}},
+		}})
+		if err != nil {
+			return nil, nop, err
+		}
+		lim, err := core.New(client, resolver) // defaults
+		if err != nil {
+			return nil, nop, err
+		}
+		return ginlimit.Middleware(lim), func() { _ = lim.Close() }, nil
+	case "ulule":
+		store, err := ulredis.NewStoreWithOptions(client, limiter.StoreOptions{Prefix: "ulule"})
+		if err != nil {
+			return nil, nop, err
+		}
+		lim := limiter.New(store, limiter.Rate{Period: window, Limit: capacity})
+		return ulgin.NewMiddleware(lim,
+			ulgin.WithKeyGetter(tenantID),
+			ulgin.WithErrorHandler(func(c *gin.Context, err error) { c.AbortWithStatus(http.StatusServiceUnavailable) }),
+		), nop, nil
+	case "redis_rate":
+		return redisRate(redis_rate.NewLimiter(client)), nop, nil
+	}
+	return nil, nop, fmt.Errorf("unknown configuration %q, want one of %s", config, strings.Join(configs, ", "))
+}
+
+// redisRate is the minimal Gin middleware a user of redis_rate writes: one
+// Allow per request on the tenant's key, 429 with Retry-After when denied.
+func redisRate(lim *redis_rate.Limiter) gin.HandlerFunc {
+	quota := redis_rate.Limit{Rate: refill, Burst: capacity, Period: time.Second}
+	return func(c *gin.Context) {
+		res, err := lim.Allow(c.Request.Context(), tenantID(c), quota)
+		if err != nil {
+			c.AbortWithStatus(http.StatusServiceUnavailable)
+			return
+		}
+		c.Header("RateLimit-Remaining", strconv.Itoa(res.Remaining))
+		if res.Allowed == 0 {
+			c.Header("Retry-After", strconv.Itoa(int(res.RetryAfter/time.Second)+1))
+			c.AbortWithStatus(http.StatusTooManyRequests)
+			return
+		}
+		c.Next()
+	}
+}
+
+// serve runs the service in configuration config on addr against the Redis
+// at redisURL until SIGTERM or SIGINT.
+func serve(config, addr, redisURL string) error {
+	secret := []byte(os.Getenv(secretEnv))
+	if len(secret) < 16 {
+		return fmt.Errorf("%s: want a secret of at least 16 bytes", secretEnv)
+	}
+	opt, err := redis.ParseURL(redisURL)
+	if err != nil {
+		return err
+	}
+	client := redis.NewClient(opt)
+	defer client.Close()
+	limit, release, err := limiterMiddleware(config, client)
+	if err != nil {
+		return err
+	}
+	defer release()
+
+	gin.SetMode(gin.ReleaseMode)
+	var n counts
+	r := gin.New()
+	r.Use(gin.Recovery())
+	if err := r.SetTrustedProxies(nil); err != nil {
+		return err
+	}
+	r.GET(pathHealth, func(c *gin.Context) { c.String(http.StatusOK, "ok") })
+	r.GET(pathStats, func(c *gin.Context) {
+		c.String(http.StatusOK, "%d %d %d\n", n.ok.Load(), n.limited.Load(), n.other.Load())
+	})
+	chain := []gin.HandlerFunc{n.middleware, authenticate(secret)}
+	if limit != nil {
+		chain = append(chain, limit)
+	}
+	chain = append(chain, func(c *gin.Context) {
+		t, _ := core.TenantFromContext(c.Request.Context())
+		c.JSON(http.StatusOK, struct {
+			Tenant string `json:"tenant"`
+			Tier   string `json:"tier"`
+		}{t.ID, t.Tier})
+	})
+	r.GET(pathProfile, chain...)
+
+	srv := &http.Server{Addr: addr, Handler: r, ReadHeaderTimeout: 5 * time.Second}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ListenAndServe() }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return nil
+}
