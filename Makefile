@@ -61,7 +61,7 @@ bench/load: check-redis ## only the load driver: tollgate vs redis_rate vs redis
 	cd bench && $(GO) run ./loadbench $(LOADFLAGS)
 
 # HTTPFLAGS are the HTTP driver's flags (cd bench && go run ./httpbench -h).
-HTTPFLAGS ?= -count 3 -duration 3s
+HTTPFLAGS ?= -count 5 -duration 2s
 
 # An explicit rule, not one of the bench/<module> pattern targets below
 # (those run a module's Go benchmarks); it needs wrk, installed from Debian when missing.

@@ -26,7 +26,7 @@
 // bound), and with what the fixed window allows (2 x limit across a
 // boundary).
 //
-//	cd bench && go run ./httpbench -count 3 -duration 3s
+//	cd bench && go run ./httpbench -count 5 -duration 2s   # what make bench/http runs
 //
 // The driver is also the service: it starts itself with -serve. Every
 // child dies with the driver (Pdeathsig); load targets only 127.0.0.1.
@@ -45,8 +45,8 @@ var (
 	flagConfig   = flag.String("config", "none", "with -serve: the limiter, one of "+strings.Join(configs, ", "))
 	flagAddr     = flag.String("addr", "127.0.0.1:0", "with -serve: listen address")
 	flagRedis    = flag.String("redis", "", "with -serve: Redis URL")
-	flagCount    = flag.Int("count", 3, "repetitions of every measurement (the summary quotes medians)")
-	flagDuration = flag.Duration("duration", 3*time.Second, "length of one wrk run (whole seconds)")
+	flagCount    = flag.Int("count", 5, "repetitions of every measurement (the summary quotes medians)")
+	flagDuration = flag.Duration("duration", 2*time.Second, "length of one wrk run (whole seconds)")
 	flagConns    = flag.String("conns", "16,64", "wrk connection counts")
 	flagTenants  = flag.Int("tenants", 10000, "tenants of the many-tenant load (pre-minted tokens)")
 	flagReplicas = flag.Int("replicas", 4, "replicas behind the balancer in the accuracy phase")
