@@ -20,6 +20,7 @@ type accuracy struct {
 	burstDur float64 // s
 	sent     int64
 	other    int64 // answers neither 200 nor 429
+	degraded int64 // limiter errors in the replicas during the probe
 }
 
 // bound is what a token bucket of the quota may admit over the whole
@@ -68,14 +69,24 @@ func accuracyRound(ctx context.Context, cfgs []string, replicas map[string][]*pr
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			a, err := probe(ctx, url+pathProfile, "Bearer "+token)
-			a.config = c
+			before, err := sumStats(replicas[c])
+			if err == nil {
+				var a accuracy
+				a, err = probe(ctx, url+pathProfile, "Bearer "+token)
+				var after served
+				if err == nil {
+					after, err = sumStats(replicas[c])
+				}
+				a.config, a.degraded = c, after.minus(before).degraded
+				mu.Lock()
+				out = append(out, a)
+				mu.Unlock()
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil && firstErr == nil {
 				firstErr = fmt.Errorf("accuracy %s: %w", c, err)
 			}
-			out = append(out, a)
 		}()
 	}
 	wg.Wait()
@@ -85,8 +96,8 @@ func accuracyRound(ctx context.Context, cfgs []string, replicas map[string][]*pr
 	for _, c := range cfgs { // report in the configurations' order
 		for _, a := range out {
 			if a.config == c {
-				fmt.Printf("BenchmarkHTTPAccuracy/config=%s 1 %d admitted %.1f bucket-bound %.0f allowed %d burst-admitted %.1f burst-bucket-bound\n",
-					c, a.admitted, a.bound(), a.allowed(), a.burst, a.burstBound())
+				fmt.Printf("BenchmarkHTTPAccuracy/config=%s 1 %d admitted %.1f bucket-bound %.0f allowed %d burst-admitted %.1f burst-bucket-bound %d limiter-errors\n",
+					c, a.admitted, a.bound(), a.allowed(), a.burst, a.burstBound(), a.degraded)
 			}
 		}
 	}
@@ -161,4 +172,17 @@ func probe(ctx context.Context, url, authorization string) (accuracy, error) {
 	a.burst = a.admitted - before
 	a.elapsed, a.burstDur = end.Sub(t0).Seconds(), end.Sub(b0).Seconds()
 	return a, nil
+}
+
+// sumStats adds up the replicas' counts.
+func sumStats(ps []*proc) (served, error) {
+	var t served
+	for _, p := range ps {
+		s, err := stats(p.addr)
+		if err != nil {
+			return t, err
+		}
+		t = served{t.ok + s.ok, t.limited + s.limited, t.other + s.other, t.degraded + s.degraded}
+	}
+	return t, nil
 }

@@ -114,20 +114,28 @@ func freeAddr() (string, error) {
 	return l.Addr().String(), nil
 }
 
-// stats reads a service's answer counts: 200, 429, other.
-func stats(addr string) (ok, limited, other int64, err error) {
+// served is a service's answer counts, and its limiter's errors.
+type served struct{ ok, limited, other, degraded int64 }
+
+func (a served) minus(b served) served {
+	return served{a.ok - b.ok, a.limited - b.limited, a.other - b.other, a.degraded - b.degraded}
+}
+
+// stats reads a service's counts.
+func stats(addr string) (served, error) {
+	var s served
 	c := &http.Client{Timeout: 5 * time.Second}
 	resp, err := c.Get("http://" + addr + pathStats)
 	if err != nil {
-		return 0, 0, 0, err
+		return s, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return 0, 0, 0, err
+		return s, err
 	}
-	_, err = fmt.Sscan(string(b), &ok, &limited, &other)
-	return ok, limited, other, err
+	_, err = fmt.Sscan(string(b), &s.ok, &s.limited, &s.other, &s.degraded)
+	return s, err
 }
 
 // balancer is a round-robin reverse proxy over the replicas, like the one
@@ -162,6 +170,7 @@ type run struct {
 	share429     float64 // 429s / answers, counted by the service
 	cpuPerReq    float64 // Redis CPU µs per request
 	other        int64   // answers neither 200 nor 429
+	degraded     int64   // limiter errors (tollgate: decided by its failure policy)
 }
 
 func (r run) name() string {
@@ -174,8 +183,8 @@ func drive() error {
 	}
 	cfgs := strings.Split(*flagConfigs, ",")
 	for _, c := range cfgs {
-		if !slices.Contains(configs, c) {
-			return fmt.Errorf("unknown configuration %q, want some of %s", c, strings.Join(configs, ","))
+		if !slices.Contains(configs, c) && !slices.Contains(extraConfigs, c) {
+			return fmt.Errorf("unknown configuration %q, want some of %s", c, strings.Join(append(configs, extraConfigs...), ","))
 		}
 	}
 	conns, err := ints(*flagConns)
@@ -263,8 +272,8 @@ func drive() error {
 					if err != nil {
 						return fmt.Errorf("%s: %w", c, err)
 					}
-					fmt.Printf("Benchmark%s %d %.0f ns/op %.0f req/s %.0f p50-µs %.0f p99-µs %.4f 429-share %.2f redis-cpu-µs/req\n",
-						r.name(), r.wrk.Requests, 1e9/r.wrk.RPS, r.wrk.RPS, r.wrk.P50, r.wrk.P99, r.share429, r.cpuPerReq)
+					fmt.Printf("Benchmark%s %d %.0f ns/op %.0f req/s %.0f p50-µs %.0f p99-µs %.4f 429-share %.2f redis-cpu-µs/req %d socket-errors %d other-status %d limiter-errors\n",
+						r.name(), r.wrk.Requests, 1e9/r.wrk.RPS, r.wrk.RPS, r.wrk.P50, r.wrk.P99, r.share429, r.cpuPerReq, r.wrk.SocketErrors, r.other, r.degraded)
 					runs = append(runs, r)
 				}
 			}
@@ -287,7 +296,7 @@ func drive() error {
 // measure runs wrk once against one service and reads the service's
 // counts and Redis CPU around it.
 func measure(ctx context.Context, rc *redis.Client, addr, config, load string, conns int, script, auth string) (run, error) {
-	ok0, lim0, oth0, err := stats(addr)
+	s0, err := stats(addr)
 	if err != nil {
 		return run{}, err
 	}
@@ -303,13 +312,14 @@ func measure(ctx context.Context, rc *redis.Client, addr, config, load string, c
 	if err != nil {
 		return run{}, err
 	}
-	ok1, lim1, oth1, err := stats(addr)
+	s1, err := stats(addr)
 	if err != nil {
 		return run{}, err
 	}
-	r := run{config: config, load: load, conns: conns, wrk: w, other: oth1 - oth0}
-	if total := (ok1 - ok0) + (lim1 - lim0) + (oth1 - oth0); total > 0 {
-		r.share429 = float64(lim1-lim0) / float64(total)
+	d := s1.minus(s0)
+	r := run{config: config, load: load, conns: conns, wrk: w, other: d.other, degraded: d.degraded}
+	if total := d.ok + d.limited + d.other; total > 0 {
+		r.share429 = float64(d.limited) / float64(total)
 	}
 	if w.Requests > 0 {
 		r.cpuPerReq = (cpu1 - cpu0) * 1e6 / float64(w.Requests)

@@ -20,12 +20,17 @@ func median(xs []float64) float64 {
 
 // cell is the medians of one configuration at one load and connection
 // count.
-type cell struct{ rps, p50, p99, share, cpu float64 }
+type cell struct {
+	rps, p50, p99, share, cpu float64
+	socket, other, degraded   int64 // totals over the repetitions
+}
 
 func medians(runs []run, config, load string, conns int) (cell, bool) {
 	var rps, p50, p99, share, cpu []float64
+	var c cell
 	for _, r := range runs {
 		if r.config == config && r.load == load && r.conns == conns {
+			c.socket, c.other, c.degraded = c.socket+r.wrk.SocketErrors, c.other+r.other, c.degraded+r.degraded
 			rps, p50, p99 = append(rps, r.wrk.RPS), append(p50, r.wrk.P50), append(p99, r.wrk.P99)
 			share, cpu = append(share, r.share429), append(cpu, r.cpuPerReq)
 		}
@@ -33,7 +38,8 @@ func medians(runs []run, config, load string, conns int) (cell, bool) {
 	if len(rps) == 0 {
 		return cell{}, false
 	}
-	return cell{median(rps), median(p50), median(p99), median(share), median(cpu)}, true
+	c.rps, c.p50, c.p99, c.share, c.cpu = median(rps), median(p50), median(p99), median(share), median(cpu)
+	return c, true
 }
 
 func ratio(a, b float64) string {
@@ -49,9 +55,10 @@ func ratio(a, b float64) string {
 func summary(cfgs []string, many string, conns []int, runs []run, acc []accuracy) string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
-	var errs int64
+	var errs, degraded int64
 	for _, r := range runs {
 		errs += r.wrk.SocketErrors + r.other
+		degraded += r.degraded
 	}
 	for _, load := range []string{many, "1"} {
 		if load == "1" {
@@ -59,8 +66,8 @@ func summary(cfgs []string, many string, conns []int, runs []run, acc []accuracy
 		} else {
 			p("\n### %s tenants (pre-minted JWTs rotated by a wrk script)\n\n", many)
 		}
-		p("| conns | config | req/s | x none | x ulule | p50 µs | p99 µs | 429 share | Redis CPU µs/req | x ulule |\n")
-		p("|---|---|---|---|---|---|---|---|---|---|\n")
+		p("| conns | config | req/s | x none | x ulule | p50 µs | p99 µs | 429 share | Redis CPU µs/req | x ulule | errors s/o/l |\n")
+		p("|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, n := range conns {
 			none, _ := medians(runs, "none", load, n)
 			ul, _ := medians(runs, "ulule", load, n)
@@ -73,8 +80,8 @@ func summary(cfgs []string, many string, conns []int, runs []run, acc []accuracy
 				if c == "none" {
 					cpu, cpuRatio = "–", "–"
 				}
-				p("| %d | %s | %.0f | %s | %s | %.0f | %.0f | %.3f | %s | %s |\n",
-					n, c, m.rps, ratio(m.rps, none.rps), ratio(m.rps, ul.rps), m.p50, m.p99, m.share, cpu, cpuRatio)
+				p("| %d | %s | %.0f | %s | %s | %.0f | %.0f | %.3f | %s | %s | %d/%d/%d |\n",
+					n, c, m.rps, ratio(m.rps, none.rps), ratio(m.rps, ul.rps), m.p50, m.p99, m.share, cpu, cpuRatio, m.socket, m.other, m.degraded)
 			}
 		}
 	}
@@ -83,13 +90,13 @@ func summary(cfgs []string, many string, conns []int, runs []run, acc []accuracy
 	p("One request at t=0, idle until %v before ulule's %v window ends, then 32 workers until %v after it. ", probeLead, window, probeLead)
 	p("Bucket bound = %d + %d/s x elapsed (tollgate; redis_rate is GCRA, the same bound). ", capacity, refill)
 	p("ulule's fixed window allows %d per window: 2 x %d across the boundary.\n\n", capacity, capacity)
-	p("| config | admitted | elapsed s | bucket bound | allowed by its algorithm | admitted in the burst | burst s | bucket bound for the burst | sent |\n")
-	p("|---|---|---|---|---|---|---|---|---|\n")
+	p("| config | admitted | elapsed s | bucket bound | allowed by its algorithm | admitted in the burst | burst s | bucket bound for the burst | sent | limiter errors |\n")
+	p("|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, c := range cfgs {
 		for _, a := range acc {
 			if a.config == c {
-				p("| %s | %d | %.2f | %.0f | %.0f | %d | %.2f | %.0f | %d |\n",
-					c, a.admitted, a.elapsed, a.bound(), a.allowed(), a.burst, a.burstDur, a.burstBound(), a.sent)
+				p("| %s | %d | %.2f | %.0f | %.0f | %d | %.2f | %.0f | %d | %d |\n",
+					c, a.admitted, a.elapsed, a.bound(), a.allowed(), a.burst, a.burstDur, a.burstBound(), a.sent, a.degraded)
 			}
 		}
 	}
@@ -137,5 +144,6 @@ func summary(cfgs []string, many string, conns []int, runs []run, acc []accuracy
 			c, over, n, worst, worstBurst)
 	}
 	check(errs == 0, "no socket errors and no answers other than 200/429 (%d)", errs)
+	p("- limiter errors in the throughput runs, all configurations: %d (errors s/o/l: wrk socket errors / statuses other than 200 and 429 / limiter errors, totals over the repetitions)\n", degraded)
 	return b.String()
 }

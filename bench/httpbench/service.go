@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -53,6 +54,11 @@ const secretEnv = "HTTPBENCH_JWT_SECRET"
 
 // configs are the four ways the service runs, in the order reported.
 var configs = []string{"none", "tollgate", "ulule", "redis_rate"}
+
+// extraConfigs may be named in -configs but are not run by default:
+// tollgate-nobatch is tollgate with core.WithBatching(false), to tell
+// batching's cost from the rest of the middleware's.
+var extraConfigs = []string{"tollgate-nobatch"}
 
 // claims are the examples' token claims (examples/internal/app): the
 // tenant and its tier, with a required expiry.
@@ -108,7 +114,12 @@ func tenantID(c *gin.Context) string {
 // counts are the service's answers by status since it started, read by
 // the driver at GET /stats: the share of 429s and the admitted requests
 // across replicas come from here, not from wrk.
-type counts struct{ ok, limited, other atomic.Int64 }
+type counts struct{ ok, limited, other, degraded atomic.Int64 }
+
+// onError counts the limiter's errors: tollgate then decides by its
+// failure policy (fail open by default, e.g. after its 100 ms timeout);
+// the others answer 503.
+func (n *counts) onError(*gin.Context, error) { n.degraded.Add(1) }
 
 func (n *counts) middleware(c *gin.Context) {
 	c.Next()
@@ -124,23 +135,28 @@ func (n *counts) middleware(c *gin.Context) {
 
 // limiterMiddleware returns the configuration's limiter as Gin middleware
 // (nil for none) and a function that releases it.
-func limiterMiddleware(config string, client *redis.Client) (gin.HandlerFunc, func(), error) {
+func limiterMiddleware(config string, client *redis.Client, n *counts) (gin.HandlerFunc, func(), error) {
 	nop := func() {}
 	switch config {
 	case "none":
 		return nil, nop, nil
-	case "tollgate":
+	case "tollgate", "tollgate-nobatch":
 		resolver, err := core.NewResolver(core.Tiers{Default: tier, Tiers: map[string]core.Tier{
 			tier: {Classes: map[string]core.Quota{"default": {Capacity: capacity, RefillPerSecond: refill}}},
 		}})
 		if err != nil {
 			return nil, nop, err
 		}
-		lim, err := core.New(client, resolver) // defaults
+		var opts []core.Option // defaults
+		if config == "tollgate-nobatch" {
+			opts = append(opts, core.WithBatching(false))
+		}
+		lim, err := core.New(client, resolver, opts...)
 		if err != nil {
 			return nil, nop, err
 		}
-		return ginlimit.Middleware(lim), func() { _ = lim.Close() }, nil
+		// the error handler only observes: by default there is none
+		return ginlimit.Middleware(lim, ginlimit.WithErrorHandler(n.onError)), func() { _ = lim.Close() }, nil
 	case "ulule":
 		store, err := ulredis.NewStoreWithOptions(client, limiter.StoreOptions{Prefix: "ulule"})
 		if err != nil {
@@ -149,21 +165,25 @@ func limiterMiddleware(config string, client *redis.Client) (gin.HandlerFunc, fu
 		lim := limiter.New(store, limiter.Rate{Period: window, Limit: capacity})
 		return ulgin.NewMiddleware(lim,
 			ulgin.WithKeyGetter(tenantID),
-			ulgin.WithErrorHandler(func(c *gin.Context, err error) { c.AbortWithStatus(http.StatusServiceUnavailable) }),
+			ulgin.WithErrorHandler(func(c *gin.Context, err error) {
+				n.onError(c, err)
+				c.AbortWithStatus(http.StatusServiceUnavailable)
+			}),
 		), nop, nil
 	case "redis_rate":
-		return redisRate(redis_rate.NewLimiter(client)), nop, nil
+		return redisRate(redis_rate.NewLimiter(client), n), nop, nil
 	}
-	return nil, nop, fmt.Errorf("unknown configuration %q, want one of %s", config, strings.Join(configs, ", "))
+	return nil, nop, fmt.Errorf("unknown configuration %q, want one of %s", config, strings.Join(append(configs, extraConfigs...), ", "))
 }
 
 // redisRate is the minimal Gin middleware a user of redis_rate writes: one
 // Allow per request on the tenant's key, 429 with Retry-After when denied.
-func redisRate(lim *redis_rate.Limiter) gin.HandlerFunc {
+func redisRate(lim *redis_rate.Limiter, n *counts) gin.HandlerFunc {
 	quota := redis_rate.Limit{Rate: refill, Burst: capacity, Period: time.Second}
 	return func(c *gin.Context) {
 		res, err := lim.Allow(c.Request.Context(), tenantID(c), quota)
 		if err != nil {
+			n.onError(c, err)
 			c.AbortWithStatus(http.StatusServiceUnavailable)
 			return
 		}
@@ -180,6 +200,17 @@ func redisRate(lim *redis_rate.Limiter) gin.HandlerFunc {
 // serve runs the service in configuration config on addr against the Redis
 // at redisURL until SIGTERM or SIGINT.
 func serve(config, addr, redisURL string) error {
+	if *flagCPUProfile != "" {
+		f, err := os.Create(*flagCPUProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	secret := []byte(os.Getenv(secretEnv))
 	if len(secret) < 16 {
 		return fmt.Errorf("%s: want a secret of at least 16 bytes", secretEnv)
@@ -190,14 +221,14 @@ func serve(config, addr, redisURL string) error {
 	}
 	client := redis.NewClient(opt)
 	defer client.Close()
-	limit, release, err := limiterMiddleware(config, client)
+	var n counts
+	limit, release, err := limiterMiddleware(config, client, &n)
 	if err != nil {
 		return err
 	}
 	defer release()
 
 	gin.SetMode(gin.ReleaseMode)
-	var n counts
 	r := gin.New()
 	r.Use(gin.Recovery())
 	if err := r.SetTrustedProxies(nil); err != nil {
@@ -205,7 +236,7 @@ func serve(config, addr, redisURL string) error {
 	}
 	r.GET(pathHealth, func(c *gin.Context) { c.String(http.StatusOK, "ok") })
 	r.GET(pathStats, func(c *gin.Context) {
-		c.String(http.StatusOK, "%d %d %d\n", n.ok.Load(), n.limited.Load(), n.other.Load())
+		c.String(http.StatusOK, "%d %d %d %d\n", n.ok.Load(), n.limited.Load(), n.other.Load(), n.degraded.Load())
 	})
 	chain := []gin.HandlerFunc{n.middleware, authenticate(secret)}
 	if limit != nil {
