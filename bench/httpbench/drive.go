@@ -171,6 +171,15 @@ type run struct {
 	cpuPerReq    float64 // Redis CPU µs per request
 	other        int64   // answers neither 200 nor 429
 	degraded     int64   // limiter errors (tollgate: decided by its failure policy)
+	admitted     int64   // 200s, counted by the service
+	wall         float64 // s, the driver's clock around wrk: from before it starts to after it ends
+}
+
+// overBound reports whether a limited configuration admitted the hot
+// tenant more than a bucket could over the run, capacity + refill x wall
+// (generous: the bucket was full at most once, before the first run).
+func (r run) overBound() bool {
+	return r.load == "1" && r.config != "none" && float64(r.admitted) > capacity+refill*r.wall
 }
 
 func (r run) name() string {
@@ -272,8 +281,8 @@ func drive() error {
 					if err != nil {
 						return fmt.Errorf("%s: %w", c, err)
 					}
-					fmt.Printf("Benchmark%s %d %.0f ns/op %.0f req/s %.0f p50-µs %.0f p99-µs %.4f 429-share %.2f redis-cpu-µs/req %d socket-errors %d other-status %d limiter-errors\n",
-						r.name(), r.wrk.Requests, 1e9/r.wrk.RPS, r.wrk.RPS, r.wrk.P50, r.wrk.P99, r.share429, r.cpuPerReq, r.wrk.SocketErrors, r.other, r.degraded)
+					fmt.Printf("Benchmark%s %d %.0f ns/op %.0f req/s %.0f p50-µs %.0f p99-µs %.4f 429-share %.2f redis-cpu-µs/req %d socket-errors %d other-status %d limiter-errors %d admitted\n",
+						r.name(), r.wrk.Requests, 1e9/r.wrk.RPS, r.wrk.RPS, r.wrk.P50, r.wrk.P99, r.share429, r.cpuPerReq, r.wrk.SocketErrors, r.other, r.degraded, r.admitted)
 					runs = append(runs, r)
 				}
 			}
@@ -304,10 +313,12 @@ func measure(ctx context.Context, rc *redis.Client, addr, config, load string, c
 	if err != nil {
 		return run{}, err
 	}
+	start := time.Now()
 	w, err := runWrk(ctx, "http://"+addr+pathProfile, conns, *flagDuration, script, auth)
 	if err != nil {
 		return run{}, err
 	}
+	wall := time.Since(start).Seconds()
 	cpu1, err := localredis.CPU(ctx, rc)
 	if err != nil {
 		return run{}, err
@@ -317,7 +328,7 @@ func measure(ctx context.Context, rc *redis.Client, addr, config, load string, c
 		return run{}, err
 	}
 	d := s1.minus(s0)
-	r := run{config: config, load: load, conns: conns, wrk: w, other: d.other, degraded: d.degraded}
+	r := run{config: config, load: load, conns: conns, wrk: w, other: d.other, degraded: d.degraded, admitted: d.ok, wall: wall}
 	if total := d.ok + d.limited + d.other; total > 0 {
 		r.share429 = float64(d.limited) / float64(total)
 	}

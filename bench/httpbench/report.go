@@ -143,6 +143,32 @@ func summary(cfgs []string, many string, conns []int, runs []run, acc []accuracy
 		check(over == 0, "%s across replicas never above the bucket's bound: %d of %d probes over it; at most %.3fx the bound over the probe, %.3fx over the burst",
 			c, over, n, worst, worstBurst)
 	}
+	for _, c := range cfgs {
+		if c == "none" {
+			continue
+		}
+		var n, over int
+		var worst run
+		for _, r := range runs {
+			if r.config == c && r.load == "1" {
+				n++
+				if r.overBound() {
+					over++
+					if r.admitted > worst.admitted {
+						worst = r
+					}
+				}
+			}
+		}
+		if n == 0 {
+			continue
+		}
+		msg := fmt.Sprintf("%s, hot tenant, one process: %d of %d throughput runs admitted more than capacity + refill x run", c, over, n)
+		if over > 0 {
+			msg += fmt.Sprintf("; worst %d admitted in %.1f s (bound %.0f), %d limiter errors in that run", worst.admitted, worst.wall, capacity+refill*worst.wall, worst.degraded)
+		}
+		check(over == 0, "%s", msg)
+	}
 	check(errs == 0, "no socket errors and no answers other than 200/429 (%d)", errs)
 	p("- limiter errors in the throughput runs, all configurations: %d (errors s/o/l: wrk socket errors / statuses other than 200 and 429 / limiter errors, totals over the repetitions)\n", degraded)
 	return b.String()
