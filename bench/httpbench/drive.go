@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/bench/internal/ints"
 	"github.com/tollgate-go/tollgate/bench/internal/localredis"
 )
 
@@ -196,7 +197,7 @@ func drive() error {
 			return fmt.Errorf("unknown configuration %q, want some of %s", c, strings.Join(append(configs, extraConfigs...), ","))
 		}
 	}
-	conns, err := ints(*flagConns)
+	conns, err := ints.Parse(*flagConns)
 	if err != nil {
 		return err
 	}
@@ -348,16 +349,4 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-func ints(s string) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("bad number %q", f)
-		}
-		out = append(out, n)
-	}
-	return out, nil
 }

@@ -40,6 +40,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/bench/internal/ints"
 	"github.com/tollgate-go/tollgate/bench/internal/localredis"
 	"github.com/tollgate-go/tollgate/core"
 )
@@ -137,11 +138,11 @@ func run() error {
 		return err
 	}
 	prefix := "lb" + strconv.FormatInt(time.Now().UnixNano()%1e6, 36)
-	concs, err := ints(*flagConc)
+	concs, err := ints.Parse(*flagConc)
 	if err != nil {
 		return err
 	}
-	tenantCounts, err := ints(*flagTenants)
+	tenantCounts, err := ints.Parse(*flagTenants)
 	if err != nil {
 		return err
 	}
@@ -189,18 +190,6 @@ func run() error {
 	}
 	summary(impls, concs, tenantCounts, mem)
 	return nil
-}
-
-func ints(s string) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("bad number %q", f)
-		}
-		out = append(out, n)
-	}
-	return out, nil
 }
 
 func emit(r result) {
