@@ -161,8 +161,10 @@ func (s *Server) read(d *ratelimitv3.RateLimitDescriptor, hits uint32, n int) de
 	case cost > uint64(s.cfg.maxCost):
 		out.invalid = fmt.Sprintf("hits_addend must be 1 to %d, got %d", s.cfg.maxCost, cost)
 	default:
-		// the key scheme validates the tenant ID and the class name
-		if _, err := s.lim.Keys().Bucket(out.tenant.ID, out.class); err != nil {
+		// the key scheme validates the tenant ID
+		if err := core.ValidateName(out.class); err != nil {
+			out.invalid = err.Error()
+		} else if _, err := s.lim.Keys().Bucket(out.tenant.ID, out.class); err != nil {
 			out.invalid = err.Error()
 		}
 	}
