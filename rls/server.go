@@ -301,4 +301,3 @@ func currentLimit(name string, q core.Quota) *rlsv3.RateLimitResponse_RateLimit 
 	n := max(math.Round(q.RefillPerSecond*86400), 1)
 	return &rlsv3.RateLimitResponse_RateLimit{Name: name, Unit: rlsv3.RateLimitResponse_RateLimit_DAY, RequestsPerUnit: uint32(min(n, math.MaxUint32))}
 }
-
