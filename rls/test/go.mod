@@ -7,8 +7,10 @@ require (
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/tollgate-go/tollgate/conformance v0.0.0
 	github.com/tollgate-go/tollgate/core v0.0.0
+	github.com/tollgate-go/tollgate/httplimit v0.0.0
 	github.com/tollgate-go/tollgate/rls v0.0.0
 	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
 )
 
 require (
@@ -75,7 +77,6 @@ require (
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
 )
 
 replace (
