@@ -22,7 +22,7 @@ func TestCurrentLimit(t *testing.T) {
 		{0.5, 30, rlsv3.RateLimitResponse_RateLimit_MINUTE},
 		{1.0 / 3600, 1, rlsv3.RateLimitResponse_RateLimit_HOUR},
 		{10.0 / 86400, 10, rlsv3.RateLimitResponse_RateLimit_DAY},
-		{1.0 / 7, 12343, rlsv3.RateLimitResponse_RateLimit_DAY}, // not whole in any unit: per day, rounded
+		{1.0 / 7, 12343, rlsv3.RateLimitResponse_RateLimit_DAY},       // not whole in any unit: per day, rounded
 		{1.0 / 400 / 86400, 1, rlsv3.RateLimitResponse_RateLimit_DAY}, // slower than one a day: at least 1
 		{1e12, math.MaxUint32, rlsv3.RateLimitResponse_RateLimit_SECOND},
 	}
