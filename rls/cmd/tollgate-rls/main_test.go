@@ -64,7 +64,7 @@ func TestServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cc.Close()
-	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+	cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer ccancel()
 	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{
 		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "tenant", Value: "t42"}}},
@@ -79,6 +79,24 @@ func TestServe(t *testing.T) {
 	}
 	if got := strings.Join(codes, " "); got != "OK OK OVER_LIMIT" {
 		t.Errorf("codes = %s, want OK OK OVER_LIMIT (capacity 2 from the tier file)", got)
+	}
+
+	// the tier file is reloaded on change: a new capacity applies to new buckets
+	if err := os.WriteFile(cfg, []byte("version: 1\ndefault_tier: free\ntiers:\n  free:\n    classes:\n      default: {capacity: 50, refill_per_second: 0.01}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	reloaded := false
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline) && !reloaded; time.Sleep(200 * time.Millisecond) {
+		res, err := rlsv3.NewRateLimitServiceClient(cc).ShouldRateLimit(cctx, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+			{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "tenant", Value: "fresh-" + time.Now().Format("150405.000000")}}},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reloaded = res.GetStatuses()[0].GetLimitRemaining() == 49
+	}
+	if !reloaded {
+		t.Error("capacity 50 not in force 15 s after the tier file changed")
 	}
 
 	for _, svc := range []string{"", "envoy.service.ratelimit.v3.RateLimitService"} {
