@@ -67,7 +67,7 @@ func WithHeaderStyle(s core.HeaderStyle) Option {
 }
 
 // WithClock sets the time of day used for time-of-day header values (the
-// epoch X-RateLimit-Reset), as core.WithGateClock. Default time.Now. nil is
+// epoch X-RateLimit-Reset), as core.WithClock. Default time.Now. nil is
 // ignored.
 func WithClock(now func() time.Time) Option {
 	return optionFunc(func(c *config) {

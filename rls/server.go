@@ -235,7 +235,7 @@ func descriptorStatus(g *group, class string) *rlsv3.RateLimitResponse_Descripto
 	}
 	binding := -1
 	for i, b := range mine {
-		if b.Name == d.Policy {
+		if b.Name == d.Bucket {
 			binding = i
 			break
 		}

@@ -241,18 +241,18 @@ func TestAlsoClasses(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l := newLimiter(t, c, res, core.WithClientClock(clock.Now))
+		l := newLimiter(t, c, res, core.WithClock(clock.Now))
 		ctx := context.Background()
 		req := core.Request{Tenant: core.Tenant{ID: "t1"}, Class: "default", Also: []string{"export"}, Cost: 2}
 		d, err := l.Check(ctx, req)
 		if err != nil || !d.Allowed || len(d.Buckets) != 3 {
 			t.Fatalf("first = %+v, %v; want allowed over 3 buckets", d, err)
 		}
-		if d.Policy != "export" || d.Remaining != 1 {
-			t.Fatalf("binding = %s with %d left, want export with 1", d.Policy, d.Remaining)
+		if d.Bucket != "export" || d.Remaining != 1 {
+			t.Fatalf("binding = %s with %d left, want export with 1", d.Bucket, d.Remaining)
 		}
 		d, err = l.Check(ctx, req) // export has 1 < 2: nothing is charged
-		if err != nil || d.Allowed || d.Reason != core.ReasonOverLimit || d.Policy != "export" {
+		if err != nil || d.Allowed || d.Reason != core.ReasonOverLimit || d.Bucket != "export" {
 			t.Fatalf("second = %+v, %v; want denied by export", d, err)
 		}
 		for name, want := range map[string]float64{"default": 8, "export": 1, core.CeilingBucket: 98} {

@@ -62,7 +62,7 @@ func (g *gateway) Do(r conformance.Request) (conformance.Response, error) {
 			return conformance.Response{Status: 401, Header: http.Header{}}, nil
 		}
 		// remote_address as the tenant of anonymous callers
-		tenant = core.Tenant{ID: core.AnonymousPrefix + r.IP(), Tier: "anonymous"}
+		tenant = core.Tenant{ID: "anonymous:" + r.IP(), Tier: "anonymous"}
 	}
 	entries := []*ratelimitv3.RateLimitDescriptor_Entry{{Key: rls.KeyTenant, Value: tenant.ID}}
 	if tenant.Tier != "" {

@@ -76,7 +76,7 @@ func forEachBackend(t *testing.T, f func(t *testing.T, c redis.UniversalClient))
 func TestBurstThenOverLimit(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
 		clock := newFakeClock()
-		lim := newLimiter(t, c, core.WithClientClock(clock.Now))
+		lim := newLimiter(t, c, core.WithClock(clock.Now))
 		client := serve(t, lim, rls.WithClock(clock.Now))
 		req := request(0, desc("tenant", "t42"))
 		for i := range 3 {
@@ -129,7 +129,7 @@ func headerMap(res *rlsv3.RateLimitResponse) map[string]string {
 func TestHitsAddend(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
 		clock := newFakeClock()
-		lim := newLimiter(t, c, core.WithClientClock(clock.Now))
+		lim := newLimiter(t, c, core.WithClock(clock.Now))
 		client := serve(t, lim)
 		res := ask(t, client, request(4, desc("tenant", "t1", "class", "export")))
 		if res.GetStatuses()[0].GetLimitRemaining() != 6 || stored(t, c, lim, "t1", "export") != 6 {
@@ -157,7 +157,7 @@ func TestHitsAddend(t *testing.T) {
 func TestGatewayAndServiceShareABucket(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
 		clock := newFakeClock()
-		lim := newLimiter(t, c, core.WithClientClock(clock.Now))
+		lim := newLimiter(t, c, core.WithClock(clock.Now))
 		client := serve(t, lim)
 		svc := httplimit.Middleware(lim)(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
 
@@ -204,9 +204,9 @@ func TestHeadersMatchHTTPAdapter(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			clock := newFakeClock()
 			clock.Advance(1234567 * time.Microsecond) // fractional seconds
-			lim := newLimiter(t, c, core.WithClientClock(clock.Now))
+			lim := newLimiter(t, c, core.WithClock(clock.Now))
 			client := serve(t, lim, rls.WithHeaderStyle(style), rls.WithClock(clock.Now))
-			svc := httplimit.Middleware(lim, httplimit.WithHeaderStyle(style), httplimit.WithGateOptions(core.WithGateClock(clock.Now)))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			svc := httplimit.Middleware(lim, httplimit.WithHeaderStyle(style), httplimit.WithGateOptions(core.WithClock(clock.Now)))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 			for i := range 5 {
 				if i == 4 {
 					clock.Advance(700 * time.Millisecond)
@@ -305,7 +305,7 @@ func TestInvalidDescriptors(t *testing.T) {
 func TestDescriptorsOfOneTenantAllOrNothing(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
 		clock := newFakeClock()
-		lim := newLimiter(t, c, core.WithClientClock(clock.Now))
+		lim := newLimiter(t, c, core.WithClock(clock.Now))
 		client := serve(t, lim)
 		both := request(3, desc("tenant", "t1"), desc("tenant", "t1", "class", "export"), desc("tenant", "t2"))
 		res := ask(t, client, both)
