@@ -208,6 +208,8 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 	if err == nil {
 		err = validateBuckets(buckets)
 	}
+	// the resolver's slice may be shared: appending must not write into it
+	buckets = slices.Clip(buckets)
 	for _, class := range req.Also {
 		if err != nil {
 			break
