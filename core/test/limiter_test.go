@@ -270,6 +270,28 @@ func TestAlsoClasses(t *testing.T) {
 	})
 }
 
+// TestAlsoKeepsResolverSlice: a resolver may return one slice to every
+// caller; adding another class's buckets must not write into it.
+func TestAlsoKeepsResolverSlice(t *testing.T) {
+	shared := make([]core.Bucket, 1, 4) // spare capacity, as a table's slice may have
+	shared[0] = core.Bucket{Name: "default", Quota: core.PerSecond(10)}
+	export := []core.Bucket{{Name: "export", Quota: core.PerSecond(10)}}
+	r := core.ResolverFunc(func(_ context.Context, _ core.Tenant, class string) ([]core.Bucket, error) {
+		if class == "export" {
+			return export, nil
+		}
+		return shared, nil
+	})
+	l := newLimiter(t, redistest.Client(t), r)
+	d, err := l.Check(context.Background(), core.Request{Tenant: core.Tenant{ID: "t1"}, Class: "default", Also: []string{"export"}, Cost: 1})
+	if err != nil || len(d.Buckets) != 2 {
+		t.Fatalf("Check = %+v, %v", d, err)
+	}
+	if spare := shared[:2][1]; spare != (core.Bucket{}) {
+		t.Fatalf("the resolver's slice was written: %+v", spare)
+	}
+}
+
 // TestConcurrentAtomicity is the design's concurrency test: many parallel
 // checks on one key never admit more than capacity + rate * elapsed.
 func TestConcurrentAtomicity(t *testing.T) {
