@@ -98,7 +98,7 @@ func (c *converter) node(d rlDescriptor, tier, path string, depth int) {
 		path += "=" + d.Value
 	}
 	if d.ShadowMode {
-		c.problem(path, "shadow_mode is per limiter or class in tollgate (shadow: true, shadow_classes); not converted")
+		c.problem(path, "shadow_mode is a limiter option in tollgate (core.WithShadow, core.WithShadowClasses); not converted")
 	}
 	switch {
 	case d.Key == "tier" && d.Value != "" && depth == 0:
