@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -123,7 +124,7 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 	closers = append(closers, func() { _ = lim.Close() })
 	if path != "" {
 		wctx, cancel := context.WithCancel(context.Background())
-		rl, err := config.Watch(wctx, path, resolver, config.WithReloadLogger(log))
+		rl, err := config.Watch(wctx, path, resolver, config.WithReloadLogger(log), config.WithSignals(syscall.SIGHUP))
 		if err != nil {
 			cancel()
 			return fmt.Errorf("TOLLGATE_CONFIG: %w", err)
