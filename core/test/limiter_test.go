@@ -231,7 +231,8 @@ func TestMultiBucket(t *testing.T) {
 // TestAlsoClasses: several classes of one tenant in one request are decided
 // in one script call, all charged or none; a shared ceiling is charged once.
 func TestAlsoClasses(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
+	forEachBackend(t, func(t *testing.T, b backend, v variant) {
+		c := b.client(t)
 		clock := newFakeClock()
 		ceiling := core.Quota{Capacity: 100, RefillPerSecond: 1}
 		res, err := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{"free": {Classes: map[string]core.Quota{
@@ -241,7 +242,7 @@ func TestAlsoClasses(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l := newLimiter(t, c, res, core.WithClock(clock.Now))
+		l := v.newLimiter(t, c, res, core.WithClock(clock.Now))
 		ctx := context.Background()
 		req := core.Request{Tenant: core.Tenant{ID: "t1"}, Class: "default", Also: []string{"export"}, Cost: 2}
 		d, err := l.Check(ctx, req)
