@@ -25,9 +25,11 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // The command serves ShouldRateLimit from the tier file, health,
 // reflection and /metrics, and stops when its context ends.
 func TestServe(t *testing.T) {
+	// a generous store timeout, failing closed: on a loaded machine a check
+	// must neither fail open (a silent pass) nor time out
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "tollgate.yaml")
-	if err := os.WriteFile(cfg, []byte("version: 1\ndefault_tier: free\ntiers:\n  free:\n    classes:\n      default: {capacity: 2, refill_per_second: 0.01}\n"), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte("version: 1\ndefault_tier: free\ntimeout: 5s\nfailure_policy: closed\ntiers:\n  free:\n    classes:\n      default: {capacity: 2, refill_per_second: 0.01}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	env := map[string]string{"ADDR": "127.0.0.1:0", "METRICS_ADDR": "127.0.0.1:0", "TOLLGATE_CONFIG": cfg}
@@ -82,7 +84,7 @@ func TestServe(t *testing.T) {
 	}
 
 	// the tier file is reloaded on change: a new capacity applies to new buckets
-	if err := os.WriteFile(cfg, []byte("version: 1\ndefault_tier: free\ntiers:\n  free:\n    classes:\n      default: {capacity: 50, refill_per_second: 0.01}\n"), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte("version: 1\ndefault_tier: free\ntimeout: 5s\nfailure_policy: closed\ntiers:\n  free:\n    classes:\n      default: {capacity: 50, refill_per_second: 0.01}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	reloaded := false
