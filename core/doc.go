@@ -9,7 +9,9 @@
 // tokens. The script refills lazily from the Redis server's clock, caps at
 // capacity, and admits the request only if every bucket that applies (a
 // class bucket and, optionally, a tenant-wide ceiling) holds at least the
-// cost; then it charges them all, else none.
+// cost; then it charges them all, else none. [Request.Also] adds more
+// classes of the same tenant to one check (the Envoy adapter decides a
+// request's descriptors so).
 //
 // Keys are rl:{tenant}:bucket (see [Keys]); the braces are a Redis Cluster
 // hash tag, so all of a tenant's buckets live in one slot.

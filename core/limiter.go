@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,7 +37,17 @@ type Request struct {
 	// Cost is the number of tokens the request takes. 0 is a peek: it
 	// reports the state without charging. Negative is invalid.
 	Cost int64
+	// Also names more classes of the same tenant, checked and charged
+	// together with Class in one script call: either every bucket of every
+	// class has Cost tokens and all are charged, or none is. A bucket the
+	// classes share (a tenant-wide ceiling) is charged once. The Decision's
+	// Buckets hold every bucket; shadow mode applies when it applies to any
+	// of the classes. At most MaxClasses classes in all.
+	Also []string
 }
+
+// MaxClasses is the most classes one Request may name (Class plus Also).
+const MaxClasses = 16
 
 // DefaultClass is the class of a request that names none.
 const DefaultClass = "default"
@@ -165,11 +176,25 @@ func (l *Limiter) Peek(ctx context.Context, t Tenant, class string) (Decision, e
 // usable.
 func (l *Limiter) Check(ctx context.Context, req Request) (Decision, error) {
 	d, err := l.check(ctx, req)
-	if !d.Allowed && d.Denied() && (l.cfg.shadow || l.cfg.shadowClasses[orDefault(req.Class)]) {
+	if !d.Allowed && d.Denied() && l.shadowed(req) {
 		d.Allowed, d.Reason = true, ReasonShadowDenied
 	}
 	l.metrics.record(ctx, req, d)
 	return d, err
+}
+
+// shadowed reports whether shadow mode applies to req: to every request, or
+// to one of its classes.
+func (l *Limiter) shadowed(req Request) bool {
+	if l.cfg.shadow || l.cfg.shadowClasses[orDefault(req.Class)] {
+		return true
+	}
+	for _, class := range req.Also {
+		if l.cfg.shadowClasses[class] {
+			return true
+		}
+	}
+	return false
 }
 
 func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
@@ -182,6 +207,22 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 	buckets, err := l.resolver.Buckets(ctx, req.Tenant, req.Class)
 	if err == nil {
 		err = validateBuckets(buckets)
+	}
+	// the resolver's slice may be shared: appending must not write into it
+	buckets = slices.Clip(buckets)
+	for _, class := range req.Also {
+		if err != nil {
+			break
+		}
+		var more []Bucket
+		if more, err = l.resolver.Buckets(ctx, req.Tenant, class); err == nil {
+			err = validateBuckets(more)
+		}
+		for _, b := range more {
+			if !slices.ContainsFunc(buckets, func(have Bucket) bool { return have.Name == b.Name }) {
+				buckets = append(buckets, b)
+			}
+		}
 	}
 	if err != nil {
 		if errors.Is(err, ErrResolve) || errors.Is(err, ErrInvalidQuota) {
@@ -199,7 +240,7 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 		}
 	}
 	sent := l.now()
-	if l.leases != nil && req.Cost > 0 {
+	if l.leases != nil && req.Cost > 0 && len(req.Also) == 0 {
 		if lc, ok := l.leases.classes[req.Class]; ok {
 			return l.checkLeased(ctx, req, keys, buckets, lc, sent)
 		}
@@ -291,6 +332,14 @@ func (l *Limiter) validate(req Request) error {
 	}
 	if req.Cost < 0 || req.Cost > MaxCost {
 		return fmt.Errorf("%w: cost must be 0 to %d, got %d", ErrInvalidRequest, int64(MaxCost), req.Cost)
+	}
+	if len(req.Also) >= MaxClasses {
+		return fmt.Errorf("%w: %d classes in one request, more than %d", ErrInvalidRequest, 1+len(req.Also), MaxClasses)
+	}
+	for _, class := range req.Also {
+		if err := ValidateName(class); err != nil {
+			return err
+		}
 	}
 	return nil
 }

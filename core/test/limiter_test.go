@@ -228,6 +228,71 @@ func TestMultiBucket(t *testing.T) {
 	})
 }
 
+// TestAlsoClasses: several classes of one tenant in one request are decided
+// in one script call, all charged or none; a shared ceiling is charged once.
+func TestAlsoClasses(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend, v variant) {
+		c := b.client(t)
+		clock := newFakeClock()
+		ceiling := core.Quota{Capacity: 100, RefillPerSecond: 1}
+		res, err := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{"free": {Classes: map[string]core.Quota{
+			"default": {Capacity: 10, RefillPerSecond: 1},
+			"export":  {Capacity: 3, RefillPerSecond: 1},
+		}, Ceiling: &ceiling}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := v.newLimiter(t, c, res, core.WithClock(clock.Now))
+		ctx := context.Background()
+		req := core.Request{Tenant: core.Tenant{ID: "t1"}, Class: "default", Also: []string{"export"}, Cost: 2}
+		d, err := l.Check(ctx, req)
+		if err != nil || !d.Allowed || len(d.Buckets) != 3 {
+			t.Fatalf("first = %+v, %v; want allowed over 3 buckets", d, err)
+		}
+		if d.Bucket != "export" || d.Remaining != 1 {
+			t.Fatalf("binding = %s with %d left, want export with 1", d.Bucket, d.Remaining)
+		}
+		d, err = l.Check(ctx, req) // export has 1 < 2: nothing is charged
+		if err != nil || d.Allowed || d.Reason != core.ReasonOverLimit || d.Bucket != "export" {
+			t.Fatalf("second = %+v, %v; want denied by export", d, err)
+		}
+		for name, want := range map[string]float64{"default": 8, "export": 1, core.CeilingBucket: 98} {
+			key, _ := l.Keys().Bucket("t1", name)
+			if tok, _ := stored(t, c, key); tok != want {
+				t.Errorf("%s = %v after a denial, want %v (charged once by the first request only)", name, tok, want)
+			}
+		}
+		if _, err := l.Check(ctx, core.Request{Tenant: core.Tenant{ID: "t1"}, Class: "default", Also: []string{"bad name"}, Cost: 1}); !errors.Is(err, core.ErrInvalidRequest) {
+			t.Errorf("an invalid extra class: err = %v, want ErrInvalidRequest", err)
+		}
+		if _, err := l.Check(ctx, core.Request{Tenant: core.Tenant{ID: "t1"}, Class: "default", Also: []string{"nosuch"}, Cost: 1}); !errors.Is(err, core.ErrResolve) {
+			t.Errorf("an unknown extra class: err = %v, want ErrResolve", err)
+		}
+	})
+}
+
+// TestAlsoKeepsResolverSlice: a resolver may return one slice to every
+// caller; adding another class's buckets must not write into it.
+func TestAlsoKeepsResolverSlice(t *testing.T) {
+	shared := make([]core.Bucket, 1, 4) // spare capacity, as a table's slice may have
+	shared[0] = core.Bucket{Name: "default", Quota: core.PerSecond(10)}
+	export := []core.Bucket{{Name: "export", Quota: core.PerSecond(10)}}
+	r := core.ResolverFunc(func(_ context.Context, _ core.Tenant, class string) ([]core.Bucket, error) {
+		if class == "export" {
+			return export, nil
+		}
+		return shared, nil
+	})
+	l := newLimiter(t, redistest.Client(t), r)
+	d, err := l.Check(context.Background(), core.Request{Tenant: core.Tenant{ID: "t1"}, Class: "default", Also: []string{"export"}, Cost: 1})
+	if err != nil || len(d.Buckets) != 2 {
+		t.Fatalf("Check = %+v, %v", d, err)
+	}
+	if spare := shared[:2][1]; spare != (core.Bucket{}) {
+		t.Fatalf("the resolver's slice was written: %+v", spare)
+	}
+}
+
 // TestConcurrentAtomicity is the design's concurrency test: many parallel
 // checks on one key never admit more than capacity + rate * elapsed.
 func TestConcurrentAtomicity(t *testing.T) {

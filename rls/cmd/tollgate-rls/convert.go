@@ -1,0 +1,213 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/config"
+	"go.yaml.in/yaml/v3"
+)
+
+// An envoyproxy/ratelimit configuration (the fields the converter reads).
+type rlConfig struct {
+	Domain      string         `yaml:"domain"`
+	Descriptors []rlDescriptor `yaml:"descriptors"`
+}
+
+type rlDescriptor struct {
+	Key         string         `yaml:"key"`
+	Value       string         `yaml:"value"`
+	RateLimit   *rlLimit       `yaml:"rate_limit"`
+	Descriptors []rlDescriptor `yaml:"descriptors"`
+	ShadowMode  bool           `yaml:"shadow_mode"`
+}
+
+type rlLimit struct {
+	Unit            string `yaml:"unit"`
+	RequestsPerUnit int64  `yaml:"requests_per_unit"`
+	UnitMultiplier  int64  `yaml:"unit_multiplier"`
+	Unlimited       bool   `yaml:"unlimited"`
+}
+
+// unitSeconds are envoyproxy/ratelimit's units; a month is 30 days and a
+// year 365 (tollgate's buckets refill continuously, there is no calendar).
+var unitSeconds = map[string]float64{
+	"second": 1, "minute": 60, "hour": 3600, "day": 86400,
+	"week": 7 * 86400, "month": 30 * 86400, "year": 365 * 86400,
+}
+
+// defaultTier is the tier that descriptors without a tier entry fill.
+const defaultTier = "free"
+
+// quota maps a fixed window to a token bucket: the window's requests are
+// the burst, refilled evenly over the window.
+func (l rlLimit) quota() (core.Quota, error) {
+	secs, ok := unitSeconds[strings.ToLower(l.Unit)]
+	if !ok {
+		return core.Quota{}, fmt.Errorf("unknown unit %q", l.Unit)
+	}
+	if l.UnitMultiplier > 1 {
+		secs *= float64(l.UnitMultiplier)
+	}
+	q := core.Quota{Capacity: l.RequestsPerUnit, RefillPerSecond: float64(l.RequestsPerUnit) / secs}
+	return q, q.Validate()
+}
+
+// converter collects tiers and what it could not convert.
+type converter struct {
+	tiers    map[string]map[string]core.Quota
+	problems []string
+}
+
+func (c *converter) problem(path, format string, args ...any) {
+	c.problems = append(c.problems, path+": "+fmt.Sprintf(format, args...))
+}
+
+func (c *converter) set(path, tier, class string, l *rlLimit) {
+	if l == nil {
+		return
+	}
+	if l.Unlimited {
+		c.problem(path, "unlimited has no tollgate equivalent (every class has a quota); left out")
+		return
+	}
+	q, err := l.quota()
+	if err != nil {
+		c.problem(path, "%v", err)
+		return
+	}
+	if c.tiers[tier] == nil {
+		c.tiers[tier] = map[string]core.Quota{}
+	}
+	if _, dup := c.tiers[tier][class]; dup {
+		c.problem(path, "tier %q class %q given twice; the first is kept", tier, class)
+		return
+	}
+	c.tiers[tier][class] = q
+}
+
+// node converts one descriptor under tier (known so far) at path.
+func (c *converter) node(d rlDescriptor, tier, path string, depth int) {
+	path += "/" + d.Key
+	if d.Value != "" {
+		path += "=" + d.Value
+	}
+	if d.ShadowMode {
+		c.problem(path, "shadow_mode is a limiter option in tollgate (core.WithShadow, core.WithShadowClasses); not converted")
+	}
+	switch {
+	case d.Key == "tier" && d.Value != "" && depth == 0:
+		c.set(path, d.Value, core.DefaultClass, d.RateLimit)
+		for _, n := range d.Descriptors {
+			c.node(n, d.Value, path, depth+1)
+		}
+	case d.Key == "tenant" && d.Value == "" && depth == 0:
+		c.set(path, tier, core.DefaultClass, d.RateLimit)
+		for _, n := range d.Descriptors {
+			c.node(n, tier, path, depth+1)
+		}
+	case d.Key == "tenant" && d.Value != "":
+		c.problem(path, "a limit for one tenant is an override in tollgate: tollgate override set %s ...", d.Value)
+	case d.Key == "class" && d.Value != "":
+		if err := core.ValidateName(d.Value); err != nil {
+			c.problem(path, "%v", err)
+			return
+		}
+		c.set(path, tier, d.Value, d.RateLimit)
+		if len(d.Descriptors) > 0 {
+			c.problem(path, "descriptors below a class have no tollgate equivalent; left out")
+		}
+	default:
+		c.problem(path, "only tier, tenant and class descriptors map to tollgate tiers; left out")
+	}
+}
+
+// convert turns an envoyproxy/ratelimit YAML document into a tollgate tier
+// file. problems lists what it left out; the file holds the rest.
+func convert(data []byte) (out []byte, problems []string, err error) {
+	var in rlConfig
+	if err := yaml.Unmarshal(data, &in); err != nil {
+		return nil, nil, err
+	}
+	c := &converter{tiers: map[string]map[string]core.Quota{}}
+	for _, d := range in.Descriptors {
+		c.node(d, defaultTier, in.Domain, 0)
+	}
+	if len(c.tiers) == 0 {
+		return nil, c.problems, fmt.Errorf("no limit to convert")
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Converted from the envoyproxy/ratelimit domain %q by tollgate-rls convert.\n", in.Domain)
+	b.WriteString("# Each fixed window became a token bucket: capacity = requests_per_unit,\n")
+	b.WriteString("# refill_per_second = requests_per_unit / unit (see docs/envoy.md).\n")
+	b.WriteString("version: 1\n")
+	names := make([]string, 0, len(c.tiers))
+	for n := range c.tiers {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	def := defaultTier
+	if c.tiers[def] == nil {
+		def = names[0]
+	}
+	fmt.Fprintf(&b, "default_tier: %s\ntiers:\n", strconv.Quote(def))
+	for _, tier := range names {
+		fmt.Fprintf(&b, "  %s:\n    classes:\n", strconv.Quote(tier))
+		classes := make([]string, 0, len(c.tiers[tier]))
+		for n := range c.tiers[tier] {
+			classes = append(classes, n)
+		}
+		slices.Sort(classes)
+		for _, class := range classes {
+			q := c.tiers[tier][class]
+			fmt.Fprintf(&b, "      %s: {capacity: %d, refill_per_second: %s}\n", class, q.Capacity, strconv.FormatFloat(q.RefillPerSecond, 'g', -1, 64))
+		}
+	}
+	out = []byte(b.String())
+	if _, err := config.Parse("converted", out); err != nil {
+		return nil, c.problems, fmt.Errorf("the converted file does not load: %w", err)
+	}
+	return out, c.problems, nil
+}
+
+// convertMain is "tollgate-rls convert [file]": exit 0 when everything
+// converted, 1 when something was left out (the file holds the rest), 2 on
+// bad input.
+func convertMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	var data []byte
+	var err error
+	switch len(args) {
+	case 0:
+		data, err = io.ReadAll(io.LimitReader(stdin, 16<<20))
+	case 1:
+		data, err = os.ReadFile(args[0])
+	default:
+		usage(stderr)
+		return 2
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "tollgate-rls convert:", err)
+		return 2
+	}
+	out, problems, err := convert(data)
+	for _, p := range problems {
+		fmt.Fprintln(stderr, "tollgate-rls convert: left out:", p)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "tollgate-rls convert:", err)
+		return 2
+	}
+	if _, err := stdout.Write(out); err != nil {
+		fmt.Fprintln(stderr, "tollgate-rls convert:", err)
+		return 2
+	}
+	if len(problems) > 0 {
+		return 1
+	}
+	return 0
+}

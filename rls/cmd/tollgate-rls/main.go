@@ -1,0 +1,61 @@
+// Command tollgate-rls is tollgate's Envoy rate limit service: it answers
+// envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit from the same
+// buckets, tiers and overrides as the services behind the gateway (see
+// docs/envoy.md).
+//
+// Environment:
+//
+//	ADDR             gRPC listen address (default 127.0.0.1:8081)
+//	REDIS_URL        the Redis the services use (default: an embedded
+//	                 in-process Redis-compatible server, for trying it out)
+//	TOLLGATE_CONFIG  the services' tier file (default: built-in tiers free
+//	                 and pro); reloaded on change and on SIGHUP
+//	DATABASE_URL     per-tenant overrides in PostgreSQL (postgres://...;
+//	                 default: none)
+//	METRICS_ADDR     Prometheus /metrics listen address (default
+//	                 127.0.0.1:9464; "off" disables it)
+//
+// The gRPC server also serves the standard health service and server
+// reflection. SIGTERM or SIGINT stops it gracefully: the health service
+// turns NOT_SERVING, calls in flight finish (at most 10 s), then it exits.
+//
+// "tollgate-rls convert" turns an envoyproxy/ratelimit configuration into a
+// tollgate tier file.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "convert":
+			os.Exit(convertMain(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+		case "-h", "--help", "help":
+			usage(os.Stdout)
+			return
+		default:
+			usage(os.Stderr)
+			os.Exit(2)
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Getenv, os.Stderr, nil); err != nil {
+		fmt.Fprintln(os.Stderr, "tollgate-rls:", err)
+		os.Exit(1)
+	}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `usage:
+  tollgate-rls                      serve (env ADDR, REDIS_URL, TOLLGATE_CONFIG, DATABASE_URL, METRICS_ADDR)
+  tollgate-rls convert [file.yaml]  envoyproxy/ratelimit YAML (file or stdin) to a tollgate tier file on stdout
+`)
+}

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// The command serves ShouldRateLimit from the tier file, health,
+// reflection and /metrics, and stops when its context ends.
+func TestServe(t *testing.T) {
+	// a generous store timeout, failing closed: on a loaded machine a check
+	// must neither fail open (a silent pass) nor time out
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "tollgate.yaml")
+	if err := os.WriteFile(cfg, []byte("version: 1\ndefault_tier: free\ntimeout: 5s\nfailure_policy: closed\ntiers:\n  free:\n    classes:\n      default: {capacity: 2, refill_per_second: 0.01}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"ADDR": "127.0.0.1:0", "METRICS_ADDR": "127.0.0.1:0", "TOLLGATE_CONFIG": cfg}
+	ctx, cancel := context.WithCancel(context.Background())
+	type addrs struct{ grpc, metrics string }
+	ready := make(chan addrs, 1)
+	done := make(chan error, 1)
+	var logs bytes.Buffer
+	go func() {
+		done <- run(ctx, func(k string) string { return env[k] }, &logs, func(g, m string) { ready <- addrs{g, m} })
+	}()
+	var a addrs
+	select {
+	case a = <-ready:
+	case err := <-done:
+		t.Fatalf("run: %v\n%s", err, logs.String())
+	case <-time.After(20 * time.Second):
+		t.Fatal("not listening after 20 s")
+	}
+	defer func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("run after cancel: %v", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Error("run did not return 20 s after cancel")
+		}
+	}()
+
+	cc, err := grpc.NewClient(a.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer ccancel()
+	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "tenant", Value: "t42"}}},
+	}}
+	var codes []string
+	for range 3 {
+		res, err := rlsv3.NewRateLimitServiceClient(cc).ShouldRateLimit(cctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		codes = append(codes, res.GetOverallCode().String())
+	}
+	if got := strings.Join(codes, " "); got != "OK OK OVER_LIMIT" {
+		t.Errorf("codes = %s, want OK OK OVER_LIMIT (capacity 2 from the tier file)", got)
+	}
+
+	// the tier file is reloaded on change: a new capacity applies to new buckets
+	if err := os.WriteFile(cfg, []byte("version: 1\ndefault_tier: free\ntimeout: 5s\nfailure_policy: closed\ntiers:\n  free:\n    classes:\n      default: {capacity: 50, refill_per_second: 0.01}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	reloaded := false
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline) && !reloaded; time.Sleep(200 * time.Millisecond) {
+		res, err := rlsv3.NewRateLimitServiceClient(cc).ShouldRateLimit(cctx, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+			{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "tenant", Value: "fresh-" + time.Now().Format("150405.000000")}}},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reloaded = res.GetStatuses()[0].GetLimitRemaining() == 49
+	}
+	if !reloaded {
+		t.Error("capacity 50 not in force 15 s after the tier file changed")
+	}
+
+	for _, svc := range []string{"", "envoy.service.ratelimit.v3.RateLimitService"} {
+		h, err := healthpb.NewHealthClient(cc).Check(cctx, &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("health %q = %v, %v", svc, h, err)
+		}
+	}
+
+	stream, err := reflectionpb.NewServerReflectionClient(cc).ServerReflectionInfo(cctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		t.Fatal(err)
+	}
+	rr, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = stream.CloseSend()
+	if !strings.Contains(rr.String(), "envoy.service.ratelimit.v3.RateLimitService") {
+		t.Errorf("reflection lists %v", rr)
+	}
+
+	mreq, _ := http.NewRequestWithContext(cctx, "GET", "http://"+a.metrics+"/metrics", nil)
+	mres, err := http.DefaultClient.Do(mreq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(mres.Body)
+	_ = mres.Body.Close()
+	if !strings.Contains(string(body), "tollgate_decisions_total") || !strings.Contains(string(body), `reason="over_limit"`) {
+		t.Errorf("/metrics lacks the decisions:\n%.3000s", body)
+	}
+}
+
+// A bad tier file is a clear start-up error.
+func TestServeBadConfig(t *testing.T) {
+	env := map[string]string{"ADDR": "127.0.0.1:0", "METRICS_ADDR": "off", "TOLLGATE_CONFIG": filepath.Join(t.TempDir(), "missing.yaml")}
+	err := run(context.Background(), func(k string) string { return env[k] }, io.Discard, nil)
+	if err == nil || !strings.Contains(err.Error(), "TOLLGATE_CONFIG") {
+		t.Fatalf("run with a missing file: %v", err)
+	}
+}
+
+const envoyConfig = `domain: edge
+descriptors:
+  - key: tenant
+    rate_limit: {unit: second, requests_per_unit: 10}
+    descriptors:
+      - key: class
+        value: export
+        rate_limit: {unit: minute, requests_per_unit: 30}
+  - key: tier
+    value: pro
+    rate_limit: {unit: second, requests_per_unit: 100}
+    descriptors:
+      - key: class
+        value: export
+        rate_limit: {unit: hour, requests_per_unit: 720, unit_multiplier: 2}
+  - key: tenant
+    value: t42
+    rate_limit: {unit: second, requests_per_unit: 1000}
+  - key: remote_address
+    rate_limit: {unit: second, requests_per_unit: 5}
+  - key: tier
+    value: unlimited
+    rate_limit: {unlimited: true}
+`
+
+func TestConvert(t *testing.T) {
+	var out, errs bytes.Buffer
+	code := convertMain(nil, strings.NewReader(envoyConfig), &out, &errs)
+	if code != 1 {
+		t.Errorf("exit %d, want 1 (something left out)", code)
+	}
+	want := `version: 1
+default_tier: "free"
+tiers:
+  "free":
+    classes:
+      default: {capacity: 10, refill_per_second: 10}
+      export: {capacity: 30, refill_per_second: 0.5}
+  "pro":
+    classes:
+      default: {capacity: 100, refill_per_second: 100}
+      export: {capacity: 720, refill_per_second: 0.1}
+`
+	if got := out.String(); !strings.HasSuffix(got, want) {
+		t.Errorf("output:\n%s\nwant it to end with:\n%s", got, want)
+	}
+	for _, p := range []string{"edge/tenant=t42: a limit for one tenant is an override", "edge/remote_address: only tier, tenant and class", "edge/tier=unlimited: unlimited has no tollgate equivalent"} {
+		if !strings.Contains(errs.String(), p) {
+			t.Errorf("stderr lacks %q:\n%s", p, errs.String())
+		}
+	}
+	if code := convertMain(nil, strings.NewReader("domain: x\ndescriptors: [{key: tier, value: a, rate_limit: {unit: fortnight, requests_per_unit: 1}}]\n"), io.Discard, io.Discard); code != 2 {
+		t.Errorf("nothing convertible: exit %d, want 2", code)
+	}
+}

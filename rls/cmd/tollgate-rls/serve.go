@@ -1,0 +1,275 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/config"
+	"github.com/tollgate-go/tollgate/rls"
+	"github.com/tollgate-go/tollgate/sqlquota"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+)
+
+const (
+	defaultAddr        = "127.0.0.1:8081"
+	defaultMetricsAddr = "127.0.0.1:9464"
+	shutdownTimeout    = 10 * time.Second
+)
+
+// builtinTiers are the tiers without TOLLGATE_CONFIG: the examples' own,
+// so that the gateway and the example services agree out of the box.
+func builtinTiers() core.Tiers {
+	return core.Tiers{Default: "free", Tiers: map[string]core.Tier{
+		"free": {Classes: map[string]core.Quota{
+			core.DefaultClass: {Capacity: 20, RefillPerSecond: 2},
+			"export":          {Capacity: 10, RefillPerSecond: 0.1},
+		}},
+		"pro": {Classes: map[string]core.Quota{
+			core.DefaultClass: {Capacity: 200, RefillPerSecond: 50},
+			"export":          {Capacity: 100, RefillPerSecond: 2},
+		}},
+	}}
+}
+
+// listening is told the addresses once the server accepts calls (tests).
+type listening func(grpcAddr, metricsAddr string)
+
+// run serves until ctx is done, then stops gracefully.
+func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready listening) (err error) {
+	log := slog.New(slog.NewTextHandler(logw, nil))
+	var closers []func()
+	defer func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}()
+
+	client, where, err := openRedis(ctx, getenv("REDIS_URL"), log)
+	if err != nil {
+		return err
+	}
+	closers = append(closers, func() { _ = client.Close() })
+
+	var resOpts []core.ResolverOption
+	resOpts = append(resOpts, core.WithResolverLogger(log))
+	if u := getenv("DATABASE_URL"); u != "" {
+		store, closeDB, err := openOverrides(ctx, u, log)
+		if err != nil {
+			return err
+		}
+		closers = append(closers, closeDB)
+		resOpts = append(resOpts, core.WithOverrides(store))
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	exp, err := otelprom.New(otelprom.WithRegisterer(reg))
+	if err != nil {
+		return fmt.Errorf("prometheus exporter: %w", err)
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
+	closers = append(closers, func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = mp.Shutdown(sctx)
+	})
+	limOpts := []core.Option{core.WithMeterProvider(mp), core.WithLogger(log)}
+
+	style := core.DefaultHeaderStyle
+	var resolver *core.TieredResolver
+	var lim *core.Limiter
+	path := getenv("TOLLGATE_CONFIG")
+	if path != "" {
+		file, err := config.Load(path)
+		if err != nil {
+			return fmt.Errorf("TOLLGATE_CONFIG: %w", err)
+		}
+		style = file.HeaderStyle
+		if resolver, err = file.NewResolver(resOpts...); err != nil {
+			return fmt.Errorf("TOLLGATE_CONFIG: %w", err)
+		}
+		if lim, err = file.NewLimiter(client, resolver, limOpts...); err != nil {
+			return fmt.Errorf("TOLLGATE_CONFIG: %w", err)
+		}
+	} else {
+		if resolver, err = core.NewResolver(builtinTiers(), resOpts...); err != nil {
+			return err
+		}
+		if lim, err = core.New(client, resolver, limOpts...); err != nil {
+			return err
+		}
+	}
+	closers = append(closers, func() { _ = lim.Close() })
+	if path != "" {
+		wctx, cancel := context.WithCancel(context.Background())
+		rl, err := config.Watch(wctx, path, resolver, config.WithReloadLogger(log), config.WithSignals(syscall.SIGHUP))
+		if err != nil {
+			cancel()
+			return fmt.Errorf("TOLLGATE_CONFIG: %w", err)
+		}
+		closers = append(closers, func() { cancel(); <-rl.Done() })
+	}
+
+	srv, err := rls.New(lim, rls.WithHeaderStyle(style))
+	if err != nil {
+		return err
+	}
+	g := grpc.NewServer()
+	rlsv3.RegisterRateLimitServiceServer(g, srv)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(g, hs)
+	hs.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	reflection.Register(g)
+
+	addr := getenv("ADDR")
+	if addr == "" {
+		addr = defaultAddr
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("ADDR: %w", err)
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- g.Serve(ln) }()
+
+	maddr := getenv("METRICS_ADDR")
+	if maddr == "" {
+		maddr = defaultMetricsAddr
+	}
+	var msrv *http.Server
+	if maddr != "off" {
+		mln, err := net.Listen("tcp", maddr)
+		if err != nil {
+			g.Stop()
+			<-errc
+			return fmt.Errorf("METRICS_ADDR: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		msrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := msrv.Serve(mln); !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("metrics: %w", err)
+			}
+		}()
+		maddr = mln.Addr().String()
+	}
+	log.Info("tollgate-rls listening", "addr", ln.Addr().String(), "metrics", maddr, "redis", where, "config", orBuiltin(path))
+	if ready != nil {
+		ready(ln.Addr().String(), maddr)
+	}
+
+	select {
+	case err = <-errc:
+	case <-ctx.Done():
+		log.Info("tollgate-rls shutting down")
+	}
+	hs.Shutdown() // NOT_SERVING: balancers and Envoy's health checks move off
+	stopped := make(chan struct{})
+	go func() { g.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(shutdownTimeout):
+		g.Stop()
+		<-stopped
+	}
+	if msrv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		_ = msrv.Shutdown(sctx)
+	}
+	if errors.Is(err, grpc.ErrServerStopped) {
+		err = nil
+	}
+	return err
+}
+
+func orBuiltin(path string) string {
+	if path == "" {
+		return "built-in tiers"
+	}
+	return path + " (reloaded on change and SIGHUP)"
+}
+
+// openRedis connects to REDIS_URL, or starts an embedded Redis-compatible
+// server when it is empty.
+func openRedis(ctx context.Context, u string, log *slog.Logger) (redis.UniversalClient, string, error) {
+	if u == "" {
+		m := miniredis.NewMiniRedis()
+		if err := m.Start(); err != nil {
+			return nil, "", fmt.Errorf("embedded Redis-compatible server: %w", err)
+		}
+		log.Warn("REDIS_URL is not set: using an embedded in-process Redis-compatible server; it shares no buckets with any service")
+		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		return closeBoth{c, m}, "embedded (miniredis at " + m.Addr() + ")", nil
+	}
+	opt, err := redis.ParseURL(u)
+	if err != nil {
+		return nil, "", fmt.Errorf("REDIS_URL: %w", err)
+	}
+	c := redis.NewClient(opt)
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := c.Ping(pctx).Err(); err != nil {
+		_ = c.Close()
+		return nil, "", fmt.Errorf("REDIS_URL: cannot reach Redis at %s: %w", opt.Addr, err)
+	}
+	return c, opt.Addr, nil
+}
+
+// closeBoth closes the embedded server with its client.
+type closeBoth struct {
+	*redis.Client
+	m *miniredis.Miniredis
+}
+
+func (c closeBoth) Close() error {
+	err := c.Client.Close()
+	c.m.Close()
+	return err
+}
+
+// openOverrides opens the services' override table in PostgreSQL.
+func openOverrides(ctx context.Context, u string, log *slog.Logger) (*sqlquota.Store, func(), error) {
+	if !strings.HasPrefix(u, "postgres://") && !strings.HasPrefix(u, "postgresql://") {
+		scheme, _, _ := strings.Cut(u, ":")
+		return nil, nil, fmt.Errorf("DATABASE_URL: unsupported scheme %q (want postgres://...)", scheme)
+	}
+	db, err := sql.Open("pgx", u)
+	if err != nil {
+		return nil, nil, fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	s, err := sqlquota.New(db, sqlquota.Postgres, sqlquota.WithLogger(log))
+	if err == nil {
+		mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err = s.Migrate(mctx)
+		cancel()
+	}
+	if err != nil {
+		_ = db.Close()
+		return nil, nil, fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	return s, func() { _ = db.Close() }, nil
+}

@@ -1,0 +1,94 @@
+package rls
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/tollgate-go/tollgate/core"
+)
+
+// Descriptor entry keys the server reads. Other entries are ignored.
+const (
+	// KeyTenant is the entry holding the tenant ID (required).
+	KeyTenant = "tenant"
+	// KeyTier is the entry holding the tenant's tier (optional: the
+	// resolver's default tier and the tenant's overrides apply without it).
+	KeyTier = "tier"
+	// KeyClass is the entry holding the class (optional: core.DefaultClass).
+	KeyClass = "class"
+)
+
+// MaxDescriptors is the most descriptors one request may carry; a longer
+// request is answered invalid descriptor by descriptor, nothing charged.
+const MaxDescriptors = 64
+
+// ErrorHandler receives the limiter's error (a store failure, an invalid
+// or unresolvable descriptor) for a request; the request has already been
+// answered by the failure policy or as invalid.
+type ErrorHandler func(ctx context.Context, err error)
+
+// Option configures a Server. Options are applied in order.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	style   core.HeaderStyle
+	now     func() time.Time
+	maxCost int64
+	onError ErrorHandler
+}
+
+func newConfig(opts []Option) config {
+	c := config{style: core.DefaultHeaderStyle, now: time.Now, maxCost: core.MaxCost}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&c)
+		}
+	}
+	return c
+}
+
+func (c *config) validate() error {
+	if c.maxCost < 1 || c.maxCost > core.MaxCost {
+		return fmt.Errorf("%w: rls: max cost must be 1 to %d, got %d", core.ErrInvalidConfig, int64(core.MaxCost), c.maxCost)
+	}
+	return nil
+}
+
+// WithHeaderStyle selects the rate-limit header families put in
+// response_headers_to_add, as core.WithHeaderStyle does for the HTTP
+// adapters. Default core.DefaultHeaderStyle.
+func WithHeaderStyle(s core.HeaderStyle) Option {
+	return optionFunc(func(c *config) { c.style = s })
+}
+
+// WithClock sets the time of day used for time-of-day header values (the
+// epoch X-RateLimit-Reset), as core.WithClock. Default time.Now. nil is
+// ignored.
+func WithClock(now func() time.Time) Option {
+	return optionFunc(func(c *config) {
+		if now != nil {
+			c.now = now
+		}
+	})
+}
+
+// WithMaxCost bounds the cost (hits_addend) of one descriptor: a larger one
+// is answered invalid and charges nothing. Default and most core.MaxCost.
+func WithMaxCost(n int64) Option {
+	return optionFunc(func(c *config) { c.maxCost = n })
+}
+
+// WithErrorHandler sets the hook that receives the limiter's errors.
+// Default: none (core logs and counts them). nil is ignored.
+func WithErrorHandler(h ErrorHandler) Option {
+	return optionFunc(func(c *config) {
+		if h != nil {
+			c.onError = h
+		}
+	})
+}

@@ -1,0 +1,58 @@
+// Package rls is tollgate's Envoy adapter: an Envoy rate limit service
+// (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit) over
+// [github.com/tollgate-go/tollgate/core], so that Envoy, Istio and
+// Envoy-based gateways charge the same buckets as the services behind them.
+// Like every adapter it only translates: the decision, its numbers and its
+// headers come from core.
+//
+//	srv, err := rls.New(lim) // lim: the same *core.Limiter setup as the services
+//	g := grpc.NewServer()
+//	rlsv3.RegisterRateLimitServiceServer(g, srv)
+//
+// # Mapping
+//
+// Each descriptor names a tenant and a class by its entries; other entries
+// are ignored:
+//
+//   - "tenant" (required): the tenant ID, as the gateway verified it (a JWT
+//     claim, never a header the client sets);
+//   - "tier" (optional): the tenant's tier; without it the resolver's
+//     default tier and the tenant's overrides apply;
+//   - "class" (optional): the class, default "default".
+//
+// The cost is the descriptor's hits_addend where set, else the request's;
+// 0 means 1, as in Envoy. The bucket is core's key rl:{tenant}:class, so a
+// gateway check and a service check of the same tenant and class drain one
+// bucket.
+//
+// The descriptors of one tenant (same tier and cost) are decided in one
+// script call (core.Request.Also): all are charged or none is, so a request
+// denied by one of its classes costs the others nothing. Descriptors of
+// different tenants are separate calls (their buckets live in different
+// Cluster slots). A class named twice for one tenant is one bucket,
+// charged once.
+//
+// # Answers
+//
+// OverallCode is OVER_LIMIT when a descriptor is over its limit. Each
+// DescriptorStatus carries current_limit (the bucket's sustained rate in
+// requests per unit, named after the bucket), limit_remaining (whole tokens
+// left) and duration_until_reset (until the bucket is full).
+// response_headers_to_add carries exactly the headers core renders for the
+// HTTP adapters for the same decision (RateLimit, RateLimit-Policy,
+// X-RateLimit-*, Retry-After on a denial; [WithHeaderStyle]); a denial also
+// carries the same problem+json body (raw_body) and its Content-Type.
+//
+// A descriptor without a tenant, with an invalid tenant or class, with a
+// cost above [WithMaxCost] or with is_negative_hits is answered
+// OVER_LIMIT with the reason in its current_limit name, and nothing in the
+// request is charged (the other descriptors answer UNKNOWN). A descriptor
+// whose tier or class has no quota is answered OVER_LIMIT the same way:
+// a configuration mistake never becomes unlimited traffic.
+//
+// Shadow mode (core.WithShadow) answers OK and counts what it would have
+// denied. When the store fails, the limiter's failure policy answers:
+// fail-open answers OK without rate-limit headers; fail-closed answers the
+// gRPC status Unavailable, which Envoy turns into a denial only with
+// failure_mode_deny: true (see docs/envoy.md).
+package rls

@@ -1,0 +1,303 @@
+package rls
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/tollgate-go/tollgate/core"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// Server is an Envoy rate limit service
+// (envoy.service.ratelimit.v3.RateLimitService) over a core.Limiter.
+// Register it with rlsv3.RegisterRateLimitServiceServer. It is safe for
+// concurrent use.
+type Server struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	lim *core.Limiter
+	cfg config
+}
+
+// New returns a Server answering from lim, or an error naming a bad option.
+func New(lim *core.Limiter, opts ...Option) (*Server, error) {
+	if lim == nil {
+		return nil, fmt.Errorf("%w: rls: nil limiter", core.ErrInvalidConfig)
+	}
+	cfg := newConfig(opts)
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Server{lim: lim, cfg: cfg}, nil
+}
+
+// descriptor is one request descriptor, read.
+type descriptor struct {
+	tenant core.Tenant
+	class  string
+	cost   int64
+	// invalid, when set, is why the descriptor cannot be checked.
+	invalid string
+}
+
+// group is the descriptors of one (tenant, tier, cost), decided in one
+// script call.
+type group struct {
+	tenant  core.Tenant
+	cost    int64
+	classes []string // distinct, in first-seen order
+	members []int    // descriptor indexes
+	d       core.Decision
+	err     error
+}
+
+// ShouldRateLimit decides every descriptor of req. See the package
+// documentation for the mapping.
+func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	ds := req.GetDescriptors()
+	if len(ds) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "tollgate: a rate limit request needs at least one descriptor")
+	}
+	descs := make([]descriptor, len(ds))
+	invalid := false
+	for i, d := range ds {
+		descs[i] = s.read(d, req.GetHitsAddend(), len(ds))
+		invalid = invalid || descs[i].invalid != ""
+	}
+	res := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds))}
+	if invalid {
+		// nothing is charged for a request that is denied anyway
+		res.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		for i, d := range descs {
+			if d.invalid != "" {
+				res.Statuses[i] = invalidStatus("invalid descriptor: " + d.invalid)
+			} else {
+				res.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_UNKNOWN}
+			}
+		}
+		return res, nil
+	}
+
+	groups := groupDescriptors(descs)
+	var headline *group
+	for _, g := range groups {
+		g.d, g.err = s.lim.Check(ctx, core.Request{Tenant: g.tenant, Class: g.classes[0], Also: g.classes[1:], Cost: g.cost})
+		if g.err != nil && s.cfg.onError != nil {
+			s.cfg.onError(ctx, g.err)
+		}
+		if g.d.Reason == core.ReasonFailedClosed {
+			return nil, status.Error(codes.Unavailable, "tollgate: the rate limiter cannot reach its store")
+		}
+		if headline == nil || outranks(g.d, headline.d) {
+			headline = g
+		}
+		for _, i := range g.members {
+			st := descriptorStatus(g, descs[i].class)
+			if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
+				res.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+			}
+			res.Statuses[i] = st
+		}
+	}
+	d := headline.d
+	for _, h := range d.Headers(s.cfg.style, s.cfg.now()) {
+		res.ResponseHeadersToAdd = append(res.ResponseHeadersToAdd, &corev3.HeaderValue{Key: h.Name, Value: h.Value})
+	}
+	if res.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && d.Denied() {
+		res.RawBody = d.Problem().JSON()
+		res.ResponseHeadersToAdd = append(res.ResponseHeadersToAdd, &corev3.HeaderValue{Key: "Content-Type", Value: core.ProblemContentType})
+	}
+	return res, nil
+}
+
+// read maps one descriptor to a tenant, class and cost.
+func (s *Server) read(d *ratelimitv3.RateLimitDescriptor, hits uint32, n int) descriptor {
+	var out descriptor
+	if n > MaxDescriptors {
+		out.invalid = fmt.Sprintf("%d descriptors in one request, more than %d", n, MaxDescriptors)
+		return out
+	}
+	var seen [3]bool
+	for _, e := range d.GetEntries() {
+		var i int
+		switch e.GetKey() {
+		case KeyTenant:
+			i, out.tenant.ID = 0, e.GetValue()
+		case KeyTier:
+			i, out.tenant.Tier = 1, e.GetValue()
+		case KeyClass:
+			i, out.class = 2, e.GetValue()
+		default:
+			continue
+		}
+		if seen[i] {
+			out.invalid = fmt.Sprintf("entry %q given twice", e.GetKey())
+			return out
+		}
+		seen[i] = true
+	}
+	if !seen[2] {
+		out.class = core.DefaultClass
+	}
+	cost := uint64(hits)
+	if d.GetHitsAddend() != nil {
+		cost = d.GetHitsAddend().GetValue()
+	}
+	if cost == 0 {
+		cost = 1 // as in Envoy: an unset (or zero) hits_addend is one hit
+	}
+	switch {
+	case !seen[0]:
+		out.invalid = "no " + KeyTenant + " entry"
+	case d.GetIsNegativeHits():
+		out.invalid = "is_negative_hits is not supported: tokens are never refunded"
+	case cost > uint64(s.cfg.maxCost):
+		out.invalid = fmt.Sprintf("hits_addend must be 1 to %d, got %d", s.cfg.maxCost, cost)
+	default:
+		// the key scheme validates the tenant ID
+		if err := core.ValidateName(out.class); err != nil {
+			out.invalid = err.Error()
+		} else if _, err := s.lim.Keys().Bucket(out.tenant.ID, out.class); err != nil {
+			out.invalid = err.Error()
+		}
+	}
+	out.cost = int64(cost)
+	return out
+}
+
+// groupDescriptors groups valid descriptors by (tenant, tier, cost), in
+// first-seen order. A class named twice in a group is one bucket, charged
+// once.
+func groupDescriptors(descs []descriptor) []*group {
+	type gk struct {
+		t    core.Tenant
+		cost int64
+	}
+	byKey := map[gk]*group{}
+	var groups []*group
+	for i, d := range descs {
+		k := gk{d.tenant, d.cost}
+		g := byKey[k]
+		if g == nil {
+			g = &group{tenant: d.tenant, cost: d.cost}
+			byKey[k] = g
+			groups = append(groups, g)
+		}
+		if !slices.Contains(g.classes, d.class) {
+			g.classes = append(g.classes, d.class)
+		}
+		g.members = append(g.members, i)
+	}
+	return groups
+}
+
+// outranks reports whether a should speak for the response (its headers)
+// rather than b: a denial over an admission, the longer wait among
+// denials, the fewer tokens left among admissions.
+func outranks(a, b core.Decision) bool {
+	if a.Denied() != b.Denied() {
+		return a.Denied()
+	}
+	if a.Denied() {
+		return a.RetryAfter > b.RetryAfter
+	}
+	if len(a.Buckets) == 0 || len(b.Buckets) == 0 {
+		return len(b.Buckets) == 0 && len(a.Buckets) > 0
+	}
+	return a.Tokens < b.Tokens
+}
+
+// descriptorStatus is the answer for one descriptor of class in g.
+func descriptorStatus(g *group, class string) *rlsv3.RateLimitResponse_DescriptorStatus {
+	d := g.d
+	switch {
+	case d.Reason == core.ReasonInvalid:
+		return invalidStatus("invalid descriptor: " + errText(g.err))
+	case d.Reason == core.ReasonUnresolved:
+		return invalidStatus("no quota configured: " + errText(g.err))
+	case len(d.Buckets) == 0: // failed open: let through unchecked
+		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+	}
+	// the descriptor's buckets: its class and those no class of the group
+	// names (a tenant-wide ceiling)
+	var mine []core.BucketState
+	for _, b := range d.Buckets {
+		if b.Name == class || !slices.Contains(g.classes, b.Name) {
+			mine = append(mine, b)
+		}
+	}
+	binding := -1
+	for i, b := range mine {
+		if b.Name == d.Bucket {
+			binding = i
+			break
+		}
+	}
+	code := rlsv3.RateLimitResponse_OK
+	if binding >= 0 && !d.Allowed {
+		code = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	if binding < 0 {
+		for i, b := range mine {
+			if binding < 0 || b.Tokens < mine[binding].Tokens {
+				binding = i
+			}
+		}
+	}
+	b := mine[binding]
+	reset := time.Duration(math.Ceil((float64(b.Quota.Capacity) - b.Tokens) / b.Quota.RefillPerSecond * 1e9))
+	return &rlsv3.RateLimitResponse_DescriptorStatus{
+		Code:               code,
+		CurrentLimit:       currentLimit(b.Name, b.Quota),
+		LimitRemaining:     uint32(min(max(math.Floor(b.Tokens), 0), math.MaxUint32)),
+		DurationUntilReset: durationpb.New(max(reset, 0)),
+	}
+}
+
+func errText(err error) string {
+	if err == nil {
+		return "rejected"
+	}
+	return err.Error()
+}
+
+// invalidStatus answers a descriptor that cannot be checked: over limit
+// (never an unlimited pass), with why in the limit's name.
+func invalidStatus(why string) *rlsv3.RateLimitResponse_DescriptorStatus {
+	return &rlsv3.RateLimitResponse_DescriptorStatus{
+		Code:         rlsv3.RateLimitResponse_OVER_LIMIT,
+		CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{Name: "tollgate: " + why},
+	}
+}
+
+// units are Envoy's rate limit units, shortest first.
+var units = []struct {
+	unit    rlsv3.RateLimitResponse_RateLimit_Unit
+	seconds float64
+}{
+	{rlsv3.RateLimitResponse_RateLimit_SECOND, 1},
+	{rlsv3.RateLimitResponse_RateLimit_MINUTE, 60},
+	{rlsv3.RateLimitResponse_RateLimit_HOUR, 3600},
+	{rlsv3.RateLimitResponse_RateLimit_DAY, 86400},
+}
+
+// currentLimit expresses a bucket's sustained rate in requests per unit: the
+// shortest unit in which the rate is a whole number, else per day, rounded.
+// The burst (capacity) has no field of its own in Envoy's message.
+func currentLimit(name string, q core.Quota) *rlsv3.RateLimitResponse_RateLimit {
+	for _, u := range units {
+		n := q.RefillPerSecond * u.seconds
+		if n >= 1 && math.Abs(n-math.Round(n)) < 1e-9*n {
+			return &rlsv3.RateLimitResponse_RateLimit{Name: name, Unit: u.unit, RequestsPerUnit: uint32(min(math.Round(n), math.MaxUint32))}
+		}
+	}
+	n := max(math.Round(q.RefillPerSecond*86400), 1)
+	return &rlsv3.RateLimitResponse_RateLimit{Name: name, Unit: rlsv3.RateLimitResponse_RateLimit_DAY, RequestsPerUnit: uint32(min(n, math.MaxUint32))}
+}

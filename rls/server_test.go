@@ -1,0 +1,59 @@
+package rls
+
+import (
+	"errors"
+	"math"
+	"testing"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/core"
+)
+
+// current_limit is the sustained rate in the shortest whole unit.
+func TestCurrentLimit(t *testing.T) {
+	cases := []struct {
+		rate float64
+		n    uint32
+		unit rlsv3.RateLimitResponse_RateLimit_Unit
+	}{
+		{2, 2, rlsv3.RateLimitResponse_RateLimit_SECOND},
+		{0.1, 6, rlsv3.RateLimitResponse_RateLimit_MINUTE},
+		{0.5, 30, rlsv3.RateLimitResponse_RateLimit_MINUTE},
+		{1.0 / 3600, 1, rlsv3.RateLimitResponse_RateLimit_HOUR},
+		{10.0 / 86400, 10, rlsv3.RateLimitResponse_RateLimit_DAY},
+		{1.0 / 7, 12343, rlsv3.RateLimitResponse_RateLimit_DAY},       // not whole in any unit: per day, rounded
+		{1.0 / 400 / 86400, 1, rlsv3.RateLimitResponse_RateLimit_DAY}, // slower than one a day: at least 1
+		{1e12, math.MaxUint32, rlsv3.RateLimitResponse_RateLimit_SECOND},
+	}
+	for _, tc := range cases {
+		l := currentLimit("default", core.Quota{Capacity: 10, RefillPerSecond: tc.rate})
+		if l.GetRequestsPerUnit() != tc.n || l.GetUnit() != tc.unit || l.GetName() != "default" {
+			t.Errorf("rate %v/s: %v, want %d per %v", tc.rate, l, tc.n, tc.unit)
+		}
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	if _, err := New(nil); !errors.Is(err, core.ErrInvalidConfig) {
+		t.Errorf("nil limiter: %v", err)
+	}
+	res, err := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{"free": {Classes: map[string]core.Quota{"default": core.PerSecond(1)}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	defer c.Close()
+	lim, err := core.New(c, res, core.WithBatching(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int64{0, -1, core.MaxCost + 1} {
+		if _, err := New(lim, WithMaxCost(n)); !errors.Is(err, core.ErrInvalidConfig) {
+			t.Errorf("WithMaxCost(%d): %v", n, err)
+		}
+	}
+	if _, err := New(lim, WithMaxCost(core.MaxCost), nil, WithClock(nil), WithErrorHandler(nil)); err != nil {
+		t.Errorf("valid options: %v", err)
+	}
+}
