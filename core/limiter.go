@@ -169,8 +169,12 @@ func (l *Limiter) Peek(ctx context.Context, t Tenant, class string) (Decision, e
 // a configuration mistake never turns into unlimited traffic), or when the
 // store or a custom resolver's backend failed (wrapping ErrStore; the
 // Decision carries the failure policy's answer, ReasonFailedOpen or
-// ReasonFailedClosed, or the local fallback's). The Decision is always
-// usable.
+// ReasonFailedClosed, or the local fallback's; a Redis error reply about
+// this request's own keys, such as WRONGTYPE, is answered so too but never
+// counts toward the circuit breaker), or when the caller's context ended
+// before the store answered (ReasonCanceled, not admitted, not degraded;
+// the error wraps the context's error, not ErrStore). The Decision is
+// always usable.
 func (l *Limiter) Check(ctx context.Context, req Request) (Decision, error) {
 	d, err := l.check(ctx, req)
 	if !d.Allowed && d.Denied() && l.shadowed(req) {

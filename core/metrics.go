@@ -20,8 +20,9 @@ import (
 // here, in core.
 const (
 	// MetricDecisions counts decisions, by outcome (allowed, denied,
-	// failed_open, failed_closed, fallback, shadow_denied, invalid), reason,
-	// class, tier and binding bucket, and tenant when WithTenantLabel is on.
+	// failed_open, failed_closed, fallback, shadow_denied, invalid,
+	// unresolved, canceled), reason, class, tier and binding bucket, and
+	// tenant when WithTenantLabel is on.
 	MetricDecisions = "tollgate.decisions"
 	// MetricStoreDuration is the client-side latency of the store call, in
 	// seconds, by result (ok, error).
