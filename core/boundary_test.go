@@ -4,13 +4,18 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"runtime"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 )
 
 // TestCallerGoneIsNotAStoreFailure: checks whose caller already left (a
@@ -125,5 +130,94 @@ func TestBreakerOneClock(t *testing.T) {
 	d, err := l.Allow(ctx, core.Tenant{ID: "t"}, "default", 1)
 	if err != nil || d.Reason != core.ReasonOK {
 		t.Fatalf("after the cool-down on the injected clock: %+v, %v", d, err)
+	}
+}
+
+// TestNoGoroutinePerCheck: with a client that ignores context deadlines
+// (no ContextTimeoutEnabled, a long ReadTimeout) and a hung Redis, checks
+// still end at the limiter's timeout, and leave no goroutine behind them
+// waiting for the client's read timeout.
+func TestNoGoroutinePerCheck(t *testing.T) {
+	forEachVariant(t, func(t *testing.T) {
+		srv := redistest.NewServer(t)
+		c := srv.Client(t, func(o *redis.Options) { o.ReadTimeout = 10 * time.Second; o.PoolSize = 64 })
+		l, err := core.New(c, staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(10)}),
+			append(variantOpts(t), core.WithPrefix(redistest.Prefix(t)), core.WithTimeout(100*time.Millisecond), core.WithCircuitBreaker(0, 0))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		check(t, l, "warm", 0)
+		if err := srv.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = srv.Resume() })
+		before := runtime.NumGoroutine()
+		var wg sync.WaitGroup
+		var slow atomic.Int64
+		for i := range 40 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				start := time.Now()
+				_, err := l.Allow(context.Background(), core.Tenant{ID: "t" + strconv.Itoa(i)}, "default", 1)
+				if !errors.Is(err, core.ErrStore) || time.Since(start) > 2*time.Second {
+					slow.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		if slow.Load() != 0 {
+			t.Fatalf("%d checks did not fail within the timeout", slow.Load())
+		}
+		if after := runtime.NumGoroutine(); after > before+10 {
+			t.Fatalf("%d goroutines before the checks, %d after they all returned: calls left running", before, after)
+		}
+	})
+}
+
+// TestBatcherQueueBounded: when Redis hangs, the batcher queues at most its
+// bound; the checks that do not fit fail at once as store failures, counted
+// as queue_full.
+func TestBatcherQueueBounded(t *testing.T) {
+	srv := redistest.NewServer(t)
+	reader := sdkmetric.NewManualReader()
+	l, err := core.New(srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true }),
+		staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(10)}),
+		core.WithPrefix(redistest.Prefix(t)), core.WithBatching(true), core.WithTimeout(3*time.Second),
+		core.WithCircuitBreaker(0, 0), core.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	check(t, l, "warm", 0)
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	const n = 2500 // over the bound (2048 queued, 2 in flight)
+	var wg sync.WaitGroup
+	var full, fast atomic.Int64
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			_, err := l.Allow(context.Background(), core.Tenant{ID: "t" + strconv.Itoa(i)}, "default", 1)
+			if errors.Is(err, core.ErrStore) && strings.Contains(err.Error(), "too many checks waiting") {
+				full.Add(1)
+				if time.Since(start) < time.Second {
+					fast.Add(1)
+				}
+			}
+		}()
+	}
+	time.Sleep(time.Second)
+	_ = srv.Resume()
+	wg.Wait()
+	if full.Load() < n-2048-2-50 || fast.Load() != full.Load() {
+		t.Fatalf("%d of %d checks found the queue full (%d at once); want about %d, all at once", full.Load(), n, fast.Load(), n-2050)
+	}
+	if got := collect(t, reader, core.MetricStoreErrors, "kind")["queue_full"]; got != full.Load() {
+		t.Fatalf("queue_full counted %d times, want %d", got, full.Load())
 	}
 }
