@@ -124,7 +124,7 @@ func TestBreakerOneClock(t *testing.T) {
 	clock := newFakeClock()
 	clock.us.Store(time.Now().Add(-time.Hour).UnixMicro()) // an hour behind the wall clock
 	l, err := core.New(srv.Client(t), staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(10)}),
-		core.WithPrefix(redistest.Prefix(t)), core.WithClientClock(clock.Now), core.WithFailurePolicy(core.FailClosed),
+		core.WithPrefix(redistest.Prefix(t)), core.WithClock(clock.Now), core.WithFailurePolicy(core.FailClosed),
 		core.WithCircuitBreaker(2, time.Hour), core.WithTimeout(time.Second), core.WithBatching(false))
 	if err != nil {
 		t.Fatal(err)

@@ -95,7 +95,7 @@ func TestCallerStorm(t *testing.T) {
 	const victimChecks, storm = 60, 10_000
 	run := func(withStorm bool) ([]verdict, time.Duration, map[string]int64, *core.Limiter) {
 		reader := sdkmetric.NewManualReader()
-		lim := newLimiter(t, srv.Client(t), core.FailClosed, core.WithClientClock(fixedClock()),
+		lim := newLimiter(t, srv.Client(t), core.FailClosed, core.WithClock(fixedClock()),
 			core.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
 		var wg sync.WaitGroup
 		stormDone := make(chan struct{})
@@ -262,10 +262,10 @@ func TestLostReply(t *testing.T) {
 			t.Cleanup(func() { _ = client.Close() })
 			reader := sdkmetric.NewManualReader()
 			clock := fixedClock()
-			lim := newLimiter(t, client, core.FailOpen, core.WithClientClock(clock), core.WithBatching(batched),
+			lim := newLimiter(t, client, core.FailOpen, core.WithClock(clock), core.WithBatching(batched),
 				core.WithCircuitBreaker(0, 0), core.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
 			// read back through a direct client, past the proxy
-			direct, err := core.New(srv.Client(t), resolver(slowQuota), core.WithPrefix(lim.Keys().Prefix()), core.WithClientClock(clock), core.WithBatching(false))
+			direct, err := core.New(srv.Client(t), resolver(slowQuota), core.WithPrefix(lim.Keys().Prefix()), core.WithClock(clock), core.WithBatching(false))
 			if err != nil {
 				t.Fatal(err)
 			}
