@@ -41,9 +41,9 @@ func (s *syncBuffer) String() string {
 // round trip) report the caller's error, are not degraded decisions, log
 // nothing, and never open the circuit breaker for everyone else.
 func TestCallerGoneIsNotAStoreFailure(t *testing.T) {
-	forEachVariant(t, func(t *testing.T) {
+	forEachVariant(t, func(t *testing.T, v variant) {
 		var logs syncBuffer
-		l := newLimiter(t, redistest.Client(t), staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(1000)}),
+		l := v.newLimiter(t, redistest.Client(t), staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(1000)}),
 			core.WithCircuitBreaker(3, time.Hour), core.WithFailurePolicy(core.FailClosed),
 			core.WithTimeout(time.Second), core.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 		check(t, l, "victim", 0) // warm the connection and the script cache
@@ -86,9 +86,10 @@ func TestCallerGoneIsNotAStoreFailure(t *testing.T) {
 // tenant fails that tenant's checks by the failure policy, logged with the
 // escaped tenant and key, and never opens the breaker for other tenants.
 func TestRequestErrorIsThatRequestsFailure(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
+	forEachBackend(t, func(t *testing.T, b backend, v variant) {
+		c := b.client(t)
 		var logs syncBuffer
-		l := newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(1000)}),
+		l := v.newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(1000)}),
 			core.WithCircuitBreaker(3, time.Hour), core.WithFailurePolicy(core.FailClosed),
 			core.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 		const bad = "poisoned\ttenant"
@@ -156,11 +157,11 @@ func TestBreakerOneClock(t *testing.T) {
 // still end at the limiter's timeout, and leave no goroutine behind them
 // waiting for the client's read timeout.
 func TestNoGoroutinePerCheck(t *testing.T) {
-	forEachVariant(t, func(t *testing.T) {
+	forEachVariant(t, func(t *testing.T, v variant) {
 		srv := redistest.NewServer(t)
 		c := srv.Client(t, func(o *redis.Options) { o.ReadTimeout = 10 * time.Second; o.PoolSize = 64 })
 		l, err := core.New(c, staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(10)}),
-			append(variantOpts(t), core.WithPrefix(redistest.Prefix(t)), core.WithTimeout(100*time.Millisecond), core.WithCircuitBreaker(0, 0))...)
+			append(v.options(), core.WithPrefix(redistest.Prefix(t)), core.WithTimeout(100*time.Millisecond), core.WithCircuitBreaker(0, 0))...)
 		if err != nil {
 			t.Fatal(err)
 		}
