@@ -20,13 +20,19 @@ import (
 // master before the first batch, and again when a reply says NOSCRIPT (a
 // restart, failover or SCRIPT FLUSH): a NOSCRIPT command was not executed, so
 // only those are sent again. A command that timed out or lost its connection
-// is never replayed.
+// is never replayed: every script command is a noRetryCmd, so go-redis does
+// not resend it or the pipeline holding it, whatever MaxRetries says.
+//
+// The queue is bounded (maxPending): a check that finds it full is not
+// queued and fails as a store failure (errQueueFull), counted in the store
+// errors metric. The client is bounded by the limiter's timeout (see
+// scriptClient), so the leader always sends inline: no goroutine per check.
 type batcher struct {
-	client   redis.UniversalClient
-	inline   bool // the client honours deadlines: the leader may send inline
-	maxBatch int
-	inflight int
-	sizes    func(n int) // batch-size observer (metrics)
+	client     redis.UniversalClient
+	maxBatch   int
+	inflight   int
+	maxPending int
+	sizes      func(n int) // batch-size observer (metrics)
 
 	mu      sync.Mutex
 	active  int
@@ -60,15 +66,20 @@ func (c *call) result() (any, error) {
 }
 
 const (
-	defaultMaxBatch = 128
-	defaultInflight = 2
+	defaultMaxBatch   = 128
+	defaultInflight   = 2
+	defaultMaxPending = 16 * defaultMaxBatch
 )
 
-func newBatcher(client redis.UniversalClient, inline bool, sizes func(int)) *batcher {
-	return &batcher{client: client, inline: inline, maxBatch: defaultMaxBatch, inflight: defaultInflight, sizes: sizes}
+func newBatcher(client redis.UniversalClient, sizes func(int)) *batcher {
+	return &batcher{client: client, maxBatch: defaultMaxBatch, inflight: defaultInflight,
+		maxPending: defaultMaxPending, sizes: sizes}
 }
 
-var errClosed = errors.New("limiter closed")
+var (
+	errClosed    = errors.New("limiter closed")
+	errQueueFull = errors.New("too many checks waiting for the store")
+)
 
 // do runs the script for one check through the batcher and waits for its
 // answer or ctx's end, whichever comes first.
@@ -78,7 +89,7 @@ func (b *batcher) do(ctx context.Context, args []any) (any, error) {
 		b.mu.Unlock()
 		return nil, errClosed
 	}
-	if b.active < b.inflight && len(b.pending) == 0 && b.inline {
+	if b.active < b.inflight && len(b.pending) == 0 {
 		// alone (low concurrency): a plain call, inline, with nothing to
 		// hand over, so that one caller pays nothing for the batcher
 		b.active++
@@ -95,6 +106,10 @@ func (b *batcher) do(ctx context.Context, args []any) (any, error) {
 		b.handOff()
 		return v, err
 	}
+	if b.active >= b.inflight && len(b.pending) >= b.maxPending {
+		b.mu.Unlock()
+		return nil, errQueueFull
+	}
 	c := calls.Get().(*call)
 	c.ctx, c.args = ctx, args
 	if b.active >= b.inflight {
@@ -106,14 +121,9 @@ func (b *batcher) do(ctx context.Context, args []any) (any, error) {
 	batch := b.take(c)
 	b.wg.Add(1)
 	b.mu.Unlock()
-	if b.inline {
-		b.lead(batch)
-		<-c.done // finished by the batch just sent
-		return c.result()
-	}
-	// the client ignores deadlines: send from a goroutine, wait up to ctx
-	go b.lead(batch)
-	return c.wait(ctx)
+	b.lead(batch)
+	<-c.done // finished by the batch just sent
+	return c.result()
 }
 
 // wait returns c's answer, or ctx's error when it ends first.
@@ -216,7 +226,7 @@ func (b *batcher) send(batch []*call) {
 	_, _ = b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, c := range live {
 			cmds[i] = scriptCmd(ctx, c.args, false)
-			_ = p.Process(ctx, cmds[i])
+			_ = p.Process(ctx, noRetryCmd{cmds[i]})
 		}
 		return nil
 	})
@@ -247,7 +257,7 @@ func (b *batcher) send(batch []*call) {
 	_, _ = b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, c := range retry {
 			cmds[i] = scriptCmd(ctx, c.args, true)
-			_ = p.Process(ctx, cmds[i])
+			_ = p.Process(ctx, noRetryCmd{cmds[i]})
 		}
 		return nil
 	})

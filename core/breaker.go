@@ -29,19 +29,30 @@ type breaker struct {
 }
 
 // allow reports whether a store call may be made now: always when closed;
-// when open, only one probe after the cool-down.
-func (b *breaker) allow(now time.Time) bool {
+// when open, only one probe after the cool-down (probe is then true). now
+// comes from the limiter's clock, the same as failure's: the breaker reads
+// no other clock.
+func (b *breaker) allow(now time.Time) (ok, probe bool) {
 	if b == nil {
-		return true
+		return true, false
 	}
 	until := b.openUntil.Load()
 	if until == 0 {
-		return true
+		return true, false
 	}
 	if now.UnixNano() < until {
-		return false
+		return false, false
 	}
-	return b.probing.CompareAndSwap(false, true)
+	ok = b.probing.CompareAndSwap(false, true)
+	return ok, ok
+}
+
+// abandon ends a call that says nothing about the store (its caller left
+// first): when it was the probe, the next call probes instead.
+func (b *breaker) abandon(probe bool) {
+	if b != nil && probe {
+		b.probing.Store(false)
+	}
 }
 
 // success closes the circuit.
@@ -58,7 +69,8 @@ func (b *breaker) success() {
 	}
 }
 
-// failure counts a failed call and opens the circuit at the threshold (or
+// failure counts a failed call (a transport failure or the limiter's own
+// timeout; never a caller's, never an error reply about one request) and opens the circuit at the threshold (or
 // re-opens it after a failed probe). It reports whether the circuit opened.
 func (b *breaker) failure(now time.Time) bool {
 	if b == nil {

@@ -56,14 +56,14 @@ func scriptCmd(ctx context.Context, args []any, eval bool) *redis.Cmd {
 
 // runScript runs the script once: EVALSHA, then EVAL when the server
 // answers NOSCRIPT (the command was not executed, so sending it again is
-// safe).
+// safe). Neither is ever retried by go-redis (see noRetryCmd).
 func runScript(ctx context.Context, c redis.UniversalClient, args []any) (any, error) {
 	cmd := scriptCmd(ctx, args, false)
-	_ = c.Process(ctx, cmd)
+	_ = c.Process(ctx, noRetryCmd{cmd})
 	v, err := cmd.Result()
 	if isNoScript(err) {
 		cmd = scriptCmd(ctx, args, true)
-		_ = c.Process(ctx, cmd)
+		_ = c.Process(ctx, noRetryCmd{cmd})
 		v, err = cmd.Result()
 	}
 	return v, err

@@ -35,9 +35,15 @@ const (
 	// unknown tier or class, an invalid quota). It is rejected (HTTP 500,
 	// gRPC Internal): a configuration mistake must not mean unlimited.
 	ReasonUnresolved
+	// ReasonCanceled: the caller's context ended (cancelled, or its deadline
+	// passed) before the store answered. The caller is gone, so the request
+	// does not proceed; this is not a store failure and not degraded. Check's
+	// error wraps the context's error (context.Canceled or
+	// context.DeadlineExceeded). The request may or may not have been charged.
+	ReasonCanceled
 )
 
-var reasonNames = [...]string{"ok", "over_limit", "cost_exceeds_capacity", "failed_open", "failed_closed", "shadow_denied", "invalid", "unresolved"}
+var reasonNames = [...]string{"ok", "over_limit", "cost_exceeds_capacity", "failed_open", "failed_closed", "shadow_denied", "invalid", "unresolved", "canceled"}
 
 // String returns the reason's stable snake_case name, used in metrics and logs.
 func (r Reason) String() string {

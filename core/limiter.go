@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -59,10 +60,11 @@ type Limiter struct {
 	resolver Resolver
 	keys     Keys
 	cfg      config
-	// direct: the client honours context deadlines itself, so the call is
-	// made inline; otherwise it runs in a goroutine and the check stops
-	// waiting at the deadline.
-	direct   bool
+	// scripts is the client the script calls go through, bounded by the
+	// timeout (see scriptClient); owned is closed by Close when the limiter
+	// opened it.
+	scripts  redis.UniversalClient
+	owned    io.Closer
 	lastLog  atomic.Int64
 	breaker  *breaker      // nil: off
 	fallback *localBuckets // nil: off
@@ -100,8 +102,9 @@ func New(client redis.UniversalClient, r Resolver, opts ...Option) (*Limiter, er
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{client: client, resolver: r, keys: keys, cfg: cfg, direct: honoursContext(client),
+	l := &Limiter{client: client, resolver: r, keys: keys, cfg: cfg,
 		metrics: newMetrics(cfg.meterProvider, cfg.tenantTopK), now: time.Now}
+	l.scripts, l.owned = scriptClient(client)
 	if cfg.clock != nil {
 		l.now = cfg.clock
 	}
@@ -121,30 +124,24 @@ func New(client redis.UniversalClient, r Resolver, opts ...Option) (*Limiter, er
 		l.leases = newLeases(cfg.leases, 100_000)
 	}
 	if cfg.batching {
-		l.batch = newBatcher(client, l.direct, l.metrics.batchSize)
+		l.batch = newBatcher(l.scripts, l.metrics.batchSize)
 	}
 	return l, nil
 }
 
-// Close stops the limiter's background work (the batcher). Checks after
-// Close fail by the failure policy. It does not close the Redis client.
+// Close stops the limiter's background work (the batcher) and closes the
+// client it opened when the one given to New does not honour context
+// deadlines (ContextTimeoutEnabled false; see docs/reliability.md). Checks
+// after Close fail by the failure policy. It does not close the Redis
+// client given to New.
 func (l *Limiter) Close() error {
 	if l.batch != nil {
 		l.batch.close()
 	}
-	return nil
-}
-
-// honoursContext reports whether go-redis will abort socket I/O at a
-// context's deadline (Options.ContextTimeoutEnabled).
-func honoursContext(c redis.UniversalClient) bool {
-	switch c := c.(type) {
-	case *redis.Client:
-		return c.Options().ContextTimeoutEnabled
-	case *redis.ClusterClient:
-		return c.Options().ContextTimeoutEnabled
+	if l.owned != nil {
+		return l.owned.Close()
 	}
-	return false
+	return nil
 }
 
 // Keys returns the limiter's key scheme.
@@ -172,8 +169,12 @@ func (l *Limiter) Peek(ctx context.Context, t Tenant, class string) (Decision, e
 // a configuration mistake never turns into unlimited traffic), or when the
 // store or a custom resolver's backend failed (wrapping ErrStore; the
 // Decision carries the failure policy's answer, ReasonFailedOpen or
-// ReasonFailedClosed, or the local fallback's). The Decision is always
-// usable.
+// ReasonFailedClosed, or the local fallback's; a Redis error reply about
+// this request's own keys, such as WRONGTYPE, is answered so too but never
+// counts toward the circuit breaker), or when the caller's context ended
+// before the store answered (ReasonCanceled, not admitted, not degraded;
+// the error wraps the context's error, not ErrStore). The Decision is
+// always usable.
 func (l *Limiter) Check(ctx context.Context, req Request) (Decision, error) {
 	d, err := l.check(ctx, req)
 	if !d.Allowed && d.Denied() && l.shadowed(req) {
@@ -225,6 +226,9 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 		}
 	}
 	if err != nil {
+		if ctx.Err() != nil && !errors.Is(err, ErrResolve) && !errors.Is(err, ErrInvalidQuota) {
+			return l.callerGone(req, ctx.Err())
+		}
 		if errors.Is(err, ErrResolve) || errors.Is(err, ErrInvalidQuota) {
 			l.logDegraded("tollgate: no quota configured for this request; rejected", req, err, "tier", EscapeID(req.Tenant.Tier))
 			return Decision{Reason: ReasonUnresolved, Cost: req.Cost}, err
@@ -267,7 +271,11 @@ func (l *Limiter) checkDenyCache(ctx context.Context, keys []string, buckets []B
 // store charges cost tokens (req.Cost, or a lease's size) in the store, or
 // degrades when it fails. sent is when the check started.
 func (l *Limiter) store(ctx context.Context, req Request, keys []string, buckets []Bucket, cost int64, sent time.Time) (Decision, error) {
-	if !l.breaker.allow(sent) {
+	if err := ctx.Err(); err != nil {
+		return l.callerGone(req, err)
+	}
+	ok, probe := l.breaker.allow(sent)
+	if !ok {
 		err := fmt.Errorf("%w: %w", ErrStore, errCircuitOpen)
 		l.metrics.storeCall(ctx, 0, err, l.cfg.policy)
 		return l.degrade(req, keys, buckets, err), err
@@ -285,19 +293,14 @@ func (l *Limiter) store(ctx context.Context, req Request, keys []string, buckets
 	reply, err := l.run(ctx, scriptArgs(keys, now, cost, quotas))
 	var d Decision
 	if err == nil {
-		d, err = parseReply(reply, buckets, cost)
+		if d, err = parseReply(reply, buckets, cost); err != nil {
+			err = &requestError{err}
+		}
 	}
-	l.metrics.storeCall(ctx, time.Since(start), err, l.cfg.policy)
 	if err != nil {
-		if l.batch == nil {
-			refreshTopology(l.client, err) // the batcher does this itself
-		}
-		err = fmt.Errorf("%w: %w", ErrStore, err)
-		if l.breaker.failure(time.Now()) {
-			l.logDegraded("tollgate: circuit breaker opened: store calls paused", req, err)
-		}
-		return l.degrade(req, keys, buckets, err), err
+		return l.failed(ctx, req, keys, buckets, err, time.Since(start), probe)
 	}
+	l.metrics.storeCall(ctx, time.Since(start), nil, l.cfg.policy)
 	l.breaker.success()
 	if l.fallback != nil {
 		l.fallback.reset()
@@ -364,56 +367,82 @@ func validateBuckets(bs []Bucket) error {
 	return nil
 }
 
-// run calls the script within the limiter's timeout. EVALSHA first; EVAL only
-// when the server answers NOSCRIPT (script cache lost on restart, failover or
-// SCRIPT FLUSH). Never replayed after a timeout or a broken connection: the
-// first call may already have been applied.
+// run calls the script within the limiter's timeout, once (see runScript
+// and noRetryCmd), and names a failure for what it was (see storeError).
 func (l *Limiter) run(ctx context.Context, args []any) (any, error) {
-	ctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
+	call, cancel := context.WithTimeoutCause(ctx, l.cfg.timeout, errLimiterTimeout)
 	defer cancel()
+	var v any
+	var err error
 	if l.batch != nil {
-		v, err := l.batch.do(ctx, args)
-		if errors.Is(err, context.DeadlineExceeded) {
-			err = fmt.Errorf("no answer within %v: %w", l.cfg.timeout, err)
-		}
-		return v, err
+		v, err = l.batch.do(call, args)
+	} else {
+		v, err = runScript(call, l.scripts, args)
 	}
-	if l.direct {
-		return runScript(ctx, l.client, args)
+	if err != nil {
+		err = storeError(ctx, call, l.cfg.timeout, err)
 	}
-	type result struct {
-		v   any
-		err error
+	return v, err
+}
+
+// failed answers a check whose store call failed, by what failed. A caller
+// gone is no failure: its check is abandoned, not degraded, and nothing is
+// counted or logged. A failure of the request's own (an error reply about
+// its keys) is answered by the failure policy and logged with its keys, but
+// the store answered, so for the breaker it is a success. Only the store's
+// own failures count toward the breaker. probe: this call was the breaker's
+// probe.
+func (l *Limiter) failed(ctx context.Context, req Request, keys []string, buckets []Bucket, err error, took time.Duration, probe bool) (Decision, error) {
+	var gone *callerGone
+	if errors.As(err, &gone) {
+		l.breaker.abandon(probe)
+		return Decision{Reason: ReasonCanceled, Cost: req.Cost}, gone
 	}
-	ch := make(chan result, 1)
-	go func() {
-		v, err := runScript(ctx, l.client, args)
-		ch <- result{v, err}
-	}()
-	select {
-	case r := <-ch:
-		return r.v, r.err
-	case <-ctx.Done():
-		return nil, fmt.Errorf("no answer within %v: %w", l.cfg.timeout, ctx.Err())
+	l.metrics.storeCall(ctx, took, err, l.cfg.policy)
+	var re *requestError
+	if errors.As(err, &re) {
+		l.breaker.success()
+		err = fmt.Errorf("%w: %w", ErrStore, err)
+		d := l.degradeQuiet(req, keys, buckets)
+		l.logDegraded("tollgate: the store refused this request; answered by the failure policy", req, err,
+			"decision", outcome(d), "key", strings.Join(keys, " "))
+		return d, err
 	}
+	if l.batch == nil {
+		refreshTopology(l.client, err) // the batcher does this itself
+	}
+	err = fmt.Errorf("%w: %w", ErrStore, err)
+	if l.breaker.failure(l.now()) {
+		l.logDegraded("tollgate: circuit breaker opened: store calls paused", req, err)
+	}
+	return l.degrade(req, keys, buckets, err), err
+}
+
+// callerGone is the decision of a check whose caller left first.
+func (l *Limiter) callerGone(req Request, err error) (Decision, error) {
+	return Decision{Reason: ReasonCanceled, Cost: req.Cost}, &callerGone{err}
 }
 
 // degrade answers without the store: from the local fallback buckets when
 // configured (and the quota is known), else by the failure policy. It logs,
 // at most once a second: a degraded decision is never silent.
 func (l *Limiter) degrade(req Request, keys []string, buckets []Bucket, err error) Decision {
-	var d Decision
-	switch {
-	case l.fallback != nil && buckets != nil && errors.Is(err, ErrStore):
-		d = l.fallback.takeShare(keys, buckets, l.cfg.fallbackShare, req.Cost, l.now())
-		d.Fallback = true
-	case l.cfg.policy == FailClosed:
-		d = Decision{Reason: ReasonFailedClosed, Cost: req.Cost}
-	default:
-		d = Decision{Reason: ReasonFailedOpen, Allowed: true, Cost: req.Cost}
-	}
+	d := l.degradeQuiet(req, keys, buckets)
 	l.logDegraded("tollgate: rate limit check degraded", req, err, "decision", outcome(d))
 	return d
+}
+
+// degradeQuiet is degrade's answer, without the log.
+func (l *Limiter) degradeQuiet(req Request, keys []string, buckets []Bucket) Decision {
+	switch {
+	case l.fallback != nil && buckets != nil:
+		d := l.fallback.takeShare(keys, buckets, l.cfg.fallbackShare, req.Cost, l.now())
+		d.Fallback = true
+		return d
+	case l.cfg.policy == FailClosed:
+		return Decision{Reason: ReasonFailedClosed, Cost: req.Cost}
+	}
+	return Decision{Reason: ReasonFailedOpen, Allowed: true, Cost: req.Cost}
 }
 
 func (l *Limiter) logDegraded(msg string, req Request, err error, attrs ...any) {

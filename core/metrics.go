@@ -20,14 +20,19 @@ import (
 // here, in core.
 const (
 	// MetricDecisions counts decisions, by outcome (allowed, denied,
-	// failed_open, failed_closed, fallback, shadow_denied, invalid), reason,
-	// class, tier and binding bucket, and tenant when WithTenantLabel is on.
+	// failed_open, failed_closed, fallback, shadow_denied, invalid,
+	// unresolved, canceled), reason, class, tier and binding bucket, and
+	// tenant when WithTenantLabel is on.
 	MetricDecisions = "tollgate.decisions"
 	// MetricStoreDuration is the client-side latency of the store call, in
 	// seconds, by result (ok, error).
 	MetricStoreDuration = "tollgate.store.duration"
 	// MetricStoreErrors counts store failures by kind (timeout, connection,
-	// oom, circuit_open, protocol, other) and failure policy.
+	// oom, circuit_open, queue_full, request, other) and failure policy.
+	// Kind request is an error reply about one request's keys (WRONGTYPE, a
+	// script error, a reply that cannot be decoded): that request's failure,
+	// never counted by the circuit breaker. A check whose caller left first
+	// is not a store failure and is not counted.
 	MetricStoreErrors = "tollgate.store.errors"
 	// MetricDenyCacheHits counts requests denied locally by the deny cache,
 	// without a store call.
@@ -204,12 +209,14 @@ func errorKind(err error) string {
 	switch {
 	case errors.Is(err, errCircuitOpen):
 		return "circuit_open"
+	case errors.Is(err, errQueueFull):
+		return "queue_full"
+	case errors.As(err, new(*requestError)):
+		return "request"
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
 		return "timeout"
 	case errors.As(err, &re) && strings.HasPrefix(re.Error(), "OOM"):
 		return "oom"
-	case errors.Is(err, errProtocol):
-		return "protocol"
 	case errors.As(err, &ne), errors.Is(err, redis.ErrClosed), strings.Contains(err.Error(), "connection"), strings.Contains(err.Error(), "EOF"):
 		return "connection"
 	}

@@ -242,7 +242,10 @@ func WithFailurePolicy(p FailurePolicy) Option {
 }
 
 // WithTimeout bounds each check's store call; d must be positive. Default
-// 100 ms. The bound holds even for a client without ContextTimeoutEnabled.
+// 100 ms. The bound holds even for a client without ContextTimeoutEnabled,
+// without a goroutine per check: the limiter then sends its scripts through
+// a client of its own, built from the same options with
+// ContextTimeoutEnabled set (see Limiter.Close and docs/reliability.md).
 func WithTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) error {
 		if d <= 0 {

@@ -177,15 +177,17 @@ func quoteSFString(s string) string {
 
 // Status is the HTTP status of a response for d: 200 when the request
 // proceeds (allowed, failed open, shadow-denied), 429 for a denial, 503 when
-// the store failed and the policy is fail-closed, 400 for an invalid request,
-// 500 when no quota is configured for it.
+// the store failed and the policy is fail-closed or when the request's own
+// context ended before the check (ReasonCanceled: the handler must not run;
+// a caller that is gone never reads it), 400 for an invalid request, 500
+// when no quota is configured for it.
 func (d Decision) Status() int {
 	switch {
 	case d.Allowed:
 		return 200
 	case d.Denied():
 		return 429
-	case d.Reason == ReasonFailedClosed:
+	case d.Reason == ReasonFailedClosed, d.Reason == ReasonCanceled:
 		return 503
 	case d.Reason == ReasonUnresolved:
 		return 500
@@ -238,6 +240,9 @@ func (d Decision) Problem() Problem {
 	case ReasonFailedClosed:
 		return Problem{Type: "about:blank", Title: "Service Unavailable", Status: 503,
 			Detail: "The rate limiter cannot reach its store; try again later."}
+	case ReasonCanceled:
+		return Problem{Type: "about:blank", Title: "Service Unavailable", Status: 503,
+			Detail: "The request was cancelled or its deadline passed before the rate limit was checked."}
 	case ReasonUnresolved:
 		return Problem{Type: "about:blank", Title: "Internal Server Error", Status: 500,
 			Detail: "No rate limit is configured for this request."}

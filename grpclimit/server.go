@@ -257,6 +257,9 @@ func (i *Interceptors) statusOf(v core.Verdict) *status.Status {
 		return i.denial(v)
 	case d.Reason == core.ReasonFailedClosed:
 		return status.New(codes.Unavailable, v.Problem.Detail)
+	case d.Reason == core.ReasonCanceled:
+		// the call's own context ended: Canceled or DeadlineExceeded
+		return status.FromContextError(v.Err)
 	case d.Reason == core.ReasonInvalid:
 		return status.New(codes.InvalidArgument, v.Problem.Detail)
 	case d.Reason == core.ReasonUnresolved:

@@ -1,6 +1,8 @@
 // Package redistest gives tests a real Redis: the shared standalone server,
-// private servers a test may stop, pause and restart, and a local Redis
-// Cluster. Every tollgate test that touches the Lua script runs through it,
+// private servers a test may stop, pause and restart, a local Redis
+// Cluster, and a fault-injecting TCP proxy ([FaultProxy]) to put between a
+// client and any of them (latency, a reply lost after its command ran,
+// resets, stalled reads, a blackhole). Every tollgate test that touches the Lua script runs through it,
 // because the property under test is the script's atomicity, which a fake
 // cannot show.
 //
