@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"golang.org/x/mod/modfile"
 )
@@ -33,6 +34,13 @@ var heavy = []string{
 	"github.com/labstack/echo",
 	"github.com/gofiber/fiber",
 	"google.golang.org/grpc",
+}
+
+// brings are the heavy modules a heavy module brings along: a module that
+// asks for testcontainers (the conformance suite's Redis harness) gets the
+// Docker client and what it needs too.
+var brings = map[string][]string{
+	"github.com/testcontainers/": {"github.com/docker/", "github.com/moby/", "github.com/containerd/", "google.golang.org/grpc"},
 }
 
 // lean are the modules whose consumers get none of heavy at all, whatever
@@ -82,7 +90,7 @@ func consumerEnv(proxyDir, work string) ([]string, error) {
 		"GOWORK=off",
 		"GOPROXY="+strings.Join(chain, ","),
 		"GONOSUMDB="+modulePrefix+"/*",
-		"GOFLAGS="+strings.TrimSpace(goflags+" -mod=mod -modcacherw"),
+		"GOFLAGS="+strings.TrimSpace(goflags+" -mod=mod -modcacherw -trimpath"),
 		// a module cache of its own: a cached copy of an earlier build of
 		// the same version must not stand in for the tree
 		"GOMODCACHE="+filepath.Join(work, "modcache"),
@@ -182,8 +190,12 @@ func allowedHeavy(root, m string, v *Versions) ([]string, error) {
 				continue
 			}
 			for _, h := range heavy {
-				if strings.HasPrefix(r.Mod.Path, h) && !slices.Contains(allowed, h) {
-					allowed = append(allowed, h)
+				if strings.HasPrefix(r.Mod.Path, h) {
+					for _, a := range append([]string{h}, brings[h]...) {
+						if !slices.Contains(allowed, a) {
+							allowed = append(allowed, a)
+						}
+					}
 				}
 			}
 		}
@@ -309,7 +321,11 @@ func goCmd(ctx context.Context, env []string, dir string, args ...string) ([]byt
 	cmd.Env = env
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
+	start := time.Now()
 	out, err := cmd.Output()
+	if os.Getenv("RELEASE_VERBOSE") != "" {
+		fmt.Fprintf(os.Stderr, "  %s: go %s (%.1fs)\n", dir, strings.Join(args, " "), time.Since(start).Seconds())
+	}
 	if err == nil {
 		return out, nil
 	}
