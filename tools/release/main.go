@@ -44,7 +44,9 @@ commands:
                          revision; default the working tree)
   apidiff                report incompatible API changes against the last release
   cut -version vX.Y.Z [-retag]
-                         release: versions.yaml, go.mod files, commit, checks, tags`
+                         release: versions.yaml, go.mod files, commit, checks, tags
+
+RELEASE_VERBOSE=1 prints each go command of the consumer check and its time.`
 
 func run(args []string) error {
 	if len(args) == 0 {
