@@ -34,14 +34,20 @@ var heavy = []string{
 	"github.com/labstack/echo",
 	"github.com/gofiber/fiber",
 	"google.golang.org/grpc",
+	"github.com/envoyproxy/",
 }
 
 // brings are the heavy modules a heavy module brings along: a module that
 // asks for testcontainers (the conformance suite's Redis harness) gets the
 // Docker client and what it needs too.
 var brings = map[string][]string{
-	"github.com/testcontainers/": {"github.com/docker/", "github.com/moby/", "github.com/containerd/", "google.golang.org/grpc"},
+	testInfra: {"github.com/docker/", "github.com/moby/", "github.com/containerd/", "google.golang.org/grpc"},
+	// Envoy's API module names Prometheus' metric data model (protobuf
+	// types only, not the client library)
+	"github.com/envoyproxy/": {"github.com/prometheus/client_model"},
 }
+
+const testInfra = "github.com/testcontainers/"
 
 // harness are the modules whose users may get test infrastructure: the
 // conformance suite and its Redis harness are for tests. Any other module
@@ -195,7 +201,7 @@ func allowedHeavy(root, m string, v *Versions) ([]string, error) {
 				continue
 			}
 			for _, h := range heavy {
-				if _, infra := brings[h]; infra && !slices.Contains(harness, m) {
+				if h == testInfra && !slices.Contains(harness, m) {
 					continue
 				}
 				if strings.HasPrefix(r.Mod.Path, h) {
@@ -280,10 +286,10 @@ func checkConsumer(ctx context.Context, env []string, dir, m, version string, al
 	r.Nodes, r.Paths = len(nodes), len(paths)
 	var bad []string
 	for p := range paths {
-		for _, h := range heavy {
-			if strings.HasPrefix(p, h) && !slices.Contains(allowed, h) {
-				bad = append(bad, p)
-			}
+		isHeavy := slices.ContainsFunc(heavy, func(h string) bool { return strings.HasPrefix(p, h) })
+		isAllowed := slices.ContainsFunc(allowed, func(a string) bool { return strings.HasPrefix(p, a) })
+		if isHeavy && !isAllowed {
+			bad = append(bad, p)
 		}
 	}
 	if len(bad) > 0 {
