@@ -34,10 +34,9 @@ var heavy = []string{
 	"github.com/labstack/echo",
 	"github.com/gofiber/fiber",
 	"google.golang.org/grpc",
-	"github.com/envoyproxy/",
 }
 
-// brings are the heavy modules a heavy module brings along: a module that
+// brings are the heavy modules a direct requirement brings along: a module that
 // asks for testcontainers (the conformance suite's Redis harness) gets the
 // Docker client and what it needs too.
 var brings = map[string][]string{
@@ -205,17 +204,30 @@ func allowedHeavy(root, m string, v *Versions) ([]string, error) {
 					continue
 				}
 				if strings.HasPrefix(r.Mod.Path, h) {
-					for _, a := range append([]string{h}, brings[h]...) {
-						if !slices.Contains(allowed, a) {
-							allowed = append(allowed, a)
-						}
-					}
+					allowed = appendNew(allowed, h)
+				}
+			}
+			for k, b := range brings {
+				if k == testInfra && !slices.Contains(harness, m) {
+					continue
+				}
+				if strings.HasPrefix(r.Mod.Path, k) {
+					allowed = appendNew(allowed, b...)
 				}
 			}
 		}
 		return nil
 	}
 	return allowed, walk(m)
+}
+
+func appendNew(list []string, items ...string) []string {
+	for _, it := range items {
+		if !slices.Contains(list, it) {
+			list = append(list, it)
+		}
+	}
+	return list
 }
 
 func checkConsumer(ctx context.Context, env []string, dir, m, version string, allowed []string) (ConsumerResult, error) {
