@@ -50,7 +50,8 @@ RELEASE_VERBOSE=1 prints each go command of the consumer check and its time.`
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return errors.New(usage)
+		fmt.Fprintln(os.Stderr, usage)
+		return errors.New("no command")
 	}
 	root, err := repoRoot()
 	if err != nil {
@@ -95,7 +96,8 @@ func run(args []string) error {
 		}
 		return cut(ctx, root, *version, *retag)
 	}
-	return fmt.Errorf("unknown command %q\n%s", cmd, usage)
+	fmt.Fprintln(os.Stderr, usage)
+	return fmt.Errorf("unknown command %q", cmd)
 }
 
 // repoRoot is the directory holding versions.yaml: the working directory
