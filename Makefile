@@ -2,7 +2,9 @@
 # module's tests that need the Redis harness or the conformance suite live in
 # its nested test-only module <module>/test (README, "Module layout").
 GO        ?= go
-MODULES   := core sqlquota conformance httplimit ginlimit echolimit fiberlimit grpclimit rls rls/cmd/tollgate-rls examples cmd bench
+# the published modules are listed once, in versions.yaml; then the unpublished ones
+PUBLISHED := $(shell sed -n 's/^  - \([a-z0-9/._-]*\)$$/\1/p' versions.yaml)
+MODULES   := $(PUBLISHED) examples bench tools
 TEST_MODULES := $(patsubst %/go.mod,%,$(wildcard $(addsuffix /test/go.mod,$(MODULES))))
 ALL_MODULES  := $(MODULES) $(TEST_MODULES)
 # in the workspace, core/... also matches core/test/...: go lists each package once
@@ -11,7 +13,7 @@ TESTFLAGS ?= -race -shuffle=on -count=1 -timeout 12m
 BENCHFLAGS ?= -run '^$$' -bench . -benchmem -count 5
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: help test lint bench bench/load bench/http demo fuzz tidy fmt check-redis $(addprefix test/,$(ALL_MODULES)) $(addprefix bench/,$(ALL_MODULES))
+.PHONY: release release-sync consumer apidiff help test lint bench bench/load bench/http demo fuzz tidy fmt check-redis $(addprefix test/,$(ALL_MODULES)) $(addprefix bench/,$(ALL_MODULES))
 
 help: ## list the targets
 	@grep -hE '^([a-zA-Z/%_-]+|\$$\(addprefix [^)]*\)\): [a-z]+/%):.*## ' $(MAKEFILE_LIST) \
@@ -46,10 +48,28 @@ fuzz: check-redis ## run every fuzz target for FUZZTIME (default 10s) from its c
 		(cd $$dir && $(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) .) || exit 1; \
 	done
 
-lint: ## gofmt, go vet and staticcheck in every module
+lint: ## gofmt, go vet, staticcheck, go.mod files follow versions.yaml, API check
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) run $(STATICCHECK) $(PKGS)
+	$(GO) run ./tools/release sync -check
+	$(GO) run ./tools/release apidiff
+
+RELEASE := $(GO) run ./tools/release
+RETAG ?=
+
+release: ## cut a release: make release VERSION=v0.x.y (docs/releasing.md)
+	@test -n "$(VERSION)" || { echo "usage: make release VERSION=v0.x.y" >&2; exit 2; }
+	$(RELEASE) cut -version $(VERSION) $(if $(RETAG),-retag)
+
+release-sync: ## after adding a module to versions.yaml or merging: go.mod files and go.work follow it
+	$(RELEASE) sync
+
+consumer: ## play a user: go get, build and install each published module from a proxy built from the tree
+	$(RELEASE) consumer
+
+apidiff: ## incompatible API changes of the published modules since the last release
+	$(RELEASE) apidiff
 
 LOADFLAGS ?= -count 5
 

@@ -2,16 +2,11 @@ module github.com/tollgate-go/tollgate/cmd
 
 go 1.26.0
 
-replace (
-	github.com/tollgate-go/tollgate/core => ../core
-	github.com/tollgate-go/tollgate/sqlquota => ../sqlquota
-)
-
 require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/tollgate-go/tollgate/core v0.0.0
-	github.com/tollgate-go/tollgate/sqlquota v0.0.0
+	github.com/tollgate-go/tollgate/core v0.2.0
+	github.com/tollgate-go/tollgate/sqlquota v0.2.0
 	golang.org/x/term v0.47.0
 	modernc.org/sqlite v1.62.0
 )

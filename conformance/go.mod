@@ -2,8 +2,6 @@ module github.com/tollgate-go/tollgate/conformance
 
 go 1.26.0
 
-replace github.com/tollgate-go/tollgate/core => ../core
-
 require (
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/testcontainers/testcontainers-go/modules/redis v0.45.0
@@ -59,7 +57,7 @@ require (
 	github.com/testcontainers/testcontainers-go v0.45.0 // indirect
 	github.com/tklauser/go-sysconf v0.4.0 // indirect
 	github.com/tklauser/numcpus v0.12.0 // indirect
-	github.com/tollgate-go/tollgate/core v0.0.0
+	github.com/tollgate-go/tollgate/core v0.2.0
 	github.com/yusufpapurcu/wmi v1.2.4 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp v0.69.0 // indirect

@@ -2,16 +2,11 @@ module github.com/tollgate-go/tollgate/fiberlimit
 
 go 1.26.0
 
-replace (
-	github.com/tollgate-go/tollgate/core => ../core
-	github.com/tollgate-go/tollgate/httplimit => ../httplimit
-)
-
 require (
 	github.com/gofiber/fiber/v2 v2.52.15
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/tollgate-go/tollgate/core v0.0.0
-	github.com/tollgate-go/tollgate/httplimit v0.0.0
+	github.com/tollgate-go/tollgate/core v0.2.0
+	github.com/tollgate-go/tollgate/httplimit v0.2.0
 )
 
 require (

@@ -2,11 +2,9 @@ module github.com/tollgate-go/tollgate/httplimit
 
 go 1.26.0
 
-replace github.com/tollgate-go/tollgate/core => ../core
-
 require (
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/tollgate-go/tollgate/core v0.0.0
+	github.com/tollgate-go/tollgate/core v0.2.0
 )
 
 require (

@@ -2,10 +2,8 @@ module github.com/tollgate-go/tollgate/sqlquota
 
 go 1.26.0
 
-replace github.com/tollgate-go/tollgate/core => ../core
-
 require (
-	github.com/tollgate-go/tollgate/core v0.0.0
+	github.com/tollgate-go/tollgate/core v0.2.0
 	modernc.org/sqlite v1.62.0
 )
 

@@ -5,10 +5,10 @@ go 1.26.0
 require (
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/tollgate-go/tollgate/conformance v0.0.0
-	github.com/tollgate-go/tollgate/core v0.0.0
-	github.com/tollgate-go/tollgate/httplimit v0.0.0
-	github.com/tollgate-go/tollgate/rls v0.0.0
+	github.com/tollgate-go/tollgate/conformance v0.2.0
+	github.com/tollgate-go/tollgate/core v0.2.0
+	github.com/tollgate-go/tollgate/httplimit v0.2.0
+	github.com/tollgate-go/tollgate/rls v0.2.0
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
 )

@@ -8,9 +8,9 @@ require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/tollgate-go/tollgate/core v0.0.0
-	github.com/tollgate-go/tollgate/rls v0.0.0
-	github.com/tollgate-go/tollgate/sqlquota v0.0.0
+	github.com/tollgate-go/tollgate/core v0.2.0
+	github.com/tollgate-go/tollgate/rls v0.2.0
+	github.com/tollgate-go/tollgate/sqlquota v0.2.0
 	go.opentelemetry.io/otel/exporters/prometheus v0.69.0
 	go.opentelemetry.io/otel/sdk/metric v1.47.0
 	go.uber.org/goleak v1.3.0
@@ -49,10 +49,4 @@ require (
 	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
-)
-
-replace (
-	github.com/tollgate-go/tollgate/core => ../../../core
-	github.com/tollgate-go/tollgate/rls => ../..
-	github.com/tollgate-go/tollgate/sqlquota => ../../../sqlquota
 )

@@ -1,0 +1,194 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"golang.org/x/mod/modfile"
+)
+
+// goModDirs lists, relative to root and sorted, every directory below root
+// holding a go.mod: published, test-only and unpublished modules alike.
+func goModDirs(root string) ([]string, error) {
+	var dirs []string
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			name := d.Name()
+			if p != root && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata" || name == "vendor" || name == "node_modules") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if d.Name() == "go.mod" {
+			rel, err := filepath.Rel(root, filepath.Dir(p))
+			if err != nil {
+				return err
+			}
+			if rel != "." {
+				dirs = append(dirs, rel)
+			}
+		}
+		return nil
+	})
+	slices.Sort(dirs)
+	return dirs, err
+}
+
+// ours reports whether a module path is one of this repository's modules.
+func ours(path string) bool { return strings.HasPrefix(path, modulePrefix+"/") }
+
+// syncModFiles makes the tree's go.mod files and go.work follow v:
+//   - every requirement on a published module names v.Version, in every
+//     go.mod of the tree (published, test-only, examples, bench);
+//   - published modules carry no replace directive for this repository's
+//     modules (their users never see replaces; go.work serves local work);
+//   - go.work uses every published module and replaces each at v.Version
+//     with its directory, so a workspace build never asks the module proxy
+//     for a version that is not released yet.
+//
+// It returns the files it changed (relative to root). Only requirement
+// versions and replace lines are touched.
+func syncModFiles(root string, v *Versions) ([]string, error) {
+	dirs, err := goModDirs(root)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range v.Modules {
+		if !slices.Contains(dirs, m) {
+			return nil, fmt.Errorf("%s lists module %s, but %s/go.mod does not exist", versionsFile, m, m)
+		}
+	}
+	var changed []string
+	for _, dir := range dirs {
+		p := filepath.Join(root, dir, "go.mod")
+		c, err := syncGoMod(p, dir, v)
+		if err != nil {
+			return nil, err
+		}
+		if c {
+			changed = append(changed, filepath.Join(dir, "go.mod"))
+		}
+	}
+	c, err := syncGoWork(filepath.Join(root, "go.work"), v)
+	if err != nil {
+		return nil, err
+	}
+	if c {
+		changed = append(changed, "go.work")
+	}
+	return changed, nil
+}
+
+func syncGoMod(p, dir string, v *Versions) (bool, error) {
+	old, err := os.ReadFile(p)
+	if err != nil {
+		return false, err
+	}
+	f, err := modfile.Parse(p, old, nil)
+	if err != nil {
+		return false, err
+	}
+	if f.Module == nil || f.Module.Mod.Path != modulePath(dir) {
+		return false, fmt.Errorf("%s: module path is not %s", p, modulePath(dir))
+	}
+	isPublished := v.published(f.Module.Mod.Path)
+	for _, r := range f.Require {
+		path := r.Mod.Path
+		if !ours(path) {
+			continue
+		}
+		if !v.published(path) {
+			if isPublished {
+				return false, fmt.Errorf("%s: published module %s requires %s, which %s does not list as published", p, f.Module.Mod.Path, path, versionsFile)
+			}
+			continue
+		}
+		if r.Mod.Version != v.Version {
+			if err := f.AddRequire(path, v.Version); err != nil {
+				return false, err
+			}
+		}
+	}
+	if isPublished {
+		for _, r := range slices.Clone(f.Replace) {
+			if !ours(r.Old.Path) {
+				return false, fmt.Errorf("%s: published module replaces %s; its users would not see that replace", p, r.Old.Path)
+			}
+			if err := f.DropReplace(r.Old.Path, r.Old.Version); err != nil {
+				return false, err
+			}
+		}
+	}
+	f.Cleanup()
+	out, err := f.Format()
+	if err != nil {
+		return false, err
+	}
+	out = tidyBlankLines(out)
+	if bytes.Equal(out, old) {
+		return false, nil
+	}
+	return true, os.WriteFile(p, out, 0o644)
+}
+
+// tidyBlankLines squeezes the runs of blank lines a dropped block leaves.
+func tidyBlankLines(b []byte) []byte {
+	for bytes.Contains(b, []byte("\n\n\n")) {
+		b = bytes.ReplaceAll(b, []byte("\n\n\n"), []byte("\n\n"))
+	}
+	return b
+}
+
+func syncGoWork(p string, v *Versions) (bool, error) {
+	old, err := os.ReadFile(p)
+	if err != nil {
+		return false, err
+	}
+	w, err := modfile.ParseWork(p, old, nil)
+	if err != nil {
+		return false, err
+	}
+	used := map[string]bool{}
+	for _, u := range w.Use {
+		used[filepath.Clean(u.Path)] = true
+	}
+	for _, m := range v.Modules {
+		if !used[m] {
+			return false, fmt.Errorf("go.work does not use published module %s: run go work use ./%s", m, m)
+		}
+	}
+	// drop our modules' replaces, then add one per published module at
+	// the current version: a workspace module does not stand in for a
+	// released version of itself, so without them a workspace build would
+	// ask the module proxy for versions go.mod files require
+	for _, r := range slices.Clone(w.Replace) {
+		if ours(r.Old.Path) {
+			if err := w.DropReplace(r.Old.Path, r.Old.Version); err != nil {
+				return false, err
+			}
+		}
+	}
+	w.Cleanup()
+	var block strings.Builder
+	block.WriteString("\nreplace (\n")
+	for _, m := range v.Modules {
+		fmt.Fprintf(&block, "\t%s %s => ./%s\n", modulePath(m), v.Version, filepath.ToSlash(m))
+	}
+	block.WriteString(")\n")
+	out := tidyBlankLines(append(modfile.Format(w.Syntax), block.String()...))
+	if _, err := modfile.ParseWork(p, out, nil); err != nil {
+		return false, fmt.Errorf("rewriting go.work: %w", err)
+	}
+	if bytes.Equal(out, old) {
+		return false, nil
+	}
+	return true, os.WriteFile(p, out, 0o644)
+}
