@@ -158,7 +158,7 @@ func (l *Limiter) checkLeased(ctx context.Context, req Request, keys []string, b
 		// timeout: a waiter whose deadline passes while the acquisition
 		// hangs is answered by the failure policy, not after a second
 		// timeout of its own
-		ctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
+		ctx, cancel := context.WithTimeoutCause(ctx, l.cfg.timeout, errLimiterTimeout)
 		defer cancel()
 		select {
 		case <-wait:

@@ -272,6 +272,12 @@ func (l *Limiter) checkDenyCache(ctx context.Context, keys []string, buckets []B
 // degrades when it fails. sent is when the check started.
 func (l *Limiter) store(ctx context.Context, req Request, keys []string, buckets []Bucket, cost int64, sent time.Time) (Decision, error) {
 	if err := ctx.Err(); err != nil {
+		if context.Cause(ctx) == errLimiterTimeout {
+			// the limiter's own deadline (a lease wait used it up), not
+			// the caller's: the failure policy answers
+			err := fmt.Errorf("%w: no answer within %v: %w", ErrStore, l.cfg.timeout, context.DeadlineExceeded)
+			return l.degrade(req, keys, buckets, err), err
+		}
 		return l.callerGone(req, err)
 	}
 	ok, probe := l.breaker.allow(sent)

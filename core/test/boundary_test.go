@@ -189,8 +189,15 @@ func TestNoGoroutinePerCheck(t *testing.T) {
 		if slow.Load() != 0 {
 			t.Fatalf("%d checks did not fail within the timeout", slow.Load())
 		}
-		if after := runtime.NumGoroutine(); after > before+10 {
-			t.Fatalf("%d goroutines before the checks, %d after they all returned: calls left running", before, after)
+		// a goroutine left per check would wait out the 10s read timeout;
+		// allow 2s for the ones that are merely ending (closed sockets,
+		// finished calls) on a busy machine
+		after := runtime.NumGoroutine()
+		for deadline := time.Now().Add(2 * time.Second); after > before+10 && time.Now().Before(deadline); after = runtime.NumGoroutine() {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if after > before+10 {
+			t.Fatalf("%d goroutines before the checks, %d 2s after they all returned: calls left running", before, after)
 		}
 	})
 }

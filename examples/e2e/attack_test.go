@@ -1,15 +1,19 @@
 package e2e_test
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/examples"
 	"github.com/tollgate-go/tollgate/examples/internal/app"
 	"github.com/tollgate-go/tollgate/examples/internal/demopb"
 	"google.golang.org/grpc"
@@ -39,6 +43,25 @@ func poison(t *testing.T, tenant string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rc.Del(context.Background(), key) })
+}
+
+// patientConfig writes the examples' tier file with a 2s check timeout
+// instead of 100ms. Seven services and their attackers share the machine's
+// cores; with 100ms a victim's own check can time out and fail open, which
+// is the failure policy at work, not the attack. The breaker still counted
+// gone callers and poisoned keys before the store boundary told them apart,
+// whatever the timeout, so the test keeps its teeth.
+func patientConfig(t *testing.T) string {
+	t.Helper()
+	cfg := bytes.Replace(examples.DefaultConfig, []byte("\ntimeout: 100ms\n"), []byte("\ntimeout: 2s\n"), 1)
+	if bytes.Equal(cfg, examples.DefaultConfig) {
+		t.Fatal("tollgate.yaml has no 'timeout: 100ms' line to lengthen")
+	}
+	path := filepath.Join(t.TempDir(), "tollgate.yaml")
+	if err := os.WriteFile(path, cfg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // during runs attack from workers goroutines until stop is closed.
@@ -81,7 +104,7 @@ func TestAttackersCannotSwitchTheLimiterOff(t *testing.T) {
 			t.Parallel()
 			addr, maddr := freeAddr(t), freeAddr(t)
 			p := start(t, name, "ADDR="+addr, "METRICS_ADDR="+maddr, "REDIS_URL="+redisURL, "TOLLGATE_JWT_SECRET="+secret,
-				"DATABASE_URL=sqlite://"+t.TempDir()+"/overrides.db")
+				"DATABASE_URL=sqlite://"+t.TempDir()+"/overrides.db", "TOLLGATE_CONFIG="+patientConfig(t))
 			victim, attacker := tenantID(t, name+"-victim"), tenantID(t, name+"-attacker")
 			victimAuth := "Bearer " + mint(t, secret, victim, "free")
 			attackerAuth := "Bearer " + mint(t, secret, attacker, "free")
