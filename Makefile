@@ -2,7 +2,7 @@
 # module's tests that need the Redis harness or the conformance suite live in
 # its nested test-only module <module>/test (README, "Module layout").
 GO        ?= go
-MODULES   := core sqlquota conformance httplimit ginlimit echolimit fiberlimit grpclimit rls rls/cmd/tollgate-rls examples cmd bench
+MODULES   := core sqlquota conformance httplimit ginlimit echolimit echov5limit fiberlimit fiberv3limit grpclimit rls rls/cmd/tollgate-rls examples cmd bench
 TEST_MODULES := $(patsubst %/go.mod,%,$(wildcard $(addsuffix /test/go.mod,$(MODULES))))
 ALL_MODULES  := $(MODULES) $(TEST_MODULES)
 # in the workspace, core/... also matches core/test/...: go lists each package once
