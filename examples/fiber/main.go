@@ -1,6 +1,6 @@
 // Command fiber is the example service on Fiber v2 with tollgate's
-// fiberlimit handler. The nethttp, gin, echo and grpc examples serve the
-// same API, so they can be compared.
+// fiberlimit handler. The nethttp, gin, echo, echov5, fiberv3 and grpc
+// examples serve the same API, so they can be compared.
 //
 //	cd examples && TOLLGATE_DEMO=1 go run ./fiber
 //	curl -H "Authorization: Bearer $(go run ./cmd/mint -tenant t42)" localhost:8080/v1/profile
@@ -62,18 +62,7 @@ func NewApp(a *app.App) (*fiber.App, error) {
 
 // Serve serves f on ln until ctx is done, then shuts down gracefully.
 func Serve(ctx context.Context, f *fiber.App, ln net.Listener) error {
-	errc := make(chan error, 1)
-	go func() { errc <- f.Listener(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	err := f.ShutdownWithTimeout(app.ShutdownTimeout)
-	if serr := <-errc; err == nil {
-		err = serr
-	}
-	return err
+	return app.Serve(ctx, func() error { return f.Listener(ln) }, func() error { return f.ShutdownWithTimeout(app.ShutdownTimeout) })
 }
 
 // authenticate verifies the bearer token and stores the tenant with
