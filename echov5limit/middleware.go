@@ -53,13 +53,7 @@ func Middleware(lim *core.Limiter, opts ...Option) echo.MiddlewareFunc {
 }
 
 func newConfig(opts []Option) *config {
-	c := &config{deny: DefaultDenyHandler}
-	for _, o := range opts {
-		if o != nil {
-			o.apply(c)
-		}
-	}
-	return c
+	return adapt.Apply(&config{deny: DefaultDenyHandler}, opts, Option.apply)
 }
 
 // Validate reports whether Middleware(lim, opts...) is well configured.

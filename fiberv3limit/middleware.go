@@ -59,13 +59,7 @@ func New(lim *core.Limiter, opts ...Option) fiber.Handler {
 }
 
 func newConfig(opts []Option) *config {
-	c := &config{deny: DefaultDenyHandler}
-	for _, o := range opts {
-		if o != nil {
-			o.apply(c)
-		}
-	}
-	return c
+	return adapt.Apply(&config{deny: DefaultDenyHandler}, opts, Option.apply)
 }
 
 // SetTenant stores the verified tenant t for the limiter in the request's

@@ -7,31 +7,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
-	"time"
 
 	"github.com/labstack/echo/v5"
-	"github.com/tollgate-go/tollgate/conformance/redistest"
+	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/echov5limit"
 )
-
-// newLimiter: free tier, default 2 and export 10 tokens, refilling at
-// 0.01/s (so a test never sees a refill).
-func newLimiter(t testing.TB) *core.Limiter {
-	t.Helper()
-	res, err := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{"free": {Classes: map[string]core.Quota{
-		"default": {Capacity: 2, RefillPerSecond: 0.01},
-		"export":  {Capacity: 10, RefillPerSecond: 0.01},
-	}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lim, err := core.New(redistest.Client(t), res, core.WithPrefix(redistest.Prefix(t)), core.WithTimeout(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return lim
-}
 
 // as is a test authentication middleware: every request is tenant id.
 func as(id string) echo.MiddlewareFunc {
@@ -55,7 +36,7 @@ func serve(h http.Handler, method, target string) *httptest.ResponseRecorder {
 // is no *HTTPError in v5), or an *echo.ProblemError rendered by
 // ProblemDetailsHTTPErrorHandler.
 func TestHeadersSurviveEchoErrors(t *testing.T) {
-	lim := newLimiter(t)
+	lim := conformance.NewUnitLimiter(t)
 	for _, tc := range []struct {
 		name    string
 		problem bool // e.HTTPErrorHandler = echo.ProblemDetailsHTTPErrorHandler
@@ -100,7 +81,7 @@ func TestHeadersSurviveEchoErrors(t *testing.T) {
 // The default deny handler writes core's problem, not Echo's: the body
 // names the violated policy.
 func TestDefaultDenyHandler(t *testing.T) {
-	lim := newLimiter(t)
+	lim := conformance.NewUnitLimiter(t)
 	e := echo.New()
 	e.Use(as("default-deny"), echov5limit.Middleware(lim))
 	e.GET("/", func(c *echo.Context) error { return c.NoContent(http.StatusOK) })
@@ -116,7 +97,7 @@ func TestDefaultDenyHandler(t *testing.T) {
 }
 
 func TestOptions(t *testing.T) {
-	lim := newLimiter(t)
+	lim := conformance.NewUnitLimiter(t)
 	ok := func(c *echo.Context) error { return c.NoContent(http.StatusOK) }
 	t.Run("skipper", func(t *testing.T) {
 		e := echo.New()
@@ -162,7 +143,7 @@ func TestOptions(t *testing.T) {
 }
 
 func TestMisconfigured(t *testing.T) {
-	lim := newLimiter(t)
+	lim := conformance.NewUnitLimiter(t)
 	if err := echov5limit.Validate(lim, echov5limit.WithRoutes(core.Routes{"/x": {Class: "a b", Cost: 1}})); !errors.Is(err, core.ErrInvalidConfig) {
 		t.Fatalf("Validate(bad routes) = %v", err)
 	}

@@ -20,14 +20,17 @@ import (
 	"github.com/tollgate-go/tollgate/fiberlimit"
 )
 
-func main() {
-	app.Main("fiber", func(ctx context.Context, a *app.App, ln net.Listener) error {
-		f, err := NewApp(a)
-		if err != nil {
-			return err
-		}
-		return Serve(ctx, f, ln)
-	})
+func main() { app.Main("fiber", Run) }
+
+// Run builds the service and serves it on ln until ctx is done, then
+// shuts down gracefully.
+func Run(ctx context.Context, a *app.App, ln net.Listener) error {
+	f, err := NewApp(a)
+	if err != nil {
+		return err
+	}
+	return app.Serve(ctx, func() error { return f.Listener(ln) },
+		func() error { return f.ShutdownWithTimeout(app.ShutdownTimeout) })
 }
 
 // NewApp returns the service: /healthz and /metrics open, the /v1 routes
@@ -58,11 +61,6 @@ func NewApp(a *app.App) (*fiber.App, error) {
 		return c.JSON(a.ExportReport(t))
 	})
 	return f, nil
-}
-
-// Serve serves f on ln until ctx is done, then shuts down gracefully.
-func Serve(ctx context.Context, f *fiber.App, ln net.Listener) error {
-	return app.Serve(ctx, func() error { return f.Listener(ln) }, func() error { return f.ShutdownWithTimeout(app.ShutdownTimeout) })
 }
 
 // authenticate verifies the bearer token and stores the tenant with

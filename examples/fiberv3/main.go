@@ -19,20 +19,23 @@ import (
 	"github.com/tollgate-go/tollgate/fiberv3limit"
 )
 
-func main() {
-	app.Main("fiberv3", func(ctx context.Context, a *app.App, ln net.Listener) error {
-		f, err := NewApp(a)
-		if err != nil {
-			return err
-		}
-		return Serve(ctx, f, ln)
-	})
+func main() { app.Main("fiberv3", Run) }
+
+// Run builds the service and serves it on ln until ctx is done, then
+// shuts down gracefully.
+func Run(ctx context.Context, a *app.App, ln net.Listener) error {
+	f, err := NewApp(a)
+	if err != nil {
+		return err
+	}
+	return app.Serve(ctx, func() error { return f.Listener(ln, fiber.ListenConfig{DisableStartupMessage: true}) },
+		func() error { return f.ShutdownWithTimeout(app.ShutdownTimeout) })
 }
 
-// NewApp returns the service: /healthz and /metrics open, the /v1 group
-// behind authentication, and the limiter on each of its routes (so that it
-// sees the route's template: in a group handler Fiber v3 still reports the
-// mount prefix).
+// NewApp returns the service: /healthz and /metrics open, the /v1 routes
+// behind authentication and then the limiter, on each route (so that the
+// limiter sees the route's template: under app.Use or a group handler,
+// Fiber v3 still reports the mount prefix).
 func NewApp(a *app.App) (*fiber.App, error) {
 	opts := []fiberv3limit.Option{
 		fiberv3limit.WithRoutes(app.Routes()),
@@ -60,12 +63,6 @@ func NewApp(a *app.App) (*fiber.App, error) {
 		return c.JSON(a.GetProfile(t))
 	})
 	return f, nil
-}
-
-// Serve serves f on ln until ctx is done, then shuts down gracefully.
-func Serve(ctx context.Context, f *fiber.App, ln net.Listener) error {
-	return app.Serve(ctx, func() error { return f.Listener(ln, fiber.ListenConfig{DisableStartupMessage: true}) },
-		func() error { return f.ShutdownWithTimeout(app.ShutdownTimeout) })
 }
 
 // authenticate verifies the bearer token and stores the tenant in the

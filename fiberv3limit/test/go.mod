@@ -7,6 +7,7 @@ require (
 	github.com/tollgate-go/tollgate/conformance v0.0.0
 	github.com/tollgate-go/tollgate/core v0.0.0
 	github.com/tollgate-go/tollgate/fiberv3limit v0.0.0
+	github.com/valyala/fasthttp v1.69.0
 )
 
 require (
@@ -62,7 +63,6 @@ require (
 	github.com/tklauser/numcpus v0.12.0 // indirect
 	github.com/tollgate-go/tollgate/httplimit v0.0.0 // indirect
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
-	github.com/valyala/fasthttp v1.69.0 // indirect
 	github.com/yusufpapurcu/wmi v1.2.4 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp v0.69.0 // indirect

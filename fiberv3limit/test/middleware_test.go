@@ -7,32 +7,13 @@ import (
 	"net/http/httptest"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/gofiber/fiber/v3"
 	"github.com/gofiber/fiber/v3/middleware/adaptor"
-	"github.com/tollgate-go/tollgate/conformance/redistest"
+	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/fiberv3limit"
 )
-
-// newLimiter: free tier, default 2 and export 10 tokens, refilling at
-// 0.01/s (so a test never sees a refill).
-func newLimiter(t testing.TB) *core.Limiter {
-	t.Helper()
-	res, err := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{"free": {Classes: map[string]core.Quota{
-		"default": {Capacity: 2, RefillPerSecond: 0.01},
-		"export":  {Capacity: 10, RefillPerSecond: 0.01},
-	}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lim, err := core.New(redistest.Client(t), res, core.WithPrefix(redistest.Prefix(t)), core.WithTimeout(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return lim
-}
 
 // as is a test authentication handler: every request is tenant id.
 func as(id string) fiber.Handler {
@@ -55,7 +36,7 @@ func serve(app *fiber.App, method, target string) *httptest.ResponseRecorder {
 // prefix; on a route it is the template. If Fiber changes this, this test
 // says so.
 func TestRouteUnderUseIsTheMountPrefix(t *testing.T) {
-	lim := newLimiter(t)
+	lim := conformance.NewUnitLimiter(t)
 	var seen []string
 	limit := fiberv3limit.New(lim, fiberv3limit.WithNext(func(c fiber.Ctx) bool {
 		seen = append(seen, c.Route().Path)
@@ -75,7 +56,7 @@ func TestRouteUnderUseIsTheMountPrefix(t *testing.T) {
 // The tenant travels in the request's context.Context: SetTenant in the
 // authentication handler, core.TenantFromContext(c.Context()) after.
 func TestTenantInRequestContext(t *testing.T) {
-	lim := newLimiter(t)
+	lim := conformance.NewUnitLimiter(t)
 	app := fiber.New()
 	app.Get("/", as("ctx"), fiberv3limit.New(lim), func(c fiber.Ctx) error {
 		tn, _ := core.TenantFromContext(c.Context())
@@ -94,7 +75,7 @@ func TestTenantInRequestContext(t *testing.T) {
 // A *fiber.Error returned by the handler or by a deny handler is rendered
 // by the app's ErrorHandler under the rate-limit headers.
 func TestHeadersSurviveFiberErrors(t *testing.T) {
-	lim := newLimiter(t)
+	lim := conformance.NewUnitLimiter(t)
 	reached := 0
 	app := fiber.New()
 	app.Get("/", as("errors"), fiberv3limit.New(lim, fiberv3limit.WithDenyHandler(func(_ fiber.Ctx, v core.Verdict) error {
@@ -117,7 +98,7 @@ func TestHeadersSurviveFiberErrors(t *testing.T) {
 }
 
 func TestOptions(t *testing.T) {
-	lim := newLimiter(t)
+	lim := conformance.NewUnitLimiter(t)
 	t.Run("next", func(t *testing.T) {
 		app := fiber.New()
 		limit := fiberv3limit.New(lim, fiberv3limit.WithNext(func(c fiber.Ctx) bool { return c.Query("skip") != "" }))
@@ -150,7 +131,7 @@ func TestOptions(t *testing.T) {
 }
 
 func TestMisconfigured(t *testing.T) {
-	lim := newLimiter(t)
+	lim := conformance.NewUnitLimiter(t)
 	if err := fiberv3limit.Validate(lim, fiberv3limit.WithRoutes(core.Routes{"/x": {Class: "a b", Cost: 1}})); !errors.Is(err, core.ErrInvalidConfig) {
 		t.Fatalf("Validate(bad routes) = %v", err)
 	}

@@ -151,3 +151,16 @@ func canonical(name string) string {
 // client).
 var Misconfigured = core.Problem{Type: "about:blank", Title: "Internal Server Error",
 	Status: http.StatusInternalServerError, Detail: "The rate limiter is misconfigured."}
+
+// Apply applies each non-nil option of opts to c, in order, with apply
+// (an adapter's Option.apply), and returns c: every adapter's options
+// ignore a nil Option.
+func Apply[C any, O comparable](c *C, opts []O, apply func(O, *C)) *C {
+	var none O
+	for _, o := range opts {
+		if o != none {
+			apply(o, c)
+		}
+	}
+	return c
+}
