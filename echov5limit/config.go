@@ -88,10 +88,11 @@ func WithSkipper(s middleware.Skipper) Option {
 }
 
 // WithDenyHandler sets what answers a request that does not proceed (429,
-// 503, 401, 400). The rate-limit headers are already set on the response,
-// and they stay there if the handler returns an error instead of writing
-// (an *echo.HTTPError, echo.ErrTooManyRequests, or an *echo.ProblemError
-// for echo.ProblemDetailsHTTPErrorHandler), which Echo's HTTPErrorHandler
+// 503, 401, 400; 500 when the handler is misconfigured). The rate-limit
+// headers are already set on the response, and they stay there if the
+// handler returns an error instead of writing (an *echo.HTTPError,
+// echo.ErrTooManyRequests, or an *echo.ProblemError for
+// echo.ProblemDetailsHTTPErrorHandler), which Echo's HTTPErrorHandler
 // renders. Default: DefaultDenyHandler (core's RFC 9457 problem+json, the
 // body every tollgate adapter writes). nil is ignored.
 func WithDenyHandler(f func(c *echo.Context, v core.Verdict) error) Option {

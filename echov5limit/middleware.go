@@ -1,8 +1,6 @@
 package echov5limit
 
 import (
-	"net/http"
-
 	"github.com/labstack/echo/v5"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/httplimit/adapt"
@@ -22,32 +20,25 @@ import (
 // before next runs, so they survive a handler that returns an error (Echo's
 // HTTPErrorHandler writes its body under them).
 //
-// A bad configuration (nil limiter, invalid route table) makes every
-// request answer 500 with a problem+json body and report the error to the
-// error handler; check it at start-up with Validate.
+// A bad configuration (nil limiter, invalid route table) never panics: the
+// middleware reports the error to the error handler and denies every
+// request with a 500 verdict (the deny handler writes it; by default a
+// problem+json body). Check it at start-up with Validate.
 func Middleware(lim *core.Limiter, opts ...Option) echo.MiddlewareFunc {
 	c := newConfig(opts)
-	gate, err := c.NewGate(lim)
-	if err != nil {
-		return func(echo.HandlerFunc) echo.HandlerFunc {
-			return func(ec *echo.Context) error {
-				c.Report(ec, err)
-				return ec.Blob(http.StatusInternalServerError, core.ProblemContentType, adapt.Misconfigured.JSON())
-			}
-		}
-	}
+	check := c.Checker(lim)
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(ec *echo.Context) error {
 			if c.skipper != nil && c.skipper(ec) {
 				return next(ec)
 			}
 			req := ec.Request()
-			v := c.Decide(gate, req.Context(), ec, core.Endpoint{Method: req.Method, Pattern: ec.Path(), ClientIP: ec.RealIP()})
+			v := check.Decide(req.Context(), ec, core.Endpoint{Method: req.Method, Pattern: ec.Path(), ClientIP: ec.RealIP()})
 			adapt.SetHeaders(ec.Response().Header(), v.Headers)
-			if !v.Proceed {
-				return c.deny(ec, v)
+			if v.Proceed {
+				return next(ec)
 			}
-			return next(ec)
+			return c.deny(ec, v)
 		}
 	}
 }

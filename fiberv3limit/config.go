@@ -100,11 +100,12 @@ func WithPatternFunc(f func(c fiber.Ctx) string) Option {
 }
 
 // WithDenyHandler sets what answers a request that does not proceed (429,
-// 503, 401, 400). The rate-limit headers are already set, and they stay if
-// the handler returns an error instead of writing (a *fiber.Error such as
-// fiber.ErrTooManyRequests), which the app's ErrorHandler renders.
-// Default: DefaultDenyHandler (core's RFC 9457 problem+json, the body every
-// tollgate adapter writes). nil is ignored.
+// 503, 401, 400; 500 when the handler is misconfigured). The rate-limit
+// headers are already set, and they stay if the handler returns an error
+// instead of writing (a *fiber.Error such as fiber.ErrTooManyRequests),
+// which the app's ErrorHandler renders. Default: DefaultDenyHandler (core's
+// RFC 9457 problem+json, the body every tollgate adapter writes). nil is
+// ignored.
 func WithDenyHandler(f func(c fiber.Ctx, v core.Verdict) error) Option {
 	return optionFunc(func(c *config) {
 		if f != nil {

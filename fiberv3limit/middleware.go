@@ -1,8 +1,6 @@
 package fiberv3limit
 
 import (
-	"net/http"
-
 	"github.com/gofiber/fiber/v3"
 	"github.com/gofiber/utils/v2"
 	"github.com/tollgate-go/tollgate/core"
@@ -26,19 +24,13 @@ import (
 // fasthttp's reused buffers); the method and the route template are the
 // app's own strings.
 //
-// A bad configuration (nil limiter, invalid route table) makes every
-// request answer 500 with a problem+json body and report the error to the
-// error handler; check it at start-up with Validate.
+// A bad configuration (nil limiter, invalid route table) never panics: the
+// handler reports the error to the error handler and denies every request
+// with a 500 verdict (the deny handler writes it; by default a
+// problem+json body). Check it at start-up with Validate.
 func New(lim *core.Limiter, opts ...Option) fiber.Handler {
 	c := newConfig(opts)
-	gate, err := c.NewGate(lim)
-	if err != nil {
-		return func(fc fiber.Ctx) error {
-			c.Report(fc, err)
-			fc.Set(fiber.HeaderContentType, core.ProblemContentType)
-			return fc.Status(http.StatusInternalServerError).Send(adapt.Misconfigured.JSON())
-		}
-	}
+	check := c.Checker(lim)
 	return func(fc fiber.Ctx) error {
 		if c.next != nil && c.next(fc) {
 			return fc.Next()
@@ -47,14 +39,14 @@ func New(lim *core.Limiter, opts ...Option) fiber.Handler {
 		if c.pattern != nil {
 			pattern = c.pattern(fc)
 		}
-		v := c.Decide(gate, fc.Context(), fc, core.Endpoint{Method: fc.Method(), Pattern: pattern, ClientIP: utils.CopyString(fc.IP())})
+		v := check.Decide(fc.Context(), fc, core.Endpoint{Method: fc.Method(), Pattern: pattern, ClientIP: utils.CopyString(fc.IP())})
 		for _, h := range v.Headers {
 			fc.Set(h.Name, h.Value)
 		}
-		if !v.Proceed {
-			return c.deny(fc, v)
+		if v.Proceed {
+			return fc.Next()
 		}
-		return fc.Next()
+		return c.deny(fc, v)
 	}
 }
 

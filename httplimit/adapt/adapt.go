@@ -59,13 +59,37 @@ func (c *Config[F]) Report(f F, err error) {
 	}
 }
 
-// Decide asks gate for the verdict on e in ctx (carrying f for the
+// A Checker decides an adapter's requests: the gate built from a Config,
+// or, when the Config is invalid, its configuration error, answered to
+// every request as a verdict that does not proceed (500, the Misconfigured
+// problem+json, the error in Verdict.Err) so that a bad configuration never
+// panics and never lets traffic through unchecked.
+type Checker[F any] struct {
+	c             *Config[F]
+	gate          *core.Gate
+	misconfigured core.Verdict
+}
+
+// Checker builds the Checker of c over lim (see NewGate).
+func (c *Config[F]) Checker(lim *core.Limiter) *Checker[F] {
+	gate, err := c.NewGate(lim)
+	if err != nil {
+		return &Checker[F]{c: c, misconfigured: core.Verdict{Status: http.StatusInternalServerError,
+			ContentType: core.ProblemContentType, Body: Misconfigured.JSON(), Problem: Misconfigured, Err: err}}
+	}
+	return &Checker[F]{c: c, gate: gate}
+}
+
+// Decide asks the gate for the verdict on e in ctx (carrying f for the
 // framework-typed cost function, see Context) and reports Verdict.Err to
 // OnError: the per-request part every adapter shares, between reading the
 // request and writing the verdict.
-func (c *Config[F]) Decide(gate *core.Gate, ctx context.Context, f F, e core.Endpoint) core.Verdict {
-	v := gate.Decide(c.Context(ctx, f), e)
-	c.Report(f, v.Err)
+func (k *Checker[F]) Decide(ctx context.Context, f F, e core.Endpoint) core.Verdict {
+	v := k.misconfigured
+	if k.gate != nil {
+		v = k.gate.Decide(k.c.Context(ctx, f), e)
+	}
+	k.c.Report(f, v.Err)
 	return v
 }
 

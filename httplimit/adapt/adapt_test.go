@@ -2,6 +2,7 @@ package adapt_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"testing"
 
@@ -83,7 +84,7 @@ func TestApply(t *testing.T) {
 	}
 }
 
-// Decide reports a store failure to the typed error hook, with the
+// Checker.Decide reports a store failure to the typed error hook, with the
 // framework's context; nil hooks are ignored by the setters.
 func TestDecideReportsErrors(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
@@ -103,14 +104,17 @@ func TestDecideReportsErrors(t *testing.T) {
 	var reported error
 	c.SetOnError(func(f *frameworkCtx, err error) { got, reported = f, err })
 	c.SetOnError(nil)
-	gate, err := c.NewGate(lim)
-	if err != nil {
-		t.Fatal(err)
-	}
 	fc := &frameworkCtx{}
 	ctx := core.ContextWithTenant(context.Background(), core.Tenant{ID: "t"})
-	v := c.Decide(gate, ctx, fc, core.Endpoint{Method: "GET", Pattern: "/"})
+	v := c.Checker(lim).Decide(ctx, fc, core.Endpoint{Method: "GET", Pattern: "/"})
 	if !v.Proceed || v.Err == nil || reported != v.Err || got != fc {
 		t.Fatalf("verdict %+v, hook got %v with %p (want %p)", v, reported, got, fc)
+	}
+	// a bad configuration: every request is a 500 that does not proceed,
+	// and the configuration error reaches the hook
+	v = c.Checker(nil).Decide(ctx, fc, core.Endpoint{Method: "GET", Pattern: "/"})
+	if v.Proceed || v.Status != http.StatusInternalServerError || v.ContentType != core.ProblemContentType ||
+		!errors.Is(reported, core.ErrInvalidConfig) || string(v.Body) != string(adapt.Misconfigured.JSON()) {
+		t.Fatalf("misconfigured: verdict %+v, hook got %v", v, reported)
 	}
 }
