@@ -25,7 +25,6 @@ require (
 )
 
 replace (
-	github.com/tollgate-go/tollgate/conformance => ../conformance
 	github.com/tollgate-go/tollgate/core => ../core
 	github.com/tollgate-go/tollgate/httplimit => ../httplimit
 )
