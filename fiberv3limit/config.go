@@ -46,7 +46,7 @@ func WithHeaderStyle(s core.HeaderStyle) Option { return gateOption(core.WithHea
 func WithAnonymous(tier string) Option { return gateOption(core.WithAnonymous(tier)) }
 
 // WithGateOptions passes core gate options through (for example
-// core.WithGateClock). Default: none.
+// core.WithClock). Default: none.
 func WithGateOptions(opts ...core.GateOption) Option {
 	return optionFunc(func(c *config) { c.AddGate(opts...) })
 }

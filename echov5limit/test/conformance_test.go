@@ -26,7 +26,7 @@ func options(s conformance.Setup) []echov5limit.Option {
 	opts := []echov5limit.Option{
 		echov5limit.WithRoutes(conformance.HTTPRoutes(s.Routes, conformance.HTTPEndpoint.ColonPath)),
 		echov5limit.WithHeaderStyle(s.HeaderStyle),
-		echov5limit.WithGateOptions(core.WithGateClock(s.Clock)),
+		echov5limit.WithGateOptions(core.WithClock(s.Clock)),
 		echov5limit.WithErrorHandler(func(_ *echo.Context, err error) { s.OnError(err) }),
 	}
 	if s.Anonymous {

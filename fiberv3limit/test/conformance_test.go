@@ -25,7 +25,7 @@ func options(s conformance.Setup) []fiberv3limit.Option {
 	opts := []fiberv3limit.Option{
 		fiberv3limit.WithRoutes(conformance.HTTPRoutes(s.Routes, conformance.HTTPEndpoint.ColonPath)),
 		fiberv3limit.WithHeaderStyle(s.HeaderStyle),
-		fiberv3limit.WithGateOptions(core.WithGateClock(s.Clock)),
+		fiberv3limit.WithGateOptions(core.WithClock(s.Clock)),
 		fiberv3limit.WithErrorHandler(func(_ fiber.Ctx, err error) { s.OnError(err) }),
 	}
 	if s.Anonymous {
