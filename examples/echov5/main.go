@@ -27,9 +27,7 @@ func main() {
 // group behind authentication and then the limiter.
 func NewHandler(a *app.App) (http.Handler, error) {
 	opts := []echov5limit.Option{
-		echov5limit.WithRoutes(app.Routes()),
-		echov5limit.WithCostFunc(a.CostFunc()),
-		echov5limit.WithHeaderStyle(a.HeaderStyle),
+		echov5limit.WithGateOptions(a.File.GateOptions()...), // routes, header style from the tier file
 		echov5limit.WithErrorHandler(func(c *echo.Context, err error) {
 			a.Log.Warn("rate limiter degraded", "path", c.Path(), "err", err)
 		}),

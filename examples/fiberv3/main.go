@@ -38,9 +38,7 @@ func Run(ctx context.Context, a *app.App, ln net.Listener) error {
 // Fiber v3 still reports the mount prefix).
 func NewApp(a *app.App) (*fiber.App, error) {
 	opts := []fiberv3limit.Option{
-		fiberv3limit.WithRoutes(app.Routes()),
-		fiberv3limit.WithCostFunc(a.CostFunc()),
-		fiberv3limit.WithHeaderStyle(a.HeaderStyle),
+		fiberv3limit.WithGateOptions(a.File.GateOptions()...), // routes, header style from the tier file
 		fiberv3limit.WithErrorHandler(func(c fiber.Ctx, err error) {
 			a.Log.Warn("rate limiter degraded", "path", c.Route().Path, "err", err)
 		}),
