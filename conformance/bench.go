@@ -31,6 +31,32 @@ var BenchRoutes = core.Routes{"/healthz": {Exempt: true}}
 // round trip; the "exempt" cases isolate the adapter's own cost from the
 // network's noise.
 func BenchmarkOverhead(b *testing.B, build func(lim *core.Limiter, routes core.Routes) (bare, limited http.Handler)) {
+	BenchmarkServerOverhead(b, func(lim *core.Limiter, routes core.Routes) (BenchServer, BenchServer) {
+		bare, limited := build(lim, routes)
+		return handlerServer(bare), handlerServer(limited)
+	})
+}
+
+// A BenchServer serves GET requests to one service in process, for
+// BenchmarkServerOverhead: called once per path, it returns a function that
+// serves one request to that path and returns the response's status (so it
+// can prepare the request once).
+type BenchServer func(path string) (serve func() (status int))
+
+func handlerServer(h http.Handler) BenchServer {
+	return func(path string) func() int {
+		req := httptest.NewRequest("GET", path, nil)
+		return func() int {
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, req)
+			return w.Code
+		}
+	}
+}
+
+// BenchmarkServerOverhead is BenchmarkOverhead for services that are not an
+// http.Handler (Fiber's fasthttp handler, served without a network).
+func BenchmarkServerOverhead(b *testing.B, build func(lim *core.Limiter, routes core.Routes) (bare, limited BenchServer)) {
 	res, err := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{"free": {Classes: map[string]core.Quota{
 		core.DefaultClass: {Capacity: core.MaxCapacity, RefillPerSecond: core.MaxRefillPerSecond},
 	}}}})
@@ -47,7 +73,6 @@ func BenchmarkOverhead(b *testing.B, build func(lim *core.Limiter, routes core.R
 	}
 	bare, limited := build(lim, BenchRoutes)
 	for name, path := range map[string]string{"redis": "/v1/profile", "exempt": "/healthz"} {
-		req := httptest.NewRequest("GET", path, nil)
 		ctx := core.ContextWithTenant(context.Background(), core.Tenant{ID: BenchTenant})
 		ep := core.Endpoint{Method: "GET", Pattern: path, ClientIP: "192.0.2.1"}
 		b.Run(name+"/decide", func(b *testing.B) {
@@ -58,17 +83,16 @@ func BenchmarkOverhead(b *testing.B, build func(lim *core.Limiter, routes core.R
 				}
 			}
 		})
-		for _, h := range []struct {
+		for _, s := range []struct {
 			name string
-			h    http.Handler
+			s    BenchServer
 		}{{"bare", bare}, {"limited", limited}} {
-			b.Run(name+"/"+h.name, func(b *testing.B) {
+			b.Run(name+"/"+s.name, func(b *testing.B) {
+				serve := s.s(path)
 				b.ReportAllocs()
 				for b.Loop() {
-					w := httptest.NewRecorder()
-					h.h.ServeHTTP(w, req)
-					if w.Code != http.StatusOK {
-						b.Fatal(w.Code)
+					if status := serve(); status != http.StatusOK {
+						b.Fatal(status)
 					}
 				}
 			})

@@ -1,9 +1,10 @@
 // Package conformance is tollgate's adapter conformance suite: one set of
 // scenarios, with expected answers kept as golden transcripts, that every
-// adapter (net/http, Gin, Echo, Fiber, gRPC, or your own) must answer
-// identically. It holds adapters to docs/semantics.md (the wire rules:
-// statuses, rate-limit headers, Retry-After, problem+json bodies, keys in
-// Redis, failure policies) against a real Redis, standalone and Cluster.
+// adapter (net/http, Gin, Echo v4 and v5, Fiber v2 and v3, gRPC, or your
+// own) must answer identically. It holds adapters to docs/semantics.md (the
+// wire rules: statuses, rate-limit headers, Retry-After, problem+json
+// bodies, keys in Redis, failure policies) against a real Redis, standalone
+// and Cluster.
 //
 // # Running it for an adapter
 //
@@ -46,6 +47,9 @@
 //	go test -race -run TestConformance ./...
 //
 // A failing scenario prints the transcript it expected and the one it got.
+// To prove that a passing run means something, give [RunFailing] a
+// deliberately wrong variant of your service (a realistic mistake in your
+// framework's idiom) and the scenarios it must fail.
 // The golden transcripts live in this module's testdata directory and are
 // the same for every adapter; they are embedded in the package, so running
 // the suite needs no files. After a deliberate change of the wire rules,

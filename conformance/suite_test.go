@@ -106,10 +106,7 @@ func TestGolden(t *testing.T) {
 	Run(t, reference(correct))
 }
 
-const (
-	envWrong    = "CONFORMANCE_WRONG_TARGETS"
-	envBackends = "CONFORMANCE_BACKENDS"
-)
+const envWrong = "CONFORMANCE_WRONG_TARGETS"
 
 // TestWrongTargets runs the suite against deliberately wrong adapters. It
 // runs only in the child process of TestSuiteCatchesDivergence, which

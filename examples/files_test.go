@@ -45,7 +45,7 @@ func TestComposeFile(t *testing.T) {
 		}
 	}
 	ports := map[string]bool{}
-	for _, name := range []string{"nethttp", "gin", "echo", "fiber", "grpc"} {
+	for _, name := range []string{"nethttp", "gin", "echo", "echov5", "fiber", "fiberv3", "grpc"} {
 		s, ok := f.Services[name]
 		if !ok {
 			t.Errorf("no service %s", name)

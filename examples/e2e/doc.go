@@ -2,9 +2,9 @@
 // build the example binaries, run each as a real process on a free port
 // against a real Redis and a SQLite file, and drive it over real
 // connections with tokens minted by the built mint command, holding the
-// four HTTP frameworks to the same answers and the gRPC service to the same
-// quotas; and they run the README's `make demo` and check its table and
-// exit code.
+// six HTTP examples (net/http, Gin, Echo v4 and v5, Fiber v2 and v3) to the
+// same answers and the gRPC service to the same quotas; and they run the
+// README's `make demo` and check its table and exit code.
 //
 //	cd examples && go test -race ./e2e
 package e2e

@@ -21,8 +21,9 @@ import (
 	"github.com/tollgate-go/tollgate/examples/internal/apptest"
 )
 
-// httpExamples are the four HTTP examples, held to the same answers.
-var httpExamples = []string{"nethttp", "gin", "echo", "fiber"}
+// httpExamples are the six HTTP examples (both majors of Echo and Fiber),
+// held to the same answers.
+var httpExamples = []string{"nethttp", "gin", "echo", "echov5", "fiber", "fiberv3"}
 
 // Which token a step sends.
 const (
@@ -207,7 +208,7 @@ type run struct {
 	answers [][]response      // per step, per repetition
 }
 
-// The four HTTP examples as real processes on one real Redis: the same
+// The six HTTP examples as real processes on one real Redis: the same
 // sequence gives the same statuses, rate-limit headers and bodies from each,
 // and the values the README shows; each exits 0 on SIGTERM.
 func TestHTTPExamplesAsProcesses(t *testing.T) {
@@ -275,7 +276,7 @@ func TestHTTPExamplesAsProcesses(t *testing.T) {
 		})
 	}
 
-	// The same answers from all four, net/http the reference.
+	// The same answers from all six, net/http the reference.
 	ref := runs[0]
 	for _, r := range runs[1:] {
 		for i, s := range sequence {

@@ -29,7 +29,7 @@ const secret = "e2e-secret-0123456789abcdef-0123"
 
 // commands are the example commands the tests build, as packages of the
 // examples module; each binary is named after the last element.
-var commands = []string{"./nethttp", "./gin", "./echo", "./fiber", "./grpc", "./cmd/mint"}
+var commands = []string{"./nethttp", "./gin", "./echo", "./echov5", "./fiber", "./fiberv3", "./grpc", "./cmd/mint"}
 
 // Timeouts for a real process on a busy two-core machine (race-built
 // binaries start slower).

@@ -1,6 +1,6 @@
 // Command echo is the example service on Echo v4 with tollgate's echolimit
-// middleware. The nethttp, gin, fiber and grpc examples serve the same API,
-// so they can be compared.
+// middleware. The nethttp, gin, echov5, fiber, fiberv3 and grpc examples
+// serve the same API, so they can be compared.
 //
 //	cd examples && TOLLGATE_DEMO=1 go run ./echo
 //	curl -H "Authorization: Bearer $(go run ./cmd/mint -tenant t42)" localhost:8080/v1/profile

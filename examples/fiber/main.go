@@ -1,6 +1,6 @@
 // Command fiber is the example service on Fiber v2 with tollgate's
-// fiberlimit handler. The nethttp, gin, echo and grpc examples serve the
-// same API, so they can be compared.
+// fiberlimit handler. The nethttp, gin, echo, echov5, fiberv3 and grpc
+// examples serve the same API, so they can be compared.
 //
 //	cd examples && TOLLGATE_DEMO=1 go run ./fiber
 //	curl -H "Authorization: Bearer $(go run ./cmd/mint -tenant t42)" localhost:8080/v1/profile
@@ -20,14 +20,17 @@ import (
 	"github.com/tollgate-go/tollgate/fiberlimit"
 )
 
-func main() {
-	app.Main("fiber", func(ctx context.Context, a *app.App, ln net.Listener) error {
-		f, err := NewApp(a)
-		if err != nil {
-			return err
-		}
-		return Serve(ctx, f, ln)
-	})
+func main() { app.Main("fiber", Run) }
+
+// Run builds the service and serves it on ln until ctx is done, then
+// shuts down gracefully.
+func Run(ctx context.Context, a *app.App, ln net.Listener) error {
+	f, err := NewApp(a)
+	if err != nil {
+		return err
+	}
+	return app.Serve(ctx, func() error { return f.Listener(ln) },
+		func() error { return f.ShutdownWithTimeout(app.ShutdownTimeout) })
 }
 
 // NewApp returns the service: /healthz and /metrics open, the /v1 routes
@@ -58,22 +61,6 @@ func NewApp(a *app.App) (*fiber.App, error) {
 		return c.JSON(a.ExportReport(t))
 	})
 	return f, nil
-}
-
-// Serve serves f on ln until ctx is done, then shuts down gracefully.
-func Serve(ctx context.Context, f *fiber.App, ln net.Listener) error {
-	errc := make(chan error, 1)
-	go func() { errc <- f.Listener(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	err := f.ShutdownWithTimeout(app.ShutdownTimeout)
-	if serr := <-errc; err == nil {
-		err = serr
-	}
-	return err
 }
 
 // authenticate verifies the bearer token and stores the tenant with

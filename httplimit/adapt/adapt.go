@@ -1,7 +1,8 @@
 // Package adapt holds the plumbing tollgate's HTTP adapters (httplimit,
-// ginlimit, echolimit, fiberlimit) share, for writing another adapter the
-// same way: the framework-neutral part of the configuration, mapped to
-// core gate options in one place, and the response helpers. Adapters stay
+// ginlimit, echolimit, echov5limit, fiberlimit, fiberv3limit) share, for
+// writing another adapter the same way: the framework-neutral part of the
+// configuration, mapped to core gate options in one place, the request's
+// decision, and the response helpers. Adapters stay
 // thin: every rule is in core; this package only carries options and
 // headers to it.
 package adapt
@@ -15,7 +16,8 @@ import (
 
 // Config is the framework-neutral part of an adapter's configuration. F is
 // the framework's request context type (*gin.Context, echo.Context,
-// *fiber.Ctx, *http.Request).
+// *echo.Context of Echo v5, *fiber.Ctx, fiber.Ctx of Fiber v3,
+// *http.Request).
 type Config[F any] struct {
 	// Gate holds the core gate options (routes, default route, header
 	// style, anonymous, ...) in the order given.
@@ -24,6 +26,71 @@ type Config[F any] struct {
 	CostFunc core.CostFunc
 	// FrameworkCostFunc is the framework-typed one, consulted first.
 	FrameworkCostFunc func(F) (core.Route, bool)
+	// OnError is the framework-typed error hook: it gets Verdict.Err, and
+	// the configuration error of a misconfigured adapter.
+	OnError func(F, error)
+}
+
+// SetCostFunc sets CostFunc, ignoring nil (as adapter options do).
+func (c *Config[F]) SetCostFunc(f core.CostFunc) {
+	if f != nil {
+		c.CostFunc = f
+	}
+}
+
+// SetFrameworkCostFunc sets FrameworkCostFunc, ignoring nil.
+func (c *Config[F]) SetFrameworkCostFunc(f func(F) (core.Route, bool)) {
+	if f != nil {
+		c.FrameworkCostFunc = f
+	}
+}
+
+// SetOnError sets OnError, ignoring nil.
+func (c *Config[F]) SetOnError(f func(F, error)) {
+	if f != nil {
+		c.OnError = f
+	}
+}
+
+// Report passes err to OnError when both are set.
+func (c *Config[F]) Report(f F, err error) {
+	if err != nil && c.OnError != nil {
+		c.OnError(f, err)
+	}
+}
+
+// A Checker decides an adapter's requests: the gate built from a Config,
+// or, when the Config is invalid, its configuration error, answered to
+// every request as a verdict that does not proceed (500, the Misconfigured
+// problem+json, the error in Verdict.Err) so that a bad configuration never
+// panics and never lets traffic through unchecked.
+type Checker[F any] struct {
+	c             *Config[F]
+	gate          *core.Gate
+	misconfigured core.Verdict
+}
+
+// Checker builds the Checker of c over lim (see NewGate).
+func (c *Config[F]) Checker(lim *core.Limiter) *Checker[F] {
+	gate, err := c.NewGate(lim)
+	if err != nil {
+		return &Checker[F]{c: c, misconfigured: core.Verdict{Status: http.StatusInternalServerError,
+			ContentType: core.ProblemContentType, Body: Misconfigured.JSON(), Problem: Misconfigured, Err: err}}
+	}
+	return &Checker[F]{c: c, gate: gate}
+}
+
+// Decide asks the gate for the verdict on e in ctx (carrying f for the
+// framework-typed cost function, see Context) and reports Verdict.Err to
+// OnError: the per-request part every adapter shares, between reading the
+// request and writing the verdict.
+func (k *Checker[F]) Decide(ctx context.Context, f F, e core.Endpoint) core.Verdict {
+	v := k.misconfigured
+	if k.gate != nil {
+		v = k.gate.Decide(k.c.Context(ctx, f), e)
+	}
+	k.c.Report(f, v.Err)
+	return v
 }
 
 // AddGate appends gate options, ignoring nil ones.
@@ -108,3 +175,16 @@ func canonical(name string) string {
 // client).
 var Misconfigured = core.Problem{Type: "about:blank", Title: "Internal Server Error",
 	Status: http.StatusInternalServerError, Detail: "The rate limiter is misconfigured."}
+
+// Apply applies each non-nil option of opts to c, in order, with apply
+// (an adapter's Option.apply), and returns c: every adapter's options
+// ignore a nil Option.
+func Apply[C any, O comparable](c *C, opts []O, apply func(O, *C)) *C {
+	var none O
+	for _, o := range opts {
+		if o != none {
+			apply(o, c)
+		}
+	}
+	return c
+}

@@ -2,6 +2,7 @@ package adapt_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"testing"
 
@@ -66,5 +67,54 @@ func TestSetHeaders(t *testing.T) {
 	h = http.Header{}
 	if n := testing.AllocsPerRun(100, func() { adapt.SetHeaders(h, hs) }); n > 1 {
 		t.Fatalf("SetHeaders allocates %v times for known headers, want 1", n)
+	}
+}
+
+type option interface{ apply(*[]string) }
+
+type appendOption string
+
+func (o appendOption) apply(c *[]string) { *c = append(*c, string(o)) }
+
+// Apply skips nil options and keeps the order of the others.
+func TestApply(t *testing.T) {
+	got := *adapt.Apply(&[]string{}, []option{appendOption("a"), nil, appendOption("b")}, option.apply)
+	if len(got) != 2 || got[0] != "a" || got[1] != "b" {
+		t.Fatalf("applied %q, want [a b]", got)
+	}
+}
+
+// Checker.Decide reports a store failure to the typed error hook, with the
+// framework's context; nil hooks are ignored by the setters.
+func TestDecideReportsErrors(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	defer client.Close()
+	res, err := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{"free": {Classes: map[string]core.Quota{
+		core.DefaultClass: {Capacity: 1, RefillPerSecond: 1},
+	}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := core.New(client, res, core.WithFailurePolicy(core.FailOpen))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c adapt.Config[*frameworkCtx]
+	var got *frameworkCtx
+	var reported error
+	c.SetOnError(func(f *frameworkCtx, err error) { got, reported = f, err })
+	c.SetOnError(nil)
+	fc := &frameworkCtx{}
+	ctx := core.ContextWithTenant(context.Background(), core.Tenant{ID: "t"})
+	v := c.Checker(lim).Decide(ctx, fc, core.Endpoint{Method: "GET", Pattern: "/"})
+	if !v.Proceed || v.Err == nil || reported != v.Err || got != fc {
+		t.Fatalf("verdict %+v, hook got %v with %p (want %p)", v, reported, got, fc)
+	}
+	// a bad configuration: every request is a 500 that does not proceed,
+	// and the configuration error reaches the hook
+	v = c.Checker(nil).Decide(ctx, fc, core.Endpoint{Method: "GET", Pattern: "/"})
+	if v.Proceed || v.Status != http.StatusInternalServerError || v.ContentType != core.ProblemContentType ||
+		!errors.Is(reported, core.ErrInvalidConfig) || string(v.Body) != string(adapt.Misconfigured.JSON()) {
+		t.Fatalf("misconfigured: verdict %+v, hook got %v", v, reported)
 	}
 }

@@ -55,17 +55,32 @@ func MainHTTP(name string, newHandler func(*App) (http.Handler, error)) {
 // ServeHTTP serves h on ln until ctx is done, then shuts down gracefully.
 func ServeHTTP(ctx context.Context, ln net.Listener, h http.Handler) error {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	return Serve(ctx, func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	}, func() error {
+		sctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
+		defer cancel()
+		return srv.Shutdown(sctx)
+	})
+}
+
+// Serve runs serve until ctx is done, then calls shutdown, which must stop
+// serve gracefully within ShutdownTimeout, waits for serve to return, and
+// returns the first error of either: the loop every example's server runs
+// in, whatever its framework.
+func Serve(ctx context.Context, serve, shutdown func() error) error {
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- serve() }()
 	select {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
-	defer cancel()
-	err := srv.Shutdown(sctx)
-	if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) && err == nil {
+	err := shutdown()
+	if serr := <-errc; err == nil {
 		err = serr
 	}
 	return err

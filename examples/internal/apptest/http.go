@@ -1,8 +1,10 @@
 package apptest
 
 import (
+	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -71,6 +73,29 @@ func Handler(t *testing.T, newHandler func(*app.App) (http.Handler, error)) {
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	HTTP(t, a, srv.URL)
+}
+
+// Server builds an example's server on a fresh App and serves it with
+// serve (which must return once its context is done) on a real local port
+// until the test ends, then requires a clean shutdown; then it runs the
+// HTTP suite against it. It is Handler for services that are not an
+// http.Handler (Fiber).
+func Server(t *testing.T, serve func(ctx context.Context, a *app.App, ln net.Listener) error) {
+	a := New(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, a, ln) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	}()
+	HTTP(t, a, "http://"+ln.Addr().String())
 }
 
 // HTTP runs the example service's HTTP contract against base (a running

@@ -23,3 +23,11 @@ func Main(m *testing.M, opts ...goleak.Option) {
 	}
 	os.Exit(code)
 }
+
+// FastHTTPGoroutines are the goroutines fasthttp (under Fiber) keeps on
+// purpose, for Main: one refreshes its Date header cache, and its worker
+// pool's cleaner sleeps up to 10 s before it sees the pool stopped.
+var FastHTTPGoroutines = []goleak.Option{
+	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
+}

@@ -1,0 +1,37 @@
+package conformance
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tollgate-go/tollgate/conformance/redistest"
+	"github.com/tollgate-go/tollgate/core"
+)
+
+// UnitTiers are the quotas of an adapter's own unit tests (beside the
+// suite): one tier, free, with a default class of 2 tokens and an export
+// class of 10, both refilling at 0.01/s, so that a test never sees a
+// refill. Its headers are then RateLimit-Policy "default";q=2;w=200 and a
+// denial's Retry-After is 100.
+var UnitTiers = core.Tiers{Default: "free", Tiers: map[string]core.Tier{"free": {Classes: map[string]core.Quota{
+	"default": {Capacity: 2, RefillPerSecond: 0.01},
+	"export":  {Capacity: 10, RefillPerSecond: 0.01},
+}}}}
+
+// NewUnitLimiter returns a limiter on UnitTiers for an adapter's own unit
+// tests, on the shared standalone Redis (redistest) under a key prefix of
+// its own, with a 5 s timeout so that a loaded machine does not turn a
+// test into a store failure. opts come after those.
+func NewUnitLimiter(t testing.TB, opts ...core.Option) *core.Limiter {
+	t.Helper()
+	res, err := core.NewResolver(UnitTiers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts = append([]core.Option{core.WithPrefix(redistest.Prefix(t)), core.WithTimeout(5 * time.Second)}, opts...)
+	lim, err := core.New(redistest.Client(t), res, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lim
+}

@@ -1,0 +1,47 @@
+package echov5limit_test
+
+import (
+	"net/http"
+
+	"github.com/labstack/echo/v5"
+	"github.com/labstack/echo/v5/middleware"
+	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/echov5limit"
+)
+
+// authenticate stands for your authentication middleware: it verifies the
+// credential and stores the tenant in the request context. The limiter
+// never reads the tenant from a header.
+func authenticate(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c *echo.Context) error {
+		t, ok := verify(c.Request().Header.Get(echo.HeaderAuthorization))
+		if !ok {
+			return echo.ErrUnauthorized
+		}
+		c.SetRequest(c.Request().WithContext(core.ContextWithTenant(c.Request().Context(), t)))
+		return next(c)
+	}
+}
+
+func verify(string) (core.Tenant, bool) { return core.Tenant{ID: "t42", Tier: "free"}, true }
+
+func Example() {
+	resolver, _ := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{
+		"free": {Classes: map[string]core.Quota{
+			"default": {Capacity: 20, RefillPerSecond: 2},
+			"export":  {Capacity: 10, RefillPerSecond: 0.1},
+		}},
+	}})
+	lim, _ := core.New(redis.NewClient(&redis.Options{Addr: "localhost:6379"}), resolver)
+
+	e := echo.New() // c.RealIP() is the peer address: no IPExtractor believes forwarding headers by default
+	e.Use(middleware.Recover())
+	e.GET("/healthz", func(c *echo.Context) error { return c.NoContent(http.StatusOK) }) // no auth, no limit
+	v1 := e.Group("/v1", authenticate, echov5limit.Middleware(lim,
+		echov5limit.WithRoutes(core.Routes{"POST /v1/reports/export": {Class: "export", Cost: 5}}),
+	))
+	v1.GET("/profile", func(c *echo.Context) error { return c.NoContent(http.StatusOK) })
+	v1.POST("/reports/export", func(c *echo.Context) error { return c.NoContent(http.StatusOK) })
+	_ = e.Start(":8080")
+}

@@ -1,0 +1,162 @@
+package echov5limit_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/labstack/echo/v5"
+	"github.com/tollgate-go/tollgate/conformance"
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/echov5limit"
+)
+
+// as is a test authentication middleware: every request is tenant id.
+func as(id string) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c *echo.Context) error {
+			c.SetRequest(c.Request().WithContext(core.ContextWithTenant(c.Request().Context(), core.Tenant{ID: id})))
+			return next(c)
+		}
+	}
+}
+
+func serve(h http.Handler, method, target string) *httptest.ResponseRecorder {
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(method, target, nil))
+	return w
+}
+
+// An error returned by the handler or by a deny handler is rendered by
+// Echo v5's HTTPErrorHandler under the rate-limit headers, whichever error
+// convention it follows: *echo.HTTPError, a sentinel (echo.ErrTooManyRequests
+// is no *HTTPError in v5), or an *echo.ProblemError rendered by
+// ProblemDetailsHTTPErrorHandler.
+func TestHeadersSurviveEchoErrors(t *testing.T) {
+	lim := conformance.NewUnitLimiter(t)
+	for _, tc := range []struct {
+		name    string
+		problem bool // e.HTTPErrorHandler = echo.ProblemDetailsHTTPErrorHandler
+		deny    func(*echo.Context, core.Verdict) error
+		wantCT  string
+	}{
+		{name: "http-error", deny: func(_ *echo.Context, v core.Verdict) error { return echo.NewHTTPError(v.Status, v.Problem.Title) },
+			wantCT: echo.MIMEApplicationJSON},
+		{name: "sentinel", deny: func(*echo.Context, core.Verdict) error { return echo.ErrTooManyRequests },
+			wantCT: echo.MIMEApplicationJSON},
+		{name: "problem-error", problem: true, wantCT: echo.MIMEApplicationProblemJSON,
+			deny: func(_ *echo.Context, v core.Verdict) error {
+				return &echo.ProblemError{Status: v.Status, Title: v.Problem.Title, Detail: v.Problem.Detail}
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := echo.New()
+			if tc.problem {
+				e.HTTPErrorHandler = echo.ProblemDetailsHTTPErrorHandler(false)
+			}
+			reached := 0
+			e.Use(as(tc.name), echov5limit.Middleware(lim, echov5limit.WithDenyHandler(tc.deny)))
+			e.GET("/", func(c *echo.Context) error {
+				if reached++; reached == 1 {
+					return echo.NewHTTPError(http.StatusBadGateway, "upstream down")
+				}
+				return c.NoContent(http.StatusOK)
+			})
+			if w := serve(e, "GET", "/"); w.Code != http.StatusBadGateway || w.Header().Get("RateLimit") != `"default";r=1;t=100` {
+				t.Fatalf("handler error: %d %v", w.Code, w.Header())
+			}
+			serve(e, "GET", "/")
+			w := serve(e, "GET", "/")
+			if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "100" ||
+				w.Header().Get("X-RateLimit-Remaining") != "0" || w.Header().Get("Content-Type") != tc.wantCT || reached != 2 {
+				t.Fatalf("denied: %d %v, handler reached %d", w.Code, w.Header(), reached)
+			}
+		})
+	}
+}
+
+// The default deny handler writes core's problem, not Echo's: the body
+// names the violated policy.
+func TestDefaultDenyHandler(t *testing.T) {
+	lim := conformance.NewUnitLimiter(t)
+	e := echo.New()
+	e.Use(as("default-deny"), echov5limit.Middleware(lim))
+	e.GET("/", func(c *echo.Context) error { return c.NoContent(http.StatusOK) })
+	var w *httptest.ResponseRecorder
+	for range 3 {
+		w = serve(e, "GET", "/")
+	}
+	var p core.Problem
+	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || w.Code != 429 || w.Header().Get("Content-Type") != core.ProblemContentType ||
+		len(p.ViolatedPolicies) != 1 || p.ViolatedPolicies[0] != "default" {
+		t.Fatalf("%d %v %s (%v)", w.Code, w.Header(), w.Body, err)
+	}
+}
+
+func TestOptions(t *testing.T) {
+	lim := conformance.NewUnitLimiter(t)
+	ok := func(c *echo.Context) error { return c.NoContent(http.StatusOK) }
+	t.Run("skipper", func(t *testing.T) {
+		e := echo.New()
+		e.Use(as("skipper"), echov5limit.Middleware(lim, echov5limit.WithSkipper(func(c *echo.Context) bool { return c.Path() == "/skip" })))
+		e.GET("/skip", ok)
+		e.GET("/limited", ok)
+		for range 3 {
+			if w := serve(e, "GET", "/skip"); w.Code != 200 || w.Header().Get("RateLimit") != "" {
+				t.Fatalf("skipped: %d %v", w.Code, w.Header())
+			}
+		}
+		if w := serve(e, "GET", "/limited"); w.Header().Get("X-RateLimit-Remaining") != "1" {
+			t.Fatalf("not skipped: %d %v", w.Code, w.Header())
+		}
+	})
+	t.Run("echo cost func before the neutral one", func(t *testing.T) {
+		e := echo.New()
+		e.Use(as("cost"), echov5limit.Middleware(lim,
+			echov5limit.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
+				return core.Route{Class: "export", Cost: 3}, true
+			}),
+			echov5limit.WithEchoCostFunc(func(c *echo.Context) (core.Route, bool) {
+				return core.Route{Class: "export", Cost: 2}, c.QueryParam("big") != ""
+			})))
+		e.GET("/x", ok)
+		if got := serve(e, "GET", "/x?big=1").Header().Get("X-RateLimit-Remaining"); got != "8" {
+			t.Fatalf("echo cost func: remaining %s", got)
+		}
+		if got := serve(e, "GET", "/x").Header().Get("X-RateLimit-Remaining"); got != "5" {
+			t.Fatalf("neutral cost func: remaining %s", got)
+		}
+	})
+	t.Run("template on a group", func(t *testing.T) {
+		e := echo.New()
+		g := e.Group("/v1", as("group"), echov5limit.Middleware(lim, echov5limit.WithRoutes(core.Routes{"GET /v1/items/:id": {Class: "export", Cost: 1}})))
+		g.GET("/items/:id", ok)
+		for _, id := range []string{"4", "5"} {
+			if got := serve(e, "GET", "/v1/items/"+id).Header().Get("RateLimit-Policy"); got != `"export";q=10;w=1000` {
+				t.Fatalf("policy %q", got)
+			}
+		}
+	})
+}
+
+func TestMisconfigured(t *testing.T) {
+	lim := conformance.NewUnitLimiter(t)
+	if err := echov5limit.Validate(lim, echov5limit.WithRoutes(core.Routes{"/x": {Class: "a b", Cost: 1}})); !errors.Is(err, core.ErrInvalidConfig) {
+		t.Fatalf("Validate(bad routes) = %v", err)
+	}
+	if err := echov5limit.Validate(lim, nil, echov5limit.WithRoutes(nil), echov5limit.WithCostFunc(nil), echov5limit.WithEchoCostFunc(nil),
+		echov5limit.WithSkipper(nil), echov5limit.WithDenyHandler(nil), echov5limit.WithErrorHandler(nil)); err != nil {
+		t.Fatalf("nil options are not ignored: %v", err)
+	}
+	var hooked error
+	e := echo.New()
+	e.Use(as("t"), echov5limit.Middleware(nil, echov5limit.WithErrorHandler(func(_ *echo.Context, err error) { hooked = err })))
+	e.GET("/", func(c *echo.Context) error { return c.NoContent(http.StatusOK) })
+	w := serve(e, "GET", "/")
+	if w.Code != 500 || w.Header().Get("Content-Type") != core.ProblemContentType || !errors.Is(hooked, core.ErrInvalidConfig) {
+		t.Fatalf("misconfigured: %d %v, hook got %v", w.Code, w.Header(), hooked)
+	}
+}

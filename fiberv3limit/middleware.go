@@ -1,0 +1,76 @@
+package fiberv3limit
+
+import (
+	"github.com/gofiber/fiber/v3"
+	"github.com/gofiber/utils/v2"
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/httplimit/adapt"
+)
+
+// New returns a Fiber v3 handler that rate-limits requests with lim, after
+// the authentication middleware, which stores the verified tenant with
+// SetTenant (the tenant is read from c.Context(), never from a header). It
+// uses no fiber.Storage: every check is one atomic script in Redis.
+//
+// For each request: skip (WithNext)? Otherwise ask core for a Verdict on
+// (method, c.Route().Path, c.IP()), set its rate-limit headers, and either
+// call c.Next or the deny handler. Register it on each route
+// (app.Get("/v1/items/:id", limiter, handler)) so that c.Route().Path is
+// the route template: under app.Use or app.Group, Fiber v3, like v2, has
+// not matched the final route yet and reports the mount prefix ("/", "/v1"),
+// so route table keys are then prefixes (or set WithPatternFunc).
+//
+// The client IP is copied before it reaches core (c.IP() may point into
+// fasthttp's reused buffers); the method and the route template are the
+// app's own strings.
+//
+// A bad configuration (nil limiter, invalid route table) never panics: the
+// handler reports the error to the error handler and denies every request
+// with a 500 verdict (the deny handler writes it; by default a
+// problem+json body). Check it at start-up with Validate.
+func New(lim *core.Limiter, opts ...Option) fiber.Handler {
+	c := newConfig(opts)
+	check := c.Checker(lim)
+	return func(fc fiber.Ctx) error {
+		if c.next != nil && c.next(fc) {
+			return fc.Next()
+		}
+		pattern := fc.Route().Path
+		if c.pattern != nil {
+			pattern = c.pattern(fc)
+		}
+		v := check.Decide(fc.Context(), fc, core.Endpoint{Method: fc.Method(), Pattern: pattern, ClientIP: utils.CopyString(fc.IP())})
+		for _, h := range v.Headers {
+			fc.Set(h.Name, h.Value)
+		}
+		if v.Proceed {
+			return fc.Next()
+		}
+		return c.deny(fc, v)
+	}
+}
+
+func newConfig(opts []Option) *config {
+	return adapt.Apply(&config{deny: DefaultDenyHandler}, opts, Option.apply)
+}
+
+// SetTenant stores the verified tenant t for the limiter in the request's
+// context (c.SetContext(core.ContextWithTenant(c.Context(), t))). Call it
+// in the authentication middleware, after the credential has been
+// verified; handlers read it back with core.TenantFromContext(c.Context()).
+func SetTenant(c fiber.Ctx, t core.Tenant) {
+	c.SetContext(core.ContextWithTenant(c.Context(), t))
+}
+
+// Validate reports whether New(lim, opts...) is well configured.
+func Validate(lim *core.Limiter, opts ...Option) error {
+	_, err := newConfig(opts).NewGate(lim)
+	return err
+}
+
+// DefaultDenyHandler writes core's answer: v.Status with the RFC 9457
+// problem+json body.
+func DefaultDenyHandler(c fiber.Ctx, v core.Verdict) error {
+	c.Set(fiber.HeaderContentType, v.ContentType)
+	return c.Status(v.Status).Send(v.Body)
+}

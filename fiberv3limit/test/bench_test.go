@@ -1,0 +1,41 @@
+package fiberv3limit_test
+
+import (
+	"net"
+	"testing"
+
+	"github.com/gofiber/fiber/v3"
+	"github.com/tollgate-go/tollgate/conformance"
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/fiberv3limit"
+	"github.com/valyala/fasthttp"
+)
+
+// BenchmarkOverhead: what the handler adds beyond core's Gate.Decide (see
+// conformance.BenchmarkServerOverhead). Requests go straight to the app's
+// fasthttp handler, with no network and no net/http bridge.
+func BenchmarkOverhead(b *testing.B) {
+	conformance.BenchmarkServerOverhead(b, func(lim *core.Limiter, routes core.Routes) (conformance.BenchServer, conformance.BenchServer) {
+		service := func(limit ...any) conformance.BenchServer {
+			app := fiber.New()
+			app.Use(as(conformance.BenchTenant))
+			chain := append(limit, fiber.Handler(ok))
+			for _, p := range []string{"/v1/profile", "/healthz"} {
+				app.Get(p, chain[0], chain[1:]...)
+			}
+			h := app.Handler()
+			return func(path string) func() int {
+				var req fasthttp.Request
+				req.SetRequestURI(path)
+				var fc fasthttp.RequestCtx
+				peer := &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 40000}
+				return func() int {
+					fc.Init(&req, peer, nil)
+					h(&fc)
+					return fc.Response.StatusCode()
+				}
+			}
+		}
+		return service(), service(fiberv3limit.New(lim, fiberv3limit.WithRoutes(routes)))
+	})
+}

@@ -1,0 +1,149 @@
+package fiberv3limit_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"testing"
+
+	"github.com/gofiber/fiber/v3"
+	"github.com/gofiber/fiber/v3/middleware/adaptor"
+	"github.com/tollgate-go/tollgate/conformance"
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/fiberv3limit"
+)
+
+// as is a test authentication handler: every request is tenant id.
+func as(id string) fiber.Handler {
+	return func(c fiber.Ctx) error {
+		fiberv3limit.SetTenant(c, core.Tenant{ID: id})
+		return c.Next()
+	}
+}
+
+func ok(c fiber.Ctx) error { return c.SendStatus(http.StatusOK) }
+
+func serve(app *fiber.App, method, target string) *httptest.ResponseRecorder {
+	w := httptest.NewRecorder()
+	adaptor.FiberApp(app)(w, httptest.NewRequest(method, target, nil))
+	return w
+}
+
+// What the package documents: Fiber v3 runs app.Use and group handlers
+// before the final route is matched, so c.Route().Path there is the mount
+// prefix; on a route it is the template. If Fiber changes this, this test
+// says so.
+func TestRouteUnderUseIsTheMountPrefix(t *testing.T) {
+	lim := conformance.NewUnitLimiter(t)
+	var seen []string
+	limit := fiberv3limit.New(lim, fiberv3limit.WithNext(func(c fiber.Ctx) bool {
+		seen = append(seen, c.Route().Path)
+		return true
+	}))
+	app := fiber.New()
+	app.Use(limit)
+	app.Group("/v1", limit).Get("/items/:id", limit, ok)
+	if w := serve(app, "GET", "/v1/items/4"); w.Code != 200 {
+		t.Fatalf("%d %v", w.Code, w.Header())
+	}
+	if want := []string{"/", "/v1", "/v1/items/:id"}; !slices.Equal(seen, want) {
+		t.Fatalf("c.Route().Path under app.Use, group, route = %q, want %q", seen, want)
+	}
+}
+
+// The tenant travels in the request's context.Context: SetTenant in the
+// authentication handler, core.TenantFromContext(c.Context()) after.
+func TestTenantInRequestContext(t *testing.T) {
+	lim := conformance.NewUnitLimiter(t)
+	app := fiber.New()
+	app.Get("/", as("ctx"), fiberv3limit.New(lim), func(c fiber.Ctx) error {
+		tn, _ := core.TenantFromContext(c.Context())
+		return c.SendString(tn.ID)
+	})
+	if w := serve(app, "GET", "/"); w.Code != 200 || w.Body.String() != "ctx" || w.Header().Get("X-RateLimit-Remaining") != "1" {
+		t.Fatalf("%d %v %q", w.Code, w.Header(), w.Body)
+	}
+	app = fiber.New()
+	app.Get("/", fiberv3limit.New(lim), ok)
+	if w := serve(app, "GET", "/"); w.Code != 401 || w.Header().Get("Content-Type") != core.ProblemContentType {
+		t.Fatalf("no tenant: %d %v", w.Code, w.Header())
+	}
+}
+
+// A *fiber.Error returned by the handler or by a deny handler is rendered
+// by the app's ErrorHandler under the rate-limit headers.
+func TestHeadersSurviveFiberErrors(t *testing.T) {
+	lim := conformance.NewUnitLimiter(t)
+	reached := 0
+	app := fiber.New()
+	app.Get("/", as("errors"), fiberv3limit.New(lim, fiberv3limit.WithDenyHandler(func(_ fiber.Ctx, v core.Verdict) error {
+		return fiber.NewError(v.Status, v.Problem.Title)
+	})), func(c fiber.Ctx) error {
+		if reached++; reached == 1 {
+			return fiber.ErrBadGateway
+		}
+		return c.SendStatus(http.StatusOK)
+	})
+	if w := serve(app, "GET", "/"); w.Code != http.StatusBadGateway || w.Header().Get("RateLimit") != `"default";r=1;t=100` {
+		t.Fatalf("handler error: %d %v", w.Code, w.Header())
+	}
+	serve(app, "GET", "/")
+	w := serve(app, "GET", "/")
+	if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "100" || w.Header().Get("X-RateLimit-Remaining") != "0" ||
+		w.Body.String() != "Too Many Requests" || reached != 2 {
+		t.Fatalf("denied: %d %v %q, handler reached %d", w.Code, w.Header(), w.Body, reached)
+	}
+}
+
+func TestOptions(t *testing.T) {
+	lim := conformance.NewUnitLimiter(t)
+	t.Run("next", func(t *testing.T) {
+		app := fiber.New()
+		limit := fiberv3limit.New(lim, fiberv3limit.WithNext(func(c fiber.Ctx) bool { return c.Query("skip") != "" }))
+		app.Get("/", as("next"), limit, ok)
+		for range 3 {
+			if w := serve(app, "GET", "/?skip=1"); w.Code != 200 || w.Header().Get("RateLimit") != "" {
+				t.Fatalf("skipped: %d %v", w.Code, w.Header())
+			}
+		}
+		if w := serve(app, "GET", "/"); w.Header().Get("X-RateLimit-Remaining") != "1" {
+			t.Fatalf("not skipped: %d %v", w.Code, w.Header())
+		}
+	})
+	t.Run("fiber cost func before the neutral one", func(t *testing.T) {
+		app := fiber.New()
+		app.Get("/x", as("cost"), fiberv3limit.New(lim,
+			fiberv3limit.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
+				return core.Route{Class: "export", Cost: 3}, true
+			}),
+			fiberv3limit.WithFiberCostFunc(func(c fiber.Ctx) (core.Route, bool) {
+				return core.Route{Class: "export", Cost: 2}, c.Query("big") != ""
+			})), ok)
+		if got := serve(app, "GET", "/x?big=1").Header().Get("X-RateLimit-Remaining"); got != "8" {
+			t.Fatalf("fiber cost func: remaining %s", got)
+		}
+		if got := serve(app, "GET", "/x").Header().Get("X-RateLimit-Remaining"); got != "5" {
+			t.Fatalf("neutral cost func: remaining %s", got)
+		}
+	})
+}
+
+func TestMisconfigured(t *testing.T) {
+	lim := conformance.NewUnitLimiter(t)
+	if err := fiberv3limit.Validate(lim, fiberv3limit.WithRoutes(core.Routes{"/x": {Class: "a b", Cost: 1}})); !errors.Is(err, core.ErrInvalidConfig) {
+		t.Fatalf("Validate(bad routes) = %v", err)
+	}
+	if err := fiberv3limit.Validate(lim, nil, fiberv3limit.WithRoutes(nil), fiberv3limit.WithCostFunc(nil), fiberv3limit.WithFiberCostFunc(nil),
+		fiberv3limit.WithNext(nil), fiberv3limit.WithPatternFunc(nil), fiberv3limit.WithDenyHandler(nil), fiberv3limit.WithErrorHandler(nil)); err != nil {
+		t.Fatalf("nil options are not ignored: %v", err)
+	}
+	var hooked error
+	app := fiber.New()
+	app.Get("/", as("t"), fiberv3limit.New(nil, fiberv3limit.WithErrorHandler(func(_ fiber.Ctx, err error) { hooked = err })), ok)
+	w := serve(app, "GET", "/")
+	if w.Code != 500 || w.Header().Get("Content-Type") != core.ProblemContentType || !errors.Is(hooked, core.ErrInvalidConfig) {
+		t.Fatalf("misconfigured: %d %v, hook got %v", w.Code, w.Header(), hooked)
+	}
+}
