@@ -516,8 +516,7 @@ func decide(buckets []Bucket, toks []float64, binding int, reason, cost int64) D
 		if cost > b.Capacity {
 			r = ReasonCostExceedsCapacity
 		} else {
-			// the script's own formula and operand order, so the same double
-			r, retry = ReasonOverLimit, (float64(cost)-toks[binding])/b.RefillPerSecond
+			r, retry = ReasonOverLimit, waitFor(b, toks[binding], cost)
 		}
 	}
 	return newDecision(states, binding, r, retry, cost)
