@@ -44,8 +44,10 @@ func TestLocalArithmeticMatchesTheScript(t *testing.T) {
 		opts := []core.Option{core.WithClock(clock.Now), core.WithBatching(false), core.WithLogger(slog.New(slog.DiscardHandler))}
 		ref := newLimiter(t, c, r, append(opts, core.WithDenyCache(false))...)
 		deny := newLimiter(t, c, r, append(opts, core.WithDenyCache(true))...)
+		// the breaker opens at the first failure and stays open for the
+		// whole run: every later check is the fallback's, without a call
 		fallback := newLimiter(t, dc, r, append(opts, core.WithDenyCache(false), core.WithLocalFallback(1),
-			core.WithTimeout(time.Second))...)
+			core.WithTimeout(200*time.Millisecond), core.WithCircuitBreaker(1, 10000*time.Hour))...)
 		capacity := buckets[0].Quota.Capacity
 		for _, b := range buckets {
 			capacity = min(capacity, b.Quota.Capacity)
