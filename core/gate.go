@@ -3,7 +3,6 @@ package core
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"time"
 )
 
@@ -25,75 +24,6 @@ type Endpoint struct {
 // the adapter's error hook), never a free pass. A cost that rounds down to
 // 0 (bytes / 1 MiB) must be clamped to 1 by the function.
 type CostFunc func(ctx context.Context, t Tenant, e Endpoint) (r Route, ok bool)
-
-// Verdict is a Gate's answer, ready to render: the adapter sets Headers on
-// the response, then either calls the handler (Proceed) or writes Status,
-// ContentType and Body. An adapter computes nothing else.
-type Verdict struct {
-	// Proceed reports whether the handler should run.
-	Proceed bool
-	// Status is the HTTP status to answer with when !Proceed: 401, 400, 429
-	// or 503.
-	Status int
-	// Headers are set on the response whether or not it proceeds.
-	Headers []Header
-	// ContentType and Body are the problem+json answer when !Proceed.
-	ContentType string
-	Body        []byte
-	// Problem is Body, decoded.
-	Problem Problem
-
-	// Decision is the limiter's decision (zero when no check ran:
-	// unauthenticated or exempt).
-	Decision Decision
-	// Tenant is who was charged.
-	Tenant Tenant
-	// Route is the class and cost that applied.
-	Route Route
-	// Checked is false when no check ran (exempt route, no tenant).
-	Checked bool
-	// Unauthenticated is set when no tenant was in the context and
-	// anonymous callers are not allowed.
-	Unauthenticated bool
-	// Err is the limiter's error (store failure, invalid request), for the
-	// adapter's error hook; the Verdict already applies the failure policy.
-	Err error
-}
-
-// anonymousPrefix starts the tenant ID of an anonymous caller
-// (WithAnonymous): "anonymous:" + the client's IPv4 address, or its IPv6
-// /64 network ("anonymous:2001:db8:1:2::/64").
-const anonymousPrefix = "anonymous:"
-
-// anonymousID is the tenant ID of an anonymous caller at ip. An IPv6 caller
-// is grouped by its /64, the smallest allocation a subscriber gets: an
-// address per request would otherwise be a fresh quota per request.
-// IPv4-mapped addresses count as IPv4; an unparsable address is kept as
-// is (the key scheme escapes it).
-func anonymousID(ip string) string {
-	a, err := netip.ParseAddr(ip)
-	if err != nil {
-		return anonymousPrefix + ip
-	}
-	a = a.Unmap()
-	if a.Is4() {
-		return anonymousPrefix + a.String()
-	}
-	p, err := a.WithZone("").Prefix(64)
-	if err != nil { // unreachable: 64 <= 128
-		return anonymousPrefix + ip
-	}
-	return anonymousPrefix + p.String()
-}
-
-type anonymousKey struct{}
-
-// isAnonymous reports whether ctx is the context of an anonymous caller's
-// check (set by the Gate only; a client cannot set it).
-func isAnonymous(ctx context.Context) bool {
-	v, _ := ctx.Value(anonymousKey{}).(bool)
-	return v
-}
 
 // Gate is the request flow every adapter shares: find the tenant (from the
 // context, never from a header the client sets), map the route to a class
@@ -256,34 +186,3 @@ func (g *Gate) CheckRoute(ctx context.Context, t Tenant, r Route) Verdict {
 	d, err := g.lim.Check(ctx, Request{Tenant: t, Class: r.Class, Cost: r.Cost})
 	return g.render(t, r, d, err)
 }
-
-// render turns the limiter's answer for (t, r) into a Verdict.
-func (g *Gate) render(t Tenant, r Route, d Decision, err error) Verdict {
-	v := Verdict{Proceed: d.Allowed, Decision: d, Tenant: t, Route: r, Checked: true, Err: err,
-		Headers: d.Headers(g.style, g.now())}
-	if !d.Allowed {
-		v.Status = d.Status()
-		v.Problem = d.Problem()
-		v.ContentType = ProblemContentType
-		v.Body = v.Problem.JSON()
-	}
-	return v
-}
-
-// PushbackMillis is the gRPC grpc-retry-pushback-ms value of a decision: the
-// exact retry delay rounded up to milliseconds for an over-limit denial, -1
-// ("do not retry", gRFC A6) when the cost can never be met, 0 otherwise.
-func (d Decision) PushbackMillis() int64 {
-	switch d.Reason {
-	case ReasonOverLimit:
-		ms := (d.RetryAfter + time.Millisecond - 1) / time.Millisecond
-		return max(int64(ms), 1)
-	case ReasonCostExceedsCapacity:
-		return -1
-	}
-	return 0
-}
-
-// Subject is how a tenant is named outside the process (a gRPC QuotaFailure
-// subject, a log field): "tenant:" plus the escaped ID.
-func (t Tenant) Subject() string { return "tenant:" + EscapeID(t.ID) }

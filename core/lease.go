@@ -221,16 +221,9 @@ func (l *Limiter) plain(ctx context.Context, req Request, keys []string, buckets
 // denial of cost, when a bucket's balance is below cost: the decision the
 // store would have made for cost, as nothing was charged.
 func denialFor(d Decision, cost int64) (Decision, bool) {
-	binding, retry := -1, 0.0
-	for i, s := range d.Buckets {
-		if s.Tokens < float64(cost) {
-			if wait := (float64(cost) - s.Tokens) / s.Quota.RefillPerSecond; binding < 0 || wait > retry {
-				binding, retry = i, wait
-			}
-		}
-	}
-	if binding < 0 {
+	reason, binding, retry := judge(d.Buckets, cost)
+	if reason == ReasonOK {
 		return Decision{}, false
 	}
-	return newDecision(d.Buckets, binding, ReasonOverLimit, retry, cost), true
+	return newDecision(d.Buckets, binding, reason, retry, cost), true
 }

@@ -34,7 +34,6 @@ func (lb *localBuckets) take(keys []string, buckets []Bucket, cost int64, now ti
 		clear(lb.buckets) // bounded: an outage over many tenants restarts them full
 	}
 	states := make([]BucketState, len(buckets))
-	reason, binding, retry := ReasonOK, 0, 0.0
 	bs := make([]*localBucket, len(buckets))
 	for i, b := range buckets {
 		lbk, ok := lb.buckets[keys[i]]
@@ -47,30 +46,18 @@ func (lb *localBuckets) take(keys []string, buckets []Bucket, cost int64, now ti
 			lb.buckets[keys[i]] = lbk
 		}
 		if el := now.Sub(lbk.last).Seconds(); el > 0 {
-			lbk.tokens = math.Min(float64(b.Quota.Capacity), lbk.tokens+el*b.Quota.RefillPerSecond)
+			lbk.tokens = refill(b.Quota, lbk.tokens, el)
 			lbk.last = now
 		}
 		bs[i] = lbk
-		switch {
-		case cost > b.Quota.Capacity:
-			if reason != ReasonCostExceedsCapacity {
-				reason, binding, retry = ReasonCostExceedsCapacity, i, 0
-			}
-		case lbk.tokens < float64(cost) && reason != ReasonCostExceedsCapacity:
-			wait := (float64(cost) - lbk.tokens) / b.Quota.RefillPerSecond
-			if reason == ReasonOK || wait > retry {
-				binding, retry = i, wait
-			}
-			reason = ReasonOverLimit
-		}
+		states[i] = BucketState{Name: b.Name, Quota: b.Quota, Tokens: lbk.tokens}
 	}
-	for i, lbk := range bs {
-		if reason == ReasonOK {
-			lbk.tokens -= float64(cost)
-		}
-		states[i] = BucketState{Name: buckets[i].Name, Quota: buckets[i].Quota, Tokens: lbk.tokens}
-	}
+	reason, binding, retry := judge(states, cost)
 	if reason == ReasonOK {
+		for i, lbk := range bs {
+			lbk.tokens -= float64(cost)
+			states[i].Tokens = lbk.tokens
+		}
 		binding = tightest(states)
 	}
 	return newDecision(states, binding, reason, retry, cost)
@@ -108,7 +95,7 @@ func (lb *localBuckets) takeShare(keys []string, buckets []Bucket, share float64
 		retry := 0.0
 		for i, b := range buckets {
 			if cost > local[i].Quota.Capacity {
-				if w := float64(cost) / b.Quota.RefillPerSecond; w > retry {
+				if w := waitFor(b.Quota, 0, cost); w > retry {
 					binding, retry = i, w
 				}
 			}
@@ -118,20 +105,6 @@ func (lb *localBuckets) takeShare(keys []string, buckets []Bucket, share float64
 		return newDecision(states, binding, ReasonOverLimit, ld.RetryAfter.Seconds(), cost)
 	}
 	return newDecision(states, binding, ld.Reason, 0, cost)
-}
-
-// tightest is the index of the bucket left with the fewest tokens (ties: the
-// slowest to refill), the binding bucket of an admitted request.
-func tightest(states []BucketState) int {
-	best := 0
-	for i := 1; i < len(states); i++ {
-		s, b := states[i], states[best]
-		if s.Tokens < b.Tokens || s.Tokens == b.Tokens &&
-			(float64(s.Quota.Capacity)-s.Tokens)/s.Quota.RefillPerSecond > (float64(b.Quota.Capacity)-b.Tokens)/b.Quota.RefillPerSecond {
-			best = i
-		}
-	}
-	return best
 }
 
 func (lb *localBuckets) reset() {
@@ -173,25 +146,16 @@ func (dc *denyCache) check(keys []string, buckets []Bucket, cost int64, now time
 		return Decision{}, false
 	}
 	elapsed := now.Sub(e.since).Seconds()
-	if elapsed < 0 {
-		elapsed = 0
-	}
 	states := make([]BucketState, len(keys))
-	binding, retry := -1, 0.0
 	for i := range keys {
 		if e.keys[i] != keys[i] || e.states[i].Quota != buckets[i].Quota {
 			return Decision{}, false // another set of buckets, or a changed quota
 		}
 		q := buckets[i].Quota
-		bound := math.Min(float64(q.Capacity), e.states[i].Tokens+elapsed*q.RefillPerSecond)
-		states[i] = BucketState{Name: buckets[i].Name, Quota: q, Tokens: bound}
-		if bound < float64(cost) && cost <= q.Capacity {
-			if wait := (float64(cost) - bound) / q.RefillPerSecond; binding < 0 || wait > retry {
-				binding, retry = i, wait
-			}
-		}
+		states[i] = BucketState{Name: buckets[i].Name, Quota: q, Tokens: refill(q, e.states[i].Tokens, elapsed)}
 	}
-	if binding < 0 {
+	reason, binding, retry := judge(states, cost)
+	if reason == ReasonOK {
 		dc.mu.Lock()
 		if cur, ok := dc.entries[keys[0]]; ok && cur.since.Equal(e.since) {
 			delete(dc.entries, keys[0]) // the bound no longer proves anything
@@ -199,7 +163,7 @@ func (dc *denyCache) check(keys []string, buckets []Bucket, cost int64, now time
 		dc.mu.Unlock()
 		return Decision{}, false
 	}
-	return newDecision(states, binding, ReasonOverLimit, retry, cost), true
+	return newDecision(states, binding, reason, retry, cost), true
 }
 
 func (dc *denyCache) remember(keys []string, d Decision, sent time.Time) {

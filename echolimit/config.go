@@ -17,19 +17,11 @@ func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
 	adapt.Config[echo.Context]
-	skipper middleware.Skipper
-	deny    func(echo.Context, core.Verdict) error
-	onError func(echo.Context, error)
+	deny func(echo.Context, core.Verdict) error
 }
 
 func newConfig(opts []Option) *config {
-	c := &config{deny: DefaultDenyHandler}
-	for _, o := range opts {
-		if o != nil {
-			o.apply(c)
-		}
-	}
-	return c
+	return adapt.Apply(&config{deny: DefaultDenyHandler}, opts, Option.apply)
 }
 
 func gateOption(o core.GateOption) Option {
@@ -49,33 +41,21 @@ func WithDefaultRoute(r core.Route) Option { return gateOption(core.WithDefaultR
 // consulted before the route table (ok false falls back to it). Default:
 // none. nil is ignored.
 func WithCostFunc(f core.CostFunc) Option {
-	return optionFunc(func(c *config) {
-		if f != nil {
-			c.CostFunc = f
-		}
-	})
+	return optionFunc(func(c *config) { c.SetCostFunc(f) })
 }
 
 // WithEchoCostFunc sets a dynamic class/cost decision that sees the
 // echo.Context, consulted before WithCostFunc and the route table (ok false
 // falls back to them). Default: none. nil is ignored.
 func WithEchoCostFunc(f func(echo.Context) (core.Route, bool)) Option {
-	return optionFunc(func(c *config) {
-		if f != nil {
-			c.FrameworkCostFunc = f
-		}
-	})
+	return optionFunc(func(c *config) { c.SetFrameworkCostFunc(f) })
 }
 
 // WithSkipper skips the limiter (no check, no headers) for requests it
 // returns true for. Default: none (middleware.DefaultSkipper). nil is
 // ignored.
 func WithSkipper(s middleware.Skipper) Option {
-	return optionFunc(func(c *config) {
-		if s != nil {
-			c.skipper = s
-		}
-	})
+	return optionFunc(func(c *config) { c.SetSkip(s) })
 }
 
 // WithDenyHandler sets what answers a request that does not proceed (429,
@@ -97,11 +77,7 @@ func WithDenyHandler(f func(c echo.Context, v core.Verdict) error) Option {
 // for logs and metrics. Default: none (core logs degraded decisions). nil
 // is ignored.
 func WithErrorHandler(f func(c echo.Context, err error)) Option {
-	return optionFunc(func(c *config) {
-		if f != nil {
-			c.onError = f
-		}
-	})
+	return optionFunc(func(c *config) { c.SetOnError(f) })
 }
 
 // WithHeaderStyle selects the rate-limit header families. Default

@@ -33,23 +33,19 @@ func Middleware(lim *core.Limiter, opts ...Option) echo.MiddlewareFunc {
 		body := adapt.Misconfigured.JSON()
 		return func(echo.HandlerFunc) echo.HandlerFunc {
 			return func(ec echo.Context) error {
-				if c.onError != nil {
-					c.onError(ec, err)
-				}
+				c.Report(ec, err)
 				return ec.Blob(http.StatusInternalServerError, core.ProblemContentType, body)
 			}
 		}
 	}
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(ec echo.Context) error {
-			if c.skipper != nil && c.skipper(ec) {
+			if c.Skipped(ec) {
 				return next(ec)
 			}
 			req := ec.Request()
 			v := gate.Decide(c.Context(req.Context(), ec), core.Endpoint{Method: req.Method, Pattern: ec.Path(), ClientIP: ec.RealIP()})
-			if v.Err != nil && c.onError != nil {
-				c.onError(ec, v.Err)
-			}
+			c.Report(ec, v.Err)
 			adapt.SetHeaders(ec.Response().Header(), v.Headers)
 			if v.Proceed {
 				return next(ec)

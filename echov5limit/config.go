@@ -17,8 +17,7 @@ func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
 	adapt.Config[*echo.Context]
-	skipper middleware.Skipper
-	deny    func(*echo.Context, core.Verdict) error
+	deny func(*echo.Context, core.Verdict) error
 }
 
 func gateOption(o core.GateOption) Option {
@@ -80,11 +79,7 @@ func WithErrorHandler(f func(c *echo.Context, err error)) Option {
 // returns true for, like the Skipper of Echo's own middleware configs.
 // Default: none (middleware.DefaultSkipper). nil is ignored.
 func WithSkipper(s middleware.Skipper) Option {
-	return optionFunc(func(c *config) {
-		if s != nil {
-			c.skipper = s
-		}
-	})
+	return optionFunc(func(c *config) { c.SetSkip(s) })
 }
 
 // WithDenyHandler sets what answers a request that does not proceed (429,

@@ -29,7 +29,7 @@ func Middleware(lim *core.Limiter, opts ...Option) echo.MiddlewareFunc {
 	check := c.Checker(lim)
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(ec *echo.Context) error {
-			if c.skipper != nil && c.skipper(ec) {
+			if c.Skipped(ec) {
 				return next(ec)
 			}
 			req := ec.Request()

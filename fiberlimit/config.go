@@ -16,20 +16,12 @@ func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
 	adapt.Config[*fiber.Ctx]
-	next    func(*fiber.Ctx) bool
 	pattern func(*fiber.Ctx) string
 	deny    func(*fiber.Ctx, core.Verdict) error
-	onError func(*fiber.Ctx, error)
 }
 
 func newConfig(opts []Option) *config {
-	c := &config{deny: DefaultDenyHandler}
-	for _, o := range opts {
-		if o != nil {
-			o.apply(c)
-		}
-	}
-	return c
+	return adapt.Apply(&config{deny: DefaultDenyHandler}, opts, Option.apply)
 }
 
 func gateOption(o core.GateOption) Option {
@@ -49,11 +41,7 @@ func WithDefaultRoute(r core.Route) Option { return gateOption(core.WithDefaultR
 // consulted before the route table (ok false falls back to it). Default:
 // none. nil is ignored.
 func WithCostFunc(f core.CostFunc) Option {
-	return optionFunc(func(c *config) {
-		if f != nil {
-			c.CostFunc = f
-		}
-	})
+	return optionFunc(func(c *config) { c.SetCostFunc(f) })
 }
 
 // WithFiberCostFunc sets a dynamic class/cost decision that sees the
@@ -61,22 +49,14 @@ func WithCostFunc(f core.CostFunc) Option {
 // falls back to them). It must not keep the context or strings from it.
 // Default: none. nil is ignored.
 func WithFiberCostFunc(f func(*fiber.Ctx) (core.Route, bool)) Option {
-	return optionFunc(func(c *config) {
-		if f != nil {
-			c.FrameworkCostFunc = f
-		}
-	})
+	return optionFunc(func(c *config) { c.SetFrameworkCostFunc(f) })
 }
 
 // WithNext skips the limiter (no check, no headers) for requests it returns
 // true for, like the Next field of Fiber's own middleware configs. Default:
 // none. nil is ignored.
 func WithNext(f func(c *fiber.Ctx) bool) Option {
-	return optionFunc(func(c *config) {
-		if f != nil {
-			c.next = f
-		}
-	})
+	return optionFunc(func(c *config) { c.SetSkip(f) })
 }
 
 // WithPatternFunc sets how the route template of a request is found.
@@ -108,11 +88,7 @@ func WithDenyHandler(f func(c *fiber.Ctx, v core.Verdict) error) Option {
 // for logs and metrics. Default: none (core logs degraded decisions). nil
 // is ignored.
 func WithErrorHandler(f func(c *fiber.Ctx, err error)) Option {
-	return optionFunc(func(c *config) {
-		if f != nil {
-			c.onError = f
-		}
-	})
+	return optionFunc(func(c *config) { c.SetOnError(f) })
 }
 
 // WithHeaderStyle selects the rate-limit header families. Default

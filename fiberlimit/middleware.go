@@ -36,15 +36,13 @@ func New(lim *core.Limiter, opts ...Option) fiber.Handler {
 	if err != nil {
 		body := adapt.Misconfigured.JSON()
 		return func(fc *fiber.Ctx) error {
-			if c.onError != nil {
-				c.onError(fc, err)
-			}
+			c.Report(fc, err)
 			fc.Status(http.StatusInternalServerError).Set(fiber.HeaderContentType, core.ProblemContentType)
 			return fc.Send(body)
 		}
 	}
 	return func(fc *fiber.Ctx) error {
-		if c.next != nil && c.next(fc) {
+		if c.Skipped(fc) {
 			return fc.Next()
 		}
 		pattern := fc.Route().Path // the app's own string: safe to keep
@@ -52,9 +50,7 @@ func New(lim *core.Limiter, opts ...Option) fiber.Handler {
 			pattern = c.pattern(fc)
 		}
 		v := gate.Decide(c.Context(fc.UserContext(), fc), core.Endpoint{Method: method(fc.Method()), Pattern: pattern, ClientIP: utils.CopyString(fc.IP())})
-		if v.Err != nil && c.onError != nil {
-			c.onError(fc, v.Err)
-		}
+		c.Report(fc, v.Err)
 		for _, h := range v.Headers {
 			fc.Set(h.Name, h.Value)
 		}

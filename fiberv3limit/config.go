@@ -16,7 +16,6 @@ func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
 	adapt.Config[fiber.Ctx]
-	next    func(fiber.Ctx) bool
 	pattern func(fiber.Ctx) string
 	deny    func(fiber.Ctx, core.Verdict) error
 }
@@ -79,11 +78,7 @@ func WithErrorHandler(f func(c fiber.Ctx, err error)) Option {
 // true for, like the Next field of Fiber's own middleware configs. Default:
 // none. nil is ignored.
 func WithNext(f func(c fiber.Ctx) bool) Option {
-	return optionFunc(func(c *config) {
-		if f != nil {
-			c.next = f
-		}
-	})
+	return optionFunc(func(c *config) { c.SetSkip(f) })
 }
 
 // WithPatternFunc sets how the route template of a request is found, for

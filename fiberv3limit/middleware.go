@@ -32,7 +32,7 @@ func New(lim *core.Limiter, opts ...Option) fiber.Handler {
 	c := newConfig(opts)
 	check := c.Checker(lim)
 	return func(fc fiber.Ctx) error {
-		if c.next != nil && c.next(fc) {
+		if c.Skipped(fc) {
 			return fc.Next()
 		}
 		pattern := fc.Route().Path

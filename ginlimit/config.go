@@ -16,19 +16,11 @@ func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
 	adapt.Config[*gin.Context]
-	skipper func(*gin.Context) bool
-	deny    func(*gin.Context, core.Verdict)
-	onError func(*gin.Context, error)
+	deny func(*gin.Context, core.Verdict)
 }
 
 func newConfig(opts []Option) *config {
-	c := &config{deny: DefaultDenyHandler}
-	for _, o := range opts {
-		if o != nil {
-			o.apply(c)
-		}
-	}
-	return c
+	return adapt.Apply(&config{deny: DefaultDenyHandler}, opts, Option.apply)
 }
 
 func gateOption(o core.GateOption) Option {
@@ -48,32 +40,20 @@ func WithDefaultRoute(r core.Route) Option { return gateOption(core.WithDefaultR
 // consulted before the route table (ok false falls back to it). Default:
 // none. nil is ignored.
 func WithCostFunc(f core.CostFunc) Option {
-	return optionFunc(func(c *config) {
-		if f != nil {
-			c.CostFunc = f
-		}
-	})
+	return optionFunc(func(c *config) { c.SetCostFunc(f) })
 }
 
 // WithGinCostFunc sets a dynamic class/cost decision that sees the
 // *gin.Context, consulted before WithCostFunc and the route table (ok false
 // falls back to them). Default: none. nil is ignored.
 func WithGinCostFunc(f func(*gin.Context) (core.Route, bool)) Option {
-	return optionFunc(func(c *config) {
-		if f != nil {
-			c.FrameworkCostFunc = f
-		}
-	})
+	return optionFunc(func(c *config) { c.SetFrameworkCostFunc(f) })
 }
 
 // WithSkipper skips the limiter (no check, no headers) for requests it
 // returns true for. Default: none. nil is ignored.
 func WithSkipper(f func(*gin.Context) bool) Option {
-	return optionFunc(func(c *config) {
-		if f != nil {
-			c.skipper = f
-		}
-	})
+	return optionFunc(func(c *config) { c.SetSkip(f) })
 }
 
 // WithDenyHandler sets what answers a request that does not proceed (429,
@@ -94,11 +74,7 @@ func WithDenyHandler(f func(c *gin.Context, v core.Verdict)) Option {
 // for logs and metrics (c.Error(err) adds it to Gin's error list).
 // Default: none (core logs degraded decisions). nil is ignored.
 func WithErrorHandler(f func(c *gin.Context, err error)) Option {
-	return optionFunc(func(c *config) {
-		if f != nil {
-			c.onError = f
-		}
-	})
+	return optionFunc(func(c *config) { c.SetOnError(f) })
 }
 
 // WithHeaderStyle selects the rate-limit header families. Default

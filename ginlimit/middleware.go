@@ -30,22 +30,18 @@ func Middleware(lim *core.Limiter, opts ...Option) gin.HandlerFunc {
 	if err != nil {
 		body := adapt.Misconfigured.JSON()
 		return func(gc *gin.Context) {
-			if c.onError != nil {
-				c.onError(gc, err)
-			}
+			c.Report(gc, err)
 			gc.Abort()
 			gc.Data(http.StatusInternalServerError, core.ProblemContentType, body)
 		}
 	}
 	return func(gc *gin.Context) {
-		if c.skipper != nil && c.skipper(gc) {
+		if c.Skipped(gc) {
 			gc.Next()
 			return
 		}
 		v := gate.Decide(c.Context(gc.Request.Context(), gc), core.Endpoint{Method: gc.Request.Method, Pattern: gc.FullPath(), ClientIP: gc.ClientIP()})
-		if v.Err != nil && c.onError != nil {
-			c.onError(gc, v.Err)
-		}
+		c.Report(gc, v.Err)
 		adapt.SetHeaders(gc.Writer.Header(), v.Headers)
 		if v.Proceed {
 			gc.Next()

@@ -17,20 +17,12 @@ func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
 	adapt.Config[*http.Request]
-	skipper func(*http.Request) bool
 	pattern func(*http.Request) string
 	deny    func(http.ResponseWriter, *http.Request, core.Verdict)
-	onError func(*http.Request, error)
 }
 
 func newConfig(opts []Option) *config {
-	c := &config{deny: DefaultDenyHandler}
-	for _, o := range opts {
-		if o != nil {
-			o.apply(c)
-		}
-	}
-	return c
+	return adapt.Apply(&config{deny: DefaultDenyHandler}, opts, Option.apply)
 }
 
 func gateOption(o core.GateOption) Option {
@@ -51,32 +43,20 @@ func WithDefaultRoute(r core.Route) Option { return gateOption(core.WithDefaultR
 // consulted before the route table (ok false falls back to it). Default:
 // none. nil is ignored.
 func WithCostFunc(f core.CostFunc) Option {
-	return optionFunc(func(c *config) {
-		if f != nil {
-			c.CostFunc = f
-		}
-	})
+	return optionFunc(func(c *config) { c.SetCostFunc(f) })
 }
 
 // WithRequestCostFunc sets a dynamic class/cost decision that sees the
 // request, consulted before WithCostFunc and the route table (ok false falls
 // back to them). Default: none. nil is ignored.
 func WithRequestCostFunc(f func(*http.Request) (core.Route, bool)) Option {
-	return optionFunc(func(c *config) {
-		if f != nil {
-			c.FrameworkCostFunc = f
-		}
-	})
+	return optionFunc(func(c *config) { c.SetFrameworkCostFunc(f) })
 }
 
 // WithSkipper skips the limiter (no check, no headers) for requests it
 // returns true for. Default: none. nil is ignored.
 func WithSkipper(f func(*http.Request) bool) Option {
-	return optionFunc(func(c *config) {
-		if f != nil {
-			c.skipper = f
-		}
-	})
+	return optionFunc(func(c *config) { c.SetSkip(f) })
 }
 
 // WithPatternFunc sets how the route template of a request is found, for
@@ -111,11 +91,7 @@ func WithDenyHandler(f func(w http.ResponseWriter, r *http.Request, v core.Verdi
 // configuration error of a misconfigured middleware. Use it for logs and
 // metrics. Default: none (core logs degraded decisions). nil is ignored.
 func WithErrorHandler(f func(r *http.Request, err error)) Option {
-	return optionFunc(func(c *config) {
-		if f != nil {
-			c.onError = f
-		}
-	})
+	return optionFunc(func(c *config) { c.SetOnError(f) })
 }
 
 // WithHeaderStyle selects the rate-limit header families. Default

@@ -30,14 +30,12 @@ func Middleware(lim *core.Limiter, opts ...Option) func(http.Handler) http.Handl
 		}
 		mux, _ := next.(*http.ServeMux)
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if c.skipper != nil && c.skipper(r) {
+			if c.Skipped(r) {
 				next.ServeHTTP(w, r)
 				return
 			}
 			v := gate.Decide(c.Context(r.Context(), r), core.Endpoint{Method: r.Method, Pattern: c.patternOf(r, mux), ClientIP: clientIP(r)})
-			if v.Err != nil && c.onError != nil {
-				c.onError(r, v.Err)
-			}
+			c.Report(r, v.Err)
 			SetHeaders(w.Header(), v.Headers)
 			if v.Proceed {
 				next.ServeHTTP(w, r)
@@ -97,9 +95,7 @@ func clientIP(r *http.Request) string {
 func misconfigured(c *config, err error) http.Handler {
 	body := adapt.Misconfigured.JSON()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if c.onError != nil {
-			c.onError(r, err)
-		}
+		c.Report(r, err)
 		w.Header().Set("Content-Type", core.ProblemContentType)
 		w.WriteHeader(http.StatusInternalServerError)
 		_, _ = w.Write(body)

@@ -25,6 +25,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/bench/internal/ints"
 	"github.com/tollgate-go/tollgate/bench/internal/localredis"
+	"github.com/tollgate-go/tollgate/conformance/redistest"
 )
 
 // proc is one service process.
@@ -202,11 +203,11 @@ func drive() error {
 		return err
 	}
 	ctx := context.Background()
-	srv, err := localredis.Start()
+	srv, err := redistest.StartServer()
 	if err != nil {
 		return err
 	}
-	defer srv.Stop()
+	defer srv.Close()
 	rc := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer rc.Close()
 

@@ -41,7 +41,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/bench/internal/ints"
-	"github.com/tollgate-go/tollgate/bench/internal/localredis"
+	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 )
 
@@ -105,11 +105,11 @@ func run() error {
 	ctx := context.Background()
 	url := *flagRedis
 	if url == "" {
-		srv, err := localredis.Start()
+		srv, err := redistest.StartServer()
 		if err != nil {
-			return err
+			return fmt.Errorf("%w (set -redis or REDIS_URL to use another)", err)
 		}
-		defer srv.Stop()
+		defer srv.Close()
 		url = srv.URL()
 	}
 	opt, err := redis.ParseURL(url)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
-	"github.com/tollgate-go/tollgate/bench/internal/localredis"
+	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 )
 
@@ -22,11 +22,11 @@ type memResult struct {
 // used_memory delta per bucket and the mean MEMORY USAGE of 1000 keys. Keys
 // have the same length for both implementations.
 func memory(ctx context.Context, impl string, n int) (memResult, error) {
-	srv, err := localredis.Start()
+	srv, err := redistest.StartServer()
 	if err != nil {
 		return memResult{}, err
 	}
-	defer srv.Stop()
+	defer srv.Close()
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: *flagPool})
 	closeWriters := func() { _ = client.Close() }
 	// a fill time of an hour, and each bucket half drained: nothing expires

@@ -22,6 +22,10 @@
 //
 // Call [Main] from TestMain so that servers started for the package are
 // stopped when it ends.
+//
+// [StartServer] is the same private server for code outside a test (the
+// load drivers, dashshot): the tree starts redis-server in this package
+// only.
 package redistest
 
 import (

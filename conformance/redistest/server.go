@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +23,7 @@ type Server struct {
 	mu    sync.Mutex
 	port  int
 	dir   string
+	conf  string // a configuration file, the first argument; "" for none
 	extra []string
 	cmd   *exec.Cmd
 	done  chan struct{}
@@ -40,7 +42,23 @@ func NewServer(t testing.TB, extra ...string) *Server {
 	return s
 }
 
+// StartServer starts a private redis-server like [NewServer], for code
+// outside a test (a load driver, a demo tool) that has no testing.TB: the
+// caller stops it with [Server.Close]. It is the one place the tollgate
+// tree starts redis-server, so every tool gets the same start-up: a free
+// port, a temporary directory, no persistence, and a server that dies with
+// its parent.
+func StartServer(extra ...string) (*Server, error) {
+	return startServer(extra)
+}
+
 func startServer(extra []string) (*Server, error) {
+	return startWith(func(port int, dir string) (string, error) { return "", nil }, extra)
+}
+
+// startWith starts a server on a free port in a new temporary directory;
+// conf writes its configuration file there, or returns "" for none.
+func startWith(conf func(port int, dir string) (string, error), extra []string) (*Server, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, fmt.Errorf("redis-server: %w", err)
@@ -54,11 +72,38 @@ func startServer(extra []string) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{port: port, dir: dir, extra: extra}
-	if err := s.start(bin); err != nil {
+	if s.conf, err = conf(port, dir); err == nil {
+		err = s.start(bin)
+	}
+	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
 	return s, nil
+}
+
+// NewSentinel starts a private Redis Sentinel that monitors the master at
+// masterAddr (host:port) under name, stopped when t ends. Its address is
+// [Server.Addr]; clients connect with redis.NewFailoverClient.
+func NewSentinel(t testing.TB, name, masterAddr string) *Server {
+	t.Helper()
+	needBinary(t, "a Sentinel")
+	host, port, err := net.SplitHostPort(masterAddr)
+	if err != nil {
+		t.Fatalf("redistest: sentinel: master address %q: %v", masterAddr, err)
+	}
+	s, err := startWith(func(p int, dir string) (string, error) {
+		// Sentinel needs a file of its own: it rewrites it with what it learns
+		conf := filepath.Join(dir, "sentinel.conf")
+		body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor %s %s %s 1\nsentinel down-after-milliseconds %s 2000\n",
+			p, dir, name, host, port, name)
+		return conf, os.WriteFile(conf, []byte(body), 0o600)
+	}, []string{"--sentinel"})
+	if err != nil {
+		t.Fatalf("redistest: sentinel: %v", err)
+	}
+	t.Cleanup(s.shutdown)
+	return s
 }
 
 // Addr returns host:port.
@@ -82,11 +127,15 @@ func (s *Server) Client(t testing.TB, opt ...func(*redis.Options)) *redis.Client
 }
 
 func (s *Server) args() []string {
-	a := []string{
+	var a []string
+	if s.conf != "" {
+		a = append(a, s.conf)
+	}
+	a = append(a,
 		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--dir", s.dir, "--save", "", "--appendonly", "no",
 		"--daemonize", "no", "--logfile", filepath.Join(s.dir, "redis.log"),
-	}
+	)
 	return append(a, s.extra...)
 }
 
@@ -171,6 +220,10 @@ func (s *Server) signal(sig syscall.Signal) error {
 	}
 	return s.cmd.Process.Signal(sig)
 }
+
+// Close kills the server and removes its directory: the end of a server
+// from [StartServer] (a test's servers are closed when it ends).
+func (s *Server) Close() { s.shutdown() }
 
 func (s *Server) shutdown() {
 	s.Kill()

@@ -2,12 +2,7 @@ package core_test
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -65,35 +60,11 @@ func TestSentinelFailoverClient(t *testing.T) {
 	}
 }
 
-// startSentinel runs redis-server in sentinel mode monitoring 127.0.0.1:port
-// as "tollgate", and returns its address.
+// startSentinel starts a Sentinel monitoring 127.0.0.1:port as "tollgate"
+// and returns its address once it knows the master.
 func startSentinel(t *testing.T, masterPort int) string {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if redistest.InCI() {
-			t.Fatal("a Sentinel needs redis-server on PATH")
-		}
-		t.Skip("a Sentinel needs redis-server on PATH (skipped outside CI)")
-	}
-	probe := redistest.NewServer(t) // borrow a free port
-	port := probe.Port()
-	probe.Stop()
-	dir := t.TempDir()
-	conf := filepath.Join(dir, "sentinel.conf")
-	body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor tollgate 127.0.0.1 %d 1\nsentinel down-after-milliseconds tollgate 2000\n", port, dir, masterPort)
-	if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, conf, "--sentinel")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
-	addr := "127.0.0.1:" + strconv.Itoa(port)
+	addr := redistest.NewSentinel(t, "tollgate", "127.0.0.1:"+strconv.Itoa(masterPort)).Addr()
 	sc := redis.NewSentinelClient(&redis.Options{Addr: addr})
 	defer sc.Close()
 	deadline := time.Now().Add(10 * time.Second)

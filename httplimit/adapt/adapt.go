@@ -29,7 +29,20 @@ type Config[F any] struct {
 	// OnError is the framework-typed error hook: it gets Verdict.Err, and
 	// the configuration error of a misconfigured adapter.
 	OnError func(F, error)
+	// Skip exempts the requests it returns true for: no check, no headers
+	// (an adapter's WithSkipper, or Fiber's Next).
+	Skip func(F) bool
 }
+
+// SetSkip sets Skip, ignoring nil.
+func (c *Config[F]) SetSkip(f func(F) bool) {
+	if f != nil {
+		c.Skip = f
+	}
+}
+
+// Skipped reports whether Skip exempts f.
+func (c *Config[F]) Skipped(f F) bool { return c.Skip != nil && c.Skip(f) }
 
 // SetCostFunc sets CostFunc, ignoring nil (as adapter options do).
 func (c *Config[F]) SetCostFunc(f core.CostFunc) {

@@ -118,3 +118,18 @@ func TestDecideReportsErrors(t *testing.T) {
 		t.Fatalf("misconfigured: verdict %+v, hook got %v", v, reported)
 	}
 }
+
+// Skipped follows the skip function set last; SetSkip ignores nil, and
+// with none set nothing is skipped.
+func TestSkip(t *testing.T) {
+	var c adapt.Config[*frameworkCtx]
+	skip, keep := &frameworkCtx{}, &frameworkCtx{}
+	if c.Skipped(skip) {
+		t.Fatal("skipped with no skip function")
+	}
+	c.SetSkip(func(f *frameworkCtx) bool { return f == skip })
+	c.SetSkip(nil)
+	if !c.Skipped(skip) || c.Skipped(keep) {
+		t.Fatalf("Skipped: %v for the skipped request, %v for the other", c.Skipped(skip), c.Skipped(keep))
+	}
+}

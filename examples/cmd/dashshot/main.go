@@ -32,13 +32,13 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/prometheus/common/model"
 	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/examples/grafana"
 )
 
@@ -89,12 +89,13 @@ func run(ctx context.Context, c config) error {
 	if err != nil {
 		return err
 	}
-	srv, err := startRedis(ctx)
+	// a private server: the outage pauses it
+	srv, err := redistest.StartServer()
 	if err != nil {
-		return err
+		return fmt.Errorf("dashshot needs redis-server on PATH (it pauses its own private Redis for the outage): %w", err)
 	}
-	defer srv.stop()
-	client := redis.NewClient(&redis.Options{Addr: srv.addr, MaxRetries: -1})
+	defer srv.Close()
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
 	defer client.Close()
 	demo, err := grafana.NewDemo(client, "dashshot", c.log)
 	if err != nil {
@@ -117,7 +118,7 @@ func run(ctx context.Context, c config) error {
 	}
 	defer prom.Stop()
 
-	c.log.Info("driving traffic", "duration", c.duration, "redis", srv.addr, "prometheus", prom.URL)
+	c.log.Info("driving traffic", "duration", c.duration, "redis", srv.Addr(), "prometheus", prom.URL)
 	start := time.Now().Truncate(time.Second)
 	outage, err := drive(ctx, c, demo, srv)
 	if err != nil {
@@ -169,7 +170,7 @@ type window struct{ from, to time.Duration }
 // drive sends the demo traffic, a tick every 100 ms (each tick in its own
 // goroutine, so a stalled store slows no other tick), and pauses Redis for
 // c.outage from 60% of the run.
-func drive(ctx context.Context, c config, demo *grafana.Demo, srv *redisServer) (window, error) {
+func drive(ctx context.Context, c config, demo *grafana.Demo, srv *redistest.Server) (window, error) {
 	const tick = 100 * time.Millisecond
 	outage := window{from: c.duration * 6 / 10}
 	outage.to = outage.from + c.outage
@@ -181,7 +182,7 @@ func drive(ctx context.Context, c config, demo *grafana.Demo, srv *redisServer) 
 	paused := false
 	defer func() {
 		if paused {
-			_ = srv.signal(syscall.SIGCONT)
+			_ = srv.Resume()
 		}
 	}()
 	next := 0
@@ -196,14 +197,14 @@ func drive(ctx context.Context, c config, demo *grafana.Demo, srv *redisServer) 
 			return outage, nil
 		}
 		if c.outage > 0 && !paused && el >= outage.from && el < outage.to {
-			if err := srv.signal(syscall.SIGSTOP); err != nil {
+			if err := srv.Pause(); err != nil {
 				return outage, err
 			}
 			paused = true
 			c.log.Info("redis paused: the limiters fail open, fail closed or fall back")
 		}
 		if paused && el >= outage.to {
-			if err := srv.signal(syscall.SIGCONT); err != nil {
+			if err := srv.Resume(); err != nil {
 				return outage, err
 			}
 			paused = false
@@ -219,70 +220,6 @@ func drive(ctx context.Context, c config, demo *grafana.Demo, srv *redisServer) 
 			}(next)
 		}
 	}
-}
-
-// redisServer is a private redis-server the tool may pause.
-type redisServer struct {
-	addr string
-	cmd  *exec.Cmd
-	dir  string
-	done chan struct{}
-}
-
-func startRedis(ctx context.Context) (*redisServer, error) {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		return nil, fmt.Errorf("dashshot needs redis-server on PATH (it pauses its own private Redis for the outage): %w", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	_ = ln.Close()
-	dir, err := os.MkdirTemp("", "dashshot-redis-")
-	if err != nil {
-		return nil, err
-	}
-	s := &redisServer{addr: "127.0.0.1:" + strconv.Itoa(port), dir: dir, done: make(chan struct{})}
-	s.cmd = exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
-		"--save", "", "--appendonly", "no", "--logfile", filepath.Join(dir, "redis.log"))
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := s.cmd.Start(); err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("start redis-server: %w", err)
-	}
-	go func() { _ = s.cmd.Wait(); close(s.done) }()
-	c := redis.NewClient(&redis.Options{Addr: s.addr, MaxRetries: -1})
-	defer c.Close()
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		pctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-		err := c.Ping(pctx).Err()
-		cancel()
-		if err == nil {
-			return s, nil
-		}
-		select {
-		case <-s.done:
-			s.stop()
-			return nil, fmt.Errorf("redis-server exited during start-up (log in %s)", dir)
-		default:
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			s.stop()
-			return nil, fmt.Errorf("redis-server not ready: %w", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func (s *redisServer) signal(sig syscall.Signal) error { return s.cmd.Process.Signal(sig) }
-
-func (s *redisServer) stop() {
-	_ = s.cmd.Process.Signal(syscall.SIGCONT)
-	_ = s.cmd.Process.Kill()
-	<-s.done
-	_ = os.RemoveAll(s.dir)
 }
 
 func findChromium(bin string) (string, error) {

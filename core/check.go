@@ -1,0 +1,175 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Allow checks and charges cost tokens of tenant t's class buckets. See
+// [Limiter.Check].
+func (l *Limiter) Allow(ctx context.Context, t Tenant, class string, cost int64) (Decision, error) {
+	return l.Check(ctx, Request{Tenant: t, Class: class, Cost: cost})
+}
+
+// Peek reports the state of tenant t's class buckets without charging them.
+func (l *Limiter) Peek(ctx context.Context, t Tenant, class string) (Decision, error) {
+	return l.Check(ctx, Request{Tenant: t, Class: class})
+}
+
+// Check answers one request. Over quota is not an error: it is a Decision
+// with Allowed false. The error is non-nil when the request is invalid
+// (wrapping ErrInvalidRequest; the Decision has ReasonInvalid), when its
+// quota is not configured (an unknown tier or class, an invalid quota:
+// wrapping ErrResolve or ErrInvalidQuota; ReasonUnresolved, not admitted:
+// a configuration mistake never turns into unlimited traffic), or when the
+// store or a custom resolver's backend failed (wrapping ErrStore; the
+// Decision carries the failure policy's answer, ReasonFailedOpen or
+// ReasonFailedClosed, or the local fallback's; a Redis error reply about
+// this request's own keys, such as WRONGTYPE, is answered so too but never
+// counts toward the circuit breaker), or when the caller's context ended
+// before the store answered (ReasonCanceled, not admitted, not degraded;
+// the error wraps the context's error, not ErrStore). The Decision is
+// always usable.
+func (l *Limiter) Check(ctx context.Context, req Request) (Decision, error) {
+	d, err := l.check(ctx, req)
+	if !d.Allowed && d.Denied() && l.shadowed(req) {
+		d.Allowed, d.Reason = true, ReasonShadowDenied
+	}
+	l.metrics.record(ctx, req, d)
+	return d, err
+}
+
+// shadowed reports whether shadow mode applies to req: to every request, or
+// to one of its classes.
+func (l *Limiter) shadowed(req Request) bool {
+	if l.cfg.shadow || l.cfg.shadowClasses[orDefault(req.Class)] {
+		return true
+	}
+	for _, class := range req.Also {
+		if l.cfg.shadowClasses[class] {
+			return true
+		}
+	}
+	return false
+}
+
+func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
+	if req.Class == "" {
+		req.Class = DefaultClass
+	}
+	if err := l.validate(req); err != nil {
+		return Decision{Reason: ReasonInvalid, Cost: req.Cost}, err
+	}
+	buckets, err := l.resolver.Buckets(ctx, req.Tenant, req.Class)
+	if err == nil {
+		err = validateBuckets(buckets)
+	}
+	// the resolver's slice may be shared: appending must not write into it
+	buckets = slices.Clip(buckets)
+	for _, class := range req.Also {
+		if err != nil {
+			break
+		}
+		var more []Bucket
+		if more, err = l.resolver.Buckets(ctx, req.Tenant, class); err == nil {
+			err = validateBuckets(more)
+		}
+		for _, b := range more {
+			if !slices.ContainsFunc(buckets, func(have Bucket) bool { return have.Name == b.Name }) {
+				buckets = append(buckets, b)
+			}
+		}
+	}
+	if err != nil {
+		if ctx.Err() != nil && !errors.Is(err, ErrResolve) && !errors.Is(err, ErrInvalidQuota) {
+			return l.callerGone(req, ctx.Err())
+		}
+		if errors.Is(err, ErrResolve) || errors.Is(err, ErrInvalidQuota) {
+			l.logDegraded("tollgate: no quota configured for this request; rejected", req, err, "tier", EscapeID(req.Tenant.Tier))
+			return Decision{Reason: ReasonUnresolved, Cost: req.Cost}, err
+		}
+		// a custom resolver's own backend failed: a store failure
+		err = fmt.Errorf("%w: resolve: %w", ErrStore, err)
+		return l.degrade(req, nil, nil, err), err
+	}
+	keys := make([]string, len(buckets))
+	for i, b := range buckets {
+		if keys[i], err = l.keys.Bucket(req.Tenant.ID, b.Name); err != nil {
+			return Decision{Reason: ReasonInvalid, Cost: req.Cost}, err
+		}
+	}
+	sent := l.now()
+	if l.leases != nil && req.Cost > 0 && len(req.Also) == 0 {
+		if lc, ok := l.leases.classes[req.Class]; ok {
+			return l.checkLeased(ctx, req, keys, buckets, lc, sent)
+		}
+	}
+	if d, ok := l.checkDenyCache(ctx, keys, buckets, req.Cost, sent); ok {
+		return d, nil
+	}
+	return l.store(ctx, req, keys, buckets, req.Cost, sent)
+}
+
+// checkDenyCache answers from the deny cache when it proves a denial.
+func (l *Limiter) checkDenyCache(ctx context.Context, keys []string, buckets []Bucket, cost int64, now time.Time) (Decision, bool) {
+	if l.deny == nil || cost <= 0 {
+		return Decision{}, false
+	}
+	d, ok := l.deny.check(keys, buckets, cost, now)
+	if ok {
+		d.Local = true
+		l.metrics.denyCacheHits.Add(ctx, 1)
+	}
+	return d, ok
+}
+
+func (l *Limiter) validate(req Request) error {
+	if err := validateTenantID(req.Tenant.ID); err != nil {
+		return err
+	}
+	if err := ValidateName(req.Class); err != nil {
+		return err
+	}
+	if req.Cost < 0 || req.Cost > MaxCost {
+		return fmt.Errorf("%w: cost must be 0 to %d, got %d", ErrInvalidRequest, int64(MaxCost), req.Cost)
+	}
+	if len(req.Also) >= MaxClasses {
+		return fmt.Errorf("%w: %d classes in one request, more than %d", ErrInvalidRequest, 1+len(req.Also), MaxClasses)
+	}
+	for _, class := range req.Also {
+		if err := ValidateName(class); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func validateBuckets(bs []Bucket) error {
+	if len(bs) == 0 {
+		return fmt.Errorf("%w: resolver returned no buckets", ErrResolve)
+	}
+	for i, b := range bs {
+		if err := ValidateName(b.Name); err != nil {
+			return fmt.Errorf("%w: bucket %d: %v", ErrResolve, i, err)
+		}
+		if err := b.Quota.Validate(); err != nil {
+			return fmt.Errorf("bucket %q: %w", b.Name, err)
+		}
+		for _, o := range bs[:i] {
+			if o.Name == b.Name {
+				return fmt.Errorf("%w: bucket %q appears twice", ErrResolve, b.Name)
+			}
+		}
+	}
+	return nil
+}
+
+func orDefault(class string) string {
+	if class == "" {
+		return DefaultClass
+	}
+	return class
+}

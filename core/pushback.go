@@ -1,0 +1,21 @@
+package core
+
+import "time"
+
+// PushbackMillis is the gRPC grpc-retry-pushback-ms value of a decision: the
+// exact retry delay rounded up to milliseconds for an over-limit denial, -1
+// ("do not retry", gRFC A6) when the cost can never be met, 0 otherwise.
+func (d Decision) PushbackMillis() int64 {
+	switch d.Reason {
+	case ReasonOverLimit:
+		ms := (d.RetryAfter + time.Millisecond - 1) / time.Millisecond
+		return max(int64(ms), 1)
+	case ReasonCostExceedsCapacity:
+		return -1
+	}
+	return 0
+}
+
+// Subject is how a tenant is named outside the process (a gRPC QuotaFailure
+// subject, a log field): "tenant:" plus the escaped ID.
+func (t Tenant) Subject() string { return "tenant:" + EscapeID(t.ID) }

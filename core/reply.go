@@ -1,0 +1,87 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// parseReply decodes the script's reply (see the script's header), checking
+// every element's type, and works out what the script leaves to the caller:
+// "cost exceeds capacity" and the retry time.
+func parseReply(v any, buckets []Bucket, cost int64) (Decision, error) {
+	if s, ok := v.(string); ok && len(buckets) == 1 {
+		// one bucket: the state after an admission, or the balance after a
+		// denial (no space)
+		tok, err := parseTokens(s)
+		if err != nil {
+			return Decision{}, err
+		}
+		reason := int64(0)
+		if strings.IndexByte(s, ' ') < 0 {
+			reason = 1
+		}
+		toks := [1]float64{tok}
+		return decide(buckets, toks[:], 0, reason, cost), nil
+	}
+	a, ok := v.([]any)
+	if !ok || len(buckets) < 2 || len(a) != 3+len(buckets) {
+		return Decision{}, fmt.Errorf("%w: script reply %T of length %d", errProtocol, v, len(a))
+	}
+	allowed, ok1 := a[0].(int64)
+	reason, ok2 := a[1].(int64)
+	binding, ok3 := a[2].(int64)
+	if !ok1 || !ok2 || !ok3 || binding < 1 || int(binding) > len(buckets) || reason < 0 || reason > 2 || (allowed == 1) != (reason == 0) {
+		return Decision{}, fmt.Errorf("%w: script reply header %v", errProtocol, a[:3])
+	}
+	toks := make([]float64, len(buckets))
+	for i := range buckets {
+		s, ok := a[3+i].(string)
+		if !ok {
+			return Decision{}, fmt.Errorf("%w: script reply element %T, want a string", errProtocol, a[3+i])
+		}
+		tok, err := parseTokens(s)
+		if err != nil {
+			return Decision{}, err
+		}
+		toks[i] = tok
+	}
+	return decide(buckets, toks, int(binding-1), reason, cost), nil
+}
+
+// decide builds the decision from the buckets' balances after the call, the
+// binding bucket and the script's reason (0 admitted, else denied; a denial
+// by a bucket whose capacity is below the cost is "cost exceeds capacity").
+func decide(buckets []Bucket, toks []float64, binding int, reason, cost int64) Decision {
+	states := make([]BucketState, len(buckets))
+	for i, b := range buckets {
+		states[i] = BucketState{Name: b.Name, Quota: b.Quota, Tokens: toks[i]}
+	}
+	r, retry := ReasonOK, 0.0
+	if reason != 0 {
+		b := buckets[binding].Quota
+		if cost > b.Capacity {
+			r = ReasonCostExceedsCapacity
+		} else {
+			r, retry = ReasonOverLimit, waitFor(b, toks[binding], cost)
+		}
+	}
+	return newDecision(states, binding, r, retry, cost)
+}
+
+// parseTokens reads a bucket's balance: a number, possibly followed by a
+// space and more (the stored state, which the script replies as is).
+func parseTokens(s string) (float64, error) {
+	if i := strings.IndexByte(s, ' '); i >= 0 {
+		s = s[:i]
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: script reply element %q: %w", errProtocol, s, err)
+	}
+	return f, nil
+}
+
+// errProtocol marks a reply the limiter cannot decode.
+var errProtocol = errors.New("unexpected reply")

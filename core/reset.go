@@ -1,0 +1,62 @@
+package core
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Reset deletes tenant t's buckets, which then start full, and returns
+// how many keys it deleted (0 when the buckets were already full). With
+// bucket names it deletes just those; with none, every bucket of the tenant
+// (a SCAN over the tenant's keys; on a Cluster, on the one master that holds
+// the tenant's slot).
+func (l *Limiter) Reset(ctx context.Context, t Tenant, buckets ...string) (int64, error) {
+	var keys []string
+	for _, b := range buckets {
+		k, err := l.keys.Bucket(t.ID, b)
+		if err != nil {
+			return 0, err
+		}
+		keys = append(keys, k)
+	}
+	pattern, err := l.keys.TenantPattern(t.ID)
+	if err != nil {
+		return 0, err
+	}
+	if len(buckets) == 0 {
+		var node redis.Cmdable = l.client
+		if cc, ok := l.client.(*redis.ClusterClient); ok {
+			// the pattern's hash tag is the tenant's: every key of the
+			// tenant is in its slot, so only that slot's master has them
+			m, err := cc.MasterForKey(ctx, pattern)
+			if err != nil {
+				return 0, fmt.Errorf("%w: reset: %w", ErrStore, err)
+			}
+			node = m
+		}
+		iter := node.Scan(ctx, 0, pattern, 1000).Iterator()
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+		}
+		if err := iter.Err(); err != nil {
+			return 0, fmt.Errorf("%w: reset: %w", ErrStore, err)
+		}
+	}
+	if l.deny != nil {
+		l.deny.forget(pattern[:len(pattern)-1])
+	}
+	if l.leases != nil {
+		l.leases.forget(pattern[:len(pattern)-1])
+	}
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	// one slot, so one DEL is valid on a Cluster too
+	n, err := l.client.Del(ctx, keys...).Result()
+	if err != nil {
+		return 0, fmt.Errorf("%w: reset: %w", ErrStore, err)
+	}
+	return n, nil
+}

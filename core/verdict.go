@@ -1,0 +1,48 @@
+package core
+
+// Verdict is a Gate's answer, ready to render: the adapter sets Headers on
+// the response, then either calls the handler (Proceed) or writes Status,
+// ContentType and Body. An adapter computes nothing else.
+type Verdict struct {
+	// Proceed reports whether the handler should run.
+	Proceed bool
+	// Status is the HTTP status to answer with when !Proceed: 401, 400, 429
+	// or 503.
+	Status int
+	// Headers are set on the response whether or not it proceeds.
+	Headers []Header
+	// ContentType and Body are the problem+json answer when !Proceed.
+	ContentType string
+	Body        []byte
+	// Problem is Body, decoded.
+	Problem Problem
+
+	// Decision is the limiter's decision (zero when no check ran:
+	// unauthenticated or exempt).
+	Decision Decision
+	// Tenant is who was charged.
+	Tenant Tenant
+	// Route is the class and cost that applied.
+	Route Route
+	// Checked is false when no check ran (exempt route, no tenant).
+	Checked bool
+	// Unauthenticated is set when no tenant was in the context and
+	// anonymous callers are not allowed.
+	Unauthenticated bool
+	// Err is the limiter's error (store failure, invalid request), for the
+	// adapter's error hook; the Verdict already applies the failure policy.
+	Err error
+}
+
+// render turns the limiter's answer for (t, r) into a Verdict.
+func (g *Gate) render(t Tenant, r Route, d Decision, err error) Verdict {
+	v := Verdict{Proceed: d.Allowed, Decision: d, Tenant: t, Route: r, Checked: true, Err: err,
+		Headers: d.Headers(g.style, g.now())}
+	if !d.Allowed {
+		v.Status = d.Status()
+		v.Problem = d.Problem()
+		v.ContentType = ProblemContentType
+		v.Body = v.Problem.JSON()
+	}
+	return v
+}
