@@ -77,7 +77,9 @@ func (i *instance) Do(r conformance.Request) (conformance.Response, error) {
 	ctx.Init(&req, &net.TCPAddr{IP: net.ParseIP(r.IP()), Port: 40000}, nil)
 	i.handler(&ctx)
 	res := conformance.Response{Status: ctx.Response.StatusCode(), Header: http.Header{}, Body: append([]byte(nil), ctx.Response.Body()...)}
-	ctx.Response.Header.VisitAll(func(k, v []byte) { res.Header.Add(string(k), string(v)) })
+	for k, v := range ctx.Response.Header.All() {
+		res.Header.Add(string(k), string(v))
+	}
 	return res, nil
 }
 
