@@ -129,7 +129,7 @@ func released(ctx context.Context, root, m, version string) (bool, error) {
 	if tagExists(root, m+"/"+version) {
 		return true, nil
 	}
-	_, err := download(ctx, m, version)
+	err := served(ctx, m, version)
 	if err == nil {
 		return true, nil
 	}
@@ -157,6 +157,29 @@ func download(ctx context.Context, m, version string) (*downloaded, error) {
 		return nil, fmt.Errorf("go mod download %s@%s: %s", modulePath(m), version, d.Error)
 	}
 	return &d, nil
+}
+
+// served asks the module proxy for module m at version, past this
+// machine's module cache: a version that a local experiment put in the
+// cache (a consumer check, a cut in a scratch clone) is not a release.
+func served(ctx context.Context, m, version string) error {
+	cache, err := os.MkdirTemp("", "tollgate-served-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(cache) // -modcacherw keeps it removable
+	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", modulePath(m)+"@"+version)
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GONOSUMDB="+modulePrefix+"/*", "GOMODCACHE="+cache, "GOFLAGS=-modcacherw")
+	cmd.Dir = os.TempDir()
+	out, _ := cmd.Output()
+	var d downloaded
+	if err := json.Unmarshal(out, &d); err != nil {
+		return fmt.Errorf("go mod download %s@%s: %s", modulePath(m), version, out)
+	}
+	if d.Error != "" {
+		return fmt.Errorf("go mod download %s@%s: %s", modulePath(m), version, d.Error)
+	}
+	return nil
 }
 
 // notFound reports whether a go mod download failed because the version
