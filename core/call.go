@@ -35,7 +35,13 @@ func (l *Limiter) store(ctx context.Context, req Request, keys []string, buckets
 		quotas = append(quotas, l.quotaArgs(b.Quota))
 	}
 	start := time.Now()
-	reply, err := l.run(ctx, scriptArgs(keys, now, cost, quotas))
+	args := scriptArgs(keys, now, cost, quotas)
+	reply, err := l.run(ctx, *args)
+	if err == nil {
+		// answered: neither go-redis nor a batch holds the line any more (a
+		// caller that gave up leaves it to the batch still holding it)
+		putArgs(args)
+	}
 	var d Decision
 	if err == nil {
 		if d, err = parseReply(reply, buckets, cost); err != nil {
@@ -73,9 +79,16 @@ func (l *Limiter) quotaArgs(q Quota) [3]any {
 
 // run calls the script within the limiter's timeout, once (see runScript
 // and noRetryCmd), and names a failure for what it was (see storeError).
+// When the caller's own deadline comes first, it alone bounds the call: a
+// context of the limiter's would never fire, and a failure at that deadline
+// is the caller's (storeError tells so from ctx alone).
 func (l *Limiter) run(ctx context.Context, args []any) (any, error) {
-	call, cancel := context.WithTimeoutCause(ctx, l.cfg.timeout, errLimiterTimeout)
-	defer cancel()
+	call := ctx
+	if d, ok := ctx.Deadline(); !ok || !d.Before(time.Now().Add(l.cfg.timeout)) {
+		var cancel context.CancelFunc
+		call, cancel = context.WithTimeoutCause(ctx, l.cfg.timeout, errLimiterTimeout)
+		defer cancel()
+	}
 	var v any
 	var err error
 	if l.batch != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -29,10 +30,15 @@ func costArg(cost int64) any {
 // scriptArgs returns the whole EVALSHA command line of one check in one
 // slice: "evalsha", the SHA, the number of keys, the keys, then the script's
 // arguments (see the script's header). go-redis's Script.Run would build a
-// second slice and box the SHA on every call.
-func scriptArgs(keys []string, now string, cost int64, quotas [][3]any) []any {
-	args := make([]any, 0, 3+len(keys)+2+3*len(quotas))
-	args = append(args, "evalsha", scriptSHA, len(keys))
+// second slice and box the SHA on every call. The slice comes from a pool:
+// give it back with putArgs once nothing can read it any more.
+func scriptArgs(keys []string, now string, cost int64, quotas [][3]any) *[]any {
+	n := 3 + len(keys) + 2 + 3*len(quotas)
+	p := argsPool.Get().(*[]any)
+	if cap(*p) < n {
+		*p = make([]any, 0, n)
+	}
+	args := append((*p)[:0], "evalsha", scriptSHA, len(keys))
 	for _, k := range keys {
 		args = append(args, k)
 	}
@@ -40,7 +46,21 @@ func scriptArgs(keys []string, now string, cost int64, quotas [][3]any) []any {
 	for _, q := range quotas {
 		args = append(args, q[0], q[1], q[2])
 	}
-	return args
+	*p = args
+	return p
+}
+
+// argsPool recycles command lines: a check's line is the largest thing it
+// allocates, and is dead once its command answered.
+var argsPool = sync.Pool{New: func() any { return new([]any) }}
+
+// putArgs recycles a command line that nothing reads any more: go-redis
+// keeps no reference to a command's arguments after it answered, and a
+// batch hands a call its answer only after it is done with the call.
+func putArgs(p *[]any) {
+	clear(*p) // hold no keys
+	*p = (*p)[:0]
+	argsPool.Put(p)
 }
 
 // scriptCmd is the command for args; eval makes it an EVAL of the source
