@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/labstack/echo/v4"
+	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/echolimit"
 )
@@ -14,7 +15,7 @@ import (
 // The headers are on the response before the handler runs, so an
 // *echo.HTTPError from the handler, or from a deny handler, keeps them.
 func TestHeadersSurviveHTTPError(t *testing.T) {
-	lim := newLimiter(t)
+	lim := conformance.NewUnitLimiter(t)
 	t.Run("handler error", func(t *testing.T) {
 		e := echo.New()
 		e.Use(tenant("handler-error"), echolimit.Middleware(lim))
@@ -42,7 +43,7 @@ func TestHeadersSurviveHTTPError(t *testing.T) {
 }
 
 func TestOptions(t *testing.T) {
-	lim := newLimiter(t)
+	lim := conformance.NewUnitLimiter(t)
 	t.Run("skipper", func(t *testing.T) {
 		e := echo.New()
 		e.Use(tenant("skipper"), echolimit.Middleware(lim, echolimit.WithSkipper(func(c echo.Context) bool { return c.Path() == "/skip" })))
@@ -81,7 +82,7 @@ func TestOptions(t *testing.T) {
 }
 
 func TestCostFuncValidated(t *testing.T) {
-	lim := newLimiter(t)
+	lim := conformance.NewUnitLimiter(t)
 	for name, opt := range map[string]echolimit.Option{
 		"neutral": echolimit.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
 			return core.Route{Class: "default", Cost: 0}, true
@@ -101,7 +102,7 @@ func TestCostFuncValidated(t *testing.T) {
 }
 
 func TestMisconfigured(t *testing.T) {
-	lim := newLimiter(t)
+	lim := conformance.NewUnitLimiter(t)
 	if err := echolimit.Validate(lim, echolimit.WithRoutes(core.Routes{"/x": {Class: "a b", Cost: 1}})); !errors.Is(err, core.ErrInvalidConfig) {
 		t.Fatalf("Validate(bad routes) = %v", err)
 	}

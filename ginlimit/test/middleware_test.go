@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gin-gonic/gin"
+	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/ginlimit"
 )
@@ -14,7 +15,7 @@ import (
 func ok(c *gin.Context) { c.Status(http.StatusOK) }
 
 func TestMounting(t *testing.T) {
-	lim := newLimiter(t)
+	lim := conformance.NewUnitLimiter(t)
 	routes := ginlimit.WithRoutes(core.Routes{"GET /v1/items/:id": {Class: "export", Cost: 1}})
 	t.Run("group", func(t *testing.T) {
 		r := gin.New()
@@ -40,7 +41,7 @@ func TestMounting(t *testing.T) {
 }
 
 func TestOptions(t *testing.T) {
-	lim := newLimiter(t)
+	lim := conformance.NewUnitLimiter(t)
 	t.Run("skipper", func(t *testing.T) {
 		r := gin.New()
 		r.Use(tenant("skipper"), ginlimit.Middleware(lim, ginlimit.WithSkipper(func(c *gin.Context) bool { return c.FullPath() == "/skip" })))
@@ -106,7 +107,7 @@ func TestOptions(t *testing.T) {
 }
 
 func TestMisconfigured(t *testing.T) {
-	lim := newLimiter(t)
+	lim := conformance.NewUnitLimiter(t)
 	if err := ginlimit.Validate(lim, ginlimit.WithRoutes(core.Routes{"/x": {Class: "a b", Cost: 1}})); !errors.Is(err, core.ErrInvalidConfig) {
 		t.Fatalf("Validate(bad routes) = %v", err)
 	}

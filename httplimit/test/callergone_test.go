@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/httplimit"
 )
@@ -16,7 +17,7 @@ import (
 // is answered 503 without rate-limit headers, and never opens the circuit
 // breaker for other tenants, even under fail-closed.
 func TestCallerGone(t *testing.T) {
-	lim := newLimiter(t, core.WithFailurePolicy(core.FailClosed), core.WithCircuitBreaker(3, time.Hour))
+	lim := conformance.NewUnitLimiter(t, core.WithFailurePolicy(core.FailClosed), core.WithCircuitBreaker(3, time.Hour))
 	t.Cleanup(func() { _ = lim.Close() })
 	calls := 0
 	h := httplimit.Middleware(lim)(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { calls++ }))

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/httplimit"
 )
@@ -28,7 +29,7 @@ func TestStripMethod(t *testing.T) {
 }
 
 func TestOptions(t *testing.T) {
-	lim := newLimiter(t)
+	lim := conformance.NewUnitLimiter(t)
 	req := func(method, path, tenant string) *http.Request {
 		return withTenant(httptest.NewRequest(method, path, nil), tenant)
 	}
@@ -117,7 +118,7 @@ func TestOptions(t *testing.T) {
 }
 
 func TestMisconfigured(t *testing.T) {
-	lim := newLimiter(t)
+	lim := conformance.NewUnitLimiter(t)
 	bad := httplimit.WithRoutes(core.Routes{"/x": {Class: "no spaces", Cost: 1}})
 	if err := httplimit.Validate(lim, bad); !errors.Is(err, core.ErrInvalidConfig) {
 		t.Fatalf("Validate(bad routes) = %v", err)
