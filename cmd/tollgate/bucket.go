@@ -115,23 +115,14 @@ func bucketGet(ctx context.Context, e *env, args []string) error {
 	var ropts []core.ResolverOption
 	overridden := map[string]bool{}
 	if e.opts.databaseURL != "" {
-		store, closeDB, err := e.openStore(true)
+		ov, err := e.storedOverrides(ctx, tenant)
 		if err != nil {
 			return err
-		}
-		defer closeDB()
-		dctx, cancel := context.WithTimeout(ctx, e.opts.timeout)
-		ov, err := store.Overrides(dctx, tenant)
-		cancel()
-		if err != nil {
-			return dbHint(err, store)
 		}
 		for b := range ov {
 			overridden[b] = true
 		}
-		ropts = append(ropts, core.WithOverrides(core.OverridesFunc(func(context.Context, string) (map[string]core.Quota, error) {
-			return ov, nil
-		})))
+		ropts = append(ropts, fixedOverrides(ov))
 	}
 	resolver, err := cfg.NewResolver(ropts...)
 	if err != nil {

@@ -160,3 +160,28 @@ func checkBucket(name string) error {
 	}
 	return nil
 }
+
+// storedOverrides reads tenant's overrides from --database-url, within
+// --timeout.
+func (e *env) storedOverrides(ctx context.Context, tenant string) (map[string]core.Quota, error) {
+	store, closeDB, err := e.openStore(true)
+	if err != nil {
+		return nil, err
+	}
+	defer closeDB()
+	dctx, cancel := context.WithTimeout(ctx, e.opts.timeout)
+	defer cancel()
+	ov, err := store.Overrides(dctx, tenant)
+	if err != nil {
+		return nil, dbHint(err, store)
+	}
+	return ov, nil
+}
+
+// fixedOverrides is a resolver option that serves ov, read once, as every
+// tenant's overrides.
+func fixedOverrides(ov map[string]core.Quota) core.ResolverOption {
+	return core.WithOverrides(core.OverridesFunc(func(context.Context, string) (map[string]core.Quota, error) {
+		return ov, nil
+	}))
+}

@@ -121,20 +121,11 @@ func simulate(ctx context.Context, e *env, _ []string) error {
 		if o.databaseURL == "" {
 			return usagef("--tenant needs --database-url (its overrides)")
 		}
-		store, closeDB, err := e.openStore(true)
+		ov, err := e.storedOverrides(ctx, tenant)
 		if err != nil {
 			return err
 		}
-		defer closeDB()
-		dctx, cancel := context.WithTimeout(ctx, o.timeout)
-		ov, err := store.Overrides(dctx, tenant)
-		cancel()
-		if err != nil {
-			return dbHint(err, store)
-		}
-		ropts = append(ropts, core.WithOverrides(core.OverridesFunc(func(context.Context, string) (map[string]core.Quota, error) {
-			return ov, nil
-		})))
+		ropts = append(ropts, fixedOverrides(ov))
 	} else {
 		tenant = "simulated"
 	}
