@@ -1,25 +1,14 @@
 package core_test
 
 import (
-	"fmt"
-	"os"
 	"testing"
 
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"go.uber.org/goleak"
 )
 
+// go-redis re-dials a dead server in the background and notices a closed
+// pool only after its back-off sleep: not a leak of ours.
 func TestMain(m *testing.M) {
-	redistest.StartSharedCluster()
-	code := m.Run()
-	redistest.Shutdown()
-	if code == 0 {
-		// go-redis re-dials a dead server in the background and notices a
-		// closed pool only after its back-off sleep: not a leak of ours
-		if err := goleak.Find(goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial")); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	redistest.MainWithCluster(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
 }
