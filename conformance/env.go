@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -61,14 +60,6 @@ func scenarioRoutes() map[string]core.Route {
 	}
 }
 
-// epoch is where the fake clock starts: 2026-01-01T00:00:00Z.
-var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-
-type fakeClock struct{ us atomic.Int64 }
-
-func (c *fakeClock) Now() time.Time          { return time.UnixMicro(c.us.Load()).UTC() }
-func (c *fakeClock) Advance(d time.Duration) { c.us.Add(d.Microseconds()) }
-
 // backend is where a scenario's limiter keeps its buckets.
 type backend uint8
 
@@ -101,7 +92,7 @@ type env struct {
 	target  Target
 	proto   Protocol
 	cfg     config
-	clock   *fakeClock
+	clock   *FakeClock
 	client  redis.UniversalClient
 	server  *redistest.Server
 	prefix  string
@@ -116,11 +107,10 @@ type env struct {
 }
 
 func newEnv(t *testing.T, target Target, b backend, cfg config) *env {
-	e := &env{t: t, target: target, proto: target.Protocol(), cfg: cfg, clock: &fakeClock{}, backend: b, prefix: redistest.Prefix(t)}
+	e := &env{t: t, target: target, proto: target.Protocol(), cfg: cfg, clock: NewFakeClock(), backend: b, prefix: redistest.Prefix(t)}
 	e.metrics = sdkmetric.NewManualReader()
 	e.meter = sdkmetric.NewMeterProvider(sdkmetric.WithReader(e.metrics))
 	t.Cleanup(func() { _ = e.meter.Shutdown(context.Background()) })
-	e.clock.us.Store(epoch.UnixMicro())
 	switch b {
 	case standalone:
 		e.client = redistest.Client(t)

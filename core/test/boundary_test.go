@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -122,8 +123,8 @@ func TestRequestErrorIsThatRequestsFailure(t *testing.T) {
 // clock alone, never the wall clock.
 func TestBreakerOneClock(t *testing.T) {
 	srv := redistest.NewServer(t)
-	clock := newFakeClock()
-	clock.us.Store(time.Now().Add(-time.Hour).UnixMicro()) // an hour behind the wall clock
+	clock := conformance.NewFakeClock()
+	clock.Set(time.Now().Add(-time.Hour)) // an hour behind the wall clock
 	l, err := core.New(srv.Client(t), staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(10)}),
 		core.WithPrefix(redistest.Prefix(t)), core.WithClock(clock.Now), core.WithFailurePolicy(core.FailClosed),
 		core.WithCircuitBreaker(2, time.Hour), core.WithTimeout(time.Second), core.WithBatching(false))

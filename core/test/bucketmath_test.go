@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 )
@@ -40,7 +41,7 @@ func TestLocalArithmeticMatchesTheScript(t *testing.T) {
 			buckets[i] = core.Bucket{Name: "b" + strconv.Itoa(i), Quota: q}
 		}
 		r := staticResolver(buckets...)
-		clock := newFakeClock()
+		clock := conformance.NewFakeClock()
 		opts := []core.Option{core.WithClock(clock.Now), core.WithBatching(false), core.WithLogger(slog.New(slog.DiscardHandler))}
 		ref := newLimiter(t, c, r, append(opts, core.WithDenyCache(false))...)
 		deny := newLimiter(t, c, r, append(opts, core.WithDenyCache(true))...)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 )
@@ -111,7 +112,7 @@ func TestLocalFallback(t *testing.T) {
 func TestDenyCacheNeverDeniesWhatRedisAdmits(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend, v variant) {
 		c := b.client(t)
-		clock := newFakeClock()
+		clock := conformance.NewFakeClock()
 		r := staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 5, RefillPerSecond: 3}})
 		cached := v.newLimiter(t, c, r, core.WithClock(clock.Now), core.WithDenyCache(true))
 		plain := v.newLimiter(t, c, r, core.WithClock(clock.Now), core.WithDenyCache(false))

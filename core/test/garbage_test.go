@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
 )
 
@@ -39,7 +40,7 @@ func TestGarbageStateStartsFull(t *testing.T) {
 			forEachBackend(t, func(t *testing.T, be backend, vr variant) {
 				c := be.client(t)
 				ctx := context.Background()
-				clock := newFakeClock()
+				clock := conformance.NewFakeClock()
 				l := vr.newLimiter(t, c, staticResolver(buckets...), core.WithClock(clock.Now))
 				for i, g := range garbageStates {
 					t.Run(strconv.Quote(g), func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 )
@@ -135,7 +136,7 @@ func TestLeasesCutCalls(t *testing.T) {
 func TestLeaseArithmetic(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend, v variant) {
 		c := b.client(t)
-		clock := newFakeClock()
+		clock := conformance.NewFakeClock()
 		r := staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 10, RefillPerSecond: 0.001}})
 		l := v.newLimiter(t, c, r, core.WithClock(clock.Now), core.WithLeases("default", 4, time.Second))
 		d := check(t, l, "t1", 1) // the store gives 4: 6 left there, 3 in the lease
@@ -173,7 +174,7 @@ func TestDenyCacheFloodSendsNothing(t *testing.T) {
 	forEachVariant(t, func(t *testing.T, v variant) {
 		srv := redistest.NewServer(t)
 		c := srv.Client(t)
-		clock := newFakeClock()
+		clock := conformance.NewFakeClock()
 		l := v.newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 5, RefillPerSecond: 0.5}}),
 			core.WithClock(clock.Now), core.WithDenyCache(true))
 		for range 5 {
@@ -231,7 +232,7 @@ func TestLeaseDenialIsOneCall(t *testing.T) {
 	if err := c.ScriptLoad(ctx, core.ScriptSource()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	clock := newFakeClock()
+	clock := conformance.NewFakeClock()
 	// size 10 is clamped to the capacity, 3
 	l := newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 3, RefillPerSecond: 0.5}}),
 		core.WithClock(clock.Now), core.WithLeases("default", 10, time.Minute))

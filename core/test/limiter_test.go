@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 )
@@ -83,7 +84,7 @@ func TestArithmetic(t *testing.T) {
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
 				t.Parallel()
-				clock := newFakeClock()
+				clock := conformance.NewFakeClock()
 				l := v.newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: tt.quota}), core.WithClock(clock.Now))
 				var d core.Decision
 				for _, s := range tt.steps {
@@ -181,7 +182,7 @@ func TestStorageAndTTL(t *testing.T) {
 func TestMultiBucket(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend, v variant) {
 		c := b.client(t)
-		clock := newFakeClock()
+		clock := conformance.NewFakeClock()
 		class := core.Bucket{Name: "export", Quota: core.Quota{Capacity: 10, RefillPerSecond: 1}}
 		ceiling := core.Bucket{Name: core.CeilingBucket, Quota: core.Quota{Capacity: 5, RefillPerSecond: 1}}
 		l := v.newLimiter(t, c, staticResolver(class, ceiling), core.WithClock(clock.Now))
@@ -233,7 +234,7 @@ func TestMultiBucket(t *testing.T) {
 func TestAlsoClasses(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend, v variant) {
 		c := b.client(t)
-		clock := newFakeClock()
+		clock := conformance.NewFakeClock()
 		ceiling := core.Quota{Capacity: 100, RefillPerSecond: 1}
 		res, err := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{"free": {Classes: map[string]core.Quota{
 			"default": {Capacity: 10, RefillPerSecond: 1},

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/retry"
@@ -160,7 +161,7 @@ func TestClientInterceptors(t *testing.T) {
 				}
 			})
 			t.Run("jitter spreads waits upward within the cap", func(t *testing.T) {
-				clock := newFakeClock() // frozen: every retry is denied again, 1 s
+				clock := conformance.NewFakeClock() // frozen: every retry is denied again, 1 s
 				e := newEnv(t, newLimiter(t, c, core.WithClock(clock.Now)))
 				var rec recorder
 				cl := e.client(t, s.dial(retry.WithMaxAttempts(3), retry.WithSleep(rec.sleep), retry.WithRand(rand.New(rand.NewPCG(5, 6)))))
@@ -192,7 +193,7 @@ func TestClientInterceptors(t *testing.T) {
 				}
 			})
 			t.Run("hint over the cap is not waited for", func(t *testing.T) {
-				clock := newFakeClock()
+				clock := conformance.NewFakeClock()
 				e := newEnv(t, newLimiter(t, c, core.WithClock(clock.Now)))
 				cl := e.client(t, s.dial(retry.WithMaxDelay(500*time.Millisecond)))
 				for range 3 {
@@ -204,7 +205,7 @@ func TestClientInterceptors(t *testing.T) {
 				}
 			})
 			t.Run("context cancelled during the wait", func(t *testing.T) {
-				clock := newFakeClock()
+				clock := conformance.NewFakeClock()
 				e := newEnv(t, newLimiter(t, c, core.WithClock(clock.Now)))
 				cl := e.client(t, s.dial())
 				for range 3 {
@@ -219,7 +220,7 @@ func TestClientInterceptors(t *testing.T) {
 				}
 			})
 			t.Run("deadline before the retry", func(t *testing.T) {
-				clock := newFakeClock()
+				clock := conformance.NewFakeClock()
 				e := newEnv(t, newLimiter(t, c, core.WithClock(clock.Now)))
 				cl := e.client(t, s.dial())
 				for range 3 {
@@ -293,7 +294,7 @@ func TestStreamClientInterceptorReplays(t *testing.T) {
 
 func TestMessageCost(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
-		clock := newFakeClock()
+		clock := conformance.NewFakeClock()
 		e := newEnv(t, newLimiter(t, c, core.WithClock(clock.Now)), grpclimit.WithMessageCost("upload", 1))
 		// the client interceptor must not retry a denial that came after
 		// the stream had started answering

@@ -33,18 +33,6 @@ const (
 	mUpload  = "/tollgate.test.v1.TestService/Upload"
 )
 
-// fakeClock drives the limiter in client-clock mode, so refills need no
-// sleeping.
-type fakeClock struct{ us atomic.Int64 }
-
-func newFakeClock() *fakeClock {
-	c := &fakeClock{}
-	c.us.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro())
-	return c
-}
-func (c *fakeClock) Now() time.Time          { return time.UnixMicro(c.us.Load()) }
-func (c *fakeClock) Advance(d time.Duration) { c.us.Add(d.Microseconds()) }
-
 // backends: every scenario runs on a standalone Redis and on a Cluster.
 var backends = []struct {
 	name   string

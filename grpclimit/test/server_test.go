@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/grpclimit"
@@ -118,7 +119,7 @@ func wantMD(t *testing.T, what string, md metadata.MD, want map[string]string) {
 func TestBurstDenyRefill(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
 		forEachShape(t, func(t *testing.T, call func(context.Context, testpb.TestServiceClient) result) {
-			clock := newFakeClock()
+			clock := conformance.NewFakeClock()
 			e := newEnv(t, newLimiter(t, c, core.WithClock(clock.Now)))
 			cl := e.client(t)
 			ctx := as("t1", "free")
@@ -178,7 +179,7 @@ func TestCostExceedsCapacity(t *testing.T) {
 func TestMultiBucket(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
 		forEachShape(t, func(t *testing.T, call func(context.Context, testpb.TestServiceClient) result) {
-			clock := newFakeClock()
+			clock := conformance.NewFakeClock()
 			e := newEnv(t, newLimiter(t, c, core.WithClock(clock.Now)))
 			cl := e.client(t)
 			ctx := as("big", "ceiling")
@@ -200,7 +201,7 @@ func TestMultiBucket(t *testing.T) {
 func TestShadow(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
 		forEachShape(t, func(t *testing.T, call func(context.Context, testpb.TestServiceClient) result) {
-			clock := newFakeClock()
+			clock := conformance.NewFakeClock()
 			e := newEnv(t, newLimiter(t, c, core.WithClock(clock.Now), core.WithShadow(true)))
 			cl := e.client(t)
 			for i := range 5 {
@@ -288,7 +289,7 @@ func TestAnonymous(t *testing.T) {
 func TestOptions(t *testing.T) {
 	c := redistest.Client(t)
 	t.Run("denied code Unavailable", func(t *testing.T) {
-		clock := newFakeClock()
+		clock := conformance.NewFakeClock()
 		e := newEnv(t, newLimiter(t, c, core.WithClock(clock.Now)), grpclimit.WithDeniedCode(codes.Unavailable), grpclimit.WithDomain("api.example.com"))
 		cl := e.client(t)
 		for range 3 {
@@ -300,7 +301,7 @@ func TestOptions(t *testing.T) {
 		}
 	})
 	t.Run("filter and exempt methods skip the limiter", func(t *testing.T) {
-		clock := newFakeClock()
+		clock := conformance.NewFakeClock()
 		e := newEnv(t, newLimiter(t, c, core.WithClock(clock.Now)),
 			grpclimit.WithFilter(func(_ context.Context, m string) bool { return m != mItem }),
 			grpclimit.WithMethods(core.Routes{mExport: {Exempt: true}}))
@@ -319,7 +320,7 @@ func TestOptions(t *testing.T) {
 		}
 	})
 	t.Run("cost func and header style", func(t *testing.T) {
-		clock := newFakeClock()
+		clock := conformance.NewFakeClock()
 		e := newEnv(t, newLimiter(t, c, core.WithClock(clock.Now)),
 			grpclimit.WithCostFunc(func(_ context.Context, _ core.Tenant, ep core.Endpoint) (core.Route, bool) {
 				return core.Route{Class: "export", Cost: 4}, ep.Pattern == mProfile && ep.Method == ""

@@ -3,7 +3,6 @@ package test
 import (
 	"context"
 	"net"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,18 +14,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
-
-// fakeClock drives the limiter in client-clock mode, so refills and resets
-// are exact without sleeping.
-type fakeClock struct{ us atomic.Int64 }
-
-func newFakeClock() *fakeClock {
-	c := &fakeClock{}
-	c.us.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro())
-	return c
-}
-func (c *fakeClock) Now() time.Time          { return time.UnixMicro(c.us.Load()).UTC() }
-func (c *fakeClock) Advance(d time.Duration) { c.us.Add(d.Microseconds()) }
 
 // testTiers: free has class default (3 burst, 1/s) and export (10, 0.5/s);
 // pro adds a tenant-wide ceiling of 6 (0.5/s).

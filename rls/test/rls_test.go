@@ -13,6 +13,7 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/httplimit"
@@ -75,7 +76,7 @@ func forEachBackend(t *testing.T, f func(t *testing.T, c redis.UniversalClient))
 // the bucket's numbers, Retry-After and the problem body.
 func TestBurstThenOverLimit(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
-		clock := newFakeClock()
+		clock := conformance.NewFakeClock()
 		lim := newLimiter(t, c, core.WithClock(clock.Now))
 		client := serve(t, lim, rls.WithClock(clock.Now))
 		req := request(0, desc("tenant", "t42"))
@@ -128,7 +129,7 @@ func headerMap(res *rlsv3.RateLimitResponse) map[string]string {
 // descriptor's where set; 0 is 1.
 func TestHitsAddend(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
-		clock := newFakeClock()
+		clock := conformance.NewFakeClock()
 		lim := newLimiter(t, c, core.WithClock(clock.Now))
 		client := serve(t, lim)
 		res := ask(t, client, request(4, desc("tenant", "t1", "class", "export")))
@@ -156,7 +157,7 @@ func TestHitsAddend(t *testing.T) {
 // drain one bucket.
 func TestGatewayAndServiceShareABucket(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
-		clock := newFakeClock()
+		clock := conformance.NewFakeClock()
 		lim := newLimiter(t, c, core.WithClock(clock.Now))
 		client := serve(t, lim)
 		svc := httplimit.Middleware(lim)(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
@@ -202,7 +203,7 @@ func TestHeadersMatchHTTPAdapter(t *testing.T) {
 	}
 	for name, style := range styles {
 		t.Run(name, func(t *testing.T) {
-			clock := newFakeClock()
+			clock := conformance.NewFakeClock()
 			clock.Advance(1234567 * time.Microsecond) // fractional seconds
 			lim := newLimiter(t, c, core.WithClock(clock.Now))
 			client := serve(t, lim, rls.WithHeaderStyle(style), rls.WithClock(clock.Now))
@@ -304,7 +305,7 @@ func TestInvalidDescriptors(t *testing.T) {
 // are its own.
 func TestDescriptorsOfOneTenantAllOrNothing(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
-		clock := newFakeClock()
+		clock := conformance.NewFakeClock()
 		lim := newLimiter(t, c, core.WithClock(clock.Now))
 		client := serve(t, lim)
 		both := request(3, desc("tenant", "t1"), desc("tenant", "t1", "class", "export"), desc("tenant", "t2"))
