@@ -14,20 +14,10 @@ import (
 
 	"github.com/prometheus/common/model"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
-	"go.uber.org/goleak"
+	"github.com/tollgate-go/tollgate/examples/internal/apptest"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	redistest.Shutdown()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { apptest.Main(m) }
 
 func TestDashboardShape(t *testing.T) {
 	t.Parallel()

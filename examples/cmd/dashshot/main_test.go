@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -13,19 +12,10 @@ import (
 	"time"
 
 	"github.com/tollgate-go/tollgate/examples/grafana"
-	"go.uber.org/goleak"
+	"github.com/tollgate-go/tollgate/examples/internal/apptest"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { apptest.Main(m) }
 
 // TestRunHTML runs the tool end to end, without the screenshot (no
 // Chromium in make test): a private Redis, traffic with an outage, a
