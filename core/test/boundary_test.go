@@ -19,31 +19,13 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 )
 
-// syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestCallerGoneIsNotAStoreFailure: checks whose caller already left (a
 // cancelled context, a deadline already past, a deadline too short for the
 // round trip) report the caller's error, are not degraded decisions, log
 // nothing, and never open the circuit breaker for everyone else.
 func TestCallerGoneIsNotAStoreFailure(t *testing.T) {
 	forEachVariant(t, func(t *testing.T, v variant) {
-		var logs syncBuffer
+		var logs conformance.LogBuffer
 		l := v.newLimiter(t, redistest.Client(t), staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(1000)}),
 			core.WithCircuitBreaker(3, time.Hour), core.WithFailurePolicy(core.FailClosed),
 			core.WithTimeout(time.Second), core.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
@@ -89,7 +71,7 @@ func TestCallerGoneIsNotAStoreFailure(t *testing.T) {
 func TestRequestErrorIsThatRequestsFailure(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend, v variant) {
 		c := b.client(t)
-		var logs syncBuffer
+		var logs conformance.LogBuffer
 		l := v.newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(1000)}),
 			core.WithCircuitBreaker(3, time.Hour), core.WithFailurePolicy(core.FailClosed),
 			core.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))

@@ -1,16 +1,13 @@
 package sqlquota_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -34,26 +31,6 @@ func newFakeClock() *fakeClock {
 }
 func (c *fakeClock) Now() time.Time          { return time.Unix(0, c.ns.Load()).UTC() }
 func (c *fakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
-
-// logBuffer collects log output from several goroutines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func (b *logBuffer) Logger() *slog.Logger { return slog.New(slog.NewTextHandler(b, nil)) }
 
 // database is a real database a test runs against: a fresh SQLite file, or
 // a fresh schema in the PostgreSQL test database.

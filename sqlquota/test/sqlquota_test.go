@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/sqlquota"
@@ -326,7 +327,7 @@ func TestDatabaseDownServesLastKnown(t *testing.T) {
 	forEachDatabase(t, func(t *testing.T, d database) {
 		clock := newFakeClock()
 		s, db := newStore(t, d, sqlquota.WithClock(clock.Now))
-		var logs logBuffer
+		var logs conformance.LogBuffer
 		r, err := core.NewResolver(testTiers, core.WithOverrides(s), core.WithOverrideCacheTTL(time.Second),
 			core.WithClock(clock.Now), core.WithResolverLogger(logs.Logger()))
 		if err != nil {
@@ -386,7 +387,7 @@ func TestDatabaseUnreachableFromStart(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var logs logBuffer
+			var logs conformance.LogBuffer
 			r, err := core.NewResolver(testTiers, core.WithOverrides(s), core.WithResolverLogger(logs.Logger()))
 			if err != nil {
 				t.Fatal(err)
@@ -409,7 +410,7 @@ func TestDatabaseUnreachableFromStart(t *testing.T) {
 // logged; the tier default serves.
 func TestRowsThatCannotBeEnforcedAreSkipped(t *testing.T) {
 	forEachDatabase(t, func(t *testing.T, d database) {
-		var logs logBuffer
+		var logs conformance.LogBuffer
 		s, db := newStore(t, d, sqlquota.WithLogger(logs.Logger()))
 		q := "INSERT INTO " + s.Table() + " (tenant_id, bucket, capacity, refill_per_second, updated_at, updated_by) VALUES ($1, $2, $3, $4, $5, $6)"
 		if d.dialect == sqlquota.SQLite {
