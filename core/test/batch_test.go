@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 )
@@ -64,15 +63,7 @@ func TestBatchingScriptFlush(t *testing.T) {
 		defer l.Close()
 		ctx := context.Background()
 		check(t, l, "t1", 1)
-		var err error
-		if cc, ok := c.(*redis.ClusterClient); ok {
-			err = cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return n.ScriptFlush(ctx).Err() })
-		} else {
-			err = c.ScriptFlush(ctx).Err()
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		flushScripts(t, c)
 		var wg sync.WaitGroup
 		var allowed atomic.Int64
 		for range 20 {

@@ -103,3 +103,19 @@ var testTiers = core.Tiers{Default: "free", Tiers: map[string]core.Tier{
 	"free": {Classes: map[string]core.Quota{"default": {Capacity: 20, RefillPerSecond: 2}}, Ceiling: &core.Quota{Capacity: 100, RefillPerSecond: 10}},
 	"pro":  {Classes: map[string]core.Quota{"default": {Capacity: 200, RefillPerSecond: 50}}},
 }}
+
+// flushScripts empties the script cache of c's server, or of every master
+// of a Cluster, so that the next EVALSHA meets NOSCRIPT.
+func flushScripts(t *testing.T, c redis.UniversalClient) {
+	t.Helper()
+	ctx := context.Background()
+	var err error
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return n.ScriptFlush(ctx).Err() })
+	} else {
+		err = c.ScriptFlush(ctx).Err()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -353,16 +353,7 @@ func TestScriptFlushReloads(t *testing.T) {
 		q := core.Quota{Capacity: 100, RefillPerSecond: 0.01}
 		l := v.newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: q}))
 		check(t, l, "t1", 1)
-		ctx := context.Background()
-		var err error
-		if cc, ok := c.(*redis.ClusterClient); ok {
-			err = cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return n.ScriptFlush(ctx).Err() })
-		} else {
-			err = c.ScriptFlush(ctx).Err()
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		flushScripts(t, c)
 		if d := check(t, l, "t1", 1); !d.Allowed || d.Remaining != 98 {
 			t.Fatalf("after SCRIPT FLUSH: %+v", d)
 		}
