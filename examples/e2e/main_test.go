@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"go.uber.org/goleak"
 )
@@ -95,31 +96,13 @@ func build() (string, error) {
 	return dir, nil
 }
 
-// lockedBuffer collects a process's output while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // process is one example service running as an OS process.
 type process struct {
 	name string
 	cmd  *exec.Cmd
-	out  *lockedBuffer
-	done chan struct{} // closed when the process has exited and been waited for
-	err  error         // Wait's result, once done is closed
+	out  *conformance.LogBuffer // the process's output, read while it runs
+	done chan struct{}          // closed when the process has exited and been waited for
+	err  error                  // Wait's result, once done is closed
 }
 
 func (p *process) exited() bool {
@@ -160,7 +143,7 @@ func environ(extra ...string) []string {
 // it, and logs its output when the test failed.
 func start(t *testing.T, name string, env ...string) *process {
 	t.Helper()
-	p := &process{name: name, out: &lockedBuffer{}, done: make(chan struct{})}
+	p := &process{name: name, out: &conformance.LogBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(filepath.Join(binaries(t), name))
 	p.cmd.Env = environ(env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
