@@ -68,8 +68,17 @@ func runAPIDiff(ctx context.Context, root string, v *Versions, w io.Writer) erro
 	if err != nil {
 		return err
 	}
-	oldEnv := []string{"GOWORK=off", "GOFLAGS=-mod=mod", "GONOSUMDB=" + modulePrefix + "/*",
-		"GOPROXY=file://" + filepath.ToSlash(proxyDir) + "," + goproxy}
+	// the old modules build in a module cache of their own: a version of
+	// ours that an experiment left in this machine's cache (same version,
+	// other contents) would otherwise be used, and the go command's index
+	// of that cache assumes a version's files never change. The machine's
+	// downloads still serve third-party modules without the network.
+	chain := "file://" + filepath.ToSlash(proxyDir)
+	if modcache, err := goEnv("GOMODCACHE"); err == nil && modcache != "" {
+		chain += ",file://" + filepath.ToSlash(filepath.Join(modcache, "cache", "download"))
+	}
+	oldEnv := []string{"GOWORK=off", "GOFLAGS=-mod=mod -modcacherw", "GONOSUMDB=" + modulePrefix + "/*",
+		"GOMODCACHE=" + filepath.Join(tmp, "modcache"), "GOPROXY=" + chain + "," + goproxy}
 	var refused []string
 	for _, m := range v.Modules {
 		ok, err := released(ctx, root, m, base)
