@@ -128,15 +128,11 @@ func bucketGet(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	client, err := e.openRedis(ctx)
+	lim, client, err := e.openLimiter(ctx, resolver, core.WithPrefix(prefix), core.WithTimeout(e.opts.timeout))
 	if err != nil {
 		return err
 	}
 	defer client.Close()
-	lim, err := core.New(client, resolver, core.WithPrefix(prefix), core.WithTimeout(e.opts.timeout))
-	if err != nil {
-		return err
-	}
 	t := core.Tenant{ID: tenant, Tier: tierName}
 	var rows []bucketRow
 	seen := map[string]bool{}
@@ -226,18 +222,14 @@ func bucketReset(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	client, err := e.openRedis(ctx)
+	noQuota := core.ResolverFunc(func(context.Context, core.Tenant, string) ([]core.Bucket, error) {
+		return nil, errors.New("reset resolves no quota")
+	})
+	lim, client, err := e.openLimiter(ctx, noQuota, core.WithPrefix(prefix))
 	if err != nil {
 		return err
 	}
 	defer client.Close()
-	noQuota := core.ResolverFunc(func(context.Context, core.Tenant, string) ([]core.Bucket, error) {
-		return nil, errors.New("reset resolves no quota")
-	})
-	lim, err := core.New(client, noQuota, core.WithPrefix(prefix))
-	if err != nil {
-		return err
-	}
 	if len(buckets) == 0 && !e.opts.yes {
 		if err := e.confirm(fmt.Sprintf("Delete every bucket of tenant %s under prefix %s?", core.EscapeID(tenant), prefix)); err != nil {
 			return err

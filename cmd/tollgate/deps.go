@@ -50,6 +50,21 @@ func (e *env) openRedis(ctx context.Context) (redis.UniversalClient, error) {
 	return c, nil
 }
 
+// openLimiter connects to --redis-url (openRedis) and builds a limiter over
+// it that takes its quotas from r. The caller closes the client.
+func (e *env) openLimiter(ctx context.Context, r core.Resolver, opts ...core.Option) (*core.Limiter, redis.UniversalClient, error) {
+	client, err := e.openRedis(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	lim, err := core.New(client, r, opts...)
+	if err != nil {
+		_ = client.Close()
+		return nil, nil, err
+	}
+	return lim, client, nil
+}
+
 // openStore opens --database-url. mustExist: for SQLite, refuse to create a
 // missing file (only migrate creates one).
 func (e *env) openStore(mustExist bool) (*sqlquota.Store, func(), error) {

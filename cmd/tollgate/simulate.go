@@ -133,22 +133,18 @@ func simulate(ctx context.Context, e *env, _ []string) error {
 	if err != nil {
 		return err
 	}
-	client, err := e.openRedis(ctx)
-	if err != nil {
-		return err
-	}
-	defer client.Close()
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	prefix := "tollgate-sim-" + hex.EncodeToString(b[:])
 	start := time.Now()
 	var offset atomic.Int64
 	clock := func() time.Time { return start.Add(time.Duration(offset.Load())) }
-	lim, err := core.New(client, resolver, core.WithPrefix(prefix), core.WithClock(clock),
+	lim, client, err := e.openLimiter(ctx, resolver, core.WithPrefix(prefix), core.WithClock(clock),
 		core.WithTimeout(o.timeout), core.WithFailurePolicy(core.FailClosed))
 	if err != nil {
 		return err
 	}
+	defer client.Close()
 	t := core.Tenant{ID: tenant, Tier: tierName}
 	defer func() {
 		// The throwaway keys go even if the run was interrupted.
