@@ -10,6 +10,35 @@ import (
 	"github.com/tollgate-go/tollgate/bench/internal/localredis"
 )
 
+// redisCost is what Redis spent while some work ran: CPU seconds
+// (used_cpu_sys+user), and the microseconds spent in script commands and the
+// number of script calls (commandStats).
+type redisCost struct{ cpu, usec, calls float64 }
+
+// redisSpent resets Redis's command statistics (CONFIG RESETSTAT), runs work
+// and returns what Redis spent meanwhile.
+func redisSpent(ctx context.Context, c *redis.Client, work func() error) (redisCost, error) {
+	if err := c.ConfigResetStat(ctx).Err(); err != nil {
+		return redisCost{}, err
+	}
+	cpu0, err := localredis.CPU(ctx, c)
+	if err != nil {
+		return redisCost{}, err
+	}
+	if err := work(); err != nil {
+		return redisCost{}, err
+	}
+	cpu1, err := localredis.CPU(ctx, c)
+	if err != nil {
+		return redisCost{}, err
+	}
+	usec, calls, err := commandStats(ctx, c)
+	if err != nil {
+		return redisCost{}, err
+	}
+	return redisCost{cpu: cpu1 - cpu0, usec: usec, calls: calls}, nil
+}
+
 // commandStats returns the microseconds spent in script commands (and the
 // commands they call, which Redis counts inside the script's time) and the
 // number of script calls since CONFIG RESETSTAT.

@@ -12,7 +12,6 @@ import (
 
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
-	"github.com/tollgate-go/tollgate/bench/internal/localredis"
 	"github.com/tollgate-go/tollgate/core"
 )
 
@@ -84,13 +83,37 @@ func measure(ctx context.Context, client *redis.Client, impl, sha, prefix string
 			return result{}, err
 		}
 	}
-	if err := client.ConfigResetStat(ctx).Err(); err != nil {
-		return result{}, err
-	}
-	cpu0, err := localredis.CPU(ctx, client)
+	var all []time.Duration
+	var elapsed time.Duration
+	cost, err := redisSpent(ctx, client, func() (err error) {
+		all, elapsed, err = drive(ctx, check, conc, tenants)
+		return err
+	})
 	if err != nil {
 		return result{}, err
 	}
+	n := float64(len(all))
+	if n == 0 {
+		return result{}, errors.New("no calls completed")
+	}
+	tname := "10k"
+	if tenants == 1 {
+		tname = "hot"
+	} else if tenants != 10000 {
+		tname = strconv.Itoa(tenants)
+	}
+	return result{
+		name: fmt.Sprintf("Load/tenants=%s/c=%d/impl=%s", tname, conc, impl),
+		impl: impl, conc: conc, tenant: tenants,
+		ops: n / elapsed.Seconds(),
+		p50: us(all[len(all)/2]), p99: us(all[min(len(all)-1, len(all)*99/100)]),
+		cpu: cost.cpu * 1e6 / n, cmd: cost.usec / n, calls: cost.calls / n,
+	}, nil
+}
+
+// drive runs check from conc callers, round robin over the tenants, for
+// -duration, and returns every call's latency, sorted, and the time it took.
+func drive(ctx context.Context, check checker, conc, tenants int) ([]time.Duration, time.Duration, error) {
 	var next atomic.Int64
 	var firstErr atomic.Value
 	lat := make([][]time.Duration, conc)
@@ -119,35 +142,11 @@ func measure(ctx context.Context, client *redis.Client, impl, sha, prefix string
 	wg.Wait()
 	elapsed := time.Since(start)
 	if err, _ := firstErr.Load().(error); err != nil {
-		return result{}, err
-	}
-	cpu1, err := localredis.CPU(ctx, client)
-	if err != nil {
-		return result{}, err
-	}
-	usec, calls, err := commandStats(ctx, client)
-	if err != nil {
-		return result{}, err
+		return nil, 0, err
 	}
 	all := slices.Concat(lat...)
 	slices.Sort(all)
-	n := float64(len(all))
-	if n == 0 {
-		return result{}, errors.New("no calls completed")
-	}
-	tname := "10k"
-	if tenants == 1 {
-		tname = "hot"
-	} else if tenants != 10000 {
-		tname = strconv.Itoa(tenants)
-	}
-	return result{
-		name: fmt.Sprintf("Load/tenants=%s/c=%d/impl=%s", tname, conc, impl),
-		impl: impl, conc: conc, tenant: tenants,
-		ops: n / elapsed.Seconds(),
-		p50: us(all[len(all)/2]), p99: us(all[min(len(all)-1, len(all)*99/100)]),
-		cpu: (cpu1 - cpu0) * 1e6 / n, cmd: usec / n, calls: calls / n,
-	}, nil
+	return all, elapsed, nil
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }

@@ -78,16 +78,14 @@ func memory(ctx context.Context, impl string, n int) (memResult, error) {
 	var firstErr atomic.Value
 	var wg sync.WaitGroup
 	for range 64 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
 				if err := charge(int(i)); err != nil {
 					firstErr.CompareAndSwap(nil, err)
 					return
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	if err, _ := firstErr.Load().(error); err != nil {

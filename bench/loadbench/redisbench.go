@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/tollgate-go/tollgate/bench/internal/localredis"
 )
 
 // floorScript is the least any token bucket kept on the server's clock must
@@ -57,22 +56,14 @@ func redisBenchmark(ctx context.Context, client *redis.Client, addr, sha, impl, 
 		n = int(60000 * flagDuration.Seconds())
 	}
 	args = append(args, "-n", strconv.Itoa(n), "EVALSHA", sha, "1", key, "", "1", strconv.Itoa(capacity), strconv.Itoa(rate), strconv.Itoa(capacity*1000/rate+1000))
-	if err := client.ConfigResetStat(ctx).Err(); err != nil {
-		return result{}, err
-	}
-	cpu0, err := localredis.CPU(ctx, client)
-	if err != nil {
-		return result{}, err
-	}
-	out, err := exec.CommandContext(ctx, "redis-benchmark", args...).Output()
-	if err != nil {
-		return result{}, fmt.Errorf("redis-benchmark: %w", err)
-	}
-	cpu1, err := localredis.CPU(ctx, client)
-	if err != nil {
-		return result{}, err
-	}
-	usec, calls, err := commandStats(ctx, client)
+	var out []byte
+	cost, err := redisSpent(ctx, client, func() error {
+		var err error
+		if out, err = exec.CommandContext(ctx, "redis-benchmark", args...).Output(); err != nil {
+			return fmt.Errorf("redis-benchmark: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
 		return result{}, err
 	}
@@ -97,12 +88,13 @@ func redisBenchmark(ctx context.Context, client *redis.Client, addr, sha, impl, 
 	if tenants == 1 {
 		tname = "hot"
 	}
+	calls := cost.calls
 	if calls == 0 {
 		calls = 1
 	}
 	return result{
 		name: fmt.Sprintf("Load/tenants=%s/c=50/impl=%s", tname, impl), impl: impl, conc: 50, tenant: tenants,
 		ops: num(rec[1]), p50: num(rec[4]) * 1000, p99: num(rec[6]) * 1000,
-		cpu: (cpu1 - cpu0) * 1e6 / calls, cmd: usec / calls, calls: 1,
+		cpu: cost.cpu * 1e6 / calls, cmd: cost.usec / calls, calls: 1,
 	}, nil
 }
