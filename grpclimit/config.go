@@ -36,6 +36,11 @@ type config struct {
 	onError    ErrorHandler
 }
 
+// gateOption passes o to the gate.
+func gateOption(o core.GateOption) Option {
+	return optionFunc(func(c *config) { c.gate = append(c.gate, o) })
+}
+
 func newConfig(opts []Option) config {
 	c := config{deniedCode: codes.ResourceExhausted, domain: DefaultDomain}
 	for _, o := range opts {
@@ -62,47 +67,27 @@ func (c *config) validate() error {
 // ("/pkg.Service/Method"); a route with Exempt set is never limited.
 // Default: none, so every method is charged to class "default" at cost 1
 // (see WithDefaultRoute). nil is ignored.
-func WithMethods(rs core.Routes) Option {
-	return optionFunc(func(c *config) {
-		if rs != nil {
-			c.gate = append(c.gate, core.WithRoutes(rs))
-		}
-	})
-}
+func WithMethods(rs core.Routes) Option { return gateOption(core.WithRoutes(rs)) }
 
 // WithDefaultRoute sets the class and cost of methods WithMethods does not
 // name. Default: class "default", cost 1.
-func WithDefaultRoute(r core.Route) Option {
-	return optionFunc(func(c *config) { c.gate = append(c.gate, core.WithDefaultRoute(r)) })
-}
+func WithDefaultRoute(r core.Route) Option { return gateOption(core.WithDefaultRoute(r)) }
 
 // WithCostFunc decides a call's class and cost dynamically; it is
 // consulted before the method table (core.Endpoint.Pattern is the full
 // method, Method is empty). Default: none. nil is ignored.
-func WithCostFunc(f core.CostFunc) Option {
-	return optionFunc(func(c *config) {
-		if f != nil {
-			c.gate = append(c.gate, core.WithCostFunc(f))
-		}
-	})
-}
+func WithCostFunc(f core.CostFunc) Option { return gateOption(core.WithCostFunc(f)) }
 
 // WithHeaderStyle selects the rate-limit metadata families, as
 // core.WithHeaderStyle (names lower-cased for gRPC). Default
 // core.DefaultHeaderStyle: ratelimit, ratelimit-policy and x-ratelimit-*.
-func WithHeaderStyle(s core.HeaderStyle) Option {
-	return optionFunc(func(c *config) { c.gate = append(c.gate, core.WithHeaderStyle(s)) })
-}
+func WithHeaderStyle(s core.HeaderStyle) Option { return gateOption(core.WithHeaderStyle(s)) }
 
 // WithAnonymous admits callers with no tenant in the context as tenant
 // "anonymous:<peer IP>" on tier (default "anonymous"), keyed by the
 // connection's peer address, instead of answering Unauthenticated. Default
 // off.
-func WithAnonymous(tier string) Option {
-	return optionFunc(func(c *config) {
-		c.gate = append(c.gate, core.WithAnonymous(tier))
-	})
-}
+func WithAnonymous(tier string) Option { return gateOption(core.WithAnonymous(tier)) }
 
 // WithGateOptions passes core gate options through (for example
 // core.WithClock), after the options above that set the same thing.

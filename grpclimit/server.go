@@ -111,14 +111,10 @@ func (i *Interceptors) Unary() grpc.UnaryServerInterceptor {
 			return handler(ctx, req)
 		}
 		v := i.gate.Decide(ctx, i.endpoint(ctx, info.FullMethod))
-		i.report(ctx, info.FullMethod, v)
-		if !v.Proceed {
-			// SetTrailer before returning the error, and no SetHeader: the
-			// answer goes out Trailers-Only.
-			if md := i.trailer(v); md != nil {
-				_ = grpc.SetTrailer(ctx, md)
-			}
-			return nil, i.statusOf(v).Err()
+		// SetTrailer before returning the error, and no SetHeader: the
+		// answer goes out Trailers-Only.
+		if err := i.answer(ctx, info.FullMethod, v, func(md metadata.MD) { _ = grpc.SetTrailer(ctx, md) }); err != nil {
+			return nil, err
 		}
 		if md := headerMD(v.Headers); md != nil {
 			_ = grpc.SetHeader(ctx, md)
@@ -135,12 +131,8 @@ func (i *Interceptors) Stream() grpc.StreamServerInterceptor {
 			return handler(srv, ss)
 		}
 		v := i.gate.Decide(ctx, i.endpoint(ctx, info.FullMethod))
-		i.report(ctx, info.FullMethod, v)
-		if !v.Proceed {
-			if md := i.trailer(v); md != nil {
-				ss.SetTrailer(md)
-			}
-			return i.statusOf(v).Err()
+		if err := i.answer(ctx, info.FullMethod, v, ss.SetTrailer); err != nil {
+			return err
 		}
 		if md := headerMD(v.Headers); md != nil {
 			if err := ss.SetHeader(md); err != nil {
@@ -170,14 +162,21 @@ func (s *chargedStream) RecvMsg(m any) error {
 	}
 	ctx := s.Context()
 	v := s.i.gate.CheckRoute(ctx, s.tenant, *s.i.cfg.message)
-	s.i.report(ctx, s.method, v)
+	return s.i.answer(ctx, s.method, v, s.SetTrailer)
+}
+
+// answer reports v's error (WithErrorHandler) and, when v does not
+// proceed, sets the trailer with setTrailer and returns the status error;
+// nil: the call or message proceeds.
+func (i *Interceptors) answer(ctx context.Context, method string, v core.Verdict, setTrailer func(metadata.MD)) error {
+	i.report(ctx, method, v)
 	if v.Proceed {
 		return nil
 	}
-	if md := s.i.trailer(v); md != nil {
-		s.SetTrailer(md)
+	if md := i.trailer(v); md != nil {
+		setTrailer(md)
 	}
-	return s.i.statusOf(v).Err()
+	return i.statusOf(v).Err()
 }
 
 func (i *Interceptors) limited(ctx context.Context, method string) bool {
