@@ -55,7 +55,7 @@ func gaps(ts []time.Time, from int) []time.Duration {
 }
 
 func TestGRPCRetryPolicyHonoursPushback(t *testing.T) {
-	forEachShape(t, func(t *testing.T, call func(context.Context, testpb.TestServiceClient) result) {
+	forEachShape(t, func(t *testing.T, call caller) {
 		t.Run("over limit: retried after the pushback", func(t *testing.T) {
 			e := newEnv(t, newLimiter(t, redistest.Client(t)), grpclimit.WithMethods(fastRoutes))
 			cl := e.client(t, grpc.WithDefaultServiceConfig(retryServiceConfig))
@@ -120,7 +120,7 @@ func (r *recorder) all() []time.Duration {
 var clientShapes = []struct {
 	name string
 	dial func(opts ...retry.Option) grpc.DialOption
-	call func(context.Context, testpb.TestServiceClient) result
+	call caller
 }{
 	{"unary", func(o ...retry.Option) grpc.DialOption {
 		return grpc.WithUnaryInterceptor(grpclimit.UnaryClientInterceptor(o...))
@@ -134,6 +134,18 @@ func TestClientInterceptors(t *testing.T) {
 	for _, s := range clientShapes {
 		t.Run(s.name, func(t *testing.T) {
 			c := redistest.Client(t)
+			// drained returns an env whose clock stands still and a client
+			// dialled with opts, after spending the 3 tokens of tenant t1:
+			// every call of t1 from then on is denied, with a 1 s hint.
+			drained := func(t *testing.T, opts ...retry.Option) (*env, testpb.TestServiceClient) {
+				t.Helper()
+				e := newEnv(t, newLimiter(t, c, core.WithClock(conformance.NewFakeClock().Now)))
+				cl := e.client(t, s.dial(opts...))
+				for range 3 {
+					s.call(as("t1", ""), cl)
+				}
+				return e, cl
+			}
 			t.Run("retries after the hint", func(t *testing.T) {
 				e := newEnv(t, newLimiter(t, c), grpclimit.WithMethods(fastRoutes))
 				cl := e.client(t, s.dial(retry.WithJitter(0.5, 0)))
@@ -161,17 +173,11 @@ func TestClientInterceptors(t *testing.T) {
 				}
 			})
 			t.Run("jitter spreads waits upward within the cap", func(t *testing.T) {
-				clock := conformance.NewFakeClock() // frozen: every retry is denied again, 1 s
-				e := newEnv(t, newLimiter(t, c, core.WithClock(clock.Now)))
-				var rec recorder
-				cl := e.client(t, s.dial(retry.WithMaxAttempts(3), retry.WithSleep(rec.sleep), retry.WithRand(rand.New(rand.NewPCG(5, 6)))))
-				ctx := as("t1", "")
-				for range 3 {
-					s.call(ctx, cl)
-				}
+				var rec recorder // every retry is denied again, 1 s
+				e, cl := drained(t, retry.WithMaxAttempts(3), retry.WithSleep(rec.sleep), retry.WithRand(rand.New(rand.NewPCG(5, 6))))
 				const n = 60
 				for range n {
-					if r := s.call(ctx, cl); r.st.Code() != codes.ResourceExhausted {
+					if r := s.call(as("t1", ""), cl); r.st.Code() != codes.ResourceExhausted {
 						t.Fatalf("%v", r.err)
 					}
 				}
@@ -193,24 +199,14 @@ func TestClientInterceptors(t *testing.T) {
 				}
 			})
 			t.Run("hint over the cap is not waited for", func(t *testing.T) {
-				clock := conformance.NewFakeClock()
-				e := newEnv(t, newLimiter(t, c, core.WithClock(clock.Now)))
-				cl := e.client(t, s.dial(retry.WithMaxDelay(500*time.Millisecond)))
-				for range 3 {
-					s.call(as("t1", ""), cl)
-				}
+				e, cl := drained(t, retry.WithMaxDelay(500*time.Millisecond))
 				start := time.Now()
 				if r := s.call(as("t1", ""), cl); r.st.Code() != codes.ResourceExhausted || e.attempts.Load() != 4 || time.Since(start) > time.Second {
 					t.Fatalf("%v after %d attempts, %v", r.err, e.attempts.Load(), time.Since(start))
 				}
 			})
 			t.Run("context cancelled during the wait", func(t *testing.T) {
-				clock := conformance.NewFakeClock()
-				e := newEnv(t, newLimiter(t, c, core.WithClock(clock.Now)))
-				cl := e.client(t, s.dial())
-				for range 3 {
-					s.call(as("t1", ""), cl)
-				}
+				e, cl := drained(t)
 				ctx, cancel := context.WithCancel(as("t1", ""))
 				time.AfterFunc(50*time.Millisecond, cancel)
 				start := time.Now()
@@ -220,12 +216,7 @@ func TestClientInterceptors(t *testing.T) {
 				}
 			})
 			t.Run("deadline before the retry", func(t *testing.T) {
-				clock := conformance.NewFakeClock()
-				e := newEnv(t, newLimiter(t, c, core.WithClock(clock.Now)))
-				cl := e.client(t, s.dial())
-				for range 3 {
-					s.call(as("t1", ""), cl)
-				}
+				e, cl := drained(t)
 				ctx, cancel := context.WithTimeout(as("t1", ""), 500*time.Millisecond)
 				defer cancel()
 				if r := s.call(ctx, cl); r.st.Code() != codes.ResourceExhausted || e.attempts.Load() != 4 {

@@ -27,16 +27,26 @@ import (
 // class and cost.
 var shapes = []struct {
 	name string
-	call func(context.Context, testpb.TestServiceClient) result
+	call caller
 }{
 	{"unary", getProfile},
 	{"stream", export},
 }
 
-func forEachShape(t *testing.T, f func(t *testing.T, call func(context.Context, testpb.TestServiceClient) result)) {
+// caller makes one call of a shape and returns what came back.
+type caller = func(context.Context, testpb.TestServiceClient) result
+
+func forEachShape(t *testing.T, f func(t *testing.T, call caller)) {
 	for _, s := range shapes {
 		t.Run(s.name, func(t *testing.T) { f(t, s.call) })
 	}
+}
+
+// forEachBackendShape runs f on every backend, in every shape.
+func forEachBackendShape(t *testing.T, f func(t *testing.T, c redis.UniversalClient, call caller)) {
+	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
+		forEachShape(t, func(t *testing.T, call caller) { f(t, c, call) })
+	})
 }
 
 // denial holds the decoded details of a denied call, each counted.
@@ -117,111 +127,103 @@ func wantMD(t *testing.T, what string, md metadata.MD, want map[string]string) {
 }
 
 func TestBurstDenyRefill(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
-		forEachShape(t, func(t *testing.T, call func(context.Context, testpb.TestServiceClient) result) {
-			clock := conformance.NewFakeClock()
-			e := newEnv(t, newLimiter(t, c, core.WithClock(clock.Now)))
-			cl := e.client(t)
-			ctx := as("t1", "free")
-			for i, want := range []string{`"default";r=2;t=1`, `"default";r=1;t=1`, `"default";r=0;t=1`} {
-				r := call(ctx, cl)
-				if r.err != nil {
-					t.Fatalf("call %d: %v", i+1, r.err)
-				}
-				wantMD(t, "header", r.header, map[string]string{"ratelimit": want, "ratelimit-policy": `"default";q=3;w=3`,
-					"x-ratelimit-limit": "3", "x-ratelimit-remaining": itoa(int64(2 - i)), "retry-after": "", "grpc-retry-pushback-ms": ""})
+	forEachBackendShape(t, func(t *testing.T, c redis.UniversalClient, call caller) {
+		clock := conformance.NewFakeClock()
+		e := newEnv(t, newLimiter(t, c, core.WithClock(clock.Now)))
+		cl := e.client(t)
+		ctx := as("t1", "free")
+		for i, want := range []string{`"default";r=2;t=1`, `"default";r=1;t=1`, `"default";r=0;t=1`} {
+			r := call(ctx, cl)
+			if r.err != nil {
+				t.Fatalf("call %d: %v", i+1, r.err)
 			}
-			meta := map[string]string{"policy": "default", "limit": "3", "remaining": "0", "cost": "1", "reason": "over_limit"}
-			wantDenied(t, call(ctx, cl), codes.ResourceExhausted, "tenant:t1", meta, time.Second, map[string]string{
-				"ratelimit": `"default";r=0;t=1`, "ratelimit-policy": `"default";q=3;w=3`, "retry-after": "1", "grpc-retry-pushback-ms": "1000"})
-			clock.Advance(250 * time.Millisecond)
-			wantDenied(t, call(ctx, cl), codes.ResourceExhausted, "tenant:t1", meta, 750*time.Millisecond, map[string]string{
-				"retry-after": "1", "grpc-retry-pushback-ms": "750"})
-			if n := e.svc.calls.Load(); n != 3 {
-				t.Fatalf("handler ran %d times, want 3: a denial reached it", n)
-			}
-			clock.Advance(750 * time.Millisecond) // refilled one token
-			if r := call(ctx, cl); r.err != nil || first(r.header, "x-ratelimit-remaining") != "0" {
-				t.Fatalf("after the refill: %v, header %v", r.err, r.header)
-			}
-			if r := call(as("t2", "free"), cl); r.err != nil { // other tenants have their own buckets
-				t.Fatalf("other tenant: %v", r.err)
-			}
-			if n := e.svc.calls.Load(); n != 5 {
-				t.Fatalf("handler ran %d times, want 5", n)
-			}
-		})
+			wantMD(t, "header", r.header, map[string]string{"ratelimit": want, "ratelimit-policy": `"default";q=3;w=3`,
+				"x-ratelimit-limit": "3", "x-ratelimit-remaining": itoa(int64(2 - i)), "retry-after": "", "grpc-retry-pushback-ms": ""})
+		}
+		meta := map[string]string{"policy": "default", "limit": "3", "remaining": "0", "cost": "1", "reason": "over_limit"}
+		wantDenied(t, call(ctx, cl), codes.ResourceExhausted, "tenant:t1", meta, time.Second, map[string]string{
+			"ratelimit": `"default";r=0;t=1`, "ratelimit-policy": `"default";q=3;w=3`, "retry-after": "1", "grpc-retry-pushback-ms": "1000"})
+		clock.Advance(250 * time.Millisecond)
+		wantDenied(t, call(ctx, cl), codes.ResourceExhausted, "tenant:t1", meta, 750*time.Millisecond, map[string]string{
+			"retry-after": "1", "grpc-retry-pushback-ms": "750"})
+		if n := e.svc.calls.Load(); n != 3 {
+			t.Fatalf("handler ran %d times, want 3: a denial reached it", n)
+		}
+		clock.Advance(750 * time.Millisecond) // refilled one token
+		if r := call(ctx, cl); r.err != nil || first(r.header, "x-ratelimit-remaining") != "0" {
+			t.Fatalf("after the refill: %v, header %v", r.err, r.header)
+		}
+		if r := call(as("t2", "free"), cl); r.err != nil { // other tenants have their own buckets
+			t.Fatalf("other tenant: %v", r.err)
+		}
+		if n := e.svc.calls.Load(); n != 5 {
+			t.Fatalf("handler ran %d times, want 5", n)
+		}
 	})
 }
 
 func TestCostExceedsCapacity(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
-		forEachShape(t, func(t *testing.T, call func(context.Context, testpb.TestServiceClient) result) {
-			e := newEnv(t, newLimiter(t, c), grpclimit.WithMethods(core.Routes{
-				mProfile: {Class: "tiny", Cost: 5}, mExport: {Class: "tiny", Cost: 5}, mItem: {Class: "tiny", Cost: 1}}))
-			cl := e.client(t)
-			ctx := as("t1", "")
-			meta := map[string]string{"policy": "tiny", "limit": "2", "remaining": "2", "cost": "5", "reason": "cost_exceeds_capacity"}
-			wantDenied(t, call(ctx, cl), codes.ResourceExhausted, "tenant:t1", meta, -1, map[string]string{
-				"ratelimit-policy": `"tiny";q=2;w=2`, "retry-after": "", "grpc-retry-pushback-ms": "-1"})
-			if n := e.svc.calls.Load(); n != 0 {
-				t.Fatalf("handler ran %d times", n)
-			}
-			// nothing was charged
-			var h metadata.MD
-			if _, err := cl.GetItem(ctx, &testpb.GetItemRequest{Id: "a"}, grpc.Header(&h)); err != nil || first(h, "x-ratelimit-remaining") != "1" {
-				t.Fatalf("GetItem after the never-denial: %v, %v", err, h)
-			}
-		})
+	forEachBackendShape(t, func(t *testing.T, c redis.UniversalClient, call caller) {
+		e := newEnv(t, newLimiter(t, c), grpclimit.WithMethods(core.Routes{
+			mProfile: {Class: "tiny", Cost: 5}, mExport: {Class: "tiny", Cost: 5}, mItem: {Class: "tiny", Cost: 1}}))
+		cl := e.client(t)
+		ctx := as("t1", "")
+		meta := map[string]string{"policy": "tiny", "limit": "2", "remaining": "2", "cost": "5", "reason": "cost_exceeds_capacity"}
+		wantDenied(t, call(ctx, cl), codes.ResourceExhausted, "tenant:t1", meta, -1, map[string]string{
+			"ratelimit-policy": `"tiny";q=2;w=2`, "retry-after": "", "grpc-retry-pushback-ms": "-1"})
+		if n := e.svc.calls.Load(); n != 0 {
+			t.Fatalf("handler ran %d times", n)
+		}
+		// nothing was charged
+		var h metadata.MD
+		if _, err := cl.GetItem(ctx, &testpb.GetItemRequest{Id: "a"}, grpc.Header(&h)); err != nil || first(h, "x-ratelimit-remaining") != "1" {
+			t.Fatalf("GetItem after the never-denial: %v, %v", err, h)
+		}
 	})
 }
 
 func TestMultiBucket(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
-		forEachShape(t, func(t *testing.T, call func(context.Context, testpb.TestServiceClient) result) {
-			clock := conformance.NewFakeClock()
-			e := newEnv(t, newLimiter(t, c, core.WithClock(clock.Now)))
-			cl := e.client(t)
-			ctx := as("big", "ceiling")
-			for range 2 {
-				if r := call(ctx, cl); r.err != nil {
-					t.Fatal(r.err)
-				}
+	forEachBackendShape(t, func(t *testing.T, c redis.UniversalClient, call caller) {
+		clock := conformance.NewFakeClock()
+		e := newEnv(t, newLimiter(t, c, core.WithClock(clock.Now)))
+		cl := e.client(t)
+		ctx := as("big", "ceiling")
+		for range 2 {
+			if r := call(ctx, cl); r.err != nil {
+				t.Fatal(r.err)
 			}
-			r := call(ctx, cl)
-			meta := map[string]string{"policy": core.CeilingBucket, "limit": "2", "remaining": "0", "cost": "1", "reason": "over_limit"}
-			wantDenied(t, r, codes.ResourceExhausted, "tenant:big", meta, time.Second, map[string]string{"grpc-retry-pushback-ms": "1000"})
-			if n := e.svc.calls.Load(); n != 2 {
-				t.Fatalf("handler ran %d times, want 2", n)
-			}
-		})
+		}
+		r := call(ctx, cl)
+		meta := map[string]string{"policy": core.CeilingBucket, "limit": "2", "remaining": "0", "cost": "1", "reason": "over_limit"}
+		wantDenied(t, r, codes.ResourceExhausted, "tenant:big", meta, time.Second, map[string]string{"grpc-retry-pushback-ms": "1000"})
+		if n := e.svc.calls.Load(); n != 2 {
+			t.Fatalf("handler ran %d times, want 2", n)
+		}
 	})
 }
 
 func TestShadow(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
-		forEachShape(t, func(t *testing.T, call func(context.Context, testpb.TestServiceClient) result) {
-			clock := conformance.NewFakeClock()
-			e := newEnv(t, newLimiter(t, c, core.WithClock(clock.Now), core.WithShadow(true)))
-			cl := e.client(t)
-			for i := range 5 {
-				r := call(as("t1", ""), cl)
-				if r.err != nil {
-					t.Fatalf("call %d in shadow mode: %v", i+1, r.err)
-				}
-				if i >= 3 {
-					wantMD(t, "header", r.header, map[string]string{"ratelimit": `"default";r=0;t=1`, "retry-after": "", "grpc-retry-pushback-ms": ""})
-				}
+	forEachBackendShape(t, func(t *testing.T, c redis.UniversalClient, call caller) {
+		clock := conformance.NewFakeClock()
+		e := newEnv(t, newLimiter(t, c, core.WithClock(clock.Now), core.WithShadow(true)))
+		cl := e.client(t)
+		for i := range 5 {
+			r := call(as("t1", ""), cl)
+			if r.err != nil {
+				t.Fatalf("call %d in shadow mode: %v", i+1, r.err)
 			}
-			if n := e.svc.calls.Load(); n != 5 {
-				t.Fatalf("handler ran %d times, want 5", n)
+			if i >= 3 {
+				wantMD(t, "header", r.header, map[string]string{"ratelimit": `"default";r=0;t=1`, "retry-after": "", "grpc-retry-pushback-ms": ""})
 			}
-		})
+		}
+		if n := e.svc.calls.Load(); n != 5 {
+			t.Fatalf("handler ran %d times, want 5", n)
+		}
 	})
 }
 
 func TestStoreFailure(t *testing.T) {
-	forEachShape(t, func(t *testing.T, call func(context.Context, testpb.TestServiceClient) result) {
+	forEachShape(t, func(t *testing.T, call caller) {
 		t.Run("fail open", func(t *testing.T) {
 			var errs atomic.Int64
 			e := newEnv(t, newLimiter(t, deadRedis(t), core.WithTimeout(300*time.Millisecond)),
@@ -254,7 +256,7 @@ func TestStoreFailure(t *testing.T) {
 }
 
 func TestNoTenant(t *testing.T) {
-	forEachShape(t, func(t *testing.T, call func(context.Context, testpb.TestServiceClient) result) {
+	forEachShape(t, func(t *testing.T, call caller) {
 		e := newEnv(t, newLimiter(t, redistest.Client(t)))
 		// a tenant in metadata the client sets is no identity
 		ctx := metadata.AppendToOutgoingContext(context.Background(), "x-tenant-id", "t1", "tenant", "t1")
