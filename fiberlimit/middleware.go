@@ -61,24 +61,17 @@ func New(lim *core.Limiter, opts ...Option) fiber.Handler {
 	}
 }
 
+// standardMethods are the methods method returns as constants.
+var standardMethods = [...]string{fiber.MethodGet, fiber.MethodPost, fiber.MethodPut, fiber.MethodPatch,
+	fiber.MethodDelete, fiber.MethodHead, fiber.MethodOptions}
+
 // method returns m as a constant string for the standard methods, and a
 // copy otherwise: fc.Method() points into fasthttp's request buffer.
 func method(m string) string {
-	switch m {
-	case fiber.MethodGet:
-		return fiber.MethodGet
-	case fiber.MethodPost:
-		return fiber.MethodPost
-	case fiber.MethodPut:
-		return fiber.MethodPut
-	case fiber.MethodPatch:
-		return fiber.MethodPatch
-	case fiber.MethodDelete:
-		return fiber.MethodDelete
-	case fiber.MethodHead:
-		return fiber.MethodHead
-	case fiber.MethodOptions:
-		return fiber.MethodOptions
+	for _, s := range standardMethods {
+		if m == s {
+			return s
+		}
 	}
 	return utils.CopyString(m)
 }
