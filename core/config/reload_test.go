@@ -135,9 +135,7 @@ func TestReloadUnderConcurrentTraffic(t *testing.T) {
 	var firstErr atomic.Value
 	var wg sync.WaitGroup
 	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for {
 				select {
 				case <-stop:
@@ -157,7 +155,7 @@ func TestReloadUnderConcurrentTraffic(t *testing.T) {
 					firstErr.CompareAndSwap(nil, err)
 				}
 			}
-		}()
+		})
 	}
 	var last int64
 	for v := 1; v <= 200; v++ {

@@ -26,9 +26,7 @@ func TestBatchingAtomicity(t *testing.T) {
 		var wg sync.WaitGroup
 		start := time.Now()
 		for range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				for next.Add(1) <= total {
 					// many tenants too, so batches span slots and nodes
 					tenant := "hot"
@@ -44,7 +42,7 @@ func TestBatchingAtomicity(t *testing.T) {
 						admitted.Add(1)
 					}
 				}
-			}()
+			})
 		}
 		wg.Wait()
 		bound := capacity + rate*time.Since(start).Seconds()
@@ -67,9 +65,7 @@ func TestBatchingScriptFlush(t *testing.T) {
 		var wg sync.WaitGroup
 		var allowed atomic.Int64
 		for range 20 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				d, err := l.Allow(ctx, core.Tenant{ID: "t1"}, "default", 1)
 				if err != nil {
 					t.Error(err)
@@ -77,7 +73,7 @@ func TestBatchingScriptFlush(t *testing.T) {
 				if d.Allowed {
 					allowed.Add(1)
 				}
-			}()
+			})
 		}
 		wg.Wait()
 		// each command ran exactly once: 1 + 20 charged

@@ -27,23 +27,22 @@ func BenchmarkCheck(b *testing.B) {
 	const tenants = 10000
 	quota := core.Quota{Capacity: 1000, RefillPerSecond: 100}
 	type checker func(ctx context.Context, tenant int) error
+	// allow checks with l; its stop closes l
+	allow := func(l *core.Limiter) (checker, func()) {
+		return func(ctx context.Context, i int) error {
+			_, err := l.Allow(ctx, core.Tenant{ID: "t" + strconv.Itoa(i)}, "default", 1)
+			return err
+		}, func() { _ = l.Close() }
+	}
 	impls := []struct {
 		name string
 		mk   func(b *testing.B, c *redis.Client) (checker, func())
 	}{
 		{"tollgate", func(b *testing.B, c *redis.Client) (checker, func()) {
-			l := benchLimiter(b, c, quota, core.WithBatching(false))
-			return func(ctx context.Context, i int) error {
-				_, err := l.Allow(ctx, core.Tenant{ID: "t" + strconv.Itoa(i)}, "default", 1)
-				return err
-			}, func() { _ = l.Close() }
+			return allow(benchLimiter(b, c, quota, core.WithBatching(false)))
 		}},
 		{"tollgate-batched", func(b *testing.B, c *redis.Client) (checker, func()) {
-			l := benchLimiter(b, c, quota, core.WithBatching(true))
-			return func(ctx context.Context, i int) error {
-				_, err := l.Allow(ctx, core.Tenant{ID: "t" + strconv.Itoa(i)}, "default", 1)
-				return err
-			}, func() { _ = l.Close() }
+			return allow(benchLimiter(b, c, quota, core.WithBatching(true)))
 		}},
 		{"redis_rate", func(b *testing.B, c *redis.Client) (checker, func()) {
 			rl := redis_rate.NewLimiter(c)

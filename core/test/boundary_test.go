@@ -143,12 +143,8 @@ func TestNoGoroutinePerCheck(t *testing.T) {
 	forEachVariant(t, func(t *testing.T, v variant) {
 		srv := redistest.NewServer(t)
 		c := srv.Client(t, func(o *redis.Options) { o.ReadTimeout = 10 * time.Second; o.PoolSize = 64 })
-		l, err := core.New(c, staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(10)}),
-			append(v.options(), core.WithPrefix(redistest.Prefix(t)), core.WithTimeout(100*time.Millisecond), core.WithCircuitBreaker(0, 0))...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = l.Close() })
+		l := v.newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(10)}),
+			core.WithTimeout(100*time.Millisecond), core.WithCircuitBreaker(0, 0))
 		check(t, l, "warm", 0)
 		if err := srv.Pause(); err != nil {
 			t.Fatal(err)
@@ -191,14 +187,10 @@ func TestNoGoroutinePerCheck(t *testing.T) {
 func TestBatcherQueueBounded(t *testing.T) {
 	srv := redistest.NewServer(t)
 	reader := sdkmetric.NewManualReader()
-	l, err := core.New(srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true }),
+	l := newLimiter(t, srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true }),
 		staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(10)}),
-		core.WithPrefix(redistest.Prefix(t)), core.WithBatching(true), core.WithTimeout(3*time.Second),
+		core.WithBatching(true), core.WithTimeout(3*time.Second),
 		core.WithCircuitBreaker(0, 0), core.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
 	check(t, l, "warm", 0)
 	if err := srv.Pause(); err != nil {
 		t.Fatal(err)

@@ -63,9 +63,7 @@ func TestLeasesBound(t *testing.T) {
 		start := time.Now()
 		stop := start.Add(1500 * time.Millisecond)
 		for w := range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				for time.Now().Before(stop) {
 					d, err := lims[w%instances].Allow(context.Background(), core.Tenant{ID: "hot"}, "default", 1)
 					if err != nil {
@@ -79,7 +77,7 @@ func TestLeasesBound(t *testing.T) {
 						}
 					}
 				}
-			}()
+			})
 		}
 		wg.Wait()
 		elapsed := time.Since(start).Seconds()
@@ -189,9 +187,7 @@ func TestDenyCacheFloodSendsNothing(t *testing.T) {
 		var wg sync.WaitGroup
 		var denied atomic.Int64
 		for range 20 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				for range 100 {
 					d, err := l.Allow(context.Background(), core.Tenant{ID: "flood"}, "default", 1)
 					if err != nil {
@@ -202,7 +198,7 @@ func TestDenyCacheFloodSendsNothing(t *testing.T) {
 						denied.Add(1)
 					}
 				}
-			}()
+			})
 		}
 		wg.Wait()
 		clock.Advance(1900 * time.Millisecond) // 0.95 tokens: still below the cost

@@ -105,9 +105,7 @@ func TestCallerStorm(t *testing.T) {
 			cancelled, cancel := context.WithCancel(context.Background())
 			cancel()
 			for w := range 4 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
+				wg.Go(func() {
 					for i := range storm / 4 {
 						ctx, cancel := cancelled, context.CancelFunc(func() {})
 						switch i % 3 {
@@ -123,7 +121,7 @@ func TestCallerStorm(t *testing.T) {
 							return
 						}
 					}
-				}()
+				})
 			}
 			go func() { wg.Wait(); close(stormDone) }()
 		} else {
@@ -196,15 +194,8 @@ func TestWrongTypeKey(t *testing.T) {
 	var pwg sync.WaitGroup
 	stop := make(chan struct{})
 	for range 2 {
-		pwg.Add(1)
-		go func() {
-			defer pwg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
+		pwg.Go(func() {
+			repeat(stop, func(int) {
 				d, err := lim.Allow(context.Background(), core.Tenant{ID: "poisoned"}, "default", 1)
 				byPolicy := d.Reason == core.ReasonFailedClosed && errors.Is(err, core.ErrStore)
 				mu.Lock()
@@ -214,8 +205,8 @@ func TestWrongTypeKey(t *testing.T) {
 				}
 				mu.Unlock()
 				time.Sleep(time.Millisecond)
-			}
-		}()
+			})
+		})
 	}
 	ld := startLoad(lim, 6, 20)
 	start := time.Now()
@@ -288,9 +279,7 @@ func TestLostReply(t *testing.T) {
 			var worst time.Duration
 			gate := make(chan struct{})
 			for i := range callers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
+				wg.Go(func() {
 					<-gate
 					start := time.Now()
 					d, err := lim.Allow(context.Background(), core.Tenant{ID: "t" + strconv.Itoa(i)}, "default", 1)
@@ -301,7 +290,7 @@ func TestLostReply(t *testing.T) {
 					if !errors.Is(err, core.ErrStore) || d.Reason != core.ReasonFailedOpen {
 						t.Errorf("lost reply: %+v, %v; want the failure policy's answer", d, err)
 					}
-				}()
+				})
 			}
 			close(gate)
 			wg.Wait()

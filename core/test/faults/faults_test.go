@@ -26,6 +26,27 @@ func policyAnswer(p core.FailurePolicy) string {
 	return "200 (failed_open)"
 }
 
+// wantDegraded fails t unless every decision in m was answered by the
+// policy p and the slowest check took at most latencyBound.
+func wantDegraded(t *testing.T, m map[core.Reason]int, worst time.Duration, p core.FailurePolicy, while string) {
+	t.Helper()
+	if err := degradedOnly(m, p); err != nil {
+		t.Fatal(err)
+	}
+	if worst > latencyBound {
+		t.Fatalf("worst check took %v %s", worst, while)
+	}
+}
+
+// waitDecided waits until lim's checks are decided by Redis again.
+func waitDecided(t *testing.T, lim *core.Limiter, what string) {
+	t.Helper()
+	waitFor(t, 5*time.Second, what, func() bool {
+		d, err := lim.Allow(context.Background(), core.Tenant{ID: "probe"}, "default", 1)
+		return err == nil && d.Reason == core.ReasonOK
+	})
+}
+
 func TestNotRunningAtStart(t *testing.T) {
 	for _, p := range policies {
 		t.Run(p.String(), func(t *testing.T) {
@@ -36,19 +57,11 @@ func TestNotRunningAtStart(t *testing.T) {
 			defer ld.finish()
 			time.Sleep(400 * time.Millisecond)
 			m, worst := ld.snapshot()
-			if err := degradedOnly(m, p); err != nil {
-				t.Fatal(err)
-			}
-			if worst > latencyBound {
-				t.Fatalf("worst check took %v while Redis was down", worst)
-			}
+			wantDegraded(t, m, worst, p, "while Redis was down")
 			if err := srv.Restart(); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, 5*time.Second, "decisions from Redis", func() bool {
-				d, err := lim.Allow(context.Background(), core.Tenant{ID: "probe"}, "default", 1)
-				return err == nil && d.Reason == core.ReasonOK
-			})
+			waitDecided(t, lim, "decisions from Redis")
 			record(row{"Redis not running at start", p, policyAnswer(p) + " until Redis answers; then enforced, no restart of the service", worst})
 		})
 	}
@@ -67,12 +80,7 @@ func TestKilledUnderLoadAndRestarted(t *testing.T) {
 			ld.resetTally()
 			time.Sleep(500 * time.Millisecond)
 			m, worst := ld.snapshot()
-			if err := degradedOnly(m, p); err != nil {
-				t.Fatal(err)
-			}
-			if worst > latencyBound {
-				t.Fatalf("worst check took %v while Redis was dead", worst)
-			}
+			wantDegraded(t, m, worst, p, "while Redis was dead")
 			if err := srv.Restart(); err != nil { // data and script cache lost
 				t.Fatal(err)
 			}
@@ -145,16 +153,8 @@ func TestHungThenResumed(t *testing.T) {
 			if err := srv.Resume(); err != nil {
 				t.Fatal(err)
 			}
-			if err := degradedOnly(m, p); err != nil {
-				t.Fatal(err)
-			}
-			if worst > latencyBound {
-				t.Fatalf("worst check took %v while Redis was hung", worst)
-			}
-			waitFor(t, 5*time.Second, "recovery after resume", func() bool {
-				d, err := lim.Allow(context.Background(), core.Tenant{ID: "probe"}, "default", 1)
-				return err == nil && d.Reason == core.ReasonOK
-			})
+			wantDegraded(t, m, worst, p, "while Redis was hung")
+			waitDecided(t, lim, "recovery after resume")
 			record(row{"Redis hung (SIGSTOP), then resumed", p, policyAnswer(p) + " within the timeout, circuit opens; recovers on resume", worst})
 		})
 	}

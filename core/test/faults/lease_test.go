@@ -39,12 +39,7 @@ func TestLeaseMapOverflow(t *testing.T) {
 	)
 	for w := range 8 { // the hot tenant: one check takes a lease, the others wait for it
 		wg.Go(func() {
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
+			repeat(stop, func(i int) {
 				tenant := "hot" + strconv.Itoa((w+i)%hot)
 				cctx, ccancel := context.WithTimeout(ctx, 5*time.Second) // a hang shows as 5 s, not forever
 				start := time.Now()
@@ -62,7 +57,7 @@ func TestLeaseMapOverflow(t *testing.T) {
 				}
 				mu.Unlock()
 				time.Sleep(time.Millisecond) // a steady, bounded load
-			}
+			})
 		})
 	}
 	began := time.Now()

@@ -39,12 +39,7 @@ func startLoad(lim *core.Limiter, workers, tenants int) *load {
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-l.stop:
-					return
-				default:
-				}
+			repeat(l.stop, func(i int) {
 				tenant := "t" + strconv.Itoa((w+i)%tenants)
 				start := time.Now()
 				d, err := lim.Allow(context.Background(), core.Tenant{ID: tenant}, "default", 1)
@@ -66,7 +61,7 @@ func startLoad(lim *core.Limiter, workers, tenants int) *load {
 				}
 				l.mu.Unlock()
 				time.Sleep(time.Millisecond) // a steady, bounded load
-			}
+			})
 		}()
 	}
 	return l
@@ -94,6 +89,18 @@ func (l *load) resetTally() {
 	l.worst = 0
 	l.admitted = map[string]int{}
 	l.mu.Unlock()
+}
+
+// repeat calls f(0), f(1), ... until stop is closed.
+func repeat(stop <-chan struct{}, f func(i int)) {
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		f(i)
+	}
 }
 
 // waitFor polls cond until it holds or d passes.

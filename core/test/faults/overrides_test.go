@@ -114,12 +114,7 @@ func TestOverrideDatabaseHung(t *testing.T) {
 			stop := make(chan struct{})
 			var wg sync.WaitGroup
 			wg.Go(func() {
-				for i := 0; ; i++ {
-					select {
-					case <-stop:
-						return
-					default:
-					}
+				repeat(stop, func(i int) {
 					start := time.Now()
 					d, _ := lim.Allow(ctx, core.Tenant{ID: "new" + strconv.Itoa(i)}, "default", 1)
 					took := time.Since(start)
@@ -128,7 +123,7 @@ func TestOverrideDatabaseHung(t *testing.T) {
 					newWorst = max(newWorst, took)
 					mu.Unlock()
 					time.Sleep(20 * time.Millisecond)
-				}
+				})
 			})
 			began := time.Now()
 			time.Sleep(2500 * time.Millisecond) // past the 2 s override timeout
