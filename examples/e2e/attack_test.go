@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate-go/tollgate/examples"
 	"github.com/tollgate-go/tollgate/examples/internal/app"
 	"github.com/tollgate-go/tollgate/examples/internal/demopb"
+	"github.com/tollgate-go/tollgate/examples/internal/grpctest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -175,7 +176,7 @@ func attackGRPC(t *testing.T, addr, victimAuth, attackerAuth string) {
 	c := demopb.NewDemoClient(cc)
 	ctx := t.Context()
 	for range 2 {
-		if n, _, _, err := exportStream(bearer(ctx, victimAuth), c); err != nil || n != 2 {
+		if n, _, _, err := grpctest.Export(grpctest.WithAuth(ctx, victimAuth), c); err != nil || n != 2 {
 			t.Fatalf("export: %d chunks, %v", n, err)
 		}
 	}
@@ -192,20 +193,20 @@ func attackGRPC(t *testing.T, addr, victimAuth, attackerAuth string) {
 				cctx, cancel = context.WithCancel(ctx)
 				time.AfterFunc(100*time.Microsecond, cancel)
 			}
-			_, _ = c.GetProfile(bearer(cctx, attackerAuth), &demopb.GetProfileRequest{}, grpc.WaitForReady(false))
+			_, _ = c.GetProfile(grpctest.WithAuth(cctx, attackerAuth), &demopb.GetProfileRequest{}, grpc.WaitForReady(false))
 			cancel()
 		}
 	})
 	defer end()
 	deadline := time.Now().Add(attackFor)
 	for n := 0; time.Now().Before(deadline); n++ {
-		if _, _, _, err := exportStream(bearer(ctx, victimAuth), c); status.Code(err) != codes.ResourceExhausted {
+		if _, _, _, err := grpctest.Export(grpctest.WithAuth(ctx, victimAuth), c); status.Code(err) != codes.ResourceExhausted {
 			t.Fatalf("victim's export #%d during the attack: %v; want ResourceExhausted: the limiter was switched off", n, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	end()
-	if _, _, _, err := exportStream(bearer(ctx, victimAuth), c); status.Code(err) != codes.ResourceExhausted {
+	if _, _, _, err := grpctest.Export(grpctest.WithAuth(ctx, victimAuth), c); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("victim's export after the attack: %v", err)
 	}
 }

@@ -2,8 +2,6 @@ package e2e_test
 
 import (
 	"context"
-	"errors"
-	"io"
 	"net/http"
 	"strconv"
 	"testing"
@@ -13,6 +11,7 @@ import (
 	"github.com/tollgate-go/tollgate/examples/internal/app"
 	"github.com/tollgate-go/tollgate/examples/internal/apptest"
 	"github.com/tollgate-go/tollgate/examples/internal/demopb"
+	"github.com/tollgate-go/tollgate/examples/internal/grpctest"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -21,34 +20,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
-
-// bearer puts an Authorization value in the outgoing metadata.
-func bearer(ctx context.Context, authorization string) context.Context {
-	if authorization == "" {
-		return ctx
-	}
-	return metadata.AppendToOutgoingContext(ctx, "authorization", authorization)
-}
-
-// exportStream opens an ExportReport stream and reads it to the end.
-func exportStream(ctx context.Context, c demopb.DemoClient) (chunks int, header, trailer metadata.MD, err error) {
-	s, err := c.ExportReport(ctx, &demopb.ExportReportRequest{Chunks: 2})
-	if err != nil {
-		return 0, nil, nil, err
-	}
-	for {
-		_, err := s.Recv()
-		if errors.Is(err, io.EOF) {
-			header, _ = s.Header()
-			return chunks, header, s.Trailer(), nil
-		}
-		if err != nil {
-			header, _ = s.Header()
-			return chunks, header, s.Trailer(), err
-		}
-		chunks++
-	}
-}
 
 // one returns the single value of key in md, failing when there is not
 // exactly one.
@@ -99,14 +70,14 @@ func TestGRPCExampleAsProcess(t *testing.T) {
 	t.Run("no or bad token is Unauthenticated before the limiter", func(t *testing.T) {
 		for _, auth := range []string{"", wrongAuth} {
 			var hdr metadata.MD
-			_, err := c.GetProfile(bearer(ctx, auth), &demopb.GetProfileRequest{}, grpc.Header(&hdr))
+			_, err := c.GetProfile(grpctest.WithAuth(ctx, auth), &demopb.GetProfileRequest{}, grpc.Header(&hdr))
 			if status.Code(err) != codes.Unauthenticated {
 				t.Errorf("GetProfile: %v, want Unauthenticated", err)
 			}
 			if len(hdr.Get("x-ratelimit-limit")) != 0 {
 				t.Errorf("GetProfile: the limiter ran before authentication: %v", hdr)
 			}
-			if _, _, _, err := exportStream(bearer(ctx, auth), c); status.Code(err) != codes.Unauthenticated {
+			if _, _, _, err := grpctest.Export(grpctest.WithAuth(ctx, auth), c); status.Code(err) != codes.Unauthenticated {
 				t.Errorf("ExportReport: %v, want Unauthenticated", err)
 			}
 		}
@@ -115,7 +86,7 @@ func TestGRPCExampleAsProcess(t *testing.T) {
 	// The sequence the HTTP examples answer; the same values.
 	t.Run("profile", func(t *testing.T) {
 		var hdr metadata.MD
-		pr, err := c.GetProfile(bearer(ctx, freeAuth), &demopb.GetProfileRequest{}, grpc.Header(&hdr))
+		pr, err := c.GetProfile(grpctest.WithAuth(ctx, freeAuth), &demopb.GetProfileRequest{}, grpc.Header(&hdr))
 		if err != nil || pr.GetTenant() != free || pr.GetTier() != "free" {
 			t.Fatalf("GetProfile = %v, %v", pr, err)
 		}
@@ -129,7 +100,7 @@ func TestGRPCExampleAsProcess(t *testing.T) {
 
 	t.Run("free export stream is denied on the third call", func(t *testing.T) {
 		for i, remaining := range []string{"5", "0"} {
-			n, hdr, _, err := exportStream(bearer(ctx, freeAuth), c)
+			n, hdr, _, err := grpctest.Export(grpctest.WithAuth(ctx, freeAuth), c)
 			if err != nil || n != 2 {
 				t.Fatalf("export #%d: %d chunks, %v; want 2, OK", i+1, n, err)
 			}
@@ -138,7 +109,7 @@ func TestGRPCExampleAsProcess(t *testing.T) {
 				t.Errorf("export #%d header %v, want limit 10, remaining %s", i+1, hdr, remaining)
 			}
 		}
-		n, _, tr, err := exportStream(bearer(ctx, freeAuth), c)
+		n, _, tr, err := grpctest.Export(grpctest.WithAuth(ctx, freeAuth), c)
 		st := status.Convert(err)
 		if st.Code() != codes.ResourceExhausted || n != 0 {
 			t.Fatalf("export #3: %d chunks, %v; want ResourceExhausted before any chunk", n, err)
@@ -167,13 +138,13 @@ func TestGRPCExampleAsProcess(t *testing.T) {
 			t.Errorf("ratelimit-policy trailer %q", got)
 		}
 		// Classes are separate buckets: the profile still answers.
-		if _, err := c.GetProfile(bearer(ctx, freeAuth), &demopb.GetProfileRequest{}); err != nil {
+		if _, err := c.GetProfile(grpctest.WithAuth(ctx, freeAuth), &demopb.GetProfileRequest{}); err != nil {
 			t.Errorf("GetProfile after the denied export: %v", err)
 		}
 	})
 
 	t.Run("pro export", func(t *testing.T) {
-		n, hdr, _, err := exportStream(bearer(ctx, proAuth), c)
+		n, hdr, _, err := grpctest.Export(grpctest.WithAuth(ctx, proAuth), c)
 		if err != nil || n != 2 || one(t, hdr, "x-ratelimit-limit") != "100" || one(t, hdr, "x-ratelimit-remaining") != "95" {
 			t.Errorf("pro export: %d chunks, %v, header %v", n, err, hdr)
 		}

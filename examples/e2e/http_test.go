@@ -3,7 +3,6 @@ package e2e_test
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
 	"mime"
 	"net/http"
@@ -179,23 +178,8 @@ func newClient(t *testing.T) *client {
 
 func (c *client) do(t *testing.T, method, url, authorization string) response {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), method, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if authorization != "" {
-		req.Header.Set("Authorization", authorization)
-	}
-	resp, err := c.c.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("%s %s: read: %v", method, url, err)
-	}
-	return response{status: resp.StatusCode, header: resp.Header, body: strings.TrimSpace(string(b))}
+	r := apptest.DoWith(t, c.c, method, url, authorization)
+	return response{status: r.Status, header: r.Header, body: strings.TrimSpace(r.Body)}
 }
 
 // run is one HTTP example's process and what it answered.

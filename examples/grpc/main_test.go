@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +12,7 @@ import (
 	"github.com/tollgate-go/tollgate/examples/internal/app"
 	"github.com/tollgate-go/tollgate/examples/internal/apptest"
 	"github.com/tollgate-go/tollgate/examples/internal/demopb"
+	"github.com/tollgate-go/tollgate/examples/internal/grpctest"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -47,31 +46,6 @@ func dial(t *testing.T, a *app.App) *grpc.ClientConn {
 	return cc
 }
 
-func withAuth(ctx context.Context, authorization string) context.Context {
-	if authorization == "" {
-		return ctx
-	}
-	return metadata.AppendToOutgoingContext(ctx, "authorization", authorization)
-}
-
-// export opens an ExportReport stream and reads it to the end.
-func export(ctx context.Context, c demopb.DemoClient) (chunks int, trailer metadata.MD, err error) {
-	s, err := c.ExportReport(ctx, &demopb.ExportReportRequest{Chunks: 2})
-	if err != nil {
-		return 0, nil, err
-	}
-	for {
-		_, err := s.Recv()
-		if errors.Is(err, io.EOF) {
-			return chunks, s.Trailer(), nil
-		}
-		if err != nil {
-			return chunks, s.Trailer(), err
-		}
-		chunks++
-	}
-}
-
 func TestService(t *testing.T) {
 	a := apptest.New(t)
 	c := demopb.NewDemoClient(dial(t, a))
@@ -90,14 +64,14 @@ func TestService(t *testing.T) {
 	t.Run("no or bad token is Unauthenticated", func(t *testing.T) {
 		for _, bad := range apptest.BadTokens(t) {
 			var hdr metadata.MD
-			_, err := c.GetProfile(withAuth(ctx, bad.Authorization), &demopb.GetProfileRequest{}, grpc.Header(&hdr))
+			_, err := c.GetProfile(grpctest.WithAuth(ctx, bad.Authorization), &demopb.GetProfileRequest{}, grpc.Header(&hdr))
 			if status.Code(err) != codes.Unauthenticated {
 				t.Errorf("%s: GetProfile: %v, want Unauthenticated", bad.Name, err)
 			}
 			if len(hdr.Get("x-ratelimit-limit")) != 0 {
 				t.Errorf("%s: the limiter ran before authentication", bad.Name)
 			}
-			if _, _, err := export(withAuth(ctx, bad.Authorization), c); status.Code(err) != codes.Unauthenticated {
+			if _, _, _, err := grpctest.Export(grpctest.WithAuth(ctx, bad.Authorization), c); status.Code(err) != codes.Unauthenticated {
 				t.Errorf("%s: ExportReport: %v, want Unauthenticated", bad.Name, err)
 			}
 		}
@@ -106,7 +80,7 @@ func TestService(t *testing.T) {
 	t.Run("profile carries the rate-limit metadata", func(t *testing.T) {
 		tenant := apptest.Tenant(t)
 		var hdr metadata.MD
-		p, err := c.GetProfile(withAuth(ctx, "Bearer "+apptest.Token(t, tenant, "free")), &demopb.GetProfileRequest{}, grpc.Header(&hdr))
+		p, err := c.GetProfile(grpctest.WithAuth(ctx, "Bearer "+apptest.Token(t, tenant, "free")), &demopb.GetProfileRequest{}, grpc.Header(&hdr))
 		if err != nil || p.GetTenant() != tenant || p.GetTier() != "free" {
 			t.Fatalf("GetProfile = %v, %v", p, err)
 		}
@@ -119,7 +93,7 @@ func TestService(t *testing.T) {
 	})
 
 	t.Run("unary calls are denied past the burst", func(t *testing.T) {
-		actx := withAuth(ctx, "Bearer "+apptest.Token(t, apptest.Tenant(t), "free"))
+		actx := grpctest.WithAuth(ctx, "Bearer "+apptest.Token(t, apptest.Tenant(t), "free"))
 		start := time.Now()
 		ok, denied := 0, 0
 		for range 30 {
@@ -139,13 +113,13 @@ func TestService(t *testing.T) {
 	})
 
 	t.Run("free export stream is denied after two with ResourceExhausted", func(t *testing.T) {
-		actx := withAuth(ctx, "Bearer "+apptest.Token(t, apptest.Tenant(t), "free"))
+		actx := grpctest.WithAuth(ctx, "Bearer "+apptest.Token(t, apptest.Tenant(t), "free"))
 		for i := range 2 {
-			if n, _, err := export(actx, c); err != nil || n != 2 {
+			if n, _, _, err := grpctest.Export(actx, c); err != nil || n != 2 {
 				t.Fatalf("export #%d: %d chunks, %v", i+1, n, err)
 			}
 		}
-		n, tr, err := export(actx, c)
+		n, _, tr, err := grpctest.Export(actx, c)
 		st := status.Convert(err)
 		if st.Code() != codes.ResourceExhausted || n != 0 {
 			t.Fatalf("export #3: %d chunks, %v; want ResourceExhausted before any chunk", n, err)
@@ -167,9 +141,9 @@ func TestService(t *testing.T) {
 	})
 
 	t.Run("metrics serve the decisions in Prometheus text over HTTP", func(t *testing.T) {
-		actx := withAuth(ctx, "Bearer "+apptest.Token(t, apptest.Tenant(t), "free"))
+		actx := grpctest.WithAuth(ctx, "Bearer "+apptest.Token(t, apptest.Tenant(t), "free"))
 		for range 3 {
-			_, _, _ = export(actx, c)
+			_, _, _, _ = grpctest.Export(actx, c)
 		}
 		hs := httptest.NewServer(NewMetricsHandler(a))
 		defer hs.Close()

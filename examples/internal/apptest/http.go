@@ -24,9 +24,15 @@ type Response struct {
 	Body   string
 }
 
-// Do sends one request to base+path with an Authorization value (none when
-// empty) and reads the whole answer.
+// Do sends one request to url with an Authorization value (none when
+// empty), on a client of its own, and reads the whole answer.
 func Do(t testing.TB, method, url, authorization string) Response {
+	t.Helper()
+	return DoWith(t, &http.Client{Timeout: 10 * time.Second}, method, url, authorization)
+}
+
+// DoWith is Do on client c.
+func DoWith(t testing.TB, c *http.Client, method, url, authorization string) Response {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), method, url, nil)
 	if err != nil {
@@ -35,7 +41,6 @@ func Do(t testing.TB, method, url, authorization string) Response {
 	if authorization != "" {
 		req.Header.Set("Authorization", authorization)
 	}
-	c := &http.Client{Timeout: 10 * time.Second}
 	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, url, err)
