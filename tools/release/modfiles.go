@@ -69,7 +69,7 @@ func syncModFiles(root string, v *Versions) ([]string, error) {
 	var changed []string
 	for _, dir := range dirs {
 		p := filepath.Join(root, dir, "go.mod")
-		c, err := syncGoMod(p, dir, v)
+		c, err := syncFile(p, func(old []byte) ([]byte, error) { return syncGoMod(p, dir, old, v) })
 		if err != nil {
 			return nil, err
 		}
@@ -77,7 +77,8 @@ func syncModFiles(root string, v *Versions) ([]string, error) {
 			changed = append(changed, filepath.Join(dir, "go.mod"))
 		}
 	}
-	c, err := syncGoWork(filepath.Join(root, "go.work"), v)
+	p := filepath.Join(root, "go.work")
+	c, err := syncFile(p, func(old []byte) ([]byte, error) { return syncGoWork(p, old, v) })
 	if err != nil {
 		return nil, err
 	}
@@ -87,17 +88,32 @@ func syncModFiles(root string, v *Versions) ([]string, error) {
 	return changed, nil
 }
 
-func syncGoMod(p, dir string, v *Versions) (bool, error) {
+// syncFile rewrites the file p with what sync makes of its contents, if
+// that differs, and reports whether it did.
+func syncFile(p string, sync func(old []byte) ([]byte, error)) (bool, error) {
 	old, err := os.ReadFile(p)
 	if err != nil {
 		return false, err
 	}
-	f, err := modfile.Parse(p, old, nil)
+	out, err := sync(old)
 	if err != nil {
 		return false, err
 	}
+	if bytes.Equal(out, old) {
+		return false, nil
+	}
+	return true, os.WriteFile(p, out, 0o644)
+}
+
+// syncGoMod returns the go.mod file p of module dir, whose contents are
+// old, as v wants it.
+func syncGoMod(p, dir string, old []byte, v *Versions) ([]byte, error) {
+	f, err := modfile.Parse(p, old, nil)
+	if err != nil {
+		return nil, err
+	}
 	if f.Module == nil || f.Module.Mod.Path != modulePath(dir) {
-		return false, fmt.Errorf("%s: module path is not %s", p, modulePath(dir))
+		return nil, fmt.Errorf("%s: module path is not %s", p, modulePath(dir))
 	}
 	isPublished := v.published(f.Module.Mod.Path)
 	for _, r := range f.Require {
@@ -107,36 +123,32 @@ func syncGoMod(p, dir string, v *Versions) (bool, error) {
 		}
 		if !v.published(path) {
 			if isPublished {
-				return false, fmt.Errorf("%s: published module %s requires %s, which %s does not list as published", p, f.Module.Mod.Path, path, versionsFile)
+				return nil, fmt.Errorf("%s: published module %s requires %s, which %s does not list as published", p, f.Module.Mod.Path, path, versionsFile)
 			}
 			continue
 		}
 		if r.Mod.Version != v.Version {
 			if err := f.AddRequire(path, v.Version); err != nil {
-				return false, err
+				return nil, err
 			}
 		}
 	}
 	if isPublished {
 		for _, r := range slices.Clone(f.Replace) {
 			if !ours(r.Old.Path) {
-				return false, fmt.Errorf("%s: published module replaces %s; its users would not see that replace", p, r.Old.Path)
+				return nil, fmt.Errorf("%s: published module replaces %s; its users would not see that replace", p, r.Old.Path)
 			}
 			if err := f.DropReplace(r.Old.Path, r.Old.Version); err != nil {
-				return false, err
+				return nil, err
 			}
 		}
 	}
 	f.Cleanup()
 	out, err := f.Format()
 	if err != nil {
-		return false, err
+		return nil, err
 	}
-	out = tidyBlankLines(out)
-	if bytes.Equal(out, old) {
-		return false, nil
-	}
-	return true, os.WriteFile(p, out, 0o644)
+	return tidyBlankLines(out), nil
 }
 
 // tidyBlankLines squeezes the runs of blank lines a dropped block leaves.
@@ -147,14 +159,12 @@ func tidyBlankLines(b []byte) []byte {
 	return b
 }
 
-func syncGoWork(p string, v *Versions) (bool, error) {
-	old, err := os.ReadFile(p)
-	if err != nil {
-		return false, err
-	}
+// syncGoWork returns the go.work file p, whose contents are old, as v
+// wants it.
+func syncGoWork(p string, old []byte, v *Versions) ([]byte, error) {
 	w, err := modfile.ParseWork(p, old, nil)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	used := map[string]bool{}
 	for _, u := range w.Use {
@@ -162,7 +172,7 @@ func syncGoWork(p string, v *Versions) (bool, error) {
 	}
 	for _, m := range v.Modules {
 		if !used[m] {
-			return false, fmt.Errorf("go.work does not use published module %s: run go work use ./%s", m, m)
+			return nil, fmt.Errorf("go.work does not use published module %s: run go work use ./%s", m, m)
 		}
 	}
 	// drop our modules' replaces, then add one per published module at
@@ -172,7 +182,7 @@ func syncGoWork(p string, v *Versions) (bool, error) {
 	for _, r := range slices.Clone(w.Replace) {
 		if ours(r.Old.Path) {
 			if err := w.DropReplace(r.Old.Path, r.Old.Version); err != nil {
-				return false, err
+				return nil, err
 			}
 		}
 	}
@@ -185,10 +195,7 @@ func syncGoWork(p string, v *Versions) (bool, error) {
 	block.WriteString(")\n")
 	out := tidyBlankLines(append(modfile.Format(w.Syntax), block.String()...))
 	if _, err := modfile.ParseWork(p, out, nil); err != nil {
-		return false, fmt.Errorf("rewriting go.work: %w", err)
+		return nil, fmt.Errorf("rewriting go.work: %w", err)
 	}
-	if bytes.Equal(out, old) {
-		return false, nil
-	}
-	return true, os.WriteFile(p, out, 0o644)
+	return out, nil
 }
