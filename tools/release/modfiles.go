@@ -88,14 +88,14 @@ func syncModFiles(root string, v *Versions) ([]string, error) {
 	return changed, nil
 }
 
-// syncFile rewrites the file p with what sync makes of its contents, if
+// syncFile rewrites the file p with what update makes of its contents, if
 // that differs, and reports whether it did.
-func syncFile(p string, sync func(old []byte) ([]byte, error)) (bool, error) {
+func syncFile(p string, update func(old []byte) ([]byte, error)) (bool, error) {
 	old, err := os.ReadFile(p)
 	if err != nil {
 		return false, err
 	}
-	out, err := sync(old)
+	out, err := update(old)
 	if err != nil {
 		return false, err
 	}

@@ -106,11 +106,6 @@ var (
 // version becomes next, previous the old version, and the allow-list of
 // incompatible changes (accepted against the old baseline) is emptied.
 func setVersion(root, next string) (changed bool, err error) {
-	p := filepath.Join(root, versionsFile)
-	b, err := os.ReadFile(p)
-	if err != nil {
-		return false, err
-	}
 	v, err := readVersions(root)
 	if err != nil {
 		return false, err
@@ -121,11 +116,13 @@ func setVersion(root, next string) (changed bool, err error) {
 	if semver.Compare(next, v.Version) < 0 {
 		return false, fmt.Errorf("%s is older than the current version %s", next, v.Version)
 	}
-	s := string(b)
-	s = versionLine.ReplaceAllString(s, "version: "+next)
-	s = previousLine.ReplaceAllString(s, "previous: "+v.Version)
-	s = allowBlock.ReplaceAllString(s, "allow-incompatible: []\n")
-	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+	if _, err := syncFile(filepath.Join(root, versionsFile), func(b []byte) ([]byte, error) {
+		s := string(b)
+		s = versionLine.ReplaceAllString(s, "version: "+next)
+		s = previousLine.ReplaceAllString(s, "previous: "+v.Version)
+		s = allowBlock.ReplaceAllString(s, "allow-incompatible: []\n")
+		return []byte(s), nil
+	}); err != nil {
 		return false, err
 	}
 	// read back: the rewrite must parse and say what we meant
