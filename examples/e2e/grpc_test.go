@@ -12,7 +12,6 @@ import (
 	"github.com/tollgate-go/tollgate/examples/internal/apptest"
 	"github.com/tollgate-go/tollgate/examples/internal/demopb"
 	"github.com/tollgate-go/tollgate/examples/internal/grpctest"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -114,12 +113,7 @@ func TestGRPCExampleAsProcess(t *testing.T) {
 		if st.Code() != codes.ResourceExhausted || n != 0 {
 			t.Fatalf("export #3: %d chunks, %v; want ResourceExhausted before any chunk", n, err)
 		}
-		var retry *errdetails.RetryInfo
-		for _, d := range st.Details() {
-			if ri, ok := d.(*errdetails.RetryInfo); ok {
-				retry = ri
-			}
-		}
+		retry := grpctest.RetryInfo(st)
 		delay := retry.GetRetryDelay().AsDuration()
 		if retry == nil || delay < 45*time.Second || delay > 50*time.Second {
 			t.Fatalf("RetryInfo = %v, want 45..50 s", retry)

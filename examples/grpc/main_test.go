@@ -13,7 +13,6 @@ import (
 	"github.com/tollgate-go/tollgate/examples/internal/apptest"
 	"github.com/tollgate-go/tollgate/examples/internal/demopb"
 	"github.com/tollgate-go/tollgate/examples/internal/grpctest"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -124,12 +123,7 @@ func TestService(t *testing.T) {
 		if st.Code() != codes.ResourceExhausted || n != 0 {
 			t.Fatalf("export #3: %d chunks, %v; want ResourceExhausted before any chunk", n, err)
 		}
-		var retry *errdetails.RetryInfo
-		for _, d := range st.Details() {
-			if ri, ok := d.(*errdetails.RetryInfo); ok {
-				retry = ri
-			}
-		}
+		retry := grpctest.RetryInfo(st)
 		if retry == nil || retry.GetRetryDelay().AsDuration() < 45*time.Second || retry.GetRetryDelay().AsDuration() > 50*time.Second {
 			t.Errorf("RetryInfo = %v, want 45..50 s", retry)
 		}

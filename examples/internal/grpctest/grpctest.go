@@ -1,7 +1,7 @@
 // Package grpctest holds what the gRPC example's tests share (the
 // in-process test of examples/grpc and the end-to-end test of its binary):
-// the Authorization metadata of a call and the ExportReport stream read to
-// its end.
+// the Authorization metadata of a call, the ExportReport stream read to its
+// end, and the RetryInfo of a denial.
 package grpctest
 
 import (
@@ -10,7 +10,9 @@ import (
 	"io"
 
 	"github.com/tollgate-go/tollgate/examples/internal/demopb"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 )
 
 // WithAuth puts an Authorization value in the outgoing metadata (none when
@@ -42,4 +44,16 @@ func Export(ctx context.Context, c demopb.DemoClient) (chunks int, header, trail
 		}
 		chunks++
 	}
+}
+
+// RetryInfo returns the RetryInfo detail of st (the last one), nil when it
+// has none.
+func RetryInfo(st *status.Status) *errdetails.RetryInfo {
+	var retry *errdetails.RetryInfo
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			retry = ri
+		}
+	}
+	return retry
 }
