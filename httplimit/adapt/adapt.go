@@ -9,7 +9,11 @@ package adapt
 
 import (
 	"context"
+	"maps"
 	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/tollgate-go/tollgate/core"
 )
@@ -152,7 +156,7 @@ func (c *Config[F]) NewGate(lim *core.Limiter) (*core.Gate, error) {
 
 // SetHeaders sets core's headers on h, replacing any earlier values. Names
 // are stored canonicalised, as http.Header.Set would, with one allocation
-// in all.
+// in all once each name has been seen (see canonical).
 func SetHeaders(h http.Header, hs []core.Header) {
 	if len(hs) == 0 {
 		return
@@ -164,23 +168,46 @@ func SetHeaders(h http.Header, hs []core.Header) {
 	}
 }
 
-// canonicalNames holds the canonical form of every header name core emits,
-// so that setting them allocates nothing.
-var canonicalNames = func() map[string]string {
-	m := map[string]string{}
-	for _, n := range []string{core.HeaderRateLimit, core.HeaderRateLimitPolicy, core.HeaderRetryAfter,
-		core.HeaderXRateLimitLimit, core.HeaderXRateLimitRemain, core.HeaderXRateLimitReset,
-		core.HeaderRateLimitLimit06, core.HeaderRateLimitRemain06, core.HeaderRateLimitReset06, core.HeaderWWWAuthenticate} {
-		m[n] = http.CanonicalHeaderKey(n)
-	}
-	return m
-}()
+// canonicalNames caches the canonical form of the header names core emits,
+// filled on first sight of each name, so that setting them allocates nothing
+// once every name has been seen. Readers load an immutable map; a new name
+// is added to a copy under canonicalMu. Core emits a fixed handful of names;
+// the cache holds at most maxCanonicalNames, and any name past that is
+// canonicalised on every call.
+var (
+	canonicalNames atomic.Pointer[map[string]string]
+	canonicalMu    sync.Mutex
+)
+
+// maxCanonicalNames bounds the cache: several times the names core emits.
+const maxCanonicalNames = 64
 
 func canonical(name string) string {
-	if c, ok := canonicalNames[name]; ok {
+	m := canonicalNames.Load()
+	if m != nil {
+		if c, ok := (*m)[name]; ok {
+			return c
+		}
+	}
+	c := http.CanonicalHeaderKey(name)
+	if m != nil && len(*m) >= maxCanonicalNames {
 		return c
 	}
-	return http.CanonicalHeaderKey(name)
+	canonicalMu.Lock()
+	defer canonicalMu.Unlock()
+	old := map[string]string{}
+	if m := canonicalNames.Load(); m != nil {
+		old = *m
+	}
+	if _, ok := old[name]; ok || len(old) >= maxCanonicalNames {
+		return c
+	}
+	next := make(map[string]string, len(old)+1)
+	maps.Copy(next, old)
+	// a copy of the name: the cache must not keep a caller's larger string alive
+	next[strings.Clone(name)] = c
+	canonicalNames.Store(&next)
+	return c
 }
 
 // Misconfigured is the body of the 500 a misconfigured adapter answers
