@@ -444,7 +444,7 @@ func (e *env) decisions() map[string]int64 {
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
 			sum, ok := m.Data.(metricdata.Sum[int64])
-			if m.Name != core.MetricDecisions || !ok {
+			if m.Name != "tollgate.decisions" || !ok {
 				continue
 			}
 			for _, dp := range sum.DataPoints {

@@ -69,7 +69,7 @@ func reference(f fault) Target {
 			}
 			if f != headersOnlyOnAllow || v.Proceed {
 				for _, h := range v.Headers {
-					if f == dropsRetryAfter && h.Name == core.HeaderRetryAfter {
+					if f == dropsRetryAfter && h.Name == "Retry-After" {
 						continue
 					}
 					w.Header().Set(h.Name, h.Value)

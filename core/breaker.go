@@ -10,12 +10,12 @@ import (
 // breaker is open: the store was not called.
 var errCircuitOpen = errors.New("circuit breaker open: store not called")
 
-// Breaker defaults: after DefaultBreakerThreshold consecutive store failures
-// the limiter stops calling the store for DefaultBreakerCooldown, then lets
+// Breaker defaults (WithCircuitBreaker states them): after defaultBreakerThreshold consecutive store failures
+// the limiter stops calling the store for defaultBreakerCooldown, then lets
 // one probe through; a success closes the circuit.
 const (
-	DefaultBreakerThreshold = 5
-	DefaultBreakerCooldown  = time.Second
+	defaultBreakerThreshold = 5
+	defaultBreakerCooldown  = time.Second
 )
 
 // breaker is a consecutive-failure circuit breaker. Lock-free: it sits on

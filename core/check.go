@@ -136,8 +136,8 @@ func (l *Limiter) validate(req Request) error {
 	if req.Cost < 0 || req.Cost > MaxCost {
 		return fmt.Errorf("%w: cost must be 0 to %d, got %d", ErrInvalidRequest, int64(MaxCost), req.Cost)
 	}
-	if len(req.Also) >= MaxClasses {
-		return fmt.Errorf("%w: %d classes in one request, more than %d", ErrInvalidRequest, 1+len(req.Also), MaxClasses)
+	if len(req.Also) >= maxClasses {
+		return fmt.Errorf("%w: %d classes in one request, more than %d", ErrInvalidRequest, 1+len(req.Also), maxClasses)
 	}
 	for _, class := range req.Also {
 		if err := ValidateName(class); err != nil {

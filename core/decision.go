@@ -53,9 +53,6 @@ func (r Reason) String() string {
 	return "unknown"
 }
 
-// Degraded reports whether the decision was made without the store.
-func (r Reason) Degraded() bool { return r == ReasonFailedOpen || r == ReasonFailedClosed }
-
 // BucketState is one bucket's state after a check.
 type BucketState struct {
 	Name  string
@@ -103,7 +100,9 @@ type Decision struct {
 
 // Degraded reports whether the decision was made without the store because
 // it failed (failure policy or local fallback).
-func (d Decision) Degraded() bool { return d.Reason.Degraded() || d.Fallback }
+func (d Decision) Degraded() bool {
+	return d.Reason == ReasonFailedOpen || d.Reason == ReasonFailedClosed || d.Fallback
+}
 
 // Denied reports whether the request was rejected by a bucket (over limit or
 // never satisfiable), as opposed to allowed or failed.

@@ -33,7 +33,7 @@
 // # The API, group by group
 //
 // Every exported name is here because a service, an adapter or a tool
-// needs it:
+// needs it (docs/api.md says what each one is for):
 //
 //   - [Limiter], [New], [Request], [Decision], [BucketState], [Reason]:
 //     the check itself and its answer, for services that call the limiter
@@ -41,21 +41,21 @@
 //   - [Gate], [NewGate], [Endpoint], [Route], [Routes], [CostFunc],
 //     [Verdict], [Header], [Problem]: the request flow every adapter shares,
 //     so that HTTP and gRPC adapters only translate a Verdict.
-//   - [HeaderStyle] and the Header* names, [ProblemContentType],
-//     [UnauthenticatedProblem]: what clients see, named once so that every
-//     adapter and test spells it the same way.
+//   - [HeaderStyle] and its values, [ProblemContentType],
+//     [UnauthenticatedProblem]: what clients see. Header names, metric
+//     names and labels are wire contracts, written as literals and listed
+//     in docs/semantics.md and docs/observability.md, not exported names.
 //   - [Resolver], [TieredResolver], [NewResolver], [Tiers], [Tier], [Quota],
 //     [Bucket], [Overrides], [ResolverStats]: where quotas come from (tier
-//     defaults plus per-tenant overrides, for example core/sqlquota).
+//     defaults plus per-tenant overrides, for example the sqlquota module).
 //   - [Tenant], [ContextWithTenant], [TenantFromContext]: identity, set by
 //     the auth middleware.
 //   - [Option], [GateOption], [ResolverOption] and the With* functions:
-//     configuration; each option validates its value, and [WithClock] is the
-//     one clock for all three constructors.
+//     configuration; each option validates its value and states its
+//     default, and [WithClock] is the one clock for all three constructors.
 //   - [Keys], [EscapeID], [ValidateName], [ScriptSource]: the key scheme and
 //     escaping, shared with the tollgate CLI and the override store so there
 //     is one definition of a key.
-//   - The Err* sentinels, the Max* limits, the Default* values and the
-//     Metric* names: what callers test with errors.Is, validate against and
-//     query in dashboards.
+//   - The Err* sentinels, the Max* limits and the Default* values: what
+//     callers test with errors.Is, validate against and configure from.
 package core

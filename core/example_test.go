@@ -39,12 +39,13 @@ func Example() {
 			fmt.Println("store:", err)
 			return
 		}
-		fmt.Println(d.Allowed, d.Remaining, d.Status(), d.RetryAfterSeconds())
+		// a job would sleep d.RetryAfter before trying again
+		fmt.Println(d.Allowed, d.Remaining, d.Status(), d.RetryAfter.Round(time.Second))
 	}
 	// Output:
-	// true 6 200 0
-	// true 2 200 0
-	// false 2 429 20
+	// true 6 200 0s
+	// true 2 200 0s
+	// false 2 429 20s
 }
 
 // Rendering a denial: the headers and the problem body every adapter sends.

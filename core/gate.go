@@ -158,9 +158,11 @@ func (g *Gate) Decide(ctx context.Context, e Endpoint) Verdict {
 	t, ok := TenantFromContext(ctx)
 	if !ok {
 		if !g.anonymous || e.ClientIP == "" {
+			// the challenge of a 401 (RFC 9110 §11.6.1): Bearer, the scheme
+			// a tenant identity is verified from
 			p := UnauthenticatedProblem()
 			return Verdict{Status: p.Status, ContentType: ProblemContentType, Body: p.JSON(), Problem: p, Unauthenticated: true,
-				Headers: []Header{{HeaderWWWAuthenticate, "Bearer"}}}
+				Headers: []Header{{"WWW-Authenticate", "Bearer"}}}
 		}
 		t = Tenant{ID: anonymousID(e.ClientIP), Tier: g.anonTier}
 		ctx = context.WithValue(ctx, anonymousKey{}, true)

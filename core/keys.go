@@ -53,8 +53,8 @@ func (k Keys) Bucket(tenantID, bucket string) (string, error) {
 	if err := validateTenantID(tenantID); err != nil {
 		return "", err
 	}
-	if bucket == "" || len(bucket) > MaxNameLen {
-		return "", fmt.Errorf("%w: bucket name must be 1 to %d bytes, got %d", ErrInvalidRequest, MaxNameLen, len(bucket))
+	if bucket == "" || len(bucket) > maxNameLen {
+		return "", fmt.Errorf("%w: bucket name must be 1 to %d bytes, got %d", ErrInvalidRequest, maxNameLen, len(bucket))
 	}
 	var b strings.Builder
 	b.Grow(len(k.prefix) + len(tenantID) + len(bucket) + 8)
@@ -66,8 +66,8 @@ func (k Keys) Bucket(tenantID, bucket string) (string, error) {
 	return b.String(), nil
 }
 
-// TenantPattern returns a SCAN MATCH pattern for every bucket of tenantID.
-func (k Keys) TenantPattern(tenantID string) (string, error) {
+// tenantPattern returns a SCAN MATCH pattern for every bucket of tenantID.
+func (k Keys) tenantPattern(tenantID string) (string, error) {
 	if err := validateTenantID(tenantID); err != nil {
 		return "", err
 	}

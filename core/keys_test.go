@@ -92,7 +92,7 @@ func FuzzKeys(f *testing.F) {
 	f.Fuzz(func(t *testing.T, tenant, bucket string) {
 		key, err := k.Bucket(tenant, bucket)
 		if err != nil {
-			if tenant != "" && len(tenant) <= MaxTenantIDLen && bucket != "" && len(bucket) <= MaxNameLen {
+			if tenant != "" && len(tenant) <= MaxTenantIDLen && bucket != "" && len(bucket) <= maxNameLen {
 				t.Fatalf("Bucket(%q, %q): %v", tenant, bucket, err)
 			}
 			return
@@ -112,7 +112,7 @@ func FuzzKeys(f *testing.F) {
 		if !ok || unescape(t, rest) != bucket || strings.ContainsAny(rest, "{}:") {
 			t.Fatalf("key %q does not decode to bucket %q", key, bucket)
 		}
-		p, err := k.TenantPattern(tenant)
+		p, err := k.tenantPattern(tenant)
 		if err != nil || !strings.HasPrefix(key, strings.TrimSuffix(p, "*")) || strings.ContainsAny(strings.TrimSuffix(p, "*")[len("rl:v1:"):], "*?[]\\") {
 			t.Fatalf("pattern %q for key %q: %v", p, key, err)
 		}

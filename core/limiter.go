@@ -38,12 +38,12 @@ type Request struct {
 	// class has Cost tokens and all are charged, or none is. A bucket the
 	// classes share (a tenant-wide ceiling) is charged once. The Decision's
 	// Buckets hold every bucket; shadow mode applies when it applies to any
-	// of the classes. At most MaxClasses classes in all.
+	// of the classes. At most 16 classes in all.
 	Also []string
 }
 
-// MaxClasses is the most classes one Request may name (Class plus Also).
-const MaxClasses = 16
+// maxClasses is the most classes one Request may name (Class plus Also).
+const maxClasses = 16
 
 // DefaultClass is the class of a request that names none.
 const DefaultClass = "default"
@@ -141,6 +141,3 @@ func (l *Limiter) Close() error {
 
 // Keys returns the limiter's key scheme.
 func (l *Limiter) Keys() Keys { return l.keys }
-
-// FailurePolicy returns the limiter's failure policy.
-func (l *Limiter) FailurePolicy() FailurePolicy { return l.cfg.policy }

@@ -17,33 +17,35 @@ import (
 )
 
 // Instrument names. Every adapter shares them, because they are recorded
-// here, in core.
+// here, in core; docs/observability.md lists them with their labels, and
+// dashboards and alerts name them there.
 const (
-	// MetricDecisions counts decisions, by outcome (allowed, denied,
+	// metricDecisions counts decisions, by outcome (allowed, denied,
 	// failed_open, failed_closed, fallback, shadow_denied, invalid,
 	// unresolved, canceled), reason, class, tier and binding bucket, and
 	// tenant when WithTenantLabel is on.
-	MetricDecisions = "tollgate.decisions"
-	// MetricStoreDuration is the client-side latency of the store call, in
+	metricDecisions = "tollgate.decisions"
+	// metricStoreDuration is the client-side latency of the store call, in
 	// seconds, by result (ok, error).
-	MetricStoreDuration = "tollgate.store.duration"
-	// MetricStoreErrors counts store failures by kind (timeout, connection,
+	metricStoreDuration = "tollgate.store.duration"
+	// metricStoreErrors counts store failures by kind (timeout, connection,
 	// oom, circuit_open, queue_full, request, other) and failure policy.
 	// Kind request is an error reply about one request's keys (WRONGTYPE, a
 	// script error, a reply that cannot be decoded): that request's failure,
 	// never counted by the circuit breaker. A check whose caller left first
 	// is not a store failure and is not counted.
-	MetricStoreErrors = "tollgate.store.errors"
-	// MetricDenyCacheHits counts requests denied locally by the deny cache,
+	metricStoreErrors = "tollgate.store.errors"
+	// metricDenyCacheHits counts requests denied locally by the deny cache,
 	// without a store call.
-	MetricDenyCacheHits = "tollgate.deny_cache.hits"
-	// MetricBatchSize is the number of checks per pipelined round trip
+	metricDenyCacheHits = "tollgate.deny_cache.hits"
+	// metricBatchSize is the number of checks per pipelined round trip
 	// (WithBatching).
-	MetricBatchSize = "tollgate.batch.size"
+	metricBatchSize = "tollgate.batch.size"
 )
 
-// OtherTenant is the tenant label of every tenant outside the top K.
-const OtherTenant = "_other"
+// otherTenant is the tenant label of every tenant outside the top K
+// (WithTenantLabel).
+const otherTenant = "_other"
 
 type metrics struct {
 	decisions     metric.Int64Counter
@@ -80,20 +82,20 @@ func newMetrics(mp metric.MeterProvider, k int) *metrics {
 	// Instrument creation fails only for invalid names, which are constants
 	// here; a nil instrument would be a bug, so fall back to no-ops.
 	var err error
-	if m.decisions, err = meter.Int64Counter(MetricDecisions, metric.WithDescription("Rate-limit decisions."), metric.WithUnit("{decision}")); err != nil {
+	if m.decisions, err = meter.Int64Counter(metricDecisions, metric.WithDescription("Rate-limit decisions."), metric.WithUnit("{decision}")); err != nil {
 		otel.Handle(err)
 	}
-	if m.storeDur, err = meter.Float64Histogram(MetricStoreDuration, metric.WithDescription("Latency of the rate-limit store call, at the client."),
+	if m.storeDur, err = meter.Float64Histogram(metricStoreDuration, metric.WithDescription("Latency of the rate-limit store call, at the client."),
 		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)); err != nil {
 		otel.Handle(err)
 	}
-	if m.storeErrs, err = meter.Int64Counter(MetricStoreErrors, metric.WithDescription("Rate-limit store failures."), metric.WithUnit("{error}")); err != nil {
+	if m.storeErrs, err = meter.Int64Counter(metricStoreErrors, metric.WithDescription("Rate-limit store failures."), metric.WithUnit("{error}")); err != nil {
 		otel.Handle(err)
 	}
-	if m.denyCacheHits, err = meter.Int64Counter(MetricDenyCacheHits, metric.WithDescription("Requests denied by the local deny cache without a store call."), metric.WithUnit("{request}")); err != nil {
+	if m.denyCacheHits, err = meter.Int64Counter(metricDenyCacheHits, metric.WithDescription("Requests denied by the local deny cache without a store call."), metric.WithUnit("{request}")); err != nil {
 		otel.Handle(err)
 	}
-	if m.batches, err = meter.Int64Histogram(MetricBatchSize, metric.WithDescription("Checks per pipelined round trip (WithBatching)."),
+	if m.batches, err = meter.Int64Histogram(metricBatchSize, metric.WithDescription("Checks per pipelined round trip (WithBatching)."),
 		metric.WithUnit("{check}"), metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64, 128)); err != nil {
 		otel.Handle(err)
 	}
@@ -224,7 +226,7 @@ func errorKind(err error) string {
 }
 
 // topK labels at most k tenants, the first heavy hitters seen by denials,
-// and every other tenant OtherTenant, so the label's cardinality is at most
+// and every other tenant otherTenant ("_other"), so the label's cardinality is at most
 // k+1 for the life of the process, whatever the number of tenants. A
 // space-saving sketch of k*8 counters finds the heavy hitters.
 type topK struct {
@@ -253,7 +255,7 @@ func (h *topK) label(tenant string, denied bool) string {
 		return EscapeID(tenant)
 	}
 	if !denied {
-		return OtherTenant
+		return otherTenant
 	}
 	c, ok := h.counts[tenant]
 	if !ok {
@@ -280,5 +282,5 @@ func (h *topK) label(tenant string, denied bool) string {
 		h.labelled[tenant] = true
 		return EscapeID(tenant)
 	}
-	return OtherTenant
+	return otherTenant
 }

@@ -90,7 +90,7 @@ type config struct {
 
 func defaultConfig() config {
 	return config{prefix: DefaultPrefix, policy: FailOpen, timeout: DefaultTimeout, log: slog.Default(),
-		breakerThreshold: DefaultBreakerThreshold, breakerCooldown: DefaultBreakerCooldown,
+		breakerThreshold: defaultBreakerThreshold, breakerCooldown: defaultBreakerCooldown,
 		batching: true}
 }
 
@@ -192,7 +192,7 @@ func WithLeases(class string, size int64, ttl time.Duration) Option {
 }
 
 // WithMeterProvider sets the OpenTelemetry meter provider for the limiter's
-// metrics (see MetricDecisions and the other Metric names). Default: the
+// metrics (docs/observability.md lists them). Default: the
 // global provider (otel.GetMeterProvider), a no-op unless one is installed.
 // nil is ignored.
 func WithMeterProvider(mp metric.MeterProvider) Option {
@@ -205,7 +205,7 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 }
 
 // WithTenantLabel adds a tenant label to the decisions metric, bounded to
-// the first k heavy hitters by denials (the rest are OtherTenant), so its
+// the first k heavy hitters by denials (the rest are labelled "_other"), so its
 // cardinality is at most k+1 whatever the number of tenants. k 0 turns it
 // off; k must not be negative. Default off.
 func WithTenantLabel(k int) Option {

@@ -16,11 +16,12 @@ const (
 	MaxCapacity = 1 << 40
 	// MaxRefillPerSecond is the fastest refill rate accepted.
 	MaxRefillPerSecond = 1e12
-	// MaxFillTime is the longest time an empty bucket may take to refill
-	// (capacity / rate). Longer periods are plan quotas, which need durable
-	// accounting, not a rate limiter.
-	MaxFillTime = 400 * 24 * time.Hour
 )
+
+// maxFillTime is the longest time an empty bucket may take to refill
+// (capacity / rate). Longer periods are plan quotas, which need durable
+// accounting, not a rate limiter.
+const maxFillTime = 400 * 24 * time.Hour
 
 // Quota is one token bucket's configuration.
 type Quota struct {
@@ -41,8 +42,10 @@ func PerMinute(n int64) Quota { return Quota{Capacity: n, RefillPerSecond: float
 // PerHour returns a quota of n tokens per hour with a burst of n.
 func PerHour(n int64) Quota { return Quota{Capacity: n, RefillPerSecond: float64(n) / 3600} }
 
-// Validate reports whether q can be enforced. The error wraps
-// [ErrInvalidQuota] and names the field at fault.
+// Validate reports whether q can be enforced: a capacity from 1 to
+// MaxCapacity, a finite refill rate above 0 and at most MaxRefillPerSecond,
+// and an empty bucket that refills within 400 days (capacity / rate). The
+// error wraps [ErrInvalidQuota] and names the field at fault.
 func (q Quota) Validate() error {
 	switch {
 	case q.Capacity <= 0:
@@ -55,18 +58,15 @@ func (q Quota) Validate() error {
 		return fmt.Errorf("%w: refill rate must be > 0, got %v", ErrInvalidQuota, q.RefillPerSecond)
 	case q.RefillPerSecond > MaxRefillPerSecond:
 		return fmt.Errorf("%w: refill rate must be <= %g, got %v", ErrInvalidQuota, float64(MaxRefillPerSecond), q.RefillPerSecond)
-	case float64(q.Capacity)/q.RefillPerSecond > MaxFillTime.Seconds():
-		return fmt.Errorf("%w: capacity/refill rate (time to refill) must be <= %v, got %.0fs", ErrInvalidQuota, MaxFillTime, float64(q.Capacity)/q.RefillPerSecond)
+	case float64(q.Capacity)/q.RefillPerSecond > maxFillTime.Seconds():
+		return fmt.Errorf("%w: capacity/refill rate (time to refill) must be <= %v, got %.0fs", ErrInvalidQuota, maxFillTime, float64(q.Capacity)/q.RefillPerSecond)
 	}
 	return nil
 }
 
-// FillTime is how long an empty bucket takes to refill to capacity.
-func (q Quota) FillTime() time.Duration { return seconds(float64(q.Capacity) / q.RefillPerSecond) }
-
-// Window is the policy window in whole seconds, max(1, ceil(C/rate)), as
+// window is the policy window in whole seconds, max(1, ceil(C/rate)), as
 // RateLimit-Policy's w parameter reports it.
-func (q Quota) Window() int64 {
+func (q Quota) window() int64 {
 	w := math.Ceil(float64(q.Capacity) / q.RefillPerSecond)
 	if w < 1 {
 		return 1
@@ -101,8 +101,8 @@ type Bucket struct {
 // request of the tenant is charged to, beside its class bucket.
 const CeilingBucket = "tenant"
 
-// MaxNameLen is the longest bucket (class) name.
-const MaxNameLen = 64
+// maxNameLen is the longest bucket (class) name.
+const maxNameLen = 64
 
 // ValidateName reports whether name can name a bucket: 1 to 64 bytes of
 // ASCII letters, digits, '_', '-' and '.'. Names travel into keys, headers
@@ -111,8 +111,8 @@ func ValidateName(name string) error {
 	if name == "" {
 		return fmt.Errorf("%w: bucket name is empty", ErrInvalidRequest)
 	}
-	if len(name) > MaxNameLen {
-		return fmt.Errorf("%w: bucket name is %d bytes, longer than %d", ErrInvalidRequest, len(name), MaxNameLen)
+	if len(name) > maxNameLen {
+		return fmt.Errorf("%w: bucket name is %d bytes, longer than %d", ErrInvalidRequest, len(name), maxNameLen)
 	}
 	for i := 0; i < len(name); i++ {
 		c := name[i]

@@ -35,48 +35,14 @@ const (
 	DefaultHeaderStyle = HeaderIETF | HeaderXRateLimit
 )
 
-// ParseHeaderStyle parses a comma-separated list of style names: "ietf",
-// "x-ratelimit", "x-ratelimit-epoch", "draft-06", "none", "default".
-func ParseHeaderStyle(s string) (HeaderStyle, error) {
-	var st HeaderStyle
-	for _, f := range strings.Split(s, ",") {
-		switch strings.ToLower(strings.TrimSpace(f)) {
-		case "ietf", "ietf-11", "draft-11":
-			st |= HeaderIETF
-		case "x-ratelimit", "xratelimit":
-			st |= HeaderXRateLimit
-		case "x-ratelimit-epoch", "epoch":
-			st |= HeaderXRateLimitEpoch
-		case "draft-06", "draft06":
-			st |= HeaderDraft06
-		case "default":
-			st |= DefaultHeaderStyle
-		case "none", "":
-		default:
-			return 0, fmt.Errorf("%w: unknown header style %q (want ietf, x-ratelimit, x-ratelimit-epoch, draft-06, none or default)", ErrInvalidConfig, f)
-		}
-	}
-	return st, nil
-}
-
-// Header is one response header (or gRPC metadata entry). Names are
-// canonical HTTP spellings; gRPC adapters lower-case them.
+// Header is one response header (or gRPC metadata entry). Names are spelled
+// as their specifications spell them (RateLimit-Policy, X-RateLimit-Remaining,
+// Retry-After; docs/semantics.md lists them all); gRPC adapters lower-case
+// them.
 type Header struct{ Name, Value string }
 
-// Header names.
+// ProblemContentType is the media type of every problem body (RFC 9457).
 const (
-	HeaderRateLimit         = "RateLimit"
-	HeaderRateLimitPolicy   = "RateLimit-Policy"
-	HeaderRetryAfter        = "Retry-After"
-	HeaderXRateLimitLimit   = "X-RateLimit-Limit"
-	HeaderXRateLimitRemain  = "X-RateLimit-Remaining"
-	HeaderXRateLimitReset   = "X-RateLimit-Reset"
-	HeaderRateLimitLimit06  = "RateLimit-Limit"
-	HeaderRateLimitRemain06 = "RateLimit-Remaining"
-	HeaderRateLimitReset06  = "RateLimit-Reset"
-	// HeaderWWWAuthenticate carries the challenge of a 401 (RFC 9110
-	// §11.6.1): "Bearer", the scheme a tenant identity is verified from.
-	HeaderWWWAuthenticate    = "WWW-Authenticate"
 	ProblemContentType       = "application/problem+json"
 	quotaExceededProblemType = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 )
@@ -89,10 +55,10 @@ func ceilSeconds(d time.Duration) int64 {
 	return int64(math.Ceil(d.Seconds()))
 }
 
-// RetryAfterSeconds is the Retry-After value of a denial: max(1,
+// retryAfterSeconds is the Retry-After value of a denial: max(1,
 // ceil(RetryAfter)) in seconds; never 0. It is 0 when the decision is not an
 // over-limit denial (nothing to retry, or never).
-func (d Decision) RetryAfterSeconds() int64 {
+func (d Decision) retryAfterSeconds() int64 {
 	if d.Reason != ReasonOverLimit {
 		return 0
 	}
@@ -114,7 +80,7 @@ func (d Decision) Headers(style HeaderStyle, now time.Time) []Header {
 	limit := strconv.FormatInt(d.Limit, 10)
 	remaining := strconv.FormatInt(d.Remaining, 10)
 	reset := ceilSeconds(d.ResetAfter)
-	retry := d.RetryAfterSeconds()
+	retry := d.retryAfterSeconds()
 	t := ceilSeconds(d.untilGrows())
 	if retry > 0 {
 		t = retry
@@ -122,8 +88,8 @@ func (d Decision) Headers(style HeaderStyle, now time.Time) []Header {
 	if style&HeaderIETF != 0 {
 		name := quoteSFString(d.Bucket)
 		hs = append(hs,
-			Header{HeaderRateLimitPolicy, name + ";q=" + limit + ";w=" + strconv.FormatInt(d.Quota.Window(), 10)},
-			Header{HeaderRateLimit, name + ";r=" + remaining + ";t=" + strconv.FormatInt(t, 10)},
+			Header{"RateLimit-Policy", name + ";q=" + limit + ";w=" + strconv.FormatInt(d.Quota.window(), 10)},
+			Header{"RateLimit", name + ";r=" + remaining + ";t=" + strconv.FormatInt(t, 10)},
 		)
 	}
 	if style&(HeaderXRateLimit|HeaderXRateLimitEpoch) != 0 {
@@ -132,20 +98,20 @@ func (d Decision) Headers(style HeaderStyle, now time.Time) []Header {
 			r = strconv.FormatInt(now.Add(d.ResetAfter).Add(time.Second-1).Unix(), 10)
 		}
 		hs = append(hs,
-			Header{HeaderXRateLimitLimit, limit},
-			Header{HeaderXRateLimitRemain, remaining},
-			Header{HeaderXRateLimitReset, r},
+			Header{"X-RateLimit-Limit", limit},
+			Header{"X-RateLimit-Remaining", remaining},
+			Header{"X-RateLimit-Reset", r},
 		)
 	}
 	if style&HeaderDraft06 != 0 {
 		hs = append(hs,
-			Header{HeaderRateLimitLimit06, limit},
-			Header{HeaderRateLimitRemain06, remaining},
-			Header{HeaderRateLimitReset06, strconv.FormatInt(reset, 10)},
+			Header{"RateLimit-Limit", limit},
+			Header{"RateLimit-Remaining", remaining},
+			Header{"RateLimit-Reset", strconv.FormatInt(reset, 10)},
 		)
 	}
 	if retry > 0 {
-		hs = append(hs, Header{HeaderRetryAfter, strconv.FormatInt(retry, 10)})
+		hs = append(hs, Header{"Retry-After", strconv.FormatInt(retry, 10)})
 	}
 	return hs
 }
@@ -225,7 +191,7 @@ func (d Decision) Problem() Problem {
 			Title:  "Too Many Requests",
 			Status: 429,
 			Detail: fmt.Sprintf("Rate limit of policy %s exceeded: the request costs %d, %d left; retry in %d s.",
-				quoteSFString(d.Bucket), d.Cost, d.Remaining, d.RetryAfterSeconds()),
+				quoteSFString(d.Bucket), d.Cost, d.Remaining, d.retryAfterSeconds()),
 			ViolatedPolicies: []string{d.Bucket},
 		}
 	case ReasonCostExceedsCapacity:

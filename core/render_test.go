@@ -57,7 +57,7 @@ func TestRetryAfterCeil(t *testing.T) {
 		want  int64
 	}{{0.000001, 1}, {0.5, 1}, {1, 1}, {1.000001, 2}, {2.5, 3}} {
 		d := newDecision([]BucketState{{Name: "d", Quota: q}}, 0, ReasonOverLimit, tt.retry, 1)
-		if got := d.RetryAfterSeconds(); got != tt.want {
+		if got := d.retryAfterSeconds(); got != tt.want {
 			t.Errorf("retry %vs: Retry-After %d, want %d", tt.retry, got, tt.want)
 		}
 	}

@@ -21,7 +21,7 @@ func (l *Limiter) Reset(ctx context.Context, t Tenant, buckets ...string) (int64
 		}
 		keys = append(keys, k)
 	}
-	pattern, err := l.keys.TenantPattern(t.ID)
+	pattern, err := l.keys.tenantPattern(t.ID)
 	if err != nil {
 		return 0, err
 	}

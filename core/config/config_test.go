@@ -80,6 +80,34 @@ func TestParseExample(t *testing.T) {
 	}
 }
 
+// header_style takes a name, a list of names or a comma-separated string,
+// case-insensitive, and the aliases of each name.
+func TestParseHeaderStyle(t *testing.T) {
+	for _, tc := range []struct {
+		yaml string
+		want core.HeaderStyle
+	}{
+		{"ietf", core.HeaderIETF},
+		{"draft-11", core.HeaderIETF},
+		{"X-RateLimit", core.HeaderXRateLimit},
+		{"epoch", core.HeaderXRateLimitEpoch},
+		{"[draft06, x-ratelimit-epoch]", core.HeaderDraft06 | core.HeaderXRateLimitEpoch},
+		{`"ietf, xratelimit"`, core.HeaderIETF | core.HeaderXRateLimit},
+		{"default", core.DefaultHeaderStyle},
+		{"[default, draft-06]", core.DefaultHeaderStyle | core.HeaderDraft06},
+		{"none", core.HeaderNone},
+	} {
+		cfg, err := config.Parse("hs.yaml", []byte("default_tier: a\ntiers:\n  a:\n    classes:\n      default: {capacity: 1, refill_per_second: 1}\nheader_style: "+tc.yaml+"\n"))
+		if err != nil {
+			t.Errorf("header_style: %s: %v", tc.yaml, err)
+			continue
+		}
+		if cfg.HeaderStyle != tc.want {
+			t.Errorf("header_style: %s = %#x, want %#x", tc.yaml, uint(cfg.HeaderStyle), uint(tc.want))
+		}
+	}
+}
+
 func TestParseDefaultsAndVariants(t *testing.T) {
 	cfg, err := config.Parse("min.yaml", []byte(`
 default_tier: basic

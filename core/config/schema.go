@@ -170,12 +170,37 @@ func (p *schema) headerStyle(n *yaml.Node) core.HeaderStyle {
 	} else {
 		return core.DefaultHeaderStyle
 	}
-	st, err := core.ParseHeaderStyle(strings.Join(names, ","))
+	st, err := parseHeaderStyle(strings.Join(names, ","))
 	if err != nil {
-		p.failAt(n, "header_style", "%s", strings.TrimPrefix(err.Error(), core.ErrInvalidConfig.Error()+": "))
+		p.failAt(n, "header_style", "%v", err)
 		return core.DefaultHeaderStyle
 	}
 	return st
+}
+
+// parseHeaderStyle parses a comma-separated list of header style names:
+// ietf, x-ratelimit, x-ratelimit-epoch, draft-06, none, and default (ietf
+// and x-ratelimit).
+func parseHeaderStyle(s string) (core.HeaderStyle, error) {
+	var st core.HeaderStyle
+	for _, f := range strings.Split(s, ",") {
+		switch strings.ToLower(strings.TrimSpace(f)) {
+		case "ietf", "ietf-11", "draft-11":
+			st |= core.HeaderIETF
+		case "x-ratelimit", "xratelimit":
+			st |= core.HeaderXRateLimit
+		case "x-ratelimit-epoch", "epoch":
+			st |= core.HeaderXRateLimitEpoch
+		case "draft-06", "draft06":
+			st |= core.HeaderDraft06
+		case "default":
+			st |= core.DefaultHeaderStyle
+		case "none", "":
+		default:
+			return 0, fmt.Errorf("unknown header style %q (want ietf, x-ratelimit, x-ratelimit-epoch, draft-06, none or default)", f)
+		}
+	}
+	return st, nil
 }
 
 func (p *schema) tiers(n *yaml.Node) map[string]core.Tier {

@@ -218,7 +218,7 @@ func TestBatcherQueueBounded(t *testing.T) {
 	if full.Load() < n-2048-2-50 || fast.Load() != full.Load() {
 		t.Fatalf("%d of %d checks found the queue full (%d at once); want about %d, all at once", full.Load(), n, fast.Load(), n-2050)
 	}
-	if got := collect(t, reader, core.MetricStoreErrors, "kind")["queue_full"]; got != full.Load() {
+	if got := collect(t, reader, "tollgate.store.errors", "kind")["queue_full"]; got != full.Load() {
 		t.Fatalf("queue_full counted %d times, want %d", got, full.Load())
 	}
 }

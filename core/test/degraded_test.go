@@ -160,8 +160,14 @@ func TestLocalFallbackJudgesNeverByTheRealQuota(t *testing.T) {
 	if !errors.Is(err, core.ErrStore) || !d.Fallback {
 		t.Fatalf("%+v, %v", d, err)
 	}
-	if d.Reason != core.ReasonOverLimit || d.RetryAfter <= 0 || d.RetryAfterSeconds() < 1 || d.PushbackMillis() <= 0 {
-		t.Fatalf("cost 5 of 10 while degraded: reason %v, retry %v, pushback %d", d.Reason, d.RetryAfter, d.PushbackMillis())
+	retryAfter := ""
+	for _, h := range d.Headers(core.HeaderNone, time.Now()) {
+		if h.Name == "Retry-After" {
+			retryAfter = h.Value
+		}
+	}
+	if d.Reason != core.ReasonOverLimit || d.RetryAfter <= 0 || retryAfter == "" || retryAfter == "0" || d.PushbackMillis() <= 0 {
+		t.Fatalf("cost 5 of 10 while degraded: reason %v, retry %v, Retry-After %q, pushback %d", d.Reason, d.RetryAfter, retryAfter, d.PushbackMillis())
 	}
 	if d.Limit != 10 || d.Quota != real {
 		t.Fatalf("decision describes the shrunken quota: limit %d quota %v", d.Limit, d.Quota)

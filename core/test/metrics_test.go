@@ -85,7 +85,7 @@ func TestMetricsCountDecisions(t *testing.T) {
 	}
 	_, _ = l.Allow(ctx, tn, "export", 5) // never
 
-	got := collect(t, reader, core.MetricDecisions, "outcome", "class", "tier")
+	got := collect(t, reader, "tollgate.decisions", "outcome", "class", "tier")
 	want := map[string]int64{"allowed/default/free": 3, "denied/default/free": 2, "allowed/export/free": 1, "denied/export/free": 2}
 	for k, v := range want {
 		if got[k] != v {
@@ -93,11 +93,11 @@ func TestMetricsCountDecisions(t *testing.T) {
 		}
 	}
 	// the bucket label names the binding bucket (Decision.Bucket)
-	byBucket := collect(t, reader, core.MetricDecisions, "outcome", "bucket")
+	byBucket := collect(t, reader, "tollgate.decisions", "outcome", "bucket")
 	if byBucket["denied/default"] != 2 || byBucket["denied/export"] != 2 {
 		t.Errorf("decisions by bucket = %v, want 2 denied/default and 2 denied/export", byBucket)
 	}
-	if n := histogramCount(t, reader, core.MetricStoreDuration); n != 8 {
+	if n := histogramCount(t, reader, "tollgate.store.duration"); n != 8 {
 		t.Errorf("store latency samples = %d, want 8", n)
 	}
 
@@ -114,17 +114,17 @@ func TestMetricsCountDecisions(t *testing.T) {
 			_, _ = dl.Allow(ctx, tn, "default", 1)
 		}
 	}
-	got = collect(t, reader, core.MetricDecisions, "outcome")
+	got = collect(t, reader, "tollgate.decisions", "outcome")
 	if got["failed_open"] != 2 || got["failed_closed"] != 2 {
 		t.Errorf("degraded outcomes = %v, want 2 failed_open and 2 failed_closed", got)
 	}
 	// a refused connection is seen as "connection" or, when the client's
 	// own dial retries outlast the check's timeout, as "timeout"
-	errs := collect(t, reader, core.MetricStoreErrors, "policy")
+	errs := collect(t, reader, "tollgate.store.errors", "policy")
 	if errs["open"] != 2 || errs["closed"] != 2 {
 		t.Errorf("store errors = %v, want 2 per policy", errs)
 	}
-	for kind := range collect(t, reader, core.MetricStoreErrors, "kind") {
+	for kind := range collect(t, reader, "tollgate.store.errors", "kind") {
 		if kind != "connection" && kind != "timeout" {
 			t.Errorf("store error kind %q, want connection or timeout", kind)
 		}
@@ -149,7 +149,7 @@ func TestTenantLabelCardinality(t *testing.T) {
 		_, _ = l.Allow(ctx, tn, "default", 1)
 		_, _ = l.Allow(ctx, tn, "default", 1)
 	}
-	got := collect(t, reader, core.MetricDecisions, "tenant")
+	got := collect(t, reader, "tollgate.decisions", "tenant")
 	if len(got) > k+1 {
 		t.Fatalf("tenant label has %d values, want <= %d", len(got), k+1)
 	}
@@ -157,10 +157,10 @@ func TestTenantLabelCardinality(t *testing.T) {
 	if got["abuser"] != 20 {
 		t.Fatalf("the heavy hitter is not labelled: %v", got)
 	}
-	if got[core.OtherTenant] != 20010 {
-		t.Fatalf("other tenants = %d, want 20010", got[core.OtherTenant])
+	if got["_other"] != 20010 {
+		t.Fatalf("other tenants = %d, want 20010", got["_other"])
 	}
-	if hits := collect(t, reader, core.MetricDenyCacheHits); hits[""] == 0 {
+	if hits := collect(t, reader, "tollgate.deny_cache.hits"); hits[""] == 0 {
 		t.Fatalf("deny cache hits not counted: %v", hits)
 	}
 }

@@ -21,7 +21,7 @@ func storeErrors(t *testing.T, r *sdkmetric.ManualReader) map[string]int64 {
 	t.Helper()
 	out := map[string]int64{}
 	for _, m := range collectMetrics(t, r) {
-		if m.Name != core.MetricStoreErrors {
+		if m.Name != "tollgate.store.errors" {
 			continue
 		}
 		for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
@@ -37,7 +37,7 @@ func largestBatch(t *testing.T, r *sdkmetric.ManualReader) int64 {
 	t.Helper()
 	var largest int64
 	for _, m := range collectMetrics(t, r) {
-		if m.Name != core.MetricBatchSize {
+		if m.Name != "tollgate.batch.size" {
 			continue
 		}
 		for _, dp := range m.Data.(metricdata.Histogram[int64]).DataPoints {
