@@ -63,6 +63,16 @@ func badOption(option, format string, args ...any) error {
 	return &optionError{option: option, msg: fmt.Sprintf(format, args...)}
 }
 
+// setPositive sets *dst to v, the value of option (what names it in the
+// error), which must be positive.
+func setPositive[T int | time.Duration](dst *T, option, what string, v T) error {
+	if v <= 0 {
+		return badOption(option, "%s must be positive, got %v", what, v)
+	}
+	*dst = v
+	return nil
+}
+
 // badValue is badOption for a value that failed its own validation.
 func badValue(option string, err error) error {
 	return &optionError{option: option, msg: strings.TrimPrefix(err.Error(), "tollgate: "), cause: err}
@@ -247,13 +257,7 @@ func WithFailurePolicy(p FailurePolicy) Option {
 // a client of its own, built from the same options with
 // ContextTimeoutEnabled set (see Limiter.Close and docs/reliability.md).
 func WithTimeout(d time.Duration) Option {
-	return optionFunc(func(c *config) error {
-		if d <= 0 {
-			return badOption("WithTimeout", "timeout must be positive, got %v", d)
-		}
-		c.timeout = d
-		return nil
-	})
+	return optionFunc(func(c *config) error { return setPositive(&c.timeout, "WithTimeout", "timeout", d) })
 }
 
 // ClockOption is the option WithClock returns: one clock for a Limiter

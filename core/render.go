@@ -186,37 +186,33 @@ func (p Problem) JSON() []byte {
 func (d Decision) Problem() Problem {
 	switch d.Reason {
 	case ReasonOverLimit:
-		return Problem{
-			Type:   quotaExceededProblemType,
-			Title:  "Too Many Requests",
-			Status: 429,
-			Detail: fmt.Sprintf("Rate limit of policy %s exceeded: the request costs %d, %d left; retry in %d s.",
-				quoteSFString(d.Bucket), d.Cost, d.Remaining, d.retryAfterSeconds()),
-			ViolatedPolicies: []string{d.Bucket},
-		}
+		return quotaExceeded(d.Bucket, fmt.Sprintf("Rate limit of policy %s exceeded: the request costs %d, %d left; retry in %d s.",
+			quoteSFString(d.Bucket), d.Cost, d.Remaining, d.retryAfterSeconds()))
 	case ReasonCostExceedsCapacity:
-		return Problem{
-			Type:   quotaExceededProblemType,
-			Title:  "Too Many Requests",
-			Status: 429,
-			Detail: fmt.Sprintf("The request costs %d, more than the capacity %d of policy %s: it can never be admitted.",
-				d.Cost, d.Limit, quoteSFString(d.Bucket)),
-			ViolatedPolicies: []string{d.Bucket},
-		}
+		return quotaExceeded(d.Bucket, fmt.Sprintf("The request costs %d, more than the capacity %d of policy %s: it can never be admitted.",
+			d.Cost, d.Limit, quoteSFString(d.Bucket)))
 	case ReasonFailedClosed:
-		return Problem{Type: "about:blank", Title: "Service Unavailable", Status: 503,
-			Detail: "The rate limiter cannot reach its store; try again later."}
+		return plainProblem(503, "Service Unavailable", "The rate limiter cannot reach its store; try again later.")
 	case ReasonCanceled:
-		return Problem{Type: "about:blank", Title: "Service Unavailable", Status: 503,
-			Detail: "The request was cancelled or its deadline passed before the rate limit was checked."}
+		return plainProblem(503, "Service Unavailable", "The request was cancelled or its deadline passed before the rate limit was checked.")
 	case ReasonUnresolved:
-		return Problem{Type: "about:blank", Title: "Internal Server Error", Status: 500,
-			Detail: "No rate limit is configured for this request."}
+		return plainProblem(500, "Internal Server Error", "No rate limit is configured for this request.")
 	case ReasonInvalid:
-		return Problem{Type: "about:blank", Title: "Bad Request", Status: 400,
-			Detail: "The request cannot be rate limited: its identity or cost is invalid."}
+		return plainProblem(400, "Bad Request", "The request cannot be rate limited: its identity or cost is invalid.")
 	}
-	return Problem{Type: "about:blank", Title: "OK", Status: 200}
+	return plainProblem(200, "OK", "")
+}
+
+// quotaExceeded is the 429 body of a denial by bucket.
+func quotaExceeded(bucket, detail string) Problem {
+	return Problem{Type: quotaExceededProblemType, Title: "Too Many Requests", Status: 429, Detail: detail,
+		ViolatedPolicies: []string{bucket}}
+}
+
+// plainProblem is a body whose status says it all (type about:blank, RFC
+// 9457 §4.2.1): title is the status's reason phrase.
+func plainProblem(status int, title, detail string) Problem {
+	return Problem{Type: "about:blank", Title: title, Status: status, Detail: detail}
 }
 
 // misconfiguredProblem is the body of the 500 answered when the limiter's
@@ -224,13 +220,11 @@ func (d Decision) Problem() Problem {
 // function's invalid answer). The cause goes to the error hook, never to
 // the client.
 func misconfiguredProblem() Problem {
-	return Problem{Type: "about:blank", Title: "Internal Server Error", Status: 500,
-		Detail: "The rate limiter is misconfigured."}
+	return plainProblem(500, "Internal Server Error", "The rate limiter is misconfigured.")
 }
 
 // UnauthenticatedProblem is the body of a 401 answered when a request reaches
 // the limiter with no verified tenant in its context.
 func UnauthenticatedProblem() Problem {
-	return Problem{Type: "about:blank", Title: "Unauthorized", Status: 401,
-		Detail: "The request carries no verified tenant identity."}
+	return plainProblem(401, "Unauthorized", "The request carries no verified tenant identity.")
 }

@@ -198,11 +198,7 @@ func WithOverrides(o Overrides) ResolverOption {
 // positive. Default 45 s.
 func WithOverrideCacheTTL(d time.Duration) ResolverOption {
 	return resolverOptionFunc(func(r *TieredResolver) error {
-		if d <= 0 {
-			return badOption("WithOverrideCacheTTL", "ttl must be positive, got %v", d)
-		}
-		r.ttl = d
-		return nil
+		return setPositive(&r.ttl, "WithOverrideCacheTTL", "ttl", d)
 	})
 }
 
@@ -213,11 +209,7 @@ func WithOverrideCacheTTL(d time.Duration) ResolverOption {
 // under a Limiter, the limiter's check timeout).
 func WithOverrideTimeout(d time.Duration) ResolverOption {
 	return resolverOptionFunc(func(r *TieredResolver) error {
-		if d <= 0 {
-			return badOption("WithOverrideTimeout", "timeout must be positive, got %v", d)
-		}
-		r.timeout = d
-		return nil
+		return setPositive(&r.timeout, "WithOverrideTimeout", "timeout", d)
 	})
 }
 
@@ -226,11 +218,7 @@ func WithOverrideTimeout(d time.Duration) ResolverOption {
 // dropped first, then arbitrary ones (they are reloaded on their next use).
 func WithOverrideCacheSize(n int) ResolverOption {
 	return resolverOptionFunc(func(r *TieredResolver) error {
-		if n <= 0 {
-			return badOption("WithOverrideCacheSize", "size must be positive, got %d", n)
-		}
-		r.maxCache = n
-		return nil
+		return setPositive(&r.maxCache, "WithOverrideCacheSize", "size", n)
 	})
 }
 
