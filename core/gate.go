@@ -75,7 +75,7 @@ func WithDefaultRoute(r Route) GateOption {
 }
 
 // WithCostFunc sets a dynamic class/cost decision, consulted before the
-// route table. nil is ignored.
+// route table. nil is ignored. Default: none (the route table decides).
 func WithCostFunc(f CostFunc) GateOption {
 	return gateOptionFunc(func(g *Gate) error {
 		if f != nil {
@@ -102,7 +102,8 @@ func WithHeaderStyle(s HeaderStyle) GateOption {
 // "anonymous:<client IP>" on tier (default "anonymous"), instead of
 // answering 401. An IPv6 caller is keyed by its /64 network. The tier must
 // exist in the resolver; a TieredResolver serves it from the tier defaults
-// only (no override lookup per new address).
+// only (no override lookup per new address). Default off: a request with
+// no tenant is answered 401.
 func WithAnonymous(tier string) GateOption {
 	return gateOptionFunc(func(g *Gate) error {
 		g.anonymous = true

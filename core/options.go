@@ -315,6 +315,7 @@ func WithShadow(on bool) Option {
 // denials are let through as ReasonShadowDenied (and counted), while every
 // other class is enforced. Use it to roll out a new or tighter class limit
 // safely. It adds to earlier calls; WithShadow(true) shadows every class.
+// Default: none.
 func WithShadowClasses(classes ...string) Option {
 	return optionFunc(func(c *config) error {
 		for _, cl := range classes {
