@@ -62,7 +62,10 @@ func addToProxy(root, dir, sub, version, rev string) error {
 	if rev == "" {
 		err = modzip.CreateFromDir(zf, mv, filepath.Join(root, sub))
 	} else {
-		err = modzip.CreateFromVCS(zf, mv, root, rev, filepath.ToSlash(sub))
+		var repo string
+		if repo, err = mainWorkTree(root); err == nil {
+			err = modzip.CreateFromVCS(zf, mv, repo, rev, filepath.ToSlash(sub))
+		}
 	}
 	if cerr := zf.Close(); err == nil {
 		err = cerr
@@ -95,6 +98,22 @@ func addToProxy(root, dir, sub, version, rev string) error {
 }
 
 // git runs git in dir and returns its standard output.
+// mainWorkTree is the work tree whose .git directory holds the repository
+// of root: root itself, or, when root is a linked worktree (git worktree
+// add), the main one. Zipping a tagged revision needs it (the zip package
+// recognises only a .git directory); tags are shared by every worktree.
+func mainWorkTree(root string) (string, error) {
+	out, err := git(root, "rev-parse", "--path-format=absolute", "--git-common-dir")
+	if err != nil {
+		return "", err
+	}
+	common := strings.TrimSpace(string(out))
+	if filepath.Base(common) != ".git" {
+		return root, nil // a bare repository, or a layout of its own: as before
+	}
+	return filepath.Dir(common), nil
+}
+
 func git(dir string, args ...string) ([]byte, error) {
 	cmd := exec.Command("git", args...)
 	cmd.Dir = dir
