@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/httplimit"
 )
@@ -23,18 +23,8 @@ func coreHeaders(t *testing.T) []core.Header {
 		Tokens: 0.5, RetryAfter: 50 * time.Millisecond, ResetAfter: time.Second, Cost: 1}
 	hs := d.Headers(core.HeaderIETF|core.HeaderXRateLimit|core.HeaderDraft06, time.Now())
 	hs = append(hs, d.Headers(core.HeaderXRateLimitEpoch, time.Now())...)
-	// core.New makes no network call, and an unauthenticated request
-	// reaches no store
-	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	t.Cleanup(func() { client.Close() })
-	res, err := core.NewResolver(core.Tiers{Tiers: map[string]core.Tier{"x": {Classes: map[string]core.Quota{"default": core.PerSecond(1)}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lim, err := core.New(client, res)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// an unauthenticated request reaches no store
+	lim := conformance.NewUnitLimiter(t)
 	g, err := core.NewGate(lim)
 	if err != nil {
 		t.Fatal(err)
