@@ -324,7 +324,13 @@ func (r *TieredResolver) lookup(ctx context.Context, tenantID string) (map[strin
 		// expired: serve it, and let one request start the refresh
 		r.stats.StaleServed.Add(1)
 		if e.refreshing.CompareAndSwap(false, true) {
-			go r.group.Do(tenantID, func() (any, error) { return r.load(ctx, tenantID), nil })
+			go func() {
+				r.group.Do(tenantID, func() (any, error) { return r.load(ctx, tenantID), nil })
+				// A load replaces e. If e is still cached, this refresh
+				// joined a call that began before e expired and loaded
+				// nothing: let the next request start another.
+				e.refreshing.Store(false)
+			}()
 		}
 		return e.overrides, nil
 	}
