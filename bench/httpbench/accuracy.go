@@ -182,7 +182,7 @@ func sumStats(ps []*proc) (served, error) {
 		if err != nil {
 			return t, err
 		}
-		t = served{t.ok + s.ok, t.limited + s.limited, t.other + s.other, t.degraded + s.degraded}
+		t = served{t.ok + s.ok, t.limited + s.limited, t.other + s.other, t.degraded + s.degraded, t.gone + s.gone}
 	}
 	return t, nil
 }

@@ -117,10 +117,10 @@ func freeAddr() (string, error) {
 }
 
 // served is a service's answer counts, and its limiter's errors.
-type served struct{ ok, limited, other, degraded int64 }
+type served struct{ ok, limited, other, degraded, gone int64 }
 
 func (a served) minus(b served) served {
-	return served{a.ok - b.ok, a.limited - b.limited, a.other - b.other, a.degraded - b.degraded}
+	return served{a.ok - b.ok, a.limited - b.limited, a.other - b.other, a.degraded - b.degraded, a.gone - b.gone}
 }
 
 // stats reads a service's counts.
@@ -136,7 +136,7 @@ func stats(addr string) (served, error) {
 	if err != nil {
 		return s, err
 	}
-	_, err = fmt.Sscan(string(b), &s.ok, &s.limited, &s.other, &s.degraded)
+	_, err = fmt.Sscan(string(b), &s.ok, &s.limited, &s.other, &s.degraded, &s.gone)
 	return s, err
 }
 
@@ -173,6 +173,7 @@ type run struct {
 	cpuPerReq    float64 // Redis CPU µs per request
 	other        int64   // answers neither 200 nor 429
 	degraded     int64   // limiter errors (tollgate: decided by its failure policy)
+	gone         int64   // requests whose client had gone (wrk ending its run)
 	admitted     int64   // 200s, counted by the service
 	wall         float64 // s, the driver's clock around wrk: from before it starts to after it ends
 }
@@ -283,8 +284,8 @@ func drive() error {
 					if err != nil {
 						return fmt.Errorf("%s: %w", c, err)
 					}
-					fmt.Printf("Benchmark%s %d %.0f ns/op %.0f req/s %.0f p50-µs %.0f p99-µs %.4f 429-share %.2f redis-cpu-µs/req %d socket-errors %d other-status %d limiter-errors %d admitted\n",
-						r.name(), r.wrk.Requests, 1e9/r.wrk.RPS, r.wrk.RPS, r.wrk.P50, r.wrk.P99, r.share429, r.cpuPerReq, r.wrk.SocketErrors, r.other, r.degraded, r.admitted)
+					fmt.Printf("Benchmark%s %d %.0f ns/op %.0f req/s %.0f p50-µs %.0f p99-µs %.4f 429-share %.2f redis-cpu-µs/req %d socket-errors %d other-status %d limiter-errors %d admitted %d client-gone\n",
+						r.name(), r.wrk.Requests, 1e9/r.wrk.RPS, r.wrk.RPS, r.wrk.P50, r.wrk.P99, r.share429, r.cpuPerReq, r.wrk.SocketErrors, r.other, r.degraded, r.admitted, r.gone)
 					runs = append(runs, r)
 				}
 			}
@@ -330,7 +331,7 @@ func measure(ctx context.Context, rc *redis.Client, addr, config, load string, c
 		return run{}, err
 	}
 	d := s1.minus(s0)
-	r := run{config: config, load: load, conns: conns, wrk: w, other: d.other, degraded: d.degraded, admitted: d.ok, wall: wall}
+	r := run{config: config, load: load, conns: conns, wrk: w, other: d.other, degraded: d.degraded, gone: d.gone, admitted: d.ok, wall: wall}
 	if total := d.ok + d.limited + d.other; total > 0 {
 		r.share429 = float64(d.limited) / float64(total)
 	}

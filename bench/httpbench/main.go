@@ -47,7 +47,7 @@ var (
 	flagRedis      = flag.String("redis", "", "with -serve: Redis URL")
 	flagCount      = flag.Int("count", 5, "repetitions of every measurement (the summary quotes medians)")
 	flagDuration   = flag.Duration("duration", 2*time.Second, "length of one wrk run (whole seconds)")
-	flagConns      = flag.String("conns", "16,64", "wrk connection counts")
+	flagConns      = flag.String("conns", "16,64,256", "wrk connection counts")
 	flagTenants    = flag.Int("tenants", 10000, "tenants of the many-tenant load (pre-minted tokens)")
 	flagReplicas   = flag.Int("replicas", 4, "replicas behind the balancer in the accuracy phase")
 	flagConfigs    = flag.String("configs", strings.Join(configs, ","), "configurations to run")

@@ -55,10 +55,11 @@ func ratio(a, b float64) string {
 func summary(cfgs []string, many string, conns []int, runs []run, acc []accuracy) string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
-	var errs, degraded int64
+	var errs, degraded, gone int64
 	for _, r := range runs {
 		errs += r.wrk.SocketErrors + r.other
 		degraded += r.degraded
+		gone += r.gone
 	}
 	for _, load := range []string{many, "1"} {
 		if load == "1" {
@@ -184,5 +185,6 @@ func summary(cfgs []string, many string, conns []int, runs []run, acc []accuracy
 	}
 	check(errs == 0, "no socket errors and no answers other than 200/429 (%d)", errs)
 	p("- limiter errors in the throughput runs, all configurations: %d (errors s/o/l: wrk socket errors / statuses other than 200 and 429 / limiter errors, totals over the repetitions)\n", degraded)
+	p("- requests whose client had gone when they were answered (wrk closing its connections at the end of a run; counted as neither): %d\n", gone)
 	return b.String()
 }

@@ -113,21 +113,31 @@ func tenantID(c *gin.Context) string {
 
 // counts are the service's answers by status since it started, read by
 // the driver at GET /stats: the share of 429s and the admitted requests
-// across replicas come from here, not from wrk.
-type counts struct{ ok, limited, other, degraded atomic.Int64 }
+// across replicas come from here, not from wrk. gone counts the requests
+// whose client had already gone when they were answered (wrk closes its
+// connections when a run ends, cancelling the requests in flight): no
+// client sees those answers, so they are neither admissions nor errors.
+type counts struct{ ok, limited, other, degraded, gone atomic.Int64 }
 
 // onError counts the limiter's errors: tollgate then decides by its
 // failure policy (fail open by default, e.g. after its 100 ms timeout);
-// the others answer 503.
-func (n *counts) onError(*gin.Context, error) { n.degraded.Add(1) }
+// the others answer 503. An error because the client went away is not
+// the limiter's.
+func (n *counts) onError(c *gin.Context, _ error) {
+	if c.Request.Context().Err() == nil {
+		n.degraded.Add(1)
+	}
+}
 
 func (n *counts) middleware(c *gin.Context) {
 	c.Next()
-	switch c.Writer.Status() {
-	case http.StatusOK:
+	switch st := c.Writer.Status(); {
+	case st == http.StatusOK:
 		n.ok.Add(1)
-	case http.StatusTooManyRequests:
+	case st == http.StatusTooManyRequests:
 		n.limited.Add(1)
+	case c.Request.Context().Err() != nil:
+		n.gone.Add(1)
 	default:
 		n.other.Add(1)
 	}
@@ -236,7 +246,7 @@ func serve(config, addr, redisURL string) error {
 	}
 	r.GET(pathHealth, func(c *gin.Context) { c.String(http.StatusOK, "ok") })
 	r.GET(pathStats, func(c *gin.Context) {
-		c.String(http.StatusOK, "%d %d %d %d\n", n.ok.Load(), n.limited.Load(), n.other.Load(), n.degraded.Load())
+		c.String(http.StatusOK, "%d %d %d %d %d\n", n.ok.Load(), n.limited.Load(), n.other.Load(), n.degraded.Load(), n.gone.Load())
 	})
 	chain := []gin.HandlerFunc{n.middleware, authenticate(secret)}
 	if limit != nil {
