@@ -15,13 +15,15 @@ import (
 
 // TestCircuitBreaker: after the threshold of failures the store is not called
 // (answers are immediate), and after the cool-down a probe closes the circuit
-// once Redis is back.
+// once Redis is back. The cool-down runs on a fake clock, so that a slow
+// restart of the server on a loaded machine does not end it early.
 func TestCircuitBreaker(t *testing.T) {
 	forEachVariant(t, func(t *testing.T, v variant) {
 		srv := redistest.NewServer(t)
 		c := srv.Client(t)
+		clock := conformance.NewFakeClock()
 		l, err := core.New(c, staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(100)}), append(v.options(),
-			core.WithPrefix(redistest.Prefix(t)), core.WithFailurePolicy(core.FailClosed),
+			core.WithPrefix(redistest.Prefix(t)), core.WithFailurePolicy(core.FailClosed), core.WithClock(clock.Now),
 			core.WithCircuitBreaker(3, 300*time.Millisecond), core.WithTimeout(time.Second))...)
 		if err != nil {
 			t.Fatal(err)
@@ -44,14 +46,15 @@ func TestCircuitBreaker(t *testing.T) {
 		if _, err := l.Allow(ctx, tn, "default", 1); err == nil || !containsAll(err.Error(), "circuit breaker open") {
 			t.Fatalf("during the cool-down the store must not be called: %v", err)
 		}
-		time.Sleep(350 * time.Millisecond)
+		clock.Advance(350 * time.Millisecond)
 		var ok bool
 		for range 3 { // the probe may meet a stale pooled connection once
 			if d, err = l.Allow(ctx, tn, "default", 1); err == nil && d.Reason == core.ReasonOK {
 				ok = true
 				break
 			}
-			time.Sleep(350 * time.Millisecond)
+			clock.Advance(350 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond)
 		}
 		if !ok {
 			t.Fatalf("circuit did not close after Redis came back: %+v, %v", d, err)
