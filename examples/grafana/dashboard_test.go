@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"net/http/httptest"
-	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -78,7 +77,7 @@ func TestDashboardShape(t *testing.T) {
 func needPrometheus(t *testing.T, target string) *Prometheus {
 	t.Helper()
 	p, err := StartPrometheus(t.Context(), target, 90*time.Second)
-	if errors.Is(err, ErrNoPrometheus) && os.Getenv("CI") != "true" {
+	if errors.Is(err, ErrNoPrometheus) && !redistest.InCI() {
 		t.Skip("the dashboard is checked on a real Prometheus: apt-get install prometheus (skipped outside CI)")
 	}
 	if err != nil {

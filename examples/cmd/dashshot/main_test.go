@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/examples/grafana"
 	"github.com/tollgate-go/tollgate/examples/internal/apptest"
 )
@@ -23,7 +24,7 @@ func TestMain(m *testing.M) { apptest.Main(m) }
 // with a chart.
 func TestRunHTML(t *testing.T) {
 	for _, bin := range []string{"redis-server", "prometheus"} {
-		if _, err := exec.LookPath(bin); err != nil && os.Getenv("CI") != "true" {
+		if _, err := exec.LookPath(bin); err != nil && !redistest.InCI() {
 			t.Skipf("dashshot needs %s on PATH (apt-get install %s; skipped outside CI)", bin, bin)
 		}
 	}
