@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -16,147 +18,289 @@ import (
 // back, the queue goes out as the next batch. So batches grow exactly as
 // fast as Redis answers.
 //
+// Time in the queue is the process's, not the store's: a command's store
+// timeout starts when its batch is handed to the connection. A queued check
+// waits at most localBudget(timeout) for its batch to leave; one that waited longer
+// is taken out of the queue unsent and shed (shedError, ReasonOverloaded) when
+// batches kept coming back meanwhile, or answered by the failure policy
+// (errStalled) when none did: then the store, not this process, held it. So is
+// is a check that finds the queue full or its tenant's share of it full
+// (maxPerTenant: one tenant's flood is shed, other tenants' checks still
+// reach Redis). A shed check was never sent, so it charged nothing and says
+// nothing about the store.
+//
 // Every command in a pipeline is EVALSHA. The script is loaded on every
 // master before the first batch, and again when a reply says NOSCRIPT (a
 // restart, failover or SCRIPT FLUSH): a NOSCRIPT command was not executed, so
 // only those are sent again. A command that timed out or lost its connection
 // is never replayed: every script command is a noRetryCmd, so go-redis does
 // not resend it or the pipeline holding it, whatever MaxRetries says.
-//
-// The queue is bounded (maxPending): a check that finds it full is not
-// queued and fails as a store failure (errQueueFull), counted in the store
-// errors metric. The client is bounded by the limiter's timeout (see
-// scriptClient), so the leader always sends inline: no goroutine per check.
 type batcher struct {
 	client     redis.UniversalClient
+	timeout    time.Duration // the store timeout (a queued check's budget is localBudget of it)
+	ctxTimeout time.Duration // set on each call's context when the client's sockets do not bound it
 	maxBatch   int
 	inflight   int
 	maxPending int
 	sizes      func(n int) // batch-size observer (metrics)
 
 	mu      sync.Mutex
-	active  int
-	pending []*call
+	active  atomic.Int32             // batches on the wire; changed under mu, read without
+	pending fairQueue[*pendingCheck] // checks waiting for a batch
+	shares  *tenantShares            // queued checks by tenant
 	closed  bool
 	wg      sync.WaitGroup
+	// backSent is when the latest batch that came back with a reply was
+	// sent (unix nanos), and next is the next batch to come back: a check
+	// that waited out its budget in the queue was held by this process when
+	// a batch sent after it queued came back answered, or when the next one
+	// does; by the store's silence when not (see judgeWait)
+	backSent atomic.Int64
+	next     atomic.Pointer[cycle]
 
 	loadMu sync.Mutex
 	loaded bool
 }
 
-type call struct {
-	ctx  context.Context
-	args []any // the whole EVALSHA command line, see scriptArgs
-	v    any
-	err  error
-	done chan struct{} // buffered: finish sends exactly once, never blocks
+// pendingCheck is one check's script call as the batcher holds it.
+type pendingCheck struct {
+	ctx    context.Context // the caller's
+	tenant string
+	args   []any // the whole EVALSHA command line, see scriptArgs
+	v      any
+	err    error
+	queued time.Time     // when it was queued
+	sent   time.Time     // when its command was handed to the connection
+	state  atomic.Int32  // queued, taken or abandoned
+	done   chan struct{} // buffered: finish sends exactly once, never blocks
 }
 
-// calls recycles call records with their channels. A record goes back only
-// from a caller that received its answer: one whose context ended first
-// leaves it to the batch that still holds it.
-var calls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+// A pendingCheck's state: queued until a batch takes it (then it is sent)
+// or its caller abandons it (then it never is).
+const (
+	queued int32 = iota
+	taken
+	abandoned
+)
 
-// result takes the answer of a finished call and recycles the record.
-func (c *call) result() (any, error) {
-	v, err := c.v, c.err
-	*c = call{done: c.done}
-	calls.Put(c)
-	return v, err
+// pendingChecks recycles records with their channels. A record goes back
+// only from a caller that received its answer: one that left first leaves
+// it to the batch that still holds it, or to the collector.
+var pendingChecks = sync.Pool{New: func() any { return &pendingCheck{done: make(chan struct{}, 1)} }}
+
+// result takes the answer of a finished check and recycles the record.
+func (c *pendingCheck) result() (any, time.Time, error) {
+	v, sent, err := c.v, c.sent, c.err
+	c.ctx, c.tenant, c.args, c.v, c.err, c.queued, c.sent = nil, "", nil, nil, nil, time.Time{}, time.Time{}
+	c.state.Store(queued)
+	pendingChecks.Put(c)
+	return v, sent, err
 }
 
 const (
 	defaultMaxBatch   = 128
 	defaultInflight   = 2
 	defaultMaxPending = 16 * defaultMaxBatch
+	// defaultMaxPerTenant is one tenant's share of the queue: one batch.
+	defaultMaxPerTenant = defaultMaxBatch
 )
 
-func newBatcher(client redis.UniversalClient, sizes func(int)) *batcher {
-	return &batcher{client: client, maxBatch: defaultMaxBatch, inflight: defaultInflight,
-		maxPending: defaultMaxPending, sizes: sizes}
+func newBatcher(client redis.UniversalClient, timeout, ctxTimeout time.Duration, sizes func(int)) *batcher {
+	b := &batcher{client: client, timeout: timeout, ctxTimeout: ctxTimeout, maxBatch: defaultMaxBatch, inflight: defaultInflight,
+		maxPending: defaultMaxPending, sizes: sizes, shares: newTenantShares(defaultMaxPerTenant), pending: newFairQueue[*pendingCheck]()}
+	b.next.Store(&cycle{done: make(chan struct{})})
+	return b
 }
 
+var errClosed = errors.New("limiter closed")
+
+// errStalled is a check that waited out its budget in the queue while the
+// store answered no batch sent since (see judgeWait): the store, not this
+// process, held it. It is answered by the failure policy; the batches ahead
+// count toward the breaker, it does not.
+var errStalled = errors.New("queued behind batches the store did not answer within the timeout")
+
+// shedError is a check this process could not send in time: never sent,
+// nothing charged, no evidence about the store.
+// cause is its label in the shed metric.
+type shedError struct{ cause, why string }
+
+func (e *shedError) Error() string { return "tollgate: check shed: " + e.why }
+func (e *shedError) Unwrap() error { return ErrOverloaded }
+
 var (
-	errClosed    = errors.New("limiter closed")
-	errQueueFull = errors.New("too many checks waiting for the store")
+	errQueueFull   = &shedError{"queue_full", "too many checks waiting for the store"}
+	errTenantShare = &shedError{"tenant_share", "this tenant holds its whole share of the checks waiting for the store"}
+	errQueueWait   = &shedError{"queue_wait", "waited in the queue longer than its budget"}
 )
 
-// do runs the script for one check through the batcher and waits for its
-// answer or ctx's end, whichever comes first.
-func (b *batcher) do(ctx context.Context, args []any) (any, error) {
+// do runs the script for one check of tenant through the batcher and
+// returns its answer and when its command was sent, or ctx's error when the
+// caller leaves first, or a shedError.
+func (b *batcher) do(ctx context.Context, tenant string, args []any) (any, time.Time, error) {
+	// a check that will queue takes its tenant's share first, without the
+	// lock: a flood of refused checks never waits on mu ahead of the
+	// batches that serve every tenant
+	held := false
+	if int(b.active.Load()) >= b.inflight {
+		if !b.shares.take(tenant) {
+			return nil, time.Time{}, errTenantShare
+		}
+		held = true
+	}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		return nil, errClosed
+		b.release(held, tenant)
+		return nil, time.Time{}, errClosed
 	}
-	if b.active < b.inflight && len(b.pending) == 0 {
+	if int(b.active.Load()) < b.inflight && b.pending.n == 0 {
 		// alone (low concurrency): a plain call, inline, with nothing to
 		// hand over, so that one caller pays nothing for the batcher
-		b.active++
+		b.active.Add(1)
 		b.wg.Add(1)
 		b.mu.Unlock()
+		b.release(held, tenant)
 		if b.sizes != nil {
 			b.sizes(1)
 		}
-		var v any
-		var err error
-		if err = ctx.Err(); err == nil {
-			v, err = b.single(ctx, args)
-		}
+		sent := time.Now()
+		v, err := b.single(ctx, args)
+		b.back(sent, err == nil || isRequestError(err))
 		b.handOff()
-		return v, err
+		return v, sent, err
 	}
-	if b.active >= b.inflight && len(b.pending) >= b.maxPending {
+	if int(b.active.Load()) >= b.inflight {
+		if !held && !b.shares.take(tenant) {
+			b.mu.Unlock()
+			return nil, time.Time{}, errTenantShare
+		}
+		if b.pending.n >= b.maxPending {
+			b.mu.Unlock()
+			b.shares.leave(tenant)
+			return nil, time.Time{}, errQueueFull
+		}
+		c := pendingChecks.Get().(*pendingCheck)
+		c.ctx, c.tenant, c.args, c.queued = ctx, tenant, args, time.Now()
+		b.pending.push(tenant, c)
 		b.mu.Unlock()
-		return nil, errQueueFull
+		return c.wait(ctx, b)
 	}
-	c := calls.Get().(*call)
-	c.ctx, c.args = ctx, args
-	if b.active >= b.inflight {
-		b.pending = append(b.pending, c)
-		b.mu.Unlock()
-		return c.wait(ctx)
-	}
-	b.active++
+	b.active.Add(1)
+	c := pendingChecks.Get().(*pendingCheck)
+	c.ctx, c.tenant, c.args = ctx, tenant, args
+	c.state.Store(taken)
 	batch := b.take(c)
 	b.wg.Add(1)
 	b.mu.Unlock()
+	b.release(held, tenant)
 	b.lead(batch)
 	<-c.done // finished by the batch just sent
 	return c.result()
 }
 
-// wait returns c's answer, or ctx's error when it ends first.
-func (c *call) wait(ctx context.Context) (any, error) {
+// release gives back a share taken for a check that did not queue.
+func (b *batcher) release(held bool, tenant string) {
+	if held {
+		b.shares.leave(tenant)
+	}
+}
+
+// wait returns c's answer. A caller that leaves first gets its context's
+// error; one whose check is still queued after the timeout is shed
+// (errQueueWait), or fails with errStalled when no batch came back
+// meanwhile. Once its batch took it, its command is on the wire and the
+// answer comes within the batch's store timeout.
+func (c *pendingCheck) wait(ctx context.Context, b *batcher) (any, time.Time, error) {
+	t := time.NewTimer(localBudget(b.timeout))
+	defer t.Stop()
 	select {
 	case <-c.done:
 		return c.result()
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		c.state.CompareAndSwap(queued, abandoned) // taken: the batch finishes it
+		return nil, time.Time{}, ctx.Err()
+	case <-t.C:
+		if c.state.CompareAndSwap(queued, abandoned) {
+			return nil, time.Time{}, b.judgeWait(ctx, c.queued)
+		}
+	}
+	select {
+	case <-c.done:
+		return c.result()
+	case <-ctx.Done():
+		return nil, time.Time{}, ctx.Err()
 	}
 }
 
-// take returns first plus up to maxBatch-1 queued calls. Callers hold mu.
-func (b *batcher) take(first *call) []*call {
-	n := min(len(b.pending), b.maxBatch-1)
-	batch := make([]*call, 0, n+1)
+// cycle is one batch coming back: done is closed when it has, answered
+// set before that when it brought a reply.
+type cycle struct {
+	done     chan struct{}
+	answered bool
+}
+
+// judgeWait tells who held a check that waited out its budget in the queue
+// since queued (it was never sent): this process (errQueueWait: shed) when
+// a batch sent after it queued came back with a reply, or when the next
+// batch to come back does; the store (errStalled) when that batch brings no
+// reply either. The batches in flight end within the store timeout.
+func (b *batcher) judgeWait(ctx context.Context, queued time.Time) error {
+	if b.backSent.Load() >= queued.UnixNano() {
+		return errQueueWait
+	}
+	cy := b.next.Load()
+	t := time.NewTimer(localBudget(b.timeout)) // the batches in flight end within the store timeout; this bounds the wait should the process be starved
+	defer t.Stop()
+	select {
+	case <-cy.done:
+		if cy.answered {
+			return errQueueWait
+		}
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+	}
+	return errStalled
+}
+
+// back notes that a batch sent at sent came back, answered when with at
+// least one reply.
+func (b *batcher) back(sent time.Time, answered bool) {
+	if n := sent.UnixNano(); answered && b.backSent.Load() < n {
+		b.backSent.Store(n)
+	}
+	cy := b.next.Swap(&cycle{done: make(chan struct{})})
+	cy.answered = answered
+	close(cy.done)
+}
+
+// take returns first plus up to maxBatch-1 queued checks, in the fair
+// queue's round-robin order, dropping the abandoned ones. Callers hold mu.
+func (b *batcher) take(first *pendingCheck) []*pendingCheck {
+	batch := make([]*pendingCheck, 0, min(b.pending.n, b.maxBatch-1)+1)
 	batch = append(batch, first)
-	batch = append(batch, b.pending[:n]...)
-	b.pending = b.pending[n:]
-	if len(b.pending) == 0 {
-		b.pending = nil
+	for len(batch) < b.maxBatch {
+		c, ok := b.pending.pop()
+		if !ok {
+			break
+		}
+		b.shares.leave(c.tenant)
+		if c.state.CompareAndSwap(queued, taken) {
+			batch = append(batch, c)
+		}
 	}
 	return batch
 }
 
-func (c *call) finish(v any, err error) {
+func (c *pendingCheck) finish(v any, err error) {
 	c.v, c.err = v, err
 	c.done <- struct{}{}
 }
 
 // lead sends batch, then hands what queued meanwhile to a new leader, or
 // frees its slot.
-func (b *batcher) lead(batch []*call) {
+func (b *batcher) lead(batch []*pendingCheck) {
 	b.send(batch)
 	b.handOff()
 }
@@ -167,23 +311,25 @@ func (b *batcher) handOff() {
 	defer b.wg.Done()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if len(b.pending) == 0 {
-		b.active--
+	for first, ok := b.pending.pop(); ok; first, ok = b.pending.pop() {
+		b.shares.leave(first.tenant)
+		if !first.state.CompareAndSwap(queued, taken) {
+			continue // abandoned: never sent
+		}
+		next := b.take(first)
+		b.wg.Add(1)
+		go b.lead(next)
 		return
 	}
-	first := b.pending[0]
-	b.pending = b.pending[1:]
-	next := b.take(first)
-	b.wg.Add(1)
-	go b.lead(next)
+	b.active.Add(-1)
 }
 
 // send runs one batch as a pipeline and hands each caller its reply.
-func (b *batcher) send(batch []*call) {
+func (b *batcher) send(batch []*pendingCheck) {
 	if b.sizes != nil {
 		b.sizes(len(batch))
 	}
-	// calls whose caller already gave up are not sent
+	// checks whose caller already left are not sent
 	live := batch[:0]
 	for _, c := range batch {
 		if c.ctx.Err() != nil {
@@ -195,30 +341,25 @@ func (b *batcher) send(batch []*call) {
 	if len(live) == 0 {
 		return
 	}
+	sent := time.Now()
+	for _, c := range live {
+		c.sent = sent
+	}
 	if len(live) == 1 {
-		// alone (low concurrency): a plain call under the caller's own
-		// context, the same as without batching, so that one caller pays
-		// nothing for the batcher
+		// alone: a plain call under the caller's own context, the same as
+		// without batching
 		c := live[0]
-		c.finish(b.single(c.ctx, c.args))
+		v, err := b.single(c.ctx, c.args)
+		b.back(sent, err == nil || isRequestError(err))
+		c.finish(v, err)
 		return
 	}
-	// the pipeline serves every caller in it: bounded by the latest of
-	// their deadlines, not cut short by one caller's cancellation
-	deadline, ok := live[0].ctx.Deadline()
-	for _, c := range live[1:] {
-		if d, ok2 := c.ctx.Deadline(); ok && ok2 && d.After(deadline) {
-			deadline = d
-		} else if !ok2 {
-			ok = false
-		}
-	}
-	ctx := context.WithoutCancel(live[0].ctx)
-	if ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, deadline)
-		defer cancel()
-	}
+	// the pipeline serves every caller in it: bounded by the store timeout
+	// from its write (the client's socket deadlines, see scriptClient), not
+	// cut short by one caller's cancellation or deadline (a caller that
+	// leaves gets its own context's error)
+	ctx, cancel := withCallTimeout(context.WithoutCancel(live[0].ctx), b.ctxTimeout)
+	defer cancel()
 	// preloading is an optimisation: if it fails (a node is down), EVALSHA
 	// still runs where the script is cached and NOSCRIPT falls back to EVAL
 	_ = b.load(ctx)
@@ -230,8 +371,15 @@ func (b *batcher) send(batch []*call) {
 		}
 		return nil
 	})
-	var retry []*call
-	refreshed := false
+	var retry []*pendingCheck
+	refreshed, answered := false, false
+	for _, cmd := range cmds {
+		if err := cmd.Err(); err == nil || isRequestError(err) || isNoScript(err) {
+			answered = true
+			break
+		}
+	}
+	b.back(sent, answered)
 	for i, c := range live {
 		v, err := cmds[i].Result()
 		if err != nil && !refreshed {
@@ -269,6 +417,8 @@ func (b *batcher) send(batch []*call) {
 // single runs one call on its own, under the caller's context, the same as
 // without batching.
 func (b *batcher) single(ctx context.Context, args []any) (any, error) {
+	ctx, cancel := withCallTimeout(ctx, b.ctxTimeout)
+	defer cancel()
 	v, err := runScript(ctx, b.client, args)
 	if err != nil {
 		refreshTopology(b.client, err)
@@ -302,5 +452,5 @@ func (b *batcher) close() {
 	b.mu.Lock()
 	b.closed = true
 	b.mu.Unlock()
-	b.wg.Wait() // queued calls are sent by the batches in flight
+	b.wg.Wait() // queued checks are sent by the batches in flight
 }

@@ -110,7 +110,7 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 	if d, ok := l.checkDenyCache(ctx, keys, buckets, req.Cost, sent); ok {
 		return d, nil
 	}
-	return l.store(ctx, req, keys, buckets, req.Cost, sent)
+	return l.charge(ctx, req, keys, buckets, req.Cost, sent)
 }
 
 // checkDenyCache answers from the deny cache when it proves a denial.

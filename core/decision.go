@@ -41,9 +41,19 @@ const (
 	// error wraps the context's error (context.Canceled or
 	// context.DeadlineExceeded). The request may or may not have been charged.
 	ReasonCanceled
+	// ReasonOverloaded: this process could not check the request in time
+	// (its tenant's share of the pending queue was full, the check waited
+	// in the queue or for a connection longer than the timeout, or its
+	// reply came late while the store kept answering other checks). The
+	// store is not at fault, so the failure policy does not apply: under
+	// every policy the request is shed (HTTP 503 with Retry-After, gRPC
+	// Unavailable with pushback), never admitted unchecked. Check's error
+	// wraps ErrOverloaded. The request may have been charged only when its
+	// reply came late.
+	ReasonOverloaded
 )
 
-var reasonNames = [...]string{"ok", "over_limit", "cost_exceeds_capacity", "failed_open", "failed_closed", "shadow_denied", "invalid", "unresolved", "canceled"}
+var reasonNames = [...]string{"ok", "over_limit", "cost_exceeds_capacity", "failed_open", "failed_closed", "shadow_denied", "invalid", "unresolved", "canceled", "overloaded"}
 
 // String returns the reason's stable snake_case name, used in metrics and logs.
 func (r Reason) String() string {

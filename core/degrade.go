@@ -10,21 +10,43 @@ import (
 
 // failed answers a check whose store call failed, by what failed. A caller
 // gone is no failure: its check is abandoned, not degraded, and nothing is
-// counted or logged. A failure of the request's own (an error reply about
-// its keys) is answered by the failure policy and logged with its keys, but
-// the store answered, so for the breaker it is a success. Only the store's
-// own failures count toward the breaker. probe: this call was the breaker's
-// probe.
-func (l *Limiter) failed(ctx context.Context, req Request, keys []string, buckets []Bucket, err error, took time.Duration, probe bool) (Decision, error) {
+// counted or logged. A check this process could not send in time, or whose
+// reply came late while the shard kept answering other checks, is shed
+// (ReasonOverloaded): the store is not at fault, so neither the breaker nor
+// the failure policy hears of it. A failure of the request's own (an error
+// reply about its keys) is answered by the failure policy and logged with
+// its keys, but the store answered, so for the breaker it is a success.
+// Only the store's own failures count toward the breaker of the shard sh.
+// start is when the call began, wrote when its command was sent; probe:
+// this call was the breaker's probe.
+func (l *Limiter) failed(ctx context.Context, req Request, keys []string, buckets []Bucket, err error, sh *shard, start, wrote time.Time, probe bool) (Decision, error) {
 	var gone *callerGone
 	if errors.As(err, &gone) {
-		l.breaker.abandon(probe)
+		sh.abandon(probe)
 		return Decision{Reason: ReasonCanceled, Cost: req.Cost}, gone
 	}
-	l.metrics.storeCall(ctx, took, err, l.cfg.policy)
+	var late *replyTimeout
+	if errors.As(err, &late) || errors.Is(err, errStalled) {
+		if !sh.knownDown(time.Now()) && !(late != nil && sh.answeredSince(wrote)) {
+			sh.confirm(ctx) // ask the store itself, once for every check that asks meanwhile
+			if ctx.Err() != nil {
+				sh.abandon(probe)
+				return Decision{Reason: ReasonCanceled, Cost: req.Cost}, &callerGone{ctx.Err()}
+			}
+		}
+		if !sh.knownDown(time.Now()) {
+			err = &shedError{"late_reply", "no reply within the timeout, while the store answered others: " + err.Error()}
+		}
+	}
+	var shed *shedError
+	if errors.As(err, &shed) {
+		sh.abandon(probe)
+		return l.shed(ctx, req, shed)
+	}
+	l.metrics.storeCall(ctx, time.Since(start), err, l.cfg.policy)
 	var re *requestError
 	if errors.As(err, &re) {
-		l.breaker.success()
+		sh.success(wrote)
 		err = fmt.Errorf("%w: %w", ErrStore, err)
 		d := l.degradeQuiet(req, keys, buckets)
 		l.logDegraded("tollgate: the store refused this request; answered by the failure policy", req, err,
@@ -35,10 +57,17 @@ func (l *Limiter) failed(ctx context.Context, req Request, keys []string, bucket
 		refreshTopology(l.client, err) // the batcher does this itself
 	}
 	err = fmt.Errorf("%w: %w", ErrStore, err)
-	if l.breaker.failure(l.now()) {
+	if sh.failure(l.now()) {
 		l.logDegraded("tollgate: circuit breaker opened: store calls paused", req, err)
 	}
 	return l.degrade(req, keys, buckets, err), err
+}
+
+// shed is the answer to a check this process could not make in time: not
+// admitted under any failure policy, counted by cause.
+func (l *Limiter) shed(ctx context.Context, req Request, why *shedError) (Decision, error) {
+	l.metrics.shedCheck(ctx, why)
+	return Decision{Reason: ReasonOverloaded, Cost: req.Cost}, why
 }
 
 // callerGone is the decision of a check whose caller left first.

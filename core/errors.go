@@ -17,6 +17,10 @@ var (
 	// time. The Decision returned with it says how the failure policy
 	// answered (ReasonFailedOpen or ReasonFailedClosed).
 	ErrStore = errors.New("tollgate: store unavailable")
+	// ErrOverloaded reports that this process could not check a request in
+	// time (ReasonOverloaded): a local condition, not a store failure, so it
+	// never trips the circuit breaker and the failure policy does not apply.
+	ErrOverloaded = errors.New("tollgate: overloaded, check shed")
 	// ErrResolve reports that the buckets for a request could not be
 	// resolved (for example an unknown tier or class).
 	ErrResolve = errors.New("tollgate: cannot resolve quota")

@@ -2,7 +2,7 @@ package core
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"strings"
 	"sync"
 	"time"
@@ -16,11 +16,20 @@ type leaseClass struct {
 
 // leases holds this replica's token leases, one per bucket set (tenant and
 // class), each taken from the store as one charge of the lease's size.
+//
+// The map is bounded (max). At the bound it drops leases that have expired
+// (their unspent tokens are lost by design then); it never drops a live
+// lease, whose unspent tokens its tenant has paid for. When every entry is
+// live, a check that finds no lease of its own is a plain check: it takes
+// no lease until one expires.
 type leases struct {
 	classes map[string]leaseClass
 	mu      sync.Mutex
 	entries map[string]*lease // by the first bucket key
 	max     int
+	// noneBefore: no lease in the map expires before it (a sweep found
+	// none); until then a full map is not swept again
+	noneBefore time.Time
 }
 
 type lease struct {
@@ -29,8 +38,15 @@ type lease struct {
 	tokens  int64         // unspent
 	expires time.Time
 	// acquiring is non-nil while one check takes a new lease from the store;
-	// it is closed when that check is done.
-	acquiring chan struct{}
+	// it is done when that check is.
+	acquiring *acquisition
+}
+
+// acquisition is one check taking a lease; the checks that wait for it
+// learn its store failure, if any, with it.
+type acquisition struct {
+	done chan struct{}
+	err  error // set before done is closed: the acquirer's store failure
 }
 
 func newLeases(classes map[string]leaseClass, max int) *leases {
@@ -40,9 +56,10 @@ func newLeases(classes map[string]leaseClass, max int) *leases {
 // spend takes cost tokens from a live lease for keys. Otherwise, when no
 // check is taking a lease for keys, it marks the caller as the one who does
 // (acquire true: the caller must call release with the returned lease);
-// when another check is taking one, it returns that check's channel to
-// wait on.
-func (ls *leases) spend(keys []string, buckets []Bucket, cost int64, now time.Time, acquire bool) (d Decision, ok bool, wait <-chan struct{}, acquiring *lease) {
+// when another check is taking one, it returns that acquisition to wait
+// on. With neither (acquire false, or a full map of live leases) the caller
+// makes a plain check.
+func (ls *leases) spend(keys []string, buckets []Bucket, cost int64, now time.Time, acquire bool) (d Decision, ok bool, wait *acquisition, acquiring *lease) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	e := ls.entries[keys[0]]
@@ -65,29 +82,55 @@ func (ls *leases) spend(keys []string, buckets []Bucket, cost int64, now time.Ti
 		return Decision{}, false, nil, nil
 	}
 	if e == nil {
-		if len(ls.entries) >= ls.max {
-			// bounded: unspent tokens are lost, never minted. An
-			// acquisition in progress keeps its lease: release closes its
-			// channel through the pointer, so its waiters are released
-			clear(ls.entries)
+		if len(ls.entries) >= ls.max && !ls.sweep(now) {
+			return Decision{}, false, nil, nil // every lease is live: none is burned
 		}
 		e = &lease{keys: keys}
 		ls.entries[keys[0]] = e
 	}
-	e.acquiring = make(chan struct{})
+	e.acquiring = &acquisition{done: make(chan struct{})}
 	return Decision{}, false, nil, e
 }
 
+// sweep drops the expired leases of a full map and reports whether it made
+// room. A sweep that finds none remembers the earliest expiry, so a full
+// map of live leases is not swept on every check. Callers hold mu.
+func (ls *leases) sweep(now time.Time) bool {
+	if now.Before(ls.noneBefore) {
+		return false
+	}
+	var earliest time.Time
+	for k, e := range ls.entries {
+		switch {
+		case e.acquiring != nil:
+			continue
+		case !now.Before(e.expires):
+			delete(ls.entries, k)
+		case earliest.IsZero() || e.expires.Before(earliest):
+			earliest = e.expires
+		}
+	}
+	if len(ls.entries) < ls.max {
+		return true
+	}
+	if earliest.IsZero() {
+		earliest = now.Add(time.Millisecond) // only acquisitions: they end soon
+	}
+	ls.noneBefore = earliest
+	return false
+}
+
 // release ends the acquisition of e (from spend): its waiters are released
-// whatever happened to the map meanwhile (a Reset, an eviction). With a
-// granted decision d (charged size tokens, of which cost were the caller's),
-// the lease holds size-cost tokens until expires, if it is still the map's;
-// otherwise it is dropped.
-func (ls *leases) release(e *lease, d *Decision, unspent int64, expires time.Time) {
+// whatever happened to the map meanwhile (a Reset), and learn failure, the
+// acquirer's store failure if any. With a granted decision d (charged size
+// tokens, of which cost were the caller's), the lease holds size-cost
+// tokens until expires, if it is still the map's; otherwise it is dropped.
+func (ls *leases) release(e *lease, d *Decision, unspent int64, expires time.Time, failure error) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	if e.acquiring != nil {
-		close(e.acquiring)
+	if a := e.acquiring; a != nil {
+		a.err = failure
+		close(a.done)
 		e.acquiring = nil
 	}
 	current := ls.entries[e.keys[0]] == e
@@ -99,6 +142,9 @@ func (ls *leases) release(e *lease, d *Decision, unspent int64, expires time.Tim
 	}
 	if current {
 		e.base, e.tokens, e.expires = d.Buckets, unspent, expires
+		if expires.Before(ls.noneBefore) {
+			ls.noneBefore = expires
+		}
 	}
 }
 
@@ -140,7 +186,9 @@ func (ls *leases) forget(prefix string) {
 // when it has the tokens, else by taking a new lease from the store (one
 // charge of the lease size), else by a plain charge of the request's cost.
 // At most one check per bucket set takes a lease at a time; the others wait
-// for it once, then spend from it or make a plain call.
+// for it once (it is bounded by the check timeout, in the queue and on the
+// wire), then spend from it, take its store failure as theirs (one call's
+// evidence, not a second timeout each), or make a plain call.
 func (l *Limiter) checkLeased(ctx context.Context, req Request, keys []string, buckets []Bucket, lc leaseClass, sent time.Time) (Decision, error) {
 	size := lc.size
 	for _, b := range buckets {
@@ -154,22 +202,20 @@ func (l *Limiter) checkLeased(ctx context.Context, req Request, keys []string, b
 		return d, nil
 	}
 	if wait != nil {
-		// the whole check, waiting included, stays within the check
-		// timeout: a waiter whose deadline passes while the acquisition
-		// hangs is answered by the failure policy, not after a second
-		// timeout of its own
-		ctx, cancel := context.WithTimeoutCause(ctx, l.cfg.timeout, errLimiterTimeout)
-		defer cancel()
 		select {
-		case <-wait:
+		case <-wait.done:
 		case <-ctx.Done():
+			return l.callerGone(req, ctx.Err())
 		}
 		if d, ok, _, _ := l.leases.spend(keys, buckets, req.Cost, l.now(), false); ok {
 			return d, nil
 		}
-		if ctx.Err() != nil {
-			err := fmt.Errorf("%w: waiting for a lease: no answer within %v: %w", ErrStore, l.cfg.timeout, ctx.Err())
-			return l.degrade(req, keys, buckets, err), err
+		var shed *shedError
+		switch {
+		case errors.As(wait.err, &shed):
+			return l.shed(ctx, req, shed)
+		case wait.err != nil:
+			return l.degrade(req, keys, buckets, wait.err), wait.err
 		}
 		return l.plain(ctx, req, keys, buckets, sent)
 	}
@@ -177,14 +223,18 @@ func (l *Limiter) checkLeased(ctx context.Context, req Request, keys []string, b
 		return l.plain(ctx, req, keys, buckets, sent)
 	}
 	if d, ok := l.checkDenyCache(ctx, keys, buckets, req.Cost, sent); ok {
-		l.leases.release(acquiring, nil, 0, time.Time{})
+		l.leases.release(acquiring, nil, 0, time.Time{}, nil)
 		return d, nil
 	}
-	d, err := l.store(ctx, req, keys, buckets, size, sent)
+	d, err := l.charge(ctx, req, keys, buckets, size, sent)
 	if err != nil || d.Reason != ReasonOK {
-		l.leases.release(acquiring, nil, 0, time.Time{})
+		var failure error
+		if d.Degraded() || d.Reason == ReasonOverloaded {
+			failure = err // the waiters answer alike; a caller gone is not theirs
+		}
+		l.leases.release(acquiring, nil, 0, time.Time{}, failure)
 		if err != nil {
-			return d, err // degraded for req (store answers by req.Cost)
+			return d, err // degraded for req (charge answers by req.Cost)
 		}
 		// the bucket cannot give a whole lease. The reply's balances still
 		// prove a denial of the request itself when some bucket holds less
@@ -196,11 +246,11 @@ func (l *Limiter) checkLeased(ctx context.Context, req Request, keys []string, b
 			return d, nil
 		}
 		// enough for the request alone: charge it
-		return l.store(ctx, req, keys, buckets, req.Cost, sent)
+		return l.charge(ctx, req, keys, buckets, req.Cost, sent)
 	}
 	unspent := size - req.Cost
 	// the lease runs from when the check started: never longer than ttl
-	l.leases.release(acquiring, &d, unspent, sent.Add(lc.ttl))
+	l.leases.release(acquiring, &d, unspent, sent.Add(lc.ttl), nil)
 	states := make([]BucketState, len(d.Buckets))
 	for i, s := range d.Buckets {
 		s.Tokens += float64(unspent)
@@ -214,7 +264,7 @@ func (l *Limiter) plain(ctx context.Context, req Request, keys []string, buckets
 	if d, ok := l.checkDenyCache(ctx, keys, buckets, req.Cost, sent); ok {
 		return d, nil
 	}
-	return l.store(ctx, req, keys, buckets, req.Cost, sent)
+	return l.charge(ctx, req, keys, buckets, req.Cost, sent)
 }
 
 // denialFor turns a denial of a lease (a charge larger than cost) into the

@@ -61,12 +61,13 @@ type Limiter struct {
 	scripts  redis.UniversalClient
 	owned    io.Closer
 	lastLog  atomic.Int64
-	breaker  *breaker      // nil: off
+	shards   *shards       // store shards: last answers and breakers
 	fallback *localBuckets // nil: off
 	deny     *denyCache    // nil: off
 	metrics  *metrics
 	now      func() time.Time
-	batch    *batcher // nil: one call per check
+	batch    *batcher // nil: one call per check, through direct
+	direct   *direct
 	leases   *leases  // nil: no class leases
 	args     sync.Map // Quota -> [3]any, see quotaArgs
 	nargs    atomic.Int64
@@ -99,16 +100,15 @@ func New(client redis.UniversalClient, r Resolver, opts ...Option) (*Limiter, er
 	}
 	l := &Limiter{client: client, resolver: r, keys: keys, cfg: cfg,
 		metrics: newMetrics(cfg.meterProvider, cfg.tenantTopK), now: time.Now}
-	l.scripts, l.owned = scriptClient(client)
+	var ctxTimeout time.Duration
+	l.scripts, l.owned, ctxTimeout = scriptClient(client, cfg.timeout)
 	if cfg.clock != nil {
 		l.now = cfg.clock
 	}
 	if tr, ok := r.(*TieredResolver); ok {
 		tr.boundWait(cfg.timeout) // a first override lookup waits no longer than a check
 	}
-	if cfg.breakerThreshold > 0 {
-		l.breaker = &breaker{threshold: int64(cfg.breakerThreshold), cooldown: cfg.breakerCooldown}
-	}
+	l.shards = newShards(cfg.breakerThreshold, cfg.breakerCooldown, cfg.timeout, l.scripts, l.now)
 	if cfg.fallbackShare > 0 {
 		l.fallback = newLocalBuckets(100_000)
 	}
@@ -119,7 +119,9 @@ func New(client redis.UniversalClient, r Resolver, opts ...Option) (*Limiter, er
 		l.leases = newLeases(cfg.leases, 100_000)
 	}
 	if cfg.batching {
-		l.batch = newBatcher(l.scripts, l.metrics.batchSize)
+		l.batch = newBatcher(l.scripts, cfg.timeout, ctxTimeout, l.metrics.batchSize)
+	} else {
+		l.direct = newDirect(l.scripts, cfg.timeout, ctxTimeout)
 	}
 	return l, nil
 }
@@ -133,6 +135,7 @@ func (l *Limiter) Close() error {
 	if l.batch != nil {
 		l.batch.close()
 	}
+	l.shards.close()
 	if l.owned != nil {
 		return l.owned.Close()
 	}

@@ -31,7 +31,7 @@ func (lb *localBuckets) take(keys []string, buckets []Bucket, cost int64, now ti
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
 	if len(lb.buckets) >= lb.max {
-		clear(lb.buckets) // bounded: an outage over many tenants restarts them full
+		lb.evict(now)
 	}
 	states := make([]BucketState, len(buckets))
 	bs := make([]*localBucket, len(buckets))
@@ -107,10 +107,34 @@ func (lb *localBuckets) takeShare(keys []string, buckets []Bucket, share float64
 	return newDecision(states, binding, ld.Reason, 0, cost)
 }
 
-func (lb *localBuckets) reset() {
+// evict makes room in a full map: it drops the buckets that have refilled
+// to capacity (a full bucket dropped is the same as a new one), then, if
+// that freed less than a sixteenth of the map, arbitrary ones: past max
+// tenants in one outage, some restart full. Callers hold mu.
+func (lb *localBuckets) evict(now time.Time) {
+	for k, b := range lb.buckets {
+		if refill(b.quota, b.tokens, now.Sub(b.last).Seconds()) >= float64(b.quota.Capacity) {
+			delete(lb.buckets, k)
+		}
+	}
+	for k := range lb.buckets {
+		if len(lb.buckets) <= lb.max-lb.max/16-1 {
+			break
+		}
+		delete(lb.buckets, k)
+	}
+}
+
+// forget drops the local buckets of keys: their tenant's store call
+// succeeded, so the store holds their state again. Only the tenant's own
+// answer resets them: another tenant's success during a partial outage says
+// nothing about this one's shard.
+func (lb *localBuckets) forget(keys []string) {
 	lb.mu.Lock()
 	if len(lb.buckets) > 0 {
-		clear(lb.buckets)
+		for _, k := range keys {
+			delete(lb.buckets, k)
+		}
 	}
 	lb.mu.Unlock()
 }

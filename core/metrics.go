@@ -22,19 +22,28 @@ import (
 const (
 	// metricDecisions counts decisions, by outcome (allowed, denied,
 	// failed_open, failed_closed, fallback, shadow_denied, invalid,
-	// unresolved, canceled), reason, class, tier and binding bucket, and
+	// unresolved, canceled, overloaded), reason, class, tier and binding bucket, and
 	// tenant when WithTenantLabel is on.
 	metricDecisions = "tollgate.decisions"
 	// metricStoreDuration is the client-side latency of the store call, in
 	// seconds, by result (ok, error).
 	metricStoreDuration = "tollgate.store.duration"
 	// metricStoreErrors counts store failures by kind (timeout, connection,
-	// oom, circuit_open, queue_full, request, other) and failure policy.
+	// oom, circuit_open, stalled, request, other) and failure policy. Kind
+	// stalled is a check that waited in the batcher's queue for the whole
+	// timeout while no batch came back (the store held the batches ahead).
 	// Kind request is an error reply about one request's keys (WRONGTYPE, a
 	// script error, a reply that cannot be decoded): that request's failure,
 	// never counted by the circuit breaker. A check whose caller left first
 	// is not a store failure and is not counted.
 	metricStoreErrors = "tollgate.store.errors"
+	// metricShed counts checks shed because this process could not make
+	// them in time (ReasonOverloaded), by cause: queue_full, tenant_share
+	// (the tenant held its whole share of the batcher's queue), queue_wait
+	// (queued longer than its budget), connection_wait (no connection
+	// within its budget), late_reply (no reply within the timeout while the
+	// store answered other checks or a probe). None is a store failure.
+	metricShed = "tollgate.checks.shed"
 	// metricDenyCacheHits counts requests denied locally by the deny cache,
 	// without a store call.
 	metricDenyCacheHits = "tollgate.deny_cache.hits"
@@ -51,6 +60,7 @@ type metrics struct {
 	decisions     metric.Int64Counter
 	storeDur      metric.Float64Histogram
 	storeErrs     metric.Int64Counter
+	shed          metric.Int64Counter
 	denyCacheHits metric.Int64Counter
 	batches       metric.Int64Histogram
 	tenants       *topK // nil: no tenant label
@@ -90,6 +100,9 @@ func newMetrics(mp metric.MeterProvider, k int) *metrics {
 		otel.Handle(err)
 	}
 	if m.storeErrs, err = meter.Int64Counter(metricStoreErrors, metric.WithDescription("Rate-limit store failures."), metric.WithUnit("{error}")); err != nil {
+		otel.Handle(err)
+	}
+	if m.shed, err = meter.Int64Counter(metricShed, metric.WithDescription("Rate-limit checks shed: this process could not make them in time."), metric.WithUnit("{check}")); err != nil {
 		otel.Handle(err)
 	}
 	if m.denyCacheHits, err = meter.Int64Counter(metricDenyCacheHits, metric.WithDescription("Requests denied by the local deny cache without a store call."), metric.WithUnit("{request}")); err != nil {
@@ -204,6 +217,10 @@ func (m *metrics) storeCall(ctx context.Context, took time.Duration, err error, 
 	}
 }
 
+func (m *metrics) shedCheck(ctx context.Context, why *shedError) {
+	m.shed.Add(ctx, 1, metric.WithAttributes(attribute.String("cause", why.cause)))
+}
+
 // errorKind classifies a store failure for the errors metric.
 func errorKind(err error) string {
 	var ne net.Error
@@ -211,10 +228,10 @@ func errorKind(err error) string {
 	switch {
 	case errors.Is(err, errCircuitOpen):
 		return "circuit_open"
-	case errors.Is(err, errQueueFull):
-		return "queue_full"
 	case errors.As(err, new(*requestError)):
 		return "request"
+	case errors.Is(err, errStalled):
+		return "stalled"
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
 		return "timeout"
 	case errors.As(err, &re) && strings.HasPrefix(re.Error(), "OOM"):

@@ -4,7 +4,8 @@ import "time"
 
 // PushbackMillis is the gRPC grpc-retry-pushback-ms value of a decision: the
 // exact retry delay rounded up to milliseconds for an over-limit denial, -1
-// ("do not retry", gRFC A6) when the cost can never be met, 0 otherwise.
+// ("do not retry", gRFC A6) when the cost can never be met, the overload
+// hint for a shed check (ReasonOverloaded), 0 otherwise.
 func (d Decision) PushbackMillis() int64 {
 	switch d.Reason {
 	case ReasonOverLimit:
@@ -12,6 +13,8 @@ func (d Decision) PushbackMillis() int64 {
 		return max(int64(ms), 1)
 	case ReasonCostExceedsCapacity:
 		return -1
+	case ReasonOverloaded:
+		return overloadRetrySeconds * 1000
 	}
 	return 0
 }

@@ -55,6 +55,9 @@ func ceilSeconds(d time.Duration) int64 {
 	return int64(math.Ceil(d.Seconds()))
 }
 
+// overloadRetrySeconds is the Retry-After of a shed check (ReasonOverloaded).
+const overloadRetrySeconds = 1
+
 // retryAfterSeconds is the Retry-After value of a denial: max(1,
 // ceil(RetryAfter)) in seconds; never 0. It is 0 when the decision is not an
 // over-limit denial (nothing to retry, or never).
@@ -71,8 +74,13 @@ func (d Decision) retryAfterSeconds() int64 {
 // Headers returns the rate-limit headers of d in style, in a fixed order, for
 // an allowed or a denied response alike. now is used only by
 // HeaderXRateLimitEpoch. A degraded or invalid decision has no rate-limit
-// headers. A denial (ReasonOverLimit) adds Retry-After whatever the style.
+// headers. A denial (ReasonOverLimit) adds Retry-After whatever the style;
+// a shed check (ReasonOverloaded) has Retry-After alone.
 func (d Decision) Headers(style HeaderStyle, now time.Time) []Header {
+	if d.Reason == ReasonOverloaded {
+		// shed: no bucket numbers to report, but a hint when to come back
+		return []Header{{"Retry-After", strconv.FormatInt(overloadRetrySeconds, 10)}}
+	}
 	if !d.hasQuota() {
 		return nil
 	}
@@ -153,7 +161,7 @@ func (d Decision) Status() int {
 		return 200
 	case d.Denied():
 		return 429
-	case d.Reason == ReasonFailedClosed, d.Reason == ReasonCanceled:
+	case d.Reason == ReasonFailedClosed, d.Reason == ReasonCanceled, d.Reason == ReasonOverloaded:
 		return 503
 	case d.Reason == ReasonUnresolved:
 		return 500
@@ -195,6 +203,8 @@ func (d Decision) Problem() Problem {
 		return plainProblem(503, "Service Unavailable", "The rate limiter cannot reach its store; try again later.")
 	case ReasonCanceled:
 		return plainProblem(503, "Service Unavailable", "The request was cancelled or its deadline passed before the rate limit was checked.")
+	case ReasonOverloaded:
+		return plainProblem(503, "Service Unavailable", "The rate limiter is overloaded and could not check this request in time; retry later.")
 	case ReasonUnresolved:
 		return plainProblem(500, "Internal Server Error", "No rate limit is configured for this request.")
 	case ReasonInvalid:

@@ -5,6 +5,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tollgate-go/tollgate/core"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -237,7 +238,7 @@ func headerMD(hs []core.Header) metadata.MD {
 // rate-limit headers and, for a denial, the pushback.
 func (i *Interceptors) trailer(v core.Verdict) metadata.MD {
 	md := headerMD(v.Headers)
-	if v.Decision.Denied() {
+	if v.Decision.Denied() || v.Decision.Reason == core.ReasonOverloaded {
 		if md == nil {
 			md = metadata.MD{}
 		}
@@ -256,6 +257,13 @@ func (i *Interceptors) statusOf(v core.Verdict) *status.Status {
 		return i.denial(v)
 	case d.Reason == core.ReasonFailedClosed:
 		return status.New(codes.Unavailable, v.Problem.Detail)
+	case d.Reason == core.ReasonOverloaded:
+		// shed: retry later, with a hint (RetryInfo and the pushback trailer)
+		st := status.New(codes.Unavailable, v.Problem.Detail)
+		if withRetry, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(d.PushbackMillis()) * time.Millisecond)}); err == nil {
+			return withRetry
+		}
+		return st
 	case d.Reason == core.ReasonCanceled:
 		// the call's own context ended: Canceled or DeadlineExceeded
 		return status.FromContextError(v.Err)

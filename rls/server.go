@@ -222,6 +222,11 @@ func descriptorStatus(g *group, class string) *rlsv3.RateLimitResponse_Descripto
 		return invalidStatus("invalid descriptor: " + errText(g.err))
 	case d.Reason == core.ReasonUnresolved:
 		return invalidStatus("no quota configured: " + errText(g.err))
+	case d.Reason == core.ReasonOverloaded:
+		// shed: never let through unchecked; Envoy answers 429 and the
+		// client retries after the hint
+		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT,
+			DurationUntilReset: durationpb.New(time.Duration(d.PushbackMillis()) * time.Millisecond)}
 	case len(d.Buckets) == 0: // failed open: let through unchecked
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 	}

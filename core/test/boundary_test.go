@@ -182,8 +182,8 @@ func TestNoGoroutinePerCheck(t *testing.T) {
 }
 
 // TestBatcherQueueBounded: when Redis hangs, the batcher queues at most its
-// bound; the checks that do not fit fail at once as store failures, counted
-// as queue_full.
+// bound; the checks that do not fit are shed at once (ReasonOverloaded,
+// never admitted, never a store failure), counted as shed by queue_full.
 func TestBatcherQueueBounded(t *testing.T) {
 	srv := redistest.NewServer(t)
 	reader := sdkmetric.NewManualReader()
@@ -203,8 +203,11 @@ func TestBatcherQueueBounded(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			start := time.Now()
-			_, err := l.Allow(context.Background(), core.Tenant{ID: "t" + strconv.Itoa(i)}, "default", 1)
-			if errors.Is(err, core.ErrStore) && strings.Contains(err.Error(), "too many checks waiting") {
+			d, err := l.Allow(context.Background(), core.Tenant{ID: "t" + strconv.Itoa(i)}, "default", 1)
+			if errors.Is(err, core.ErrOverloaded) && strings.Contains(err.Error(), "too many checks waiting") {
+				if d.Allowed || d.Reason != core.ReasonOverloaded || errors.Is(err, core.ErrStore) {
+					t.Errorf("a shed check answered %+v, %v", d, err)
+				}
 				full.Add(1)
 				if time.Since(start) < time.Second {
 					fast.Add(1)
@@ -218,7 +221,10 @@ func TestBatcherQueueBounded(t *testing.T) {
 	if full.Load() < n-2048-2-50 || fast.Load() != full.Load() {
 		t.Fatalf("%d of %d checks found the queue full (%d at once); want about %d, all at once", full.Load(), n, fast.Load(), n-2050)
 	}
-	if got := collect(t, reader, "tollgate.store.errors", "kind")["queue_full"]; got != full.Load() {
+	if got := collect(t, reader, "tollgate.checks.shed", "cause")["queue_full"]; got != full.Load() {
 		t.Fatalf("queue_full counted %d times, want %d", got, full.Load())
+	}
+	if got := collect(t, reader, "tollgate.store.errors", "kind")["queue_full"]; got != 0 {
+		t.Fatalf("a full queue counted %d times as a store error", got)
 	}
 }

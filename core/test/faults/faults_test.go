@@ -155,7 +155,7 @@ func TestHungThenResumed(t *testing.T) {
 			}
 			wantDegraded(t, m, worst, p, "while Redis was hung")
 			waitDecided(t, lim, "recovery after resume")
-			record(row{"Redis hung (SIGSTOP), then resumed", p, policyAnswer(p) + " within the timeout, circuit opens; recovers on resume", worst})
+			record(row{"Redis hung (SIGSTOP), then resumed", p, policyAnswer(p) + " once a probe confirms the silence (timeout + 2 timeouts), circuit opens; recovers on resume", worst})
 		})
 	}
 }

@@ -7,19 +7,15 @@ import (
 	"time"
 )
 
-// store charges cost tokens (req.Cost, or a lease's size) in the store, or
-// degrades when it fails. sent is when the check started.
-func (l *Limiter) store(ctx context.Context, req Request, keys []string, buckets []Bucket, cost int64, sent time.Time) (Decision, error) {
+// charge charges cost tokens (req.Cost, or a lease's size) in the store, or
+// answers without it when the call fails (see failed). sent is when the
+// check started, on the limiter's clock.
+func (l *Limiter) charge(ctx context.Context, req Request, keys []string, buckets []Bucket, cost int64, sent time.Time) (Decision, error) {
 	if err := ctx.Err(); err != nil {
-		if context.Cause(ctx) == errLimiterTimeout {
-			// the limiter's own deadline (a lease wait used it up), not
-			// the caller's: the failure policy answers
-			err := fmt.Errorf("%w: no answer within %v: %w", ErrStore, l.cfg.timeout, context.DeadlineExceeded)
-			return l.degrade(req, keys, buckets, err), err
-		}
 		return l.callerGone(req, err)
 	}
-	ok, probe := l.breaker.allow(sent)
+	sh := l.shards.forKey(ctx, keys[0])
+	ok, probe := sh.allow(sent)
 	if !ok {
 		err := fmt.Errorf("%w: %w", ErrStore, errCircuitOpen)
 		l.metrics.storeCall(ctx, 0, err, l.cfg.policy)
@@ -36,7 +32,7 @@ func (l *Limiter) store(ctx context.Context, req Request, keys []string, buckets
 	}
 	start := time.Now()
 	args := scriptArgs(keys, now, cost, quotas)
-	reply, err := l.run(ctx, *args)
+	reply, wrote, err := l.run(ctx, req.Tenant.ID, *args)
 	if err == nil {
 		// answered: neither go-redis nor a batch holds the line any more (a
 		// caller that gave up leaves it to the batch still holding it)
@@ -49,12 +45,12 @@ func (l *Limiter) store(ctx context.Context, req Request, keys []string, buckets
 		}
 	}
 	if err != nil {
-		return l.failed(ctx, req, keys, buckets, err, time.Since(start), probe)
+		return l.failed(ctx, req, keys, buckets, err, sh, start, wrote, probe)
 	}
+	sh.success(wrote)
 	l.metrics.storeCall(ctx, time.Since(start), nil, l.cfg.policy)
-	l.breaker.success()
 	if l.fallback != nil {
-		l.fallback.reset()
+		l.fallback.forget(keys) // the store answers this tenant again
 	}
 	if l.deny != nil && d.Reason == ReasonOverLimit && cost == req.Cost {
 		l.deny.remember(keys, d, sent)
@@ -77,27 +73,20 @@ func (l *Limiter) quotaArgs(q Quota) [3]any {
 	return a
 }
 
-// run calls the script within the limiter's timeout, once (see runScript
-// and noRetryCmd), and names a failure for what it was (see storeError).
-// When the caller's own deadline comes first, it alone bounds the call: a
-// context of the limiter's would never fire, and a failure at that deadline
-// is the caller's (storeError tells so from ctx alone).
-func (l *Limiter) run(ctx context.Context, args []any) (any, error) {
-	call := ctx
-	if d, ok := ctx.Deadline(); !ok || !d.Before(time.Now().Add(l.cfg.timeout)) {
-		var cancel context.CancelFunc
-		call, cancel = context.WithTimeoutCause(ctx, l.cfg.timeout, errLimiterTimeout)
-		defer cancel()
-	}
-	var v any
-	var err error
+// run calls the script once (see runScript and noRetryCmd), through the
+// batcher or directly, and names a failure for what it was (see
+// storeError). The store timeout bounds the call from when its command is
+// handed to the connection; the caller's own deadline, when earlier, bounds
+// it too. wrote is when the command was handed over (zero when it never
+// was).
+func (l *Limiter) run(ctx context.Context, tenant string, args []any) (v any, wrote time.Time, err error) {
 	if l.batch != nil {
-		v, err = l.batch.do(call, args)
+		v, wrote, err = l.batch.do(ctx, tenant, args)
 	} else {
-		v, err = runScript(call, l.scripts, args)
+		v, wrote, err = l.direct.do(ctx, tenant, args)
 	}
 	if err != nil {
-		err = storeError(ctx, call, l.cfg.timeout, err)
+		err = storeError(ctx, l.cfg.timeout, err)
 	}
-	return v, err
+	return v, wrote, err
 }
