@@ -5,6 +5,8 @@ import (
 	"io"
 	"maps"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -138,4 +140,58 @@ func (c *Config) NewResolver(opts ...core.ResolverOption) (*core.TieredResolver,
 // opts come after and take precedence.
 func (c *Config) NewLimiter(client redis.UniversalClient, r core.Resolver, opts ...core.Option) (*core.Limiter, error) {
 	return core.New(client, r, append(c.LimiterOptions(), opts...)...)
+}
+
+// CheckReload reports whether next can be applied by a [Reloader] over c,
+// the configuration the service was started with. A reload swaps the tiers
+// only: c's route table (routes and grpc_methods) and anonymous_tier stay
+// in the gate until a restart, so next's tiers must still serve them. Every
+// class a route of c names must be a class of every tier of next, with a
+// capacity (and a ceiling capacity) no smaller than the route's cost, and
+// c's anonymous_tier must be a tier of next. Otherwise those requests would
+// fail until a restart, and the error, an [*Error], names next's file, the
+// tier or class at fault and the route of c that needs it.
+//
+// Both must come from [Load] or [Parse], which check each file on its own.
+func (c *Config) CheckReload(next *Config) error {
+	if c == nil || next == nil {
+		return fmt.Errorf("%w: CheckReload of a nil configuration", core.ErrInvalidConfig)
+	}
+	p := &parser{file: next.Source}
+	tiers := next.Tiers.Tiers
+	names := sortedTiers(tiers)
+	if a := c.AnonymousTier; a != "" {
+		if _, ok := tiers[a]; !ok {
+			p.fail(0, "tiers", "tier %q is not defined, but it is the anonymous_tier of the running configuration: until a restart, anonymous callers would fail", a)
+		}
+	}
+	check := func(what string, r core.Route) {
+		if r.Exempt || r.Class == "" {
+			return
+		}
+		for _, tn := range names {
+			t := tiers[tn]
+			field := "tiers." + tn
+			q, ok := t.Classes[r.Class]
+			switch {
+			case !ok:
+				p.fail(0, field+".classes", "class %q is not defined, but %s of the running configuration names it: until a restart, its requests would fail", r.Class, what)
+			case r.Cost > q.Capacity:
+				p.fail(0, field+".classes."+r.Class+".capacity", "%d is less than the cost %d of %s of the running configuration: until a restart, such a request could never be admitted", q.Capacity, r.Cost, what)
+			case t.Ceiling != nil && r.Cost > t.Ceiling.Capacity:
+				p.fail(0, field+".ceiling.capacity", "%d is less than the cost %d of %s of the running configuration: until a restart, such a request could never be admitted", t.Ceiling.Capacity, r.Cost, what)
+			}
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(c.Routes)) {
+		what := "route " + k
+		if !strings.Contains(k, " ") {
+			what = "route * " + k // method *
+		}
+		check(what, c.Routes[k])
+	}
+	for _, k := range slices.Sorted(maps.Keys(c.GRPCMethods)) {
+		check("gRPC method "+k, c.GRPCMethods[k])
+	}
+	return p.err()
 }
