@@ -72,30 +72,85 @@ func Load(path string) (*Config, error) {
 	return Parse(path, data)
 }
 
+// afterRead, when set by a test, runs after each read of the file and
+// before it is checked for changes, so that a test can change the file
+// exactly while it is being read. attempt counts from 0.
+var afterRead func(attempt int)
+
+// maxReadAttempts bounds how often readFile reads a file that keeps
+// changing while it is read; readRetryDelay is the pause before the
+// second read, doubled before each next one.
+const (
+	maxReadAttempts = 3
+	readRetryDelay  = 10 * time.Millisecond
+)
+
+// readFile reads the configuration file at path. A file that changes while
+// it is read (its size or modification time moves, or another file is
+// renamed into its place) is read again, at most maxReadAttempts times in
+// all: a writer caught between two writes would otherwise hand over the
+// first part, which may well be valid on its own. This narrows the window
+// but cannot close it (a writer may pause between writes longer than a
+// read takes), which is why writers should write a temporary file and
+// rename it into place.
 func readFile(path string) ([]byte, error) {
+	delay := readRetryDelay
+	for attempt := 0; ; attempt++ {
+		data, settled, err := readOnce(path, attempt)
+		if err != nil || settled {
+			return data, err
+		}
+		if attempt+1 == maxReadAttempts {
+			return nil, fmt.Errorf("%w: %s: the file changed while it was read, %d times; write it to a temporary file and rename it into place",
+				core.ErrInvalidConfig, path, maxReadAttempts)
+		}
+		time.Sleep(delay)
+		delay *= 2
+	}
+}
+
+// readOnce reads the file at path once. settled reports that the file was
+// the same before and after: same file at path, same size, same
+// modification time, and as many bytes read as its size.
+func readOnce(path string, attempt int) (data []byte, settled bool, err error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", core.ErrInvalidConfig, err)
+		return nil, false, fmt.Errorf("%w: %w", core.ErrInvalidConfig, err)
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", core.ErrInvalidConfig, err)
+		return nil, false, fmt.Errorf("%w: %w", core.ErrInvalidConfig, err)
 	}
 	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%w: %s: not a regular file", core.ErrInvalidConfig, path)
+		return nil, false, fmt.Errorf("%w: %s: not a regular file", core.ErrInvalidConfig, path)
 	}
 	if st.Size() > MaxFileSize {
-		return nil, fmt.Errorf("%w: %s: file is %d bytes, larger than %d", core.ErrInvalidConfig, path, st.Size(), MaxFileSize)
+		return nil, false, fmt.Errorf("%w: %s: file is %d bytes, larger than %d", core.ErrInvalidConfig, path, st.Size(), MaxFileSize)
 	}
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	data, err = io.ReadAll(io.LimitReader(f, MaxFileSize+1))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", core.ErrInvalidConfig, err)
+		return nil, false, fmt.Errorf("%w: %w", core.ErrInvalidConfig, err)
+	}
+	if afterRead != nil {
+		afterRead(attempt)
 	}
 	if len(data) > MaxFileSize {
-		return nil, fmt.Errorf("%w: %s: file is larger than %d bytes", core.ErrInvalidConfig, path, MaxFileSize)
+		return nil, false, fmt.Errorf("%w: %s: file is larger than %d bytes", core.ErrInvalidConfig, path, MaxFileSize)
 	}
-	return data, nil
+	after, err := f.Stat()
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: %w", core.ErrInvalidConfig, err)
+	}
+	atPath, err := os.Stat(path)
+	if err != nil {
+		// Gone or replaced mid-read: read again, and report what the
+		// next read finds.
+		return nil, false, nil
+	}
+	settled = int64(len(data)) == st.Size() && after.Size() == st.Size() && after.ModTime().Equal(st.ModTime()) &&
+		os.SameFile(st, atPath)
+	return data, settled, nil
 }
 
 // LimiterOptions returns the limiter options the file sets: key prefix,

@@ -61,5 +61,7 @@
 // tiers in atomically with SetTiers. A file is applied whole or not at
 // all: an invalid file is refused and logged, and so is one whose tiers no
 // longer serve the route table in force ([Config.CheckReload]); the
-// previous configuration keeps serving. See [Reloader].
+// previous configuration keeps serving. Write the file to a temporary file
+// and rename it into place, so that it is never read half-written. See
+// [Reloader].
 package config

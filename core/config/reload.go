@@ -22,14 +22,19 @@ const DefaultPollInterval = 2 * time.Second
 // Reloader keeps a TieredResolver's tiers in step with a configuration file.
 // It re-reads the file when its contents change (the file is read and
 // hashed every poll interval, so an editor's rename-into-place and an
-// in-place rewrite are both seen), and on the signals given with
+// in-place rewrite are both seen; a file that changes while it is read is
+// read again), and on the signals given with
 // [WithSignals] (none by default: a library does not take a process's
 // signals unless asked), and swaps the new tiers in with
 // [core.TieredResolver.SetTiers]: one atomic pointer store, so requests in
 // flight see either the old tiers or the new, never a mix, and none fails.
 //
+// Writers should write a temporary file and rename it into place: a file
+// rewritten in place can be caught between two writes, and its first part
+// may be valid on its own.
+//
 // A file is applied whole or not at all. An invalid file (a syntax error, a
-// bad value, a half-written file caught mid-write) is refused, and so is a
+// bad value, a file still changing after a few reads) is refused, and so is a
 // valid file whose tiers no longer serve the route table and anonymous tier
 // in force (see [Config.CheckReload]: those are fixed until a restart, so a
 // file dropping a class that a running route names would fail that route's
