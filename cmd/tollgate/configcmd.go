@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"strconv"
 	"text/tabwriter"
@@ -20,9 +21,19 @@ Parses the file as a service would at start or reload. Every problem is
 reported as file:line: field: message; the exit code is 1 when the file is
 invalid. The schema is in docs/quotas.md.
 
+With --running, also checks that a service started with that file would
+apply this one on reload: its routes, gRPC methods and anonymous tier stay
+in force until a restart, so every class they name must still be defined
+(in every tier, with room for the route's cost), and so must the anonymous
+tier. A file that drops one is refused, naming the route and the class.
+
 Example:
-  tollgate config check tiers.yaml`,
+  tollgate config check tiers.yaml
+  tollgate config check --running tiers.yaml tiers-new.yaml`,
 		min: 1, max: 1,
+		flags: func(fs *flag.FlagSet, o *options) {
+			fs.StringVar(&o.running, "running", "", "the file the service runs with: also check that a reload to <file> keeps its routes working")
+		},
 		run: configCheck,
 	})
 }
@@ -36,6 +47,14 @@ type problemJSON struct {
 
 func configCheck(_ context.Context, e *env, args []string) error {
 	cfg, err := config.Load(args[0])
+	if err == nil && e.opts.running != "" {
+		var base *config.Config
+		if base, err = config.Load(e.opts.running); err != nil {
+			err = fmt.Errorf("--running: %w", err)
+		} else {
+			err = base.CheckReload(cfg)
+		}
+	}
 	if err != nil {
 		if e.opts.json {
 			var problems []problemJSON

@@ -59,6 +59,7 @@ type options struct {
 	timeout                              time.Duration
 
 	configPath, tier, class, tenant string
+	running                         string
 	capacity                        int64
 	rate                            float64
 	cost                            int64

@@ -5,6 +5,8 @@ import (
 	"io"
 	"maps"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -70,30 +72,85 @@ func Load(path string) (*Config, error) {
 	return Parse(path, data)
 }
 
+// afterRead, when set by a test, runs after each read of the file and
+// before it is checked for changes, so that a test can change the file
+// exactly while it is being read. attempt counts from 0.
+var afterRead func(attempt int)
+
+// maxReadAttempts bounds how often readFile reads a file that keeps
+// changing while it is read; readRetryDelay is the pause before the
+// second read, doubled before each next one.
+const (
+	maxReadAttempts = 3
+	readRetryDelay  = 10 * time.Millisecond
+)
+
+// readFile reads the configuration file at path. A file that changes while
+// it is read (its size or modification time moves, or another file is
+// renamed into its place) is read again, at most maxReadAttempts times in
+// all: a writer caught between two writes would otherwise hand over the
+// first part, which may well be valid on its own. This narrows the window
+// but cannot close it (a writer may pause between writes longer than a
+// read takes), which is why writers should write a temporary file and
+// rename it into place.
 func readFile(path string) ([]byte, error) {
+	delay := readRetryDelay
+	for attempt := 0; ; attempt++ {
+		data, settled, err := readOnce(path, attempt)
+		if err != nil || settled {
+			return data, err
+		}
+		if attempt+1 == maxReadAttempts {
+			return nil, fmt.Errorf("%w: %s: the file changed while it was read, %d times; write it to a temporary file and rename it into place",
+				core.ErrInvalidConfig, path, maxReadAttempts)
+		}
+		time.Sleep(delay)
+		delay *= 2
+	}
+}
+
+// readOnce reads the file at path once. settled reports that the file was
+// the same before and after: same file at path, same size, same
+// modification time, and as many bytes read as its size.
+func readOnce(path string, attempt int) (data []byte, settled bool, err error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", core.ErrInvalidConfig, err)
+		return nil, false, fmt.Errorf("%w: %w", core.ErrInvalidConfig, err)
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", core.ErrInvalidConfig, err)
+		return nil, false, fmt.Errorf("%w: %w", core.ErrInvalidConfig, err)
 	}
 	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%w: %s: not a regular file", core.ErrInvalidConfig, path)
+		return nil, false, fmt.Errorf("%w: %s: not a regular file", core.ErrInvalidConfig, path)
 	}
 	if st.Size() > MaxFileSize {
-		return nil, fmt.Errorf("%w: %s: file is %d bytes, larger than %d", core.ErrInvalidConfig, path, st.Size(), MaxFileSize)
+		return nil, false, fmt.Errorf("%w: %s: file is %d bytes, larger than %d", core.ErrInvalidConfig, path, st.Size(), MaxFileSize)
 	}
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	data, err = io.ReadAll(io.LimitReader(f, MaxFileSize+1))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", core.ErrInvalidConfig, err)
+		return nil, false, fmt.Errorf("%w: %w", core.ErrInvalidConfig, err)
+	}
+	if afterRead != nil {
+		afterRead(attempt)
 	}
 	if len(data) > MaxFileSize {
-		return nil, fmt.Errorf("%w: %s: file is larger than %d bytes", core.ErrInvalidConfig, path, MaxFileSize)
+		return nil, false, fmt.Errorf("%w: %s: file is larger than %d bytes", core.ErrInvalidConfig, path, MaxFileSize)
 	}
-	return data, nil
+	after, err := f.Stat()
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: %w", core.ErrInvalidConfig, err)
+	}
+	atPath, err := os.Stat(path)
+	if err != nil {
+		// Gone or replaced mid-read: read again, and report what the
+		// next read finds.
+		return nil, false, nil
+	}
+	settled = int64(len(data)) == st.Size() && after.Size() == st.Size() && after.ModTime().Equal(st.ModTime()) &&
+		os.SameFile(st, atPath)
+	return data, settled, nil
 }
 
 // LimiterOptions returns the limiter options the file sets: key prefix,
@@ -138,4 +195,58 @@ func (c *Config) NewResolver(opts ...core.ResolverOption) (*core.TieredResolver,
 // opts come after and take precedence.
 func (c *Config) NewLimiter(client redis.UniversalClient, r core.Resolver, opts ...core.Option) (*core.Limiter, error) {
 	return core.New(client, r, append(c.LimiterOptions(), opts...)...)
+}
+
+// CheckReload reports whether next can be applied by a [Reloader] over c,
+// the configuration the service was started with. A reload swaps the tiers
+// only: c's route table (routes and grpc_methods) and anonymous_tier stay
+// in the gate until a restart, so next's tiers must still serve them. Every
+// class a route of c names must be a class of every tier of next, with a
+// capacity (and a ceiling capacity) no smaller than the route's cost, and
+// c's anonymous_tier must be a tier of next. Otherwise those requests would
+// fail until a restart, and the error, an [*Error], names next's file, the
+// tier or class at fault and the route of c that needs it.
+//
+// Both must come from [Load] or [Parse], which check each file on its own.
+func (c *Config) CheckReload(next *Config) error {
+	if c == nil || next == nil {
+		return fmt.Errorf("%w: CheckReload of a nil configuration", core.ErrInvalidConfig)
+	}
+	p := &parser{file: next.Source}
+	tiers := next.Tiers.Tiers
+	names := sortedTiers(tiers)
+	if a := c.AnonymousTier; a != "" {
+		if _, ok := tiers[a]; !ok {
+			p.fail(0, "tiers", "tier %q is not defined, but it is the anonymous_tier of the running configuration: until a restart, anonymous callers would fail", a)
+		}
+	}
+	check := func(what string, r core.Route) {
+		if r.Exempt || r.Class == "" {
+			return
+		}
+		for _, tn := range names {
+			t := tiers[tn]
+			field := "tiers." + tn
+			q, ok := t.Classes[r.Class]
+			switch {
+			case !ok:
+				p.fail(0, field+".classes", "class %q is not defined, but %s of the running configuration names it: until a restart, its requests would fail", r.Class, what)
+			case r.Cost > q.Capacity:
+				p.fail(0, field+".classes."+r.Class+".capacity", "%d is less than the cost %d of %s of the running configuration: until a restart, such a request could never be admitted", q.Capacity, r.Cost, what)
+			case t.Ceiling != nil && r.Cost > t.Ceiling.Capacity:
+				p.fail(0, field+".ceiling.capacity", "%d is less than the cost %d of %s of the running configuration: until a restart, such a request could never be admitted", t.Ceiling.Capacity, r.Cost, what)
+			}
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(c.Routes)) {
+		what := "route " + k
+		if !strings.Contains(k, " ") {
+			what = "route * " + k // method *
+		}
+		check(what, c.Routes[k])
+	}
+	for _, k := range slices.Sorted(maps.Keys(c.GRPCMethods)) {
+		check("gRPC method "+k, c.GRPCMethods[k])
+	}
+	return p.err()
 }

@@ -58,6 +58,10 @@
 // [Watch] keeps a [core.TieredResolver]'s tiers in step with the file:
 // whenever the file's contents change, and on the signals given with
 // [WithSignals] (none unless asked), it parses the new file and swaps its
-// tiers in atomically with SetTiers. An invalid file is refused and logged,
-// and the previous configuration keeps serving. See [Reloader].
+// tiers in atomically with SetTiers. A file is applied whole or not at
+// all: an invalid file is refused and logged, and so is one whose tiers no
+// longer serve the route table in force ([Config.CheckReload]); the
+// previous configuration keeps serving. Write the file to a temporary file
+// and rename it into place, so that it is never read half-written. See
+// [Reloader].
 package config

@@ -22,21 +22,35 @@ const DefaultPollInterval = 2 * time.Second
 // Reloader keeps a TieredResolver's tiers in step with a configuration file.
 // It re-reads the file when its contents change (the file is read and
 // hashed every poll interval, so an editor's rename-into-place and an
-// in-place rewrite are both seen), and on the signals given with
+// in-place rewrite are both seen; a file that changes while it is read is
+// read again), and on the signals given with
 // [WithSignals] (none by default: a library does not take a process's
 // signals unless asked), and swaps the new tiers in with
 // [core.TieredResolver.SetTiers]: one atomic pointer store, so requests in
 // flight see either the old tiers or the new, never a mix, and none fails.
 //
-// An invalid file (a syntax error, a bad value, a half-written file caught
-// mid-write) is refused: the previous configuration keeps serving, the
-// reason is logged once and kept in [Reloader.LastError], and the next
-// change is tried again.
+// Writers should write a temporary file and rename it into place: a file
+// rewritten in place can be caught between two writes, and its first part
+// may be valid on its own.
+//
+// A file is applied whole or not at all. An invalid file (a syntax error, a
+// bad value, a file still changing after a few reads) is refused, and so is a
+// valid file whose tiers no longer serve the route table and anonymous tier
+// in force (see [Config.CheckReload]: those are fixed until a restart, so a
+// file dropping a class that a running route names would fail that route's
+// requests). A refused file changes nothing: the previous configuration
+// keeps serving, the reason is logged once, kept in [Reloader.LastError],
+// counted in [Reloader.ReloadStats] and passed to [WithOnReload], and the
+// next change is tried again.
 //
 // What reloads: the tiers, through the resolver. The other fields are fixed
 // when the limiter and the adapters are built (key_prefix, failure_policy,
 // timeout, cache_ttl, and the gate's routes, grpc_methods, header_style and
-// anonymous_tier); a change to them is logged as needing a restart.
+// anonymous_tier); a change to them is logged as needing a restart. The
+// routes and anonymous tier in force are taken to be those of the first
+// file the Reloader applies (by [Watch], the file it loads before
+// returning), so build the gate from [Reloader.Config] or from the same
+// file.
 //
 // Start it with [Watch], or [NewReloader] and [Reloader.Run]. It is safe for
 // concurrent use.
@@ -52,6 +66,10 @@ type Reloader struct {
 	seen     [sha256.Size]byte
 	haveSeen bool
 	lastErr  error
+	// base is the first configuration applied: its route table and
+	// anonymous tier are the ones in the gate until a restart, so every
+	// later file is checked against it (Config.CheckReload).
+	base *Config
 
 	cur      atomic.Pointer[Config]
 	reloads  atomic.Int64
@@ -230,11 +248,17 @@ func (rl *Reloader) reload(force bool) (bool, error) {
 	}
 	rl.seen, rl.haveSeen = sum, true
 	cfg, err := Parse(rl.path, data)
+	if err == nil && rl.base != nil {
+		err = rl.base.CheckReload(cfg)
+	}
 	if err == nil {
 		err = rl.resolver.SetTiers(cfg.Tiers)
 	}
 	if err != nil {
 		return false, rl.refuse(err, true)
+	}
+	if rl.base == nil {
+		rl.base = cfg
 	}
 	old := rl.cur.Swap(cfg)
 	rl.lastErr = nil

@@ -273,3 +273,172 @@ func TestRunTwiceFails(t *testing.T) {
 		t.Errorf("second Run = %v", err)
 	}
 }
+
+// running is the file a service starts with: its routes, gRPC methods and
+// anonymous tier are fixed in the gate until a restart.
+const running = `default_tier: free
+anonymous_tier: anon
+tiers:
+  free:
+    classes:
+      default: {capacity: 20, refill_per_second: 2}
+      export: {capacity: 10, refill_per_second: 0.1}
+  anon:
+    classes:
+      default: {capacity: 5, refill_per_second: 1}
+      export: {capacity: 5, refill_per_second: 0.1}
+routes:
+  - {method: POST, path: /v1/export, class: export, cost: 5}
+  - {method: GET, path: /v1/profile, class: default}
+grpc_methods:
+  - {method: /acme.v1.Reports/*, class: export}
+`
+
+// TestReloadRefusesAFileTheRunningRoutesCannotUse: each file below is valid
+// on its own, but the route table and anonymous tier in force (those of the
+// file the service started with) name a class or tier it drops, or charge a
+// cost it can no longer admit. Applied, those requests would fail until a
+// restart; so the file is refused whole, logged and counted, and the tiers
+// in force keep serving. Later files are still checked against the routes
+// in force, not against the last file applied.
+func TestReloadRefusesAFileTheRunningRoutesCannotUse(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tiers.yaml")
+	writeFile(t, path, running)
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := cfg.NewResolver()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	var hookErrs atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	rl, err := config.Watch(ctx, path, r, config.WithPollInterval(time.Hour),
+		config.WithReloadLogger(slog.New(slog.NewTextHandler(logs, nil))),
+		config.WithOnReload(func(c *config.Config, err error) {
+			if err != nil {
+				hookErrs.Add(1)
+			}
+		}))
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); <-rl.Done() })
+
+	// resolves checks that every class and tier the running gate names
+	// still resolves, with the capacities of the running file.
+	resolves := func(t *testing.T) {
+		t.Helper()
+		for _, c := range []struct {
+			tenant core.Tenant
+			class  string
+			cap    int64
+		}{{core.Tenant{ID: "t1"}, "export", 10}, {core.Tenant{ID: "t1"}, "default", 20}, {core.Tenant{ID: "anonymous:10.0.0.1", Tier: "anon"}, "export", 5}} {
+			bs, err := r.Buckets(context.Background(), c.tenant, c.class)
+			if err != nil || len(bs) != 1 || bs[0].Quota.Capacity != c.cap {
+				t.Errorf("tenant %+v class %s: %+v, %v; want capacity %d", c.tenant, c.class, bs, err, c.cap)
+			}
+		}
+	}
+
+	runningTiers := running[:strings.Index(running, "routes:")]
+	dropExport := `default_tier: free
+tiers:
+  free:
+    classes:
+      default: {capacity: 20, refill_per_second: 2}
+  anon:
+    classes:
+      default: {capacity: 5, refill_per_second: 1}
+`
+	cases := []struct {
+		name, file string
+		want       []string
+	}{
+		{"class dropped with its routes", dropExport, []string{
+			`tiers.anon.classes: class "export" is not defined, but route POST /v1/export of the running configuration names it`,
+			`tiers.free.classes: class "export" is not defined, but route POST /v1/export of the running configuration names it`,
+			`class "export" is not defined, but gRPC method /acme.v1.Reports/* of the running configuration names it`,
+		}},
+		{"class dropped, routes moved to another class", dropExport + `routes:
+  - {method: POST, path: /v1/export, class: default, cost: 5}
+`, []string{`class "export" is not defined, but route POST /v1/export of the running configuration names it`}},
+		{"anonymous tier dropped", `default_tier: free
+tiers:
+  free:
+    classes:
+      default: {capacity: 20, refill_per_second: 2}
+      export: {capacity: 10, refill_per_second: 0.1}
+`, []string{`tiers: tier "anon" is not defined, but it is the anonymous_tier of the running configuration`}},
+		{"capacity below a running route's cost", strings.Replace(runningTiers, "export: {capacity: 10,", "export: {capacity: 3,", 1), []string{
+			`tiers.free.classes.export.capacity: 3 is less than the cost 5 of route POST /v1/export of the running configuration`,
+		}},
+		{"ceiling below a running route's cost", strings.Replace(runningTiers, "  free:\n", "  free:\n    ceiling: {capacity: 4, refill_per_second: 1}\n", 1), []string{
+			`tiers.free.ceiling.capacity: 4 is less than the cost 5 of route POST /v1/export of the running configuration`,
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := config.Parse("new.yaml", []byte(tc.file)); err != nil {
+				t.Fatalf("the file must be valid on its own: %v", err)
+			}
+			_, refusedBefore := rl.ReloadStats()
+			hooksBefore, logsBefore := hookErrs.Load(), strings.Count(logs.String(), "configuration refused")
+			writeAtomic(t, path, tc.file)
+			err := rl.Reload()
+			if err == nil {
+				t.Fatal("Reload applied a file the running routes cannot use")
+			}
+			if !errors.Is(err, core.ErrInvalidConfig) {
+				t.Errorf("error does not wrap ErrInvalidConfig: %v", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error does not say %q:\n%v", w, err)
+				}
+			}
+			if !strings.HasPrefix(err.Error(), path+": ") {
+				t.Errorf("error does not name the new file first:\n%v", err)
+			}
+			if got := rl.LastError(); got == nil || got.Error() != err.Error() {
+				t.Errorf("LastError = %v", got)
+			}
+			if _, refused := rl.ReloadStats(); refused != refusedBefore+1 {
+				t.Errorf("refused count %d, want %d", refused, refusedBefore+1)
+			}
+			if hookErrs.Load() != hooksBefore+1 {
+				t.Errorf("WithOnReload was not told of the refusal")
+			}
+			if strings.Count(logs.String(), "configuration refused") != logsBefore+1 {
+				t.Errorf("refusal not logged:\n%s", logs.String())
+			}
+			if c := rl.Config(); c == nil || c.AnonymousTier != "anon" || len(c.Tiers.Tiers["free"].Classes) != 2 {
+				t.Errorf("Config() changed to the refused file: %+v", c)
+			}
+			resolves(t)
+		})
+	}
+
+	// A file that keeps what the running routes need is applied, even with
+	// routes of its own that differ (those take effect at restart) ...
+	keep := strings.Replace(runningTiers, "default: {capacity: 20,", "default: {capacity: 30,", 1)
+	writeAtomic(t, path, keep)
+	if err := rl.Reload(); err != nil {
+		t.Fatalf("a file the running routes can use was refused: %v", err)
+	}
+	if bs, err := r.Buckets(context.Background(), core.Tenant{ID: "t1"}, "default"); err != nil || bs[0].Quota.Capacity != 30 {
+		t.Errorf("after a good file: %+v, %v", bs, err)
+	}
+	// ... and the routes in force are still those of the first file: the
+	// last file applied has none, yet dropping export is refused.
+	writeAtomic(t, path, dropExport)
+	if err := rl.Reload(); err == nil || !strings.Contains(err.Error(), "route POST /v1/export of the running configuration") {
+		t.Errorf("after a file without routes, dropping a class the running routes name: Reload = %v", err)
+	}
+	if bs, err := r.Buckets(context.Background(), core.Tenant{ID: "t1"}, "export"); err != nil || len(bs) != 1 {
+		t.Errorf("class export no longer resolves: %+v, %v", bs, err)
+	}
+}

@@ -148,7 +148,61 @@ func (p *parser) document(data []byte) (root *yaml.Node, ok bool) {
 		p.fail(doc.Line, "", "file is empty")
 		return nil, false
 	}
+	if n, loop := expandedSize(&doc, maxExpandedNodes); loop != nil {
+		p.fail(loop.Line, "", "alias *%s is inside the node it names", loop.Value)
+		return nil, false
+	} else if n > maxExpandedNodes {
+		p.fail(0, "", "aliases expand the file to more than %d YAML nodes, the most it may hold; write fewer aliases of large values", maxExpandedNodes)
+		return nil, false
+	}
 	return doc.Content[0], true
+}
+
+// maxExpandedNodes bounds the nodes a document stands for once every alias
+// is replaced by a copy of the node it names: about the most a file of
+// MaxFileSize can hold without aliases (a node takes at least a byte). The
+// YAML library bounds alias expansion only when it decodes into Go values,
+// not into the node tree read here, and the schema reads an aliased value
+// once per alias: without this bound a small file of aliases of aliases (a
+// "billion laughs" file) would be expanded until memory runs out.
+const maxExpandedNodes = MaxFileSize
+
+// expandedSize returns how many nodes n stands for with its aliases
+// expanded, counting past limit only as limit+1; it takes time linear in
+// the nodes of the file, whatever their expansion. loop is an alias found
+// inside the node it names, whose expansion would never end.
+func expandedSize(n *yaml.Node, limit int) (size int, loop *yaml.Node) {
+	memo := map[*yaml.Node]int{} // -1 while the node's children are counted
+	var count func(n *yaml.Node) int
+	count = func(n *yaml.Node) int {
+		alias := n
+		for n != nil && n.Kind == yaml.AliasNode {
+			n = n.Alias
+		}
+		if n == nil {
+			return 1
+		}
+		if v, seen := memo[n]; seen {
+			if v < 0 && loop == nil {
+				loop = alias
+			}
+			if v < 0 {
+				return limit + 1
+			}
+			return v
+		}
+		memo[n] = -1
+		total := 1
+		for _, c := range n.Content {
+			if total += count(c); total > limit {
+				total = limit + 1
+				break
+			}
+		}
+		memo[n] = total
+		return total
+	}
+	return count(n), loop
 }
 
 func (p *parser) yamlError(err error) {

@@ -181,6 +181,49 @@ func TestConfigCheck(t *testing.T) {
 	}
 }
 
+// TestConfigCheckRunning: a file valid on its own that drops a class the
+// running file's routes name would fail those routes until a restart if it
+// were reloaded; with --running, config check refuses it as the reloader
+// does, naming the route and the missing class.
+func TestConfigCheckRunning(t *testing.T) {
+	running := writeTemp(t, "running.yaml", tiersYAML+`routes:
+  - {method: POST, path: /v1/export, class: export, cost: 5}
+  - {method: "*", path: /v1/health, class: default}
+grpc_methods:
+  - {method: /acme.v1.Reports/Export, class: export}
+`)
+	dropped := writeTemp(t, "new.yaml", strings.ReplaceAll(tiersYAML, "      export: {capacity: 10, refill_per_second: 0.1}\n", ""))
+	tollgate(t, nil, "config", "check", dropped).check(t, 0, "ok: 2 tier(s)", "") // valid on its own
+	r := tollgate(t, nil, "config", "check", "--running", running, dropped)
+	r.check(t, 1, "", dropped+`: tiers.free.classes: class "export" is not defined, but route POST /v1/export of the running configuration names it`)
+	r.check(t, 1, "", `gRPC method /acme.v1.Reports/Export of the running configuration names it`)
+	if strings.Contains(r.stdout, "ok") {
+		t.Errorf("refused file reported ok:\n%s", r.stdout)
+	}
+
+	r = tollgate(t, nil, "config", "check", "--json", "--running", running, dropped)
+	var out struct {
+		Valid    bool `json:"valid"`
+		Problems []struct {
+			File    string `json:"file"`
+			Field   string `json:"field"`
+			Message string `json:"message"`
+		} `json:"problems"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || r.code != 1 {
+		t.Fatalf("--json: %v (exit %d)\n%s", err, r.code, r.stdout)
+	}
+	if out.Valid || len(out.Problems) != 2 || out.Problems[0].File != dropped || out.Problems[0].Field != "tiers.free.classes" ||
+		!strings.Contains(out.Problems[0].Message, `class "export"`) {
+		t.Errorf("--json problems: %+v", out)
+	}
+
+	// A new file that keeps what the running routes need passes, and an
+	// invalid --running file is reported as such.
+	tollgate(t, nil, "config", "check", "--running", running, writeTemp(t, "ok.yaml", tiersYAML)).check(t, 0, "ok: 2 tier(s)", "")
+	tollgate(t, nil, "config", "check", "--running", filepath.Join(t.TempDir(), "nope.yaml"), dropped).check(t, 1, "", "--running: ")
+}
+
 func TestOverrideCommands(t *testing.T) {
 	db := "DATABASE_URL=sqlite://" + filepath.Join(t.TempDir(), "quotas.db")
 	env := []string{db, "USER=alice"}
