@@ -67,7 +67,7 @@ type options struct {
 	expires                         string
 	expiresIn                       time.Duration
 	by, reason                      string
-	all, yes                        bool
+	all, yes, force                 bool
 	limit                           int
 }
 
