@@ -72,6 +72,10 @@ Example:
 		args:    "[tenant]",
 		summary: "list overrides in force, of every tenant or of one",
 		details: `
+A row that cannot be read (a value of the wrong type written by hand, such
+as a capacity of 1.5 in SQLite) is reported on stderr and the others are
+listed; the exit code stays 0.
+
 Example:
   tollgate override list
   tollgate override list --all --json t42`,
@@ -279,8 +283,14 @@ func overrideList(ctx context.Context, e *env, args []string) error {
 	}
 	return e.withStore(ctx, true, func(ctx context.Context, s *sqlquota.Store) error {
 		list, err := s.List(ctx, opt)
-		if err != nil {
+		bad, onlyBadRows := rowErrors(err)
+		if err != nil && !onlyBadRows {
 			return dbHint(err, s)
+		}
+		// an unreadable row (a wrong value written by hand) is reported
+		// beside the listing of the others, not instead of it
+		for _, re := range bad {
+			fmt.Fprintf(e.stderr, "tollgate override list: skipped a row: %v (fix it in the database, or 'tollgate override delete' it)\n", re)
 		}
 		now := time.Now()
 		if e.opts.json {
@@ -291,11 +301,34 @@ func overrideList(ctx context.Context, e *env, args []string) error {
 			return e.printJSON(out)
 		}
 		if len(list) == 0 {
-			fmt.Fprintln(e.stdout, "no overrides")
+			if len(bad) == 0 {
+				fmt.Fprintln(e.stdout, "no overrides")
+			}
 			return nil
 		}
 		return printOverrides(e, list, now)
 	})
+}
+
+// rowErrors returns the unreadable rows List reported in err, and whether
+// err (when not nil) is nothing else.
+func rowErrors(err error) ([]*sqlquota.RowError, bool) {
+	if err == nil {
+		return nil, true
+	}
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	out := make([]*sqlquota.RowError, 0, len(errs))
+	for _, e := range errs {
+		re, ok := e.(*sqlquota.RowError)
+		if !ok {
+			return nil, false
+		}
+		out = append(out, re)
+	}
+	return out, true
 }
 
 func printOverrides(e *env, list []sqlquota.Override, now time.Time) error {

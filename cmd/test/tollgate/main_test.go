@@ -3,6 +3,7 @@ package main_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/config"
+	_ "modernc.org/sqlite" // database/sql driver "sqlite", to write a bad row by hand
 )
 
 // bin is the tollgate binary built from cmd/tollgate for the tests.
@@ -289,6 +291,58 @@ tiers:
 	}
 	if strings.Contains(r.stdout, "exprot") {
 		t.Errorf("a refused override was stored:\n%s", r.stdout)
+	}
+}
+
+// One row SQLite holds with a capacity that is not an integer (1.5, written
+// by hand) does not break override list: every other row is listed, in text
+// and JSON, and the bad one is reported on stderr with its tenant and
+// bucket.
+func TestOverrideListReportsUnreadableRow(t *testing.T) {
+	cfg := writeTemp(t, "tiers.yaml", tiersYAML)
+	path := filepath.Join(t.TempDir(), "quotas.db")
+	env := []string{"DATABASE_URL=sqlite://" + path, "USER=alice"}
+	tollgate(t, env, "override", "migrate").check(t, 0, "ready", "")
+	tollgate(t, env, "override", "set", "--config", cfg, "t42", "default", "--capacity", "7", "--rate", "1").check(t, 0, "", "")
+	tollgate(t, env, "override", "set", "--config", cfg, "t42", "export", "--capacity", "8", "--rate", "1").check(t, 0, "", "")
+	tollgate(t, env, "override", "set", "--config", cfg, "t7", "default", "--capacity", "9", "--rate", "1").check(t, 0, "", "")
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = db.ExecContext(ctx, "UPDATE tollgate_overrides SET capacity = 1.5 WHERE tenant_id = 't42' AND bucket = 'export'")
+	_ = db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, args := range [][]string{{"override", "list"}, {"override", "list", "t42"}} {
+		r := tollgate(t, env, args...)
+		r.check(t, 0, "", `tenant "t42" bucket "export" cannot be read: capacity 1.5: not an integer`)
+		if !strings.Contains(r.stdout, "t42     default  7") || strings.Contains(r.stdout, "export") {
+			t.Errorf("%v: want t42/default listed and t42/export only on stderr:\n%s", args, r.stdout)
+		}
+		if (len(args) == 2) != strings.Contains(r.stdout, "t7") {
+			t.Errorf("%v: t7 listed wrongly:\n%s", args, r.stdout)
+		}
+	}
+	r := tollgate(t, env, "override", "list", "--json")
+	var list []map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil || len(list) != 2 || r.code != 0 {
+		t.Fatalf("list --json: %v, %d rows, exit %d\n%s\n%s", err, len(list), r.code, r.stdout, r.stderr)
+	}
+	if !strings.Contains(r.stderr, `"export"`) {
+		t.Errorf("list --json does not report the bad row on stderr:\n%s", r.stderr)
+	}
+	// the row itself can be inspected and removed
+	tollgate(t, env, "override", "get", "t42", "export").check(t, 1, "", "capacity 1.5: not an integer")
+	tollgate(t, env, "override", "delete", "t42", "export").check(t, 0, "deleted override t42/export", "")
+	r = tollgate(t, env, "override", "list")
+	r.check(t, 0, "t7", "")
+	if r.stderr != "" {
+		t.Errorf("stderr after the bad row was deleted: %s", r.stderr)
 	}
 }
 
