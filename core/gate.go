@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -102,8 +103,9 @@ func WithHeaderStyle(s HeaderStyle) GateOption {
 // "anonymous:<client IP>" on tier (default "anonymous"), instead of
 // answering 401. An IPv6 caller is keyed by its /64 network. The tier must
 // exist in the resolver; a TieredResolver serves it from the tier defaults
-// only (no override lookup per new address). Default off: a request with
-// no tenant is answered 401.
+// only (no override lookup per new address). Verified tenant IDs of that
+// form are refused (see Decide), so the two never share a bucket. Default
+// off: a request with no tenant is answered 401.
 func WithAnonymous(tier string) GateOption {
 	return gateOptionFunc(func(g *Gate) error {
 		g.anonymous = true
@@ -151,13 +153,17 @@ func (g *Gate) Route(ctx context.Context, t Tenant, e Endpoint) Route {
 }
 
 // Decide checks one request. ctx carries the tenant (ContextWithTenant).
+// A verified tenant whose ID begins with "anonymous:", the form of an
+// anonymous caller's ID (WithAnonymous), is refused as an invalid request
+// (400, Err wrapping ErrInvalidRequest) whether or not this Gate admits
+// anonymous callers: it would share that caller's bucket.
 func (g *Gate) Decide(ctx context.Context, e Endpoint) Verdict {
 	// an exempt route (health, metrics) needs no identity
 	if r, ok := g.routes.Lookup(e.Method, e.Pattern); ok && r.Exempt {
 		return Verdict{Proceed: true, Route: r}
 	}
-	t, ok := TenantFromContext(ctx)
-	if !ok {
+	t, verified := TenantFromContext(ctx)
+	if !verified {
 		if !g.anonymous || e.ClientIP == "" {
 			// the challenge of a 401 (RFC 9110 §11.6.1): Bearer, the scheme
 			// a tenant identity is verified from
@@ -177,6 +183,13 @@ func (g *Gate) Decide(ctx context.Context, e Endpoint) Verdict {
 		return Verdict{Status: p.Status, ContentType: ProblemContentType, Body: p.JSON(), Problem: p,
 			Decision: Decision{Reason: ReasonUnresolved, Cost: r.Cost}, Tenant: t, Route: r,
 			Err: fmt.Errorf("%w: cost function: %w", ErrInvalidConfig, err)}
+	}
+	if verified && strings.HasPrefix(t.ID, anonymousPrefix) {
+		// anonymous callers' IDs: a verified tenant spelled like one would
+		// share that caller's bucket (and deny cache entry), each draining
+		// the other's quota
+		return g.render(t, r, Decision{Reason: ReasonInvalid, Cost: r.Cost},
+			fmt.Errorf("%w: tenant ID %s begins with %q, which is kept for anonymous callers", ErrInvalidRequest, EscapeID(t.ID), anonymousPrefix))
 	}
 	d, err := g.lim.Check(ctx, Request{Tenant: t, Class: r.Class, Cost: r.Cost})
 	return g.render(t, r, d, err)

@@ -29,6 +29,26 @@ const (
 // ErrNotFound reports that no override exists for a (tenant, bucket).
 var ErrNotFound = errors.New("tollgate: override not found")
 
+// RowError reports an override row that cannot be read: a value of the
+// wrong type written by hand, such as a capacity of 1.5 or 'lots' (SQLite
+// keeps any value in any column; the CHECK constraints of [Schema] stop
+// only some). It is that row's error alone: [Store.Overrides] skips and
+// logs the row, and [Store.List] returns every other row along with a
+// RowError for each such one.
+type RowError struct {
+	// TenantID and Bucket name the row, as far as they could be read.
+	TenantID, Bucket string
+	// Err says which value is wrong.
+	Err error
+}
+
+func (e *RowError) Error() string {
+	return fmt.Sprintf("sqlquota: the override of tenant %q bucket %q cannot be read: %v", core.EscapeID(e.TenantID), core.EscapeID(e.Bucket), e.Err)
+}
+
+// Unwrap returns e.Err.
+func (e *RowError) Unwrap() error { return e.Err }
+
 // Dialect is the SQL flavour of the database.
 type Dialect uint8
 
@@ -295,8 +315,10 @@ func (o Override) Validate(now time.Time) error {
 }
 
 // Overrides implements [core.Overrides]: the unexpired overrides of
-// tenantID, by bucket. A row whose quota is not valid (written by hand) is
-// skipped and logged. A tenant ID that cannot be stored has no overrides.
+// tenantID, by bucket. A row that cannot be read (a [RowError]) or whose
+// quota is not valid (both written by hand) is skipped and logged as a
+// warning naming the tenant and bucket; the tenant's other rows apply. A
+// tenant ID that cannot be stored has no overrides.
 func (s *Store) Overrides(ctx context.Context, tenantID string) (map[string]core.Quota, error) {
 	out := map[string]core.Quota{}
 	if checkTenant(tenantID) != nil {
@@ -308,10 +330,18 @@ func (s *Store) Overrides(ctx context.Context, tenantID string) (map[string]core
 	}
 	defer rows.Close()
 	for rows.Next() {
+		var cells [3]any
+		if err := rows.Scan(&cells[0], &cells[1], &cells[2]); err != nil {
+			return nil, fmt.Errorf("sqlquota: load overrides: %w", err)
+		}
 		var bucket string
 		var q core.Quota
-		if err := rows.Scan(&bucket, &q.Capacity, &q.RefillPerSecond); err != nil {
-			return nil, fmt.Errorf("sqlquota: load overrides: %w", err)
+		err := errors.Join(readText(cells[0], "bucket", &bucket), readInt(cells[1], "capacity", &q.Capacity),
+			readFloat(cells[2], "refill_per_second", &q.RefillPerSecond))
+		if err != nil {
+			s.log.Warn("tollgate: skipping an override row that cannot be read",
+				"table", s.table, "tenant", core.EscapeID(tenantID), "bucket", core.EscapeID(bucket), "err", err)
+			continue
 		}
 		if err := q.Validate(); err != nil {
 			s.log.Warn("tollgate: skipping an override that cannot be enforced",
@@ -356,9 +386,12 @@ func (s *Store) Get(ctx context.Context, tenantID, bucket string) (Override, err
 	if err != nil {
 		return Override{}, fmt.Errorf("sqlquota: get override: %w", err)
 	}
-	list, err := scanAll(rows)
+	list, bad, err := scanAll(rows)
 	if err != nil {
 		return Override{}, fmt.Errorf("sqlquota: get override: %w", err)
+	}
+	if len(bad) > 0 {
+		return Override{}, bad[0]
 	}
 	if len(list) == 0 {
 		return Override{}, fmt.Errorf("%w: tenant %q bucket %q", ErrNotFound, core.EscapeID(tenantID), core.EscapeID(bucket))
@@ -376,7 +409,10 @@ type ListOptions struct {
 	Limit int
 }
 
-// List returns overrides ordered by tenant and bucket.
+// List returns overrides ordered by tenant and bucket. Rows that cannot be
+// read do not fail the listing: List returns every other row, and an error
+// joining (errors.Join) one *[RowError] per such row; errors.As finds the
+// first. Any other error returns no rows.
 func (s *Store) List(ctx context.Context, opt ListOptions) ([]Override, error) {
 	limit := opt.Limit
 	if limit <= 0 {
@@ -403,27 +439,87 @@ func (s *Store) List(ctx context.Context, opt ListOptions) ([]Override, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlquota: list overrides: %w", err)
 	}
-	list, err := scanAll(rows)
+	list, bad, err := scanAll(rows)
 	if err != nil {
 		return nil, fmt.Errorf("sqlquota: list overrides: %w", err)
 	}
-	return list, nil
+	return list, errors.Join(bad...)
 }
 
-func scanAll(rows *sql.Rows) ([]Override, error) {
+// scanAll reads rows of every column: the rows it could read, a *RowError
+// for each one it could not, and the query's own error.
+func scanAll(rows *sql.Rows) (out []Override, bad []error, err error) {
 	defer rows.Close()
-	var out []Override
 	for rows.Next() {
+		var c [8]any
+		if err := rows.Scan(&c[0], &c[1], &c[2], &c[3], &c[4], &c[5], &c[6], &c[7]); err != nil {
+			return nil, nil, err
+		}
 		var o Override
 		var reason sql.NullString
-		if err := rows.Scan(&o.TenantID, &o.Bucket, &o.Quota.Capacity, &o.Quota.RefillPerSecond,
-			scanTime{&o.ExpiresAt}, scanTime{&o.UpdatedAt}, &o.UpdatedBy, &reason); err != nil {
-			return nil, err
+		rerr := errors.Join(readText(c[0], "tenant_id", &o.TenantID), readText(c[1], "bucket", &o.Bucket),
+			readInt(c[2], "capacity", &o.Quota.Capacity), readFloat(c[3], "refill_per_second", &o.Quota.RefillPerSecond),
+			cellErr("expires_at", c[4], scanTime{&o.ExpiresAt}.Scan(c[4])),
+			cellErr("updated_at", c[5], scanTime{&o.UpdatedAt}.Scan(c[5])),
+			readText(c[6], "updated_by", &o.UpdatedBy), cellErr("reason", c[7], reason.Scan(c[7])))
+		if rerr != nil {
+			bad = append(bad, &RowError{TenantID: o.TenantID, Bucket: o.Bucket, Err: rerr})
+			continue
 		}
 		o.Reason = reason.String
 		out = append(out, o)
 	}
-	return out, rows.Err()
+	return out, bad, rows.Err()
+}
+
+// The columns are scanned as the driver gives them and read into their Go
+// types one by one, so that a value of the wrong type is its row's error,
+// not the query's. The conversions are database/sql's own.
+
+func readText(v any, column string, dst *string) error {
+	var s sql.NullString
+	if err := s.Scan(v); err != nil || !s.Valid {
+		return cellErr(column, v, errors.New("not text"))
+	}
+	*dst = s.String
+	return nil
+}
+
+func readInt(v any, column string, dst *int64) error {
+	var n sql.NullInt64
+	if err := n.Scan(v); err != nil || !n.Valid {
+		return cellErr(column, v, errors.New("not an integer"))
+	}
+	*dst = n.Int64
+	return nil
+}
+
+func readFloat(v any, column string, dst *float64) error {
+	var f sql.NullFloat64
+	if err := f.Scan(v); err != nil || !f.Valid {
+		return cellErr(column, v, errors.New("not a number"))
+	}
+	*dst = f.Float64
+	return nil
+}
+
+// cellErr names the column and shows the value err is about.
+func cellErr(column string, v any, err error) error {
+	if err == nil {
+		return nil
+	}
+	var shown string
+	switch x := v.(type) {
+	case nil:
+		shown = "NULL"
+	case string:
+		shown = strconv.Quote(x)
+	case []byte:
+		shown = strconv.Quote(string(x))
+	default:
+		shown = fmt.Sprint(x)
+	}
+	return fmt.Errorf("%s %s: %w", column, shown, err)
 }
 
 // Delete removes the override of (tenantID, bucket); the tier default

@@ -68,7 +68,7 @@ type options struct {
 	expires                         string
 	expiresIn                       time.Duration
 	by, reason                      string
-	all, yes                        bool
+	all, yes, force                 bool
 	limit                           int
 }
 

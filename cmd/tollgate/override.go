@@ -5,7 +5,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -37,11 +39,17 @@ The bucket is a class name, or "tenant" for the tenant-wide ceiling. Services
 pick the change up at their next cache refresh (cache_ttl, 45 s by default),
 with no deploy; the bucket keeps its tokens, clamped to the new capacity.
 
+--config names the tier file the services load: a bucket that no tier in it
+defines (a typo such as "exprot") would never apply, and is refused with the
+list of known buckets. --force stores it anyway (a class about to be added),
+with or without --config.
+
 Example:
-  tollgate override set t42 export --capacity 500 --rate 5 --for 720h --reason "JIRA-123: migration"`,
+  tollgate override set --config tiers.yaml t42 export --capacity 500 --rate 5 --for 720h --reason "JIRA-123: migration"`,
 		min: 2, max: 2,
-		common: fDatabase | fTimeout,
+		common: fDatabase | fTimeout | fConfig,
 		flags: func(fs *flag.FlagSet, o *options) {
+			fs.BoolVar(&o.force, "force", false, "store the override even if no tier in --config defines the bucket")
 			fs.Int64Var(&o.capacity, "capacity", 0, "burst, in tokens (required, > 0)")
 			fs.Float64Var(&o.rate, "rate", 0, "refill rate, tokens per second (required, > 0; may be fractional)")
 			fs.StringVar(&o.expires, "expires", "", "expiry time, RFC 3339 (e.g. 2026-12-31T00:00:00Z); default never")
@@ -64,6 +72,10 @@ Example:
 		args:    "[tenant]",
 		summary: "list overrides in force, of every tenant or of one",
 		details: `
+A row that cannot be read (a value of the wrong type written by hand, such
+as a capacity of 1.5 in SQLite) is reported on stderr and the others are
+listed; the exit code stays 0.
+
 Example:
   tollgate override list
   tollgate override list --all --json t42`,
@@ -175,6 +187,9 @@ func overrideSet(ctx context.Context, e *env, args []string) error {
 	if o.UpdatedBy == "" {
 		return usagef("--by is required (who makes the change) when $USER is not set")
 	}
+	if err := e.checkOverrideBucket(o.Bucket); err != nil {
+		return err
+	}
 	return e.withStore(ctx, true, func(ctx context.Context, s *sqlquota.Store) error {
 		stored, err := s.Set(ctx, o)
 		if err != nil {
@@ -189,6 +204,45 @@ func overrideSet(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stdout, "set override %s/%s: %s\n", core.EscapeID(stored.TenantID), stored.Bucket, describe(stored))
 		return nil
 	})
+}
+
+// checkOverrideBucket refuses, unless --force, an override of a bucket that
+// no tier in --config defines: the services would never apply it.
+func (e *env) checkOverrideBucket(bucket string) error {
+	if e.opts.configPath == "" {
+		if e.opts.force {
+			return nil
+		}
+		return usagef("give --config FILE (the tier file the services load) to check that a tier defines bucket %q, or --force to store it unchecked", bucket)
+	}
+	cfg, err := e.loadConfig(true)
+	if err != nil {
+		return err
+	}
+	known := tierBuckets(cfg.Tiers)
+	if slices.Contains(known, bucket) {
+		return nil
+	}
+	if e.opts.force {
+		fmt.Fprintf(e.stderr, "warning: no tier defines bucket %q in %s: the override applies only once one does\n", bucket, cfg.Source)
+		return nil
+	}
+	return usagef("bucket %q is not defined by any tier in %s (known buckets: %s): its override would never apply; check the spelling, or give --force to store it anyway",
+		bucket, cfg.Source, strings.Join(known, ", "))
+}
+
+// tierBuckets returns, sorted, the buckets some tier of ts defines: its
+// classes, and the tenant-wide ceiling if a tier has one.
+func tierBuckets(ts core.Tiers) []string {
+	var out []string
+	for _, tier := range ts.Tiers {
+		out = append(out, sortedKeys(tier.Classes)...)
+		if tier.Ceiling != nil {
+			out = append(out, core.CeilingBucket)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 func describe(o sqlquota.Override) string {
@@ -229,8 +283,14 @@ func overrideList(ctx context.Context, e *env, args []string) error {
 	}
 	return e.withStore(ctx, true, func(ctx context.Context, s *sqlquota.Store) error {
 		list, err := s.List(ctx, opt)
-		if err != nil {
+		bad, onlyBadRows := rowErrors(err)
+		if err != nil && !onlyBadRows {
 			return dbHint(err, s)
+		}
+		// an unreadable row (a wrong value written by hand) is reported
+		// beside the listing of the others, not instead of it
+		for _, re := range bad {
+			fmt.Fprintf(e.stderr, "tollgate override list: skipped a row: %v (fix it in the database, or 'tollgate override delete' it)\n", re)
 		}
 		now := time.Now()
 		if e.opts.json {
@@ -241,11 +301,34 @@ func overrideList(ctx context.Context, e *env, args []string) error {
 			return e.printJSON(out)
 		}
 		if len(list) == 0 {
-			fmt.Fprintln(e.stdout, "no overrides")
+			if len(bad) == 0 {
+				fmt.Fprintln(e.stdout, "no overrides")
+			}
 			return nil
 		}
 		return printOverrides(e, list, now)
 	})
+}
+
+// rowErrors returns the unreadable rows List reported in err, and whether
+// err (when not nil) is nothing else.
+func rowErrors(err error) ([]*sqlquota.RowError, bool) {
+	if err == nil {
+		return nil, true
+	}
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	out := make([]*sqlquota.RowError, 0, len(errs))
+	for _, e := range errs {
+		re, ok := e.(*sqlquota.RowError)
+		if !ok {
+			return nil, false
+		}
+		out = append(out, re)
+	}
+	return out, true
 }
 
 func printOverrides(e *env, list []sqlquota.Override, now time.Time) error {

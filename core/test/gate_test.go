@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
@@ -238,4 +239,73 @@ func TestGateAnonymousSkipsOverrides(t *testing.T) {
 	if n := calls.Load(); n != 1 {
 		t.Fatalf("authenticated tenant: %d lookups, want 1", n)
 	}
+}
+
+// A verified tenant whose ID is spelled like an anonymous caller's
+// ("anonymous:<ip>") and the anonymous caller at that address never meet in
+// one bucket: neither can drain the other's quota, in Redis or in the deny
+// cache. The gate refuses the verified ID (400, ErrInvalidRequest) rather
+// than charge it to the anonymous caller's key, and leaves that key alone.
+func TestGateAnonymousKeySpaceApart(t *testing.T) {
+	forEachVariant(t, func(t *testing.T, vr variant) {
+		c := redistest.Client(t)
+		res, err := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{
+			"free":      {Classes: map[string]core.Quota{"default": {Capacity: 1, RefillPerSecond: 0.001}}},
+			"anonymous": {Classes: map[string]core.Quota{"default": {Capacity: 1, RefillPerSecond: 0.001}}},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		prefix := redistest.Prefix(t)
+		l := vr.newLimiter(t, c, res, core.WithPrefix(prefix))
+		g, err := core.NewGate(l, core.WithAnonymous(""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys, err := core.NewKeys(prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		anonKey, err := keys.Bucket("anonymous:203.0.113.9", "default")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		ep := core.Endpoint{Method: "GET", Pattern: "/x", ClientIP: "203.0.113.9"}
+		impostor := core.ContextWithTenant(ctx, core.Tenant{ID: "anonymous:203.0.113.9", Tier: "free"})
+
+		// the verified tenant first: it must not spend the anonymous quota
+		for i := range 3 {
+			v := g.Decide(impostor, ep)
+			if v.Decision.Reason == core.ReasonOverLimit || v.Proceed {
+				t.Fatalf("verified tenant call %d was charged in the anonymous caller's bucket: %+v", i, v)
+			}
+			if v.Status != 400 || !errors.Is(v.Err, core.ErrInvalidRequest) {
+				t.Fatalf("verified tenant call %d: status %d, err %v; want 400 and ErrInvalidRequest", i, v.Status, v.Err)
+			}
+		}
+		if n, err := c.Exists(ctx, anonKey).Result(); err != nil || n != 0 {
+			t.Fatalf("the verified tenant wrote the anonymous caller's key %s (exists %d, %v)", anonKey, n, err)
+		}
+		// the anonymous caller still has its whole quota, and spends it
+		if v := g.Decide(ctx, ep); !v.Proceed || v.Tenant.ID != "anonymous:203.0.113.9" || v.Decision.Remaining != 0 {
+			t.Fatalf("anonymous caller after the verified tenant: %+v", v)
+		}
+		if v := g.Decide(ctx, ep); v.Proceed || v.Status != 429 {
+			t.Fatalf("anonymous caller's second call: %+v", v)
+		}
+		// its empty bucket (and a cached denial) is still not the verified
+		// tenant's: that one is refused, never denied over limit
+		if v := g.Decide(impostor, ep); v.Decision.Reason == core.ReasonOverLimit || v.Status != 400 {
+			t.Fatalf("verified tenant after the anonymous caller drained its bucket: %+v", v)
+		}
+		// a tenant ID that only looks similar keeps working, on its own key
+		for _, id := range []string{"anonymous", "anonymous203.0.113.9", "Anonymous:203.0.113.9", "anonymous%3A203.0.113.9"} {
+			tctx := core.ContextWithTenant(ctx, core.Tenant{ID: id, Tier: "free"})
+			if v := g.Decide(tctx, ep); !v.Proceed || v.Err != nil {
+				t.Fatalf("tenant %q: %+v", id, v)
+			}
+		}
+	})
 }

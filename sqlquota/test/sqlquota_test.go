@@ -524,3 +524,133 @@ func TestLimiterQuotaChangeOnRedis(t *testing.T) {
 		}
 	})
 }
+
+// insertRaw writes a row by hand, as an operator's SQL would, with values
+// of any type: SQLite keeps a 1.5 in an INTEGER column (the CHECK
+// constraints let it through), and a table made by another migration tool
+// may have no CHECK at all.
+func insertRaw(t *testing.T, db *sql.DB, table, tenant, bucket string, capacity, rate, updatedAt any) {
+	t.Helper()
+	q := "INSERT INTO " + table + " (tenant_id, bucket, capacity, refill_per_second, updated_at, updated_by) VALUES (?, ?, ?, ?, ?, 'hand')"
+	if _, err := db.ExecContext(t.Context(), q, tenant, bucket, capacity, rate, updatedAt); err != nil {
+		t.Fatalf("insert %s/%s: %v", tenant, bucket, err)
+	}
+}
+
+// TestUnreadableRowIsThatRowsError: one SQLite row whose capacity is not an
+// integer (1.5, or 'lots' in a table without the CHECK constraints) or
+// whose updated_at is not a time is skipped and logged with its tenant and
+// bucket; the tenant's other overrides still apply, and List returns every
+// other row, reporting the bad one.
+func TestUnreadableRowIsThatRowsError(t *testing.T) {
+	const now = "2026-03-01T12:00:00.000000Z"
+	for _, c := range []struct {
+		name     string
+		schema   string // "" is the table Migrate creates
+		capacity any
+	}{
+		{"capacity 1.5", "", 1.5},
+		{"capacity lots, no CHECK", `CREATE TABLE %s (tenant_id TEXT NOT NULL, bucket TEXT NOT NULL, capacity INTEGER NOT NULL,
+			refill_per_second REAL NOT NULL, expires_at TEXT NULL, updated_at TEXT NOT NULL, updated_by TEXT NOT NULL,
+			reason TEXT NOT NULL DEFAULT '', PRIMARY KEY (tenant_id, bucket))`, "lots"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var logs conformance.LogBuffer
+			clock := newFakeClock()
+			db, table := openSQLite(t)
+			if c.schema != "" {
+				if _, err := db.ExecContext(t.Context(), strings.ReplaceAll(c.schema, "%s", table)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s, err := sqlquota.New(db, sqlquota.SQLite, sqlquota.WithLogger(logs.Logger()), sqlquota.WithClock(clock.Now))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Migrate(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			insertRaw(t, db, table, "t1", "default", 7, 1, now)
+			insertRaw(t, db, table, "t1", "export", c.capacity, 1, now)
+			insertRaw(t, db, table, "t1", "tenant", 50, 5, now)
+			insertRaw(t, db, table, "t7", "default", 3, 1, now)
+			insertRaw(t, db, table, "t9", "default", 4, 1, "yesterday")
+
+			ov, err := s.Overrides(t.Context(), "t1")
+			if err != nil || len(ov) != 2 || ov["default"].Capacity != 7 || ov["tenant"].Capacity != 50 {
+				t.Errorf("Overrides(t1) = %v, %v; want default and tenant, export skipped", ov, err)
+			}
+			if l := logs.String(); !strings.Contains(l, "tenant=t1") || !strings.Contains(l, "bucket=export") || !strings.Contains(l, "level=WARN") {
+				t.Errorf("the skipped row is not logged with its tenant and bucket:\n%s", l)
+			}
+			// an unreadable updated_at does not matter to the limiter
+			if ov, err := s.Overrides(t.Context(), "t9"); err != nil || ov["default"].Capacity != 4 {
+				t.Errorf("Overrides(t9) = %v, %v", ov, err)
+			}
+
+			// through the resolver: t1's other overrides apply, export is the tier's
+			var rlogs conformance.LogBuffer
+			r, err := core.NewResolver(testTiers, core.WithOverrides(s), core.WithClock(clock.Now), core.WithResolverLogger(rlogs.Logger()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if class, ceiling := capacities(t, r, "default"); class != 7 || ceiling != 50 {
+				t.Errorf("t1 default: capacity %d, ceiling %d; want the overrides 7 and 50", class, ceiling)
+			}
+			if class, ceiling := capacities(t, r, "export"); class != 10 || ceiling != 50 {
+				t.Errorf("t1 export: capacity %d, ceiling %d; want the tier's 10 and the override 50", class, ceiling)
+			}
+
+			list, err := s.List(t.Context(), sqlquota.ListOptions{})
+			var got []string
+			for _, o := range list {
+				got = append(got, o.TenantID+"/"+o.Bucket)
+			}
+			if want := []string{"t1/default", "t1/tenant", "t7/default"}; !reflect.DeepEqual(got, want) {
+				t.Errorf("List = %v, want %v", got, want)
+			}
+			if err == nil || !strings.Contains(err.Error(), `"t1"`) || !strings.Contains(err.Error(), `"export"`) || !strings.Contains(err.Error(), `"t9"`) {
+				t.Errorf("List error %v; want the unreadable rows t1/export and t9/default named", err)
+			}
+			var re *sqlquota.RowError
+			if !errors.As(err, &re) || re.TenantID != "t1" || re.Bucket != "export" || !strings.Contains(re.Error(), "capacity") {
+				t.Errorf("List error %v; want a *RowError for t1/export first", err)
+			}
+			if _, err := s.Get(t.Context(), "t1", "export"); !errors.As(err, &re) {
+				t.Errorf("Get(t1, export): %v; want its *RowError", err)
+			}
+			if o, err := s.Get(t.Context(), "t1", "default"); err != nil || o.Quota.Capacity != 7 {
+				t.Errorf("Get(t1, default) = %+v, %v", o, err)
+			}
+			// one tenant's listing
+			list, err = s.List(t.Context(), sqlquota.ListOptions{TenantID: "t7"})
+			if err != nil || len(list) != 1 {
+				t.Errorf("List(t7) = %v, %v", list, err)
+			}
+		})
+	}
+}
+
+// TestPostgresHoldsNoUnreadableRow: PostgreSQL's typed columns refuse what
+// SQLite keeps (a capacity of 'lots', a rate of 'fast', an updated_at that
+// is not a time), so there the loader never meets such a row.
+func TestPostgresHoldsNoUnreadableRow(t *testing.T) {
+	d := databases[1]
+	s, db := newStore(t, d)
+	q := "INSERT INTO " + s.Table() + " (tenant_id, bucket, capacity, refill_per_second, updated_at, updated_by) VALUES ($1, $2, $3, $4, $5, 'hand')"
+	for _, c := range []struct {
+		capacity, rate, updatedAt any
+	}{
+		{"lots", 1, "2026-03-01T12:00:00Z"},
+		{"1.5", 1, "2026-03-01T12:00:00Z"},
+		{5, "fast", "2026-03-01T12:00:00Z"},
+		{5, 1, "soon"}, // ("yesterday" is a time to PostgreSQL)
+	} {
+		if _, err := db.ExecContext(t.Context(), q, "t1", "default", c.capacity, c.rate, c.updatedAt); err == nil {
+			t.Errorf("PostgreSQL stored capacity %v, rate %v, updated_at %v", c.capacity, c.rate, c.updatedAt)
+		}
+	}
+	if list, err := s.List(t.Context(), sqlquota.ListOptions{IncludeExpired: true}); err != nil || len(list) != 0 {
+		t.Errorf("List = %v, %v", list, err)
+	}
+}

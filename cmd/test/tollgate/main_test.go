@@ -3,6 +3,7 @@ package main_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/config"
+	_ "modernc.org/sqlite" // database/sql driver "sqlite", to write a bad row by hand
 )
 
 // bin is the tollgate binary built from cmd/tollgate for the tests.
@@ -225,6 +227,7 @@ grpc_methods:
 }
 
 func TestOverrideCommands(t *testing.T) {
+	cfg := writeTemp(t, "tiers.yaml", tiersYAML)
 	db := "DATABASE_URL=sqlite://" + filepath.Join(t.TempDir(), "quotas.db")
 	env := []string{db, "USER=alice"}
 	tollgate(t, env, "override", "list").check(t, 1, "", "override migrate")
@@ -232,11 +235,11 @@ func TestOverrideCommands(t *testing.T) {
 	tollgate(t, env, "override", "migrate").check(t, 0, "ready", "")
 	tollgate(t, env, "override", "list").check(t, 0, "no overrides", "")
 
-	tollgate(t, env, "override", "set", "t42", "export", "--capacity", "500", "--rate", "2.5", "--reason", "JIRA-1").
+	tollgate(t, env, "override", "set", "--config", cfg, "t42", "export", "--capacity", "500", "--rate", "2.5", "--reason", "JIRA-1").
 		check(t, 0, "set override t42/export: capacity 500, 2.5 tokens/s", "")
-	tollgate(t, env, "override", "set", "t42", "tenant", "--capacity", "900", "--rate", "9", "--for", "48h", "--by", "bob").
+	tollgate(t, env, "override", "set", "--config", cfg, "t42", "tenant", "--capacity", "900", "--rate", "9", "--for", "48h", "--by", "bob").
 		check(t, 0, "expires", "")
-	tollgate(t, env, "override", "set", "t7", "default", "--rate", "1", "--capacity", "3").check(t, 0, "t7/default", "")
+	tollgate(t, env, "override", "set", "--config", cfg, "t7", "default", "--rate", "1", "--capacity", "3").check(t, 0, "t7/default", "")
 
 	r := tollgate(t, env, "override", "get", "--json", "t42", "export")
 	var got struct {
@@ -280,14 +283,110 @@ func TestOverrideCommands(t *testing.T) {
 		{[]string{"t42", "export", "--capacity", "3", "--rate", "1", "--for", "1h", "--expires", "2099-01-01T00:00:00Z"}, "not both"},
 		{[]string{"t42", "export", "--capacity", "3", "--rate", "1", "--by", " "}, "updated_by is required"},
 	} {
-		tollgate(t, env, append([]string{"override", "set"}, bad.args...)...).check(t, 2, "", bad.want)
+		tollgate(t, env, append([]string{"override", "set", "--config", cfg}, bad.args...)...).check(t, 2, "", bad.want)
 	}
-	tollgate(t, []string{db}, "override", "set", "t1", "x", "--capacity", "3", "--rate", "1").check(t, 2, "", "--by is required")
+	tollgate(t, []string{db}, "override", "set", "--config", cfg, "t1", "x", "--capacity", "3", "--rate", "1").check(t, 2, "", "--by is required")
 	tollgate(t, env, "override", "get", "t42", "export").check(t, 0, "500", "")
 
 	tollgate(t, env, "override", "delete", "t42", "export").check(t, 0, "deleted override t42/export", "")
 	tollgate(t, env, "override", "delete", "t42", "export").check(t, 1, "", "no override for tenant t42 bucket export")
 	tollgate(t, env, "override", "get", "t42", "export").check(t, 1, "", "no override for tenant t42 bucket export")
+}
+
+// An override of a bucket no tier defines (a typo: "exprot") would be
+// stored and never applied. override set checks the bucket against the
+// tier file the services load, names the known buckets, and writes
+// nothing; --force stores it anyway.
+func TestOverrideSetUnknownBucket(t *testing.T) {
+	cfg := writeTemp(t, "tiers.yaml", tiersYAML)
+	noCeiling := writeTemp(t, "plain.yaml", `default_tier: free
+tiers:
+  free:
+    classes:
+      default: {capacity: 20, refill_per_second: 0.01}
+`)
+	db := "DATABASE_URL=sqlite://" + filepath.Join(t.TempDir(), "quotas.db")
+	env := []string{db, "USER=alice"}
+	tollgate(t, env, "override", "migrate").check(t, 0, "ready", "")
+
+	set := func(args ...string) result {
+		t.Helper()
+		return tollgate(t, env, append([]string{"override", "set", "--capacity", "5", "--rate", "1"}, args...)...)
+	}
+	set("--config", cfg, "t42", "exprot").check(t, 2, "",
+		`bucket "exprot" is not defined by any tier in `+cfg+` (known buckets: default, export, tenant)`)
+	set("--config", cfg, "t42", "exprot").check(t, 2, "", "--force")
+	// a ceiling override needs a tier with a ceiling
+	set("--config", noCeiling, "t42", "tenant").check(t, 2, "", "(known buckets: default)")
+	// without the tier file the bucket cannot be checked
+	set("t42", "exprot").check(t, 2, "", "--config")
+	tollgate(t, env, "override", "list").check(t, 0, "no overrides", "")
+
+	set("--config", cfg, "t42", "export").check(t, 0, "set override t42/export", "")
+	set("--config", cfg, "t42", "tenant").check(t, 0, "set override t42/tenant", "")
+	set("--force", "t42", "bulk").check(t, 0, "set override t42/bulk", "")
+	set("--force", "--config", cfg, "t43", "bulk").check(t, 0, "set override t43/bulk", "no tier defines bucket")
+	r := tollgate(t, env, "override", "list")
+	for _, want := range []string{"export", "tenant", "bulk"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("list lacks %s:\n%s", want, r.stdout)
+		}
+	}
+	if strings.Contains(r.stdout, "exprot") {
+		t.Errorf("a refused override was stored:\n%s", r.stdout)
+	}
+}
+
+// One row SQLite holds with a capacity that is not an integer (1.5, written
+// by hand) does not break override list: every other row is listed, in text
+// and JSON, and the bad one is reported on stderr with its tenant and
+// bucket.
+func TestOverrideListReportsUnreadableRow(t *testing.T) {
+	cfg := writeTemp(t, "tiers.yaml", tiersYAML)
+	path := filepath.Join(t.TempDir(), "quotas.db")
+	env := []string{"DATABASE_URL=sqlite://" + path, "USER=alice"}
+	tollgate(t, env, "override", "migrate").check(t, 0, "ready", "")
+	tollgate(t, env, "override", "set", "--config", cfg, "t42", "default", "--capacity", "7", "--rate", "1").check(t, 0, "", "")
+	tollgate(t, env, "override", "set", "--config", cfg, "t42", "export", "--capacity", "8", "--rate", "1").check(t, 0, "", "")
+	tollgate(t, env, "override", "set", "--config", cfg, "t7", "default", "--capacity", "9", "--rate", "1").check(t, 0, "", "")
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = db.ExecContext(ctx, "UPDATE tollgate_overrides SET capacity = 1.5 WHERE tenant_id = 't42' AND bucket = 'export'")
+	_ = db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, args := range [][]string{{"override", "list"}, {"override", "list", "t42"}} {
+		r := tollgate(t, env, args...)
+		r.check(t, 0, "", `tenant "t42" bucket "export" cannot be read: capacity 1.5: not an integer`)
+		if !strings.Contains(r.stdout, "t42     default  7") || strings.Contains(r.stdout, "export") {
+			t.Errorf("%v: want t42/default listed and t42/export only on stderr:\n%s", args, r.stdout)
+		}
+		if (len(args) == 2) != strings.Contains(r.stdout, "t7") {
+			t.Errorf("%v: t7 listed wrongly:\n%s", args, r.stdout)
+		}
+	}
+	r := tollgate(t, env, "override", "list", "--json")
+	var list []map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil || len(list) != 2 || r.code != 0 {
+		t.Fatalf("list --json: %v, %d rows, exit %d\n%s\n%s", err, len(list), r.code, r.stdout, r.stderr)
+	}
+	if !strings.Contains(r.stderr, `"export"`) {
+		t.Errorf("list --json does not report the bad row on stderr:\n%s", r.stderr)
+	}
+	// the row itself can be inspected and removed
+	tollgate(t, env, "override", "get", "t42", "export").check(t, 1, "", "capacity 1.5: not an integer")
+	tollgate(t, env, "override", "delete", "t42", "export").check(t, 0, "deleted override t42/export", "")
+	r = tollgate(t, env, "override", "list")
+	r.check(t, 0, "t7", "")
+	if r.stderr != "" {
+		t.Errorf("stderr after the bad row was deleted: %s", r.stderr)
+	}
 }
 
 // redisEnv returns the environment for the shared test Redis, and a
@@ -382,7 +481,7 @@ func TestBucketGetIsReadOnlyAndReset(t *testing.T) {
 	// clamped to it.
 	env = append(env, "DATABASE_URL="+dbURL, "USER=test")
 	tollgate(t, env, "override", "migrate").check(t, 0, "ready", "")
-	tollgate(t, env, "override", "set", "t42", "default", "--capacity", "7", "--rate", "0.01").check(t, 0, "", "")
+	tollgate(t, env, "override", "set", "--config", cfgPath, "t42", "default", "--capacity", "7", "--rate", "0.01").check(t, 0, "", "")
 	if d := get("t42", "default")["default"]; d.Source != "override" || d.Capacity != 7 || d.Remaining != 7 {
 		t.Errorf("with override: %+v", d)
 	}
@@ -470,7 +569,7 @@ func TestSimulate(t *testing.T) {
 	dbURL := "sqlite://" + filepath.Join(t.TempDir(), "q.db")
 	denv := append(env, "DATABASE_URL="+dbURL, "USER=test")
 	tollgate(t, denv, "override", "migrate").check(t, 0, "", "")
-	tollgate(t, denv, "override", "set", "big", "export", "--capacity", "50", "--rate", "0.1").check(t, 0, "", "")
+	tollgate(t, denv, "override", "set", "--config", cfgPath, "big", "export", "--capacity", "50", "--rate", "0.1").check(t, 0, "", "")
 	r := tollgate(t, denv, "simulate", "--config", cfgPath, "--class", "export", "--cost", "5", "--count", "12", "--interval", "0s", "--tenant", "big")
 	r.check(t, 0, "admitted 10 of 12", "")
 	if !strings.Contains(r.stdout, "real script, simulated clock") {
