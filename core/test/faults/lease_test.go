@@ -12,19 +12,28 @@ import (
 	"github.com/tollgate-go/tollgate/core"
 )
 
-// TestLeaseMapOverflow: with leases on, a stream of new tenants fills the
-// lease map past its bound (100,000 bucket sets) twice, emptying it
-// while a hot tenant's checks are taking leases and others wait for them. No
-// check outlives the check timeout (waiters used to stay blocked until
-// their own context ended: forever without a deadline), and no hot tenant
-// is admitted more than the token-bucket bound.
+// TestLeaseMapOverflow: with leases on, a stream of 210,000 new tenants
+// meets the lease map's bound (100,000 bucket sets) while a hot tenant's
+// checks are taking leases and others wait for them. No check outlives the
+// check timeout (waiters used to stay blocked until their own context
+// ended: forever without a deadline), no hot tenant is admitted more than
+// the token-bucket bound, and a victim's live lease is never dropped to
+// make room: its unspent tokens are spent locally after the flood, and the
+// store was charged one lease (the map used to be emptied at the bound,
+// burning them).
 func TestLeaseMapOverflow(t *testing.T) {
 	if testing.Short() {
 		t.Skip("drives 210,000 new tenants")
 	}
 	srv := redistest.NewServer(t)
 	lim := newLimiter(t, srv.Client(t), core.FailClosed, core.WithLeases("default", 5, time.Second), core.WithBatching(true),
-		core.WithDenyCache(false)) // every lease acquisition is a store call, in flight when the map is emptied
+		core.WithDenyCache(false), // every lease acquisition is a store call, in flight when the map is full
+		core.WithLeases("export", 5, time.Minute)) // the victim's lease outlives the flood
+	// the victim takes a lease of 5 before the flood and spends 1 of it
+	victim := core.Tenant{ID: "victim"}
+	if d, err := lim.Allow(context.Background(), victim, "export", 1); err != nil || !d.Allowed || d.Local {
+		t.Fatalf("the victim's first check: %+v, %v", d, err)
+	}
 	const hot, newTenants = 1, 210_000
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -85,6 +94,17 @@ func TestLeaseMapOverflow(t *testing.T) {
 	if worst > latencyBound {
 		t.Fatalf("a check took %v while the lease map overflowed (timeout 100ms)", worst)
 	}
+	// the victim's 4 unspent leased tokens survived the full map: spent
+	// locally, and the store was charged the one lease of 5, not a second
+	for i := range 4 {
+		if d, err := lim.Allow(context.Background(), victim, "export", 1); err != nil || !d.Allowed || !d.Local {
+			t.Fatalf("the victim's leased token %d after the flood: allowed %v local %v, %v (the lease was dropped)", i+1, d.Allowed, d.Local, err)
+		}
+	}
+	if d, err := lim.Peek(context.Background(), victim, "export"); err != nil || d.Tokens > float64(slowQuota.Capacity-5)+slowQuota.RefillPerSecond*time.Since(began).Seconds()+1 ||
+		d.Tokens < float64(slowQuota.Capacity-5) {
+		t.Fatalf("the victim's bucket holds %.1f tokens after one lease of 5: %v", d.Tokens, err)
+	}
 	bound := float64(slowQuota.Capacity) + slowQuota.RefillPerSecond*elapsed.Seconds()
 	for tenant, n := range admitted {
 		if float64(n) > bound {
@@ -92,5 +112,5 @@ func TestLeaseMapOverflow(t *testing.T) {
 		}
 	}
 	record(row{"lease map overflowing under load (210,000 new tenants, a hot tenant leasing)", core.FailClosed,
-		"evictions never strand a lease's waiters: no check outlives the timeout; accounting holds", worst})
+		"a full map never strands a lease's waiters nor drops a live lease (a victim's unspent tokens survive); no check outlives the timeout; accounting holds", worst})
 }
