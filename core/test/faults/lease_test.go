@@ -27,7 +27,7 @@ func TestLeaseMapOverflow(t *testing.T) {
 	}
 	srv := redistest.NewServer(t)
 	lim := newLimiter(t, srv.Client(t), core.FailClosed, core.WithLeases("default", 5, time.Second), core.WithBatching(true),
-		core.WithDenyCache(false), // every lease acquisition is a store call, in flight when the map is full
+		core.WithDenyCache(false),                 // every lease acquisition is a store call, in flight when the map is full
 		core.WithLeases("export", 5, time.Minute)) // the victim's lease outlives the flood
 	// the victim takes a lease of 5 before the flood and spends 1 of it
 	victim := core.Tenant{ID: "victim"}
