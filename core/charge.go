@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/tollgate-go/tollgate/core/internal/transport"
 )
 
 // charge charges cost tokens (req.Cost, or a lease's size) in the store, or
@@ -14,8 +16,8 @@ func (l *Limiter) charge(ctx context.Context, req Request, keys []string, bucket
 	if err := ctx.Err(); err != nil {
 		return l.callerGone(req, err)
 	}
-	sh := l.shards.forKey(ctx, keys[0])
-	ok, probe := sh.allow(sent)
+	sh := l.shards.ForKey(ctx, keys[0])
+	ok, probe := sh.Allow(sent)
 	if !ok {
 		err := fmt.Errorf("%w: %w", ErrStore, errCircuitOpen)
 		l.metrics.storeCall(ctx, 0, err, l.cfg.policy)
@@ -31,12 +33,12 @@ func (l *Limiter) charge(ctx context.Context, req Request, keys []string, bucket
 		quotas = append(quotas, l.quotaArgs(b.Quota))
 	}
 	start := time.Now()
-	args := scriptArgs(keys, now, cost, quotas)
+	args := tokenBucket.Args(keys, now, cost, quotas)
 	reply, wrote, err := l.run(ctx, req.Tenant.ID, *args)
 	if err == nil {
 		// answered: neither go-redis nor a batch holds the line any more (a
 		// caller that gave up leaves it to the batch still holding it)
-		putArgs(args)
+		transport.PutArgs(args)
 	}
 	var d Decision
 	if err == nil {
@@ -47,7 +49,7 @@ func (l *Limiter) charge(ctx context.Context, req Request, keys []string, bucket
 	if err != nil {
 		return l.failed(ctx, req, keys, buckets, err, sh, start, wrote, probe)
 	}
-	sh.success(wrote)
+	sh.Success(wrote)
 	l.metrics.storeCall(ctx, time.Since(start), nil, l.cfg.policy)
 	if l.fallback != nil {
 		l.fallback.forget(keys) // the store answers this tenant again
@@ -73,18 +75,13 @@ func (l *Limiter) quotaArgs(q Quota) [3]any {
 	return a
 }
 
-// run calls the script once (see runScript and noRetryCmd), through the
-// batcher or directly, and names a failure for what it was (see
-// storeError). The store timeout bounds the call from when its command is
+// run calls the script once, through the transport (batched or direct),
+// and names a failure for what it was (see storeError). The store timeout bounds the call from when its command is
 // handed to the connection; the caller's own deadline, when earlier, bounds
 // it too. wrote is when the command was handed over (zero when it never
 // was).
 func (l *Limiter) run(ctx context.Context, tenant string, args []any) (v any, wrote time.Time, err error) {
-	if l.batch != nil {
-		v, wrote, err = l.batch.do(ctx, tenant, args)
-	} else {
-		v, wrote, err = l.direct.do(ctx, tenant, args)
-	}
+	v, wrote, err = l.calls.Do(ctx, tenant, args)
 	if err != nil {
 		err = storeError(ctx, l.cfg.timeout, err)
 	}

@@ -1,6 +1,10 @@
 package core
 
 import (
+	"github.com/tollgate-go/tollgate/core/internal/shard"
+
+	"github.com/tollgate-go/tollgate/core/internal/transport"
+
 	"context"
 	"errors"
 	"fmt"
@@ -19,45 +23,42 @@ import (
 // Only the store's own failures count toward the breaker of the shard sh.
 // start is when the call began, wrote when its command was sent; probe:
 // this call was the breaker's probe.
-func (l *Limiter) failed(ctx context.Context, req Request, keys []string, buckets []Bucket, err error, sh *shard, start, wrote time.Time, probe bool) (Decision, error) {
+func (l *Limiter) failed(ctx context.Context, req Request, keys []string, buckets []Bucket, err error, sh *shard.Shard, start, wrote time.Time, probe bool) (Decision, error) {
 	var gone *callerGone
 	if errors.As(err, &gone) {
-		sh.abandon(probe)
+		sh.Abandon(probe)
 		return Decision{Reason: ReasonCanceled, Cost: req.Cost}, gone
 	}
 	var late *replyTimeout
-	if errors.As(err, &late) || errors.Is(err, errStalled) {
-		if !sh.knownDown(time.Now()) && !(late != nil && sh.answeredSince(wrote)) {
-			sh.confirm(ctx) // ask the store itself, once for every check that asks meanwhile
+	if errors.As(err, &late) || errors.Is(err, transport.ErrStalled) {
+		if !sh.KnownDown(time.Now()) && !(late != nil && sh.AnsweredSince(wrote)) {
+			sh.Confirm(ctx) // ask the store itself, once for every check that asks meanwhile
 			if ctx.Err() != nil {
-				sh.abandon(probe)
+				sh.Abandon(probe)
 				return Decision{Reason: ReasonCanceled, Cost: req.Cost}, &callerGone{ctx.Err()}
 			}
 		}
-		if !sh.knownDown(time.Now()) {
-			err = &shedError{"late_reply", "no reply within the timeout, while the store answered others: " + err.Error()}
+		if !sh.KnownDown(time.Now()) {
+			err = &transport.ShedError{Cause: "late_reply", Why: "no reply within the timeout, while the store answered others: " + err.Error()}
 		}
 	}
-	var shed *shedError
+	var shed *transport.ShedError
 	if errors.As(err, &shed) {
-		sh.abandon(probe)
+		sh.Abandon(probe)
 		return l.shed(ctx, req, shed)
 	}
 	l.metrics.storeCall(ctx, time.Since(start), err, l.cfg.policy)
 	var re *requestError
 	if errors.As(err, &re) {
-		sh.success(wrote)
+		sh.Success(wrote)
 		err = fmt.Errorf("%w: %w", ErrStore, err)
 		d := l.degradeQuiet(req, keys, buckets)
 		l.logDegraded("tollgate: the store refused this request; answered by the failure policy", req, err,
 			"decision", outcome(d), "key", strings.Join(keys, " "))
 		return d, err
 	}
-	if l.batch == nil {
-		refreshTopology(l.client, err) // the batcher does this itself
-	}
 	err = fmt.Errorf("%w: %w", ErrStore, err)
-	if sh.failure(l.now()) {
+	if sh.Failure(l.now()) {
 		l.logDegraded("tollgate: circuit breaker opened: store calls paused", req, err)
 	}
 	return l.degrade(req, keys, buckets, err), err
@@ -65,7 +66,7 @@ func (l *Limiter) failed(ctx context.Context, req Request, keys []string, bucket
 
 // shed is the answer to a check this process could not make in time: not
 // admitted under any failure policy, counted by cause.
-func (l *Limiter) shed(ctx context.Context, req Request, why *shedError) (Decision, error) {
+func (l *Limiter) shed(ctx context.Context, req Request, why *transport.ShedError) (Decision, error) {
 	l.metrics.shedCheck(ctx, why)
 	return Decision{Reason: ReasonOverloaded, Cost: req.Cost}, why
 }

@@ -1,6 +1,11 @@
 package core
 
-import "errors"
+import (
+	"errors"
+	"time"
+
+	"github.com/tollgate-go/tollgate/core/internal/transport"
+)
 
 // Sentinel errors. Errors returned by this package wrap one of them, so test
 // with [errors.Is].
@@ -20,8 +25,21 @@ var (
 	// ErrOverloaded reports that this process could not check a request in
 	// time (ReasonOverloaded): a local condition, not a store failure, so it
 	// never trips the circuit breaker and the failure policy does not apply.
-	ErrOverloaded = errors.New("tollgate: overloaded, check shed")
+	ErrOverloaded = transport.Overloaded
 	// ErrResolve reports that the buckets for a request could not be
 	// resolved (for example an unknown tier or class).
 	ErrResolve = errors.New("tollgate: cannot resolve quota")
+)
+
+// errCircuitOpen is the store error of a check made while the circuit
+// breaker of its store shard is open: the store was not called.
+var errCircuitOpen = errors.New("circuit breaker open: store not called")
+
+// Breaker defaults (WithCircuitBreaker states them): after
+// defaultBreakerThreshold consecutive store failures of a shard the
+// limiter stops calling it for defaultBreakerCooldown, then lets one probe
+// through; a success closes the circuit.
+const (
+	defaultBreakerThreshold = 5
+	defaultBreakerCooldown  = time.Second
 )

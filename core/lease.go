@@ -1,6 +1,8 @@
 package core
 
 import (
+	"github.com/tollgate-go/tollgate/core/internal/transport"
+
 	"context"
 	"errors"
 	"strings"
@@ -210,7 +212,7 @@ func (l *Limiter) checkLeased(ctx context.Context, req Request, keys []string, b
 		if d, ok, _, _ := l.leases.spend(keys, buckets, req.Cost, l.now(), false); ok {
 			return d, nil
 		}
-		var shed *shedError
+		var shed *transport.ShedError
 		switch {
 		case errors.As(wait.err, &shed):
 			return l.shed(ctx, req, shed)

@@ -9,12 +9,14 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/core/internal/shard"
+	"github.com/tollgate-go/tollgate/core/internal/transport"
 )
 
 //go:embed lua/tokenbucket.lua
 var tokenBucketSource string
 
-var tokenBucket = redis.NewScript(tokenBucketSource)
+var tokenBucket = transport.NewScript(tokenBucketSource)
 
 // ScriptSource returns the Lua source of the token-bucket script, for tools
 // that preload it (SCRIPT LOAD) or audit it.
@@ -56,20 +58,19 @@ type Limiter struct {
 	keys     Keys
 	cfg      config
 	// scripts is the client the script calls go through, bounded by the
-	// timeout (see scriptClient); owned is closed by Close when the limiter
+	// timeout (see transport.Client); owned is closed by Close when the limiter
 	// opened it.
 	scripts  redis.UniversalClient
 	owned    io.Closer
 	lastLog  atomic.Int64
-	shards   *shards       // store shards: last answers and breakers
+	shards   *shard.Set    // store shards: last answers and breakers
 	fallback *localBuckets // nil: off
 	deny     *denyCache    // nil: off
 	metrics  *metrics
 	now      func() time.Time
-	batch    *batcher // nil: one call per check, through direct
-	direct   *direct
-	leases   *leases  // nil: no class leases
-	args     sync.Map // Quota -> [3]any, see quotaArgs
+	calls    transport.Caller // a Batcher, or a Direct call per check
+	leases   *leases          // nil: no class leases
+	args     sync.Map         // Quota -> [3]any, see quotaArgs
 	nargs    atomic.Int64
 }
 
@@ -101,14 +102,14 @@ func New(client redis.UniversalClient, r Resolver, opts ...Option) (*Limiter, er
 	l := &Limiter{client: client, resolver: r, keys: keys, cfg: cfg,
 		metrics: newMetrics(cfg.meterProvider, cfg.tenantTopK), now: time.Now}
 	var ctxTimeout time.Duration
-	l.scripts, l.owned, ctxTimeout = scriptClient(client, cfg.timeout)
+	l.scripts, l.owned, ctxTimeout = transport.Client(client, cfg.timeout)
 	if cfg.clock != nil {
 		l.now = cfg.clock
 	}
 	if tr, ok := r.(*TieredResolver); ok {
 		tr.boundWait(cfg.timeout) // a first override lookup waits no longer than a check
 	}
-	l.shards = newShards(cfg.breakerThreshold, cfg.breakerCooldown, cfg.timeout, l.scripts, l.now)
+	l.shards = shard.New(cfg.breakerThreshold, cfg.breakerCooldown, cfg.timeout, l.scripts, l.now)
 	if cfg.fallbackShare > 0 {
 		l.fallback = newLocalBuckets(100_000)
 	}
@@ -119,23 +120,22 @@ func New(client redis.UniversalClient, r Resolver, opts ...Option) (*Limiter, er
 		l.leases = newLeases(cfg.leases, 100_000)
 	}
 	if cfg.batching {
-		l.batch = newBatcher(l.scripts, cfg.timeout, ctxTimeout, l.metrics.batchSize)
+		l.calls = transport.NewBatcher(l.scripts, tokenBucket, cfg.timeout, ctxTimeout, l.metrics.batchSize)
 	} else {
-		l.direct = newDirect(l.scripts, cfg.timeout, ctxTimeout)
+		l.calls = transport.NewDirect(l.scripts, tokenBucket, cfg.timeout, ctxTimeout)
 	}
 	return l, nil
 }
 
-// Close stops the limiter's background work (the batcher) and closes the
-// client it opened when the one given to New does not honour context
-// deadlines (ContextTimeoutEnabled false; see docs/reliability.md). Checks
-// after Close fail by the failure policy. It does not close the Redis
-// client given to New.
+// Close stops the limiter's background work (the batcher, the store
+// probes) and closes the client it opened for its scripts (for go-redis's
+// standalone, failover, Cluster and Ring clients: a copy of the given
+// client's options with the check timeout on its sockets; see
+// docs/reliability.md). Checks after Close fail by the failure policy. It
+// does not close the Redis client given to New.
 func (l *Limiter) Close() error {
-	if l.batch != nil {
-		l.batch.close()
-	}
-	l.shards.close()
+	l.calls.Close()
+	l.shards.Close()
 	if l.owned != nil {
 		return l.owned.Close()
 	}

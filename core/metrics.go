@@ -1,6 +1,8 @@
 package core
 
 import (
+	"github.com/tollgate-go/tollgate/core/internal/transport"
+
 	"context"
 	"errors"
 	"net"
@@ -217,8 +219,8 @@ func (m *metrics) storeCall(ctx context.Context, took time.Duration, err error, 
 	}
 }
 
-func (m *metrics) shedCheck(ctx context.Context, why *shedError) {
-	m.shed.Add(ctx, 1, metric.WithAttributes(attribute.String("cause", why.cause)))
+func (m *metrics) shedCheck(ctx context.Context, why *transport.ShedError) {
+	m.shed.Add(ctx, 1, metric.WithAttributes(attribute.String("cause", why.Cause)))
 }
 
 // errorKind classifies a store failure for the errors metric.
@@ -230,7 +232,7 @@ func errorKind(err error) string {
 		return "circuit_open"
 	case errors.As(err, new(*requestError)):
 		return "request"
-	case errors.Is(err, errStalled):
+	case errors.Is(err, transport.ErrStalled):
 		return "stalled"
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
 		return "timeout"

@@ -1,4 +1,4 @@
-package core
+package transport
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 // de-duplicated by go-redis, so calling it on every failure is cheap.
 func refreshTopology(c redis.UniversalClient, err error) {
 	cc, ok := c.(*redis.ClusterClient)
-	if !ok || err == nil || errors.Is(err, errCircuitOpen) {
+	if !ok || err == nil {
 		return
 	}
 	var re redis.Error

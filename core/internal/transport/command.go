@@ -1,4 +1,4 @@
-package core
+package transport
 
 import (
 	"context"
@@ -9,8 +9,18 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// scriptSHA is the script's SHA1, boxed once: boxing a string allocates.
-var scriptSHA any = tokenBucket.Hash()
+// Script is the token-bucket script: its source, for EVAL after a
+// NOSCRIPT and for loading, and its SHA1, boxed once (boxing a string
+// allocates).
+type Script struct {
+	source string
+	sha    any
+}
+
+// NewScript returns the Script of source.
+func NewScript(source string) *Script {
+	return &Script{source: source, sha: redis.NewScript(source).Hash()}
+}
 
 // smallCosts holds the cost argument of the common small costs, boxed once.
 var smallCosts = func() (a [65]any) {
@@ -27,18 +37,18 @@ func costArg(cost int64) any {
 	return strconv.FormatInt(cost, 10)
 }
 
-// scriptArgs returns the whole EVALSHA command line of one check in one
+// Args returns the whole EVALSHA command line of one check in one
 // slice: "evalsha", the SHA, the number of keys, the keys, then the script's
 // arguments (see the script's header). go-redis's Script.Run would build a
 // second slice and box the SHA on every call. The slice comes from a pool:
 // give it back with putArgs once nothing can read it any more.
-func scriptArgs(keys []string, now string, cost int64, quotas [][3]any) *[]any {
+func (s *Script) Args(keys []string, now string, cost int64, quotas [][3]any) *[]any {
 	n := 3 + len(keys) + 2 + 3*len(quotas)
 	p := argsPool.Get().(*[]any)
 	if cap(*p) < n {
 		*p = make([]any, 0, n)
 	}
-	args := append((*p)[:0], "evalsha", scriptSHA, len(keys))
+	args := append((*p)[:0], "evalsha", s.sha, len(keys))
 	for _, k := range keys {
 		args = append(args, k)
 	}
@@ -54,35 +64,35 @@ func scriptArgs(keys []string, now string, cost int64, quotas [][3]any) *[]any {
 // allocates, and is dead once its command answered.
 var argsPool = sync.Pool{New: func() any { return new([]any) }}
 
-// putArgs recycles a command line that nothing reads any more: go-redis
+// PutArgs recycles a command line that nothing reads any more: go-redis
 // keeps no reference to a command's arguments after it answered, and a
 // batch hands a call its answer only after it is done with the call.
-func putArgs(p *[]any) {
+func PutArgs(p *[]any) {
 	clear(*p) // hold no keys
 	*p = (*p)[:0]
 	argsPool.Put(p)
 }
 
-// scriptCmd is the command for args; eval makes it an EVAL of the source
+// cmd is the command for args; eval makes it an EVAL of the source
 // (after NOSCRIPT) on a copy, so args stays an EVALSHA.
-func scriptCmd(ctx context.Context, args []any, eval bool) *redis.Cmd {
+func (s *Script) cmd(ctx context.Context, args []any, eval bool) *redis.Cmd {
 	if eval {
-		args = append([]any{"eval", tokenBucketSource}, args[2:]...)
+		args = append([]any{"eval", s.source}, args[2:]...)
 	}
 	cmd := redis.NewCmd(ctx, args...)
 	cmd.SetFirstKeyPos(3)
 	return cmd
 }
 
-// runScript runs the script once: EVALSHA, then EVAL when the server
+// run runs the script once: EVALSHA, then EVAL when the server
 // answers NOSCRIPT (the command was not executed, so sending it again is
 // safe). Neither is ever retried by go-redis (see noRetryCmd).
-func runScript(ctx context.Context, c redis.UniversalClient, args []any) (any, error) {
-	cmd := scriptCmd(ctx, args, false)
+func (s *Script) run(ctx context.Context, c redis.UniversalClient, args []any) (any, error) {
+	cmd := s.cmd(ctx, args, false)
 	_ = c.Process(ctx, noRetryCmd{cmd})
 	v, err := cmd.Result()
 	if isNoScript(err) {
-		cmd = scriptCmd(ctx, args, true)
+		cmd = s.cmd(ctx, args, true)
 		_ = c.Process(ctx, noRetryCmd{cmd})
 		v, err = cmd.Result()
 	}

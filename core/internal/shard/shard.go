@@ -1,8 +1,10 @@
-package core
+// Package shard keeps what the limiter knows of each store shard: when it
+// last answered a call, and its circuit breaker, which opens only on
+// evidence that the shard is down (confirmed by a probe of its own).
+package shard
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -10,27 +12,15 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// errCircuitOpen is the store error of a check made while the circuit
-// breaker of its store shard is open: the store was not called.
-var errCircuitOpen = errors.New("circuit breaker open: store not called")
-
-// Breaker defaults (WithCircuitBreaker states them): after defaultBreakerThreshold consecutive store failures
-// the limiter stops calling the store for defaultBreakerCooldown, then lets
-// one probe through; a success closes the circuit.
-const (
-	defaultBreakerThreshold = 5
-	defaultBreakerCooldown  = time.Second
-)
-
-// shards keeps what the limiter knows of each store shard (one for a
+// Set keeps what the limiter knows of each store shard (one for a
 // standalone or failover client, one per master on a Cluster, by the
 // master's address from MasterForKey): when it last answered, and its
 // circuit breaker, so that a dead master degrades only the tenants whose
 // slots it holds. threshold 0: no breaker, the rest is kept.
-type shards struct {
+type Set struct {
 	threshold int64
 	cooldown  time.Duration
-	// probeTimeout bounds a confirmation probe (see shard.confirm): two
+	// probeTimeout bounds a confirmation probe (see Shard.Confirm): two
 	// store timeouts, at least 250 ms
 	probeTimeout time.Duration
 	client       redis.UniversalClient
@@ -38,8 +28,8 @@ type shards struct {
 	now          func() time.Time     // the limiter's clock, for the breaker
 	closed       atomic.Bool
 	probes       sync.WaitGroup
-	one          shard    // the one shard, or a master not known yet
-	byAddr       sync.Map // master address -> *shard
+	one          Shard    // the one shard, or a master not known yet
+	byAddr       sync.Map // master address -> *Shard
 	nshards      atomic.Int64
 }
 
@@ -47,8 +37,11 @@ type shards struct {
 // with failovers): past it, new masters share the default one.
 const maxShards = 1024
 
-func newShards(threshold int, cooldown, timeout time.Duration, c redis.UniversalClient, now func() time.Time) *shards {
-	bs := &shards{threshold: int64(threshold), cooldown: cooldown, probeTimeout: max(2*timeout, 250*time.Millisecond), client: c, now: now}
+// New returns the Set for client c: breakers of threshold consecutive
+// failures (0: none) and cooldown, probes of two timeouts (at least 250 ms),
+// the breaker on the limiter's clock now.
+func New(threshold int, cooldown, timeout time.Duration, c redis.UniversalClient, now func() time.Time) *Set {
+	bs := &Set{threshold: int64(threshold), cooldown: cooldown, probeTimeout: max(2*timeout, 250*time.Millisecond), client: c, now: now}
 	bs.cluster, _ = c.(*redis.ClusterClient)
 	bs.one.set, bs.one.node = bs, c
 	if rc, ok := c.(*redis.Client); ok {
@@ -62,7 +55,7 @@ func newShards(threshold int, cooldown, timeout time.Duration, c redis.Universal
 // pooled connection, and its socket deadlines (probeTimeout, set when it
 // writes and when it reads) measure the server, not this process, so its
 // silence is the server's.
-func (bs *shards) probeClient(c *redis.Client) *redis.Client {
+func (bs *Set) probeClient(c *redis.Client) *redis.Client {
 	o := *c.Options()
 	o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxActiveConns = 1, 0, 1, 1
 	o.ReadTimeout, o.WriteTimeout, o.DialTimeout, o.PoolTimeout = bs.probeTimeout, bs.probeTimeout, bs.probeTimeout, bs.probeTimeout
@@ -74,23 +67,13 @@ func (bs *shards) probeClient(c *redis.Client) *redis.Client {
 // it fires only when this process cannot run for seconds.
 const probeBackstop = 5 * time.Second
 
-// localBudget is how long a check may wait in this process (in the
-// batcher's queue, for a connection) before it is shed: four store
-// timeouts, at least 250 ms. Time spent here is not the store's. (A
-// confirmation probe waits two store timeouts for the store: its socket
-// deadline starts when it is written, so a process that is merely slow to
-// run still hears a live store answer.)
-func localBudget(timeout time.Duration) time.Duration {
-	return max(4*timeout, 250*time.Millisecond)
-}
-
-// close waits for the probes running and closes their clients.
-func (bs *shards) close() {
+// Close waits for the probes running and closes their clients.
+func (bs *Set) Close() {
 	bs.closed.Store(true)
 	bs.probes.Wait()
 	closeProbe(bs.one.node)
 	bs.byAddr.Range(func(_, v any) bool {
-		closeProbe(v.(*shard).node)
+		closeProbe(v.(*Shard).node)
 		return true
 	})
 }
@@ -101,8 +84,8 @@ func closeProbe(c redis.Cmdable) {
 	}
 }
 
-// forKey returns the shard that holds key.
-func (bs *shards) forKey(ctx context.Context, key string) *shard {
+// ForKey returns the shard that holds key.
+func (bs *Set) ForKey(ctx context.Context, key string) *Shard {
 	if bs.cluster == nil {
 		return &bs.one
 	}
@@ -116,22 +99,22 @@ func (bs *shards) forKey(ctx context.Context, key string) *shard {
 	}
 	addr := m.Options().Addr
 	if b, ok := bs.byAddr.Load(addr); ok {
-		return b.(*shard)
+		return b.(*Shard)
 	}
 	if bs.nshards.Load() >= maxShards {
 		return &bs.one
 	}
-	fresh := &shard{set: bs, node: bs.probeClient(m)}
+	fresh := &Shard{set: bs, node: bs.probeClient(m)}
 	b, loaded := bs.byAddr.LoadOrStore(addr, fresh)
 	if loaded {
 		closeProbe(fresh.node)
 	} else {
 		bs.nshards.Add(1)
 	}
-	return b.(*shard)
+	return b.(*Shard)
 }
 
-// shard is one store shard: when it last answered, and its
+// Shard is one store shard: when it last answered, and its
 // consecutive-failure circuit breaker. Lock-free: it sits on every check's
 // path.
 //
@@ -142,8 +125,8 @@ func (bs *shards) forKey(ctx context.Context, key string) *shard {
 // A reply to any other command after this one was sent, or to the probe,
 // proves the shard alive: the timeout was this process's (CPU starvation,
 // a slow read), not the store's, and the check is shed, not degraded.
-type shard struct {
-	set       *shards
+type Shard struct {
+	set       *Set
 	node      redis.Cmdable // where a probe goes: a client of its own (probeClient)
 	failures  atomic.Int64
 	openUntil atomic.Int64 // unix nanos; 0 = closed
@@ -155,20 +138,20 @@ type shard struct {
 	probe     atomic.Pointer[chan struct{}] // the probe running, closed when it ends; nil: none
 }
 
-// knownDown reports whether a probe found the shard silent and it has not
+// KnownDown reports whether a probe found the shard silent and it has not
 // answered since.
-func (b *shard) knownDown(now time.Time) bool {
+func (b *Shard) KnownDown(now time.Time) bool {
 	return now.UnixNano() < b.downUntil.Load()
 }
 
-// confirm asks the shard whether it is up, and returns when it knows or
+// Confirm asks the shard whether it is up, and returns when it knows or
 // ctx ends: a PING bounded by probeTimeout, one at a time (checks that ask
 // while one runs wait for it). An answer is a success (the shard is alive);
 // none means the shard is down: the breaker opens, and checks without a
 // reply are answered by the failure policy until the shard answers again;
 // unless a check sent after the probe was answered meanwhile (a probe that
 // this process was too slow to run is no evidence).
-func (b *shard) confirm(ctx context.Context) {
+func (b *Shard) Confirm(ctx context.Context) {
 	done := make(chan struct{})
 	if !b.probe.CompareAndSwap(nil, &done) {
 		if p := b.probe.Load(); p != nil {
@@ -194,10 +177,10 @@ func (b *shard) confirm(ctx context.Context) {
 		err := b.node.Ping(pctx).Err()
 		cancel()
 		if err == nil {
-			b.success(sent)
+			b.Success(sent)
 			return
 		}
-		if b.answeredSince(sent) {
+		if b.AnsweredSince(sent) {
 			return // the shard answered a check sent meanwhile: it is up
 		}
 		b.downUntil.Store(time.Now().Add(max(b.set.cooldown, b.set.probeTimeout)).UnixNano())
@@ -211,11 +194,11 @@ func (b *shard) confirm(ctx context.Context) {
 	}
 }
 
-// allow reports whether a store call may be made now: always when closed;
+// Allow reports whether a store call may be made now: always when closed;
 // when open, only one probe after the cool-down (probe is then true). now
 // comes from the limiter's clock, the same as failure's: the breaker reads
 // no other clock.
-func (b *shard) allow(now time.Time) (ok, probe bool) {
+func (b *Shard) Allow(now time.Time) (ok, probe bool) {
 	if b.set.threshold == 0 {
 		return true, false
 	}
@@ -230,18 +213,18 @@ func (b *shard) allow(now time.Time) (ok, probe bool) {
 	return ok, ok
 }
 
-// abandon ends a call that says nothing about the store (its caller left
+// Abandon ends a call that says nothing about the store (its caller left
 // first, or the check was shed): when it was the probe, the next call
 // probes instead.
-func (b *shard) abandon(probe bool) {
+func (b *Shard) Abandon(probe bool) {
 	if probe {
 		b.probing.Store(false)
 	}
 }
 
-// success closes the circuit. sent is when the answered call was sent
+// Success closes the circuit. sent is when the answered call was sent
 // (wall clock).
-func (b *shard) success(sent time.Time) {
+func (b *Shard) Success(sent time.Time) {
 	if n := sent.UnixNano(); b.answered.Load() < n {
 		b.answered.Store(n)
 	}
@@ -257,19 +240,19 @@ func (b *shard) success(sent time.Time) {
 	}
 }
 
-// answeredSince reports whether the shard answered a call sent after sent
+// AnsweredSince reports whether the shard answered a call sent after sent
 // (wall clock): it processed newer commands, so a call sent at sent that got
 // no reply in time is no evidence that it is down.
-func (b *shard) answeredSince(sent time.Time) bool {
+func (b *Shard) AnsweredSince(sent time.Time) bool {
 	return b.answered.Load() > sent.UnixNano()
 }
 
-// failure counts a failed call (a transport failure, a server-wide error
+// Failure counts a failed call (a transport failure, a server-wide error
 // reply, or a timeout with no reply from the shard since; never a caller's,
 // never a shed check's, never an error reply about one request) and opens
 // the circuit at the threshold (or re-opens it after a failed probe). It
 // reports whether the circuit opened. now is the limiter's clock.
-func (b *shard) failure(now time.Time) bool {
+func (b *Shard) Failure(now time.Time) bool {
 	if b.set.threshold == 0 {
 		return false
 	}

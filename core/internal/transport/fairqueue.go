@@ -1,4 +1,4 @@
-package core
+package transport
 
 // fairQueue holds checks waiting for something (a batch, a connection),
 // one FIFO per tenant, served round robin: one check of each waiting tenant

@@ -1,4 +1,4 @@
-package core
+package transport
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// batcher coalesces concurrent checks into pipelined round trips, without a
+// Batcher coalesces concurrent checks into pipelined round trips, without a
 // dispatcher goroutine and without lingering. A check that finds fewer than
 // inflight batches on the wire sends at once, itself, together with whatever
 // is queued (at low concurrency this is a plain call: no hand-off, no added
@@ -20,10 +20,10 @@ import (
 //
 // Time in the queue is the process's, not the store's: a command's store
 // timeout starts when its batch is handed to the connection. A queued check
-// waits at most localBudget(timeout) for its batch to leave; one that waited longer
-// is taken out of the queue unsent and shed (shedError, ReasonOverloaded) when
+// waits at most LocalBudget(timeout) for its batch to leave; one that waited longer
+// is taken out of the queue unsent and shed (ShedError, ReasonOverloaded) when
 // batches kept coming back meanwhile, or answered by the failure policy
-// (errStalled) when none did: then the store, not this process, held it. So is
+// (ErrStalled) when none did: then the store, not this process, held it. So is
 // is a check that finds the queue full or its tenant's share of it full
 // (maxPerTenant: one tenant's flood is shed, other tenants' checks still
 // reach Redis). A shed check was never sent, so it charged nothing and says
@@ -35,8 +35,9 @@ import (
 // only those are sent again. A command that timed out or lost its connection
 // is never replayed: every script command is a noRetryCmd, so go-redis does
 // not resend it or the pipeline holding it, whatever MaxRetries says.
-type batcher struct {
+type Batcher struct {
 	client     redis.UniversalClient
+	script     *Script
 	timeout    time.Duration // the store timeout (a queued check's budget is localBudget of it)
 	ctxTimeout time.Duration // set on each call's context when the client's sockets do not bound it
 	maxBatch   int
@@ -66,7 +67,7 @@ type batcher struct {
 type pendingCheck struct {
 	ctx    context.Context // the caller's
 	tenant string
-	args   []any // the whole EVALSHA command line, see scriptArgs
+	args   []any // the whole EVALSHA command line, see Script.Args
 	v      any
 	err    error
 	queued time.Time     // when it was queued
@@ -105,39 +106,48 @@ const (
 	defaultMaxPerTenant = defaultMaxBatch
 )
 
-func newBatcher(client redis.UniversalClient, timeout, ctxTimeout time.Duration, sizes func(int)) *batcher {
-	b := &batcher{client: client, timeout: timeout, ctxTimeout: ctxTimeout, maxBatch: defaultMaxBatch, inflight: defaultInflight,
+// NewBatcher returns a Batcher sending script through client (see Client):
+// timeout is the store timeout, ctxTimeout the bound set on each call's
+// context, sizes (nil: none) observes each batch's size.
+func NewBatcher(client redis.UniversalClient, script *Script, timeout, ctxTimeout time.Duration, sizes func(int)) *Batcher {
+	b := &Batcher{client: client, script: script, timeout: timeout, ctxTimeout: ctxTimeout, maxBatch: defaultMaxBatch, inflight: defaultInflight,
 		maxPending: defaultMaxPending, sizes: sizes, shares: newTenantShares(defaultMaxPerTenant), pending: newFairQueue[*pendingCheck]()}
 	b.next.Store(&cycle{done: make(chan struct{})})
 	return b
 }
 
-var errClosed = errors.New("limiter closed")
+// ErrClosed is a check made after Close.
+var ErrClosed = errors.New("limiter closed")
 
-// errStalled is a check that waited out its budget in the queue while the
+// ErrStalled is a check that waited out its budget in the queue while the
 // store answered no batch sent since (see judgeWait): the store, not this
 // process, held it. It is answered by the failure policy; the batches ahead
 // count toward the breaker, it does not.
-var errStalled = errors.New("queued behind batches the store did not answer within the timeout")
+var ErrStalled = errors.New("queued behind batches the store did not answer within the timeout")
 
-// shedError is a check this process could not send in time: never sent,
-// nothing charged, no evidence about the store.
-// cause is its label in the shed metric.
-type shedError struct{ cause, why string }
+// ShedError is a check this process could not make in time: never sent
+// (or its reply late while the store answered newer calls), no evidence
+// about the store. Cause is its label in the shed metric. It unwraps to
+// Overloaded.
+type ShedError struct{ Cause, Why string }
 
-func (e *shedError) Error() string { return "tollgate: check shed: " + e.why }
-func (e *shedError) Unwrap() error { return ErrOverloaded }
+func (e *ShedError) Error() string { return "tollgate: check shed: " + e.Why }
+func (e *ShedError) Unwrap() error { return Overloaded }
+
+// Overloaded is what every ShedError wraps; the limiter exports it as
+// ErrOverloaded.
+var Overloaded = errors.New("tollgate: overloaded, check shed")
 
 var (
-	errQueueFull   = &shedError{"queue_full", "too many checks waiting for the store"}
-	errTenantShare = &shedError{"tenant_share", "this tenant holds its whole share of the checks waiting for the store"}
-	errQueueWait   = &shedError{"queue_wait", "waited in the queue longer than its budget"}
+	errQueueFull   = &ShedError{"queue_full", "too many checks waiting for the store"}
+	errTenantShare = &ShedError{"tenant_share", "this tenant holds its whole share of the checks waiting for the store"}
+	errQueueWait   = &ShedError{"queue_wait", "waited in the queue longer than its budget"}
 )
 
-// do runs the script for one check of tenant through the batcher and
+// Do runs the script for one check of tenant through the batcher and
 // returns its answer and when its command was sent, or ctx's error when the
 // caller leaves first, or a shedError.
-func (b *batcher) do(ctx context.Context, tenant string, args []any) (any, time.Time, error) {
+func (b *Batcher) Do(ctx context.Context, tenant string, args []any) (any, time.Time, error) {
 	// a check that will queue takes its tenant's share first, without the
 	// lock: a flood of refused checks never waits on mu ahead of the
 	// batches that serve every tenant
@@ -152,7 +162,7 @@ func (b *batcher) do(ctx context.Context, tenant string, args []any) (any, time.
 	if b.closed {
 		b.mu.Unlock()
 		b.release(held, tenant)
-		return nil, time.Time{}, errClosed
+		return nil, time.Time{}, ErrClosed
 	}
 	if int(b.active.Load()) < b.inflight && b.pending.n == 0 {
 		// alone (low concurrency): a plain call, inline, with nothing to
@@ -166,7 +176,7 @@ func (b *batcher) do(ctx context.Context, tenant string, args []any) (any, time.
 		}
 		sent := time.Now()
 		v, err := b.single(ctx, args)
-		b.back(sent, err == nil || isRequestError(err))
+		b.back(sent, err == nil || IsErrorReply(err))
 		b.handOff()
 		return v, sent, err
 	}
@@ -200,7 +210,7 @@ func (b *batcher) do(ctx context.Context, tenant string, args []any) (any, time.
 }
 
 // release gives back a share taken for a check that did not queue.
-func (b *batcher) release(held bool, tenant string) {
+func (b *Batcher) release(held bool, tenant string) {
 	if held {
 		b.shares.leave(tenant)
 	}
@@ -208,11 +218,11 @@ func (b *batcher) release(held bool, tenant string) {
 
 // wait returns c's answer. A caller that leaves first gets its context's
 // error; one whose check is still queued after the timeout is shed
-// (errQueueWait), or fails with errStalled when no batch came back
+// (errQueueWait), or fails with ErrStalled when no batch came back
 // meanwhile. Once its batch took it, its command is on the wire and the
 // answer comes within the batch's store timeout.
-func (c *pendingCheck) wait(ctx context.Context, b *batcher) (any, time.Time, error) {
-	t := time.NewTimer(localBudget(b.timeout))
+func (c *pendingCheck) wait(ctx context.Context, b *Batcher) (any, time.Time, error) {
+	t := time.NewTimer(LocalBudget(b.timeout))
 	defer t.Stop()
 	select {
 	case <-c.done:
@@ -243,14 +253,14 @@ type cycle struct {
 // judgeWait tells who held a check that waited out its budget in the queue
 // since queued (it was never sent): this process (errQueueWait: shed) when
 // a batch sent after it queued came back with a reply, or when the next
-// batch to come back does; the store (errStalled) when that batch brings no
+// batch to come back does; the store (ErrStalled) when that batch brings no
 // reply either. The batches in flight end within the store timeout.
-func (b *batcher) judgeWait(ctx context.Context, queued time.Time) error {
+func (b *Batcher) judgeWait(ctx context.Context, queued time.Time) error {
 	if b.backSent.Load() >= queued.UnixNano() {
 		return errQueueWait
 	}
 	cy := b.next.Load()
-	t := time.NewTimer(localBudget(b.timeout)) // the batches in flight end within the store timeout; this bounds the wait should the process be starved
+	t := time.NewTimer(LocalBudget(b.timeout)) // the batches in flight end within the store timeout; this bounds the wait should the process be starved
 	defer t.Stop()
 	select {
 	case <-cy.done:
@@ -261,12 +271,12 @@ func (b *batcher) judgeWait(ctx context.Context, queued time.Time) error {
 		return ctx.Err()
 	case <-t.C:
 	}
-	return errStalled
+	return ErrStalled
 }
 
 // back notes that a batch sent at sent came back, answered when with at
 // least one reply.
-func (b *batcher) back(sent time.Time, answered bool) {
+func (b *Batcher) back(sent time.Time, answered bool) {
 	if n := sent.UnixNano(); answered && b.backSent.Load() < n {
 		b.backSent.Store(n)
 	}
@@ -277,7 +287,7 @@ func (b *batcher) back(sent time.Time, answered bool) {
 
 // take returns first plus up to maxBatch-1 queued checks, in the fair
 // queue's round-robin order, dropping the abandoned ones. Callers hold mu.
-func (b *batcher) take(first *pendingCheck) []*pendingCheck {
+func (b *Batcher) take(first *pendingCheck) []*pendingCheck {
 	batch := make([]*pendingCheck, 0, min(b.pending.n, b.maxBatch-1)+1)
 	batch = append(batch, first)
 	for len(batch) < b.maxBatch {
@@ -300,14 +310,14 @@ func (c *pendingCheck) finish(v any, err error) {
 
 // lead sends batch, then hands what queued meanwhile to a new leader, or
 // frees its slot.
-func (b *batcher) lead(batch []*pendingCheck) {
+func (b *Batcher) lead(batch []*pendingCheck) {
 	b.send(batch)
 	b.handOff()
 }
 
 // handOff, after a batch came back, sends what queued meanwhile as the next
 // batch from a new leader, or frees the slot.
-func (b *batcher) handOff() {
+func (b *Batcher) handOff() {
 	defer b.wg.Done()
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -325,7 +335,7 @@ func (b *batcher) handOff() {
 }
 
 // send runs one batch as a pipeline and hands each caller its reply.
-func (b *batcher) send(batch []*pendingCheck) {
+func (b *Batcher) send(batch []*pendingCheck) {
 	if b.sizes != nil {
 		b.sizes(len(batch))
 	}
@@ -350,7 +360,7 @@ func (b *batcher) send(batch []*pendingCheck) {
 		// without batching
 		c := live[0]
 		v, err := b.single(c.ctx, c.args)
-		b.back(sent, err == nil || isRequestError(err))
+		b.back(sent, err == nil || IsErrorReply(err))
 		c.finish(v, err)
 		return
 	}
@@ -366,7 +376,7 @@ func (b *batcher) send(batch []*pendingCheck) {
 	cmds := make([]*redis.Cmd, len(live))
 	_, _ = b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, c := range live {
-			cmds[i] = scriptCmd(ctx, c.args, false)
+			cmds[i] = b.script.cmd(ctx, c.args, false)
 			_ = p.Process(ctx, noRetryCmd{cmds[i]})
 		}
 		return nil
@@ -374,7 +384,7 @@ func (b *batcher) send(batch []*pendingCheck) {
 	var retry []*pendingCheck
 	refreshed, answered := false, false
 	for _, cmd := range cmds {
-		if err := cmd.Err(); err == nil || isRequestError(err) || isNoScript(err) {
+		if err := cmd.Err(); err == nil || IsErrorReply(err) || isNoScript(err) {
 			answered = true
 			break
 		}
@@ -404,7 +414,7 @@ func (b *batcher) send(batch []*pendingCheck) {
 	cmds = make([]*redis.Cmd, len(retry))
 	_, _ = b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, c := range retry {
-			cmds[i] = scriptCmd(ctx, c.args, true)
+			cmds[i] = b.script.cmd(ctx, c.args, true)
 			_ = p.Process(ctx, noRetryCmd{cmds[i]})
 		}
 		return nil
@@ -416,10 +426,10 @@ func (b *batcher) send(batch []*pendingCheck) {
 
 // single runs one call on its own, under the caller's context, the same as
 // without batching.
-func (b *batcher) single(ctx context.Context, args []any) (any, error) {
+func (b *Batcher) single(ctx context.Context, args []any) (any, error) {
 	ctx, cancel := withCallTimeout(ctx, b.ctxTimeout)
 	defer cancel()
-	v, err := runScript(ctx, b.client, args)
+	v, err := b.script.run(ctx, b.client, args)
 	if err != nil {
 		refreshTopology(b.client, err)
 	}
@@ -427,7 +437,7 @@ func (b *batcher) single(ctx context.Context, args []any) (any, error) {
 }
 
 // load makes sure every master has the script.
-func (b *batcher) load(ctx context.Context) error {
+func (b *Batcher) load(ctx context.Context) error {
 	b.loadMu.Lock()
 	defer b.loadMu.Unlock()
 	if b.loaded {
@@ -436,10 +446,10 @@ func (b *batcher) load(ctx context.Context) error {
 	var err error
 	if cc, ok := b.client.(*redis.ClusterClient); ok {
 		err = cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
-			return n.ScriptLoad(ctx, tokenBucketSource).Err()
+			return n.ScriptLoad(ctx, b.script.source).Err()
 		})
 	} else {
-		err = b.client.ScriptLoad(ctx, tokenBucketSource).Err()
+		err = b.client.ScriptLoad(ctx, b.script.source).Err()
 	}
 	if err != nil {
 		return err
@@ -448,7 +458,7 @@ func (b *batcher) load(ctx context.Context) error {
 	return nil
 }
 
-func (b *batcher) close() {
+func (b *Batcher) Close() {
 	b.mu.Lock()
 	b.closed = true
 	b.mu.Unlock()

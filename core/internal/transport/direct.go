@@ -1,4 +1,4 @@
-package core
+package transport
 
 import (
 	"context"
@@ -9,16 +9,17 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// direct sends one script call per check (batching off). Its connections
+// Direct sends one script call per check (batching off). Its connections
 // are go-redis's pool; it hands out one slot per pooled connection itself,
 // so that a wait for a connection is known to be this process's (shed,
-// errConnWait, after localBudget(timeout)), never read as the store's
+// ErrConnWait, after LocalBudget(timeout)), never read as the store's
 // silence. While every slot is busy, checks wait in a fair queue (round
 // robin by tenant), and one tenant may have at most its share
 // (defaultMaxPerTenant) waiting: a flood of one tenant is shed, other
 // tenants' checks still reach Redis.
-type direct struct {
+type Direct struct {
 	client     redis.UniversalClient
+	script     *Script
 	timeout    time.Duration // a wait for a slot is bounded by localBudget of it
 	ctxTimeout time.Duration // see batcher
 	waiting    *tenantShares // checks waiting for a slot, by tenant
@@ -35,8 +36,9 @@ type slotWaiter struct {
 	state   atomic.Int32 // queued, taken (granted) or abandoned
 }
 
-func newDirect(client redis.UniversalClient, timeout, ctxTimeout time.Duration) *direct {
-	d := &direct{client: client, timeout: timeout, ctxTimeout: ctxTimeout,
+// NewDirect returns a Direct sending script through client (see Client).
+func NewDirect(client redis.UniversalClient, script *Script, timeout, ctxTimeout time.Duration) *Direct {
+	d := &Direct{client: client, script: script, timeout: timeout, ctxTimeout: ctxTimeout,
 		waiting: newTenantShares(defaultMaxPerTenant), queue: newFairQueue[*slotWaiter]()}
 	size := -1
 	switch c := client.(type) {
@@ -51,10 +53,10 @@ func newDirect(client redis.UniversalClient, timeout, ctxTimeout time.Duration) 
 	return d
 }
 
-// do runs the script for one check of tenant and returns its answer and
+// Do runs the script for one check of tenant and returns its answer and
 // when its command was sent, or a shedError, or the caller's context's
 // error.
-func (d *direct) do(ctx context.Context, tenant string, args []any) (any, time.Time, error) {
+func (d *Direct) Do(ctx context.Context, tenant string, args []any) (any, time.Time, error) {
 	if d.free.Load() >= 0 {
 		if err := d.acquire(ctx, tenant); err != nil {
 			return nil, time.Time{}, err
@@ -64,15 +66,21 @@ func (d *direct) do(ctx context.Context, tenant string, args []any) (any, time.T
 	wrote := time.Now()
 	call, cancel := withCallTimeout(ctx, d.ctxTimeout)
 	defer cancel()
-	v, err := runScript(call, d.client, args)
+	v, err := d.script.run(call, d.client, args)
+	if err != nil {
+		refreshTopology(d.client, err)
+	}
 	return v, wrote, err
 }
+
+// Close does nothing: a Direct holds no background work.
+func (d *Direct) Close() {}
 
 // acquire takes a slot: at once when one is free and nobody waits, else in
 // the fair queue, within the local budget, while tenant holds less than its
 // share of the waiting checks (checked without the lock first, so that a
 // flood of refused checks never queues on mu).
-func (d *direct) acquire(ctx context.Context, tenant string) error {
+func (d *Direct) acquire(ctx context.Context, tenant string) error {
 	held := false
 	if d.free.Load() == 0 {
 		if !d.waiting.take(tenant) {
@@ -97,7 +105,7 @@ func (d *direct) acquire(ctx context.Context, tenant string) error {
 	d.queue.push(tenant, w)
 	d.mu.Unlock()
 	defer d.waiting.leave(tenant)
-	t := time.NewTimer(localBudget(d.timeout))
+	t := time.NewTimer(LocalBudget(d.timeout))
 	defer t.Stop()
 	var err error
 	select {
@@ -106,7 +114,7 @@ func (d *direct) acquire(ctx context.Context, tenant string) error {
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-t.C:
-		err = errConnWait
+		err = ErrConnWait
 	}
 	if !w.state.CompareAndSwap(queued, abandoned) {
 		d.release() // granted as it left: hand the slot on
@@ -115,7 +123,7 @@ func (d *direct) acquire(ctx context.Context, tenant string) error {
 }
 
 // release frees a slot: to the next waiter in the fair queue, if any.
-func (d *direct) release() {
+func (d *Direct) release() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for w, ok := d.queue.pop(); ok; w, ok = d.queue.pop() {
