@@ -30,6 +30,8 @@ func TestHeaders(t *testing.T) {
 			`RateLimit-Limit: 10|RateLimit-Remaining: 6|RateLimit-Reset: 2`},
 		{"none keeps Retry-After", denied, HeaderNone, `Retry-After: 1`},
 		{"degraded has none", Decision{Reason: ReasonFailedOpen, Allowed: true}, DefaultHeaderStyle, ``},
+		{"shed: Retry-After alone", Decision{Reason: ReasonOverloaded, Cost: 1}, DefaultHeaderStyle, `Retry-After: 1`},
+		{"shed, style none: Retry-After", Decision{Reason: ReasonOverloaded, Cost: 1}, HeaderNone, `Retry-After: 1`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -116,3 +118,19 @@ func TestQuotaValidate(t *testing.T) {
 
 func nan() float64 { var z float64; return z / z }
 func inf() float64 { var z float64; return 1 / z }
+
+// TestOverloadedAnswer: a shed check is never admitted and never looks like
+// a denial or a store failure: 503 with its own body, a one-second hint for
+// HTTP and gRPC alike.
+func TestOverloadedAnswer(t *testing.T) {
+	d := Decision{Reason: ReasonOverloaded, Cost: 1}
+	if d.Allowed || d.Denied() || d.Degraded() || d.Status() != 503 {
+		t.Fatalf("allowed %v denied %v degraded %v status %d", d.Allowed, d.Denied(), d.Degraded(), d.Status())
+	}
+	if p := d.Problem(); p.Status != 503 || !strings.Contains(p.Detail, "overloaded") {
+		t.Fatalf("problem %+v", p)
+	}
+	if d.PushbackMillis() != 1000 || d.Reason.String() != "overloaded" {
+		t.Fatalf("pushback %d, name %q", d.PushbackMillis(), d.Reason)
+	}
+}
