@@ -21,7 +21,7 @@ type Set struct {
 	threshold int64
 	cooldown  time.Duration
 	// probeTimeout bounds a confirmation probe (see Shard.Confirm): two
-	// store timeouts, at least 250 ms
+	// store timeouts, at least a second
 	probeTimeout time.Duration
 	client       redis.UniversalClient
 	cluster      *redis.ClusterClient // nil: one shard
@@ -38,10 +38,10 @@ type Set struct {
 const maxShards = 1024
 
 // New returns the Set for client c: breakers of threshold consecutive
-// failures (0: none) and cooldown, probes of two timeouts (at least 250 ms),
+// failures (0: none) and cooldown, probes of two timeouts (at least 1 s),
 // the breaker on the limiter's clock now.
 func New(threshold int, cooldown, timeout time.Duration, c redis.UniversalClient, now func() time.Time) *Set {
-	bs := &Set{threshold: int64(threshold), cooldown: cooldown, probeTimeout: max(2*timeout, 250*time.Millisecond), client: c, now: now}
+	bs := &Set{threshold: int64(threshold), cooldown: cooldown, probeTimeout: max(2*timeout, time.Second), client: c, now: now}
 	bs.cluster, _ = c.(*redis.ClusterClient)
 	bs.one.set, bs.one.node = bs, c
 	if rc, ok := c.(*redis.Client); ok {

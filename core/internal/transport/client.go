@@ -38,10 +38,13 @@ type noRetryCmd struct{ *redis.Cmd }
 func (noRetryCmd) NoRetry() bool { return true }
 
 // LocalBudget is how long a check may wait in this process (in the
-// Batcher's queue, for a Direct connection) before it is shed: four store
-// timeouts, at least 250 ms. Time spent here is not the store's.
+// Batcher's queue, for a Direct connection) before it is shed: ten store
+// timeouts, at least a second. Time spent here is not the store's: a
+// process short of CPU serves its queue slowly but serves it, and a store
+// that stalls fails the batches ahead within the store timeout, so the
+// queue moves on.
 func LocalBudget(timeout time.Duration) time.Duration {
-	return max(4*timeout, 250*time.Millisecond)
+	return max(10*timeout, time.Second)
 }
 
 // Client returns the client the limiter's store calls go through, so
