@@ -13,7 +13,7 @@ TESTFLAGS ?= -race -shuffle=on -count=1 -timeout 12m
 BENCHFLAGS ?= -run '^$$' -bench . -benchmem -count 5
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: release release-sync consumer apidiff help test lint bench bench/load bench/http demo fuzz tidy fmt check-redis $(addprefix test/,$(ALL_MODULES)) $(addprefix bench/,$(ALL_MODULES))
+.PHONY: release release-sync consumer proxy apidiff help test lint bench bench/load bench/http demo fuzz tidy fmt check-redis $(addprefix test/,$(ALL_MODULES)) $(addprefix bench/,$(ALL_MODULES))
 
 help: ## list the targets
 	@grep -hE '^([a-zA-Z/%_-]+|\$$\(addprefix [^)]*\)\): [a-z]+/%):.*## ' $(MAKEFILE_LIST) \
@@ -65,8 +65,19 @@ release: ## cut a release: make release VERSION=v0.x.y (docs/releasing.md)
 release-sync: ## after adding a module to versions.yaml or merging: go.mod files and go.work follow it
 	$(RELEASE) sync
 
-consumer: ## play a user: go get, build and install each published module from a proxy built from the tree
-	$(RELEASE) consumer
+# ONLY narrows the consumer check to some published modules:
+# make consumer ONLY=ginlimit,core
+ONLY ?=
+
+consumer: ## play a user: go get, build and install each published module from a proxy built from the tree (ONLY=m1,m2)
+	$(RELEASE) consumer $(if $(ONLY),-only $(ONLY))
+
+# DIR is where make proxy writes the module proxy (kept).
+DIR ?=
+
+proxy: ## write the module proxy of the tree to DIR and keep it, to go get the modules before a release (README)
+	@test -n "$(DIR)" || { echo "usage: make proxy DIR=/path/to/folder" >&2; exit 2; }
+	$(RELEASE) proxy -dir $(DIR)
 
 apidiff: ## incompatible API changes of the published modules since the last release
 	$(RELEASE) apidiff

@@ -75,7 +75,7 @@ type ConsumerResult struct {
 // the machine's module cache or the normal module proxy, checksums from
 // the checksum database except for our (unpublished) versions.
 func consumerEnv(proxyDir, work string) ([]string, error) {
-	goproxy, err := goEnv("GOPROXY")
+	user, err := proxyLines(proxyDir)
 	if err != nil {
 		return nil, err
 	}
@@ -87,19 +87,16 @@ func consumerEnv(proxyDir, work string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	chain := []string{"file://" + filepath.ToSlash(proxyDir)}
-	if modcache != "" {
-		// what this machine downloaded before, so the check does not
-		// download the world each run; misses fall through
-		chain = append(chain, "file://"+filepath.ToSlash(filepath.Join(modcache, "cache", "download")))
+	// the user's lines (README, "Trying it before a release"), and: what
+	// this machine downloaded before, so the check does not download the
+	// world each run (misses fall through)
+	env := append(os.Environ(), user...)
+	for i, kv := range env {
+		if rest, ok := strings.CutPrefix(kv, "GOPROXY=file://"+filepath.ToSlash(proxyDir)); ok && modcache != "" {
+			env[i] = "GOPROXY=file://" + filepath.ToSlash(proxyDir) + ",file://" + filepath.ToSlash(filepath.Join(modcache, "cache", "download")) + rest
+		}
 	}
-	if goproxy != "" && goproxy != "off" {
-		chain = append(chain, goproxy)
-	}
-	env := append(os.Environ(),
-		"GOWORK=off",
-		"GOPROXY="+strings.Join(chain, ","),
-		"GONOSUMDB="+modulePrefix+"/*",
+	env = append(env,
 		"GOFLAGS="+strings.TrimSpace(goflags+" -mod=mod -modcacherw -trimpath"),
 		// a module cache of its own: a cached copy of an earlier build of
 		// the same version must not stand in for the tree
@@ -108,6 +105,27 @@ func consumerEnv(proxyDir, work string) ([]string, error) {
 		"GOTOOLCHAIN=local",
 	)
 	return env, nil
+}
+
+// proxyLines is the environment a user sets to go get our modules from the
+// proxy in proxyDir before they are published: no workspace, our modules
+// from the folder and every other one from the machine's module proxy, and
+// no checksum-database lookup for our (unpublished) versions.
+func proxyLines(proxyDir string) ([]string, error) {
+	goproxy, err := goEnv("GOPROXY")
+	if err != nil {
+		return nil, err
+	}
+	chain := []string{"file://" + filepath.ToSlash(proxyDir)}
+	if goproxy != "" && goproxy != "off" {
+		chain = append(chain, goproxy)
+	}
+	return []string{
+		"GOWORK=off",
+		"GOPROXY=" + strings.Join(chain, ","),
+		"GONOSUMDB=" + modulePrefix + "/*",
+		"GOFLAGS=-mod=mod",
+	}, nil
 }
 
 func goEnv(name string) (string, error) {

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -42,6 +43,9 @@ commands:
                          go get, build and install each published module as a user
                          would, from a module proxy built from the tree (REV: a git
                          revision; default the working tree)
+  proxy -dir DIR [-rev REV]
+                         write the module proxy the consumer check builds to DIR and
+                         keep it, then print the environment that go gets from it
   apidiff                report incompatible API changes against the last release
   cut -version vX.Y.Z [-retag]
                          release: versions.yaml, go.mod files, commit, checks, tags
@@ -79,6 +83,16 @@ func run(args []string) error {
 			list = strings.Split(*only, ",")
 		}
 		return runConsumer(ctx, root, *rev, list)
+	case "proxy":
+		dir := fs.String("dir", "", "the folder to write the module proxy to (created; files of the same versions are replaced)")
+		rev := fs.String("rev", "", "git revision to build the modules from (default: the working tree)")
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		if *dir == "" {
+			return errors.New("proxy: -dir is required")
+		}
+		return runProxy(root, *dir, *rev, os.Stdout)
 	case "apidiff":
 		if err := fs.Parse(args); err != nil {
 			return err
@@ -170,6 +184,33 @@ func copyModFiles(root, dst string) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// runProxy writes the module proxy of the tree to dir and prints the
+// lines that make go get our modules from it, the rest as usual: the same
+// environment the consumer check runs in (consumerEnv).
+func runProxy(root, dir, rev string, out io.Writer) error {
+	v, err := readVersions(root)
+	if err != nil {
+		return err
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	if err := buildProxy(root, abs, v, rev); err != nil {
+		return err
+	}
+	lines, err := proxyLines(abs)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "wrote the modules of %s at %s to %s; in a module outside this repository:\n\n", modulePrefix, v.Version, abs)
+	for _, l := range lines {
+		fmt.Fprintln(out, "export "+l)
+	}
+	fmt.Fprintf(out, "go get %s/ginlimit@%s\n", modulePrefix, v.Version)
 	return nil
 }
 
