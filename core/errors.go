@@ -25,7 +25,7 @@ var (
 	// ErrOverloaded reports that this process could not check a request in
 	// time (ReasonOverloaded): a local condition, not a store failure, so it
 	// never trips the circuit breaker and the failure policy does not apply.
-	ErrOverloaded = transport.Overloaded
+	ErrOverloaded = transport.ErrOverloaded
 	// ErrResolve reports that the buckets for a request could not be
 	// resolved (for example an unknown tier or class).
 	ErrResolve = errors.New("tollgate: cannot resolve quota")

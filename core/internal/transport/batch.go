@@ -128,15 +128,15 @@ var ErrStalled = errors.New("queued behind batches the store did not answer with
 // ShedError is a check this process could not make in time: never sent
 // (or its reply late while the store answered newer calls), no evidence
 // about the store. Cause is its label in the shed metric. It unwraps to
-// Overloaded.
+// ErrOverloaded.
 type ShedError struct{ Cause, Why string }
 
 func (e *ShedError) Error() string { return "tollgate: check shed: " + e.Why }
-func (e *ShedError) Unwrap() error { return Overloaded }
+func (e *ShedError) Unwrap() error { return ErrOverloaded }
 
-// Overloaded is what every ShedError wraps; the limiter exports it as
+// ErrOverloaded is what every ShedError wraps; the limiter exports it as
 // ErrOverloaded.
-var Overloaded = errors.New("tollgate: overloaded, check shed")
+var ErrOverloaded = errors.New("tollgate: overloaded, check shed")
 
 var (
 	errQueueFull   = &ShedError{"queue_full", "too many checks waiting for the store"}
