@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -274,7 +275,11 @@ func TestOverrideCommands(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"t42", "export", "--capacity", "0", "--rate", "1"}, "--capacity and --rate are required"},
+		{[]string{"t42", "export", "--rate", "1"}, "--capacity is required"},
+		{[]string{"t42", "export", "--capacity", "3"}, "--rate is required"},
+		{[]string{"t42", "export"}, "--capacity and --rate are required"},
+		{[]string{"t42", "export", "--capacity", "0", "--rate", "1"}, "capacity must be > 0, got 0"},
+		{[]string{"t42", "export", "--capacity", "3", "--rate", "0"}, "refill rate must be > 0, got 0"},
 		{[]string{"t42", "export", "--capacity", "-3", "--rate", "1"}, "capacity must be > 0, got -3"},
 		{[]string{"t42", "export", "--capacity", "3", "--rate", "NaN"}, "refill rate must be finite"},
 		{[]string{"t42", "ex/port", "--capacity", "3", "--rate", "1"}, `bucket name "ex/port"`},
@@ -285,7 +290,14 @@ func TestOverrideCommands(t *testing.T) {
 	} {
 		tollgate(t, env, append([]string{"override", "set", "--config", cfg}, bad.args...)...).check(t, 2, "", bad.want)
 	}
-	tollgate(t, []string{db}, "override", "set", "--config", cfg, "t1", "x", "--capacity", "3", "--rate", "1").check(t, 2, "", "--by is required")
+	// With $USER unset (cron, a container) the change is made by the
+	// account the command runs as.
+	me := "unknown"
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		me = u.Username
+	}
+	tollgate(t, []string{db}, "override", "set", "--config", cfg, "t1", "export", "--capacity", "3", "--rate", "1").check(t, 0, "", "")
+	tollgate(t, []string{db}, "override", "get", "--json", "t1", "export").check(t, 0, `"updated_by": "`+me+`"`, "")
 	tollgate(t, env, "override", "get", "t42", "export").check(t, 0, "500", "")
 
 	tollgate(t, env, "override", "delete", "t42", "export").check(t, 0, "deleted override t42/export", "")
