@@ -169,3 +169,16 @@ func TestReadmeMetricLabels(t *testing.T) {
 		t.Error("README.md shows no tollgate_decisions_total sample")
 	}
 }
+
+// README.md lists each service's default listen address as the code has it.
+func TestReadmeListsDefaultAddrs(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, addr := range app.DefaultAddrs {
+		if row := "| `" + name + "` | `" + addr + "`"; !strings.Contains(string(readme), row) {
+			t.Errorf("README.md has no row %q", row)
+		}
+	}
+}
