@@ -162,6 +162,12 @@ func TestConfigCheck(t *testing.T) {
 	tollgate(t, nil, "config", "check", bad).check(t, 1, "",
 		"bad.yaml:7: tiers.free.classes.export.capacity: must be > 0, got -1\n"+bad+":12: colour: unknown field")
 	tollgate(t, nil, "config", "check", filepath.Join(t.TempDir(), "nope.yaml")).check(t, 1, "", "no such file")
+	// a route naming an unknown class is reported in the same run as a bad
+	// quota, not only once the quota is fixed
+	withRoute := writeTemp(t, "route.yaml", strings.Replace(tiersYAML, "capacity: 10,", "capacity: -1,", 1)+
+		"routes:\n  - {method: GET, path: /v1/x, class: bulk}\n")
+	tollgate(t, nil, "config", "check", withRoute).check(t, 1, "",
+		"route.yaml:7: tiers.free.classes.export.capacity: must be > 0, got -1\n"+withRoute+`:13: routes[0].class: class "bulk" is not defined in tier "free"`)
 
 	r := tollgate(t, nil, "config", "check", "--json", bad)
 	var out struct {
