@@ -126,3 +126,59 @@ func TestDefaultConfigPricesTheService(t *testing.T) {
 		}
 	}
 }
+
+// The metric samples README.md shows carry only the labels
+// docs/observability.md lists for tollgate.decisions.
+func TestReadmeMetricLabels(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs, err := os.ReadFile("../docs/observability.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var row string
+	for _, line := range strings.Split(string(obs), "\n") {
+		if strings.HasPrefix(line, "| `tollgate.decisions` |") {
+			row = line
+		}
+	}
+	if row == "" {
+		t.Fatal("docs/observability.md has no tollgate.decisions row")
+	}
+	samples := 0
+	for _, line := range strings.Split(string(readme), "\n") {
+		rest, ok := strings.CutPrefix(line, "tollgate_decisions_total{")
+		if !ok {
+			continue
+		}
+		samples++
+		labels, _, _ := strings.Cut(rest, "}")
+		for _, pair := range strings.Split(labels, ",") {
+			name, _, ok := strings.Cut(pair, "=")
+			if !ok { // "...": the exporter's own labels
+				continue
+			}
+			if !strings.Contains(row, "`"+name+"`") {
+				t.Errorf("README.md shows label %q on tollgate_decisions_total; docs/observability.md lists: %s", name, row)
+			}
+		}
+	}
+	if samples == 0 {
+		t.Error("README.md shows no tollgate_decisions_total sample")
+	}
+}
+
+// README.md lists each service's default listen address as the code has it.
+func TestReadmeListsDefaultAddrs(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, addr := range app.DefaultAddrs {
+		if row := "| `" + name + "` | `" + addr + "`"; !strings.Contains(string(readme), row) {
+			t.Errorf("README.md has no row %q", row)
+		}
+	}
+}

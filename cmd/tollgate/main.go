@@ -70,6 +70,10 @@ type options struct {
 	by, reason                      string
 	all, yes, force                 bool
 	limit                           int
+
+	// set names the flags given on the command line, to tell a flag left
+	// out from one given its zero value.
+	set map[string]bool
 }
 
 // flag groups a command can register.
@@ -166,6 +170,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		c.flags(fs, o)
 	}
 	pos, err := parseInterspersed(fs, rest[n:])
+	o.set = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
 	if errors.Is(err, flag.ErrHelp) {
 		commandUsage(stdout, c)
 		return exitOK

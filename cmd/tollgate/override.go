@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os/user"
 	"slices"
 	"strconv"
 	"strings"
@@ -54,7 +55,7 @@ Example:
 			fs.Float64Var(&o.rate, "rate", 0, "refill rate, tokens per second (required, > 0; may be fractional)")
 			fs.StringVar(&o.expires, "expires", "", "expiry time, RFC 3339 (e.g. 2026-12-31T00:00:00Z); default never")
 			fs.DurationVar(&o.expiresIn, "for", 0, "expire after this long (e.g. 72h), instead of --expires")
-			fs.StringVar(&o.by, "by", "", "who makes the change (default $USER)")
+			fs.StringVar(&o.by, "by", "", "who makes the change (default $USER, else the account the command runs as)")
 			fs.StringVar(&o.reason, "reason", "", "why (a ticket, a contract)")
 		},
 		run: overrideSet,
@@ -153,14 +154,32 @@ func overrideMigrate(ctx context.Context, e *env, _ []string) error {
 	})
 }
 
+// currentUser is who makes a change when --by does not say: $USER, else
+// the account the process runs as (cron and containers often have no
+// $USER), else "unknown".
+func currentUser(getenv func(string) string) string {
+	if u := strings.TrimSpace(getenv("USER")); u != "" {
+		return u
+	}
+	if u, err := user.Current(); err == nil && strings.TrimSpace(u.Username) != "" {
+		return u.Username
+	}
+	return "unknown"
+}
+
 func overrideSet(ctx context.Context, e *env, args []string) error {
 	o := sqlquota.Override{TenantID: args[0], Bucket: args[1], Reason: e.opts.reason, UpdatedBy: e.opts.by,
 		Quota: core.Quota{Capacity: e.opts.capacity, RefillPerSecond: e.opts.rate}}
-	if o.UpdatedBy == "" {
-		o.UpdatedBy = e.getenv("USER")
+	if o.UpdatedBy == "" && !e.opts.set["by"] {
+		o.UpdatedBy = currentUser(e.getenv)
 	}
-	if e.opts.capacity == 0 || e.opts.rate == 0 {
+	switch capSet, rateSet := e.opts.set["capacity"], e.opts.set["rate"]; {
+	case !capSet && !rateSet:
 		return usagef("--capacity and --rate are required")
+	case !capSet:
+		return usagef("--capacity is required")
+	case !rateSet:
+		return usagef("--rate is required")
 	}
 	now := time.Now()
 	switch {
@@ -177,15 +196,8 @@ func overrideSet(ctx context.Context, e *env, args []string) error {
 	case e.opts.expiresIn > 0:
 		o.ExpiresAt = now.Add(e.opts.expiresIn)
 	}
-	check := o
-	if check.UpdatedBy == "" {
-		check.UpdatedBy = "-" // report the other problems first
-	}
-	if err := check.Validate(now); err != nil {
+	if err := o.Validate(now); err != nil {
 		return usagef("%v", err)
-	}
-	if o.UpdatedBy == "" {
-		return usagef("--by is required (who makes the change) when $USER is not set")
 	}
 	if err := e.checkOverrideBucket(o.Bucket); err != nil {
 		return err

@@ -287,6 +287,37 @@ func TestParseReportsEveryError(t *testing.T) {
 	}
 }
 
+// A route naming an unknown class is reported in the same run as a bad
+// quota elsewhere in the tiers, not only once the tiers are fixed; a bad
+// quota of a class the routes name is still reported once, not again by
+// each route.
+func TestParseReportsRouteErrorsWithTierErrors(t *testing.T) {
+	src := strings.NewReplacer(
+		"export: {capacity: 10,", "export: {capacity: -1,",
+		"path: /v1/profile, class: default", "path: /v1/profile, class: bulk",
+	).Replace(example(t))
+	_, err := config.Parse("tiers.yaml", []byte(src))
+	var ce *config.Error
+	if !errors.As(err, &ce) || len(ce.Errs) != 2 {
+		t.Fatalf("want 2 errors, got %v", err)
+	}
+	for i, want := range []string{
+		"tiers.yaml:14: tiers.free.classes.export.capacity: must be > 0, got -1",
+		`tiers.yaml:20: routes[0].class: class "bulk" is not defined in tier "free"`,
+	} {
+		if !strings.HasPrefix(ce.Errs[i].Error(), want) {
+			t.Errorf("error %d:\n  %v\nwant it to start with:\n  %s", i, ce.Errs[i], want)
+		}
+	}
+	src = strings.Replace(example(t), "  free:\n", "  free:\n    ceiling: {capacity: 0, refill_per_second: 1}\n", 1)
+	src = strings.Replace(src, "    ceiling: {capacity: 100, refill_per_second: 5}\n", "", 1)
+	src = strings.Replace(src, "default_tier: free", "default_tier: gold", 1)
+	_, err = config.Parse("tiers.yaml", []byte(src))
+	if !errors.As(err, &ce) || len(ce.Errs) != 2 || !strings.Contains(err.Error(), `default_tier: tier "gold" is not defined`) {
+		t.Fatalf("want the ceiling and the default tier reported, got %v", err)
+	}
+}
+
 func TestLoadErrors(t *testing.T) {
 	dir := t.TempDir()
 	big := filepath.Join(dir, "big.yaml")

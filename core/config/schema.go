@@ -36,9 +36,15 @@ func Parse(name string, data []byte) (*Config, error) {
 type schema struct {
 	*parser
 	cfg *Config
-	// crossCheck is set when the tiers are sound, so that routes and
-	// default_tier can be checked against them.
-	crossCheck bool
+	// tierNames is every tier the file declares, nil when the tiers could
+	// not all be read (default_tier is then not checked against them).
+	tierNames map[string]bool
+	// tierClasses is, per declared tier, every class it declares, whether
+	// or not its quota is valid; nil for a tier whose classes could not all
+	// be read. Routes are checked against these, so that a route naming an
+	// unknown class is reported with the tiers' own problems, while one bad
+	// quota is not reported again by every route naming its class.
+	tierClasses map[string]map[string]bool
 	// routeLines is the line of each route key read so far, in both lists.
 	routeLines map[string]int
 }
@@ -80,28 +86,23 @@ func (p *schema) config(root *yaml.Node) *Config {
 			p.failAt(deref(e.val), "version", "unsupported schema version %d; this build reads version 1", v)
 		}
 	}
-	tiers, tierOK := byName["tiers"]
-	errsBefore := len(p.errs)
-	if !tierOK {
+	if tiers, ok := byName["tiers"]; !ok {
 		p.failAt(root, "tiers", "is required: define at least one tier")
 	} else {
 		cfg.Tiers.Tiers = p.tiers(tiers.val)
 	}
-	// Routes are checked against the tiers only when the tiers are sound:
-	// one bad class must not be reported again by every route naming it.
-	p.crossCheck = tierOK && len(p.errs) == errsBefore
 	if e, ok := byName["default_tier"]; !ok {
 		p.failAt(root, "default_tier", "is required: the tier of a tenant that names none")
 	} else if s, ok := p.str(e.val, "default_tier"); ok {
 		cfg.Tiers.Default = s
-		if _, defined := cfg.Tiers.Tiers[s]; p.crossCheck && !defined {
+		if p.tierNames != nil && !p.tierNames[s] {
 			p.failAt(deref(e.val), "default_tier", "tier %q is not defined under tiers", s)
 		}
 	}
 	if e, ok := byName["anonymous_tier"]; ok {
 		if s, ok := p.str(e.val, "anonymous_tier"); ok {
 			cfg.AnonymousTier = s
-			if _, defined := cfg.Tiers.Tiers[s]; p.crossCheck && !defined {
+			if p.tierNames != nil && !p.tierNames[s] {
 				p.failAt(deref(e.val), "anonymous_tier", "tier %q is not defined under tiers", s)
 			}
 		}
@@ -208,21 +209,29 @@ func (p *schema) tiers(n *yaml.Node) map[string]core.Tier {
 	if !ok {
 		return nil
 	}
-	if len(entries) == 0 {
+	complete := len(entries) > 0
+	if !complete {
 		p.failAt(deref(n), "tiers", "must define at least one tier")
 	}
+	names := make(map[string]bool, len(entries))
+	p.tierClasses = make(map[string]map[string]bool, len(entries))
 	out := make(map[string]core.Tier, len(entries))
 	for _, e := range entries {
 		field := "tiers." + e.name
 		if !p.name(e.key, field, e.name) {
+			complete = false
 			continue
 		}
-		out[e.name] = p.tier(e.val, field)
+		names[e.name] = true
+		out[e.name] = p.tier(e.val, e.name, field)
+	}
+	if complete && len(names) == len(deref(n).Content)/2 {
+		p.tierNames = names
 	}
 	return out
 }
 
-func (p *schema) tier(n *yaml.Node, field string) core.Tier {
+func (p *schema) tier(n *yaml.Node, name, field string) core.Tier {
 	var t core.Tier
 	entries, ok := p.mapping(n, field, "classes", "ceiling")
 	if !ok {
@@ -233,7 +242,7 @@ func (p *schema) tier(n *yaml.Node, field string) core.Tier {
 		switch e.name {
 		case "classes":
 			hasClasses = true
-			t.Classes = p.classes(e.val, field+".classes")
+			t.Classes, p.tierClasses[name] = p.classes(e.val, field+".classes")
 		case "ceiling":
 			if q, ok := p.quota(e.val, field+".ceiling"); ok {
 				t.Ceiling = &q
@@ -246,29 +255,40 @@ func (p *schema) tier(n *yaml.Node, field string) core.Tier {
 	return t
 }
 
-func (p *schema) classes(n *yaml.Node, field string) map[string]core.Quota {
+// classes reads a tier's classes, and returns with them every class name
+// it declares (valid quota or not), or nil declared when some entry could
+// not be read as a class name.
+func (p *schema) classes(n *yaml.Node, field string) (classes map[string]core.Quota, declared map[string]bool) {
 	entries, ok := p.mapping(n, field)
 	if !ok {
-		return nil
+		return nil, nil
 	}
+	complete := len(entries) > 0 && len(entries) == len(deref(n).Content)/2
 	if len(entries) == 0 {
 		p.failAt(deref(n), field, "must define at least one class")
 	}
 	out := make(map[string]core.Quota, len(entries))
+	declared = make(map[string]bool, len(entries))
 	for _, e := range entries {
 		sub := field + "." + e.name
 		if !p.name(e.key, sub, e.name) {
+			complete = false
 			continue
 		}
 		if e.name == core.CeilingBucket {
 			p.failAt(e.key, sub, "class name %q is reserved for the tenant-wide ceiling; use the tier's ceiling field", e.name)
+			complete = false
 			continue
 		}
+		declared[e.name] = true
 		if q, ok := p.quota(e.val, sub); ok {
 			out[e.name] = q
 		}
 	}
-	return out
+	if !complete {
+		declared = nil
+	}
+	return out, declared
 }
 
 func (p *schema) quota(n *yaml.Node, field string) (core.Quota, bool) {
@@ -464,13 +484,11 @@ func (p *schema) target(byName map[string]entry, item *yaml.Node, field string) 
 		ok = false
 	} else {
 		r.Class = s
-		if p.crossCheck {
-			for _, tn := range sortedTiers(tiers) {
-				if _, defined := tiers[tn].Classes[s]; !defined {
-					p.failAt(deref(e.val), field+".class", "class %q is not defined in tier %q: its tenants' requests could not be resolved", s, tn)
-					ok = false
-					break
-				}
+		for _, tn := range sortedTiers(tiers) {
+			if declared := p.tierClasses[tn]; declared != nil && !declared[s] {
+				p.failAt(deref(e.val), field+".class", "class %q is not defined in tier %q: its tenants' requests could not be resolved", s, tn)
+				ok = false
+				break
 			}
 		}
 	}
@@ -484,7 +502,7 @@ func (p *schema) target(byName map[string]entry, item *yaml.Node, field string) 
 			ok = false
 		default:
 			r.Cost = v
-			if r.Class == "" || !p.crossCheck {
+			if r.Class == "" {
 				break
 			}
 			for _, tn := range sortedTiers(tiers) {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -127,6 +128,10 @@ func demoTable(t *testing.T, out string) (header bool, rows map[string]demoRow) 
 	return header, rows
 }
 
+// progressLine is a progress line of the demo: its mode and elapsed time,
+// and whether it is the mode's "done" line.
+var progressLine = regexp.MustCompile(`^(.+?\s+[0-9.]+s)\s+sent\s+[0-9]+\s+admitted\s+[0-9]+(\s+done)?$`)
+
 // checkDemo holds the demo's output to what the README says it shows.
 func checkDemo(t *testing.T, out string, code int, store string) {
 	t.Helper()
@@ -141,6 +146,20 @@ func checkDemo(t *testing.T, out string, code int, store string) {
 	}
 	if !strings.Contains(out, "done") {
 		t.Error("no final progress line")
+	}
+	// Each mode's progress ends with its "done" line, not with a periodic
+	// line of the same second printed just before it.
+	var last string // mode and elapsed of the previous progress line
+	for _, line := range strings.Split(out, "\n") {
+		m := progressLine.FindStringSubmatch(line)
+		if m == nil {
+			last = ""
+			continue
+		}
+		if m[2] != "" && m[1] == last {
+			t.Errorf("the last progress line is printed twice: a periodic line of %q, then its done line:\n%s", m[1], out)
+		}
+		last = m[1]
 	}
 	header, rows := demoTable(t, out)
 	if !header {

@@ -3,7 +3,7 @@
 // serve the same API, so they can be compared.
 //
 //	cd examples && TOLLGATE_DEMO=1 go run ./echo
-//	curl -H "Authorization: Bearer $(go run ./cmd/mint -tenant t42)" localhost:8080/v1/profile
+//	curl -H "Authorization: Bearer $(go run ./cmd/mint -tenant t42)" localhost:8093/v1/profile
 //
 // See ../README.md for the environment it reads.
 package main

@@ -3,7 +3,7 @@
 // examples serve the same API, so they can be compared.
 //
 //	cd examples && go run ./fiberv3
-//	curl -H "Authorization: Bearer $(go run ./cmd/mint -tenant t42)" localhost:8080/v1/profile
+//	curl -H "Authorization: Bearer $(go run ./cmd/mint -tenant t42)" localhost:8098/v1/profile
 //
 // See ../README.md for the environment it reads.
 package main

@@ -3,7 +3,7 @@
 // API, so they can be compared.
 //
 //	cd examples && TOLLGATE_DEMO=1 go run ./gin
-//	curl -H "Authorization: Bearer $(go run ./cmd/mint -tenant t42)" localhost:8080/v1/profile
+//	curl -H "Authorization: Bearer $(go run ./cmd/mint -tenant t42)" localhost:8092/v1/profile
 //
 // See ../README.md for the environment it reads.
 package main

@@ -6,10 +6,10 @@
 //
 //	cd examples && TOLLGATE_DEMO=1 go run ./grpc
 //	grpcurl -plaintext -H "authorization: Bearer $(go run ./cmd/mint -tenant t42)" \
-//	    127.0.0.1:8080 tollgate.demo.v1.Demo/GetProfile
+//	    127.0.0.1:8095 tollgate.demo.v1.Demo/GetProfile
 //
 // gRPC listens on ADDR; /metrics and /healthz are served over HTTP on
-// METRICS_ADDR (default 127.0.0.1:9464). See ../README.md.
+// METRICS_ADDR (default 127.0.0.1:9475). See ../README.md.
 package main
 
 import (
@@ -35,7 +35,7 @@ import (
 
 // DefaultMetricsAddr is where /metrics is served unless METRICS_ADDR says
 // otherwise.
-const DefaultMetricsAddr = "127.0.0.1:9464"
+const DefaultMetricsAddr = "127.0.0.1:9475"
 
 func main() {
 	app.Main("grpc", func(ctx context.Context, a *app.App, ln net.Listener) error {

@@ -151,3 +151,16 @@ func TestService(t *testing.T) {
 		}
 	})
 }
+
+// The metrics listener's default is a port of its own: not tollgate-rls's
+// metrics (127.0.0.1:9464), not an example's listen address.
+func TestDefaultMetricsAddrIsItsOwn(t *testing.T) {
+	if DefaultMetricsAddr == "127.0.0.1:9464" {
+		t.Errorf("DefaultMetricsAddr %s is tollgate-rls's default metrics address", DefaultMetricsAddr)
+	}
+	for name, addr := range app.DefaultAddrs {
+		if addr == DefaultMetricsAddr {
+			t.Errorf("DefaultMetricsAddr %s is where %s listens", addr, name)
+		}
+	}
+}

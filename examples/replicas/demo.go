@@ -213,7 +213,12 @@ loop:
 		case <-runCtx.Done():
 			break loop
 		case <-tick.C:
-			p.print(time.Since(start), sent.Load(), admitted.Load(), false)
+			// A tick due as the run ends (the ticker and the deadline
+			// fire together) is left to the final "done" line, which
+			// would otherwise repeat it.
+			if elapsed := time.Since(start); o.Duration-elapsed > p.interval()/2 {
+				p.print(elapsed, sent.Load(), admitted.Load(), false)
+			}
 		case <-ticker.C:
 			wg.Add(1)
 			sent.Add(1)

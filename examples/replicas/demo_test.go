@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -135,5 +136,23 @@ func TestExitCode(t *testing.T) {
 				t.Errorf("exit %d, want %d; output lacks %q?\n%s", code, c.code, c.want, out)
 			}
 		})
+	}
+}
+
+// Not on a terminal, a mode's progress ends with one "done" line: the
+// periodic line due as the run ends is not printed as well (it would
+// repeat the last line with the same figures).
+func TestProgressPrintsTheLastLineOnce(t *testing.T) {
+	for i := range 4 {
+		var out bytes.Buffer
+		o := Options{Replicas: 1, Quota: core.Quota{Capacity: 10, RefillPerSecond: 5}, Duration: time.Second, RPS: 20, Progress: &out}
+		mk := func() (http.Handler, func(), error) { return service(), func() {}, nil }
+		if _, err := drive(t.Context(), "m", mk, "", o); err != nil {
+			t.Fatalf("drive: %v", err)
+		}
+		lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+		if len(lines) != 1 || !strings.HasSuffix(lines[0], "done") {
+			t.Fatalf("run %d: want one line, the done line, for a 1 s run with a progress line a second; got:\n%s", i, out.String())
+		}
 	}
 }

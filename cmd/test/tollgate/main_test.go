@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -161,6 +162,12 @@ func TestConfigCheck(t *testing.T) {
 	tollgate(t, nil, "config", "check", bad).check(t, 1, "",
 		"bad.yaml:7: tiers.free.classes.export.capacity: must be > 0, got -1\n"+bad+":12: colour: unknown field")
 	tollgate(t, nil, "config", "check", filepath.Join(t.TempDir(), "nope.yaml")).check(t, 1, "", "no such file")
+	// a route naming an unknown class is reported in the same run as a bad
+	// quota, not only once the quota is fixed
+	withRoute := writeTemp(t, "route.yaml", strings.Replace(tiersYAML, "capacity: 10,", "capacity: -1,", 1)+
+		"routes:\n  - {method: GET, path: /v1/x, class: bulk}\n")
+	tollgate(t, nil, "config", "check", withRoute).check(t, 1, "",
+		"route.yaml:7: tiers.free.classes.export.capacity: must be > 0, got -1\n"+withRoute+`:13: routes[0].class: class "bulk" is not defined in tier "free"`)
 
 	r := tollgate(t, nil, "config", "check", "--json", bad)
 	var out struct {
@@ -274,7 +281,11 @@ func TestOverrideCommands(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"t42", "export", "--capacity", "0", "--rate", "1"}, "--capacity and --rate are required"},
+		{[]string{"t42", "export", "--rate", "1"}, "--capacity is required"},
+		{[]string{"t42", "export", "--capacity", "3"}, "--rate is required"},
+		{[]string{"t42", "export"}, "--capacity and --rate are required"},
+		{[]string{"t42", "export", "--capacity", "0", "--rate", "1"}, "capacity must be > 0, got 0"},
+		{[]string{"t42", "export", "--capacity", "3", "--rate", "0"}, "refill rate must be > 0, got 0"},
 		{[]string{"t42", "export", "--capacity", "-3", "--rate", "1"}, "capacity must be > 0, got -3"},
 		{[]string{"t42", "export", "--capacity", "3", "--rate", "NaN"}, "refill rate must be finite"},
 		{[]string{"t42", "ex/port", "--capacity", "3", "--rate", "1"}, `bucket name "ex/port"`},
@@ -285,7 +296,14 @@ func TestOverrideCommands(t *testing.T) {
 	} {
 		tollgate(t, env, append([]string{"override", "set", "--config", cfg}, bad.args...)...).check(t, 2, "", bad.want)
 	}
-	tollgate(t, []string{db}, "override", "set", "--config", cfg, "t1", "x", "--capacity", "3", "--rate", "1").check(t, 2, "", "--by is required")
+	// With $USER unset (cron, a container) the change is made by the
+	// account the command runs as.
+	me := "unknown"
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		me = u.Username
+	}
+	tollgate(t, []string{db}, "override", "set", "--config", cfg, "t1", "export", "--capacity", "3", "--rate", "1").check(t, 0, "", "")
+	tollgate(t, []string{db}, "override", "get", "--json", "t1", "export").check(t, 0, `"updated_by": "`+me+`"`, "")
 	tollgate(t, env, "override", "get", "t42", "export").check(t, 0, "500", "")
 
 	tollgate(t, env, "override", "delete", "t42", "export").check(t, 0, "deleted override t42/export", "")

@@ -31,12 +31,37 @@ import (
 	_ "modernc.org/sqlite" // database/sql driver "sqlite"
 )
 
-// DefaultAddr is where a service listens unless ADDR says otherwise.
-const DefaultAddr = "127.0.0.1:8080"
+// DefaultAddrs is where each example service listens unless ADDR says
+// otherwise, by name: one port each, so that several run side by side, and
+// none that tollgate-rls takes by default (127.0.0.1:8081, metrics :9464).
+// Each is its docker-compose.yml host port plus 10.
+var DefaultAddrs = map[string]string{
+	"nethttp": "127.0.0.1:8091",
+	"gin":     "127.0.0.1:8092",
+	"echo":    "127.0.0.1:8093",
+	"fiber":   "127.0.0.1:8094",
+	"grpc":    "127.0.0.1:8095",
+	"echov5":  "127.0.0.1:8097",
+	"fiberv3": "127.0.0.1:8098",
+}
+
+// FallbackAddr is where a service DefaultAddrs does not name listens
+// unless ADDR says otherwise.
+const FallbackAddr = "127.0.0.1:8090"
+
+// DefaultAddr is where the service called name listens unless ADDR says
+// otherwise.
+func DefaultAddr(name string) string {
+	if a, ok := DefaultAddrs[name]; ok {
+		return a
+	}
+	return FallbackAddr
+}
 
 // Config is what the environment says.
 type Config struct {
-	// Addr is the listen address (ADDR; default DefaultAddr).
+	// Addr is the listen address (ADDR; default DefaultAddr of the
+	// service's name).
 	Addr string
 	// RedisURL is the Redis to keep buckets in (REDIS_URL; empty: an
 	// embedded in-process Redis-compatible server).
@@ -62,9 +87,9 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// FromEnv reads the configuration from the environment (getenv is
-// os.Getenv when nil).
-func FromEnv(getenv func(string) string) Config {
+// FromEnv reads the configuration of the service called name from the
+// environment (getenv is os.Getenv when nil).
+func FromEnv(name string, getenv func(string) string) Config {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
@@ -77,7 +102,7 @@ func FromEnv(getenv func(string) string) Config {
 		Demo:        getenv("TOLLGATE_DEMO") == "1",
 	}
 	if c.Addr == "" {
-		c.Addr = DefaultAddr
+		c.Addr = DefaultAddr(name)
 	}
 	return c
 }

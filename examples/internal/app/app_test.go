@@ -26,9 +26,30 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 
 func TestFromEnv(t *testing.T) {
 	env := map[string]string{"REDIS_URL": "redis://r:6379/0", "DATABASE_URL": "sqlite:///x.db", "TOLLGATE_CONFIG": "c.yaml", "TOLLGATE_JWT_SECRET": "s"}
-	c := app.FromEnv(func(k string) string { return env[k] })
-	if c.Addr != app.DefaultAddr || c.RedisURL != env["REDIS_URL"] || c.DatabaseURL != env["DATABASE_URL"] || c.ConfigPath != "c.yaml" || c.JWTSecret != "s" {
+	c := app.FromEnv("gin", func(k string) string { return env[k] })
+	if c.Addr != app.DefaultAddr("gin") || c.RedisURL != env["REDIS_URL"] || c.DatabaseURL != env["DATABASE_URL"] || c.ConfigPath != "c.yaml" || c.JWTSecret != "s" {
 		t.Errorf("FromEnv = %+v", c)
+	}
+}
+
+// Each example listens on a port of its own unless ADDR says otherwise,
+// none of them one tollgate-rls or the gRPC example's metrics take, so that
+// several run side by side.
+func TestDefaultAddrsAreDistinct(t *testing.T) {
+	taken := map[string]string{"127.0.0.1:8081": "tollgate-rls", "127.0.0.1:9464": "tollgate-rls metrics"}
+	for _, name := range []string{"nethttp", "gin", "echo", "echov5", "fiber", "fiberv3", "grpc"} {
+		addr := app.FromEnv(name, func(string) string { return "" }).Addr
+		if addr != app.DefaultAddr(name) || app.DefaultAddrs[name] != addr {
+			t.Errorf("%s: FromEnv listens on %q, DefaultAddr %q, DefaultAddrs %q", name, addr, app.DefaultAddr(name), app.DefaultAddrs[name])
+		}
+		if other, dup := taken[addr]; dup {
+			t.Errorf("%s listens on %s by default, as %s does", name, addr, other)
+		}
+		taken[addr] = name
+		env := map[string]string{"ADDR": "127.0.0.1:1234"}
+		if c := app.FromEnv(name, func(k string) string { return env[k] }); c.Addr != "127.0.0.1:1234" {
+			t.Errorf("%s: ADDR ignored: %q", name, c.Addr)
+		}
 	}
 }
 
@@ -56,7 +77,7 @@ func TestDevelopmentSecretOnlyForDemos(t *testing.T) {
 		a.Close()
 	}
 	env := map[string]string{"TOLLGATE_DEMO": "1"}
-	if c := app.FromEnv(func(k string) string { return env[k] }); !c.Demo {
+	if c := app.FromEnv("gin", func(k string) string { return env[k] }); !c.Demo {
 		t.Error("FromEnv ignores TOLLGATE_DEMO=1")
 	}
 }

@@ -28,7 +28,7 @@ func Main(name string, serve func(ctx context.Context, a *App, ln net.Listener) 
 func run(name string, serve func(ctx context.Context, a *App, ln net.Listener) error) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	a, err := Open(ctx, FromEnv(nil))
+	a, err := Open(ctx, FromEnv(name, nil))
 	if err != nil {
 		return err
 	}

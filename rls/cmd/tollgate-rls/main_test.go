@@ -7,12 +7,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/tollgate-go/tollgate/core/config"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -198,5 +200,35 @@ tiers:
 	}
 	if code := convertMain(nil, strings.NewReader("domain: x\ndescriptors: [{key: tier, value: a, rate_limit: {unit: fortnight, requests_per_unit: 1}}]\n"), io.Discard, io.Discard); code != 2 {
 		t.Errorf("nothing convertible: exit %d, want 2", code)
+	}
+}
+
+// sampleConfig is the envoyproxy/ratelimit file docs/envoy.md tells a
+// newcomer to try convert on.
+const sampleConfig = "testdata/ratelimit.yaml"
+
+// The sample converts whole (exit 0, nothing left out) into the built-in
+// tiers, the examples' own, and docs/envoy.md gives the command for it.
+func TestConvertSampleFile(t *testing.T) {
+	var out, errs bytes.Buffer
+	if code := convertMain([]string{sampleConfig}, strings.NewReader(""), &out, &errs); code != 0 {
+		t.Fatalf("convert %s: exit %d, want 0\n%s", sampleConfig, code, errs.String())
+	}
+	if errs.Len() != 0 {
+		t.Errorf("convert %s left something out:\n%s", sampleConfig, errs.String())
+	}
+	cfg, err := config.Parse("converted", out.Bytes())
+	if err != nil {
+		t.Fatalf("the converted file does not load: %v\n%s", err, out.String())
+	}
+	if want := builtinTiers(); !reflect.DeepEqual(cfg.Tiers, want) {
+		t.Errorf("converted tiers %+v, want the built-in tiers %+v", cfg.Tiers, want)
+	}
+	doc, err := os.ReadFile("../../../docs/envoy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cmd := "go run ./rls/cmd/tollgate-rls convert rls/cmd/tollgate-rls/" + sampleConfig; !strings.Contains(string(doc), cmd) {
+		t.Errorf("docs/envoy.md does not give the command %q", cmd)
 	}
 }
