@@ -28,7 +28,7 @@ func NewHandler(a *app.App) (http.Handler, error) {
 	opts := []echolimit.Option{
 		echolimit.WithGateOptions(a.File.GateOptions()...), // routes, header style from the tier file
 		echolimit.WithErrorHandler(func(c echo.Context, err error) {
-			a.Log.Warn("rate limiter degraded", "path", c.Path(), "err", err)
+			a.LimiterError(c.Path(), err)
 		}),
 	}
 	if err := echolimit.Validate(a.Limiter, opts...); err != nil {

@@ -29,7 +29,7 @@ func NewHandler(a *app.App) (http.Handler, error) {
 	opts := []echov5limit.Option{
 		echov5limit.WithGateOptions(a.File.GateOptions()...), // routes, header style from the tier file
 		echov5limit.WithErrorHandler(func(c *echo.Context, err error) {
-			a.Log.Warn("rate limiter degraded", "path", c.Path(), "err", err)
+			a.LimiterError(c.Path(), err)
 		}),
 	}
 	if err := echov5limit.Validate(a.Limiter, opts...); err != nil {

@@ -40,7 +40,7 @@ func NewApp(a *app.App) (*fiber.App, error) {
 	opts := []fiberv3limit.Option{
 		fiberv3limit.WithGateOptions(a.File.GateOptions()...), // routes, header style from the tier file
 		fiberv3limit.WithErrorHandler(func(c fiber.Ctx, err error) {
-			a.Log.Warn("rate limiter degraded", "path", c.Route().Path, "err", err)
+			a.LimiterError(c.Route().Path, err)
 		}),
 	}
 	if err := fiberv3limit.Validate(a.Limiter, opts...); err != nil {

@@ -28,7 +28,7 @@ func NewHandler(a *app.App) (http.Handler, error) {
 	opts := []ginlimit.Option{
 		ginlimit.WithGateOptions(a.File.GateOptions()...), // routes, header style from the tier file
 		ginlimit.WithErrorHandler(func(c *gin.Context, err error) {
-			a.Log.Warn("rate limiter degraded", "path", c.FullPath(), "err", err)
+			a.LimiterError(c.FullPath(), err)
 		}),
 	}
 	if err := ginlimit.Validate(a.Limiter, opts...); err != nil {

@@ -77,7 +77,7 @@ func NewServer(a *app.App) (*grpc.Server, error) {
 		grpclimit.WithGateOptions(a.File.GateOptions()...), // methods, header style from the tier file
 		grpclimit.WithFilter(func(_ context.Context, method string) bool { return !open(method) }),
 		grpclimit.WithErrorHandler(func(_ context.Context, method string, err error) {
-			a.Log.Warn("rate limiter degraded", "method", method, "err", err)
+			a.LimiterError(method, err)
 		}),
 	)
 	if err != nil {

@@ -27,7 +27,7 @@ func NewHandler(a *app.App) (http.Handler, error) {
 	opts := []httplimit.Option{
 		httplimit.WithGateOptions(a.File.GateOptions()...), // routes, header style from the tier file
 		httplimit.WithErrorHandler(func(r *http.Request, err error) {
-			a.Log.Warn("rate limiter degraded", "path", r.URL.Path, "err", err)
+			a.LimiterError(r.URL.Path, err)
 		}),
 	}
 	if err := httplimit.Validate(a.Limiter, opts...); err != nil {

@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -126,6 +127,10 @@ type App struct {
 	Metrics http.Handler
 	// Log is the logger.
 	Log *slog.Logger
+	// lastLimiterLog is when LimiterError last logged (unix nanos), and
+	// limiterErrors how many it was called with since
+	lastLimiterLog atomic.Int64
+	limiterErrors  atomic.Int64
 	// Redis says which Redis the buckets are in.
 	Redis string
 	// Database says where the overrides are.
@@ -322,4 +327,19 @@ func redact(u string) string {
 		return u
 	}
 	return scheme + "://" + user + ":xxxxx" + rest[at:]
+}
+
+// LimiterError logs an error an adapter's error hook reports (a degraded,
+// shed or misconfigured check), at most once a second with the count of
+// those it left out: under a flood every shed check reports one, and each is
+// counted in the metrics already; a log line for each would turn one
+// tenant's flood into a flood of the service's logs.
+func (a *App) LimiterError(where string, err error) {
+	a.limiterErrors.Add(1)
+	now := time.Now().UnixNano()
+	last := a.lastLimiterLog.Load()
+	if now-last < int64(time.Second) || !a.lastLimiterLog.CompareAndSwap(last, now) {
+		return
+	}
+	a.Log.Warn("rate limiter degraded", "where", where, "err", err, "errors", a.limiterErrors.Swap(0))
 }

@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"log/slog"
@@ -205,5 +206,19 @@ func TestConfigFile(t *testing.T) {
 			t.Fatal("the changed file was not applied within 10 s")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestLimiterErrorLogsOncePerSecond: a flood of errors from an adapter's
+// hook (every shed check reports one) is one log line a second, not one a
+// check.
+func TestLimiterErrorLogsOncePerSecond(t *testing.T) {
+	var buf bytes.Buffer
+	a := &app.App{Log: slog.New(slog.NewTextHandler(&buf, nil))}
+	for range 1000 {
+		a.LimiterError("/v1/profile", core.ErrOverloaded)
+	}
+	if n := strings.Count(buf.String(), "\n"); n != 1 {
+		t.Fatalf("1000 errors in well under a second logged %d lines, want 1:\n%s", n, buf.String())
 	}
 }
