@@ -5,6 +5,7 @@ package shard
 
 import (
 	"context"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,7 +60,7 @@ func (bs *Set) probeClient(c *redis.Client) *redis.Client {
 	o := *c.Options()
 	o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxActiveConns = 1, 0, 1, 1
 	o.ReadTimeout, o.WriteTimeout, o.DialTimeout, o.PoolTimeout = bs.probeTimeout, bs.probeTimeout, bs.probeTimeout, bs.probeTimeout
-	o.DialerRetries = 1
+	o.DialerRetries, o.MaxRetries = 1, -1 // one PING, one dial: a retried probe would wait its deadline again
 	return redis.NewClient(&o)
 }
 
@@ -132,8 +133,8 @@ type Shard struct {
 	openUntil atomic.Int64 // unix nanos; 0 = closed
 	probing   atomic.Bool
 	answered  atomic.Int64 // unix nanos: when the latest call the shard answered was sent
-	// downUntil: a probe found the shard silent (unix nanos); until then,
-	// or until it answers, a check without a reply is evidence
+	// downUntil: a probe found the shard silent (unix nanos; MaxInt64: until
+	// it answers again): a check without a reply is then evidence
 	downUntil atomic.Int64
 	probe     atomic.Pointer[chan struct{}] // the probe running, closed when it ends; nil: none
 }
@@ -183,7 +184,7 @@ func (b *Shard) Confirm(ctx context.Context) {
 		if b.AnsweredSince(sent) {
 			return // the shard answered a check sent meanwhile: it is up
 		}
-		b.downUntil.Store(time.Now().Add(max(b.set.cooldown, b.set.probeTimeout)).UnixNano())
+		b.downUntil.Store(math.MaxInt64) // until the shard answers again (Success)
 		if b.set.threshold > 0 {
 			b.openUntil.Store(b.set.now().Add(b.set.cooldown).UnixNano())
 		}

@@ -27,8 +27,8 @@ func TestLeaseMapOverflow(t *testing.T) {
 	}
 	srv := redistest.NewServer(t)
 	lim := newLimiter(t, srv.Client(t), core.FailClosed, core.WithLeases("default", 5, time.Second), core.WithBatching(true),
-		core.WithDenyCache(false),                 // every lease acquisition is a store call, in flight when the map is full
-		core.WithLeases("export", 5, time.Minute)) // the victim's lease outlives the flood
+		core.WithDenyCache(false),                    // every lease acquisition is a store call, in flight when the map is full
+		core.WithLeases("export", 5, 10*time.Minute)) // the victim's lease outlives the flood (70 s under the race detector)
 	// the victim takes a lease of 5 before the flood and spends 1 of it
 	victim := core.Tenant{ID: "victim"}
 	if d, err := lim.Allow(context.Background(), victim, "export", 1); err != nil || !d.Allowed || d.Local {
