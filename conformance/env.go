@@ -209,6 +209,9 @@ func (e *env) hookErrors() []error {
 // describe is a request's line in a transcript.
 func describe(r Request) string {
 	var b strings.Builder
+	if r.Method != "" {
+		b.WriteString(r.Method + " ")
+	}
 	b.WriteString(r.Endpoint)
 	if r.Param != "" {
 		b.WriteString("/" + r.Param)
@@ -242,11 +245,16 @@ func (e *env) do(inst Instance, r Request) entry {
 	if err != nil {
 		e.t.Fatalf("conformance: %s: Do: %v", describe(r), err)
 	}
-	en := entry{request: describe(r), status: res.Status, headers: normalise(res.Header, RelevantHeaders)}
-	if res.Status == 200 {
-		// a 200 body and its type are the handler's, not the limiter's
+	en := entry{request: describe(r), status: res.Status, headers: normalise(res.Header, RelevantHeaders), head: r.Method == "HEAD"}
+	switch {
+	case res.Status == 200 || res.Status == 404 || res.Status == 405:
+		// a 200 body and its type are the handler's, not the limiter's; a
+		// 404 or 405 is the framework's own answer
 		en.headers = slices.DeleteFunc(en.headers, func(h [2]string) bool { return h[0] == "Content-Type" })
-	} else {
+	case en.head:
+		// a response to HEAD has no content (RFC 9110 §9.3.2): whether the
+		// framework drops the body written for it is not the limiter's
+	default:
 		en.body = string(res.Body)
 	}
 	e.checkInvariants(en)
@@ -379,8 +387,23 @@ func (e *env) checkInvariants(en entry) {
 			fail("a 401 must challenge with WWW-Authenticate: Bearer, got %q", en.header("Www-Authenticate"))
 		}
 		e.checkProblem(en, en.status)
+	case 404, 405:
+		// the framework's answer to a request no route matched: nothing was
+		// checked, so nothing is reported
+		var sent []string
+		for _, h := range rateLimitHeaders {
+			if en.has(h) {
+				sent = append(sent, h)
+			}
+		}
+		if len(sent) > 0 {
+			fail("%s on a %d (no route matched, nothing may be charged)", strings.Join(sent, ", "), en.status)
+		}
+		if en.has("Www-Authenticate") {
+			fail("WWW-Authenticate on a %d (no route matched)", en.status)
+		}
 	default:
-		fail("unexpected status (want 200, 401, 429 or 503)")
+		fail("unexpected status (want 200, 401, 429, 503, or 404/405 for no route)")
 	}
 }
 
@@ -391,6 +414,9 @@ func (e *env) checkProblem(en entry, status int) {
 	}
 	if ct := en.header("Content-Type"); ct != core.ProblemContentType {
 		e.t.Errorf("conformance: %s -> %d: Content-Type %q, want %q", en.request, en.status, ct, core.ProblemContentType)
+	}
+	if en.head {
+		return // no content to check
 	}
 	var p core.Problem
 	if err := json.Unmarshal([]byte(en.body), &p); err != nil || p.Status != status || p.Type == "" || p.Title == "" {

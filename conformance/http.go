@@ -30,16 +30,20 @@ var RelevantHeaders = []string{
 // grpcHeaders are the headers compared for ProtocolGRPC targets.
 var grpcHeaders = []string{"Ratelimit", "Ratelimit-Policy", "Retry-After"}
 
-// NewHTTPRequest builds the HTTP request for r: the endpoint's method and
-// URL, r's Authorization, r's extra headers, and RemoteAddr set to r's
+// NewHTTPRequest builds the HTTP request for r: the endpoint's method (or
+// r.Method) and URL, r's Authorization, r's extra headers, and RemoteAddr set to r's
 // client IP (port 40000). Targets that serve an http.Handler use
 // [HandlerInstance] instead; others (Fiber) translate this request.
 func NewHTTPRequest(r Request) (*http.Request, error) {
-	e, ok := HTTPEndpoints[r.Endpoint]
+	e, ok := httpEndpoint(r.Endpoint)
 	if !ok {
 		return nil, fmt.Errorf("conformance: unknown endpoint %q", r.Endpoint)
 	}
-	req := httptest.NewRequest(e.Method, "http://service.test"+e.URL(r.Param), nil)
+	method := e.Method
+	if r.Method != "" {
+		method = r.Method
+	}
+	req := httptest.NewRequest(method, "http://service.test"+e.URL(r.Param), nil)
 	if a := r.Authorization(); a != "" {
 		req.Header.Set("Authorization", a)
 	}

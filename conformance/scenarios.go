@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"fmt"
+	"net/http"
 	"slices"
 	"sync"
 	"testing"
@@ -18,7 +19,10 @@ type scenario struct {
 	cfg      config
 	// golden: the transcript must match testdata/<name>.golden.
 	golden bool
-	run    func(e *env)
+	// httpOnly scenarios are about HTTP routing (methods, unmatched
+	// paths); gRPC targets skip them.
+	httpOnly bool
+	run      func(e *env)
 }
 
 var redisBackends = []backend{standalone, cluster}
@@ -37,6 +41,8 @@ func scenarios() []scenario {
 		{name: "retry-after-ceil", golden: true, run: retryAfterCeil},
 		{name: "cost-classes", golden: true, run: costClasses},
 		{name: "route-template", golden: true, run: routeTemplate},
+		{name: "head-as-get", httpOnly: true, run: headAsGet},
+		{name: "unmatched-route", httpOnly: true, run: unmatchedRoute},
 		{name: "multi-bucket", golden: true, run: multiBucket},
 		{name: "cost-exceeds-capacity", golden: true, run: costExceedsCapacity},
 		{name: "tenant-isolation", golden: true, run: tenantIsolation},
@@ -60,6 +66,9 @@ func scenarios() []scenario {
 func runScenarios(t *testing.T, target Target) {
 	for _, sc := range scenarios() {
 		t.Run(sc.name, func(t *testing.T) {
+			if sc.httpOnly && target.Protocol() != ProtocolHTTP {
+				t.Skip("an HTTP routing scenario")
+			}
 			backends := sc.backends
 			if backends == nil {
 				backends = redisBackends
@@ -194,6 +203,93 @@ func routeTemplate(e *env) {
 	if keys := e.keys(); len(keys) != 1 {
 		e.t.Errorf("conformance: items wrote keys %v, want the one class bucket", keys)
 	}
+	e.expectNoHookErrors()
+}
+
+// HEAD is charged as the GET route the framework runs for it (net/http's
+// ServeMux, Fiber): the same class and cost, one bucket with GET, never
+// the default route; an exempt GET route is exempt for HEAD too. A
+// framework that runs no GET handler for HEAD answers it 404 or 405, and
+// then nothing is charged. The transcripts differ by framework, so the
+// scenario asserts instead of comparing with a golden file.
+func headAsGet(e *env) {
+	in := e.instance()
+	head := func(id string) entry {
+		return e.do(in, Request{Endpoint: EndpointItem, Method: http.MethodHead, Param: id, Tenant: "acme"})
+	}
+	get := func(id string) entry { return e.do(in, Request{Endpoint: EndpointItem, Param: id, Tenant: "acme"}) }
+	first := head("1")
+	switch first.status {
+	case 200: // the framework runs GET for HEAD: charged as GET /v1/items/{id}
+		want(e, "RateLimit-Policy of HEAD item", first.header("Ratelimit-Policy"), `"items";q=2;w=4`)
+		want(e, "RateLimit of HEAD item", first.header("Ratelimit"), `"items";r=1;t=2`)
+		wantStatus(e, head("2"), 200)
+		en := head("3")
+		wantStatus(e, en, 429)
+		want(e, "RateLimit-Policy of the denied HEAD", en.header("Ratelimit-Policy"), `"items";q=2;w=4`)
+		wantStatus(e, get("4"), 429) // HEAD drew on GET's bucket
+		want(e, "handler calls", e.calls(in), 2)
+		en = e.do(in, Request{Endpoint: EndpointHealth, Method: http.MethodHead})
+		wantStatus(e, en, 200)
+		if en.has("Ratelimit") || en.has("X-Ratelimit-Limit") {
+			e.t.Errorf("conformance: HEAD of an exempt route carries rate-limit headers")
+		}
+		want(e, "handler calls", e.calls(in), 3)
+	case 404, 405: // no route for HEAD: nothing charged
+		for range 5 {
+			en := head("2")
+			if en.status != first.status {
+				e.t.Errorf("conformance: %s -> %d, then %d", en.request, first.status, en.status)
+			}
+		}
+		wantStatus(e, get("1"), 200)
+		wantStatus(e, get("2"), 200)
+		wantStatus(e, get("3"), 429)
+		want(e, "handler calls", e.calls(in), 2)
+		en := e.do(in, Request{Endpoint: EndpointHealth, Method: http.MethodHead})
+		if en.status != 404 && en.status != 405 {
+			e.t.Errorf("conformance: %s -> %d; the framework answered HEAD item %d", en.request, en.status, first.status)
+		}
+	default:
+		e.t.Errorf("conformance: %s -> %d, want 200 (HEAD runs GET) or 404/405 (no HEAD route)", first.request, first.status)
+	}
+	if keys := e.keys(); fmt.Sprint(keys) != "[rl:{acme}:items]" {
+		e.t.Errorf("conformance: HEAD and GET of items wrote keys %v, want only the items bucket", keys)
+	}
+	e.expectNoHookErrors()
+}
+
+// A request no route matches (no path, or no route for its method) is the
+// framework's 404 or 405: it is charged nothing, carries no rate-limit
+// headers, and is not refused for want of a tenant. Where the framework
+// runs middleware for it (a global middleware, a group's not-found route)
+// the adapter must still stand aside.
+func unmatchedRoute(e *env) {
+	in := e.instance()
+	for _, r := range []Request{
+		{Endpoint: EndpointUnrouted, Tenant: "acme"},
+		{Endpoint: EndpointProfile, Method: http.MethodDelete, Tenant: "acme"},
+		{Endpoint: EndpointUnrouted},
+		{Endpoint: EndpointProfile, Method: http.MethodDelete},
+	} {
+		for range 4 {
+			en := e.do(in, r)
+			if en.status != 404 && en.status != 405 {
+				e.t.Errorf("conformance: %s -> %d, want the framework's 404 or 405", en.request, en.status)
+			}
+		}
+	}
+	want(e, "handler calls", e.calls(in), 0)
+	if keys := e.keys(); len(keys) != 0 {
+		e.t.Errorf("conformance: unmatched requests wrote keys %v", keys)
+	}
+	// the default bucket is full: nothing was charged to it
+	for i := range 3 {
+		en := e.send(in, EndpointProfile, "acme", "")
+		wantStatus(e, en, 200)
+		want(e, "X-RateLimit-Remaining", en.header("X-Ratelimit-Remaining"), fmt.Sprint(2-i))
+	}
+	want(e, "handler calls", e.calls(in), 3)
 	e.expectNoHookErrors()
 }
 

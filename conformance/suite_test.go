@@ -37,6 +37,7 @@ const (
 	handlerOnDeny      fault = "handler-on-deny"
 	storeFailureIs429  fault = "store-failure-is-429"
 	headersOnlyOnAllow fault = "headers-only-on-allow"
+	chargesUnmatched   fault = "charges-unmatched"
 )
 
 // reference is the thinnest possible adapter: net/http calling the Gate
@@ -63,7 +64,9 @@ func reference(f fault) Target {
 				pattern = r.URL.Path
 			}
 			ip, _, _ := net.SplitHostPort(r.RemoteAddr)
-			v := gate.Decide(r.Context(), core.Endpoint{Method: r.Method, Pattern: pattern, ClientIP: ip})
+			// no pattern: the mux answers 404 or 405 itself
+			unmatched := pattern == "" && f != chargesUnmatched
+			v := gate.Decide(r.Context(), core.Endpoint{Method: r.Method, Pattern: pattern, ClientIP: ip, Unmatched: unmatched})
 			if v.Err != nil {
 				s.OnError(v.Err)
 			}
@@ -115,7 +118,7 @@ func TestWrongTargets(t *testing.T) {
 	if os.Getenv(envWrong) == "" {
 		t.Skip("run by TestSuiteCatchesDivergence in a child process")
 	}
-	for _, f := range []fault{dropsRetryAfter, tenantFromHeader, rawURL, handlerOnDeny, storeFailureIs429, headersOnlyOnAllow} {
+	for _, f := range []fault{dropsRetryAfter, tenantFromHeader, rawURL, handlerOnDeny, storeFailureIs429, headersOnlyOnAllow, chargesUnmatched} {
 		t.Run(string(f), func(t *testing.T) { Run(t, reference(f)) })
 	}
 }
@@ -147,6 +150,7 @@ func TestSuiteCatchesDivergence(t *testing.T) {
 		handlerOnDeny:      {"burst-then-deny", "cost-exceeds-capacity", "no-tenant", "replicas", "fail-closed"},
 		storeFailureIs429:  {"fail-closed", "hung-redis-fail-closed"},
 		headersOnlyOnAllow: {"burst-then-deny", "multi-bucket"},
+		chargesUnmatched:   {"unmatched-route"},
 	}
 	for f, scenarios := range expect {
 		for _, s := range scenarios {

@@ -121,6 +121,11 @@ const (
 	// EndpointItem has a path parameter: HTTP GET /v1/items/{id}. Requests
 	// to different items must share one route (template, never raw URL).
 	EndpointItem = "item"
+	// EndpointUnrouted is a path no target serves: HTTP GET /v1/unrouted,
+	// under the /v1 prefix of the routes that exist. It is not in
+	// HTTPEndpoints (targets register nothing for it); the framework
+	// answers it 404 and the limiter must charge nothing.
+	EndpointUnrouted = "unrouted"
 )
 
 // HTTPEndpoint is an endpoint's HTTP route.
@@ -155,12 +160,25 @@ func (e HTTPEndpoint) URL(param string) string {
 }
 
 // HTTPEndpoints maps each endpoint name to its HTTP route. Every HTTP
-// target serves exactly these.
+// target serves exactly these (EndpointUnrouted is none of them).
 var HTTPEndpoints = map[string]HTTPEndpoint{
 	EndpointProfile: {http.MethodGet, "/v1/profile"},
 	EndpointExport:  {http.MethodPost, "/v1/reports/export"},
 	EndpointHealth:  {http.MethodGet, "/healthz"},
 	EndpointItem:    {http.MethodGet, "/v1/items/{id}"},
+}
+
+// unroutedEndpoint is where the suite sends EndpointUnrouted requests.
+var unroutedEndpoint = HTTPEndpoint{http.MethodGet, "/v1/unrouted"}
+
+// httpEndpoint returns the HTTP route of an endpoint name, EndpointUnrouted
+// included.
+func httpEndpoint(name string) (HTTPEndpoint, bool) {
+	if name == EndpointUnrouted {
+		return unroutedEndpoint, true
+	}
+	e, ok := HTTPEndpoints[name]
+	return e, ok
 }
 
 // HTTPRoutes turns routes (by endpoint name) into a core route table keyed
@@ -187,6 +205,9 @@ type Request struct {
 	Endpoint string
 	// Param is the path parameter of an endpoint that has one (EndpointItem).
 	Param string
+	// Method, when set, replaces the endpoint's HTTP method: HEAD of a GET
+	// route, or a method the route does not serve. HTTP targets only.
+	Method string
 	// Tenant and Tier are the identity the caller presents; an empty
 	// Tenant sends no identity.
 	Tenant, Tier string

@@ -21,6 +21,7 @@ type entry struct {
 	status  int
 	headers [][2]string
 	body    string
+	head    bool // the request was a HEAD: its response has no content
 }
 
 type transcript struct {

@@ -16,6 +16,13 @@ type Endpoint struct {
 	// ClientIP is the caller's address as the framework resolved it; used
 	// only for anonymous callers (WithAnonymous).
 	ClientIP string
+	// Unmatched says the framework matched no route: it answers the
+	// request 404 or 405 itself (a mux's not-found answer, Echo's
+	// RouteNotFound routes). Such a request is charged nothing and gets no
+	// rate-limit headers, whoever sends it. Set it only when the framework
+	// says so: a request whose route the adapter merely cannot name is
+	// charged as the default route.
+	Unmatched bool
 }
 
 // CostFunc decides a request's class and cost dynamically. ok false falls
@@ -157,7 +164,13 @@ func (g *Gate) Route(ctx context.Context, t Tenant, e Endpoint) Route {
 // anonymous caller's ID (WithAnonymous), is refused as an invalid request
 // (400, Err wrapping ErrInvalidRequest) whether or not this Gate admits
 // anonymous callers: it would share that caller's bucket.
+//
+// An unmatched request (Endpoint.Unmatched) proceeds to the framework's own
+// 404 or 405 unchecked: no route, no charge.
 func (g *Gate) Decide(ctx context.Context, e Endpoint) Verdict {
+	if e.Unmatched {
+		return Verdict{Proceed: true, Unmatched: true}
+	}
 	// an exempt route (health, metrics) needs no identity
 	if r, ok := g.routes.Lookup(e.Method, e.Pattern); ok && r.Exempt {
 		return Verdict{Proceed: true, Route: r}

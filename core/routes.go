@@ -61,12 +61,23 @@ func validRoute(r Route) error {
 }
 
 // Lookup returns the route of (method, pattern): "METHOD pattern" first,
-// then "pattern", then, for a gRPC endpoint (method empty) named
-// "/pkg.Service/Method", the service's "/pkg.Service/*"; else ok false.
+// for HEAD then "GET pattern", then "pattern", then, for a gRPC endpoint
+// (method empty) named "/pkg.Service/Method", the service's
+// "/pkg.Service/*"; else ok false.
+//
+// HEAD is charged as GET: a framework that answers HEAD runs the GET
+// route's handler for it (net/http's ServeMux, Fiber), or runs a HEAD route
+// the service registered for the same resource, and a HEAD costs the
+// server what the GET costs. A "HEAD pattern" key still wins.
 func (rs Routes) Lookup(method, pattern string) (Route, bool) {
 	if method != "" {
 		if r, ok := rs[method+" "+pattern]; ok {
 			return r, true
+		}
+		if method == "HEAD" {
+			if r, ok := rs["GET "+pattern]; ok {
+				return r, true
+			}
 		}
 	}
 	if r, ok := rs[pattern]; ok {

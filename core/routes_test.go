@@ -15,6 +15,9 @@ func TestRoutesLookup(t *testing.T) {
 		"/acme.v1.Reports/*":         {Class: "reports", Cost: 1},
 		"/files/*":                   {Class: "files", Cost: 1},
 		"POST /acme.v1.Reports/List": {Class: "post", Cost: 3},
+		"GET /v1/profile":            {Class: "profile", Cost: 5},
+		"GET /v1/feed":               {Class: "feed", Cost: 2},
+		"HEAD /v1/feed":              {Class: "feed", Cost: 1},
 	}
 	for _, c := range []struct {
 		name, method, pattern string
@@ -34,6 +37,10 @@ func TestRoutesLookup(t *testing.T) {
 		{"HTTP endpoints match the literal pattern", "GET", "/files/*", rs["/files/*"], true},
 		{"a method key is HTTP only", "", "/acme.v1.Reports/List", rs["/acme.v1.Reports/*"], true},
 		{"HTTP method key", "POST", "/acme.v1.Reports/List", rs["POST /acme.v1.Reports/List"], true},
+		{"HEAD is charged as GET", "HEAD", "/v1/profile", rs["GET /v1/profile"], true},
+		{"a HEAD key beats GET", "HEAD", "/v1/feed", rs["HEAD /v1/feed"], true},
+		{"HEAD before the any-method key", "HEAD", "/v1/items/:id", rs["GET /v1/items/:id"], true},
+		{"only HEAD borrows GET", "POST", "/v1/profile", core.Route{}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got, ok := rs.Lookup(c.method, c.pattern)

@@ -26,6 +26,10 @@ type Verdict struct {
 	Route Route
 	// Checked is false when no check ran (exempt route, no tenant).
 	Checked bool
+	// Unmatched is set when the framework matched no route
+	// (Endpoint.Unmatched): the request proceeds to the framework's 404 or
+	// 405, unchecked and without headers.
+	Unmatched bool
 	// Unauthenticated is set when no tenant was in the context and
 	// anonymous callers are not allowed.
 	Unauthenticated bool

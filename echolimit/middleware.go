@@ -19,7 +19,11 @@ import (
 //
 // For each request: skip (WithSkipper)? Otherwise ask core for a Verdict on
 // (method, c.Path(), c.RealIP()), set its rate-limit headers on the
-// response, and either call next or the deny handler. The headers are set
+// response, and either call next or the deny handler. A request no route
+// the service registered matches (Echo's 404 or 405, a RouteNotFound
+// route such as the one a group's Use adds) is charged nothing and gets
+// no headers; HEAD, which Echo answers 405 unless a HEAD route exists, is
+// charged as the GET route of its path when one does. The headers are set
 // before next runs, so they survive a handler that returns an error
 // (Echo's HTTPErrorHandler writes its body under them).
 //
@@ -38,13 +42,15 @@ func Middleware(lim *core.Limiter, opts ...Option) echo.MiddlewareFunc {
 			}
 		}
 	}
+	var routes routeTable
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(ec echo.Context) error {
 			if c.Skipped(ec) {
 				return next(ec)
 			}
 			req := ec.Request()
-			v := gate.Decide(c.Context(req.Context(), ec), core.Endpoint{Method: req.Method, Pattern: ec.Path(), ClientIP: ec.RealIP()})
+			path, matched := routes.matched(ec)
+			v := gate.Decide(c.Context(req.Context(), ec), core.Endpoint{Method: req.Method, Pattern: path, ClientIP: ec.RealIP(), Unmatched: !matched})
 			c.Report(ec, v.Err)
 			adapt.SetHeaders(ec.Response().Header(), v.Headers)
 			if v.Proceed {

@@ -16,7 +16,11 @@ import (
 //
 // For each request: skip (WithSkipper)? Otherwise ask core for a Verdict on
 // (method, c.Path(), c.RealIP()), set its rate-limit headers on the
-// response, and either call next or the deny handler. The headers are set
+// response, and either call next or the deny handler. A request no route
+// matches (the router's 404 or 405, or a RouteNotFound route such as the
+// one a group's Use adds) is charged nothing and gets no headers; HEAD,
+// which Echo answers 405 unless a HEAD route exists, is charged as the GET
+// route of its path when one does. The headers are set
 // before next runs, so they survive a handler that returns an error (Echo's
 // HTTPErrorHandler writes its body under them).
 //
@@ -33,7 +37,7 @@ func Middleware(lim *core.Limiter, opts ...Option) echo.MiddlewareFunc {
 				return next(ec)
 			}
 			req := ec.Request()
-			v := check.Decide(req.Context(), ec, core.Endpoint{Method: req.Method, Pattern: ec.Path(), ClientIP: ec.RealIP()})
+			v := check.Decide(req.Context(), ec, core.Endpoint{Method: req.Method, Pattern: ec.Path(), ClientIP: ec.RealIP(), Unmatched: unmatched(ec)})
 			adapt.SetHeaders(ec.Response().Header(), v.Headers)
 			if v.Proceed {
 				return next(ec)
@@ -41,6 +45,14 @@ func Middleware(lim *core.Limiter, opts ...Option) echo.MiddlewareFunc {
 			return c.deny(ec, v)
 		}
 	}
+}
+
+// unmatched reports whether the router matched no route of the service for
+// ec's request: Echo's 404 and 405, and RouteNotFound routes. Before
+// routing (e.Pre) the route is unknown, not unmatched.
+func unmatched(ec *echo.Context) bool {
+	ri := ec.RouteInfo()
+	return ri.Method == echo.RouteNotFound || ri.Name == echo.NotFoundRouteName || ri.Name == echo.MethodNotAllowedRouteName
 }
 
 func newConfig(opts []Option) *config {

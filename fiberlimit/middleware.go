@@ -21,7 +21,9 @@ import (
 // (app.Get("/v1/items/:id", limiter, handler)) so that c.Route().Path is
 // the route template: under app.Use or app.Group, Fiber v2 has not matched
 // the final route yet and reports the mount prefix ("/v1"), so route table
-// keys are then prefixes.
+// keys are then prefixes. The HEAD route app.Get registers beside the GET
+// runs the same handlers and is charged as the GET route; a request no
+// route matches never reaches the handler and is charged nothing.
 //
 // Strings taken from the request (method, client IP) are copied before
 // they reach core, so nothing of fasthttp's reused buffers outlives the

@@ -18,7 +18,10 @@ import (
 // (app.Get("/v1/items/:id", limiter, handler)) so that c.Route().Path is
 // the route template: under app.Use or app.Group, Fiber v3, like v2, has
 // not matched the final route yet and reports the mount prefix ("/", "/v1"),
-// so route table keys are then prefixes (or set WithPatternFunc).
+// so route table keys are then prefixes (or set WithPatternFunc). The HEAD
+// route Fiber v3 registers for every GET route runs the same handlers and
+// is charged as the GET route; a request no route matches never reaches the
+// handler and is charged nothing.
 //
 // The client IP is copied before it reaches core (c.IP() may point into
 // fasthttp's reused buffers); the method and the route template are the

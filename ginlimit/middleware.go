@@ -19,7 +19,10 @@ import (
 // on (method, c.FullPath(), c.ClientIP()), set its rate-limit headers, and
 // either call c.Next or abort and call the deny handler. c.FullPath() is
 // the route template ("/v1/items/:id"), never the raw URL; it is empty for
-// a request no route matches, which gets the default route.
+// a request no route matches (Gin's 404, or 405 with
+// HandleMethodNotAllowed), which is charged nothing and gets no headers.
+// Gin answers HEAD 404 unless a HEAD route exists; such a route is charged
+// as the GET route of its path.
 //
 // A bad configuration (nil limiter, invalid route table) makes every
 // request answer 500 with a problem+json body and report the error to the
@@ -40,7 +43,8 @@ func Middleware(lim *core.Limiter, opts ...Option) gin.HandlerFunc {
 			gc.Next()
 			return
 		}
-		v := gate.Decide(c.Context(gc.Request.Context(), gc), core.Endpoint{Method: gc.Request.Method, Pattern: gc.FullPath(), ClientIP: gc.ClientIP()})
+		path := gc.FullPath()
+		v := gate.Decide(c.Context(gc.Request.Context(), gc), core.Endpoint{Method: gc.Request.Method, Pattern: path, ClientIP: gc.ClientIP(), Unmatched: path == ""})
 		c.Report(gc, v.Err)
 		adapt.SetHeaders(gc.Writer.Header(), v.Headers)
 		if v.Proceed {

@@ -63,9 +63,9 @@ func WithSkipper(f func(*http.Request) bool) Option {
 // routers other than ServeMux (chi: chi.RouteContext(r.Context()).RoutePattern(),
 // with the middleware mounted where the route is resolved). Never return the
 // raw URL path: every distinct path would be a route of its own. Default:
-// r.Pattern without its method, or, when the middleware wraps a
-// *http.ServeMux directly, the pattern that mux would route r to. nil is
-// ignored.
+// when the middleware wraps a *http.ServeMux directly, the pattern that mux
+// routes r to (a request it has none for, its 404 or 405, is charged
+// nothing); otherwise r.Pattern without its method. nil is ignored.
 func WithPatternFunc(f func(*http.Request) string) Option {
 	return optionFunc(func(c *config) {
 		if f != nil {

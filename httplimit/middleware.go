@@ -16,7 +16,11 @@ import (
 //
 // For each request: skip (WithSkipper)? Otherwise find the route template
 // (see WithPatternFunc), ask core for a Verdict, set its rate-limit headers
-// on the response, and either call next or the deny handler.
+// on the response, and either call next or the deny handler. Around a
+// *http.ServeMux, a request the mux answers 404 or 405 is charged nothing
+// and gets no headers, and the mux's own pattern names the route even when
+// an outer mux mounted it; HEAD, which the mux serves with a GET route's
+// handler, is charged as that GET route.
 //
 // A bad configuration (nil limiter, invalid route table) makes every request
 // answer 500 with a problem+json body and report the error to the error
@@ -34,7 +38,8 @@ func Middleware(lim *core.Limiter, opts ...Option) func(http.Handler) http.Handl
 				next.ServeHTTP(w, r)
 				return
 			}
-			v := gate.Decide(c.Context(r.Context(), r), core.Endpoint{Method: r.Method, Pattern: c.patternOf(r, mux), ClientIP: clientIP(r)})
+			pattern, unmatched := c.patternOf(r, mux)
+			v := gate.Decide(c.Context(r.Context(), r), core.Endpoint{Method: r.Method, Pattern: pattern, ClientIP: clientIP(r), Unmatched: unmatched})
 			c.Report(r, v.Err)
 			SetHeaders(w.Header(), v.Headers)
 			if v.Proceed {
@@ -64,15 +69,22 @@ func DefaultDenyHandler(w http.ResponseWriter, _ *http.Request, v core.Verdict) 
 	_, _ = w.Write(v.Body)
 }
 
-func (c *config) patternOf(r *http.Request, mux *http.ServeMux) string {
+// patternOf returns the route template of r, and whether no route matched.
+// The mux the middleware wraps routes r next: its pattern wins over
+// r.Pattern, which an outer mux that mounted this one has set to its own
+// (the innermost mux names the route). It has no pattern for a request it
+// answers 404 or 405. Without a wrapped mux, r.Pattern is the pattern of
+// the mux that routed r to this middleware's handler; empty, the route is
+// unknown (not unmatched) and is the default route.
+func (c *config) patternOf(r *http.Request, mux *http.ServeMux) (pattern string, unmatched bool) {
 	if c.pattern != nil {
-		return c.pattern(r)
+		return c.pattern(r), false
 	}
-	p := r.Pattern
-	if p == "" && mux != nil {
-		_, p = mux.Handler(r)
+	if mux != nil {
+		_, p := mux.Handler(r)
+		return StripMethod(p), p == ""
 	}
-	return StripMethod(p)
+	return StripMethod(r.Pattern), false
 }
 
 // StripMethod returns a ServeMux pattern without its method:

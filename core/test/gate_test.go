@@ -73,6 +73,39 @@ func TestGate(t *testing.T) {
 			t.Fatalf("GET export route = %+v", v.Route)
 		}
 	})
+	t.Run("HEAD is charged as its GET route", func(t *testing.T) {
+		gh, err := core.NewGate(l, core.WithRoutes(core.Routes{"GET /v1/report": {Class: "export", Cost: 5}, "GET /healthz": {Exempt: true}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		hctx := core.ContextWithTenant(context.Background(), core.Tenant{ID: "t-head", Tier: "free"})
+		v := gh.Decide(hctx, core.Endpoint{Method: "HEAD", Pattern: "/v1/report"})
+		if !v.Proceed || v.Route.Class != "export" || v.Route.Cost != 5 || v.Decision.Remaining != 5 {
+			t.Fatalf("HEAD = %+v", v)
+		}
+		if v := gh.Decide(hctx, core.Endpoint{Method: "GET", Pattern: "/v1/report"}); !v.Proceed || v.Decision.Remaining != 0 {
+			t.Fatalf("GET after HEAD = %+v", v)
+		}
+		if v := gh.Decide(hctx, core.Endpoint{Method: "HEAD", Pattern: "/v1/report"}); v.Proceed || v.Status != 429 {
+			t.Fatalf("HEAD on an empty bucket = %+v", v)
+		}
+		if v := gh.Decide(context.Background(), core.Endpoint{Method: "HEAD", Pattern: "/healthz"}); !v.Proceed || v.Checked || v.Unauthenticated {
+			t.Fatalf("HEAD of an exempt GET route = %+v", v)
+		}
+	})
+	t.Run("unmatched requests are charged nothing", func(t *testing.T) {
+		uctx := core.ContextWithTenant(context.Background(), core.Tenant{ID: "t-unmatched", Tier: "free"})
+		for _, c := range []context.Context{uctx, uctx, uctx, context.Background()} {
+			v := g.Decide(c, core.Endpoint{Method: "GET", Pattern: "", Unmatched: true})
+			if !v.Proceed || !v.Unmatched || v.Checked || v.Unauthenticated || len(v.Headers) != 0 || v.Err != nil {
+				t.Fatalf("unmatched = %+v", v)
+			}
+		}
+		// the bucket is untouched: the next real request sees it full
+		if v := g.Decide(uctx, core.Endpoint{Method: "GET", Pattern: "/v1/untouched"}); v.Decision.Remaining != 1 {
+			t.Fatalf("after unmatched requests: %+v", v)
+		}
+	})
 	t.Run("denial renders 429", func(t *testing.T) {
 		ep := core.Endpoint{Method: "POST", Pattern: "/v1/reports/export"}
 		g.Decide(ctx, ep)

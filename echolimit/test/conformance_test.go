@@ -2,6 +2,7 @@ package echolimit_test
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/labstack/echo/v4"
@@ -34,7 +35,16 @@ func options(s conformance.Setup) []echolimit.Option {
 	return opts
 }
 
-func target(perRoute bool) conformance.Target {
+// mount is where the service registers the middleware.
+type mount int
+
+const (
+	global   mount = iota // e.Use
+	group                 // on the /v1 group (/healthz outside it): Echo adds RouteNotFound routes for it
+	perRoute              // on each route
+)
+
+func target(m mount) conformance.Target {
 	return conformance.HTTPTarget(func(t testing.TB, s conformance.Setup) (conformance.Instance, error) {
 		if err := echolimit.Validate(s.Limiter, options(s)...); err != nil {
 			return nil, err
@@ -45,13 +55,21 @@ func target(perRoute bool) conformance.Target {
 		e := echo.New()
 		e.IPExtractor = echo.ExtractIPDirect() // c.RealIP() is the peer's address
 		e.Use(auth)
-		if !perRoute {
+		if m == global {
 			e.Use(mw)
 		}
+		v1 := e.Group("/v1")
+		if m == group {
+			v1.Use(mw)
+		}
 		for _, ep := range conformance.HTTPEndpoints {
-			if perRoute {
+			sub, inV1 := strings.CutPrefix(ep.ColonPath(), "/v1")
+			switch {
+			case m == group && inV1:
+				v1.Add(ep.Method, sub, handler)
+			case m == perRoute:
 				e.Add(ep.Method, ep.ColonPath(), handler, mw)
-			} else {
+			default:
 				e.Add(ep.Method, ep.ColonPath(), handler)
 			}
 		}
@@ -60,6 +78,7 @@ func target(perRoute bool) conformance.Target {
 }
 
 func TestConformance(t *testing.T) {
-	t.Run("global", func(t *testing.T) { conformance.Run(t, target(false)) })
-	t.Run("per-route", func(t *testing.T) { conformance.Run(t, target(true)) })
+	t.Run("global", func(t *testing.T) { conformance.Run(t, target(global)) })
+	t.Run("group", func(t *testing.T) { conformance.Run(t, target(group)) })
+	t.Run("per-route", func(t *testing.T) { conformance.Run(t, target(perRoute)) })
 }

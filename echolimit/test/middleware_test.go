@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	"github.com/labstack/echo/v4"
@@ -118,4 +119,55 @@ func TestMisconfigured(t *testing.T) {
 	if w.Code != 500 || w.Header().Get("Content-Type") != core.ProblemContentType || !errors.Is(hooked, core.ErrInvalidConfig) {
 		t.Fatalf("misconfigured: %d %v, hook got %v", w.Code, w.Header(), hooked)
 	}
+}
+
+// A request is charged by the route the service registered; what Echo's
+// router falls back to when none matches (a group's RouteNotFound routes,
+// a 405, no path) is charged nothing, wherever the middleware is mounted.
+func TestRouteMatching(t *testing.T) {
+	lim := conformance.NewUnitLimiter(t)
+	routes := echolimit.WithRoutes(core.Routes{"GET /v1/items/:id": {Class: "export", Cost: 1}})
+	check := func(t *testing.T, e *echo.Echo, host string) {
+		t.Helper()
+		req := httptest.NewRequest("GET", "/v1/items/3", nil)
+		req.Host = host
+		w := httptest.NewRecorder()
+		e.ServeHTTP(w, req)
+		if w.Code != 200 || w.Header().Get("RateLimit-Policy") != `"export";q=10;w=1000` {
+			t.Fatalf("route: %d %v", w.Code, w.Header())
+		}
+		for range 5 { // the default bucket holds 2: a charge would deny
+			// a group's RouteNotFound route answers 404 where the router
+			// alone answers the POST 405
+			for _, c := range []struct{ method, path string }{{"GET", "/v1/nowhere"}, {"GET", "/nowhere"}, {"POST", "/v1/items/3"}} {
+				req := httptest.NewRequest(c.method, c.path, nil)
+				req.Host = host
+				w := httptest.NewRecorder()
+				e.ServeHTTP(w, req)
+				if (w.Code != 404 && w.Code != 405) || w.Header().Get("RateLimit") != "" {
+					t.Fatalf("%s %s: %d %v", c.method, c.path, w.Code, w.Header())
+				}
+			}
+		}
+	}
+	t.Run("group", func(t *testing.T) {
+		e := echo.New()
+		v1 := e.Group("/v1", tenant("group"), echolimit.Middleware(lim, routes))
+		v1.GET("/items/:id", ok)
+		check(t, e, "example.com")
+	})
+	t.Run("host", func(t *testing.T) {
+		e := echo.New()
+		api := e.Host("api.test", tenant("host"), echolimit.Middleware(lim, routes))
+		api.GET("/v1/items/:id", ok)
+		check(t, e, "api.test")
+	})
+	// e.Pre runs before routing, where c.Path() is empty: the adapter asks
+	// the router, so the route is still charged as itself
+	t.Run("pre", func(t *testing.T) {
+		e := echo.New()
+		e.Pre(tenant("pre"), echolimit.Middleware(lim, routes))
+		e.GET("/v1/items/:id", ok)
+		check(t, e, "example.com")
+	})
 }

@@ -160,3 +160,38 @@ func TestMisconfigured(t *testing.T) {
 		t.Fatalf("misconfigured: %d %v, hook got %v", w.Code, w.Header(), hooked)
 	}
 }
+
+// What the router falls back to when no route matches (a group's
+// RouteNotFound routes, its 404 and 405) is charged nothing; before
+// routing (e.Pre) the route is unknown, not unmatched, and is charged as
+// the default route.
+func TestRouteMatching(t *testing.T) {
+	lim := conformance.NewUnitLimiter(t)
+	routes := echov5limit.WithRoutes(core.Routes{"GET /v1/items/:id": {Class: "export", Cost: 1}})
+	t.Run("group", func(t *testing.T) {
+		e := echo.New()
+		v1 := e.Group("/v1", as("group"), echov5limit.Middleware(lim, routes))
+		v1.GET("/items/:id", func(c *echo.Context) error { return c.NoContent(http.StatusOK) })
+		if w := serve(e, "GET", "/v1/items/3"); w.Code != 200 || w.Header().Get("RateLimit-Policy") != `"export";q=10;w=1000` {
+			t.Fatalf("route: %d %v", w.Code, w.Header())
+		}
+		for range 5 { // the default bucket holds 2: a charge would deny
+			for _, target := range []string{"/v1/nowhere", "/v1/", "/v1"} {
+				if w := serve(e, "GET", target); w.Code != 404 || w.Header().Get("RateLimit") != "" {
+					t.Fatalf("GET %s: %d %v", target, w.Code, w.Header())
+				}
+			}
+			if w := serve(e, "POST", "/v1/items/3"); (w.Code != 404 && w.Code != 405) || w.Header().Get("RateLimit") != "" {
+				t.Fatalf("POST: %d %v", w.Code, w.Header())
+			}
+		}
+	})
+	t.Run("pre", func(t *testing.T) {
+		e := echo.New()
+		e.Pre(as("pre"), echov5limit.Middleware(lim, routes))
+		e.GET("/v1/items/:id", func(c *echo.Context) error { return c.NoContent(http.StatusOK) })
+		if w := serve(e, "GET", "/v1/items/3"); w.Code != 200 || w.Header().Get("RateLimit-Policy") != `"default";q=2;w=200` {
+			t.Fatalf("before routing: %d %v", w.Code, w.Header())
+		}
+	})
+}

@@ -33,9 +33,18 @@ func options(s conformance.Setup) []httplimit.Option {
 	return opts
 }
 
-// target serves the endpoints from a ServeMux, with the middleware either
-// around the whole mux (global) or around each route's handler.
-func target(perRoute bool) conformance.Target {
+// mount is where a target puts the middleware.
+type mount int
+
+const (
+	global   mount = iota // around the whole ServeMux
+	perRoute              // around each route's handler
+	nested                // around a ServeMux mounted in an outer ServeMux ("/")
+)
+
+// target serves the endpoints from a ServeMux, with the middleware where m
+// says.
+func target(m mount) conformance.Target {
 	return conformance.HTTPTarget(func(t testing.TB, s conformance.Setup) (conformance.Instance, error) {
 		if err := httplimit.Validate(s.Limiter, options(s)...); err != nil {
 			return nil, err
@@ -45,20 +54,28 @@ func target(perRoute bool) conformance.Target {
 		handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls.Inc() })
 		mux := http.NewServeMux()
 		for _, e := range conformance.HTTPEndpoints {
-			if perRoute {
+			if m == perRoute {
 				mux.Handle(e.Method+" "+e.Path, mw(handler))
 			} else {
 				mux.Handle(e.Method+" "+e.Path, handler)
 			}
 		}
-		if perRoute {
+		switch m {
+		case perRoute:
 			return conformance.HandlerInstance(auth(mux), &calls), nil
+		case nested:
+			// the outer mux routes everything to the inner one and sets
+			// r.Pattern to its own "/": the inner mux's pattern must win
+			outer := http.NewServeMux()
+			outer.Handle("/", mw(mux))
+			return conformance.HandlerInstance(auth(outer), &calls), nil
 		}
 		return conformance.HandlerInstance(auth(mw(mux)), &calls), nil
 	})
 }
 
 func TestConformance(t *testing.T) {
-	t.Run("global", func(t *testing.T) { conformance.Run(t, target(false)) })
-	t.Run("per-route", func(t *testing.T) { conformance.Run(t, target(true)) })
+	t.Run("global", func(t *testing.T) { conformance.Run(t, target(global)) })
+	t.Run("per-route", func(t *testing.T) { conformance.Run(t, target(perRoute)) })
+	t.Run("nested", func(t *testing.T) { conformance.Run(t, target(nested)) })
 }
