@@ -90,11 +90,9 @@ func (bs *Set) ForKey(ctx context.Context, key string) *Shard {
 	if bs.cluster == nil {
 		return &bs.one
 	}
-	// the slot map is cached; a lookup that must load it waits no longer
-	// than a store call
-	lctx, cancel := context.WithTimeout(ctx, bs.probeTimeout)
-	m, err := bs.cluster.MasterForKey(lctx, key)
-	cancel()
+	// the slot map is cached; a lookup that must load it is bounded by the
+	// script client's own dial and read timeouts (transport.Client)
+	m, err := bs.cluster.MasterForKey(ctx, key)
 	if err != nil {
 		return &bs.one
 	}

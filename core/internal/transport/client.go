@@ -71,26 +71,29 @@ func Client(c redis.UniversalClient, timeout time.Duration) (sc redis.UniversalC
 	case *redis.Client:
 		o := *c.Options()
 		o.ContextTimeoutEnabled, o.MaintNotificationsConfig = true, off
-		o.ReadTimeout, o.WriteTimeout, o.DialTimeout, o.PoolTimeout = timeout, timeout, timeout, timeout
-		o.DialerRetries = 1
+		bound(&o.ReadTimeout, &o.WriteTimeout, &o.DialTimeout, &o.PoolTimeout, &o.DialerRetries, timeout)
 		nc := redis.NewClient(&o)
 		return nc, nc, backstop
 	case *redis.ClusterClient:
 		o := *c.Options()
 		o.ContextTimeoutEnabled, o.MaintNotificationsConfig = true, off
-		o.ReadTimeout, o.WriteTimeout, o.DialTimeout, o.PoolTimeout = timeout, timeout, timeout, timeout
-		o.DialerRetries = 1
+		bound(&o.ReadTimeout, &o.WriteTimeout, &o.DialTimeout, &o.PoolTimeout, &o.DialerRetries, timeout)
 		cc := redis.NewClusterClient(&o)
 		return cc, cc, backstop
 	case *redis.Ring:
 		o := *c.Options()
 		o.ContextTimeoutEnabled = true
-		o.ReadTimeout, o.WriteTimeout, o.DialTimeout, o.PoolTimeout = timeout, timeout, timeout, timeout
-		o.DialerRetries = 1
+		bound(&o.ReadTimeout, &o.WriteTimeout, &o.DialTimeout, &o.PoolTimeout, &o.DialerRetries, timeout)
 		r := redis.NewRing(&o)
 		return r, r, backstop
 	}
 	return c, nil, timeout
+}
+
+// bound sets a client's read, write, dial and pool timeouts to timeout and
+// its dial attempts to one: the same fields on every client type's options.
+func bound(read, write, dial, pool *time.Duration, dialRetries *int, timeout time.Duration) {
+	*read, *write, *dial, *pool, *dialRetries = timeout, timeout, timeout, timeout, 1
 }
 
 // withCallTimeout bounds a call's context by d (see Client).
