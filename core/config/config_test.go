@@ -75,7 +75,7 @@ func TestParseExample(t *testing.T) {
 	if err != nil || len(bs) != 2 || bs[0].Quota.Capacity != 10 || bs[1].Name != core.CeilingBucket {
 		t.Errorf("Buckets = %+v, %v", bs, err)
 	}
-	if len(cfg.LimiterOptions()) != 3 || len(cfg.ResolverOptions()) != 1 {
+	if len(cfg.LimiterOptions()) != 6 || len(cfg.ResolverOptions()) != 1 { // prefix, policy, timeout, deny cache, shadow, batching
 		t.Errorf("LimiterOptions = %d, ResolverOptions = %d", len(cfg.LimiterOptions()), len(cfg.ResolverOptions()))
 	}
 }
