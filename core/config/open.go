@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -191,7 +192,9 @@ func WithPingTimeout(d time.Duration) OpenOption {
 //	// svc.Gate to an adapter, svc.Limiter to a queue worker
 //
 // ctx bounds the opening only (the check that Redis answers); the watch
-// runs until Close. On error nothing is left open.
+// runs until Close. On error nothing is left open. Every error wraps
+// core.ErrInvalidConfig (an option, the URL, the file) except that of a
+// Redis that does not answer, which names it.
 func Open(ctx context.Context, path string, opts ...OpenOption) (*Service, error) {
 	c, err := openOptions(opts)
 	if err != nil {
@@ -287,10 +290,12 @@ func open(ctx context.Context, cfg *Config, c *openConfig) (s *Service, err erro
 	pctx, cancel := context.WithTimeout(ctx, c.pingTimeout)
 	defer cancel()
 	if err := s.Redis.Ping(pctx).Err(); err != nil {
-		where := "the Redis client given"
+		where := describeClient(s.Redis)
 		if c.hasURL {
 			where = RedactURL(c.redisURL)
 		}
+		// not an ErrInvalidConfig: the configuration may be right and
+		// Redis down
 		return s, fmt.Errorf("cannot reach Redis at %s: %w", where, err)
 	}
 	ropts := append([]core.ResolverOption{core.WithResolverLogger(c.log)}, cfg.ResolverOptions()...)
@@ -306,4 +311,17 @@ func open(ctx context.Context, cfg *Config, c *openConfig) (s *Service, err erro
 		return s, fmt.Errorf("%s: gate: %w", cfg.Source, err)
 	}
 	return s, nil
+}
+
+// describeClient names where a client given with WithRedisClient connects.
+func describeClient(c redis.UniversalClient) string {
+	switch c := c.(type) {
+	case *redis.Client:
+		return c.Options().Addr // "FailoverClient" for a Sentinel's
+	case *redis.ClusterClient:
+		return "the Cluster of " + strings.Join(c.Options().Addrs, ", ")
+	case *redis.Ring:
+		return "a Ring"
+	}
+	return fmt.Sprintf("a %T", c)
 }
