@@ -48,6 +48,7 @@
 // Routes are core's route model, [core.Routes]: [Config.Routes] holds the
 // routes list ("GET /v1/profile", or "/healthz" for method *) and
 // [Config.GRPCMethods] the grpc_methods list, service wildcards included.
+//
 // [Open] builds what a service needs from the file, with one Close: the
 // Redis client from one URL ([NewRedisClient]: redis://, rediss://,
 // redis+cluster://, redis+sentinel://), the resolver, the limiter and the
@@ -68,7 +69,8 @@
 //
 // # Reloading
 //
-// [Watch] keeps a [core.TieredResolver]'s tiers in step with the file:
+// [WithWatch] (with Open), or [Watch] over a resolver of your own, keeps a
+// [core.TieredResolver]'s tiers in step with the file:
 // whenever the file's contents change, and on the signals given with
 // [WithSignals] (none unless asked), it parses the new file and swaps its
 // tiers in atomically with SetTiers. A file is applied whole or not at
