@@ -35,6 +35,20 @@ routes:
 %s`, capacity, extra)
 }
 
+// aliasBomb returns a tier file of about size bytes whose aliases stand for
+// n tiers of m classes each (n*m quotas) from n+m short lines.
+func aliasBomb(size int) string {
+	var b strings.Builder
+	b.WriteString("default_tier: t0\ntiers:\n  t0: &t\n    classes:\n      c0: &q {capacity: 1, refill_per_second: 1}\n")
+	for i := 1; b.Len() < size/2; i++ {
+		fmt.Fprintf(&b, "      c%d: *q\n", i)
+	}
+	for i := 1; b.Len() < size; i++ {
+		fmt.Fprintf(&b, "  t%d: *t\n", i)
+	}
+	return b.String()
+}
+
 // writeTiers replaces the file at path by rename, as the docs say to.
 func writeTiers(t *testing.T, path, content string) {
 	t.Helper()
@@ -293,9 +307,10 @@ timeout: 2s
 }
 
 // TestOpenedServiceReloads runs an HTTP service built by Open under
-// traffic: a changed file is applied, a bad one (invalid, or valid but
-// dropping a class a running route names) is refused with the previous
-// quotas serving, and no request is answered 5xx throughout.
+// traffic: a changed file is applied, a bad one (invalid; valid but
+// dropping a class a running route names; a small file of aliases standing
+// for millions of nodes) is refused with the previous quotas serving, and
+// no request is answered 5xx throughout.
 func TestOpenedServiceReloads(t *testing.T) {
 	path := newTierFile(t, tierFile(3, ""))
 	type outcome struct {
@@ -413,6 +428,7 @@ tiers:
     classes:
       export: {capacity: 5, refill_per_second: 0.001}
 `, `class "default" is not defined, but route GET /v1/profile of the running configuration names it`},
+		{"alias bomb", aliasBomb(134 << 10), "aliases expand the file to more than 1048576 YAML nodes"},
 	}
 	for i, b := range bad {
 		writeTiers(t, path, b.content)
@@ -424,8 +440,8 @@ tiers:
 			t.Errorf("after the %s file was refused: admitted %d of 9, want the previous file's 7", b.name, got)
 		}
 	}
-	if applied, refused := svc.Reloader.ReloadStats(); applied != 2 || refused != 2 {
-		t.Errorf("ReloadStats = %d applied, %d refused; want 2 and 2", applied, refused)
+	if applied, refused := svc.Reloader.ReloadStats(); applied != 2 || refused != int64(len(bad)) {
+		t.Errorf("ReloadStats = %d applied, %d refused; want 2 and %d", applied, refused, len(bad))
 	}
 	if svc.Reloader.LastError() == nil {
 		t.Error("LastError is nil after a refused file")
