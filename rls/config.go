@@ -40,6 +40,9 @@ type config struct {
 	now     func() time.Time
 	maxCost int64
 	onError ErrorHandler
+	rules   *Rules
+	limits  bool
+	shadow  bool
 }
 
 func newConfig(opts []Option) config {
@@ -53,6 +56,9 @@ func newConfig(opts []Option) config {
 }
 
 func (c *config) validate() error {
+	if c.rules == nil && (c.limits || c.shadow) {
+		return fmt.Errorf("%w: rls: WithDescriptorLimits and WithGlobalShadow need WithRules", core.ErrInvalidConfig)
+	}
 	if c.maxCost < 1 || c.maxCost > core.MaxCost {
 		return fmt.Errorf("%w: rls: max cost must be 1 to %d, got %d", core.ErrInvalidConfig, int64(core.MaxCost), c.maxCost)
 	}
@@ -91,4 +97,32 @@ func WithErrorHandler(h ErrorHandler) Option {
 			c.onError = h
 		}
 	})
+}
+
+// WithRules answers by an envoyproxy/ratelimit configuration (see
+// [Config]) instead of the tenant, tier and class entries: each descriptor
+// is matched against its domain's rules as the reference does. The limiter
+// given to New must resolve with r (core.New(client, r, ...)). nil is
+// ignored.
+func WithRules(r *Rules) Option {
+	return optionFunc(func(c *config) {
+		if r != nil {
+			c.rules = r
+		}
+	})
+}
+
+// WithDescriptorLimits applies a descriptor's limit override (the
+// RateLimitDescriptor's limit, set by the route's rate_limits) in place of
+// the rule it matches, as the reference does; with [WithRules] only.
+// Default off: the gateway would choose the quota.
+func WithDescriptorLimits(on bool) Option {
+	return optionFunc(func(c *config) { c.limits = on })
+}
+
+// WithGlobalShadow answers every request OK while its descriptors keep
+// their OVER_LIMIT statuses, as the reference's SHADOW_MODE; with
+// [WithRules] only. Default off.
+func WithGlobalShadow(on bool) Option {
+	return optionFunc(func(c *config) { c.shadow = on })
 }

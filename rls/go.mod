@@ -8,6 +8,7 @@ require (
 	github.com/tollgate-go/tollgate/core v0.2.0
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
+	go.yaml.in/yaml/v3 v3.0.6
 )
 
 require (

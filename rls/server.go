@@ -61,6 +61,9 @@ type group struct {
 // ShouldRateLimit decides every descriptor of req. See the package
 // documentation for the mapping.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if s.cfg.rules != nil {
+		return s.shouldRateLimitRules(ctx, req)
+	}
 	ds := req.GetDescriptors()
 	if len(ds) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "tollgate: a rate limit request needs at least one descriptor")
@@ -106,7 +109,13 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			res.Statuses[i] = st
 		}
 	}
-	d := headline.d
+	s.addHeaders(res, headline.d)
+	return res, nil
+}
+
+// addHeaders adds the headers (and on a denial the body) the HTTP adapters
+// send for d.
+func (s *Server) addHeaders(res *rlsv3.RateLimitResponse, d core.Decision) {
 	for _, h := range d.Headers(s.cfg.style, s.cfg.now()) {
 		res.ResponseHeadersToAdd = append(res.ResponseHeadersToAdd, &corev3.HeaderValue{Key: h.Name, Value: h.Value})
 	}
@@ -114,7 +123,6 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		res.RawBody = d.Problem().JSON()
 		res.ResponseHeadersToAdd = append(res.ResponseHeadersToAdd, &corev3.HeaderValue{Key: "Content-Type", Value: core.ProblemContentType})
 	}
-	return res, nil
 }
 
 // read maps one descriptor to a tenant, class and cost.
