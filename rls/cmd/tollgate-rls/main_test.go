@@ -232,3 +232,25 @@ func TestConvertSampleFile(t *testing.T) {
 		t.Errorf("docs/envoy.md does not give the command %q", cmd)
 	}
 }
+
+func TestConvertRefusesUnknownKeysAndUnboundedInput(t *testing.T) {
+	var errs bytes.Buffer
+	in := "domain: edge\ndescriptors:\n  - key: tier\n    value: pro\n    rate_limit: {unit: second, unit_multipler: 60, requests_per_unit: 1}\n"
+	if code := convertMain(nil, strings.NewReader(in), io.Discard, &errs); code != 2 {
+		t.Errorf("a misspelled key: exit %d, want 2", code)
+	}
+	if got := errs.String(); !strings.Contains(got, "line 5: field unit_multipler not found") || strings.Contains(got, "main.") {
+		t.Errorf("stderr should name the key and its line: %q", got)
+	}
+	errs.Reset()
+	big := io.MultiReader(strings.NewReader("domain: edge\n#"), strings.NewReader(strings.Repeat("x", maxInput)))
+	if code := convertMain(nil, big, io.Discard, &errs); code != 2 || !strings.Contains(errs.String(), "larger than") {
+		t.Errorf("an unbounded input: exit %d, %q; want 2 and refused", code, errs.String())
+	}
+	// the reference's own keys are known: left out, named, not errors
+	errs.Reset()
+	in = "domain: edge\ndescriptors:\n  - key: tier\n    value: pro\n    detailed_metric: true\n    rate_limit: {unit: second, requests_per_unit: 1, name: pro}\n  - key: path\n    value: files/*\n    share_threshold: true\n    rate_limit: {unit: second, requests_per_unit: 1}\n"
+	if code := convertMain(nil, strings.NewReader(in), io.Discard, &errs); code != 1 || !strings.Contains(errs.String(), "name and replaces") || !strings.Contains(errs.String(), "wildcard value") {
+		t.Errorf("the reference's keys: exit %d, %q; want 1 with both named", code, errs.String())
+	}
+}
