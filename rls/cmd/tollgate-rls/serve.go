@@ -203,7 +203,7 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 		}()
 		maddr = mln.Addr().String()
 	}
-	log.Info("tollgate-rls listening", "addr", ln.Addr().String(), "metrics", maddr, "redis", where, "config", orBuiltin(path))
+	log.Info("tollgate-rls listening", "addr", ln.Addr().String(), "metrics", maddr, "redis", where, "config", orBuiltin(path), "rules", orNone(rulesPath))
 	if ready != nil {
 		ready(ln.Addr().String(), maddr)
 	}
@@ -272,6 +272,13 @@ func openRules(path string, tiers *core.TieredResolver) (*rls.Rules, error) {
 		return nil, fmt.Errorf("RLS_CONFIG: %w", err)
 	}
 	return rls.NewRules(cfg, tiers)
+}
+
+func orNone(path string) string {
+	if path == "" {
+		return "none (descriptors name tenant, tier, class)"
+	}
+	return path + " (envoyproxy/ratelimit configuration, reloaded on change)"
 }
 
 func orBuiltin(path string) string {
