@@ -37,7 +37,7 @@ func (s *Server) shouldRateLimitRules(ctx context.Context, req *rlsv3.RateLimitR
 	if len(ds) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "tollgate: rate limit descriptor list must not be empty")
 	}
-	cfg := s.cfg.rules.Config()
+	cfg := s.cfg.rules.current()
 	ctx = context.WithValue(ctx, snapshotKey{}, cfg)
 	res := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds))}
 

@@ -9,7 +9,32 @@
 //	g := grpc.NewServer()
 //	rlsv3.RegisterRateLimitServiceServer(g, srv)
 //
-// # Mapping
+// # In place of envoyproxy/ratelimit
+//
+// With [WithRules], descriptors are answered by an envoyproxy/ratelimit
+// configuration, read by [LoadConfig] from the reference's own YAML files,
+// as the reference answers them: each descriptor matched against its
+// domain's nested rules (key and value, then a wildcard, then the key
+// alone), unmatched descriptors OK without a limit, hits_addend per
+// descriptor (0 checks without charging), limit_remaining 0 on a denial,
+// unlimited, shadow_mode, quota_mode and replaces. Each rule is a token
+// bucket (capacity requests_per_unit, refilled over the unit) keyed in
+// core's scheme, hash-tagged by the domain and the descriptor's entries; a
+// rule's tollgate block names the entry that is the tenant instead, and
+// the bucket is then the services' (tenant, class), with the tier file's
+// quota and the overrides store:
+//
+//	cfg, err := rls.LoadConfig("/etc/ratelimit/config")
+//	rules, err := rls.NewRules(cfg, tiers) // tiers: the services' *core.TieredResolver
+//	lim, err := core.New(client, rules)
+//	srv, err := rls.New(lim, rls.WithRules(rules))
+//	done := rules.Watch(ctx, "/etc/ratelimit/config", time.Second, logger)
+//
+// docs/envoy.md lists the differences by design (the bucket's
+// duration_until_reset, a denial charging nothing, all or nothing among the
+// descriptors of one tag and cost).
+//
+// # Mapping without a configuration
 //
 // Each descriptor names a tenant and a class by its entries; other entries
 // are ignored:

@@ -17,7 +17,7 @@ import (
 
 // Rules holds the current [Config] of a Server (see [WithRules]) and
 // resolves its buckets: it is the core.Resolver of the limiter given to
-// [New]. Classes beginning with [RuleClassPrefix] are the rules' own
+// [New]. Classes beginning with [ruleClassPrefix] are the rules' own
 // buckets; every other class (a rule's tollgate.class, or a request
 // without a configuration) goes to the tier resolver, tiers and
 // overrides. It is safe for concurrent use; [Rules.Set] swaps the
@@ -47,14 +47,14 @@ func (r *Rules) Set(cfg *Config) {
 	}
 }
 
-// Config returns the current configuration.
-func (r *Rules) Config() *Config { return r.cur.Load() }
+// current returns the current configuration.
+func (r *Rules) current() *Config { return r.cur.Load() }
 
 type snapshotKey struct{}
 
 // Buckets implements core.Resolver.
 func (r *Rules) Buckets(ctx context.Context, t core.Tenant, class string) ([]core.Bucket, error) {
-	if !strings.HasPrefix(class, RuleClassPrefix) {
+	if !strings.HasPrefix(class, ruleClassPrefix) {
 		if r.tiers == nil {
 			return nil, fmt.Errorf("%w: class %q: no tier file configured", core.ErrResolve, class)
 		}
@@ -84,7 +84,7 @@ func (r *Rules) knownTier(tier string) bool {
 
 // overridePrefix begins the class of a descriptor's limit override
 // (WithDescriptorLimits): envoy.limit.<requests_per_unit>.<unit>.
-const overridePrefix = RuleClassPrefix + "limit."
+const overridePrefix = ruleClassPrefix + "limit."
 
 func overrideClass(n uint32, u rlsv3.RateLimitResponse_RateLimit_Unit) string {
 	return overridePrefix + strconv.FormatUint(uint64(n), 10) + "." + strings.ToLower(u.String())
@@ -140,7 +140,7 @@ func (r *Rules) Watch(ctx context.Context, path string, every time.Duration, log
 				continue
 			}
 			r.Set(cfg)
-			log.Info("rls: configuration reloaded", "path", path, "domains", strings.Join(cfg.Domains(), ","))
+			log.Info("rls: configuration reloaded", "path", path, "domains", strings.Join(cfg.domainNames(), ","))
 		}
 	}()
 	return done

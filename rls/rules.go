@@ -17,18 +17,18 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// Limits on a configuration: a file larger than MaxConfigBytes (or a
+// Limits on a configuration: a file larger than maxConfigBytes (or a
 // directory whose files are, together) is refused, and so is a descriptor
 // tree deeper than maxDepth.
 const (
-	MaxConfigBytes = 16 << 20
+	maxConfigBytes = 16 << 20
 	maxDepth       = 32
 )
 
-// RuleClassPrefix begins the class (bucket) name of every rule of a
+// ruleClassPrefix begins the class (bucket) name of every rule of a
 // [Config]: classes so named are the rules' own, resolved by [Rules], and
 // never a tier file's.
-const RuleClassPrefix = "envoy."
+const ruleClassPrefix = "envoy."
 
 // Config is an envoyproxy/ratelimit configuration, read: domains of nested
 // descriptor rules, in the reference's YAML format (see docs/envoy.md). It
@@ -50,7 +50,7 @@ type ruleNode struct {
 // rule is one descriptor's rate_limit.
 type rule struct {
 	path      string // the reference's full key: domain.key_value.key...
-	class     string // bucket name, RuleClassPrefix...
+	class     string // bucket name, ruleClassPrefix...
 	quota     core.Quota
 	limit     *rlsv3.RateLimitResponse_RateLimit // as the reference answers it
 	unlimited bool
@@ -158,7 +158,7 @@ func LoadConfig(path string) (*Config, error) {
 	c := &Config{domains: map[string]*ruleNode{}, rules: map[string]*rule{}}
 	total := 0
 	for _, f := range files {
-		data, err := readBounded(f, MaxConfigBytes-total)
+		data, err := readBounded(f, maxConfigBytes-total)
 		if err != nil {
 			return nil, err
 		}
@@ -182,7 +182,7 @@ func readBounded(file string, limit int) ([]byte, error) {
 		return nil, fmt.Errorf("%w: rls: %s: %w", core.ErrInvalidConfig, file, err)
 	}
 	if len(data) > limit {
-		return nil, fmt.Errorf("%w: rls: %s: configuration larger than %d bytes", core.ErrInvalidConfig, file, MaxConfigBytes)
+		return nil, fmt.Errorf("%w: rls: %s: configuration larger than %d bytes", core.ErrInvalidConfig, file, maxConfigBytes)
 	}
 	return data, nil
 }
@@ -252,8 +252,8 @@ func checkKeys(file string, n *yaml.Node, depth int) error {
 
 // add reads one file into c.
 func (c *Config) add(file string, data []byte) error {
-	if len(data) > MaxConfigBytes {
-		return configError(file, 0, "configuration larger than %d bytes", MaxConfigBytes)
+	if len(data) > maxConfigBytes {
+		return configError(file, 0, "configuration larger than %d bytes", maxConfigBytes)
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
@@ -373,8 +373,8 @@ func (c *Config) rule(file, domain, path string, d yamlDescriptor) (*rule, error
 		if err := core.ValidateName(r.tenantClass); err != nil {
 			return nil, configError(file, d.line, "tollgate: class: %v", err)
 		}
-		if strings.HasPrefix(r.tenantClass, RuleClassPrefix) {
-			return nil, configError(file, d.line, "tollgate: class %q: the prefix %q is kept for rules", r.tenantClass, RuleClassPrefix)
+		if strings.HasPrefix(r.tenantClass, ruleClassPrefix) {
+			return nil, configError(file, d.line, "tollgate: class %q: the prefix %q is kept for rules", r.tenantClass, ruleClassPrefix)
 		}
 		c.rules[r.class] = r
 		return r, nil
@@ -432,7 +432,7 @@ func ruleClass(path string) string {
 	sum := sha256.Sum256([]byte(path))
 	h := hex.EncodeToString(sum[:4])
 	var b strings.Builder
-	b.WriteString(RuleClassPrefix)
+	b.WriteString(ruleClassPrefix)
 	for i := 0; i < len(path) && b.Len() < 64-len(h)-1; i++ {
 		c := path[i]
 		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.' {
@@ -446,8 +446,8 @@ func ruleClass(path string) string {
 	return b.String()
 }
 
-// Domains returns the configured domains, sorted.
-func (c *Config) Domains() []string {
+// domainNames returns the configured domains, sorted.
+func (c *Config) domainNames() []string {
 	out := make([]string, 0, len(c.domains))
 	for d := range c.domains {
 		out = append(out, d)

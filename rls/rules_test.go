@@ -76,7 +76,7 @@ func TestConfigMatchesAsTheReference(t *testing.T) {
 		t.Errorf("ldap: want unlimited, got %+v", r)
 	}
 	for class, ru := range cfg.rules {
-		if err := core.ValidateName(class); err != nil || !strings.HasPrefix(class, RuleClassPrefix) || ru.class != class {
+		if err := core.ValidateName(class); err != nil || !strings.HasPrefix(class, ruleClassPrefix) || ru.class != class {
 			t.Errorf("class %q: %v", class, err)
 		}
 	}
@@ -125,7 +125,7 @@ func TestConfigRefusesWhatTheReferenceRefuses(t *testing.T) {
 		t.Errorf("a domain in two files: %v", err)
 	}
 	big := filepath.Join(t.TempDir(), "big.yaml")
-	if err := os.WriteFile(big, []byte("domain: d\n#"+strings.Repeat("x", MaxConfigBytes)), 0o600); err != nil {
+	if err := os.WriteFile(big, []byte("domain: d\n#"+strings.Repeat("x", maxConfigBytes)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := LoadConfig(big); err == nil || !strings.Contains(err.Error(), "larger than") {
