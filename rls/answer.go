@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math"
-	"slices"
 	"strings"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -67,8 +66,7 @@ func (s *Server) shouldRateLimitRules(ctx context.Context, req *rlsv3.RateLimitR
 	}
 
 	// answered without the store: no rule, replaced, unlimited, zero
-	var groups []*group
-	byKey := map[groupKey]*group{}
+	var gr grouper[groupKey]
 	for i := range descs {
 		d := &descs[i]
 		r := d.r
@@ -87,22 +85,11 @@ func (s *Server) shouldRateLimitRules(ctx context.Context, req *rlsv3.RateLimitR
 			res.Statuses[i] = st
 			continue
 		}
-		k := groupKey{d.tenant, d.cost, r.shadowed()}
-		g := byKey[k]
-		if g == nil || len(g.classes) == maxClassesPerCall && !slices.Contains(g.classes, d.class) {
-			// at most core's 16 classes in one call; beyond, another call
-			g = &group{tenant: d.tenant, cost: d.cost}
-			byKey[k] = g
-			groups = append(groups, g)
-		}
-		if !slices.Contains(g.classes, d.class) {
-			g.classes = append(g.classes, d.class)
-		}
-		g.members = append(g.members, i)
+		gr.add(groupKey{d.tenant, d.cost, r.shadowed()}, d.tenant, d.cost, d.class, i)
 	}
 
 	var headline *group
-	for _, g := range groups {
+	for _, g := range gr.groups {
 		g.d, g.err = s.lim.Check(ctx, core.Request{Tenant: g.tenant, Class: g.classes[0], Also: g.classes[1:], Cost: g.cost})
 		if g.err != nil && s.cfg.onError != nil {
 			s.cfg.onError(ctx, g.err)

@@ -132,3 +132,18 @@ func TestConfigRefusesWhatTheReferenceRefuses(t *testing.T) {
 		t.Errorf("an unbounded file: %v", err)
 	}
 }
+
+func TestGrouperBoundsCallsAndNeverSplitsABucket(t *testing.T) {
+	var gr grouper[string]
+	for i := range 20 {
+		gr.add("t", core.Tenant{ID: "t"}, 1, "c"+string(rune('a'+i)), i)
+	}
+	gr.add("t", core.Tenant{ID: "t"}, 1, "ca", 20) // a class of the first call again
+	gr.add("u", core.Tenant{ID: "u"}, 1, "ca", 21)
+	if len(gr.groups) != 3 || len(gr.groups[0].classes) != maxClassesPerCall || len(gr.groups[1].classes) != 4 {
+		t.Fatalf("groups: %d, classes %d and %d; want 16 + 4 for t, one for u", len(gr.groups), len(gr.groups[0].classes), len(gr.groups[1].classes))
+	}
+	if m := gr.groups[0].members; m[len(m)-1] != 20 {
+		t.Errorf("the repeated class went to another call: %v", m)
+	}
+}

@@ -154,12 +154,11 @@ func (s *Server) read(d *ratelimitv3.RateLimitDescriptor, hits uint32, n int) de
 	if !seen[2] {
 		out.class = core.DefaultClass
 	}
-	cost := uint64(hits)
+	// as the reference: the descriptor's hits_addend where set, 0 included
+	// (a check that charges nothing), else the request's, at least 1
+	cost := uint64(max(1, hits))
 	if d.GetHitsAddend() != nil {
 		cost = d.GetHitsAddend().GetValue()
-	}
-	if cost == 0 {
-		cost = 1 // as in Envoy: an unset (or zero) hits_addend is one hit
 	}
 	switch {
 	case !seen[0]:
@@ -167,7 +166,7 @@ func (s *Server) read(d *ratelimitv3.RateLimitDescriptor, hits uint32, n int) de
 	case d.GetIsNegativeHits():
 		out.invalid = "is_negative_hits is not supported: tokens are never refunded"
 	case cost > uint64(s.cfg.maxCost):
-		out.invalid = fmt.Sprintf("hits_addend must be 1 to %d, got %d", s.cfg.maxCost, cost)
+		out.invalid = fmt.Sprintf("hits_addend must be 0 to %d, got %d", s.cfg.maxCost, cost)
 	default:
 		// the key scheme validates the tenant ID
 		if err := core.ValidateName(out.class); err != nil {
@@ -188,22 +187,44 @@ func groupDescriptors(descs []descriptor) []*group {
 		t    core.Tenant
 		cost int64
 	}
-	byKey := map[gk]*group{}
-	var groups []*group
+	var gr grouper[gk]
 	for i, d := range descs {
-		k := gk{d.tenant, d.cost}
-		g := byKey[k]
-		if g == nil {
-			g = &group{tenant: d.tenant, cost: d.cost}
-			byKey[k] = g
-			groups = append(groups, g)
-		}
-		if !slices.Contains(g.classes, d.class) {
-			g.classes = append(g.classes, d.class)
-		}
-		g.members = append(g.members, i)
+		gr.add(gk{d.tenant, d.cost}, d.tenant, d.cost, d.class, i)
 	}
-	return groups
+	return gr.groups
+}
+
+// grouper collects descriptors into script calls by a key: one call per
+// key of at most maxClassesPerCall classes (core's bound), more calls
+// beyond; a class already in a call of its key joins that call, so a
+// bucket is never charged twice.
+type grouper[K comparable] struct {
+	last   map[K]*group
+	of     map[classOf[K]]*group
+	groups []*group
+}
+
+type classOf[K comparable] struct {
+	k     K
+	class string
+}
+
+func (gr *grouper[K]) add(k K, t core.Tenant, cost int64, class string, i int) {
+	if gr.last == nil {
+		gr.last, gr.of = map[K]*group{}, map[classOf[K]]*group{}
+	}
+	g := gr.of[classOf[K]{k, class}]
+	if g == nil {
+		g = gr.last[k]
+		if g == nil || len(g.classes) == maxClassesPerCall {
+			g = &group{tenant: t, cost: cost}
+			gr.last[k] = g
+			gr.groups = append(gr.groups, g)
+		}
+		g.classes = append(g.classes, class)
+		gr.of[classOf[K]{k, class}] = g
+	}
+	g.members = append(g.members, i)
 }
 
 // outranks reports whether a should speak for the response (its headers)
@@ -266,10 +287,14 @@ func descriptorStatus(g *group, class string) *rlsv3.RateLimitResponse_Descripto
 	}
 	b := mine[binding]
 	reset := time.Duration(math.Ceil((float64(b.Quota.Capacity) - b.Tokens) / b.Quota.RefillPerSecond * 1e9))
+	remaining := uint32(min(max(math.Floor(b.Tokens), 0), math.MaxUint32))
+	if code == rlsv3.RateLimitResponse_OVER_LIMIT {
+		remaining = 0 // as the reference: a denial leaves nothing for this request
+	}
 	return &rlsv3.RateLimitResponse_DescriptorStatus{
 		Code:               code,
 		CurrentLimit:       currentLimit(b.Name, b.Quota),
-		LimitRemaining:     uint32(min(max(math.Floor(b.Tokens), 0), math.MaxUint32)),
+		LimitRemaining:     remaining,
 		DurationUntilReset: durationpb.New(max(reset, 0)),
 	}
 }

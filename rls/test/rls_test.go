@@ -125,8 +125,8 @@ func headerMap(res *rlsv3.RateLimitResponse) map[string]string {
 	return m
 }
 
-// hits_addend charges that many tokens: the request's, or the
-// descriptor's where set; 0 is 1.
+// hits_addend charges that many tokens: the request's (0 is 1), or the
+// descriptor's where set (0 checks without charging), as the reference.
 func TestHitsAddend(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
 		clock := conformance.NewFakeClock()
@@ -142,13 +142,20 @@ func TestHitsAddend(t *testing.T) {
 		if res.GetStatuses()[0].GetLimitRemaining() != 1 || stored(t, c, lim, "t1", "export") != 1 {
 			t.Fatalf("descriptor hits_addend 5 of 6: %v", res)
 		}
+		d.HitsAddend = wrapperspb.UInt64(0) // a check: nothing charged
+		res = ask(t, client, request(4, d))
+		if res.GetOverallCode() != rlsv3.RateLimitResponse_OK || res.GetStatuses()[0].GetLimitRemaining() != 1 || stored(t, c, lim, "t1", "export") != 1 {
+			t.Fatalf("descriptor hits_addend 0 is a check: %v", res)
+		}
 		res = ask(t, client, request(0, desc("tenant", "t1", "class", "export")))
 		if res.GetOverallCode() != rlsv3.RateLimitResponse_OK || stored(t, c, lim, "t1", "export") != 0 {
-			t.Fatalf("hits_addend 0 is 1: %v", res)
+			t.Fatalf("request hits_addend 0 is 1: %v", res)
 		}
 		d.HitsAddend = wrapperspb.UInt64(2)
-		if res = ask(t, client, request(0, d)); res.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
-			t.Fatalf("2 of 0 left: %v", res)
+		clock.Advance(2 * time.Second) // export refills 0.5/s: 1 token
+		d.HitsAddend = wrapperspb.UInt64(3)
+		if res = ask(t, client, request(0, d)); res.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT || res.GetStatuses()[0].GetLimitRemaining() != 0 {
+			t.Fatalf("3 of 1 left: %v; want OVER_LIMIT with limit_remaining 0, as the reference", res)
 		}
 	})
 }
@@ -256,7 +263,7 @@ func TestInvalidDescriptors(t *testing.T) {
 		{desc("tenant", "t1", "class", "no such/class"), "bucket name"},
 		{desc("tenant", "t1", "tenant", "t2"), `"tenant" given twice`},
 		{negative, "is_negative_hits"},
-		{big, "hits_addend must be 1 to 50, got 51"},
+		{big, "hits_addend must be 0 to 50, got 51"},
 	}
 	req := request(0)
 	for _, tc := range cases {
