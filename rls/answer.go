@@ -205,14 +205,14 @@ func (s *Server) readRule(cfg *Config, req *rlsv3.RateLimitRequest, d *ratelimit
 	// the tenant model: the services' bucket of this tenant and class
 	var seenTenant, seenTier bool
 	for _, e := range d.GetEntries() {
-		switch e.GetKey() {
-		case r.tenantKey:
+		switch k := e.GetKey(); {
+		case k == r.tenantKey:
 			if seenTenant {
 				out.invalid = fmt.Sprintf("entry %q given twice", e.GetKey())
 				return out
 			}
 			seenTenant, out.tenant.ID = true, e.GetValue()
-		case r.tierKey:
+		case r.tierKey != "" && k == r.tierKey:
 			if seenTier {
 				out.invalid = fmt.Sprintf("entry %q given twice", e.GetKey())
 				return out
