@@ -56,6 +56,7 @@ const tierFile = `version: 1
 default_tier: free
 timeout: 5s
 failure_policy: closed
+header_style: none
 tiers:
   free:
     classes:
@@ -232,8 +233,9 @@ func run() error {
 	if err := os.WriteFile(filepath.Join(cfgDir, "bench.yaml"), []byte(config), 0o600); err != nil {
 		return err
 	}
-	// tollgate-rls fails closed with a long timeout: a check it could not
-	// make is an error here, never a cheap pass
+	// tollgate-rls fails closed with a long timeout (a check it could not
+	// make is an error here, never a cheap pass) and adds no headers, as
+	// the reference by default
 	tiers := filepath.Join(tmp, "tollgate.yaml")
 	if err := os.WriteFile(tiers, []byte(tierFile), 0o600); err != nil {
 		return err
