@@ -139,6 +139,9 @@ func (s *Server) read(d *ratelimitv3.RateLimitDescriptor, hits uint32, n int) de
 		case KeyTenant:
 			i, out.tenant.ID = 0, e.GetValue()
 		case KeyTier:
+			if !s.cfg.trustTier {
+				continue // the tenant's tier is the tier file's default
+			}
 			i, out.tenant.Tier = 1, e.GetValue()
 		case KeyClass:
 			i, out.class = 2, e.GetValue()
@@ -173,10 +176,33 @@ func (s *Server) read(d *ratelimitv3.RateLimitDescriptor, hits uint32, n int) de
 			out.invalid = err.Error()
 		} else if _, err := s.lim.Keys().Bucket(out.tenant.ID, out.class); err != nil {
 			out.invalid = err.Error()
+		} else if why := s.unknown(out.tenant.Tier, out.class); why != "" {
+			// never a metric label or a resolver call for a name the tier
+			// file does not define
+			out.invalid = why
 		}
 	}
 	out.cost = int64(cost)
 	return out
+}
+
+// unknown says why tier or class is not the tier file's (WithTiers), or "".
+func (s *Server) unknown(tier, class string) string {
+	if s.cfg.tiers == nil {
+		return ""
+	}
+	ts := s.cfg.tiers.Tiers()
+	if tier != "" {
+		if _, ok := ts.Tiers[tier]; !ok {
+			return "unknown tier"
+		}
+	}
+	for _, t := range ts.Tiers {
+		if _, ok := t.Classes[class]; ok {
+			return ""
+		}
+	}
+	return "unknown class"
 }
 
 // groupDescriptors groups valid descriptors by (tenant, tier, cost), in

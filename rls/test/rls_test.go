@@ -247,7 +247,7 @@ func TestHeadersMatchHTTPAdapter(t *testing.T) {
 func TestInvalidDescriptors(t *testing.T) {
 	c := redistest.Client(t)
 	lim := newLimiter(t, c)
-	client := serve(t, lim, rls.WithMaxCost(50))
+	client := serve(t, lim, rls.WithMaxCost(50), rls.WithTrustedTier(true))
 	negative := desc("tenant", "t1")
 	negative.IsNegativeHits = true
 	big := desc("tenant", "t1")
@@ -314,7 +314,7 @@ func TestDescriptorsOfOneTenantAllOrNothing(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
 		clock := conformance.NewFakeClock()
 		lim := newLimiter(t, c, core.WithClock(clock.Now))
-		client := serve(t, lim)
+		client := serve(t, lim, rls.WithTrustedTier(true))
 		both := request(3, desc("tenant", "t1"), desc("tenant", "t1", "class", "export"), desc("tenant", "t2"))
 		res := ask(t, client, both)
 		if res.GetOverallCode() != rlsv3.RateLimitResponse_OK {
@@ -350,4 +350,57 @@ func TestDescriptorsOfOneTenantAllOrNothing(t *testing.T) {
 			}
 		}
 	})
+}
+
+// The tier entry is the tenant's tier only where trusted; with the tier
+// file named, a tier or class it does not define is answered invalid
+// before any check, so descriptor values never become metric labels.
+func TestTierEntryTrustedOnlyWhenToldAndNamesBounded(t *testing.T) {
+	c := redistest.Client(t)
+	lim := newLimiter(t, c)
+	untrusted := serve(t, lim)
+	// free's default is 3 burst; pro's 5 (and a ceiling of 6)
+	if st := ask(t, untrusted, request(0, desc("tenant", "u1", "tier", "pro"))).GetStatuses()[0]; st.GetLimitRemaining() != 2 {
+		t.Fatalf("an untrusted tier entry naming pro: %v; want free's 2 left", st)
+	}
+	trusted := serve(t, lim, rls.WithTrustedTier(true))
+	if st := ask(t, trusted, request(0, desc("tenant", "u2", "tier", "pro"))).GetStatuses()[0]; st.GetLimitRemaining() != 4 {
+		t.Fatalf("a trusted tier entry naming pro: %v; want pro's 4 left", st)
+	}
+	res, err := core.NewResolver(testTiers())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bounded := serve(t, lim, rls.WithTrustedTier(true), rls.WithTiers(res))
+	for _, tc := range []struct {
+		d    *ratelimitv3.RateLimitDescriptor
+		want string
+	}{
+		{desc("tenant", "u3", "tier", "junk-1"), "unknown tier"},
+		{desc("tenant", "u3", "class", "junk-2"), "unknown class"},
+	} {
+		st := ask(t, bounded, request(0, tc.d)).GetStatuses()[0]
+		if st.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT || !strings.Contains(st.GetCurrentLimit().GetName(), tc.want) {
+			t.Errorf("%v: %v, want OVER_LIMIT naming %q", tc.d, st, tc.want)
+		}
+	}
+	if st := ask(t, bounded, request(0, desc("tenant", "u3", "class", "export"))).GetStatuses()[0]; st.GetCode() != rlsv3.RateLimitResponse_OK {
+		t.Errorf("a defined class: %v", st)
+	}
+	if _, err := rls.New(lim, rls.WithTrustedTier(true), rls.WithRules(mustRules(t))); err == nil {
+		t.Error("WithTrustedTier with WithRules was accepted")
+	}
+}
+
+func mustRules(t *testing.T) *rls.Rules {
+	t.Helper()
+	cfg, err := rls.ParseConfig("x.yaml", []byte("domain: d\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := rls.NewRules(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

@@ -24,6 +24,9 @@
 //	                 their codes (with RLS_CONFIG)
 //	RLS_DESCRIPTOR_LIMITS  true: a descriptor's limit override applies (with
 //	                 RLS_CONFIG; default false)
+//	RLS_TRUST_TIER   true: without RLS_CONFIG, a descriptor's tier entry is
+//	                 the tenant's tier (only when the gateway fills it from
+//	                 the verified token; default false: the default tier)
 //
 // The gRPC server also serves the standard health service and server
 // reflection. SIGTERM or SIGINT stops it gracefully: the health service
@@ -66,7 +69,7 @@ func main() {
 func usage(w io.Writer) {
 	fmt.Fprint(w, `usage:
   tollgate-rls                      serve (env ADDR, REDIS_URL, TOLLGATE_CONFIG, DATABASE_URL, METRICS_ADDR,
-                                    RLS_CONFIG, SHADOW_MODE, RLS_DESCRIPTOR_LIMITS)
+                                    RLS_CONFIG, SHADOW_MODE, RLS_DESCRIPTOR_LIMITS, RLS_TRUST_TIER)
   tollgate-rls convert [file.yaml]  envoyproxy/ratelimit YAML (file or stdin) to a tollgate tier file on stdout
 `)
 }

@@ -148,6 +148,8 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 		done := rules.Watch(wctx, rulesPath, time.Second, log)
 		closers = append(closers, func() { cancel(); <-done })
 		srvOpts = append(srvOpts, rls.WithRules(rules))
+	} else {
+		srvOpts = append(srvOpts, rls.WithTiers(resolver))
 	}
 	if path != "" {
 		wctx, cancel := context.WithCancel(context.Background())
@@ -245,7 +247,7 @@ func rulesEnv(getenv func(string) string) (string, []rls.Option, error) {
 	for _, o := range []struct {
 		env string
 		opt func(bool) rls.Option
-	}{{"SHADOW_MODE", rls.WithGlobalShadow}, {"RLS_DESCRIPTOR_LIMITS", rls.WithDescriptorLimits}} {
+	}{{"SHADOW_MODE", rls.WithGlobalShadow}, {"RLS_DESCRIPTOR_LIMITS", rls.WithDescriptorLimits}, {"RLS_TRUST_TIER", rls.WithTrustedTier}} {
 		v := getenv(o.env)
 		if v == "" {
 			continue
@@ -254,7 +256,9 @@ func rulesEnv(getenv func(string) string) (string, []rls.Option, error) {
 		if err != nil {
 			return "", nil, fmt.Errorf("%s: want true or false, got %q", o.env, v)
 		}
-		if on && path == "" {
+		if trust := o.env == "RLS_TRUST_TIER"; on && trust && path != "" {
+			return "", nil, fmt.Errorf("RLS_TRUST_TIER is for descriptors without RLS_CONFIG (a rule names its trusted tier entry)")
+		} else if on && !trust && path == "" {
 			return "", nil, fmt.Errorf("%s needs RLS_CONFIG (an envoyproxy/ratelimit configuration)", o.env)
 		}
 		opts = append(opts, o.opt(on))
