@@ -109,11 +109,11 @@ func (s *Server) shouldRateLimitRules(ctx context.Context, req *rlsv3.RateLimitR
 			res.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 	}
-	if headline != nil {
-		s.addHeaders(res, headline.d)
-	}
 	if s.cfg.shadow {
 		res.OverallCode = rlsv3.RateLimitResponse_OK
+	}
+	if headline != nil {
+		s.addHeaders(res, headline.d) // a body only when the answer denies
 	}
 	return res, nil
 }

@@ -51,6 +51,7 @@ var differences = map[string]string{
 	"error":     "an empty domain or no descriptors: both answer an error; the reference's gRPC code is Unknown, tollgate's InvalidArgument. Only the error is compared.",
 	"denied":    "a denied request is not charged in tollgate (the bucket keeps its tokens), while the reference's counter keeps counting; so after a denial the reference stays over limit for a peek (hits_addend 0) and tollgate reports the tokens left.",
 	"twice":     "one descriptor named twice in a request is one bucket charged once in tollgate; the reference increments its counter once per descriptor.",
+	"negative":  "is_negative_hits: the reference ignores the flag and charges the hits; tollgate answers the request invalid (tokens are never refunded, and a flag it cannot honour is not ignored).",
 	"mixedcost": "descriptors of one hash tag with different hits_addend are decided in separate script calls (one cost per call): a request denied by one may still charge the other, as in the reference, but not atomically; equal costs are all or nothing, unlike the reference, which charges the others.",
 }
 
@@ -277,6 +278,7 @@ func sequences() map[string][]step {
 			{req: rd(0, withHits(2, desc("files", "files/x")), withHits(3, desc("files", "files/y")))},
 		},
 		"one descriptor twice": {{req: rd(0, desc("remote_address", "8.8.8.8"), desc("remote_address", "8.8.8.8")), differs: "twice"}},
+		"is_negative_hits":     {{req: rd(0, &ratelimitv3.RateLimitDescriptor{Entries: desc("remote_address", "6.6.6.6").Entries, IsNegativeHits: true}), differs: "negative"}},
 		"descriptor limit override": times(4, step{req: rd(0, &ratelimitv3.RateLimitDescriptor{
 			Entries: desc("remote_address", "7.7.7.7").Entries,
 			Limit:   &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 3, Unit: typev3.RateLimitUnit_HOUR},
