@@ -52,6 +52,9 @@ var differences = map[string]string{
 	"denied":    "a denied request is not charged in tollgate (the bucket keeps its tokens), while the reference's counter keeps counting; so after a denial the reference stays over limit for a peek (hits_addend 0) and tollgate reports the tokens left.",
 	"twice":     "one descriptor named twice in a request is one bucket charged once in tollgate; the reference increments its counter once per descriptor.",
 	"negative":  "is_negative_hits: the reference ignores the flag and charges the hits; tollgate answers the request invalid (tokens are never refunded, and a flag it cannot honour is not ignored).",
+	// shown by TestOneTagAllOrNothingOnlyAmongEqualCosts: the reference's
+	// own files give one tag to one descriptor's entries, so only
+	// tollgate's tenant block puts two buckets on one tag
 	"mixedcost": "descriptors of one hash tag with different hits_addend are decided in separate script calls (one cost per call): a request denied by one may still charge the other, as in the reference, but not atomically; equal costs are all or nothing, unlike the reference, which charges the others.",
 }
 

@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // tenantRules: the gateway's per-tenant rule shares the services' buckets;
@@ -35,6 +36,8 @@ descriptors:
         tollgate: {tenant: org, tier: tier}
   - key: remote_address
     rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: user
+    tollgate: {tenant: user}
 `
 
 // rulesServer serves cfg over the test tiers on the shared Redis.
@@ -78,7 +81,7 @@ func TestTenantRuleSharesTheServicesBucket(t *testing.T) {
 		t.Fatalf("the service's check after the gateway's: %+v, %v; want 8 left of one bucket", d, err)
 	}
 	// a descriptor without the tenant entry does not match the rule: no limit
-	if res := ask(t, c, edge(desc("user", "t1"))); res.GetStatuses()[0].GetCurrentLimit() != nil {
+	if res := ask(t, c, edge(desc("account", "t1"))); res.GetStatuses()[0].GetCurrentLimit() != nil {
 		t.Fatalf("unmatched: %v", res)
 	}
 }
@@ -247,5 +250,36 @@ func TestReloadKeepsTheOldConfigurationWhenTheNewIsInvalid(t *testing.T) {
 	waitFor("the invalid file logged", func() bool { return strings.Contains(logs.String(), "unit_multipler") })
 	if got := limitOf("c"); got != 7 {
 		t.Fatalf("after an invalid file the limit is %d, want the previous 7", got)
+	}
+}
+
+// Descriptors on one tag (here one tenant's export and default buckets)
+// with one cost are one script call, all or nothing; with different costs
+// they are separate calls (the script takes one cost), so a denial of one
+// leaves the other's charge: the documented difference.
+func TestOneTagAllOrNothingOnlyAmongEqualCosts(t *testing.T) {
+	c, lim, _ := rulesServer(t, tenantRules, nil)
+	ctx := context.Background()
+	left := func(tenant, class string) int64 {
+		t.Helper()
+		d, err := lim.Peek(ctx, core.Tenant{ID: tenant}, class)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Remaining
+	}
+	cost := func(n uint64, d *ratelimitv3.RateLimitDescriptor) *ratelimitv3.RateLimitDescriptor {
+		d.HitsAddend = wrapperspb.UInt64(n)
+		return d
+	}
+	// equal costs: default (3 burst) cannot take 4, so export (10) is not charged either
+	res := ask(t, c, edge(cost(4, desc("tenant", "a1")), cost(4, desc("user", "a1"))))
+	if res.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT || left("a1", "export") != 10 || left("a1", "default") != 3 {
+		t.Fatalf("equal costs: %v; export %d, default %d left, want 10 and 3 (nothing charged)", res, left("a1", "export"), left("a1", "default"))
+	}
+	// different costs: export cannot take 11, default's 1 is charged anyway
+	res = ask(t, c, edge(cost(11, desc("tenant", "a2")), cost(1, desc("user", "a2"))))
+	if res.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT || left("a2", "export") != 10 || left("a2", "default") != 2 {
+		t.Fatalf("different costs: %v; export %d, default %d left, want 10 and 2", res, left("a2", "export"), left("a2", "default"))
 	}
 }
