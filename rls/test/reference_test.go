@@ -46,12 +46,12 @@ const referenceConfig = "../testdata/readme.yaml"
 // reason; docs/envoy.md lists the same. Steps that show one name it and
 // are not compared; every other field of every other answer is.
 var differences = map[string]string{
-	"reset":     "duration_until_reset: the reference's is the time to the end of the fixed window; a bucket's is the time until it is full again (there is no window). Never compared.",
-	"headers":   "response_headers_to_add and raw_body: tollgate adds the RateLimit headers and, on a denial, the problem+json body its HTTP adapters send; the reference adds headers only with LIMIT_RESPONSE_HEADERS_ENABLED. Never compared.",
-	"error":     "an empty domain or no descriptors: both answer an error; the reference's gRPC code is Unknown, tollgate's InvalidArgument. Only the error is compared.",
-	"denied":    "a denied request is not charged in tollgate (the bucket keeps its tokens), while the reference's counter keeps counting; so after a denial the reference stays over limit for a peek (hits_addend 0) and tollgate reports the tokens left.",
-	"twice":     "one descriptor named twice in a request is one bucket charged once in tollgate; the reference increments its counter once per descriptor.",
-	"negative":  "is_negative_hits: the reference ignores the flag and charges the hits; tollgate answers the request invalid (tokens are never refunded, and a flag it cannot honour is not ignored).",
+	"reset":    "duration_until_reset: the reference's is the time to the end of the fixed window; a bucket's is the time until it is full again (there is no window). Never compared.",
+	"headers":  "response_headers_to_add and raw_body: tollgate adds the RateLimit headers and, on a denial, the problem+json body its HTTP adapters send; the reference adds headers only with LIMIT_RESPONSE_HEADERS_ENABLED. Never compared.",
+	"error":    "an empty domain or no descriptors: both answer an error; the reference's gRPC code is Unknown, tollgate's InvalidArgument. Only the error is compared.",
+	"denied":   "a denied request is not charged in tollgate (the bucket keeps its tokens), while the reference's counter keeps counting; so after a denial the reference stays over limit for a peek (hits_addend 0) and tollgate reports the tokens left.",
+	"twice":    "one descriptor named twice in a request is one bucket charged once in tollgate; the reference increments its counter once per descriptor.",
+	"negative": "is_negative_hits: the reference ignores the flag and charges the hits; tollgate answers the request invalid (tokens are never refunded, and a flag it cannot honour is not ignored).",
 	// shown by TestOneTagAllOrNothingOnlyAmongEqualCosts: the reference's
 	// own files give one tag to one descriptor's entries, so only
 	// tollgate's tenant block puts two buckets on one tag
