@@ -41,12 +41,15 @@
 //
 //   - "tenant" (required): the tenant ID, as the gateway verified it (a JWT
 //     claim, never a header the client sets);
-//   - "tier" (optional): the tenant's tier; without it the resolver's
-//     default tier and the tenant's overrides apply;
+//   - "tier" (optional, read only with [WithTrustedTier]): the tenant's
+//     tier; without it the resolver's default tier and the tenant's
+//     overrides apply;
 //   - "class" (optional): the class, default "default".
 //
-// The cost is the descriptor's hits_addend where set, else the request's;
-// 0 means 1, as in Envoy. The bucket is core's key rl:{tenant}:class, so a
+// The cost is the descriptor's hits_addend where set (0 checks without
+// charging, as envoyproxy/ratelimit), else the request's, where 0 means 1.
+// With [WithTiers], a tier or class the tier file does not define is
+// answered invalid before any check. The bucket is core's key rl:{tenant}:class, so a
 // gateway check and a service check of the same tenant and class drain one
 // bucket.
 //
