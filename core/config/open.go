@@ -29,7 +29,8 @@ type Service struct {
 	// WithResolverOptions.
 	Resolver *core.TieredResolver
 	// Limiter is built with Config.LimiterOptions, then those of
-	// WithLimiterOptions.
+	// WithLimiterOptions, over Resolver (or what WithLimiterResolver
+	// made of it).
 	Limiter *core.Limiter
 	// Gate is built with Config.GateOptions, then those of
 	// WithGateOptions: hand it to an adapter.
@@ -73,6 +74,7 @@ type openConfig struct {
 	limiterOpts []core.Option
 	resolvOpts  []core.ResolverOption
 	gateOpts    []core.GateOption
+	limResolver func(*core.TieredResolver) (core.Resolver, error)
 	watch       bool
 	reloadOpts  []ReloadOption
 	pingTimeout time.Duration
@@ -152,6 +154,21 @@ func WithResolverOptions(opts ...core.ResolverOption) OpenOption {
 func WithGateOptions(opts ...core.GateOption) OpenOption {
 	return openOptionFunc(func(c *openConfig) error {
 		c.gateOpts = append(c.gateOpts, opts...)
+		return nil
+	})
+}
+
+// WithLimiterResolver makes the limiter resolve quotas through the
+// resolver f returns, given the file's resolver (Service.Resolver, which
+// the watch reloads): for a resolver with rules of its own that falls back
+// to the file's tiers. An error from f, or a nil resolver, fails Open with
+// that error. Default: the file's resolver.
+func WithLimiterResolver(f func(tiers *core.TieredResolver) (core.Resolver, error)) OpenOption {
+	return openOptionFunc(func(c *openConfig) error {
+		if f == nil {
+			return badOpenOption("WithLimiterResolver", "nil function")
+		}
+		c.limResolver = f
 		return nil
 	})
 }
@@ -302,8 +319,17 @@ func open(ctx context.Context, cfg *Config, c *openConfig) (s *Service, err erro
 	if s.Resolver, err = core.NewResolver(cfg.Tiers, append(ropts, c.resolvOpts...)...); err != nil {
 		return s, fmt.Errorf("%s: resolver: %w", cfg.Source, err)
 	}
+	var limResolver core.Resolver = s.Resolver
+	if c.limResolver != nil {
+		if limResolver, err = c.limResolver(s.Resolver); err != nil {
+			return s, err
+		}
+		if limResolver == nil {
+			return s, badOpenOption("WithLimiterResolver", "the function returned a nil resolver")
+		}
+	}
 	lopts := append([]core.Option{core.WithLogger(c.log)}, cfg.LimiterOptions()...)
-	if s.Limiter, err = core.New(s.Redis, s.Resolver, append(lopts, c.limiterOpts...)...); err != nil {
+	if s.Limiter, err = core.New(s.Redis, limResolver, append(lopts, c.limiterOpts...)...); err != nil {
 		return s, fmt.Errorf("%s: limiter: %w", cfg.Source, err)
 	}
 	s.closers = append(s.closers, s.Limiter.Close)

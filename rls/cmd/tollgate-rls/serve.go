@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -112,6 +114,20 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 		closers = append(closers, closeDB)
 		opts = append(opts, config.WithResolverOptions(core.WithOverrides(store)))
 	}
+	rulesPath, srvOpts, err := rulesEnv(getenv)
+	if err != nil {
+		return err
+	}
+	// With RLS_CONFIG the limiter resolves through its rules, which fall
+	// back to the tiers for the services' classes.
+	var rules *rls.Rules
+	var rulesErr error
+	opts = append(opts, config.WithLimiterResolver(func(tiers *core.TieredResolver) (core.Resolver, error) {
+		if rules, rulesErr = openRules(rulesPath, tiers); rulesErr != nil || rules == nil {
+			return tiers, rulesErr
+		}
+		return rules, nil
+	}))
 	// The one setup path: the tier file (or the built-in one) builds the
 	// resolver and the limiter, and TOLLGATE_CONFIG is watched.
 	var svc *config.Service
@@ -125,6 +141,8 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 		}
 	}
 	switch {
+	case err != nil && rulesErr != nil:
+		return rulesErr
 	case err != nil && errors.Is(err, core.ErrInvalidConfig):
 		return fmt.Errorf("TOLLGATE_CONFIG: %w", err)
 	case err != nil: // Redis does not answer
@@ -132,8 +150,16 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 	}
 	closers = append(closers, func() { _ = svc.Close() })
 	lim, style := svc.Limiter, svc.Config.HeaderStyle
+	if rules != nil {
+		wctx, cancel := context.WithCancel(context.Background())
+		done := rules.Watch(wctx, rulesPath, time.Second, log)
+		closers = append(closers, func() { cancel(); <-done })
+		srvOpts = append(srvOpts, rls.WithRules(rules))
+	} else {
+		srvOpts = append(srvOpts, rls.WithTiers(svc.Resolver))
+	}
 
-	srv, err := rls.New(lim, rls.WithHeaderStyle(style))
+	srv, err := rls.New(lim, append([]rls.Option{rls.WithHeaderStyle(style)}, srvOpts...)...)
 	if err != nil {
 		return err
 	}
@@ -177,7 +203,7 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 		}()
 		maddr = mln.Addr().String()
 	}
-	log.Info("tollgate-rls listening", "addr", ln.Addr().String(), "metrics", maddr, "redis", where, "config", orBuiltin(path))
+	log.Info("tollgate-rls listening", "addr", ln.Addr().String(), "metrics", maddr, "redis", where, "config", orBuiltin(path), "rules", orNone(rulesPath))
 	if ready != nil {
 		ready(ln.Addr().String(), maddr)
 	}
@@ -205,6 +231,56 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 		err = nil
 	}
 	return err
+}
+
+// rulesEnv reads where the envoyproxy/ratelimit configuration is
+// (RLS_CONFIG, else the reference's RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config;
+// "" when neither is set) and the options that go with it.
+func rulesEnv(getenv func(string) string) (string, []rls.Option, error) {
+	path := getenv("RLS_CONFIG")
+	if path == "" && getenv("RUNTIME_ROOT") != "" {
+		path = filepath.Join(getenv("RUNTIME_ROOT"), getenv("RUNTIME_SUBDIRECTORY"), "config")
+	}
+	var opts []rls.Option
+	for _, o := range []struct {
+		env string
+		opt func(bool) rls.Option
+	}{{"SHADOW_MODE", rls.WithGlobalShadow}, {"RLS_DESCRIPTOR_LIMITS", rls.WithDescriptorLimits}, {"RLS_TRUST_TIER", rls.WithTrustedTier}} {
+		v := getenv(o.env)
+		if v == "" {
+			continue
+		}
+		on, err := strconv.ParseBool(v)
+		if err != nil {
+			return "", nil, fmt.Errorf("%s: want true or false, got %q", o.env, v)
+		}
+		if trust := o.env == "RLS_TRUST_TIER"; on && trust && path != "" {
+			return "", nil, fmt.Errorf("RLS_TRUST_TIER is for descriptors without RLS_CONFIG (a rule names its trusted tier entry)")
+		} else if on && !trust && path == "" {
+			return "", nil, fmt.Errorf("%s needs RLS_CONFIG (an envoyproxy/ratelimit configuration)", o.env)
+		}
+		opts = append(opts, o.opt(on))
+	}
+	return path, opts, nil
+}
+
+// openRules loads the envoyproxy/ratelimit configuration at path, if any.
+func openRules(path string, tiers *core.TieredResolver) (*rls.Rules, error) {
+	if path == "" {
+		return nil, nil
+	}
+	cfg, err := rls.LoadConfig(path)
+	if err != nil {
+		return nil, fmt.Errorf("RLS_CONFIG: %w", err)
+	}
+	return rls.NewRules(cfg, tiers)
+}
+
+func orNone(path string) string {
+	if path == "" {
+		return "none (descriptors name tenant, tier, class)"
+	}
+	return path + " (envoyproxy/ratelimit configuration, reloaded on change)"
 }
 
 func orBuiltin(path string) string {
