@@ -169,6 +169,36 @@ func TestOpenWithYourOwnClient(t *testing.T) {
 	}
 }
 
+// TestOpenWithALimiterResolver: the limiter resolves through the resolver
+// made from the file's, and the file's tiers behind it.
+func TestOpenWithALimiterResolver(t *testing.T) {
+	var given *core.TieredResolver
+	svc, err := config.Open(t.Context(), newTierFile(t, tierFile(3, "")), config.WithRedisURL(redistest.URL(t)),
+		config.WithLimiterOptions(core.WithPrefix(redistest.Prefix(t))),
+		config.WithLimiterResolver(func(tiers *core.TieredResolver) (core.Resolver, error) {
+			given = tiers
+			return core.ResolverFunc(func(ctx context.Context, ten core.Tenant, class string) ([]core.Bucket, error) {
+				if ten.ID == "vip" { // a rule of its own
+					return []core.Bucket{{Name: class, Quota: core.Quota{Capacity: 5, RefillPerSecond: 0.001}}}, nil
+				}
+				return tiers.Buckets(ctx, ten, class)
+			}), nil
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	if given != svc.Resolver {
+		t.Error("the function was not given the file's resolver")
+	}
+	if got := admitted(t, svc, "vip", 7); got != 5 {
+		t.Errorf("vip: admitted %d of 7, want its own rule's 5", got)
+	}
+	if got := admitted(t, svc, "t1", 5); got != 3 {
+		t.Errorf("t1: admitted %d of 5, want the file's 3", got)
+	}
+}
+
 func TestOpenRefusesBadOptions(t *testing.T) {
 	good := newTierFile(t, tierFile(2, ""))
 	url := config.WithRedisURL(redistest.URL(t))
@@ -208,6 +238,17 @@ func TestOpenRefusesBadOptions(t *testing.T) {
 			return config.OpenConfig(t.Context(), cfg, url, config.WithWatch())
 		}, "config.WithWatch: OpenConfig has no file to watch"},
 		{"nil configuration", func() (*config.Service, error) { return config.OpenConfig(t.Context(), nil, url) }, "config.OpenConfig: nil configuration"},
+		{"nil limiter resolver function", func() (*config.Service, error) {
+			return config.Open(t.Context(), good, url, config.WithLimiterResolver(nil))
+		}, "config.WithLimiterResolver: nil function"},
+		{"nil limiter resolver", func() (*config.Service, error) {
+			return config.Open(t.Context(), good, url, config.WithLimiterResolver(func(*core.TieredResolver) (core.Resolver, error) { return nil, nil }))
+		}, "config.WithLimiterResolver: the function returned a nil resolver"},
+		{"limiter resolver fails", func() (*config.Service, error) {
+			return config.Open(t.Context(), good, url, config.WithLimiterResolver(func(*core.TieredResolver) (core.Resolver, error) {
+				return nil, fmt.Errorf("%w: rules.yaml:3: bad rule", core.ErrInvalidConfig)
+			}))
+		}, "rules.yaml:3: bad rule"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
