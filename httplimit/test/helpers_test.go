@@ -3,7 +3,6 @@ package httplimit_test
 import (
 	"net/http"
 	"net/http/httptest"
-	"testing"
 
 	"github.com/tollgate-go/tollgate/core"
 )
@@ -18,12 +17,3 @@ func serve(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
 	return w
 }
 
-// newGate builds the gate the middleware under test takes.
-func newGate(t testing.TB, lim *core.Limiter, opts ...core.GateOption) *core.Gate {
-	t.Helper()
-	g, err := core.NewGate(lim, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g
-}

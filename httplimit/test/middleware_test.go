@@ -35,7 +35,7 @@ func TestOptions(t *testing.T) {
 		return withTenant(httptest.NewRequest(method, path, nil), tenant)
 	}
 	t.Run("skipper", func(t *testing.T) {
-		h := httplimit.Middleware(newGate(t, lim), httplimit.WithSkipper(func(r *http.Request) bool { return r.URL.Path == "/skip" }))(ok)
+		h := httplimit.Middleware(conformance.NewUnitGate(t, lim), httplimit.WithSkipper(func(r *http.Request) bool { return r.URL.Path == "/skip" }))(ok)
 		for range 3 {
 			if w := serve(h, req("GET", "/skip", "skipper")); w.Code != 200 || w.Header().Get("RateLimit") != "" {
 				t.Fatalf("skipped request: %d %v", w.Code, w.Header())
@@ -51,10 +51,10 @@ func TestOptions(t *testing.T) {
 		}
 		for name, h := range map[string]func(http.Handler, func(error)) http.Handler{
 			"gate cost func": func(next http.Handler, hook func(error)) http.Handler {
-				return httplimit.Middleware(newGate(t, lim, core.WithCostFunc(zero)), httplimit.WithErrorHandler(func(_ *http.Request, err error) { hook(err) }))(next)
+				return httplimit.Middleware(conformance.NewUnitGate(t, lim, core.WithCostFunc(zero)), httplimit.WithErrorHandler(func(_ *http.Request, err error) { hook(err) }))(next)
 			},
 			"route func": func(next http.Handler, hook func(error)) http.Handler {
-				return httplimit.Middleware(newGate(t, lim), httplimit.WithErrorHandler(func(_ *http.Request, err error) { hook(err) }),
+				return httplimit.Middleware(conformance.NewUnitGate(t, lim), httplimit.WithErrorHandler(func(_ *http.Request, err error) { hook(err) }),
 					httplimit.WithRouteFunc(func(*http.Request) (core.Route, bool) { return core.Route{Class: "default", Cost: 0}, true }))(next)
 			},
 		} {
@@ -67,7 +67,7 @@ func TestOptions(t *testing.T) {
 		}
 	})
 	t.Run("route func comes before the gate's cost func and table", func(t *testing.T) {
-		gate := newGate(t, lim, core.WithRoutes(core.Routes{"/x": {Class: "default", Cost: 1}}),
+		gate := conformance.NewUnitGate(t, lim, core.WithRoutes(core.Routes{"/x": {Class: "default", Cost: 1}}),
 			core.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
 				return core.Route{Class: "export", Cost: 3}, true
 			}))
@@ -85,7 +85,7 @@ func TestOptions(t *testing.T) {
 	})
 	t.Run("deny handler sees the verdict, headers already set", func(t *testing.T) {
 		var got core.Verdict
-		h := httplimit.Middleware(newGate(t, lim), httplimit.WithDenyHandler(func(w http.ResponseWriter, r *http.Request, v core.Verdict) {
+		h := httplimit.Middleware(conformance.NewUnitGate(t, lim), httplimit.WithDenyHandler(func(w http.ResponseWriter, r *http.Request, v core.Verdict) {
 			got = v
 			if w.Header().Get("Retry-After") == "" {
 				t.Error("Retry-After not set before the deny handler")
@@ -100,14 +100,14 @@ func TestOptions(t *testing.T) {
 		}
 	})
 	t.Run("pattern func", func(t *testing.T) {
-		h := httplimit.Middleware(newGate(t, lim, core.WithRoutes(core.Routes{"/items/:id": {Class: "export", Cost: 1}})),
+		h := httplimit.Middleware(conformance.NewUnitGate(t, lim, core.WithRoutes(core.Routes{"/items/:id": {Class: "export", Cost: 1}})),
 			httplimit.WithPatternFunc(func(*http.Request) string { return "/items/:id" }))(ok)
 		if got := serve(h, req("GET", "/items/7", "pattern")).Header().Get("RateLimit-Policy"); got != `"export";q=10;w=1000` {
 			t.Fatalf("policy %q", got)
 		}
 	})
 	t.Run("ServeMux pattern, wrapped or inside", func(t *testing.T) {
-		mw := httplimit.Middleware(newGate(t, lim, core.WithRoutes(core.Routes{"GET /items/{id}": {Class: "export", Cost: 1}})))
+		mw := httplimit.Middleware(conformance.NewUnitGate(t, lim, core.WithRoutes(core.Routes{"GET /items/{id}": {Class: "export", Cost: 1}})))
 		mux := http.NewServeMux()
 		mux.Handle("GET /items/{id}", ok)
 		inner := http.NewServeMux()
