@@ -12,9 +12,11 @@
 //
 //	app := fiber.New()
 //	app.Use(authenticate) // calls fiberlimit.SetTenant(c, tenant) after verifying the credential
-//	limit := fiberlimit.New(lim, fiberlimit.WithRoutes(core.Routes{
+//	gate, err := core.NewGate(lim, core.WithRoutes(core.Routes{
 //		"POST /v1/reports/export": {Class: "export", Cost: 5},
 //	}))
+//	if err != nil { ... } // a bad route table, named
+//	limit := fiberlimit.New(gate)
 //	app.Get("/v1/profile", limit, profile)
 //	app.Post("/v1/reports/export", limit, export)
 //

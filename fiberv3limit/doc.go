@@ -15,9 +15,11 @@
 //
 //	app := fiber.New()
 //	app.Use(authenticate) // calls fiberv3limit.SetTenant(c, tenant) after verifying the credential
-//	limit := fiberv3limit.New(lim, fiberv3limit.WithRoutes(core.Routes{
+//	gate, err := core.NewGate(lim, core.WithRoutes(core.Routes{
 //		"POST /v1/reports/export": {Class: "export", Cost: 5},
 //	}))
+//	if err != nil { ... } // a bad route table, named
+//	limit := fiberv3limit.New(gate)
 //	app.Get("/v1/profile", limit, profile)
 //	app.Post("/v1/reports/export", limit, export)
 //
