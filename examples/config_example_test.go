@@ -51,7 +51,13 @@ func Example_configFile() {
 
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
-	r.Use(authenticate, ginlimit.Middleware(lim, ginlimit.WithGateOptions(cfg.GateOptions()...)))
+	// the gate, built once: the file's routes, header style, anonymous tier
+	gate, err := core.NewGate(lim, cfg.GateOptions()...)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	r.Use(authenticate, ginlimit.Middleware(gate))
 	r.GET("/v1/profile", func(c *gin.Context) { c.String(http.StatusOK, "profile") })
 	r.POST("/v1/reports/export", func(c *gin.Context) { c.String(http.StatusOK, "exported") })
 	r.GET("/healthz", func(c *gin.Context) { c.String(http.StatusOK, "ok") })
