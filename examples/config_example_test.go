@@ -18,10 +18,10 @@ import (
 
 // A program that takes its tiers, routes and header style from a tier file
 // and limits a Gin service with them: the file's options go to the limiter
-// (key prefix, failure policy, timeout), the resolver (cache TTL) and, with
-// WithGateOptions, to the middleware (routes, header style, anonymous tier).
-// httplimit, echolimit, fiberlimit and grpclimit take the same
-// cfg.GateOptions().
+// (key prefix, failure policy, timeout), the resolver (cache TTL) and the
+// gate the middleware takes (routes, header style, anonymous tier).
+// httplimit, echolimit, fiberlimit and grpclimit take the same gate (see
+// Example_oneGate).
 func Example_configFile() {
 	cfg, err := config.Load("tollgate.yaml") // the file the example services serve
 	if err != nil {
