@@ -23,6 +23,6 @@
 // Route keys are Fiber's route templates (c.Route().Path:
 // "/v1/items/:id"), optionally preceded by the method. Fiber reuses its
 // request buffers once a handler returns: the middleware copies what it
-// passes on (utils.CopyString), and hooks (WithFiberCostFunc,
+// passes on (utils.CopyString), and hooks (WithRouteFunc,
 // WithPatternFunc) must not keep strings taken from the context.
 package fiberlimit

@@ -30,7 +30,7 @@
 // Path is the mount prefix ("/" for app.Use, "/v1" for a group). Register
 // the handler on each route, or give WithPatternFunc a way to find the
 // template. Fiber reuses its request buffers once a handler returns: the
-// handler copies what it passes on, and hooks (WithFiberCostFunc,
+// handler copies what it passes on, and hooks (WithRouteFunc,
 // WithPatternFunc) must not keep strings taken from the context.
 //
 // The package is named for the framework's major version so that it can
