@@ -16,4 +16,3 @@ func serve(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
 	h.ServeHTTP(w, r)
 	return w
 }
-
