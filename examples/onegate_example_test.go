@@ -69,7 +69,7 @@ func Example_oneGate() {
 	// ...net/http the exports...
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/reports/export", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("exported")) })
-	httpSrv := httptest.NewServer(authenticateHTTP(httplimit.Middleware(gate)(mux)))
+	httpSrv := httptest.NewServer(httpAuth(httplimit.Middleware(gate)(mux)))
 	defer httpSrv.Close()
 
 	// ...and gRPC both.
@@ -128,9 +128,9 @@ func Example_oneGate() {
 	// ExportReport ResourceExhausted
 }
 
-// authenticateHTTP, authenticateUnary and authenticateStream stand for your
+// httpAuth, authenticateUnary and authenticateStream stand for your
 // authentication, as authenticate does for Gin.
-func authenticateHTTP(next http.Handler) http.Handler {
+func httpAuth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if id, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
 			r = r.WithContext(core.ContextWithTenant(r.Context(), core.Tenant{ID: id, Tier: "free"}))
