@@ -13,7 +13,7 @@ TESTFLAGS ?= -race -shuffle=on -count=1 -timeout 12m
 BENCHFLAGS ?= -run '^$$' -bench . -benchmem -count 5
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: release release-sync consumer proxy apidiff help test lint bench bench/load bench/http demo fuzz tidy fmt check-redis $(addprefix test/,$(ALL_MODULES)) bench/rls $(addprefix bench/,$(filter-out rls,$(ALL_MODULES)))
+.PHONY: release release-sync consumer proxy apidiff help test lint bench bench/load bench/http demo fuzz linearize tidy fmt check-redis $(addprefix test/,$(ALL_MODULES)) bench/rls $(addprefix bench/,$(filter-out rls,$(ALL_MODULES)))
 
 help: ## list the targets
 	@grep -hE '^([a-zA-Z/%_-]+|\$$\(addprefix [^)]*\)\): [a-z]+/%):.*## ' $(MAKEFILE_LIST) \
@@ -31,6 +31,12 @@ test: check-redis ## every module, with -race, against a real Redis
 
 $(addprefix test/,$(ALL_MODULES)): test/%: check-redis ## one module and its test module, e.g. make test/core
 	cd $* && $(GO) test $(TESTFLAGS) github.com/tollgate-go/tollgate/$*/...
+
+DURATION ?= 5m
+LINEARIZE_TIMEOUT ?= 3h
+
+linearize: check-redis ## the linearizability check under faults, repeated for DURATION (default 5m), e.g. make linearize DURATION=30m
+	cd core/test && LINEARIZE_DURATION=$(DURATION) $(GO) test -race -count=1 -timeout $(LINEARIZE_TIMEOUT) -v ./linearize
 
 check-redis: ## fail fast, and say why, when no real Redis can be had
 	@if [ -n "$$REDIS_URL" ]; then exit 0; fi; \

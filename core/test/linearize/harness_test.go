@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -160,14 +161,14 @@ func extend(ops []op, faults []window) {
 type tally struct {
 	ops                                  int
 	admitted, denied, localDenied        int
-	ambiguous, notSent                   int
+	ambiguous, notSent, leased           int
 	failedOpen, failedClosed, overloaded int
 	fallbackAdmitted, fallbackDenied     int
 }
 
 func (c tally) String() string {
-	return fmt.Sprintf("%d ops: %d admitted, %d denied by the store, %d denied by the deny cache; degraded: %d sent (charged once or not), %d not sent; failed_open %d, failed_closed %d, overloaded %d, fallback %d admitted / %d denied",
-		c.ops, c.admitted, c.denied, c.localDenied, c.ambiguous, c.notSent, c.failedOpen, c.failedClosed, c.overloaded, c.fallbackAdmitted, c.fallbackDenied)
+	return fmt.Sprintf("%d ops: %d admitted by the store, %d from a lease, %d denied by the store, %d denied by the deny cache; degraded: %d sent (charged once or not), %d not sent; failed_open %d, failed_closed %d, overloaded %d, fallback %d admitted / %d denied",
+		c.ops, c.admitted, c.leased, c.denied, c.localDenied, c.ambiguous, c.notSent, c.failedOpen, c.failedClosed, c.overloaded, c.fallbackAdmitted, c.fallbackDenied)
 }
 
 func count(ops []op) tally {
@@ -181,6 +182,8 @@ func count(ops []op) tally {
 			c.denied++
 		case localDenied:
 			c.localDenied++
+		case leased:
+			c.leased++
 		case ambiguous:
 			if o.NotSent {
 				c.notSent++
@@ -222,7 +225,15 @@ func linearizable(q quota, ops []op, faults []window, timeout time.Duration, vis
 	if err := porcupine.Visualize(m, info, f); err != nil {
 		return res, err.Error()
 	}
-	return res, "visualization: " + f.Name()
+	raw, err := json.Marshal(ops)
+	if err != nil {
+		return res, err.Error()
+	}
+	dump := strings.TrimSuffix(f.Name(), ".html") + ".json"
+	if err := os.WriteFile(dump, raw, 0o644); err != nil {
+		return res, err.Error()
+	}
+	return res, "visualization: " + f.Name() + ", history: " + dump
 }
 
 // degradedBounds checks the degraded answers against their own stated
@@ -248,6 +259,11 @@ func degradedBounds(cfg config, ops []op) []string {
 			bad = append(bad, fmt.Sprintf("a shed check admitted: %+v", o))
 		}
 		by[rk{o.Replica, o.Key}] = append(by[rk{o.Replica, o.Key}], o)
+	}
+	if cfg.Lease > 0 {
+		for _, tenant := range cfg.Tenants {
+			bad = append(bad, leaseBound(cfg, tenant, ops)...)
+		}
 	}
 	if cfg.Fallback == 0 {
 		return bad
@@ -306,4 +322,34 @@ func report(t *testing.T, name string, c tally, took time.Duration) {
 	logMu.Lock()
 	defer logMu.Unlock()
 	t.Logf("%s: %s; checked in %v", name, c, took.Round(time.Millisecond))
+}
+
+// leaseBound checks the leases' stated bound on one tenant's admissions
+// (by the store or from a lease, every replica's): in any window, at most
+// the bucket's allowance (capacity + rate × length) plus the tokens leased
+// and not yet spent, at most replicas × lease size.
+func leaseBound(cfg config, tenant string, ops []op) []string {
+	var adm []op
+	for _, o := range ops {
+		if o.Key == tenant && (o.Kind == admitted || o.Kind == leased) {
+			adm = append(adm, o)
+		}
+	}
+	sort.Slice(adm, func(i, j int) bool { return adm[i].Call < adm[j].Call })
+	extra := float64(nReplicas * cfg.Lease)
+	for i := range adm {
+		// the admissions inside [adm[i].Call, end], by end
+		inside := make([]op, 0, len(adm)-i)
+		inside = append(inside, adm[i:]...)
+		sort.Slice(inside, func(a, b int) bool { return inside[a].Return < inside[b].Return })
+		var n int64
+		for _, o := range inside {
+			n += o.Cost
+			length := float64(o.Return-adm[i].Call) / 1e9
+			if bound := float64(cfg.Capacity) + cfg.Rate*length + extra; float64(n) > bound+1e-9 {
+				return []string{fmt.Sprintf("tenant %s: %d tokens admitted in %.6fs from %d, bound %.2f", tenant, n, length, adm[i].Call, bound)}
+			}
+		}
+	}
+	return nil
 }

@@ -175,13 +175,14 @@ var scenarios = []scenario{
 	{name: "standalone/killed-restarted", fault: killRestart,
 		options: func(c *config) { c.Policy, c.DenyCache, c.Batching = core.FailClosed, true, false }},
 	{name: "standalone/sigstop", fault: pauseResume, options: func(c *config) { c.Fallback = 1.0 / 3 }},
+	{name: "standalone/leases-killed-restarted", fault: killRestart, options: func(c *config) { c.Lease = 4 }},
 	{name: "standalone/drop-reply", proxied: true, fault: proxyFault(redistest.DropReply)},
 	{name: "standalone/reset", proxied: true, fault: proxyFault(redistest.Reset),
 		options: func(c *config) { c.Policy, c.Batching = core.FailClosed, false }},
 	{name: "standalone/client-clock-step", fault: clockStep, options: func(c *config) { c.ClientClock, c.DenyCache = true, true }},
 	{name: "cluster/healthy", cluster: true, fault: noFault, options: func(c *config) { c.DenyCache = true }},
 	{name: "cluster/sigstop", cluster: true, fault: pauseResume, options: func(c *config) { c.Fallback = 1.0 / 3 }},
-	{name: "cluster/failover", cluster: true, fault: failover},
+	{name: "cluster/failover", cluster: true, fault: failover, options: func(c *config) { c.Lease = 3 }},
 	{name: "cluster/client-clock-step", cluster: true, fault: clockStep, options: func(c *config) { c.ClientClock = true }},
 }
 
@@ -214,8 +215,8 @@ func check(t *testing.T, name string, cfg config, ops []op, faults []window) tal
 	for _, b := range degradedBounds(cfg, ops) {
 		t.Error(b)
 	}
-	if c.admitted == 0 || c.denied+c.localDenied == 0 {
-		t.Fatalf("%s: a history without both admissions and denials checks nothing: %s", name, c)
+	if c.admitted == 0 {
+		t.Fatalf("%s: a history without an admission by the store checks nothing: %s", name, c)
 	}
 	return c
 }

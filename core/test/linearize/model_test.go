@@ -23,9 +23,12 @@ const (
 	// reply, late reply): it charged the cost once or not at all, at a
 	// time between its invocation and its (extended) return
 	ambiguous
+	// admitted from this replica's lease, without a store call: checked
+	// against the lease bound (leaseBound), not the model
+	leased
 )
 
-var kindNames = [...]string{"admitted", "denied", "local-denied", "ambiguous"}
+var kindNames = [...]string{"admitted", "denied", "local-denied", "ambiguous", "leased"}
 
 // input is one operation as the model sees it. lo and hi bound the time,
 // in microseconds of the clock the script used (the server's, or the
@@ -34,6 +37,15 @@ type input struct {
 	kind   kind
 	cost   int64
 	lo, hi int64
+	// lease is the lease size when leases are on: a store admission then
+	// either charged the cost (a plain check) or took a lease (charged
+	// lease, and the decision's balance counts the lease's lease-cost
+	// unspent tokens); an ambiguous call charged nothing, cost or lease
+	lease int64
+	// lag is how far, in µs, the replica's clock was behind the others'
+	// (client-clock mode): its deny cache may deny lag × rate tokens the
+	// store still holds (see WithDenyCache)
+	lag int64
 }
 
 // output is the store's answer: the balance, and for an admission the stamp
@@ -101,23 +113,26 @@ func (q quota) step(b bucket, in input, out output) []bucket {
 		if s < b.last || (s > b.last && (s < in.lo || s > in.hi)) {
 			return nil
 		}
-		lo, hi := q.bounds(b, s)
-		got := out.tokens + float64(in.cost)
-		if b.debt == 0 {
-			if lo-float64(in.cost) != out.tokens {
-				return nil
-			}
-		} else if got < lo-eps || got > hi+eps {
-			return nil
+		var next []bucket
+		if q.charged(b, s, in.cost, out.tokens, b.debt == 0) {
+			next = append(next, bucket{tok: out.tokens, last: s})
 		}
-		return []bucket{{tok: out.tokens, last: s}}
+		if in.lease > in.cost {
+			// a lease: the store's balance is the decision's less the
+			// lease's unspent tokens (not exact in floating point)
+			tok := out.tokens - float64(in.lease-in.cost)
+			if q.charged(b, s, in.lease, tok, false) {
+				next = append(next, bucket{tok: tok, last: s})
+			}
+		}
+		return next
 	case denied, localDenied:
 		// the clock read during the call was in [lo, hi], or behind last
 		from, to := max(b.last, in.lo), max(b.last, in.hi)
 		lo, _ := q.bounds(b, from)
 		_, hi := q.bounds(b, to)
 		if in.kind == localDenied {
-			if lo >= float64(in.cost) {
+			if lo-float64(in.lag)*q.rate/1000000 >= float64(in.cost) {
 				return nil
 			}
 			return []bucket{b}
@@ -130,8 +145,25 @@ func (q quota) step(b bucket, in input, out output) []bucket {
 		// ran once, or not at all
 		ran := b
 		ran.debt += in.cost
-		return []bucket{b, ran}
+		next := []bucket{b, ran}
+		if in.lease > in.cost {
+			ran.debt += in.lease - in.cost
+			next = append(next, ran)
+		}
+		return next
 	}
+}
+
+// charged reports whether a charge of cost at the stamp s, from b, can
+// leave tokens: exactly the script's arithmetic when exact, else within
+// the state's interval.
+func (q quota) charged(b bucket, s, cost int64, tokens float64, exact bool) bool {
+	lo, hi := q.bounds(b, s)
+	if exact {
+		return lo-float64(cost) == tokens
+	}
+	got := tokens + float64(cost)
+	return got >= lo-eps && got <= hi+eps
 }
 
 // op is one recorded operation.
@@ -151,7 +183,8 @@ type op struct {
 	Allowed   bool    `json:"allowed"`
 	Fallback  bool    `json:"fallback"`
 	NotSent   bool    `json:"notsent"` // degraded without a store call
-	Extension int64   `json:"-"`       // ns added to an ambiguous call's return
+	Lease     int64   `json:"lease"`   // the lease size, when leases are on
+	Extension int64   `json:"ext"`     // ns added to an ambiguous call's return
 }
 
 // slack widens each call's window, in µs: the process's clock reading and
@@ -204,11 +237,13 @@ func model(q quota) porcupine.Model {
 func operations(ops []op) []porcupine.Operation {
 	h := make([]porcupine.Operation, 0, len(ops))
 	for _, o := range ops {
-		if o.NotSent {
+		if o.NotSent || o.Kind == leased {
 			continue
 		}
 		ret := o.Return + o.Extension
-		in := input{kind: o.Kind, cost: o.Cost,
+		// the other replicas' clocks are never stepped: a negative
+		// offset is this replica's lag behind them
+		in := input{kind: o.Kind, cost: o.Cost, lease: o.Lease, lag: max(0, -o.OffLo),
 			lo: o.Call/1000 + o.OffLo - slack, hi: ret/1000 + o.OffHi + slack}
 		h = append(h, porcupine.Operation{ClientId: o.Replica*1000 + o.Client, Input: in, Call: o.Call,
 			Output: output{tokens: o.Tokens, stamp: o.Stamp}, Return: ret, Metadata: o.Key})

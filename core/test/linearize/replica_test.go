@@ -37,6 +37,7 @@ type config struct {
 	DenyCache   bool
 	Batching    bool
 	ClientClock bool
+	Lease       int64 // lease size, 0 for none; their ttl is leaseTTL
 	// Client is the client under test: "limiter", or a seeded broken one
 	// (see seeded_test.go)
 	Client string
@@ -135,8 +136,9 @@ func runReplica(raw string) error {
 
 // limiterDecider is the real limiter.
 type limiterDecider struct {
-	lim *core.Limiter
-	now func() time.Time
+	lim   *core.Limiter
+	now   func() time.Time
+	lease int64
 }
 
 func newDecider(cfg config, uc redis.UniversalClient, clk *clock) (decider, error) {
@@ -146,6 +148,9 @@ func newDecider(cfg config, uc redis.UniversalClient, clk *clock) (decider, erro
 	q := core.Quota{Capacity: cfg.Capacity, RefillPerSecond: cfg.Rate}
 	opts := []core.Option{core.WithPrefix(cfg.Prefix), core.WithFailurePolicy(cfg.Policy),
 		core.WithTimeout(cfg.Timeout), core.WithDenyCache(cfg.DenyCache), core.WithBatching(cfg.Batching)}
+	if cfg.Lease > 0 {
+		opts = append(opts, core.WithLeases(core.DefaultClass, cfg.Lease, leaseTTL))
+	}
 	if cfg.Fallback > 0 {
 		opts = append(opts, core.WithLocalFallback(cfg.Fallback))
 	}
@@ -160,19 +165,24 @@ func newDecider(cfg config, uc redis.UniversalClient, clk *clock) (decider, erro
 	if err != nil {
 		return nil, err
 	}
-	return &limiterDecider{lim: lim, now: now}, nil
+	return &limiterDecider{lim: lim, now: now, lease: cfg.Lease}, nil
 }
+
+// leaseTTL is how long a lease's tokens may be spent.
+const leaseTTL = 100 * time.Millisecond
 
 func (l *limiterDecider) close() { _ = l.lim.Close() }
 
 func (l *limiterDecider) decide(ctx context.Context, tenant string, cost int64) op {
-	o := op{Call: time.Now().UnixNano()}
+	o := op{Call: time.Now().UnixNano(), Lease: l.lease}
 	d, err := l.lim.Check(ctx, core.Request{Tenant: core.Tenant{ID: tenant}, Cost: cost})
 	o.Return = time.Now().UnixNano()
 	o.Reason, o.Allowed, o.Fallback = d.Reason.String(), d.Allowed, d.Fallback
 	switch {
 	case err == nil && d.Local && d.Reason == core.ReasonOverLimit:
 		o.Kind = localDenied
+	case err == nil && d.Local && d.Reason == core.ReasonOK:
+		o.Kind = leased
 	case err == nil && d.Reason == core.ReasonOK:
 		o.Kind, o.Tokens = admitted, d.Buckets[0].Tokens
 		o.Stamp = d.Buckets[0].Stamp.UnixMicro()
