@@ -86,21 +86,25 @@ func killRestart(t *testing.T, tg target, rs []*replica, unit time.Duration) []w
 func pauseResume(t *testing.T, tg target, rs []*replica, unit time.Duration) []window {
 	time.Sleep(unit / 3)
 	s := tg.victim(t)
-	// longer than the timeout and the probe: the breaker opens
-	w := during(t, max(unit/3, 10*checkTimeout+300*time.Millisecond), s.Pause, s.Resume)
+	// several timeouts: checks time out, the probe finds the silence,
+	// commands wait in the server's sockets and run when it resumes
+	w := during(t, max(unit/2, 4*checkTimeout), s.Pause, s.Resume)
 	time.Sleep(unit / 2)
 	return []window{w}
 }
 
-func proxyFault(f redistest.Fault) fault {
+// proxyFaults applies each fault in short bursts: replies dropped after
+// their commands ran, connections reset.
+func proxyFaults(faults ...redistest.Fault) fault {
 	return func(t *testing.T, tg target, rs []*replica, unit time.Duration) []window {
 		time.Sleep(unit / 3)
 		var ws []window
-		// short bursts: replies lost, or connections reset, then a pause
-		for range 4 {
-			ws = append(ws, during(t, unit/20, func() error { tg.proxy.Set(f); return nil },
-				func() error { tg.proxy.Set(redistest.Pass); return nil }))
-			time.Sleep(unit / 12)
+		for _, f := range faults {
+			for range 2 {
+				ws = append(ws, during(t, unit/20, func() error { tg.proxy.Set(f); return nil },
+					func() error { tg.proxy.Set(redistest.Pass); return nil }))
+				time.Sleep(unit / 8)
+			}
 		}
 		time.Sleep(unit / 3)
 		return ws
@@ -176,12 +180,9 @@ var scenarios = []scenario{
 		options: func(c *config) { c.Policy, c.DenyCache, c.Batching = core.FailClosed, true, false }},
 	{name: "standalone/sigstop", fault: pauseResume, options: func(c *config) { c.Fallback = 1.0 / 3 }},
 	{name: "standalone/leases-killed-restarted", fault: killRestart, options: func(c *config) { c.Lease = 4 }},
-	{name: "standalone/drop-reply", proxied: true, fault: proxyFault(redistest.DropReply)},
-	{name: "standalone/reset", proxied: true, fault: proxyFault(redistest.Reset),
-		options: func(c *config) { c.Policy, c.Batching = core.FailClosed, false }},
+	{name: "standalone/lost-replies-resets", proxied: true, fault: proxyFaults(redistest.DropReply, redistest.Reset)},
 	{name: "standalone/client-clock-step", fault: clockStep, options: func(c *config) { c.ClientClock, c.DenyCache = true, true }},
-	{name: "cluster/healthy", cluster: true, fault: noFault, options: func(c *config) { c.DenyCache = true }},
-	{name: "cluster/sigstop", cluster: true, fault: pauseResume, options: func(c *config) { c.Fallback = 1.0 / 3 }},
+	{name: "cluster/sigstop", cluster: true, fault: pauseResume, options: func(c *config) { c.Fallback, c.DenyCache = 1.0/3, true }},
 	{name: "cluster/failover", cluster: true, fault: failover, options: func(c *config) { c.Lease = 3 }},
 	{name: "cluster/client-clock-step", cluster: true, fault: clockStep, options: func(c *config) { c.ClientClock = true }},
 }
@@ -232,7 +233,10 @@ func newStandalone(t *testing.T) target {
 // passed.
 func TestLinearizable(t *testing.T) {
 	long := durationFromEnv(t)
-	unit := 700 * time.Millisecond
+	unit := 500 * time.Millisecond
+	if long > 0 {
+		unit = 2 * time.Second
+	}
 	// one Cluster for the Cluster histories: 3 masters with a replica each
 	cl := redistest.NewCluster(t, 3, 1)
 	deadline := time.Now().Add(long)

@@ -26,7 +26,7 @@ func flicker(t *testing.T, tg target, rs []*replica, unit time.Duration) []windo
 // TestSeededBugsAreCaught: each seeded broken client (seeded_test.go) is
 // found not linearizable within maxHistories histories.
 func TestSeededBugsAreCaught(t *testing.T) {
-	unit := 700 * time.Millisecond
+	unit := 500 * time.Millisecond
 	skews := []time.Duration{0, -150 * time.Millisecond, 150 * time.Millisecond}
 	for _, sc := range []scenario{
 		{name: "getset", fault: noFault},
