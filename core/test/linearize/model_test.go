@@ -62,6 +62,8 @@ type bucket struct {
 	tok  float64
 	last int64
 	debt int64
+	// approx marks a balance known only to within eps
+	approx bool
 }
 
 // quota is the bucket's configuration, known to the model.
@@ -114,15 +116,23 @@ func (q quota) step(b bucket, in input, out output) []bucket {
 			return nil
 		}
 		var next []bucket
-		if q.charged(b, s, in.cost, out.tokens, b.debt == 0) {
+		if q.charged(b, s, in.cost, out.tokens, b.debt == 0 && !b.approx) {
 			next = append(next, bucket{tok: out.tokens, last: s})
 		}
 		if in.lease > in.cost {
-			// a lease: the store's balance is the decision's less the
-			// lease's unspent tokens (not exact in floating point)
-			tok := out.tokens - float64(in.lease-in.cost)
-			if q.charged(b, s, in.lease, tok, false) {
-				next = append(next, bucket{tok: tok, last: s})
+			// a lease: the decision's balance is the store's plus the
+			// lease's unspent tokens, a sum not exact in floating point;
+			// from an exact state the store's balance is known exactly
+			unspent := float64(in.lease - in.cost)
+			if b.debt == 0 && !b.approx {
+				lo, _ := q.bounds(b, s)
+				if stored := lo - float64(in.lease); math.Abs(stored+unspent-out.tokens) <= eps {
+					next = append(next, bucket{tok: stored, last: s})
+				}
+			} else if tok := out.tokens - unspent; q.charged(b, s, in.lease, tok, false) {
+				// an interval state: approximately, so the next check of
+				// this state is by interval too
+				next = append(next, bucket{tok: tok, last: s, approx: true})
 			}
 		}
 		return next
