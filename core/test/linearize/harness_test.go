@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -171,6 +170,22 @@ func (c tally) String() string {
 		c.ops, c.admitted, c.leased, c.denied, c.localDenied, c.ambiguous, c.notSent, c.failedOpen, c.failedClosed, c.overloaded, c.fallbackAdmitted, c.fallbackDenied)
 }
 
+// add adds o's counts to c.
+func (c *tally) add(o tally) {
+	c.ops += o.ops
+	c.admitted += o.admitted
+	c.denied += o.denied
+	c.localDenied += o.localDenied
+	c.ambiguous += o.ambiguous
+	c.notSent += o.notSent
+	c.leased += o.leased
+	c.failedOpen += o.failedOpen
+	c.failedClosed += o.failedClosed
+	c.overloaded += o.overloaded
+	c.fallbackAdmitted += o.fallbackAdmitted
+	c.fallbackDenied += o.fallbackDenied
+}
+
 func count(ops []op) tally {
 	var c tally
 	c.ops = len(ops)
@@ -301,8 +316,8 @@ func degradedBounds(cfg config, ops []op) []string {
 	return bad
 }
 
-// scale is the length of one history's traffic: LINEARIZE_DURATION
-// stretches it (make linearize), default short for make test.
+// durationFromEnv is LINEARIZE_DURATION (make linearize): how long
+// TestLinearizable repeats its histories; 0 (unset) runs each once.
 func durationFromEnv(t *testing.T) time.Duration {
 	s := os.Getenv("LINEARIZE_DURATION")
 	if s == "" {
@@ -315,12 +330,9 @@ func durationFromEnv(t *testing.T) time.Duration {
 	return d
 }
 
-var logMu sync.Mutex
-
 // report logs one history's outcome.
 func report(t *testing.T, name string, c tally, took time.Duration) {
-	logMu.Lock()
-	defer logMu.Unlock()
+	t.Helper()
 	t.Logf("%s: %s; checked in %v", name, c, took.Round(time.Millisecond))
 }
 

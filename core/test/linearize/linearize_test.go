@@ -240,6 +240,9 @@ func TestLinearizable(t *testing.T) {
 	// one Cluster for the Cluster histories: 3 masters with a replica each
 	cl := redistest.NewCluster(t, 3, 1)
 	deadline := time.Now().Add(long)
+	var total tally
+	histories := 0
+	defer func() { t.Logf("%d histories; in all %s", histories, total) }()
 	for round := 0; round == 0 || time.Now().Before(deadline); round++ {
 		for _, sc := range scenarios {
 			t.Run(sc.name, func(t *testing.T) {
@@ -255,7 +258,8 @@ func TestLinearizable(t *testing.T) {
 					tg.addrs = []string{tg.proxy.Addr()}
 				}
 				cfg, ops, faults := history(t, sc, tg, unit, nil)
-				check(t, sc.name, cfg, ops, faults)
+				total.add(check(t, sc.name, cfg, ops, faults))
+				histories++
 			})
 		}
 	}

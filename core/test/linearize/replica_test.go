@@ -137,13 +137,12 @@ func runReplica(raw string) error {
 // limiterDecider is the real limiter.
 type limiterDecider struct {
 	lim   *core.Limiter
-	now   func() time.Time
 	lease int64
 }
 
 func newDecider(cfg config, uc redis.UniversalClient, clk *clock) (decider, error) {
 	if cfg.Client != "limiter" {
-		return newSeeded(cfg, uc, clk)
+		return newSeeded(cfg, uc)
 	}
 	q := core.Quota{Capacity: cfg.Capacity, RefillPerSecond: cfg.Rate}
 	opts := []core.Option{core.WithPrefix(cfg.Prefix), core.WithFailurePolicy(cfg.Policy),
@@ -154,9 +153,7 @@ func newDecider(cfg config, uc redis.UniversalClient, clk *clock) (decider, erro
 	if cfg.Fallback > 0 {
 		opts = append(opts, core.WithLocalFallback(cfg.Fallback))
 	}
-	now := time.Now
 	if cfg.ClientClock {
-		now = clk.now
 		opts = append(opts, core.WithClock(clk.now))
 	}
 	lim, err := core.New(uc, core.ResolverFunc(func(context.Context, core.Tenant, string) ([]core.Bucket, error) {
@@ -165,7 +162,7 @@ func newDecider(cfg config, uc redis.UniversalClient, clk *clock) (decider, erro
 	if err != nil {
 		return nil, err
 	}
-	return &limiterDecider{lim: lim, now: now, lease: cfg.Lease}, nil
+	return &limiterDecider{lim: lim, lease: cfg.Lease}, nil
 }
 
 // leaseTTL is how long a lease's tokens may be spent.

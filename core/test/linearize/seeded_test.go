@@ -30,7 +30,7 @@ type seeded struct {
 	ttl    string
 }
 
-func newSeeded(cfg config, uc redis.UniversalClient, _ *clock) (decider, error) {
+func newSeeded(cfg config, uc redis.UniversalClient) (decider, error) {
 	s := &seeded{cfg: cfg, c: uc, script: redis.NewScript(core.ScriptSource()),
 		key: func(tenant string) string { return cfg.Prefix + ":{" + tenant + "}:" + core.DefaultClass },
 		ttl: strconv.FormatInt(int64(float64(cfg.Capacity)/cfg.Rate*1000)+1000, 10)}
