@@ -86,9 +86,11 @@ func killRestart(t *testing.T, tg target, rs []*replica, unit time.Duration) []w
 func pauseResume(t *testing.T, tg target, rs []*replica, unit time.Duration) []window {
 	time.Sleep(unit / 3)
 	s := tg.victim(t)
-	// several timeouts: checks time out, the probe finds the silence,
-	// commands wait in the server's sockets and run when it resumes
-	w := during(t, max(unit/2, 4*checkTimeout), s.Pause, s.Resume)
+	// past the timeout and the probe's deadline (1 s): checks time out,
+	// the probe confirms the silence, the breaker opens and the failure
+	// policy (or the fallback) answers; commands wait in the server's
+	// sockets and run when it resumes
+	w := during(t, max(unit/2, 10*checkTimeout+300*time.Millisecond), s.Pause, s.Resume)
 	time.Sleep(unit / 2)
 	return []window{w}
 }
