@@ -186,6 +186,8 @@ var scenarios = []scenario{
 	{name: "standalone/sigstop", fault: pauseResume, options: func(c *config) { c.Fallback = 1.0 / 3 }},
 	{name: "standalone/leases-killed-restarted", fault: killRestart, options: func(c *config) { c.Lease = 4 }},
 	{name: "standalone/lost-replies-resets", proxied: true, fault: proxyFaults(redistest.DropReply, redistest.Reset)},
+	// the seeded replaying client's fault, for the real limiter
+	{name: "standalone/reply-flicker", proxied: true, longOnly: true, fault: flicker},
 	{name: "standalone/client-clock-step", fault: clockStep, options: func(c *config) { c.ClientClock, c.DenyCache = true, true }},
 	{name: "cluster/sigstop", cluster: true, fault: pauseResume, options: func(c *config) { c.Fallback, c.DenyCache = 1.0/3, true }},
 	{name: "cluster/failover", cluster: true, fault: failover, options: func(c *config) { c.Lease = 3 }},
