@@ -29,6 +29,10 @@ func TestCheckerOnMadeUpHistories(t *testing.T) {
 	first := call(0, admitted, 1, 1)
 	leaseTaken := call(0, admitted, 1, 1) // a lease of 2: the store is at 0
 	leaseTaken.Lease = 2
+	// a replica 1 s behind, in client-clock mode, takes the last token at
+	// the stamp another replica's call wrote (its own clock is behind it)
+	lagging := call(20, admitted, 1, 0)
+	lagging.Stamp, lagging.OffLo, lagging.OffHi = base+500, -1_000_000, -1_000_000
 	for _, tt := range []struct {
 		name string
 		ops  []op
@@ -48,6 +52,8 @@ func TestCheckerOnMadeUpHistories(t *testing.T) {
 		{"a lost reply never run", []op{first, call(10, ambiguous, 1, 0), call(20, admitted, 1, after(20, 1))}, porcupine.Ok},
 		{"a lost reply charged once", []op{first, call(10, ambiguous, 1, 0), call(1500, admitted, 1, after(1500, 2))}, porcupine.Ok},
 		{"a lost reply charged twice", []op{first, call(10, ambiguous, 1, 0), call(1900, admitted, 1, after(1900, 3))}, porcupine.Illegal},
+		{"a lagging replica's admission at the stamp a lost reply wrote", []op{call(0, ambiguous, 1, 0), lagging}, porcupine.Ok},
+		{"a lagging replica's admission at a stamp nobody wrote", []op{lagging}, porcupine.Illegal},
 		{"a lease taken", []op{leaseTaken, call(10, denied, 1, q.refill(0, base+500, base+10000))}, porcupine.Ok},
 		{"a lease not taken", []op{leaseTaken, call(10, denied, 1, q.refill(1, base+500, base+10000))}, porcupine.Illegal},
 	} {

@@ -64,6 +64,9 @@ type bucket struct {
 	debt int64
 	// approx marks a balance known only to within eps
 	approx bool
+	// pend is the latest stamp an ambiguous call counted in debt may have
+	// written (the end of its window, in its replica's clock)
+	pend int64
 }
 
 // quota is the bucket's configuration, known to the model.
@@ -111,8 +114,10 @@ func (q quota) step(b bucket, in input, out output) []bucket {
 	case admitted:
 		s := out.stamp
 		// the stored stamp never moves backwards; a newer one is the
-		// clock's reading during the call
-		if s < b.last || (s > b.last && (s < in.lo || s > in.hi)) {
+		// clock's reading during the call, or, after an ambiguous call
+		// (debt), possibly the stamp that call wrote: in client-clock mode
+		// another replica's clock may be ahead of this one's
+		if s < b.last || (s > b.last && (s < in.lo || s > in.hi) && (b.debt == 0 || s > b.pend)) {
 			return nil
 		}
 		var next []bucket
@@ -137,8 +142,12 @@ func (q quota) step(b bucket, in input, out output) []bucket {
 		}
 		return next
 	case denied, localDenied:
-		// the clock read during the call was in [lo, hi], or behind last
+		// the clock read during the call was in [lo, hi], or behind the
+		// stored stamp: last, or one an ambiguous call wrote
 		from, to := max(b.last, in.lo), max(b.last, in.hi)
+		if b.debt > 0 {
+			to = max(to, b.pend)
+		}
 		lo, _ := q.bounds(b, from)
 		_, hi := q.bounds(b, to)
 		if in.kind == localDenied {
@@ -155,6 +164,7 @@ func (q quota) step(b bucket, in input, out output) []bucket {
 		// ran once, or not at all
 		ran := b
 		ran.debt += in.cost
+		ran.pend = max(b.pend, in.hi)
 		next := []bucket{b, ran}
 		if in.lease > in.cost {
 			ran.debt += in.lease - in.cost
