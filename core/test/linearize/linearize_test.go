@@ -21,7 +21,7 @@ const checkTimeout = 100 * time.Millisecond
 // baseConfig is a replica's configuration before a scenario's options.
 func baseConfig(t *testing.T, addrs []string, cluster bool) config {
 	return config{Goroutines: goroutines, Addrs: addrs, Cluster: cluster, Prefix: redistest.Prefix(t),
-		Tenants: []string{"t0", "t1", "t2", "t3"}, Capacity: int64(testQuota.capacity), Rate: testQuota.rate,
+		Tenants: []string{"t0", "t1", "t2", "t3", "t4", "t5", "t6", "t7"}, Capacity: int64(testQuota.capacity), Rate: testQuota.rate,
 		Timeout: checkTimeout, Policy: core.FailOpen, Batching: true, Client: "limiter"}
 }
 
@@ -105,8 +105,10 @@ func proxyFaults(faults ...redistest.Fault) fault {
 		time.Sleep(unit / 3)
 		var ws []window
 		for _, f := range faults {
-			for range 2 {
-				ws = append(ws, during(t, unit/20, func() error { tg.proxy.Set(f); return nil },
+			// 25 ms bursts: a few checks of each tenant caught in each,
+			// so that the search over where they ran stays small
+			for range max(2, int(unit/(250*time.Millisecond))) {
+				ws = append(ws, during(t, 25*time.Millisecond, func() error { tg.proxy.Set(f); return nil },
 					func() error { tg.proxy.Set(redistest.Pass); return nil }))
 				time.Sleep(unit / 8)
 			}
@@ -242,7 +244,7 @@ func TestLinearizable(t *testing.T) {
 	long := durationFromEnv(t)
 	unit := 500 * time.Millisecond
 	if long > 0 {
-		unit = 2 * time.Second
+		unit = time.Second
 	}
 	// one Cluster for the Cluster histories: 3 masters with a replica each
 	cl := redistest.NewCluster(t, 3, 1)
