@@ -137,7 +137,11 @@ func pictures(dir string, cfgs []string, many string, conns []int, runs []run, a
 	if len(lines) == 0 {
 		return nil
 	}
-	lines = append(lines, svgplot.Series{Name: fmt.Sprintf("bucket bound %d + %d/s x t", capacity, refill), X: []float64{xmin, end}, Y: []float64{capacity + refill*xmin, capacity + refill*end}, Dashed: true, Smooth: true, Color: "#000000"})
+	lines = append(lines, svgplot.Series{Name: fmt.Sprintf("bucket bound: %d + %d/s x t", capacity, refill), X: []float64{xmin, end}, Y: []float64{capacity + refill*xmin, capacity + refill*end}, Dashed: true, Smooth: true, Color: "#000000"})
+	// over the burst alone a bucket admits at most capacity + refill x
+	// (t - b0), on top of the one request admitted before it
+	b0 := (window - probeLead).Seconds()
+	lines = append(lines, svgplot.Series{Name: fmt.Sprintf("over the burst: 1 + %d + %d/s x (t - %.1f)", capacity, refill, b0), X: []float64{b0, end}, Y: []float64{1 + capacity, 1 + capacity + refill*(end-b0)}, Dashed: true, Smooth: true, Color: "#888888"})
 	l := svgplot.Lines{
 		Title:  fmt.Sprintf("One tenant across %d replicas, %s: admissions over time (the last of %d probes)", *flagReplicas, where, *flagCount),
 		XLabel: fmt.Sprintf("seconds since the first request, admitted at t = 0 (then idle; 32 workers from %v to %v)", window-probeLead, window+probeLead),

@@ -86,17 +86,22 @@ func trim(v float64) string {
 	return s
 }
 
+// legend writes one entry per name, wrapping onto a second row.
 func legend(b *strings.Builder, names, colors []string, dashed map[string]bool) {
-	x := left
+	x, y := left, height-34
 	for i, n := range names {
+		w := 26 + 7*len(n)
+		if x+w > width-right && x > left {
+			x, y = left, y+18
+		}
 		c := pick(colors, i)
 		if dashed[n] {
-			fmt.Fprintf(b, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="2" stroke-dasharray="6 3"/>`+"\n", x, x+14, height-18, height-18, c)
+			fmt.Fprintf(b, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="2" stroke-dasharray="6 3"/>`+"\n", x, x+14, y+5, y+5, c)
 		} else {
-			fmt.Fprintf(b, `<rect x="%d" y="%d" width="14" height="10" fill="%s"/>`+"\n", x, height-23, c)
+			fmt.Fprintf(b, `<rect x="%d" y="%d" width="14" height="10" fill="%s"/>`+"\n", x, y, c)
 		}
-		fmt.Fprintf(b, `<text x="%d" y="%d">%s</text>`+"\n", x+18, height-14, html.EscapeString(n))
-		x += 26 + 7*len(n)
+		fmt.Fprintf(b, `<text x="%d" y="%d">%s</text>`+"\n", x+18, y+9, html.EscapeString(n))
+		x += w
 	}
 }
 
