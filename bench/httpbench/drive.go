@@ -60,7 +60,7 @@ func startService(config, redisURL, secret string) (*proc, error) {
 		return nil, err
 	}
 	p := &proc{config: config, addr: addr, out: &strings.Builder{}, done: make(chan struct{})}
-	p.cmd = exec.Command(self, "-serve", "-config", config, "-addr", addr, "-redis", redisURL)
+	p.cmd = exec.Command(self, "-serve", "-config", config, "-addr", addr, "-redis", redisURL, "-lease-ttl", flagLeaseTTL.String())
 	p.cmd.Env = append(os.Environ(), secretEnv+"="+secret)
 	p.cmd.Stdout, p.cmd.Stderr = lockedWriter{p.out}, lockedWriter{p.out}
 	p.cmd.WaitDelay = time.Second

@@ -11,7 +11,8 @@
 //     minimal hand-written Gin middleware;
 //   - one-get: exactly one plain Redis GET per request through go-redis
 //     with its defaults, and no decision: the least any shared check costs;
-//   - tollgate-leases: tollgate with leases of 10 tokens for 1 s.
+//   - tollgate-leases: tollgate with leases of 10 tokens for -lease-ttl
+//     (1 s by default).
 //
 // With -delay, the services reach Redis through a link that delays each
 // direction by that much (bench/internal/delaylink), and the summary
@@ -66,11 +67,16 @@ var (
 	flagCPUProfile = flag.String("cpuprofile", "", "with -serve: write the service's CPU profile to this file when it stops")
 	flagDelay      = flag.Duration("delay", 0, "put Redis behind a link delaying each direction by this much (e.g. 250us) and report the latency each configuration adds to none")
 	flagSVG        = flag.String("svg", "", "write the run's pictures (SVG) into this directory")
+	flagLeaseTTL   = flag.Duration("lease-ttl", time.Second, "the lease TTL of tollgate-leases (its size is 10 tokens)")
 )
 
 func main() {
 	flag.Parse()
 	var err error
+	if *flagLeaseTTL <= 0 {
+		fmt.Fprintln(os.Stderr, "httpbench: -lease-ttl must be positive")
+		os.Exit(2)
+	}
 	if *flagServe {
 		err = serve(*flagConfig, *flagAddr, *flagRedis)
 	} else {

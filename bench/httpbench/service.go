@@ -55,8 +55,8 @@ const secretEnv = "HTTPBENCH_JWT_SECRET"
 // configs are the ways the service runs, in the order reported. one-get
 // is the floor of any shared check: exactly one plain Redis GET per request
 // through go-redis with its defaults, whatever it returns, and no decision.
-// tollgate-leases is tollgate with leases of leaseSize tokens for leaseTTL
-// on the limited class.
+// tollgate-leases is tollgate with leases of leaseSize tokens for
+// -lease-ttl (default 1 s) on the limited class.
 var configs = []string{"none", "one-get", "tollgate", "tollgate-leases", "ulule", "redis_rate"}
 
 // limits reports whether the configuration decides (none and one-get
@@ -68,10 +68,7 @@ func limits(config string) bool { return config != "none" && config != "one-get"
 // any interval exceed the bucket's allowance for it by at most
 // R x leaseSize, and from a full bucket never exceed capacity + refill x
 // elapsed (a leased token is charged before it is spent).
-const (
-	leaseSize = 10
-	leaseTTL  = time.Second
-)
+const leaseSize = 10
 
 // extraConfigs may be named in -configs but are not run by default:
 // tollgate-nobatch is tollgate with core.WithBatching(false), to tell
@@ -182,7 +179,7 @@ func limiterMiddleware(config string, client *redis.Client, n *counts) (gin.Hand
 		case "tollgate-nobatch":
 			opts = append(opts, core.WithBatching(false))
 		case "tollgate-leases":
-			opts = append(opts, core.WithLeases("default", leaseSize, leaseTTL))
+			opts = append(opts, core.WithLeases("default", leaseSize, *flagLeaseTTL))
 		}
 		lim, err := core.New(client, resolver, opts...)
 		if err != nil {
