@@ -13,7 +13,7 @@ TESTFLAGS ?= -race -shuffle=on -count=1 -timeout 12m
 BENCHFLAGS ?= -run '^$$' -bench . -benchmem -count 5
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: release release-sync consumer proxy apidiff help test lint bench bench/load bench/http bench/script demo fuzz tidy fmt check-redis $(addprefix test/,$(ALL_MODULES)) $(addprefix bench/,$(ALL_MODULES))
+.PHONY: release release-sync consumer proxy apidiff help test lint bench bench/load bench/http bench/script demo fuzz tidy fmt check-redis $(addprefix test/,$(ALL_MODULES)) bench/rls $(addprefix bench/,$(filter-out rls,$(ALL_MODULES)))
 
 help: ## list the targets
 	@grep -hE '^([a-zA-Z/%_-]+|\$$\(addprefix [^)]*\)\): [a-z]+/%):.*## ' $(MAKEFILE_LIST) \
@@ -113,7 +113,16 @@ bench/http: ## the Gin service under wrk: no limiter, one GET, tollgate (and wit
 	cd bench && $(GO) run ./httpbench $(HTTPFLAGS)
 	cd bench && $(GO) run ./httpbench $(HTTPDELAYFLAGS)
 
-$(addprefix bench/,$(ALL_MODULES)): bench/%: check-redis
+# RLSFLAGS are the side-by-side driver's flags (cd rls/test && go run ./rlsbench -h).
+RLSFLAGS ?= -reps 3 -duration 4s
+
+# An explicit rule (not the rls module's Go benchmarks): tollgate-rls and
+# envoyproxy/ratelimit under ghz, pinned with taskset; both tools must be
+# installed at their pinned versions (the driver says how when one is missing).
+bench/rls: ## tollgate-rls beside envoyproxy/ratelimit under ghz, each with its own Redis (docs/benchmarks.md)
+	cd rls/test && $(GO) run ./rlsbench $(RLSFLAGS)
+
+$(addprefix bench/,$(filter-out rls,$(ALL_MODULES))): bench/%: check-redis
 	cd $* && $(GO) test $(BENCHFLAGS) github.com/tollgate-go/tollgate/$*/...
 
 tidy: ## go mod tidy in every module, test modules included
