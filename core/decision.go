@@ -69,6 +69,13 @@ type BucketState struct {
 	Quota Quota
 	// Tokens is the balance after this check, fractional.
 	Tokens float64
+	// Stamp is the time the store keeps with the balance, to the
+	// microsecond: after an admission (or a peek) by the store, the time of
+	// the bucket's last charge by the store's clock (the Redis server's, or
+	// WithClock's in client-clock mode); it never moves backwards. Zero on
+	// a denial and on a decision made without the store (lease, deny cache,
+	// local fallback).
+	Stamp time.Time
 }
 
 // Decision is the limiter's answer to one request. Every number an adapter

@@ -20,7 +20,7 @@ import (
 // deployment setting from a tier file and limits a Gin service with them:
 // config.Open opens Redis from its URL and builds the resolver, the limiter
 // and the gate the file describes, with one Close. httplimit, echolimit,
-// fiberlimit and grpclimit are wired the same way.
+// fiberlimit and grpclimit take the same gate (see Example_oneGate).
 func Example_configFile() {
 	svc, err := config.Open(context.Background(), "tollgate.yaml", // the file the example services serve
 		config.WithRedisURL(redisURL()), // redis://, rediss://, redis+cluster:// or redis+sentinel://
@@ -32,11 +32,11 @@ func Example_configFile() {
 		return
 	}
 	defer svc.Close()
-	lim, cfg := svc.Limiter, svc.Config
 
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
-	r.Use(authenticate, ginlimit.Middleware(lim, ginlimit.WithGateOptions(cfg.GateOptions()...)))
+	// svc.Gate, built once: the file's routes, header style, anonymous tier
+	r.Use(authenticate, ginlimit.Middleware(svc.Gate))
 	r.GET("/v1/profile", func(c *gin.Context) { c.String(http.StatusOK, "profile") })
 	r.POST("/v1/reports/export", func(c *gin.Context) { c.String(http.StatusOK, "exported") })
 	r.GET("/healthz", func(c *gin.Context) { c.String(http.StatusOK, "ok") })

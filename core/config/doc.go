@@ -59,13 +59,13 @@
 //		config.WithResolverOptions(core.WithOverrides(store)),
 //		config.WithWatch(config.WithSignals(syscall.SIGHUP)))
 //	defer svc.Close()
-//	// svc.Gate to an adapter, svc.Limiter to a queue worker
+//	r.Use(authenticate, ginlimit.Middleware(svc.Gate)) // svc.Limiter to a queue worker
 //
 // A Config also hands out the ready options Open uses, for building core's
 // types yourself: [Config.LimiterOptions] (key_prefix, failure_policy,
 // timeout and the deployment fields), [Config.ResolverOptions] (cache_ttl)
 // and [Config.GateOptions] (the route table, header_style and
-// anonymous_tier, for any adapter's WithGateOptions).
+// anonymous_tier, for core.NewGate: the one gate every adapter takes).
 //
 // # Reloading
 //

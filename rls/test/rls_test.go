@@ -167,7 +167,7 @@ func TestGatewayAndServiceShareABucket(t *testing.T) {
 		clock := conformance.NewFakeClock()
 		lim := newLimiter(t, c, core.WithClock(clock.Now))
 		client := serve(t, lim)
-		svc := httplimit.Middleware(lim)(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+		svc := httplimit.Middleware(conformance.NewUnitGate(t, lim))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
 
 		ask(t, client, request(0, desc("tenant", "t7")))
 		rec := serveHTTP(svc, "t7")
@@ -214,7 +214,7 @@ func TestHeadersMatchHTTPAdapter(t *testing.T) {
 			clock.Advance(1234567 * time.Microsecond) // fractional seconds
 			lim := newLimiter(t, c, core.WithClock(clock.Now))
 			client := serve(t, lim, rls.WithHeaderStyle(style), rls.WithClock(clock.Now))
-			svc := httplimit.Middleware(lim, httplimit.WithHeaderStyle(style), httplimit.WithGateOptions(core.WithClock(clock.Now)))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			svc := httplimit.Middleware(conformance.NewUnitGate(t, lim, core.WithHeaderStyle(style), core.WithClock(clock.Now)))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 			for i := range 5 {
 				if i == 4 {
 					clock.Advance(700 * time.Millisecond)

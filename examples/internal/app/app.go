@@ -3,9 +3,9 @@
 // environment, Redis (or an embedded server), the override database, the
 // tier file, JWT authentication and the Prometheus /metrics endpoint.
 //
-// The tier file is read with core/config as any user's program would: an
-// example passes App.File.GateOptions() to its adapter's WithGateOptions,
-// and has no route table of its own.
+// The tier file is opened with config.Open as any user's program would: it
+// builds the limiter and the gate once (App.Gate), every example hands the
+// gate to its adapter, and none has a route table of its own.
 package app
 
 import (
@@ -123,8 +123,8 @@ type App struct {
 	// File is the tier file read at start: the limiter and the gate were
 	// built with its options.
 	File *config.Config
-	// Gate is the gate built from File: the route table, header style and
-	// anonymous tier, over Limiter.
+	// Gate is the request flow every adapter takes, built once from File's
+	// gate options (routes, header style, anonymous tier).
 	Gate *core.Gate
 	// Metrics serves the Prometheus text format.
 	Metrics http.Handler
