@@ -43,6 +43,7 @@ func Middleware(lim *core.Limiter, opts ...Option) func(http.Handler) http.Handl
 			c.Report(r, v.Err)
 			SetHeaders(w.Header(), v.Headers)
 			if v.Proceed {
+				defer v.Done() // frees a concurrency slot, panics included
 				next.ServeHTTP(w, r)
 				return
 			}
