@@ -54,6 +54,7 @@ func Middleware(lim *core.Limiter, opts ...Option) echo.MiddlewareFunc {
 			c.Report(ec, v.Err)
 			adapt.SetHeaders(ec.Response().Header(), v.Headers)
 			if v.Proceed {
+				defer v.Done() // frees a concurrency slot, panics included
 				return next(ec)
 			}
 			return c.deny(ec, v)

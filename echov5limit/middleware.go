@@ -40,6 +40,7 @@ func Middleware(lim *core.Limiter, opts ...Option) echo.MiddlewareFunc {
 			v := check.Decide(req.Context(), ec, core.Endpoint{Method: req.Method, Pattern: ec.Path(), ClientIP: ec.RealIP(), Unmatched: unmatched(ec)})
 			adapt.SetHeaders(ec.Response().Header(), v.Headers)
 			if v.Proceed {
+				defer v.Done() // frees a concurrency slot, panics included
 				return next(ec)
 			}
 			return c.deny(ec, v)

@@ -57,6 +57,7 @@ func New(lim *core.Limiter, opts ...Option) fiber.Handler {
 			fc.Set(h.Name, h.Value)
 		}
 		if v.Proceed {
+			defer v.Done() // frees a concurrency slot, panics included
 			return fc.Next()
 		}
 		return c.deny(fc, v)

@@ -48,6 +48,7 @@ func Middleware(lim *core.Limiter, opts ...Option) gin.HandlerFunc {
 		c.Report(gc, v.Err)
 		adapt.SetHeaders(gc.Writer.Header(), v.Headers)
 		if v.Proceed {
+			defer v.Done() // frees a concurrency slot, panics included
 			gc.Next()
 			return
 		}
