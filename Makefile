@@ -13,7 +13,7 @@ TESTFLAGS ?= -race -shuffle=on -count=1 -timeout 12m
 BENCHFLAGS ?= -run '^$$' -bench . -benchmem -count 5
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: release release-sync consumer proxy apidiff help test lint bench bench/load bench/http demo fuzz tidy fmt check-redis $(addprefix test/,$(ALL_MODULES)) $(addprefix bench/,$(ALL_MODULES))
+.PHONY: release release-sync consumer proxy apidiff help test lint bench bench/load bench/http demo fuzz tidy fmt check-redis test-fleet $(addprefix test/,$(ALL_MODULES)) $(addprefix bench/,$(ALL_MODULES))
 
 help: ## list the targets
 	@grep -hE '^([a-zA-Z/%_-]+|\$$\(addprefix [^)]*\)\): [a-z]+/%):.*## ' $(MAKEFILE_LIST) \
@@ -31,6 +31,11 @@ test: check-redis ## every module, with -race, against a real Redis
 
 $(addprefix test/,$(ALL_MODULES)): test/%: check-redis ## one module and its test module, e.g. make test/core
 	cd $* && $(GO) test $(TESTFLAGS) github.com/tollgate-go/tollgate/$*/...
+
+FLEET_REQUESTS ?= 100000
+
+test-fleet: check-redis ## the concurrency must-show at full size: 4 replica processes x 64 goroutines, N = 8, FLEET_REQUESTS requests (default 100000)
+	cd core/test && TOLLGATE_FLEET_REQUESTS=$(FLEET_REQUESTS) $(GO) test -count=1 -timeout 30m -run '^TestConcurrencyFleet$$' -v .
 
 check-redis: ## fail fast, and say why, when no real Redis can be had
 	@if [ -n "$$REDIS_URL" ]; then exit 0; fi; \
