@@ -79,6 +79,7 @@ type Limiter struct {
 	slotsClosed          bool
 	slotsClosing         chan struct{} // closed by Close
 	slotsWG              sync.WaitGroup
+	releases             releases
 }
 
 // New returns a limiter that keeps its buckets in client (any go-redis v9

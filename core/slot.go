@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core/internal/transport"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -267,15 +268,72 @@ func (s *Slot) release(deadline time.Time, lost bool) {
 	}
 }
 
-// remove deletes the slot from the store, once, within the store timeout.
+// remove deletes the slot from the store, once, within the store timeout,
+// in one pipeline with the other releases of the moment.
 func (s *Slot) remove() bool {
-	ctx, cancel := context.WithTimeout(context.Background(), s.l.cfg.timeout)
-	defer cancel()
-	if err := s.l.scripts.ZRem(ctx, s.key, s.id).Err(); err != nil {
+	if err := s.l.releases.do(s.l, s.key, s.id); err != nil {
 		s.l.logDegraded("tollgate: a concurrency slot could not be released; retrying within its lease", Request{}, err, "key", s.key)
 		return false
 	}
 	return true
+}
+
+// releases pipelines the releases (ZREM) of the slots that end at the same
+// time: the first one to find no pipeline under way sends every release
+// queued meanwhile, then those queued while it was sent, and so on. A
+// release alone is one ZREM; under load one round trip carries many, which
+// is what the store's CPU per decision pays for (docs/benchmarks.md).
+type releases struct {
+	mu       sync.Mutex
+	pending  []*release
+	flushing bool
+}
+
+type release struct {
+	key, id string
+	err     chan error
+}
+
+// maxReleaseBatch bounds one pipeline.
+const maxReleaseBatch = 256
+
+func (r *releases) do(l *Limiter, key, id string) error {
+	req := &release{key: key, id: id, err: make(chan error, 1)}
+	r.mu.Lock()
+	r.pending = append(r.pending, req)
+	if r.flushing {
+		r.mu.Unlock()
+		return <-req.err
+	}
+	r.flushing = true
+	for len(r.pending) > 0 {
+		batch := r.pending[:min(len(r.pending), maxReleaseBatch)]
+		r.pending = r.pending[len(batch):]
+		r.mu.Unlock()
+		r.send(l, batch)
+		r.mu.Lock()
+	}
+	r.pending = nil
+	r.flushing = false
+	r.mu.Unlock()
+	return <-req.err
+}
+
+// send removes batch's slots in one pipeline bounded by the store timeout,
+// and hands each its own answer.
+func (r *releases) send(l *Limiter, batch []*release) {
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.timeout)
+	defer cancel()
+	cmds := make([]*redis.IntCmd, len(batch))
+	_, _ = l.scripts.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, rel := range batch {
+			cmds[i] = p.ZRem(ctx, rel.key, rel.id)
+		}
+		return nil
+	})
+	for i, rel := range batch {
+		rel.err <- cmds[i].Err()
+	}
 }
 
 // nowArg is the script's clock argument: "" for the server clock, else the
