@@ -142,9 +142,19 @@ for i = 1, n do
 end
 reply[3] = binding
 if cost > 0 then
-  redis.call('ZREMRANGEBYSCORE', skey, '-inf', stamp)
+  -- expired slots are removed only when there are some (ZCARD is O(1));
+  -- a new set gets its TTL without reading one
+  local all = held > 0 and redis.call('ZCARD', skey) or 0
+  if all > held or (held == 0 and redis.call('EXISTS', skey) == 1) then
+    redis.call('ZREMRANGEBYSCORE', skey, '-inf', stamp)
+    all = held
+  end
   redis.call('ZADD', skey, fmt('%.17g', now + tonumber(ARGV[a + 1])), ARGV[a + 2])
-  extend(skey, ARGV[a + 3])
+  if all == 0 then
+    redis.call('PEXPIRE', skey, ARGV[a + 3])
+  else
+    extend(skey, ARGV[a + 3])
+  end
   reply[4] = held + 1
 end
 return reply
