@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 )
 
 // reports is the quota of the concurrency tests: a rate quota and 2 in
@@ -273,5 +275,74 @@ func TestConcurrencyTwoLimits(t *testing.T) {
 	}
 	if _, err := core.New(c, staticResolver(), core.WithConcurrencySlots(time.Second, 2*time.Second)); err == nil {
 		t.Fatal("a retry hint longer than the lease accepted")
+	}
+}
+
+// TestConcurrencyReleaseUnreachable: a release while the store does not
+// answer is retried while the lease runs: back within it, the slot is
+// removed; gone for longer, the slot is left to expire, counted, and
+// reclaimed by the next admission. The held gauge returns to 0 either way;
+// a store failure at the check follows the failure policy and takes no
+// slot.
+func TestConcurrencyReleaseUnreachable(t *testing.T) {
+	srv := redistest.NewServer(t)
+	c := srv.Client(t)
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(context.Background())
+	const timeout, lease = 150 * time.Millisecond, 1500 * time.Millisecond
+	l := newLimiter(t, c, staticResolver(core.Bucket{Name: "reports", Quota: core.Quota{Capacity: 100, RefillPerSecond: 10, Concurrency: 1}}),
+		core.WithTimeout(timeout), core.WithConcurrencySlots(lease, 0), core.WithMeterProvider(mp), core.WithCircuitBreaker(0, 0))
+	key := slotsKey(t, l, "t1", "reports")
+	ctx := context.Background()
+	held := func() int64 { return collect(t, reader, "tollgate.slots.held")[""] }
+	expired := func() int64 { return collect(t, reader, "tollgate.slots.expired", "cause")["release_failed"] }
+
+	// a pause shorter than the lease: the retried release gets through
+	d := checkClass(t, l, "t1", "reports", 1)
+	if d.Slot == nil || held() != 1 {
+		t.Fatalf("first: %v, held %d", d.Reason, held())
+	}
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	d.Slot.Release()
+	time.Sleep(3 * timeout)
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, lease+10*timeout, "the retried release", func() bool { return c.ZCard(ctx, key).Val() == 0 })
+	waitFor(t, 10*timeout, "the held gauge", func() bool { return held() == 0 })
+	if n := expired(); n != 0 {
+		t.Fatalf("expired %d after a release that got through", n)
+	}
+
+	// a pause longer than the lease: left to expire, counted, reclaimed
+	d = checkClass(t, l, "t1", "reports", 1)
+	if d.Slot == nil {
+		t.Fatalf("second: %v", d.Reason)
+	}
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	d.Slot.Release()
+	waitFor(t, 2*lease+10*timeout, "the release given up", func() bool { return expired() == 1 })
+	// the check itself fails open while the store is silent: no slot
+	if f, err := l.Check(ctx, core.Request{Tenant: core.Tenant{ID: "t1"}, Class: "reports", Cost: 1}); err == nil || f.Reason != core.ReasonFailedOpen || f.Slot != nil {
+		t.Fatalf("check while paused: %v, %v, slot %v; want failed open without a slot", f.Reason, err, f.Slot)
+	}
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.ZCard(ctx, key).Val(); n != 1 {
+		t.Fatalf("slot set %d; want the unreleased slot still there", n)
+	}
+	waitFor(t, 2*lease, "the unreleased slot's expiry", func() bool {
+		d = checkClass(t, l, "t1", "reports", 1)
+		return d.Reason == core.ReasonOK
+	})
+	d.Slot.Release()
+	if held() > 1 {
+		t.Fatalf("held %d", held())
 	}
 }
