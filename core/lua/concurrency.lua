@@ -43,12 +43,17 @@
 
 local nk = #KEYS
 local fmt, find, sub = string.format, string.find, string.sub
-local stamp = ARGV[1]
+local stamp, now = ARGV[1], nil
 if stamp == '' then
   local t = redis.call('TIME')
-  stamp = t[1] .. sub('00000' .. t[2], -6)
+  local sec, us = t[1], t[2]
+  -- as the token-bucket script: exact below 2^53, two short strtods
+  now = sec * 1000000 + us
+  if #us < 6 then us = sub('00000' .. us, -6) end
+  stamp = sec .. us
+else
+  now = tonumber(stamp)
 end
-local now = tonumber(stamp)
 
 -- keep the set's TTL at least ttl ms: never shorten it below another
 -- holder's deadline (replicas may be configured with different leases)
@@ -130,7 +135,7 @@ end
 local best, bestReset = nil, nil
 for i = 1, n do
   local left = toks[i] - cost
-  local state = fmt('%.17g', left) .. ' ' .. stamps[i]
+  local state = fmt('%.17g %s', left, stamps[i])
   if cost > 0 then
     redis.call('SET', KEYS[i], state, 'PX', ARGV[3 * i + 2])
   end
