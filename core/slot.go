@@ -6,7 +6,6 @@ import (
 	_ "embed"
 	"encoding/hex"
 	"fmt"
-	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -360,5 +359,6 @@ func (l *Limiter) closeSlots() {
 // slotSettings formats the lease for the script, once.
 func (l *Limiter) slotSettings() {
 	l.leaseMicros = strconv.FormatInt(l.cfg.slotLease.Microseconds(), 10)
-	l.slotTTL = strconv.FormatInt(int64(math.Ceil(float64(l.cfg.slotLease.Milliseconds())))+1000, 10)
+	ms := (l.cfg.slotLease + time.Millisecond - 1) / time.Millisecond // rounded up
+	l.slotTTL = strconv.FormatInt(int64(ms)+1000, 10)
 }
