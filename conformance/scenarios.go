@@ -317,7 +317,8 @@ func multiBucket(e *env) {
 
 // Concurrency limit: team's export class allows one request of a tenant in
 // flight. The adapter holds the slot while the handler runs and frees it
-// when the handler returns (a leaked slot denies the next export); while
+// when the handler returns, before the response is had (a leaked slot, or
+// one freed later, denies the next export); while
 // another replica's export of the tenant holds it, an export is denied 429
 // with a reason of its own, the concurrency policy beside the rate policy
 // in the headers, and charged nothing; other classes and tenants proceed.
@@ -326,12 +327,14 @@ func concurrencyLimit(e *env) {
 	ctx := context.Background()
 	key := e.prefix + ":{umbrella}:export:slots"
 	watch := e.holdsSlotInHandler(in, key)
+	// one after the other: the first's slot is free when its response is
+	// had
+	watch(true)
 	for range 2 {
-		watch(true)
 		wantStatus(e, e.send(in, EndpointExport, "umbrella", "team"), 200)
-		watch(false)
-		e.slotsFreed(key)
 	}
+	watch(false)
+	e.slotsFreed(key)
 	other := e.limiter()
 	d, err := other.Check(ctx, core.Request{Tenant: core.Tenant{ID: "umbrella", Tier: "team"}, Class: "export", Cost: 4})
 	if err != nil || d.Slot == nil {

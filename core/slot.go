@@ -48,18 +48,27 @@ type Slot struct {
 	labels metric.AddOption
 	once   sync.Once
 	stop   chan struct{}
+	tried  chan struct{} // closed once the first removal was answered (or the slot was gone)
 }
 
-// Release frees the slot. It returns at once: the store call runs in the
-// background, retried within the lease time when the store cannot be
-// reached, after which the slot is left to expire (counted by the
-// tollgate.slots.expired metric). It is safe to call more than once, and on
-// a nil Slot (a request that holds none), where it does nothing.
+// Release frees the slot. It returns once the store has answered the
+// removal (one round trip, pipelined with the other releases of the
+// moment; at most the check timeout, or two while a renewal is under way),
+// so that the caller's next request finds the slot free. When the store
+// cannot be reached it returns after that one attempt, and the removal is
+// retried in the background while the lease runs, after which the slot is
+// left to expire (counted by the tollgate.slots.expired metric). It is safe
+// to call more than once (a later call returns at once), and on a nil Slot
+// (a request that holds none), where it does nothing.
 func (s *Slot) Release() {
 	if s == nil {
 		return
 	}
-	s.once.Do(func() { close(s.stop) })
+	first := false
+	s.once.Do(func() { close(s.stop); first = true })
+	if first {
+		<-s.tried
+	}
 }
 
 // slotCall is what a check of a bucket set with a concurrency limit adds
@@ -164,7 +173,7 @@ func (l *Limiter) parseSlotReply(v any, buckets []Bucket, cost int64, ci int) (D
 // sent is when the check started: the slot's deadline is no later than
 // sent plus the lease.
 func (l *Limiter) newSlot(req Request, b Bucket, key, id string, sent time.Time) *Slot {
-	s := &Slot{l: l, key: key, id: id, stop: make(chan struct{}),
+	s := &Slot{l: l, key: key, id: id, stop: make(chan struct{}), tried: make(chan struct{}),
 		labels: l.metrics.slotSet(req, b.Name)}
 	l.slotMu.Lock()
 	closed := l.slotsClosed
@@ -245,10 +254,13 @@ func (s *Slot) renew() (bool, error) {
 func (s *Slot) release(deadline time.Time, lost bool) {
 	defer s.l.metrics.slotsHeld.Add(context.Background(), -1, s.labels)
 	if lost {
+		close(s.tried)
 		return
 	}
+	ok := s.remove()
+	close(s.tried) // Release returns: the rest is the background's
 	backoff := 25 * time.Millisecond
-	for !s.remove() {
+	for ; !ok; ok = s.remove() {
 		if !time.Now().Add(backoff).Before(deadline) {
 			s.l.metrics.slotExpired(s.labels, "release_failed")
 			return

@@ -41,8 +41,10 @@ type Verdict struct {
 // Done ends the request as far as the limiter is concerned: it releases the
 // concurrency slot the request holds (Decision.Slot), if any. Call it when
 // the handler returns, panics included (defer v.Done()), or, for a stream,
-// when the stream ends. It returns at once, is safe to call more than once
-// and does nothing when no slot is held.
+// when the stream ends. It returns once the store answered the release
+// (one round trip, bounded by the check timeout; see Slot.Release), so the
+// client's next request finds the slot free; it is safe to call more than
+// once and does nothing when no slot is held.
 func (v Verdict) Done() { v.Decision.Slot.Release() }
 
 // render turns the limiter's answer for (t, r) into a Verdict.
