@@ -13,7 +13,7 @@ TESTFLAGS ?= -race -shuffle=on -count=1 -timeout 12m
 BENCHFLAGS ?= -run '^$$' -bench . -benchmem -count 5
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: release release-sync consumer proxy apidiff help test lint bench bench/load bench/http demo fuzz tidy fmt check-redis test-fleet $(addprefix test/,$(ALL_MODULES)) $(addprefix bench/,$(ALL_MODULES))
+.PHONY: release release-sync consumer proxy apidiff help test lint bench bench/load bench/http demo fuzz tidy fmt check-redis test-fleet $(addprefix test/,$(ALL_MODULES)) bench/rls $(addprefix bench/,$(filter-out rls,$(ALL_MODULES)))
 
 help: ## list the targets
 	@grep -hE '^([a-zA-Z/%_-]+|\$$\(addprefix [^)]*\)\): [a-z]+/%):.*## ' $(MAKEFILE_LIST) \
@@ -106,7 +106,16 @@ bench/http: ## the Gin service under wrk: no limiter, tollgate, ulule/limiter, r
 	@command -v wrk >/dev/null || (apt-get update && apt-get install -y wrk)
 	cd bench && $(GO) run ./httpbench $(HTTPFLAGS)
 
-$(addprefix bench/,$(ALL_MODULES)): bench/%: check-redis
+# RLSFLAGS are the side-by-side driver's flags (cd rls/test && go run ./rlsbench -h).
+RLSFLAGS ?= -reps 3 -duration 4s
+
+# An explicit rule (not the rls module's Go benchmarks): tollgate-rls and
+# envoyproxy/ratelimit under ghz, pinned with taskset; both tools must be
+# installed at their pinned versions (the driver says how when one is missing).
+bench/rls: ## tollgate-rls beside envoyproxy/ratelimit under ghz, each with its own Redis (docs/benchmarks.md)
+	cd rls/test && $(GO) run ./rlsbench $(RLSFLAGS)
+
+$(addprefix bench/,$(filter-out rls,$(ALL_MODULES))): bench/%: check-redis
 	cd $* && $(GO) test $(BENCHFLAGS) github.com/tollgate-go/tollgate/$*/...
 
 tidy: ## go mod tidy in every module, test modules included

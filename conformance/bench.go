@@ -27,12 +27,13 @@ var BenchRoutes = core.Routes{"/healthz": {Exempt: true}}
 //
 // build returns two handlers serving GET /v1/profile and GET /healthz behind
 // an auth middleware that sets BenchTenant: bare without the limiter, limited
-// with the adapter over lim and BenchRoutes. The "redis" cases include the
+// with the adapter over gate (a core.Gate with BenchRoutes as its route
+// table, the one the decide cases ask). The "redis" cases include the
 // round trip; the "exempt" cases isolate the adapter's own cost from the
 // network's noise.
-func BenchmarkOverhead(b *testing.B, build func(lim *core.Limiter, routes core.Routes) (bare, limited http.Handler)) {
-	BenchmarkServerOverhead(b, func(lim *core.Limiter, routes core.Routes) (BenchServer, BenchServer) {
-		bare, limited := build(lim, routes)
+func BenchmarkOverhead(b *testing.B, build func(gate *core.Gate) (bare, limited http.Handler)) {
+	BenchmarkServerOverhead(b, func(gate *core.Gate) (BenchServer, BenchServer) {
+		bare, limited := build(gate)
 		return handlerServer(bare), handlerServer(limited)
 	})
 }
@@ -56,7 +57,7 @@ func handlerServer(h http.Handler) BenchServer {
 
 // BenchmarkServerOverhead is BenchmarkOverhead for services that are not an
 // http.Handler (Fiber's fasthttp handler, served without a network).
-func BenchmarkServerOverhead(b *testing.B, build func(lim *core.Limiter, routes core.Routes) (bare, limited BenchServer)) {
+func BenchmarkServerOverhead(b *testing.B, build func(gate *core.Gate) (bare, limited BenchServer)) {
 	res, err := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{"free": {Classes: map[string]core.Quota{
 		core.DefaultClass: {Capacity: core.MaxCapacity, RefillPerSecond: core.MaxRefillPerSecond},
 	}}}})
@@ -71,7 +72,7 @@ func BenchmarkServerOverhead(b *testing.B, build func(lim *core.Limiter, routes 
 	if err != nil {
 		b.Fatal(err)
 	}
-	bare, limited := build(lim, BenchRoutes)
+	bare, limited := build(gate)
 	for name, path := range map[string]string{"redis": "/v1/profile", "exempt": "/healthz"} {
 		ctx := core.ContextWithTenant(context.Background(), core.Tenant{ID: BenchTenant})
 		ep := core.Endpoint{Method: "GET", Pattern: path, ClientIP: "192.0.2.1"}

@@ -35,3 +35,14 @@ func NewUnitLimiter(t testing.TB, opts ...core.Option) *core.Limiter {
 	}
 	return lim
 }
+
+// NewUnitGate returns a gate over lim (see NewUnitLimiter) with opts, for
+// an adapter's own unit tests; a configuration error fails t.
+func NewUnitGate(t testing.TB, lim *core.Limiter, opts ...core.GateOption) *core.Gate {
+	t.Helper()
+	g, err := core.NewGate(lim, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}

@@ -23,6 +23,11 @@ type Endpoint struct {
 	// says so: a request whose route the adapter merely cannot name is
 	// charged as the default route.
 	Unmatched bool
+	// Route, when not the zero Route, is the request's class and cost as
+	// the adapter already resolved it (an adapter's framework-typed route
+	// function): the gate uses it instead of its cost function and route
+	// table, held to the same rules (a bad one is a misconfiguration).
+	Route Route
 }
 
 // CostFunc decides a request's class and cost dynamically. ok false falls
@@ -146,8 +151,13 @@ func NewGate(l *Limiter, opts ...GateOption) (*Gate, error) {
 	return g, nil
 }
 
-// Route returns the class and cost of a request to e by tenant t.
+// Route returns the class and cost of a request to e by tenant t:
+// e.Route when set, else the cost function's answer, else the route
+// table's, else the default route.
 func (g *Gate) Route(ctx context.Context, t Tenant, e Endpoint) Route {
+	if e.Route != (Route{}) {
+		return e.Route
+	}
 	if g.costFunc != nil {
 		if r, ok := g.costFunc(ctx, t, e); ok {
 			return r

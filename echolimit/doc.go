@@ -12,10 +12,12 @@
 //
 //	e := echo.New()
 //	e.IPExtractor = echo.ExtractIPDirect() // or your proxies: c.RealIP() keys anonymous callers
-//	e.Use(authenticate, echolimit.Middleware(lim, echolimit.WithRoutes(core.Routes{
+//	gate, err := core.NewGate(lim, core.WithRoutes(core.Routes{
 //		"POST /v1/reports/export": {Class: "export", Cost: 5},
 //		"/healthz":                {Exempt: true},
-//	})))
+//	}))
+//	if err != nil { ... } // a bad route table, named
+//	e.Use(authenticate, echolimit.Middleware(gate))
 //
 // Route keys are Echo's route templates (c.Path(): "/v1/items/:id"),
 // optionally preceded by the method. The rate-limit headers are written to

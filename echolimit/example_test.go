@@ -32,8 +32,12 @@ func Example() {
 
 	e := echo.New()
 	e.IPExtractor = echo.ExtractIPDirect()
-	e.Use(authenticate, echolimit.Middleware(lim,
-		echolimit.WithRoutes(core.Routes{"POST /v1/reports/export": {Class: "export", Cost: 5}}),
+	// the gate is built, and its configuration checked, once
+	gate, err := core.NewGate(lim, core.WithRoutes(core.Routes{"POST /v1/reports/export": {Class: "export", Cost: 5}}))
+	if err != nil {
+		panic(err)
+	}
+	e.Use(authenticate, echolimit.Middleware(gate,
 		echolimit.WithSkipper(func(c echo.Context) bool { return c.Path() == "/healthz" }),
 	))
 	e.GET("/v1/profile", func(c echo.Context) error { return c.NoContent(200) })

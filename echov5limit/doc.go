@@ -12,10 +12,12 @@
 // request context with core.ContextWithTenant), then the limiter:
 //
 //	e := echo.New() // Echo v5 keys c.RealIP() on the peer address unless you set an IPExtractor
-//	e.Use(authenticate, echov5limit.Middleware(lim, echov5limit.WithRoutes(core.Routes{
+//	gate, err := core.NewGate(lim, core.WithRoutes(core.Routes{
 //		"POST /v1/reports/export": {Class: "export", Cost: 5},
 //		"/healthz":                {Exempt: true},
-//	})))
+//	}))
+//	if err != nil { ... } // a bad route table, named
+//	e.Use(authenticate, echov5limit.Middleware(gate))
 //
 // Route keys are Echo's route templates (c.Path(): "/v1/items/:id"),
 // optionally preceded by the method; Echo runs e.Use middleware after

@@ -38,9 +38,12 @@ func Example() {
 	e := echo.New() // c.RealIP() is the peer address: no IPExtractor believes forwarding headers by default
 	e.Use(middleware.Recover())
 	e.GET("/healthz", func(c *echo.Context) error { return c.NoContent(http.StatusOK) }) // no auth, no limit
-	v1 := e.Group("/v1", authenticate, echov5limit.Middleware(lim,
-		echov5limit.WithRoutes(core.Routes{"POST /v1/reports/export": {Class: "export", Cost: 5}}),
-	))
+	// the gate is built, and its configuration checked, once
+	gate, err := core.NewGate(lim, core.WithRoutes(core.Routes{"POST /v1/reports/export": {Class: "export", Cost: 5}}))
+	if err != nil {
+		panic(err)
+	}
+	v1 := e.Group("/v1", authenticate, echov5limit.Middleware(gate))
 	v1.GET("/profile", func(c *echo.Context) error { return c.NoContent(http.StatusOK) })
 	v1.POST("/reports/export", func(c *echo.Context) error { return c.NoContent(http.StatusOK) })
 	_ = e.Start(":8080")

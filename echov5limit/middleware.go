@@ -6,16 +6,22 @@ import (
 	"github.com/tollgate-go/tollgate/httplimit/adapt"
 )
 
-// Middleware returns Echo v5 middleware that rate-limits requests with lim.
-// Register it with e.Use (Echo runs Use middleware once the route is
+// Middleware returns Echo v5 middleware that rate-limits requests with
+// gate, built and validated once with core.NewGate (routes keyed by Echo's
+// c.Path(), "METHOD /path/:param" or "/path/:param"; cost function; header
+// style; anonymous callers, keyed by c.RealIP(), which in Echo v5 is the
+// peer address unless e.IPExtractor says otherwise: use
+// ExtractIPFromXFFHeader with your trusted proxies behind a proxy, and
+// never echo.LegacyIPExtractor, which believes X-Forwarded-For and lets a
+// client choose its own key). Register it with e.Use (Echo runs Use middleware once the route is
 // found, so c.Path() is the route template; not e.Pre, which runs before
 // routing), on a group, or on a route; after the authentication
 // middleware, which stores the verified tenant in the request context
 // (c.SetRequest(c.Request().WithContext(core.ContextWithTenant(...)))):
 // the tenant is never read from a header.
 //
-// For each request: skip (WithSkipper)? Otherwise ask core for a Verdict on
-// (method, c.Path(), c.RealIP()), set its rate-limit headers on the
+// For each request: skip (WithSkipper)? Otherwise ask the gate for a Verdict
+// on (method, c.Path(), c.RealIP()), or on the route WithRouteFunc names, set its rate-limit headers on the
 // response, and either call next or the deny handler. A request no route
 // matches (the router's 404 or 405, or a RouteNotFound route such as the
 // one a group's Use adds) is charged nothing and gets no headers; HEAD,
@@ -24,26 +30,24 @@ import (
 // before next runs, so they survive a handler that returns an error (Echo's
 // HTTPErrorHandler writes its body under them).
 //
-// A bad configuration (nil limiter, invalid route table) never panics: the
-// middleware reports the error to the error handler and denies every
-// request with a 500 verdict (the deny handler writes it; by default a
-// problem+json body). Check it at start-up with Validate.
-func Middleware(lim *core.Limiter, opts ...Option) echo.MiddlewareFunc {
-	c := newConfig(opts)
-	check := c.Checker(lim)
+// A nil gate does not panic: every request is answered as misconfigured
+// (500 with a fixed problem+json body, by the deny handler), the cause
+// reported to the error handler only.
+func Middleware(gate *core.Gate, opts ...Option) echo.MiddlewareFunc {
+	c := adapt.New(gate, DefaultDenyHandler, opts)
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(ec *echo.Context) error {
 			if c.Skipped(ec) {
 				return next(ec)
 			}
 			req := ec.Request()
-			v := check.Decide(req.Context(), ec, core.Endpoint{Method: req.Method, Pattern: ec.Path(), ClientIP: ec.RealIP(), Unmatched: unmatched(ec)})
+			v := c.Decide(req.Context(), ec, core.Endpoint{Method: req.Method, Pattern: ec.Path(), ClientIP: ec.RealIP(), Unmatched: unmatched(ec)})
 			adapt.SetHeaders(ec.Response().Header(), v.Headers)
 			if v.Proceed {
 				defer v.Done() // frees a concurrency slot, panics included
 				return next(ec)
 			}
-			return c.deny(ec, v)
+			return c.Deny(ec, v)
 		}
 	}
 }
@@ -54,16 +58,6 @@ func Middleware(lim *core.Limiter, opts ...Option) echo.MiddlewareFunc {
 func unmatched(ec *echo.Context) bool {
 	ri := ec.RouteInfo()
 	return ri.Method == echo.RouteNotFound || ri.Name == echo.NotFoundRouteName || ri.Name == echo.MethodNotAllowedRouteName
-}
-
-func newConfig(opts []Option) *config {
-	return adapt.Apply(&config{deny: DefaultDenyHandler}, opts, Option.apply)
-}
-
-// Validate reports whether Middleware(lim, opts...) is well configured.
-func Validate(lim *core.Limiter, opts ...Option) error {
-	_, err := newConfig(opts).NewGate(lim)
-	return err
 }
 
 // DefaultDenyHandler writes core's answer: v.Status with the RFC 9457

@@ -18,10 +18,10 @@ import (
 
 // A program that takes its tiers, routes and header style from a tier file
 // and limits a Gin service with them: the file's options go to the limiter
-// (key prefix, failure policy, timeout), the resolver (cache TTL) and, with
-// WithGateOptions, to the middleware (routes, header style, anonymous tier).
-// httplimit, echolimit, fiberlimit and grpclimit take the same
-// cfg.GateOptions().
+// (key prefix, failure policy, timeout), the resolver (cache TTL) and the
+// gate the middleware takes (routes, header style, anonymous tier).
+// httplimit, echolimit, fiberlimit and grpclimit take the same gate (see
+// Example_oneGate).
 func Example_configFile() {
 	cfg, err := config.Load("tollgate.yaml") // the file the example services serve
 	if err != nil {
@@ -51,7 +51,13 @@ func Example_configFile() {
 
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
-	r.Use(authenticate, ginlimit.Middleware(lim, ginlimit.WithGateOptions(cfg.GateOptions()...)))
+	// the gate, built once: the file's routes, header style, anonymous tier
+	gate, err := core.NewGate(lim, cfg.GateOptions()...)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	r.Use(authenticate, ginlimit.Middleware(gate))
 	r.GET("/v1/profile", func(c *gin.Context) { c.String(http.StatusOK, "profile") })
 	r.POST("/v1/reports/export", func(c *gin.Context) { c.String(http.StatusOK, "exported") })
 	r.GET("/healthz", func(c *gin.Context) { c.String(http.StatusOK, "ok") })

@@ -12,15 +12,17 @@
 //
 //	app := fiber.New()
 //	app.Use(authenticate) // calls fiberlimit.SetTenant(c, tenant) after verifying the credential
-//	limit := fiberlimit.New(lim, fiberlimit.WithRoutes(core.Routes{
+//	gate, err := core.NewGate(lim, core.WithRoutes(core.Routes{
 //		"POST /v1/reports/export": {Class: "export", Cost: 5},
 //	}))
+//	if err != nil { ... } // a bad route table, named
+//	limit := fiberlimit.New(gate)
 //	app.Get("/v1/profile", limit, profile)
 //	app.Post("/v1/reports/export", limit, export)
 //
 // Route keys are Fiber's route templates (c.Route().Path:
 // "/v1/items/:id"), optionally preceded by the method. Fiber reuses its
 // request buffers once a handler returns: the middleware copies what it
-// passes on (utils.CopyString), and hooks (WithFiberCostFunc,
+// passes on (utils.CopyString), and hooks (WithRouteFunc,
 // WithPatternFunc) must not keep strings taken from the context.
 package fiberlimit

@@ -30,9 +30,14 @@ func Example() {
 
 	app := fiber.New()
 	app.Use(authenticate)
-	limit := fiberlimit.New(lim, fiberlimit.WithRoutes(core.Routes{
+	// the gate is built, and its configuration checked, once
+	gate, err := core.NewGate(lim, core.WithRoutes(core.Routes{
 		"POST /v1/reports/export": {Class: "export", Cost: 5},
 	}))
+	if err != nil {
+		panic(err)
+	}
+	limit := fiberlimit.New(gate)
 	app.Get("/v1/profile", limit, func(c *fiber.Ctx) error { return c.SendStatus(200) })
 	app.Post("/v1/reports/export", limit, func(c *fiber.Ctx) error { return c.SendStatus(200) })
 	app.Get("/healthz", func(c *fiber.Ctx) error { return c.SendStatus(200) }) // not limited

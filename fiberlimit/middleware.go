@@ -1,22 +1,26 @@
 package fiberlimit
 
 import (
-	"net/http"
-
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/utils"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/httplimit/adapt"
 )
 
-// New returns a Fiber handler that rate-limits requests with lim, after
+// New returns a Fiber handler that rate-limits requests with gate, built
+// and validated once with core.NewGate (routes keyed by c.Route().Path,
+// "METHOD /path/:param" or "/path/:param"; cost function; header style;
+// anonymous callers, keyed by c.IP(): when Config.ProxyHeader is set, also
+// set EnableTrustedProxyCheck and TrustedProxies, or a client can choose
+// its own key). Register it after
 // the authentication middleware, which stores the verified tenant with
 // SetTenant (the tenant is read from c.UserContext(), never from a
 // header). It uses no fiber.Storage: every check is one atomic script in
 // Redis.
 //
-// For each request: skip (WithNext)? Otherwise ask core for a Verdict on
-// (method, c.Route().Path, c.IP()), set its rate-limit headers, and either
+// For each request: skip (WithNext)? Otherwise ask the gate for a Verdict
+// on (method, c.Route().Path, c.IP()), or on the route WithRouteFunc
+// names, set its rate-limit headers, and either
 // call c.Next or the deny handler. Register it on each route
 // (app.Get("/v1/items/:id", limiter, handler)) so that c.Route().Path is
 // the route template: under app.Use or app.Group, Fiber v2 has not matched
@@ -29,30 +33,17 @@ import (
 // they reach core, so nothing of fasthttp's reused buffers outlives the
 // handler.
 //
-// A bad configuration (nil limiter, invalid route table) makes every
-// request answer 500 with a problem+json body and report the error to the
-// error handler; check it at start-up with Validate.
-func New(lim *core.Limiter, opts ...Option) fiber.Handler {
-	c := newConfig(opts)
-	gate, err := c.NewGate(lim)
-	if err != nil {
-		body := adapt.Misconfigured.JSON()
-		return func(fc *fiber.Ctx) error {
-			c.Report(fc, err)
-			fc.Status(http.StatusInternalServerError).Set(fiber.HeaderContentType, core.ProblemContentType)
-			return fc.Send(body)
-		}
-	}
+// A nil gate does not panic: every request is answered as misconfigured
+// (500 with a fixed problem+json body, by the deny handler), the cause
+// reported to the error handler only.
+func New(gate *core.Gate, opts ...Option) fiber.Handler {
+	c := adapt.New(gate, DefaultDenyHandler, opts)
 	return func(fc *fiber.Ctx) error {
 		if c.Skipped(fc) {
 			return fc.Next()
 		}
-		pattern := fc.Route().Path // the app's own string: safe to keep
-		if c.pattern != nil {
-			pattern = c.pattern(fc)
-		}
-		v := gate.Decide(c.Context(fc.UserContext(), fc), core.Endpoint{Method: method(fc.Method()), Pattern: pattern, ClientIP: utils.CopyString(fc.IP())})
-		c.Report(fc, v.Err)
+		pattern := c.Pattern(fc, fc.Route().Path) // the app's own string: safe to keep
+		v := c.Decide(fc.UserContext(), fc, core.Endpoint{Method: method(fc.Method()), Pattern: pattern, ClientIP: utils.CopyString(fc.IP())})
 		for _, h := range v.Headers {
 			fc.Set(h.Name, h.Value)
 		}
@@ -60,7 +51,7 @@ func New(lim *core.Limiter, opts ...Option) fiber.Handler {
 			defer v.Done() // frees a concurrency slot, panics included
 			return fc.Next()
 		}
-		return c.deny(fc, v)
+		return c.Deny(fc, v)
 	}
 }
 
@@ -84,12 +75,6 @@ func method(m string) string {
 // middleware, after the credential has been verified.
 func SetTenant(c *fiber.Ctx, t core.Tenant) {
 	c.SetUserContext(core.ContextWithTenant(c.UserContext(), t))
-}
-
-// Validate reports whether New(lim, opts...) is well configured.
-func Validate(lim *core.Limiter, opts ...Option) error {
-	_, err := newConfig(opts).NewGate(lim)
-	return err
 }
 
 // DefaultDenyHandler writes core's answer: v.Status with the RFC 9457

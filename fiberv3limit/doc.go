@@ -15,9 +15,11 @@
 //
 //	app := fiber.New()
 //	app.Use(authenticate) // calls fiberv3limit.SetTenant(c, tenant) after verifying the credential
-//	limit := fiberv3limit.New(lim, fiberv3limit.WithRoutes(core.Routes{
+//	gate, err := core.NewGate(lim, core.WithRoutes(core.Routes{
 //		"POST /v1/reports/export": {Class: "export", Cost: 5},
 //	}))
+//	if err != nil { ... } // a bad route table, named
+//	limit := fiberv3limit.New(gate)
 //	app.Get("/v1/profile", limit, profile)
 //	app.Post("/v1/reports/export", limit, export)
 //
@@ -28,7 +30,7 @@
 // Path is the mount prefix ("/" for app.Use, "/v1" for a group). Register
 // the handler on each route, or give WithPatternFunc a way to find the
 // template. Fiber reuses its request buffers once a handler returns: the
-// handler copies what it passes on, and hooks (WithFiberCostFunc,
+// handler copies what it passes on, and hooks (WithRouteFunc,
 // WithPatternFunc) must not keep strings taken from the context.
 //
 // The package is named for the framework's major version so that it can

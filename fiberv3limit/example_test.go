@@ -34,9 +34,14 @@ func Example() {
 	app := fiber.New()
 	app.Use(recover.New())
 	app.Get("/healthz", func(c fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) }) // no auth, no limit
-	limit := fiberv3limit.New(lim, fiberv3limit.WithRoutes(core.Routes{
+	// the gate is built, and its configuration checked, once
+	gate, err := core.NewGate(lim, core.WithRoutes(core.Routes{
 		"POST /v1/reports/export": {Class: "export", Cost: 5},
 	}))
+	if err != nil {
+		panic(err)
+	}
+	limit := fiberv3limit.New(gate)
 	v1 := app.Group("/v1", authenticate)
 	v1.Get("/profile", limit, func(c fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
 	v1.Post("/reports/export", limit, func(c fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })

@@ -7,13 +7,19 @@ import (
 	"github.com/tollgate-go/tollgate/httplimit/adapt"
 )
 
-// New returns a Fiber v3 handler that rate-limits requests with lim, after
+// New returns a Fiber v3 handler that rate-limits requests with gate,
+// built and validated once with core.NewGate (routes keyed by
+// c.Route().Path, "METHOD /path/:param" or "/path/:param"; cost function;
+// header style; anonymous callers, keyed by c.IP(): when
+// Config.ProxyHeader is set, also set Config.TrustProxy and
+// TrustProxyConfig, or a client can choose its own key). Register it after
 // the authentication middleware, which stores the verified tenant with
 // SetTenant (the tenant is read from c.Context(), never from a header). It
 // uses no fiber.Storage: every check is one atomic script in Redis.
 //
-// For each request: skip (WithNext)? Otherwise ask core for a Verdict on
-// (method, c.Route().Path, c.IP()), set its rate-limit headers, and either
+// For each request: skip (WithNext)? Otherwise ask the gate for a Verdict
+// on (method, c.Route().Path, c.IP()), or on the route WithRouteFunc
+// names, set its rate-limit headers, and either
 // call c.Next or the deny handler. Register it on each route
 // (app.Get("/v1/items/:id", limiter, handler)) so that c.Route().Path is
 // the route template: under app.Use or app.Group, Fiber v3, like v2, has
@@ -27,22 +33,16 @@ import (
 // fasthttp's reused buffers); the method and the route template are the
 // app's own strings.
 //
-// A bad configuration (nil limiter, invalid route table) never panics: the
-// handler reports the error to the error handler and denies every request
-// with a 500 verdict (the deny handler writes it; by default a
-// problem+json body). Check it at start-up with Validate.
-func New(lim *core.Limiter, opts ...Option) fiber.Handler {
-	c := newConfig(opts)
-	check := c.Checker(lim)
+// A nil gate does not panic: every request is answered as misconfigured
+// (500 with a fixed problem+json body, by the deny handler), the cause
+// reported to the error handler only.
+func New(gate *core.Gate, opts ...Option) fiber.Handler {
+	c := adapt.New(gate, DefaultDenyHandler, opts)
 	return func(fc fiber.Ctx) error {
 		if c.Skipped(fc) {
 			return fc.Next()
 		}
-		pattern := fc.Route().Path
-		if c.pattern != nil {
-			pattern = c.pattern(fc)
-		}
-		v := check.Decide(fc.Context(), fc, core.Endpoint{Method: fc.Method(), Pattern: pattern, ClientIP: utils.CopyString(fc.IP())})
+		v := c.Decide(fc.Context(), fc, core.Endpoint{Method: fc.Method(), Pattern: c.Pattern(fc, fc.Route().Path), ClientIP: utils.CopyString(fc.IP())})
 		for _, h := range v.Headers {
 			fc.Set(h.Name, h.Value)
 		}
@@ -50,12 +50,8 @@ func New(lim *core.Limiter, opts ...Option) fiber.Handler {
 			defer v.Done() // frees a concurrency slot, panics included
 			return fc.Next()
 		}
-		return c.deny(fc, v)
+		return c.Deny(fc, v)
 	}
-}
-
-func newConfig(opts []Option) *config {
-	return adapt.Apply(&config{deny: DefaultDenyHandler}, opts, Option.apply)
 }
 
 // SetTenant stores the verified tenant t for the limiter in the request's
@@ -64,12 +60,6 @@ func newConfig(opts []Option) *config {
 // verified; handlers read it back with core.TenantFromContext(c.Context()).
 func SetTenant(c fiber.Ctx, t core.Tenant) {
 	c.SetContext(core.ContextWithTenant(c.Context(), t))
-}
-
-// Validate reports whether New(lim, opts...) is well configured.
-func Validate(lim *core.Limiter, opts ...Option) error {
-	_, err := newConfig(opts).NewGate(lim)
-	return err
 }
 
 // DefaultDenyHandler writes core's answer: v.Status with the RFC 9457

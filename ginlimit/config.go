@@ -7,89 +7,40 @@ import (
 )
 
 // Option configures the middleware. Options are applied in order; a nil
-// Option, and an option given a nil value, is ignored.
-type Option interface{ apply(*config) }
+// Option, and an option given a nil value, is ignored. Everything core
+// decides (routes, default route, cost function, header style, anonymous
+// callers, clock) is configured on the core.Gate instead.
+type Option func(*config)
 
-type optionFunc func(*config)
+type config = adapt.Config[*gin.Context, func(*gin.Context, core.Verdict)]
 
-func (f optionFunc) apply(c *config) { f(c) }
-
-type config struct {
-	adapt.Config[*gin.Context]
-	deny func(*gin.Context, core.Verdict)
-}
-
-func newConfig(opts []Option) *config {
-	return adapt.Apply(&config{deny: DefaultDenyHandler}, opts, Option.apply)
-}
-
-func gateOption(o core.GateOption) Option {
-	return optionFunc(func(c *config) { c.AddGate(o) })
-}
-
-// WithRoutes sets the route table: "METHOD /path/:param" or "/path/:param"
-// (Gin's FullPath) to a class and cost. Default: none, so every route is
-// the default route (class "default", cost 1). nil is ignored.
-func WithRoutes(rs core.Routes) Option { return gateOption(core.WithRoutes(rs)) }
-
-// WithDefaultRoute sets the class and cost of routes not in the table.
-// Default: class "default", cost 1.
-func WithDefaultRoute(r core.Route) Option { return gateOption(core.WithDefaultRoute(r)) }
-
-// WithCostFunc sets a framework-neutral dynamic class/cost decision,
-// consulted before the route table (ok false falls back to it). Default:
-// none. nil is ignored.
-func WithCostFunc(f core.CostFunc) Option {
-	return optionFunc(func(c *config) { c.SetCostFunc(f) })
-}
-
-// WithGinCostFunc sets a dynamic class/cost decision that sees the
-// *gin.Context, consulted before WithCostFunc and the route table (ok false
-// falls back to them). Default: none. nil is ignored.
-func WithGinCostFunc(f func(*gin.Context) (core.Route, bool)) Option {
-	return optionFunc(func(c *config) { c.SetFrameworkCostFunc(f) })
+// WithRouteFunc sets how a request's class and cost are named from the
+// *gin.Context (c.Param values, a key the authentication middleware set),
+// consulted before the gate's cost function and route table (ok false
+// falls back to them). Its answer is held to the route table's rules: a
+// bad one is answered as a misconfiguration. Default: none. nil is ignored.
+func WithRouteFunc(f func(*gin.Context) (core.Route, bool)) Option {
+	return adapt.RouteFunc[Option](f)
 }
 
 // WithSkipper skips the limiter (no check, no headers) for requests it
 // returns true for. Default: none. nil is ignored.
-func WithSkipper(f func(*gin.Context) bool) Option {
-	return optionFunc(func(c *config) { c.SetSkip(f) })
-}
+func WithSkipper(f func(*gin.Context) bool) Option { return adapt.Skipper[Option](f) }
 
 // WithDenyHandler sets what answers a request that does not proceed (429,
-// 503, 401, 400). The rate-limit headers are already set, and the chain is
-// already aborted. Default: DefaultDenyHandler (core's RFC 9457
-// problem+json). nil is ignored.
+// 503, 401, 400; 500 when misconfigured). The rate-limit headers are
+// already set, and the chain is already aborted. Default:
+// DefaultDenyHandler (core's RFC 9457 problem+json). nil is ignored.
 func WithDenyHandler(f func(c *gin.Context, v core.Verdict)) Option {
-	return optionFunc(func(c *config) {
-		if f != nil {
-			c.deny = f
-		}
-	})
+	return adapt.DenyHandler[Option](f)
 }
 
 // WithErrorHandler sets a hook called with Verdict.Err whenever the limiter
 // reports an error (the store failed, or the request could not be keyed),
-// and with the configuration error of a misconfigured middleware. Use it
-// for logs and metrics (c.Error(err) adds it to Gin's error list).
-// Default: none (core logs degraded decisions). nil is ignored.
+// and with the cause of a misconfiguration (a nil gate, a route function's
+// bad route), which the client never sees. Use it for logs and metrics
+// (c.Error(err) adds it to Gin's error list). Default: none (core logs
+// degraded decisions). nil is ignored.
 func WithErrorHandler(f func(c *gin.Context, err error)) Option {
-	return optionFunc(func(c *config) { c.SetOnError(f) })
-}
-
-// WithHeaderStyle selects the rate-limit header families. Default
-// core.DefaultHeaderStyle (IETF draft-11 and X-RateLimit).
-func WithHeaderStyle(s core.HeaderStyle) Option { return gateOption(core.WithHeaderStyle(s)) }
-
-// WithAnonymous admits callers without a tenant in the request context as
-// tenant "anonymous:<client IP>" on tier (default "anonymous"), instead of
-// answering 401. The client IP is Gin's c.ClientIP(): configure the
-// engine's trusted proxies (engine.SetTrustedProxies), or a client can
-// choose its own key with X-Forwarded-For. Default: off.
-func WithAnonymous(tier string) Option { return gateOption(core.WithAnonymous(tier)) }
-
-// WithGateOptions passes core gate options through (for example
-// core.WithClock). Default: none.
-func WithGateOptions(opts ...core.GateOption) Option {
-	return optionFunc(func(c *config) { c.AddGate(opts...) })
+	return adapt.ErrorHandler[Option](f)
 }

@@ -11,10 +11,12 @@
 //
 //	r := gin.New()
 //	_ = r.SetTrustedProxies(nil) // or your proxies: c.ClientIP() keys anonymous callers
-//	r.Use(authenticate, ginlimit.Middleware(lim, ginlimit.WithRoutes(core.Routes{
+//	gate, err := core.NewGate(lim, core.WithRoutes(core.Routes{
 //		"POST /v1/reports/export": {Class: "export", Cost: 5},
 //		"/healthz":                {Exempt: true},
-//	})))
+//	}))
+//	if err != nil { ... } // a bad route table, named
+//	r.Use(authenticate, ginlimit.Middleware(gate))
 //
 // Route keys are Gin's route templates (c.FullPath(): "/v1/items/:id"),
 // optionally preceded by the method.

@@ -31,18 +31,26 @@ func Example() {
 	r := gin.New()
 	_ = r.SetTrustedProxies(nil)
 	r.GET("/healthz", func(c *gin.Context) { c.Status(200) }) // before the limiter: never limited
-	r.Use(authenticate, ginlimit.Middleware(lim, ginlimit.WithRoutes(core.Routes{
+	// the gate is built, and its configuration checked, once
+	gate, err := core.NewGate(lim, core.WithRoutes(core.Routes{
 		"POST /v1/reports/export": {Class: "export", Cost: 5},
-	})))
+	}))
+	if err != nil {
+		panic(err)
+	}
+	r.Use(authenticate, ginlimit.Middleware(gate))
 	r.GET("/v1/profile", func(c *gin.Context) { c.Status(200) })
 	r.POST("/v1/reports/export", func(c *gin.Context) { c.Status(200) })
 	_ = r.Run(":8080")
 }
 
-// Limit only one group, with a route-level cost on top.
+// Limit only one group, naming the route's cost from the request.
 func ExampleMiddleware_group() {
-	var lim *core.Limiter // built as in Example
+	var gate *core.Gate // built as in Example
 	r := gin.New()
-	api := r.Group("/v1", authenticate, ginlimit.Middleware(lim))
+	api := r.Group("/v1", authenticate, ginlimit.Middleware(gate, ginlimit.WithRouteFunc(func(c *gin.Context) (core.Route, bool) {
+		// a bulk request costs what it asks for, within the route table's rules
+		return core.Route{Class: "default", Cost: 5}, c.Query("bulk") != ""
+	})))
 	api.GET("/profile", func(c *gin.Context) { c.Status(200) })
 }

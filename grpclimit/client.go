@@ -18,28 +18,28 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// MaxReplayBytes bounds what StreamClientInterceptor keeps of the messages a
+// maxReplayBytes bounds what StreamClientInterceptor keeps of the messages a
 // stream has sent, to send them again on a retry. A stream that sends more
 // before its first answer is not retried.
-const MaxReplayBytes = 1 << 20
+const maxReplayBytes = 1 << 20
 
 // maxPushbackMillis bounds a pushback (a year) so that it cannot overflow a
 // Duration; any such wait is over every sane maximum delay anyway.
 const maxPushbackMillis = 365 * 24 * 3600 * 1000
 
-// Hint reads the retry hint of a call's error and trailer metadata.
+// hint reads the retry hint of a call's error and trailer metadata.
 // throttled is false unless err is a ResourceExhausted or Unavailable
 // status that carries a rate-limit hint: the grpc-retry-pushback-ms trailer
 // (-1, or any malformed or repeated value: never), a RetryInfo (the longer
 // of the two wins), or an ErrorInfo saying the cost can never be met. Other
 // ResourceExhausted errors (a message over the size limit, a server's own
 // quota) are not throttling answers and are not retried.
-func Hint(err error, trailer metadata.MD) (h retry.Hint, throttled bool) {
+func hint(err error, trailer metadata.MD) (h retry.Hint, throttled bool) {
 	st, ok := status.FromError(err)
 	if !ok || (st.Code() != codes.ResourceExhausted && st.Code() != codes.Unavailable) {
 		return retry.Hint{}, false
 	}
-	if vs := trailer.Get(PushbackKey); len(vs) > 0 {
+	if vs := trailer.Get(pushbackKey); len(vs) > 0 {
 		throttled = true
 		ms, perr := strconv.ParseInt(vs[0], 10, 64)
 		if len(vs) > 1 || perr != nil || ms < 0 {
@@ -56,7 +56,7 @@ func Hint(err error, trailer metadata.MD) (h retry.Hint, throttled bool) {
 				h.After = max(h.After, d.GetRetryDelay().AsDuration())
 			}
 		case *errdetails.ErrorInfo:
-			if d.GetReason() == Reason && d.GetMetadata()[MetaReason] == core.ReasonCostExceedsCapacity.String() {
+			if d.GetReason() == errorReason && d.GetMetadata()[metaReason] == core.ReasonCostExceedsCapacity.String() {
 				throttled, h.Never = true, true
 			}
 		}
@@ -88,7 +88,7 @@ func UnaryClientInterceptor(opts ...retry.Option) grpc.UnaryClientInterceptor {
 			if err == nil || header != nil {
 				return err
 			}
-			h, throttled := Hint(err, trailer)
+			h, throttled := hint(err, trailer)
 			if !throttled {
 				return err
 			}
@@ -110,7 +110,7 @@ func UnaryClientInterceptor(opts ...retry.Option) grpc.UnaryClientInterceptor {
 // opened, as [UnaryClientInterceptor] retries calls. A throttled stream is
 // detected on the first RecvMsg (or Header) while the stream is still
 // uncommitted: no response message or header received yet, and the answer
-// Trailers-Only. The messages sent so far (up to MaxReplayBytes; protobuf
+// Trailers-Only. The messages sent so far (up to 1 MiB; protobuf
 // messages are cloned when sent) are sent again on the new stream, and
 // CloseSend repeated. Once the stream is committed, errors are returned
 // as they come.
@@ -182,7 +182,7 @@ func (s *retryStream) SendMsg(m any) error {
 	if pm, ok := m.(proto.Message); ok {
 		size = proto.Size(pm)
 	}
-	if s.sentBytes+size > MaxReplayBytes {
+	if s.sentBytes+size > maxReplayBytes {
 		// too much to replay: this stream will not be retried
 		s.committed, s.sent = true, nil
 		ended := s.ended
@@ -280,7 +280,7 @@ func (s *retryStream) maybeRetry(cs grpc.ClientStream, rerr error) (retried bool
 	if md, _ := cs.Header(); md != nil { // the server had started to answer
 		return false, nil
 	}
-	h, throttled := Hint(rerr, cs.Trailer())
+	h, throttled := hint(rerr, cs.Trailer())
 	if !throttled {
 		return false, nil
 	}

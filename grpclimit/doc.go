@@ -5,18 +5,24 @@
 //
 // # Server
 //
-// [UnaryServerInterceptor] and [StreamServerInterceptor] (or [New], which
-// reports configuration errors) go after the authentication interceptor,
-// which stores the verified tenant with core.ContextWithTenant. Metadata
-// the client sets is never a tenant source.
+// [UnaryServerInterceptor] and [StreamServerInterceptor] take a core.Gate,
+// built and validated once with core.NewGate, and go after the
+// authentication interceptor, which stores the verified tenant with
+// core.ContextWithTenant. Metadata the client sets is never a tenant
+// source.
 //
+//	gate, err := core.NewGate(lim, core.WithRoutes(core.Routes{
+//		"/reports.v1.Reports/Export": {Class: "export", Cost: 10},
+//	}))
+//	if err != nil { ... } // a bad method table, named
 //	srv := grpc.NewServer(
-//		grpc.ChainUnaryInterceptor(auth.Unary, grpclimit.UnaryServerInterceptor(lim, opts...)),
-//		grpc.ChainStreamInterceptor(auth.Stream, grpclimit.StreamServerInterceptor(lim, opts...)),
+//		grpc.ChainUnaryInterceptor(auth.Unary, grpclimit.UnaryServerInterceptor(gate, opts...)),
+//		grpc.ChainStreamInterceptor(auth.Stream, grpclimit.StreamServerInterceptor(gate, opts...)),
 //	)
 //
-// Each call is charged the (class, cost) of its full method
-// ([WithMethods], [WithCostFunc]; default class "default", cost 1) before
+// Each call is charged the (class, cost) of its full method (the gate's
+// route table, keyed "/pkg.Service/Method" or "/pkg.Service/*", and cost
+// function; default class "default", cost 1) before
 // the handler runs; a stream is charged when it opens, and with
 // [WithMessageCost] each message a client or bidi stream receives is
 // charged too. The answers:
@@ -24,7 +30,7 @@
 //   - Allowed (or shadow-denied, core.WithShadow): the handler runs; the
 //     header metadata carries ratelimit and ratelimit-policy (IETF draft-11
 //     values) and x-ratelimit-limit/-remaining/-reset, as selected by
-//     [WithHeaderStyle].
+//     core.WithHeaderStyle.
 //   - Denied: codes.ResourceExhausted ([WithDeniedCode]: Unavailable), the
 //     handler not called, with status details: one errdetails.ErrorInfo
 //     (Reason "RATE_LIMIT_EXCEEDED", Domain "tollgate.dev" ([WithDomain]),
@@ -53,8 +59,11 @@
 //     with no rate-limit metadata; fail-closed answers codes.Unavailable
 //     with no details, never ResourceExhausted.
 //   - No tenant in the context: codes.Unauthenticated, unless
-//     [WithAnonymous] keys such callers by their peer IP.
+//     core.WithAnonymous keys such callers by their peer IP.
 //   - An invalid request (a tenant ID core cannot key): InvalidArgument.
+//   - A misconfiguration (a nil gate, a bad option, a cost function's bad
+//     route): codes.Internal with the fixed message "The rate limiter is
+//     misconfigured."; the cause goes to [WithErrorHandler] only.
 //
 // A message denied by [WithMessageCost] is dropped and the stream's
 // RecvMsg returns the denial's status error; the header metadata has
@@ -64,7 +73,10 @@
 //
 // [UnaryClientInterceptor] and [StreamClientInterceptor] retry throttled
 // calls after the RetryInfo / pushback delay plus upward jitter, capped,
-// and never retry a "never" answer; the policy is shared with the HTTP
+// and never retry a "never" answer (grpc-retry-pushback-ms -1, a malformed
+// or repeated pushback, or an ErrorInfo whose reason metadata is
+// "cost_exceeds_capacity"); a stream keeps at most 1 MiB of sent messages
+// to replay; the policy is shared with the HTTP
 // RoundTripper in package github.com/tollgate-go/tollgate/core/retry. A
 // grpc-go service-config retryPolicy with RESOURCE_EXHAUSTED in
 // retryableStatusCodes works too (it honours grpc-retry-pushback-ms but

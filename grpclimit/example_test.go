@@ -2,7 +2,6 @@ package grpclimit_test
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -12,8 +11,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 )
 
 // auth stands for your authentication interceptor: after verifying the
@@ -25,7 +22,7 @@ func auth(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHan
 // A server whose exports cost 10 tokens of their own class, with the
 // health check exempt, and which answers Unavailable instead of
 // ResourceExhausted.
-func ExampleNew() {
+func ExampleUnaryServerInterceptor() {
 	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
 	res, err := core.NewResolver(core.Tiers{Default: "pro", Tiers: map[string]core.Tier{
 		"pro": {Classes: map[string]core.Quota{"default": core.PerSecond(50), "export": core.PerMinute(60)}},
@@ -37,19 +34,18 @@ func ExampleNew() {
 	if err != nil {
 		panic(err)
 	}
-	limits, err := grpclimit.New(lim,
-		grpclimit.WithMethods(core.Routes{
-			"/reports.v1.Reports/Export":   {Class: "export", Cost: 10},
-			"/grpc.health.v1.Health/Check": {Exempt: true},
-		}),
-		grpclimit.WithDeniedCode(codes.Unavailable),
-	)
+	// the gate is built, and its configuration checked, once
+	gate, err := core.NewGate(lim, core.WithRoutes(core.Routes{
+		"/reports.v1.Reports/Export":   {Class: "export", Cost: 10},
+		"/grpc.health.v1.Health/Check": {Exempt: true},
+	}))
 	if err != nil {
-		panic(err) // a bad route table or option, named
+		panic(err) // a bad route table, named
 	}
 	srv := grpc.NewServer(
-		grpc.ChainUnaryInterceptor(auth, limits.Unary()),
-		grpc.ChainStreamInterceptor(limits.Stream()), // after your stream auth interceptor
+		grpc.ChainUnaryInterceptor(auth, grpclimit.UnaryServerInterceptor(gate, grpclimit.WithDeniedCode(codes.Unavailable))),
+		// after your stream auth interceptor
+		grpc.ChainStreamInterceptor(grpclimit.StreamServerInterceptor(gate, grpclimit.WithDeniedCode(codes.Unavailable))),
 	)
 	_ = srv // register services, then srv.Serve(listener)
 }
@@ -66,21 +62,4 @@ func ExampleUnaryClientInterceptor() {
 		panic(err)
 	}
 	defer conn.Close()
-}
-
-// Hint reads what a denial says about retrying.
-func ExampleHint() {
-	st, _ := status.New(codes.ResourceExhausted, "rate limited").WithDetails()
-	h, throttled := grpclimit.Hint(st.Err(), metadata.Pairs("grpc-retry-pushback-ms", "1500"))
-	fmt.Println(h.After, h.Never, throttled)
-
-	h, throttled = grpclimit.Hint(st.Err(), metadata.Pairs("grpc-retry-pushback-ms", "-1"))
-	fmt.Println(h.Never, throttled)
-
-	_, throttled = grpclimit.Hint(status.Error(codes.ResourceExhausted, "message larger than max"), nil)
-	fmt.Println(throttled)
-	// Output:
-	// 1.5s false true
-	// true true
-	// false
 }

@@ -2,6 +2,7 @@ package grpclimit
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -18,96 +19,86 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// Metadata keys grpclimit writes besides the lower-cased rate-limit
-// headers.
-const (
-	// PushbackKey is the gRFC A6 trailer a denial carries: the retry delay
-	// in whole milliseconds, rounded up, or -1 ("do not retry") when the
-	// cost can never be met. grpc-go clients with a retry policy honour it.
-	PushbackKey = "grpc-retry-pushback-ms"
-	// RetryAfterKey is the Retry-After trailer of an over-limit denial:
-	// whole seconds, at least 1, as in HTTP.
-	RetryAfterKey = "retry-after"
-)
+// pushbackKey is the gRFC A6 trailer a denial carries: the retry delay in
+// whole milliseconds, rounded up, or -1 ("do not retry") when the cost can
+// never be met. grpc-go clients with a retry policy honour it. (The
+// retry-after trailer of an over-limit denial comes from core's headers.)
+const pushbackKey = "grpc-retry-pushback-ms"
 
-// ErrorInfo of a denial.
+// ErrorInfo of a denial (the package documentation lists them).
 const (
-	// Reason is the ErrorInfo reason of every denial.
-	Reason = "RATE_LIMIT_EXCEEDED"
+	// errorReason is the ErrorInfo reason of every denial.
+	errorReason = "RATE_LIMIT_EXCEEDED"
 	// ErrorInfo metadata keys: the binding policy (bucket), its capacity,
 	// the tokens left (rounded down), the call's cost, and the core reason
 	// ("over_limit", or "cost_exceeds_capacity" when it can never be met).
-	MetaPolicy    = "policy"
-	MetaLimit     = "limit"
-	MetaRemaining = "remaining"
-	MetaCost      = "cost"
-	MetaReason    = "reason"
+	metaPolicy    = "policy"
+	metaLimit     = "limit"
+	metaRemaining = "remaining"
+	metaCost      = "cost"
+	metaReason    = "reason"
 )
 
-// Interceptors is a configured pair of server interceptors over one gate.
-// Build it with [New] to get configuration errors; [UnaryServerInterceptor]
-// and [StreamServerInterceptor] are shorthands.
-type Interceptors struct {
+// misconfiguredMessage is the status message of every misconfiguration
+// answer (codes.Internal): fixed, the cause goes to the error handler only.
+const misconfiguredMessage = "The rate limiter is misconfigured."
+
+// interceptors is a configured pair of server interceptors over one gate.
+// err, when set, is a misconfiguration: every call is answered Internal
+// with the fixed message, err reported to the error handler.
+type interceptors struct {
 	gate *core.Gate
 	cfg  config
+	err  error
 }
 
-// New validates the configuration and returns the interceptor pair. The
-// error wraps core.ErrInvalidConfig (or core's route validation error).
-func New(lim *core.Limiter, opts ...Option) (*Interceptors, error) {
-	cfg := newConfig(opts)
-	if err := cfg.validate(); err != nil {
-		return nil, err
+func newInterceptors(gate *core.Gate, opts []Option) *interceptors {
+	i := &interceptors{gate: gate, cfg: newConfig(opts)}
+	if gate == nil {
+		i.err = fmt.Errorf("%w: grpclimit: nil *core.Gate (build one with core.NewGate)", core.ErrInvalidConfig)
+	} else {
+		i.err = i.cfg.validate()
 	}
-	g, err := core.NewGate(lim, cfg.gate...)
-	if err != nil {
-		return nil, err
-	}
-	return &Interceptors{gate: g, cfg: cfg}, nil
+	return i
 }
 
-// UnaryServerInterceptor limits unary calls: it finds the tenant that an
-// earlier (authentication) interceptor stored with core.ContextWithTenant,
-// charges the method's class and cost, and either calls the handler with
-// the rate-limit values in header metadata, or answers the denial (see the
-// package documentation) without calling it.
+// UnaryServerInterceptor limits unary calls with gate, built and validated
+// once with core.NewGate (the method table keyed by full method, cost
+// function, header style, anonymous callers keyed by the peer IP): it finds
+// the tenant that an earlier (authentication) interceptor stored with
+// core.ContextWithTenant, charges the method's class and cost, and either
+// calls the handler with the rate-limit values in header metadata, or
+// answers the denial (see the package documentation) without calling it.
 //
-// A bad configuration (nil limiter, invalid routes, a denied code other
-// than ResourceExhausted or Unavailable) does not panic: every call then
-// fails with codes.Internal naming the problem. Use [New] to get the error
-// at start-up instead.
-func UnaryServerInterceptor(lim *core.Limiter, opts ...Option) grpc.UnaryServerInterceptor {
-	i, err := New(lim, opts...)
-	if err != nil {
-		st := status.New(codes.Internal, err.Error())
-		return func(context.Context, any, *grpc.UnaryServerInfo, grpc.UnaryHandler) (any, error) {
-			return nil, st.Err()
-		}
-	}
-	return i.Unary()
+// A misconfiguration (a nil gate, a denied code other than
+// ResourceExhausted or Unavailable, a bad WithMessageCost) does not panic:
+// every call then fails with codes.Internal and a fixed message, the cause
+// reported to the error handler only, never to the client.
+func UnaryServerInterceptor(gate *core.Gate, opts ...Option) grpc.UnaryServerInterceptor {
+	return newInterceptors(gate, opts).unary()
 }
 
-// StreamServerInterceptor limits streams: each stream is charged once when
-// it opens, before the handler runs, and with [WithMessageCost] each
-// message a client or bidi stream receives is charged too. See
-// [UnaryServerInterceptor] for the rest, including configuration errors.
-func StreamServerInterceptor(lim *core.Limiter, opts ...Option) grpc.StreamServerInterceptor {
-	i, err := New(lim, opts...)
-	if err != nil {
-		st := status.New(codes.Internal, err.Error())
-		return func(any, grpc.ServerStream, *grpc.StreamServerInfo, grpc.StreamHandler) error {
-			return st.Err()
-		}
-	}
-	return i.Stream()
+// StreamServerInterceptor limits streams with gate: each stream is charged
+// once when it opens, before the handler runs, and with [WithMessageCost]
+// each message a client or bidi stream receives is charged too. See
+// [UnaryServerInterceptor] for the rest, including misconfigurations.
+func StreamServerInterceptor(gate *core.Gate, opts ...Option) grpc.StreamServerInterceptor {
+	return newInterceptors(gate, opts).stream()
 }
 
-// Gate returns the core gate the interceptors decide with.
-func (i *Interceptors) Gate() *core.Gate { return i.gate }
+// misconfigured reports i.err and returns the fixed Internal answer.
+func (i *interceptors) misconfigured(ctx context.Context, method string) error {
+	if i.cfg.onError != nil {
+		i.cfg.onError(ctx, method, i.err)
+	}
+	return status.Error(codes.Internal, misconfiguredMessage)
+}
 
-// Unary returns the unary server interceptor.
-func (i *Interceptors) Unary() grpc.UnaryServerInterceptor {
+func (i *interceptors) unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if i.err != nil {
+			return nil, i.misconfigured(ctx, info.FullMethod)
+		}
 		if !i.limited(ctx, info.FullMethod) {
 			return handler(ctx, req)
 		}
@@ -125,9 +116,15 @@ func (i *Interceptors) Unary() grpc.UnaryServerInterceptor {
 	}
 }
 
-// Stream returns the stream server interceptor.
-func (i *Interceptors) Stream() grpc.StreamServerInterceptor {
+func (i *interceptors) stream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if i.err != nil {
+			ctx := context.Background()
+			if ss != nil {
+				ctx = ss.Context()
+			}
+			return i.misconfigured(ctx, info.FullMethod)
+		}
 		ctx := ss.Context()
 		if !i.limited(ctx, info.FullMethod) {
 			return handler(srv, ss)
@@ -152,7 +149,7 @@ func (i *Interceptors) Stream() grpc.StreamServerInterceptor {
 // chargedStream charges every received message (WithMessageCost).
 type chargedStream struct {
 	grpc.ServerStream
-	i      *Interceptors
+	i      *interceptors
 	method string
 	tenant core.Tenant
 }
@@ -172,7 +169,7 @@ func (s *chargedStream) RecvMsg(m any) error {
 // answer reports v's error (WithErrorHandler) and, when v does not
 // proceed, sets the trailer with setTrailer and returns the status error;
 // nil: the call or message proceeds.
-func (i *Interceptors) answer(ctx context.Context, method string, v core.Verdict, setTrailer func(metadata.MD)) error {
+func (i *interceptors) answer(ctx context.Context, method string, v core.Verdict, setTrailer func(metadata.MD)) error {
 	i.report(ctx, method, v)
 	if v.Proceed {
 		return nil
@@ -183,7 +180,7 @@ func (i *Interceptors) answer(ctx context.Context, method string, v core.Verdict
 	return i.statusOf(v).Err()
 }
 
-func (i *Interceptors) limited(ctx context.Context, method string) bool {
+func (i *interceptors) limited(ctx context.Context, method string) bool {
 	for _, f := range i.cfg.filters {
 		if !f(ctx, method) {
 			return false
@@ -193,13 +190,12 @@ func (i *Interceptors) limited(ctx context.Context, method string) bool {
 }
 
 // endpoint is the call as core sees it. The peer IP is always filled in:
-// the gate uses it only for anonymous callers, however that option was
-// given (WithAnonymous or WithGateOptions).
-func (i *Interceptors) endpoint(ctx context.Context, method string) core.Endpoint {
+// the gate uses it only for anonymous callers (core.WithAnonymous).
+func (i *interceptors) endpoint(ctx context.Context, method string) core.Endpoint {
 	return core.Endpoint{Pattern: method, ClientIP: peerIP(ctx)}
 }
 
-func (i *Interceptors) report(ctx context.Context, method string, v core.Verdict) {
+func (i *interceptors) report(ctx context.Context, method string, v core.Verdict) {
 	if v.Err != nil && i.cfg.onError != nil {
 		i.cfg.onError(ctx, method, v.Err)
 	}
@@ -239,19 +235,19 @@ func headerMD(hs []core.Header) metadata.MD {
 
 // trailer is the trailer metadata of an answer that does not proceed: the
 // rate-limit headers and, for a denial, the pushback.
-func (i *Interceptors) trailer(v core.Verdict) metadata.MD {
+func (i *interceptors) trailer(v core.Verdict) metadata.MD {
 	md := headerMD(v.Headers)
 	if v.Decision.Denied() || v.Decision.Reason == core.ReasonOverloaded {
 		if md == nil {
 			md = metadata.MD{}
 		}
-		md[PushbackKey] = []string{strconv.FormatInt(v.Decision.PushbackMillis(), 10)}
+		md[pushbackKey] = []string{strconv.FormatInt(v.Decision.PushbackMillis(), 10)}
 	}
 	return md
 }
 
 // statusOf maps a Verdict that does not proceed to a gRPC status.
-func (i *Interceptors) statusOf(v core.Verdict) *status.Status {
+func (i *interceptors) statusOf(v core.Verdict) *status.Status {
 	d := v.Decision
 	switch {
 	case v.Unauthenticated:
@@ -273,27 +269,27 @@ func (i *Interceptors) statusOf(v core.Verdict) *status.Status {
 	case d.Reason == core.ReasonInvalid:
 		return status.New(codes.InvalidArgument, v.Problem.Detail)
 	case d.Reason == core.ReasonUnresolved:
-		return status.New(codes.Internal, v.Problem.Detail)
+		return status.New(codes.Internal, misconfiguredMessage)
 	}
-	return status.New(codes.Internal, "grpclimit: unexpected rate limit verdict "+d.Reason.String())
+	return status.New(codes.Internal, misconfiguredMessage)
 }
 
 // denial is the status of a denied call: the configured code, with one
 // ErrorInfo, one QuotaFailure and, unless the cost can never be met, one
 // RetryInfo with the exact delay.
-func (i *Interceptors) denial(v core.Verdict) *status.Status {
+func (i *interceptors) denial(v core.Verdict) *status.Status {
 	d := v.Decision
 	st := status.New(i.cfg.deniedCode, v.Problem.Detail)
 	details := make([]protoadapt.MessageV1, 0, 3)
 	details = append(details, &errdetails.ErrorInfo{
-		Reason: Reason,
+		Reason: errorReason,
 		Domain: i.cfg.domain,
 		Metadata: map[string]string{
-			MetaPolicy:    d.Bucket,
-			MetaLimit:     strconv.FormatInt(d.Limit, 10),
-			MetaRemaining: strconv.FormatInt(d.Remaining, 10),
-			MetaCost:      strconv.FormatInt(d.Cost, 10),
-			MetaReason:    d.Reason.String(),
+			metaPolicy:    d.Bucket,
+			metaLimit:     strconv.FormatInt(d.Limit, 10),
+			metaRemaining: strconv.FormatInt(d.Remaining, 10),
+			metaCost:      strconv.FormatInt(d.Cost, 10),
+			metaReason:    d.Reason.String(),
 		},
 	})
 	if d.Reason == core.ReasonOverLimit || d.Reason == core.ReasonConcurrencyLimit {

@@ -12,10 +12,12 @@
 //	mux := http.NewServeMux()
 //	mux.HandleFunc("GET /v1/profile", profile)
 //	mux.HandleFunc("POST /v1/reports/export", export)
-//	limit := httplimit.Middleware(lim, httplimit.WithRoutes(core.Routes{
+//	gate, err := core.NewGate(lim, core.WithRoutes(core.Routes{
 //		"POST /v1/reports/export": {Class: "export", Cost: 5},
 //		"/healthz":                {Exempt: true},
 //	}))
+//	if err != nil { ... } // a bad route table, named
+//	limit := httplimit.Middleware(gate)
 //	http.ListenAndServe(addr, authenticate(limit(mux)))
 //
 // The route template comes from the Go 1.22 ServeMux: r.Pattern when the

@@ -37,9 +37,14 @@ func Example() {
 	mux.HandleFunc("POST /v1/reports/export", func(w http.ResponseWriter, r *http.Request) {})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {})
 
-	limit := httplimit.Middleware(lim, httplimit.WithRoutes(core.Routes{
+	// the gate is built, and its configuration checked, once
+	gate, err := core.NewGate(lim, core.WithRoutes(core.Routes{
 		"POST /v1/reports/export": {Class: "export", Cost: 5},
 		"/healthz":                {Exempt: true},
 	}))
+	if err != nil {
+		panic(err)
+	}
+	limit := httplimit.Middleware(gate)
 	_ = http.ListenAndServe(":8080", authenticate(limit(mux)))
 }

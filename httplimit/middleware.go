@@ -9,45 +9,41 @@ import (
 	"github.com/tollgate-go/tollgate/httplimit/adapt"
 )
 
-// Middleware returns net/http middleware that rate-limits requests with lim.
-// Mount it after the authentication middleware, which stores the verified
-// tenant with core.ContextWithTenant: the tenant is read from the request's
-// context, never from a header.
+// Middleware returns net/http middleware that rate-limits requests with
+// gate, built and validated once with core.NewGate (routes, cost function,
+// header style, anonymous callers). Mount it after the authentication
+// middleware, which stores the verified tenant with core.ContextWithTenant:
+// the tenant is read from the request's context, never from a header.
 //
 // For each request: skip (WithSkipper)? Otherwise find the route template
-// (see WithPatternFunc), ask core for a Verdict, set its rate-limit headers
-// on the response, and either call next or the deny handler. Around a
-// *http.ServeMux, a request the mux answers 404 or 405 is charged nothing
-// and gets no headers, and the mux's own pattern names the route even when
-// an outer mux mounted it; HEAD, which the mux serves with a GET route's
-// handler, is charged as that GET route.
+// (see WithPatternFunc) and the route (WithRouteFunc), ask the gate for a
+// Verdict, set its rate-limit headers on the response, and either call next
+// or the deny handler. Around a *http.ServeMux, a request the mux answers
+// 404 or 405 is charged nothing and gets no headers, and the mux's own
+// pattern names the route even when an outer mux mounted it; HEAD, which
+// the mux serves with a GET route's handler, is charged as that GET route.
 //
-// A bad configuration (nil limiter, invalid route table) makes every request
-// answer 500 with a problem+json body and report the error to the error
-// handler; check it at start-up with Validate.
-func Middleware(lim *core.Limiter, opts ...Option) func(http.Handler) http.Handler {
-	c := newConfig(opts)
-	gate, err := c.NewGate(lim)
+// A nil gate does not panic: every request is answered as misconfigured
+// (500 with a fixed problem+json body), the cause reported to the error
+// handler only.
+func Middleware(gate *core.Gate, opts ...Option) func(http.Handler) http.Handler {
+	c := adapt.New(gate, DefaultDenyHandler, opts)
 	return func(next http.Handler) http.Handler {
-		if err != nil {
-			return misconfigured(c, err)
-		}
 		mux, _ := next.(*http.ServeMux)
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if c.Skipped(r) {
 				next.ServeHTTP(w, r)
 				return
 			}
-			pattern, unmatched := c.patternOf(r, mux)
-			v := gate.Decide(c.Context(r.Context(), r), core.Endpoint{Method: r.Method, Pattern: pattern, ClientIP: clientIP(r), Unmatched: unmatched})
-			c.Report(r, v.Err)
+			pattern, unmatched := patternOf(c, r, mux)
+			v := c.Decide(r.Context(), r, core.Endpoint{Method: r.Method, Pattern: pattern, ClientIP: clientIP(r), Unmatched: unmatched})
 			SetHeaders(w.Header(), v.Headers)
 			if v.Proceed {
 				defer v.Done() // frees a concurrency slot, panics included
 				next.ServeHTTP(w, r)
 				return
 			}
-			c.deny(w, r, v)
+			c.Deny(w, r, v)
 		})
 	}
 }
@@ -55,12 +51,6 @@ func Middleware(lim *core.Limiter, opts ...Option) func(http.Handler) http.Handl
 // SetHeaders sets core's headers on h, replacing any earlier values (see
 // adapt.SetHeaders).
 func SetHeaders(h http.Header, hs []core.Header) { adapt.SetHeaders(h, hs) }
-
-// Validate reports whether Middleware(lim, opts...) is well configured.
-func Validate(lim *core.Limiter, opts ...Option) error {
-	_, err := newConfig(opts).NewGate(lim)
-	return err
-}
 
 // DefaultDenyHandler writes core's answer: v.Status with the RFC 9457
 // problem+json body.
@@ -77,9 +67,9 @@ func DefaultDenyHandler(w http.ResponseWriter, _ *http.Request, v core.Verdict) 
 // answers 404 or 405. Without a wrapped mux, r.Pattern is the pattern of
 // the mux that routed r to this middleware's handler; empty, the route is
 // unknown (not unmatched) and is the default route.
-func (c *config) patternOf(r *http.Request, mux *http.ServeMux) (pattern string, unmatched bool) {
-	if c.pattern != nil {
-		return c.pattern(r), false
+func patternOf(c *config, r *http.Request, mux *http.ServeMux) (pattern string, unmatched bool) {
+	if c.PatternFunc != nil {
+		return c.PatternFunc(r), false
 	}
 	if mux != nil {
 		_, p := mux.Handler(r)
@@ -102,15 +92,4 @@ func clientIP(r *http.Request) string {
 		return host
 	}
 	return r.RemoteAddr
-}
-
-// misconfigured answers every request with 500, reporting err.
-func misconfigured(c *config, err error) http.Handler {
-	body := adapt.Misconfigured.JSON()
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c.Report(r, err)
-		w.Header().Set("Content-Type", core.ProblemContentType)
-		w.WriteHeader(http.StatusInternalServerError)
-		_, _ = w.Write(body)
-	})
 }

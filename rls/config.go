@@ -12,8 +12,9 @@ import (
 const (
 	// KeyTenant is the entry holding the tenant ID (required).
 	KeyTenant = "tenant"
-	// KeyTier is the entry holding the tenant's tier (optional: the
-	// resolver's default tier and the tenant's overrides apply without it).
+	// KeyTier is the entry holding the tenant's tier, read only with
+	// WithTrustedTier (else, and without it, the resolver's default tier;
+	// the tenant's overrides apply either way).
 	KeyTier = "tier"
 	// KeyClass is the entry holding the class (optional: core.DefaultClass).
 	KeyClass = "class"
@@ -36,10 +37,15 @@ type optionFunc func(*config)
 func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
-	style   core.HeaderStyle
-	now     func() time.Time
-	maxCost int64
-	onError ErrorHandler
+	style     core.HeaderStyle
+	now       func() time.Time
+	maxCost   int64
+	onError   ErrorHandler
+	rules     *Rules
+	limits    bool
+	shadow    bool
+	trustTier bool
+	tiers     *core.TieredResolver
 }
 
 func newConfig(opts []Option) config {
@@ -53,6 +59,12 @@ func newConfig(opts []Option) config {
 }
 
 func (c *config) validate() error {
+	if c.rules == nil && (c.limits || c.shadow) {
+		return fmt.Errorf("%w: rls: WithDescriptorLimits and WithGlobalShadow need WithRules", core.ErrInvalidConfig)
+	}
+	if c.rules != nil && (c.trustTier || c.tiers != nil) {
+		return fmt.Errorf("%w: rls: WithTrustedTier and WithTiers are for the tenant mapping, not WithRules (a rule names its tier entry)", core.ErrInvalidConfig)
+	}
 	if c.maxCost < 1 || c.maxCost > core.MaxCost {
 		return fmt.Errorf("%w: rls: max cost must be 1 to %d, got %d", core.ErrInvalidConfig, int64(core.MaxCost), c.maxCost)
 	}
@@ -89,6 +101,57 @@ func WithErrorHandler(h ErrorHandler) Option {
 	return optionFunc(func(c *config) {
 		if h != nil {
 			c.onError = h
+		}
+	})
+}
+
+// WithRules answers by an envoyproxy/ratelimit configuration (see
+// [Config]) instead of the tenant, tier and class entries: each descriptor
+// is matched against its domain's rules as the reference does. The limiter
+// given to New must resolve with r (core.New(client, r, ...)). nil is
+// ignored.
+func WithRules(r *Rules) Option {
+	return optionFunc(func(c *config) {
+		if r != nil {
+			c.rules = r
+		}
+	})
+}
+
+// WithDescriptorLimits applies a descriptor's limit override (the
+// RateLimitDescriptor's limit, set by the route's rate_limits) in place of
+// the rule it matches, as the reference does; with [WithRules] only.
+// Default off: the gateway would choose the quota.
+func WithDescriptorLimits(on bool) Option {
+	return optionFunc(func(c *config) { c.limits = on })
+}
+
+// WithGlobalShadow answers every request OK while its descriptors keep
+// their OVER_LIMIT statuses, as the reference's SHADOW_MODE; with
+// [WithRules] only. Default off.
+func WithGlobalShadow(on bool) Option {
+	return optionFunc(func(c *config) { c.shadow = on })
+}
+
+// WithTrustedTier reads the descriptor's tier entry (KeyTier) as the
+// tenant's tier. Turn it on only when the gateway fills it from the
+// verified credential (a JWT claim, as docs/envoy.md's route does): a
+// tier the client can choose is a quota the client can choose. Default
+// off: the tier entry is ignored and every tenant has the tier file's
+// default tier (and its overrides). Without WithRules only.
+func WithTrustedTier(on bool) Option {
+	return optionFunc(func(c *config) { c.trustTier = on })
+}
+
+// WithTiers names the tier file behind the limiter (its resolver): a
+// descriptor whose tier or class it does not define is then answered
+// invalid without a check, so that descriptor values never become metric
+// labels or resolver lookups of their own. Without WithRules only (the
+// rules bound their names themselves). nil is ignored.
+func WithTiers(t *core.TieredResolver) Option {
+	return optionFunc(func(c *config) {
+		if t != nil {
+			c.tiers = t
 		}
 	})
 }

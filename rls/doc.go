@@ -9,19 +9,47 @@
 //	g := grpc.NewServer()
 //	rlsv3.RegisterRateLimitServiceServer(g, srv)
 //
-// # Mapping
+// # In place of envoyproxy/ratelimit
+//
+// With [WithRules], descriptors are answered by an envoyproxy/ratelimit
+// configuration, read by [LoadConfig] from the reference's own YAML files,
+// as the reference answers them: each descriptor matched against its
+// domain's nested rules (key and value, then a wildcard, then the key
+// alone), unmatched descriptors OK without a limit, hits_addend per
+// descriptor (0 checks without charging), limit_remaining 0 on a denial,
+// unlimited, shadow_mode, quota_mode and replaces. Each rule is a token
+// bucket (capacity requests_per_unit, refilled over the unit) keyed in
+// core's scheme, hash-tagged by the domain and the descriptor's entries; a
+// rule's tollgate block names the entry that is the tenant instead, and
+// the bucket is then the services' (tenant, class), with the tier file's
+// quota and the overrides store:
+//
+//	cfg, err := rls.LoadConfig("/etc/ratelimit/config")
+//	rules, err := rls.NewRules(cfg, tiers) // tiers: the services' *core.TieredResolver
+//	lim, err := core.New(client, rules)
+//	srv, err := rls.New(lim, rls.WithRules(rules))
+//	done := rules.Watch(ctx, "/etc/ratelimit/config", time.Second, logger)
+//
+// docs/envoy.md lists the differences by design (the bucket's
+// duration_until_reset, a denial charging nothing, all or nothing among the
+// descriptors of one tag and cost).
+//
+// # Mapping without a configuration
 //
 // Each descriptor names a tenant and a class by its entries; other entries
 // are ignored:
 //
 //   - "tenant" (required): the tenant ID, as the gateway verified it (a JWT
 //     claim, never a header the client sets);
-//   - "tier" (optional): the tenant's tier; without it the resolver's
-//     default tier and the tenant's overrides apply;
+//   - "tier" (optional, read only with [WithTrustedTier]): the tenant's
+//     tier; without it the resolver's default tier and the tenant's
+//     overrides apply;
 //   - "class" (optional): the class, default "default".
 //
-// The cost is the descriptor's hits_addend where set, else the request's;
-// 0 means 1, as in Envoy. The bucket is core's key rl:{tenant}:class, so a
+// The cost is the descriptor's hits_addend where set (0 checks without
+// charging, as envoyproxy/ratelimit), else the request's, where 0 means 1.
+// With [WithTiers], a tier or class the tier file does not define is
+// answered invalid before any check. The bucket is core's key rl:{tenant}:class, so a
 // gateway check and a service check of the same tenant and class drain one
 // bucket.
 //

@@ -61,6 +61,9 @@ type group struct {
 // ShouldRateLimit decides every descriptor of req. See the package
 // documentation for the mapping.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if s.cfg.rules != nil {
+		return s.shouldRateLimitRules(ctx, req)
+	}
 	ds := req.GetDescriptors()
 	if len(ds) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "tollgate: a rate limit request needs at least one descriptor")
@@ -106,7 +109,13 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			res.Statuses[i] = st
 		}
 	}
-	d := headline.d
+	s.addHeaders(res, headline.d)
+	return res, nil
+}
+
+// addHeaders adds the headers (and on a denial the body) the HTTP adapters
+// send for d.
+func (s *Server) addHeaders(res *rlsv3.RateLimitResponse, d core.Decision) {
 	for _, h := range d.Headers(s.cfg.style, s.cfg.now()) {
 		res.ResponseHeadersToAdd = append(res.ResponseHeadersToAdd, &corev3.HeaderValue{Key: h.Name, Value: h.Value})
 	}
@@ -114,7 +123,6 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		res.RawBody = d.Problem().JSON()
 		res.ResponseHeadersToAdd = append(res.ResponseHeadersToAdd, &corev3.HeaderValue{Key: "Content-Type", Value: core.ProblemContentType})
 	}
-	return res, nil
 }
 
 // read maps one descriptor to a tenant, class and cost.
@@ -131,6 +139,9 @@ func (s *Server) read(d *ratelimitv3.RateLimitDescriptor, hits uint32, n int) de
 		case KeyTenant:
 			i, out.tenant.ID = 0, e.GetValue()
 		case KeyTier:
+			if !s.cfg.trustTier {
+				continue // the tenant's tier is the tier file's default
+			}
 			i, out.tenant.Tier = 1, e.GetValue()
 		case KeyClass:
 			i, out.class = 2, e.GetValue()
@@ -146,12 +157,11 @@ func (s *Server) read(d *ratelimitv3.RateLimitDescriptor, hits uint32, n int) de
 	if !seen[2] {
 		out.class = core.DefaultClass
 	}
-	cost := uint64(hits)
+	// as the reference: the descriptor's hits_addend where set, 0 included
+	// (a check that charges nothing), else the request's, at least 1
+	cost := uint64(max(1, hits))
 	if d.GetHitsAddend() != nil {
 		cost = d.GetHitsAddend().GetValue()
-	}
-	if cost == 0 {
-		cost = 1 // as in Envoy: an unset (or zero) hits_addend is one hit
 	}
 	switch {
 	case !seen[0]:
@@ -159,17 +169,40 @@ func (s *Server) read(d *ratelimitv3.RateLimitDescriptor, hits uint32, n int) de
 	case d.GetIsNegativeHits():
 		out.invalid = "is_negative_hits is not supported: tokens are never refunded"
 	case cost > uint64(s.cfg.maxCost):
-		out.invalid = fmt.Sprintf("hits_addend must be 1 to %d, got %d", s.cfg.maxCost, cost)
+		out.invalid = fmt.Sprintf("hits_addend must be 0 to %d, got %d", s.cfg.maxCost, cost)
 	default:
 		// the key scheme validates the tenant ID
 		if err := core.ValidateName(out.class); err != nil {
 			out.invalid = err.Error()
 		} else if _, err := s.lim.Keys().Bucket(out.tenant.ID, out.class); err != nil {
 			out.invalid = err.Error()
+		} else if why := s.unknown(out.tenant.Tier, out.class); why != "" {
+			// never a metric label or a resolver call for a name the tier
+			// file does not define
+			out.invalid = why
 		}
 	}
 	out.cost = int64(cost)
 	return out
+}
+
+// unknown says why tier or class is not the tier file's (WithTiers), or "".
+func (s *Server) unknown(tier, class string) string {
+	if s.cfg.tiers == nil {
+		return ""
+	}
+	ts := s.cfg.tiers.Tiers()
+	if tier != "" {
+		if _, ok := ts.Tiers[tier]; !ok {
+			return "unknown tier"
+		}
+	}
+	for _, t := range ts.Tiers {
+		if _, ok := t.Classes[class]; ok {
+			return ""
+		}
+	}
+	return "unknown class"
 }
 
 // groupDescriptors groups valid descriptors by (tenant, tier, cost), in
@@ -180,22 +213,44 @@ func groupDescriptors(descs []descriptor) []*group {
 		t    core.Tenant
 		cost int64
 	}
-	byKey := map[gk]*group{}
-	var groups []*group
+	var gr grouper[gk]
 	for i, d := range descs {
-		k := gk{d.tenant, d.cost}
-		g := byKey[k]
-		if g == nil {
-			g = &group{tenant: d.tenant, cost: d.cost}
-			byKey[k] = g
-			groups = append(groups, g)
-		}
-		if !slices.Contains(g.classes, d.class) {
-			g.classes = append(g.classes, d.class)
-		}
-		g.members = append(g.members, i)
+		gr.add(gk{d.tenant, d.cost}, d.tenant, d.cost, d.class, i)
 	}
-	return groups
+	return gr.groups
+}
+
+// grouper collects descriptors into script calls by a key: one call per
+// key of at most maxClassesPerCall classes (core's bound), more calls
+// beyond; a class already in a call of its key joins that call, so a
+// bucket is never charged twice.
+type grouper[K comparable] struct {
+	last   map[K]*group
+	of     map[classOf[K]]*group
+	groups []*group
+}
+
+type classOf[K comparable] struct {
+	k     K
+	class string
+}
+
+func (gr *grouper[K]) add(k K, t core.Tenant, cost int64, class string, i int) {
+	if gr.last == nil {
+		gr.last, gr.of = map[K]*group{}, map[classOf[K]]*group{}
+	}
+	g := gr.of[classOf[K]{k, class}]
+	if g == nil {
+		g = gr.last[k]
+		if g == nil || len(g.classes) == maxClassesPerCall {
+			g = &group{tenant: t, cost: cost}
+			gr.last[k] = g
+			gr.groups = append(gr.groups, g)
+		}
+		g.classes = append(g.classes, class)
+		gr.of[classOf[K]{k, class}] = g
+	}
+	g.members = append(g.members, i)
 }
 
 // outranks reports whether a should speak for the response (its headers)
@@ -258,10 +313,14 @@ func descriptorStatus(g *group, class string) *rlsv3.RateLimitResponse_Descripto
 	}
 	b := mine[binding]
 	reset := time.Duration(math.Ceil((float64(b.Quota.Capacity) - b.Tokens) / b.Quota.RefillPerSecond * 1e9))
+	remaining := uint32(min(max(math.Floor(b.Tokens), 0), math.MaxUint32))
+	if code == rlsv3.RateLimitResponse_OVER_LIMIT {
+		remaining = 0 // as the reference: a denial leaves nothing for this request
+	}
 	return &rlsv3.RateLimitResponse_DescriptorStatus{
 		Code:               code,
 		CurrentLimit:       currentLimit(b.Name, b.Quota),
-		LimitRemaining:     uint32(min(max(math.Floor(b.Tokens), 0), math.MaxUint32)),
+		LimitRemaining:     remaining,
 		DurationUntilReset: durationpb.New(max(reset, 0)),
 	}
 }

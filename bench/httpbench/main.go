@@ -3,7 +3,7 @@
 // configurations run as real processes against one private Redis:
 //
 //   - none: no limiter;
-//   - tollgate: ginlimit.Middleware with core.New's defaults;
+//   - tollgate: ginlimit.Middleware over a gate of core.New's defaults;
 //   - ulule: github.com/ulule/limiter/v3's Gin middleware with its go-redis
 //     store, a fixed window sized against the bucket (limit = capacity per
 //     capacity / refill seconds);

@@ -166,7 +166,12 @@ func limiterMiddleware(config string, client *redis.Client, n *counts) (gin.Hand
 			return nil, nop, err
 		}
 		// the error handler only observes: by default there is none
-		return ginlimit.Middleware(lim, ginlimit.WithErrorHandler(n.onError)), func() { _ = lim.Close() }, nil
+		gate, err := core.NewGate(lim)
+		if err != nil {
+			_ = lim.Close()
+			return nil, nop, err
+		}
+		return ginlimit.Middleware(gate, ginlimit.WithErrorHandler(n.onError)), func() { _ = lim.Close() }, nil
 	case "ulule":
 		store, err := ulredis.NewStoreWithOptions(client, limiter.StoreOptions{Prefix: "ulule"})
 		if err != nil {

@@ -164,8 +164,8 @@ func (c *Config) LimiterOptions() []core.Option {
 	}
 }
 
-// GateOptions returns the gate options the file sets, for any adapter
-// (each has a WithGateOptions): the route table (routes and grpc_methods
+// GateOptions returns the gate options the file sets, for the core.Gate
+// every adapter takes (core.NewGate): the route table (routes and grpc_methods
 // together), the header style and, when anonymous_tier is set, anonymous
 // callers. Options given after them take precedence.
 func (c *Config) GateOptions() []core.GateOption {

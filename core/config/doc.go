@@ -46,11 +46,12 @@
 //	cfg, err := config.Load("tiers.yaml")
 //	resolver, err := cfg.NewResolver(core.WithOverrides(store)) // cache_ttl
 //	lim, err := cfg.NewLimiter(client, resolver)                // key_prefix, failure_policy, timeout
-//	mw := ginlimit.Middleware(lim, ginlimit.WithGateOptions(cfg.GateOptions()...))
+//	gate, err := core.NewGate(lim, cfg.GateOptions()...)        // routes, header_style, anonymous_tier
+//	mw := ginlimit.Middleware(gate)
 //
 // [Config.GateOptions] carries the route table, header_style and
-// anonymous_tier to any adapter's WithGateOptions (httplimit, ginlimit,
-// echolimit, fiberlimit, grpclimit); [Config.LimiterOptions] and
+// anonymous_tier to the one core.Gate every adapter takes (httplimit,
+// ginlimit, echolimit, fiberlimit, grpclimit); [Config.LimiterOptions] and
 // [Config.ResolverOptions] are the rest, for building core's types yourself.
 //
 // # Reloading

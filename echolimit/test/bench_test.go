@@ -13,7 +13,7 @@ import (
 // BenchmarkOverhead: what the middleware adds beyond core's Gate.Decide
 // (see conformance.BenchmarkOverhead).
 func BenchmarkOverhead(b *testing.B) {
-	conformance.BenchmarkOverhead(b, func(lim *core.Limiter, routes core.Routes) (http.Handler, http.Handler) {
+	conformance.BenchmarkOverhead(b, func(gate *core.Gate) (http.Handler, http.Handler) {
 		engine := func(mws ...echo.MiddlewareFunc) http.Handler {
 			e := echo.New()
 			e.Use(tenant(conformance.BenchTenant))
@@ -22,6 +22,6 @@ func BenchmarkOverhead(b *testing.B) {
 			e.GET("/healthz", ok)
 			return e
 		}
-		return engine(), engine(echolimit.Middleware(lim, echolimit.WithRoutes(routes)))
+		return engine(), engine(echolimit.Middleware(gate))
 	})
 }

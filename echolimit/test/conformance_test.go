@@ -22,19 +22,6 @@ func auth(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-func options(s conformance.Setup) []echolimit.Option {
-	opts := []echolimit.Option{
-		echolimit.WithRoutes(conformance.HTTPRoutes(s.Routes, conformance.HTTPEndpoint.ColonPath)),
-		echolimit.WithHeaderStyle(s.HeaderStyle),
-		echolimit.WithGateOptions(core.WithClock(s.Clock)),
-		echolimit.WithErrorHandler(func(_ echo.Context, err error) { s.OnError(err) }),
-	}
-	if s.Anonymous {
-		opts = append(opts, echolimit.WithAnonymous(""))
-	}
-	return opts
-}
-
 // mount is where the service registers the middleware.
 type mount int
 
@@ -46,10 +33,11 @@ const (
 
 func target(m mount) conformance.Target {
 	return conformance.HTTPTarget(func(t testing.TB, s conformance.Setup) (conformance.Instance, error) {
-		if err := echolimit.Validate(s.Limiter, options(s)...); err != nil {
+		gate, err := core.NewGate(s.Limiter, s.GateOptions(conformance.HTTPRoutes(s.Routes, conformance.HTTPEndpoint.ColonPath))...)
+		if err != nil {
 			return nil, err
 		}
-		mw := echolimit.Middleware(s.Limiter, options(s)...)
+		mw := echolimit.Middleware(gate, echolimit.WithErrorHandler(func(_ echo.Context, err error) { s.OnError(err) }))
 		var calls conformance.Counter
 		handler := func(c echo.Context) error { calls.Inc(); return c.NoContent(http.StatusOK) }
 		e := echo.New()

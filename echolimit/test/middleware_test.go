@@ -19,7 +19,7 @@ func TestHeadersSurviveHTTPError(t *testing.T) {
 	lim := conformance.NewUnitLimiter(t)
 	t.Run("handler error", func(t *testing.T) {
 		e := echo.New()
-		e.Use(tenant("handler-error"), echolimit.Middleware(lim))
+		e.Use(tenant("handler-error"), echolimit.Middleware(conformance.NewUnitGate(t, lim)))
 		e.GET("/", func(echo.Context) error { return echo.NewHTTPError(http.StatusBadGateway, "upstream down") })
 		w := get(e, "GET", "/")
 		if w.Code != http.StatusBadGateway || w.Header().Get("RateLimit") != `"default";r=1;t=100` || w.Header().Get("X-RateLimit-Remaining") != "1" {
@@ -28,7 +28,7 @@ func TestHeadersSurviveHTTPError(t *testing.T) {
 	})
 	t.Run("deny handler error", func(t *testing.T) {
 		e := echo.New()
-		e.Use(tenant("deny-error"), echolimit.Middleware(lim, echolimit.WithDenyHandler(func(c echo.Context, v core.Verdict) error {
+		e.Use(tenant("deny-error"), echolimit.Middleware(conformance.NewUnitGate(t, lim), echolimit.WithDenyHandler(func(c echo.Context, v core.Verdict) error {
 			return echo.NewHTTPError(v.Status, v.Problem.Title)
 		})))
 		reached := 0
@@ -47,7 +47,7 @@ func TestOptions(t *testing.T) {
 	lim := conformance.NewUnitLimiter(t)
 	t.Run("skipper", func(t *testing.T) {
 		e := echo.New()
-		e.Use(tenant("skipper"), echolimit.Middleware(lim, echolimit.WithSkipper(func(c echo.Context) bool { return c.Path() == "/skip" })))
+		e.Use(tenant("skipper"), echolimit.Middleware(conformance.NewUnitGate(t, lim), echolimit.WithSkipper(func(c echo.Context) bool { return c.Path() == "/skip" })))
 		e.GET("/skip", ok)
 		for range 3 {
 			if w := get(e, "GET", "/skip"); w.Code != 200 || w.Header().Get("RateLimit") != "" {
@@ -55,26 +55,24 @@ func TestOptions(t *testing.T) {
 			}
 		}
 	})
-	t.Run("echo cost func before the neutral one", func(t *testing.T) {
+	t.Run("route func before the gate's cost func", func(t *testing.T) {
 		e := echo.New()
-		e.Use(tenant("cost"), echolimit.Middleware(lim,
-			echolimit.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
-				return core.Route{Class: "export", Cost: 3}, true
-			}),
-			echolimit.WithEchoCostFunc(func(c echo.Context) (core.Route, bool) {
-				return core.Route{Class: "export", Cost: 2}, c.QueryParam("big") != ""
-			})))
+		e.Use(tenant("cost"), echolimit.Middleware(conformance.NewUnitGate(t, lim, core.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
+			return core.Route{Class: "export", Cost: 3}, true
+		})), echolimit.WithRouteFunc(func(c echo.Context) (core.Route, bool) {
+			return core.Route{Class: "export", Cost: 2}, c.QueryParam("big") != ""
+		})))
 		e.GET("/x", ok)
 		if got := get(e, "GET", "/x?big=1").Header().Get("X-RateLimit-Remaining"); got != "8" {
-			t.Fatalf("echo cost func: remaining %s", got)
+			t.Fatalf("route func: remaining %s", got)
 		}
 		if got := get(e, "GET", "/x").Header().Get("X-RateLimit-Remaining"); got != "5" {
-			t.Fatalf("neutral cost func: remaining %s", got)
+			t.Fatalf("gate cost func: remaining %s", got)
 		}
 	})
 	t.Run("route template", func(t *testing.T) {
 		e := echo.New()
-		e.Use(tenant("template"), echolimit.Middleware(lim, echolimit.WithRoutes(core.Routes{"GET /items/:id": {Class: "export", Cost: 1}})))
+		e.Use(tenant("template"), echolimit.Middleware(conformance.NewUnitGate(t, lim, core.WithRoutes(core.Routes{"GET /items/:id": {Class: "export", Cost: 1}}))))
 		e.GET("/items/:id", ok)
 		if got := get(e, "GET", "/items/4").Header().Get("RateLimit-Policy"); got != `"export";q=10;w=1000` {
 			t.Fatalf("policy %q", got)
@@ -82,42 +80,49 @@ func TestOptions(t *testing.T) {
 	})
 }
 
+// A bad route from the gate's cost function or the route function is the
+// fixed 500 misconfiguration answer, never a free pass.
 func TestCostFuncValidated(t *testing.T) {
 	lim := conformance.NewUnitLimiter(t)
-	for name, opt := range map[string]echolimit.Option{
-		"neutral": echolimit.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
-			return core.Route{Class: "default", Cost: 0}, true
-		}),
-		"echo": echolimit.WithEchoCostFunc(func(echo.Context) (core.Route, bool) { return core.Route{Class: "bad class", Cost: 1}, true }),
+	zero := func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
+		return core.Route{Class: "default", Cost: 0}, true
+	}
+	for name, mw := range map[string]func(hook func(echo.Context, error)) echo.MiddlewareFunc{
+		"gate cost func": func(hook func(echo.Context, error)) echo.MiddlewareFunc {
+			return echolimit.Middleware(conformance.NewUnitGate(t, lim, core.WithCostFunc(zero)), echolimit.WithErrorHandler(hook))
+		},
+		"route func": func(hook func(echo.Context, error)) echo.MiddlewareFunc {
+			return echolimit.Middleware(conformance.NewUnitGate(t, lim), echolimit.WithErrorHandler(hook),
+				echolimit.WithRouteFunc(func(echo.Context) (core.Route, bool) { return core.Route{Class: "bad class", Cost: 1}, true }))
+		},
 	} {
 		var hooked error
 		reached := 0
 		e := echo.New()
-		e.Use(tenant("zero-"+name), echolimit.Middleware(lim, opt, echolimit.WithErrorHandler(func(_ echo.Context, err error) { hooked = err })))
+		e.Use(tenant("zero-"+name), mw(func(_ echo.Context, err error) { hooked = err }))
 		e.GET("/x", func(c echo.Context) error { reached++; return c.NoContent(http.StatusOK) })
 		w := get(e, "GET", "/x")
-		if w.Code != 500 || reached != 0 || !errors.Is(hooked, core.ErrInvalidConfig) {
-			t.Fatalf("%s: %d, handler reached %d times, hook %v", name, w.Code, reached, hooked)
+		if w.Code != 500 || reached != 0 || !errors.Is(hooked, core.ErrInvalidConfig) || w.Body.String() != misconfiguredBody {
+			t.Fatalf("%s: %d %q, handler reached %d times, hook %v", name, w.Code, w.Body, reached, hooked)
 		}
 	}
 }
 
+// misconfiguredBody is the fixed body of every misconfiguration answer.
+const misconfiguredBody = `{"type":"about:blank","title":"Internal Server Error","status":500,"detail":"The rate limiter is misconfigured."}`
+
+// A nil gate is the one misconfiguration answer: 500 with the fixed
+// problem+json body, the cause only for the error hook. Nil options are
+// ignored.
 func TestMisconfigured(t *testing.T) {
-	lim := conformance.NewUnitLimiter(t)
-	if err := echolimit.Validate(lim, echolimit.WithRoutes(core.Routes{"/x": {Class: "a b", Cost: 1}})); !errors.Is(err, core.ErrInvalidConfig) {
-		t.Fatalf("Validate(bad routes) = %v", err)
-	}
-	if err := echolimit.Validate(lim, nil, echolimit.WithRoutes(nil), echolimit.WithCostFunc(nil), echolimit.WithEchoCostFunc(nil),
-		echolimit.WithSkipper(nil), echolimit.WithDenyHandler(nil), echolimit.WithErrorHandler(nil)); err != nil {
-		t.Fatalf("nil options are not ignored: %v", err)
-	}
 	var hooked error
 	e := echo.New()
-	e.Use(tenant("t"), echolimit.Middleware(nil, echolimit.WithErrorHandler(func(_ echo.Context, err error) { hooked = err })))
+	e.Use(tenant("t"), echolimit.Middleware(nil, nil, echolimit.WithErrorHandler(func(_ echo.Context, err error) { hooked = err }),
+		echolimit.WithRouteFunc(nil), echolimit.WithSkipper(nil), echolimit.WithDenyHandler(nil), echolimit.WithErrorHandler(nil)))
 	e.GET("/", ok)
 	w := get(e, "GET", "/")
-	if w.Code != 500 || w.Header().Get("Content-Type") != core.ProblemContentType || !errors.Is(hooked, core.ErrInvalidConfig) {
-		t.Fatalf("misconfigured: %d %v, hook got %v", w.Code, w.Header(), hooked)
+	if w.Code != 500 || w.Header().Get("Content-Type") != core.ProblemContentType || w.Body.String() != misconfiguredBody || !errors.Is(hooked, core.ErrInvalidConfig) {
+		t.Fatalf("misconfigured: %d %v %q, hook got %v", w.Code, w.Header(), w.Body, hooked)
 	}
 }
 
@@ -126,7 +131,7 @@ func TestMisconfigured(t *testing.T) {
 // a 405, no path) is charged nothing, wherever the middleware is mounted.
 func TestRouteMatching(t *testing.T) {
 	lim := conformance.NewUnitLimiter(t)
-	routes := echolimit.WithRoutes(core.Routes{"GET /v1/items/:id": {Class: "export", Cost: 1}})
+	gate := conformance.NewUnitGate(t, lim, core.WithRoutes(core.Routes{"GET /v1/items/:id": {Class: "export", Cost: 1}}))
 	check := func(t *testing.T, e *echo.Echo, host string) {
 		t.Helper()
 		req := httptest.NewRequest("GET", "/v1/items/3", nil)
@@ -152,13 +157,13 @@ func TestRouteMatching(t *testing.T) {
 	}
 	t.Run("group", func(t *testing.T) {
 		e := echo.New()
-		v1 := e.Group("/v1", tenant("group"), echolimit.Middleware(lim, routes))
+		v1 := e.Group("/v1", tenant("group"), echolimit.Middleware(gate))
 		v1.GET("/items/:id", ok)
 		check(t, e, "example.com")
 	})
 	t.Run("host", func(t *testing.T) {
 		e := echo.New()
-		api := e.Host("api.test", tenant("host"), echolimit.Middleware(lim, routes))
+		api := e.Host("api.test", tenant("host"), echolimit.Middleware(gate))
 		api.GET("/v1/items/:id", ok)
 		check(t, e, "api.test")
 	})
@@ -166,7 +171,7 @@ func TestRouteMatching(t *testing.T) {
 	// the router, so the route is still charged as itself
 	t.Run("pre", func(t *testing.T) {
 		e := echo.New()
-		e.Pre(tenant("pre"), echolimit.Middleware(lim, routes))
+		e.Pre(tenant("pre"), echolimit.Middleware(gate))
 		e.GET("/v1/items/:id", ok)
 		check(t, e, "example.com")
 	})

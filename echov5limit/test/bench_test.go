@@ -13,7 +13,7 @@ import (
 // BenchmarkOverhead: what the middleware adds beyond core's Gate.Decide
 // (see conformance.BenchmarkOverhead).
 func BenchmarkOverhead(b *testing.B) {
-	conformance.BenchmarkOverhead(b, func(lim *core.Limiter, routes core.Routes) (http.Handler, http.Handler) {
+	conformance.BenchmarkOverhead(b, func(gate *core.Gate) (http.Handler, http.Handler) {
 		service := func(limit ...echo.MiddlewareFunc) http.Handler {
 			e := echo.New()
 			e.Use(as(conformance.BenchTenant))
@@ -23,6 +23,6 @@ func BenchmarkOverhead(b *testing.B) {
 			}
 			return e
 		}
-		return service(), service(echov5limit.Middleware(lim, echov5limit.WithRoutes(routes)))
+		return service(), service(echov5limit.Middleware(gate))
 	})
 }

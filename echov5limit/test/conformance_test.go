@@ -22,19 +22,6 @@ func auth(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-func options(s conformance.Setup) []echov5limit.Option {
-	opts := []echov5limit.Option{
-		echov5limit.WithRoutes(conformance.HTTPRoutes(s.Routes, conformance.HTTPEndpoint.ColonPath)),
-		echov5limit.WithHeaderStyle(s.HeaderStyle),
-		echov5limit.WithGateOptions(core.WithClock(s.Clock)),
-		echov5limit.WithErrorHandler(func(_ *echo.Context, err error) { s.OnError(err) }),
-	}
-	if s.Anonymous {
-		opts = append(opts, echov5limit.WithAnonymous(""))
-	}
-	return opts
-}
-
 // mount is where the service registers the middleware.
 type mount int
 
@@ -49,14 +36,15 @@ const (
 func target(m mount, mistake func(*echo.Echo, *[]echov5limit.Option)) conformance.Target {
 	return conformance.HTTPTarget(func(t testing.TB, s conformance.Setup) (conformance.Instance, error) {
 		e := echo.New() // no IPExtractor: c.RealIP() is the peer's address
-		opts := options(s)
+		opts := []echov5limit.Option{echov5limit.WithErrorHandler(func(_ *echo.Context, err error) { s.OnError(err) })}
 		if mistake != nil {
 			mistake(e, &opts)
 		}
-		if err := echov5limit.Validate(s.Limiter, opts...); err != nil {
+		gate, err := core.NewGate(s.Limiter, s.GateOptions(conformance.HTTPRoutes(s.Routes, conformance.HTTPEndpoint.ColonPath))...)
+		if err != nil {
 			return nil, err
 		}
-		mw := echov5limit.Middleware(s.Limiter, opts...)
+		mw := echov5limit.Middleware(gate, opts...)
 		var calls conformance.Counter
 		handler := func(c *echo.Context) error { calls.Inc(); return c.NoContent(http.StatusOK) }
 		e.Use(auth)

@@ -58,7 +58,7 @@ func TestHeadersSurviveEchoErrors(t *testing.T) {
 				e.HTTPErrorHandler = echo.ProblemDetailsHTTPErrorHandler(false)
 			}
 			reached := 0
-			e.Use(as(tc.name), echov5limit.Middleware(lim, echov5limit.WithDenyHandler(tc.deny)))
+			e.Use(as(tc.name), echov5limit.Middleware(conformance.NewUnitGate(t, lim), echov5limit.WithDenyHandler(tc.deny)))
 			e.GET("/", func(c *echo.Context) error {
 				if reached++; reached == 1 {
 					return echo.NewHTTPError(http.StatusBadGateway, "upstream down")
@@ -83,7 +83,7 @@ func TestHeadersSurviveEchoErrors(t *testing.T) {
 func TestDefaultDenyHandler(t *testing.T) {
 	lim := conformance.NewUnitLimiter(t)
 	e := echo.New()
-	e.Use(as("default-deny"), echov5limit.Middleware(lim))
+	e.Use(as("default-deny"), echov5limit.Middleware(conformance.NewUnitGate(t, lim)))
 	e.GET("/", func(c *echo.Context) error { return c.NoContent(http.StatusOK) })
 	var w *httptest.ResponseRecorder
 	for range 3 {
@@ -101,7 +101,7 @@ func TestOptions(t *testing.T) {
 	ok := func(c *echo.Context) error { return c.NoContent(http.StatusOK) }
 	t.Run("skipper", func(t *testing.T) {
 		e := echo.New()
-		e.Use(as("skipper"), echov5limit.Middleware(lim, echov5limit.WithSkipper(func(c *echo.Context) bool { return c.Path() == "/skip" })))
+		e.Use(as("skipper"), echov5limit.Middleware(conformance.NewUnitGate(t, lim), echov5limit.WithSkipper(func(c *echo.Context) bool { return c.Path() == "/skip" })))
 		e.GET("/skip", ok)
 		e.GET("/limited", ok)
 		for range 3 {
@@ -113,26 +113,24 @@ func TestOptions(t *testing.T) {
 			t.Fatalf("not skipped: %d %v", w.Code, w.Header())
 		}
 	})
-	t.Run("echo cost func before the neutral one", func(t *testing.T) {
+	t.Run("route func before the gate's cost func", func(t *testing.T) {
 		e := echo.New()
-		e.Use(as("cost"), echov5limit.Middleware(lim,
-			echov5limit.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
-				return core.Route{Class: "export", Cost: 3}, true
-			}),
-			echov5limit.WithEchoCostFunc(func(c *echo.Context) (core.Route, bool) {
-				return core.Route{Class: "export", Cost: 2}, c.QueryParam("big") != ""
-			})))
+		e.Use(as("cost"), echov5limit.Middleware(conformance.NewUnitGate(t, lim, core.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
+			return core.Route{Class: "export", Cost: 3}, true
+		})), echov5limit.WithRouteFunc(func(c *echo.Context) (core.Route, bool) {
+			return core.Route{Class: "export", Cost: 2}, c.QueryParam("big") != ""
+		})))
 		e.GET("/x", ok)
 		if got := serve(e, "GET", "/x?big=1").Header().Get("X-RateLimit-Remaining"); got != "8" {
-			t.Fatalf("echo cost func: remaining %s", got)
+			t.Fatalf("route func: remaining %s", got)
 		}
 		if got := serve(e, "GET", "/x").Header().Get("X-RateLimit-Remaining"); got != "5" {
-			t.Fatalf("neutral cost func: remaining %s", got)
+			t.Fatalf("gate cost func: remaining %s", got)
 		}
 	})
 	t.Run("template on a group", func(t *testing.T) {
 		e := echo.New()
-		g := e.Group("/v1", as("group"), echov5limit.Middleware(lim, echov5limit.WithRoutes(core.Routes{"GET /v1/items/:id": {Class: "export", Cost: 1}})))
+		g := e.Group("/v1", as("group"), echov5limit.Middleware(conformance.NewUnitGate(t, lim, core.WithRoutes(core.Routes{"GET /v1/items/:id": {Class: "export", Cost: 1}}))))
 		g.GET("/items/:id", ok)
 		for _, id := range []string{"4", "5"} {
 			if got := serve(e, "GET", "/v1/items/"+id).Header().Get("RateLimit-Policy"); got != `"export";q=10;w=1000` {
@@ -142,22 +140,25 @@ func TestOptions(t *testing.T) {
 	})
 }
 
+// misconfiguredBody is the fixed body of every misconfiguration answer.
+const misconfiguredBody = `{"type":"about:blank","title":"Internal Server Error","status":500,"detail":"The rate limiter is misconfigured."}`
+
+// A nil gate, and a route function's bad route, are the one
+// misconfiguration answer: 500 with the fixed problem+json body, the cause
+// only for the error hook. Nil options are ignored.
 func TestMisconfigured(t *testing.T) {
 	lim := conformance.NewUnitLimiter(t)
-	if err := echov5limit.Validate(lim, echov5limit.WithRoutes(core.Routes{"/x": {Class: "a b", Cost: 1}})); !errors.Is(err, core.ErrInvalidConfig) {
-		t.Fatalf("Validate(bad routes) = %v", err)
-	}
-	if err := echov5limit.Validate(lim, nil, echov5limit.WithRoutes(nil), echov5limit.WithCostFunc(nil), echov5limit.WithEchoCostFunc(nil),
-		echov5limit.WithSkipper(nil), echov5limit.WithDenyHandler(nil), echov5limit.WithErrorHandler(nil)); err != nil {
-		t.Fatalf("nil options are not ignored: %v", err)
-	}
-	var hooked error
-	e := echo.New()
-	e.Use(as("t"), echov5limit.Middleware(nil, echov5limit.WithErrorHandler(func(_ *echo.Context, err error) { hooked = err })))
-	e.GET("/", func(c *echo.Context) error { return c.NoContent(http.StatusOK) })
-	w := serve(e, "GET", "/")
-	if w.Code != 500 || w.Header().Get("Content-Type") != core.ProblemContentType || !errors.Is(hooked, core.ErrInvalidConfig) {
-		t.Fatalf("misconfigured: %d %v, hook got %v", w.Code, w.Header(), hooked)
+	bad := echov5limit.WithRouteFunc(func(*echo.Context) (core.Route, bool) { return core.Route{Class: "a b", Cost: 1}, true })
+	for name, gate := range map[string]*core.Gate{"nil gate": nil, "bad route": conformance.NewUnitGate(t, lim)} {
+		var hooked error
+		e := echo.New()
+		e.Use(as("t"), echov5limit.Middleware(gate, nil, echov5limit.WithErrorHandler(func(_ *echo.Context, err error) { hooked = err }),
+			echov5limit.WithRouteFunc(nil), echov5limit.WithSkipper(nil), echov5limit.WithDenyHandler(nil), echov5limit.WithErrorHandler(nil), bad))
+		e.GET("/", func(c *echo.Context) error { return c.NoContent(http.StatusOK) })
+		w := serve(e, "GET", "/")
+		if w.Code != 500 || w.Header().Get("Content-Type") != core.ProblemContentType || w.Body.String() != misconfiguredBody || !errors.Is(hooked, core.ErrInvalidConfig) {
+			t.Fatalf("%s: %d %v %q, hook got %v", name, w.Code, w.Header(), w.Body, hooked)
+		}
 	}
 }
 
@@ -167,10 +168,10 @@ func TestMisconfigured(t *testing.T) {
 // the default route.
 func TestRouteMatching(t *testing.T) {
 	lim := conformance.NewUnitLimiter(t)
-	routes := echov5limit.WithRoutes(core.Routes{"GET /v1/items/:id": {Class: "export", Cost: 1}})
+	gate := conformance.NewUnitGate(t, lim, core.WithRoutes(core.Routes{"GET /v1/items/:id": {Class: "export", Cost: 1}}))
 	t.Run("group", func(t *testing.T) {
 		e := echo.New()
-		v1 := e.Group("/v1", as("group"), echov5limit.Middleware(lim, routes))
+		v1 := e.Group("/v1", as("group"), echov5limit.Middleware(gate))
 		v1.GET("/items/:id", func(c *echo.Context) error { return c.NoContent(http.StatusOK) })
 		if w := serve(e, "GET", "/v1/items/3"); w.Code != 200 || w.Header().Get("RateLimit-Policy") != `"export";q=10;w=1000` {
 			t.Fatalf("route: %d %v", w.Code, w.Header())
@@ -188,7 +189,7 @@ func TestRouteMatching(t *testing.T) {
 	})
 	t.Run("pre", func(t *testing.T) {
 		e := echo.New()
-		e.Pre(as("pre"), echov5limit.Middleware(lim, routes))
+		e.Pre(as("pre"), echov5limit.Middleware(gate))
 		e.GET("/v1/items/:id", func(c *echo.Context) error { return c.NoContent(http.StatusOK) })
 		if w := serve(e, "GET", "/v1/items/3"); w.Code != 200 || w.Header().Get("RateLimit-Policy") != `"default";q=2;w=200` {
 			t.Fatalf("before routing: %d %v", w.Code, w.Header())

@@ -26,15 +26,11 @@ func main() {
 // routes behind authentication and then the limiter.
 func NewHandler(a *app.App) (http.Handler, error) {
 	opts := []echolimit.Option{
-		echolimit.WithGateOptions(a.File.GateOptions()...), // routes, header style from the tier file
 		echolimit.WithErrorHandler(func(c echo.Context, err error) {
 			a.LimiterError(c.Path(), err)
 		}),
 	}
-	if err := echolimit.Validate(a.Limiter, opts...); err != nil {
-		return nil, err
-	}
-	auth, limit := authenticate(a.Auth), echolimit.Middleware(a.Limiter, opts...)
+	auth, limit := authenticate(a.Auth), echolimit.Middleware(a.Gate, opts...)
 
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true

@@ -27,13 +27,9 @@ func main() {
 // group behind authentication and then the limiter.
 func NewHandler(a *app.App) (http.Handler, error) {
 	opts := []echov5limit.Option{
-		echov5limit.WithGateOptions(a.File.GateOptions()...), // routes, header style from the tier file
 		echov5limit.WithErrorHandler(func(c *echo.Context, err error) {
 			a.LimiterError(c.Path(), err)
 		}),
-	}
-	if err := echov5limit.Validate(a.Limiter, opts...); err != nil {
-		return nil, err
 	}
 
 	e := echo.New() // Echo v5: c.RealIP() is the peer address unless an IPExtractor is set
@@ -41,7 +37,7 @@ func NewHandler(a *app.App) (http.Handler, error) {
 	e.Use(middleware.Recover())
 	e.GET(app.PathHealth, func(c *echo.Context) error { return c.JSON(http.StatusOK, app.Health{Status: "ok"}) })
 	e.GET(app.PathMetrics, echo.WrapHandler(a.Metrics))
-	v1 := e.Group("/v1", authenticate(a.Auth), echov5limit.Middleware(a.Limiter, opts...))
+	v1 := e.Group("/v1", authenticate(a.Auth), echov5limit.Middleware(a.Gate, opts...))
 	v1.GET(strings.TrimPrefix(app.PathProfile, "/v1"), func(c *echo.Context) error {
 		t, _ := core.TenantFromContext(c.Request().Context())
 		return c.JSON(http.StatusOK, a.GetProfile(t))

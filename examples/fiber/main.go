@@ -38,15 +38,11 @@ func Run(ctx context.Context, a *app.App, ln net.Listener) error {
 // limiter sees the route's template).
 func NewApp(a *app.App) (*fiber.App, error) {
 	opts := []fiberlimit.Option{
-		fiberlimit.WithGateOptions(a.File.GateOptions()...), // routes, header style from the tier file
 		fiberlimit.WithErrorHandler(func(c *fiber.Ctx, err error) {
 			a.LimiterError(c.Route().Path, err)
 		}),
 	}
-	if err := fiberlimit.Validate(a.Limiter, opts...); err != nil {
-		return nil, err
-	}
-	auth, limit := authenticate(a.Auth), fiberlimit.New(a.Limiter, opts...)
+	auth, limit := authenticate(a.Auth), fiberlimit.New(a.Gate, opts...)
 
 	f := fiber.New(fiber.Config{DisableStartupMessage: true})
 	f.Use(recover.New())

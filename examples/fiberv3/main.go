@@ -38,15 +38,11 @@ func Run(ctx context.Context, a *app.App, ln net.Listener) error {
 // Fiber v3 still reports the mount prefix).
 func NewApp(a *app.App) (*fiber.App, error) {
 	opts := []fiberv3limit.Option{
-		fiberv3limit.WithGateOptions(a.File.GateOptions()...), // routes, header style from the tier file
 		fiberv3limit.WithErrorHandler(func(c fiber.Ctx, err error) {
 			a.LimiterError(c.Route().Path, err)
 		}),
 	}
-	if err := fiberv3limit.Validate(a.Limiter, opts...); err != nil {
-		return nil, err
-	}
-	limit := fiberv3limit.New(a.Limiter, opts...)
+	limit := fiberv3limit.New(a.Gate, opts...)
 
 	f := fiber.New()
 	f.Use(recover.New())

@@ -26,15 +26,11 @@ func main() {
 // routes behind authentication and then the limiter.
 func NewHandler(a *app.App) (http.Handler, error) {
 	opts := []ginlimit.Option{
-		ginlimit.WithGateOptions(a.File.GateOptions()...), // routes, header style from the tier file
 		ginlimit.WithErrorHandler(func(c *gin.Context, err error) {
 			a.LimiterError(c.FullPath(), err)
 		}),
 	}
-	if err := ginlimit.Validate(a.Limiter, opts...); err != nil {
-		return nil, err
-	}
-	auth, limit := authenticate(a.Auth), ginlimit.Middleware(a.Limiter, opts...)
+	auth, limit := authenticate(a.Auth), ginlimit.Middleware(a.Gate, opts...)
 
 	r := gin.New()
 	r.Use(gin.Recovery())

@@ -73,20 +73,16 @@ func main() {
 // then the Demo service. Reflection and health are neither authenticated
 // nor limited.
 func NewServer(a *app.App) (*grpc.Server, error) {
-	limit, err := grpclimit.New(a.Limiter,
-		grpclimit.WithGateOptions(a.File.GateOptions()...), // methods, header style from the tier file
+	opts := []grpclimit.Option{
 		grpclimit.WithFilter(func(_ context.Context, method string) bool { return !open(method) }),
 		grpclimit.WithErrorHandler(func(_ context.Context, method string, err error) {
 			a.LimiterError(method, err)
 		}),
-	)
-	if err != nil {
-		return nil, err
 	}
 	auth := authenticator{a.Auth}
 	srv := grpc.NewServer(
-		grpc.ChainUnaryInterceptor(auth.unary, limit.Unary()),
-		grpc.ChainStreamInterceptor(auth.stream, limit.Stream()),
+		grpc.ChainUnaryInterceptor(auth.unary, grpclimit.UnaryServerInterceptor(a.Gate, opts...)),
+		grpc.ChainStreamInterceptor(auth.stream, grpclimit.StreamServerInterceptor(a.Gate, opts...)),
 	)
 	demopb.RegisterDemoServer(srv, &demo{a: a})
 	hs := health.NewServer()

@@ -25,15 +25,11 @@ func main() {
 // authentication and then the limiter.
 func NewHandler(a *app.App) (http.Handler, error) {
 	opts := []httplimit.Option{
-		httplimit.WithGateOptions(a.File.GateOptions()...), // routes, header style from the tier file
 		httplimit.WithErrorHandler(func(r *http.Request, err error) {
 			a.LimiterError(r.URL.Path, err)
 		}),
 	}
-	if err := httplimit.Validate(a.Limiter, opts...); err != nil {
-		return nil, err
-	}
-	limit := httplimit.Middleware(a.Limiter, opts...)
+	limit := httplimit.Middleware(a.Gate, opts...)
 	protect := func(h http.HandlerFunc) http.Handler { return a.Auth.RequireTenant(limit(h)) }
 
 	mux := http.NewServeMux()

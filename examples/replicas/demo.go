@@ -143,7 +143,11 @@ func Run(ctx context.Context, client redis.UniversalClient, o Options) ([]Result
 		if err != nil {
 			return nil, nil, err
 		}
-		mw := httplimit.Middleware(lim)
+		gate, err := core.NewGate(lim)
+		if err != nil {
+			return nil, nil, err
+		}
+		mw := httplimit.Middleware(gate)
 		return verifier.RequireTenant(mw(service())), func() { _ = lim.Close() }, nil
 	}
 

@@ -15,7 +15,7 @@ import (
 // conformance.BenchmarkServerOverhead). Requests go straight to the app's
 // fasthttp handler, with no network.
 func BenchmarkOverhead(b *testing.B) {
-	conformance.BenchmarkServerOverhead(b, func(lim *core.Limiter, routes core.Routes) (conformance.BenchServer, conformance.BenchServer) {
+	conformance.BenchmarkServerOverhead(b, func(gate *core.Gate) (conformance.BenchServer, conformance.BenchServer) {
 		service := func(mws ...fiber.Handler) conformance.BenchServer {
 			app := fiber.New(fiber.Config{DisableStartupMessage: true})
 			app.Use(tenant(conformance.BenchTenant))
@@ -35,6 +35,6 @@ func BenchmarkOverhead(b *testing.B) {
 				}
 			}
 		}
-		return service(), service(fiberlimit.New(lim, fiberlimit.WithRoutes(routes)))
+		return service(), service(fiberlimit.New(gate))
 	})
 }

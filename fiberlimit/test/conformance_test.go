@@ -21,24 +21,17 @@ func auth(c *fiber.Ctx) error {
 	return c.Next()
 }
 
-func options(s conformance.Setup) []fiberlimit.Option {
-	opts := []fiberlimit.Option{
-		fiberlimit.WithRoutes(conformance.HTTPRoutes(s.Routes, conformance.HTTPEndpoint.ColonPath)),
-		fiberlimit.WithHeaderStyle(s.HeaderStyle),
-		fiberlimit.WithGateOptions(core.WithClock(s.Clock)),
-		fiberlimit.WithErrorHandler(func(_ *fiber.Ctx, err error) { s.OnError(err) }),
-	}
-	if s.Anonymous {
-		opts = append(opts, fiberlimit.WithAnonymous(""))
-	}
-	return opts
+// gate is the suite's configuration as the gate the handler takes.
+func gate(s conformance.Setup) (*core.Gate, error) {
+	return core.NewGate(s.Limiter, s.GateOptions(conformance.HTTPRoutes(s.Routes, conformance.HTTPEndpoint.ColonPath))...)
 }
 
 var target = conformance.HTTPTarget(func(t testing.TB, s conformance.Setup) (conformance.Instance, error) {
-	if err := fiberlimit.Validate(s.Limiter, options(s)...); err != nil {
+	g, err := gate(s)
+	if err != nil {
 		return nil, err
 	}
-	limit := fiberlimit.New(s.Limiter, options(s)...)
+	limit := fiberlimit.New(g, fiberlimit.WithErrorHandler(func(_ *fiber.Ctx, err error) { s.OnError(err) }))
 	inst := &instance{}
 	app := fiber.New(fiber.Config{DisableStartupMessage: true})
 	app.Use(auth)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/fiberlimit"
@@ -63,34 +65,32 @@ func TestOptions(t *testing.T) {
 	lim := newLimiter(t)
 	t.Run("next skips", func(t *testing.T) {
 		app := fiber.New()
-		app.Get("/skip", tenant("next"), fiberlimit.New(lim, fiberlimit.WithNext(func(c *fiber.Ctx) bool { return true })), ok)
+		app.Get("/skip", tenant("next"), fiberlimit.New(conformance.NewUnitGate(t, lim), fiberlimit.WithNext(func(c *fiber.Ctx) bool { return true })), ok)
 		for range 3 {
 			if res := do(t, app, "GET", "/skip"); res.StatusCode != 200 || res.Header.Get("RateLimit") != "" {
 				t.Fatalf("skipped: %d %v", res.StatusCode, res.Header)
 			}
 		}
 	})
-	t.Run("fiber cost func before the neutral one", func(t *testing.T) {
+	t.Run("route func before the gate's cost func", func(t *testing.T) {
 		app := fiber.New()
-		app.Get("/x", tenant("cost"), fiberlimit.New(lim,
-			fiberlimit.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
-				return core.Route{Class: "export", Cost: 3}, true
-			}),
-			fiberlimit.WithFiberCostFunc(func(c *fiber.Ctx) (core.Route, bool) {
-				return core.Route{Class: "export", Cost: 2}, c.Query("big") != ""
-			})), ok)
+		app.Get("/x", tenant("cost"), fiberlimit.New(conformance.NewUnitGate(t, lim, core.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
+			return core.Route{Class: "export", Cost: 3}, true
+		})), fiberlimit.WithRouteFunc(func(c *fiber.Ctx) (core.Route, bool) {
+			return core.Route{Class: "export", Cost: 2}, c.Query("big") != ""
+		})), ok)
 		if got := do(t, app, "GET", "/x?big=1").Header.Get("X-RateLimit-Remaining"); got != "8" {
-			t.Fatalf("fiber cost func: remaining %s", got)
+			t.Fatalf("route func: remaining %s", got)
 		}
 		if got := do(t, app, "GET", "/x").Header.Get("X-RateLimit-Remaining"); got != "5" {
-			t.Fatalf("neutral cost func: remaining %s", got)
+			t.Fatalf("gate cost func: remaining %s", got)
 		}
 	})
 	t.Run("route template per route; mount prefix under Use", func(t *testing.T) {
-		routes := fiberlimit.WithRoutes(core.Routes{"GET /items/:id": {Class: "export", Cost: 1}, "/api": {Class: "export", Cost: 2}})
+		gate := conformance.NewUnitGate(t, lim, core.WithRoutes(core.Routes{"GET /items/:id": {Class: "export", Cost: 1}, "/api": {Class: "export", Cost: 2}}))
 		app := fiber.New()
-		app.Get("/items/:id", tenant("template"), fiberlimit.New(lim, routes), ok)
-		api := app.Group("/api", tenant("prefix"), fiberlimit.New(lim, routes))
+		app.Get("/items/:id", tenant("template"), fiberlimit.New(gate), ok)
+		api := app.Group("/api", tenant("prefix"), fiberlimit.New(gate))
 		api.Get("/anything/:x", ok)
 		if got := do(t, app, "GET", "/items/5").Header.Get("X-RateLimit-Remaining"); got != "9" {
 			t.Fatalf("per route: remaining %q", got)
@@ -101,7 +101,7 @@ func TestOptions(t *testing.T) {
 	})
 	t.Run("deny handler", func(t *testing.T) {
 		app := fiber.New()
-		app.Get("/", tenant("deny"), fiberlimit.New(lim, fiberlimit.WithDenyHandler(func(c *fiber.Ctx, v core.Verdict) error {
+		app.Get("/", tenant("deny"), fiberlimit.New(conformance.NewUnitGate(t, lim), fiberlimit.WithDenyHandler(func(c *fiber.Ctx, v core.Verdict) error {
 			return c.Status(http.StatusTeapot).SendString(fmt.Sprint(v.Status))
 		})), ok)
 		for range 2 {
@@ -120,13 +120,12 @@ func TestNoBufferAliasing(t *testing.T) {
 	var mu sync.Mutex
 	var seen []core.Endpoint
 	app := fiber.New(fiber.Config{ProxyHeader: "X-Real-Ip"})
-	app.Get("/", fiberlimit.New(lim, fiberlimit.WithAnonymous(""),
-		fiberlimit.WithCostFunc(func(_ context.Context, _ core.Tenant, e core.Endpoint) (core.Route, bool) {
-			mu.Lock()
-			seen = append(seen, e)
-			mu.Unlock()
-			return core.Route{}, false
-		})), ok)
+	app.Get("/", fiberlimit.New(conformance.NewUnitGate(t, lim, core.WithAnonymous(""), core.WithCostFunc(func(_ context.Context, _ core.Tenant, e core.Endpoint) (core.Route, bool) {
+		mu.Lock()
+		seen = append(seen, e)
+		mu.Unlock()
+		return core.Route{}, false
+	}))), ok)
 	for i := range 20 {
 		if res := do(t, app, "GET", "/", "X-Real-Ip", fmt.Sprintf("10.0.0.%d", i)); res.StatusCode != 200 {
 			t.Fatalf("request %d: %d", i, res.StatusCode)
@@ -139,40 +138,61 @@ func TestNoBufferAliasing(t *testing.T) {
 	}
 }
 
+// A bad route from the gate's cost function or the route function is the
+// fixed 500 misconfiguration answer, never a free pass.
 func TestCostFuncValidated(t *testing.T) {
 	lim := newLimiter(t)
-	for name, opt := range map[string]fiberlimit.Option{
-		"neutral": fiberlimit.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
-			return core.Route{Class: "default", Cost: 0}, true
-		}),
-		"fiber": fiberlimit.WithFiberCostFunc(func(*fiber.Ctx) (core.Route, bool) { return core.Route{Class: "default", Cost: core.MaxCost + 1}, true }),
+	zero := func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
+		return core.Route{Class: "default", Cost: 0}, true
+	}
+	tooBig := fiberlimit.WithRouteFunc(func(*fiber.Ctx) (core.Route, bool) { return core.Route{Class: "default", Cost: core.MaxCost + 1}, true })
+	for name, c := range map[string]struct {
+		gate *core.Gate
+		opt  fiberlimit.Option
+	}{
+		"gate cost func": {conformance.NewUnitGate(t, lim, core.WithCostFunc(zero)), nil},
+		"route func":     {conformance.NewUnitGate(t, lim), tooBig},
 	} {
 		var hooked error
 		reached := 0
 		app := fiber.New()
-		app.Get("/x", tenant("zero-"+name), fiberlimit.New(lim, opt, fiberlimit.WithErrorHandler(func(_ *fiber.Ctx, err error) { hooked = err })),
+		app.Get("/x", tenant("zero-"+name), fiberlimit.New(c.gate, c.opt, fiberlimit.WithErrorHandler(func(_ *fiber.Ctx, err error) { hooked = err })),
 			func(c *fiber.Ctx) error { reached++; return c.SendStatus(http.StatusOK) })
-		res := do(t, app, "GET", "/x")
-		if res.StatusCode != 500 || reached != 0 || !errors.Is(hooked, core.ErrInvalidConfig) {
-			t.Fatalf("%s: %d, handler reached %d times, hook %v", name, res.StatusCode, reached, hooked)
+		res, body := doRead(t, app, "GET", "/x")
+		if res.StatusCode != 500 || reached != 0 || !errors.Is(hooked, core.ErrInvalidConfig) || body != misconfiguredBody {
+			t.Fatalf("%s: %d %q, handler reached %d times, hook %v", name, res.StatusCode, body, reached, hooked)
 		}
 	}
 }
 
+// misconfiguredBody is the fixed body of every misconfiguration answer.
+const misconfiguredBody = `{"type":"about:blank","title":"Internal Server Error","status":500,"detail":"The rate limiter is misconfigured."}`
+
+// doRead is do, with the response's body.
+func doRead(t *testing.T, app *fiber.App, method, path string) (*http.Response, string) {
+	t.Helper()
+	res, err := app.Test(httptest.NewRequest(method, path, nil), -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, string(b)
+}
+
+// A nil gate is the one misconfiguration answer: 500 with the fixed
+// problem+json body, the cause only for the error hook. Nil options are
+// ignored.
 func TestMisconfigured(t *testing.T) {
-	lim := newLimiter(t)
-	if err := fiberlimit.Validate(lim, fiberlimit.WithRoutes(core.Routes{"/x": {Class: "a b", Cost: 1}})); !errors.Is(err, core.ErrInvalidConfig) {
-		t.Fatalf("Validate(bad routes) = %v", err)
-	}
-	if err := fiberlimit.Validate(lim, nil, fiberlimit.WithRoutes(nil), fiberlimit.WithCostFunc(nil), fiberlimit.WithFiberCostFunc(nil),
-		fiberlimit.WithNext(nil), fiberlimit.WithPatternFunc(nil), fiberlimit.WithDenyHandler(nil), fiberlimit.WithErrorHandler(nil)); err != nil {
-		t.Fatalf("nil options are not ignored: %v", err)
-	}
 	var hooked error
 	app := fiber.New()
-	app.Get("/", tenant("t"), fiberlimit.New(nil, fiberlimit.WithErrorHandler(func(_ *fiber.Ctx, err error) { hooked = err })), ok)
-	res := do(t, app, "GET", "/")
-	if res.StatusCode != 500 || res.Header.Get("Content-Type") != core.ProblemContentType || !errors.Is(hooked, core.ErrInvalidConfig) {
-		t.Fatalf("misconfigured: %d %v, hook got %v", res.StatusCode, res.Header, hooked)
+	app.Get("/", tenant("t"), fiberlimit.New(nil, nil, fiberlimit.WithErrorHandler(func(_ *fiber.Ctx, err error) { hooked = err }),
+		fiberlimit.WithRouteFunc(nil), fiberlimit.WithNext(nil), fiberlimit.WithPatternFunc(nil), fiberlimit.WithDenyHandler(nil), fiberlimit.WithErrorHandler(nil)), ok)
+	res, body := doRead(t, app, "GET", "/")
+	if res.StatusCode != 500 || res.Header.Get("Content-Type") != core.ProblemContentType || body != misconfiguredBody || !errors.Is(hooked, core.ErrInvalidConfig) {
+		t.Fatalf("misconfigured: %d %v %q, hook got %v", res.StatusCode, res.Header, body, hooked)
 	}
 }

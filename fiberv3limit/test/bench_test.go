@@ -15,7 +15,7 @@ import (
 // conformance.BenchmarkServerOverhead). Requests go straight to the app's
 // fasthttp handler, with no network and no net/http bridge.
 func BenchmarkOverhead(b *testing.B) {
-	conformance.BenchmarkServerOverhead(b, func(lim *core.Limiter, routes core.Routes) (conformance.BenchServer, conformance.BenchServer) {
+	conformance.BenchmarkServerOverhead(b, func(gate *core.Gate) (conformance.BenchServer, conformance.BenchServer) {
 		service := func(limit ...any) conformance.BenchServer {
 			app := fiber.New()
 			app.Use(as(conformance.BenchTenant))
@@ -36,6 +36,6 @@ func BenchmarkOverhead(b *testing.B) {
 				}
 			}
 		}
-		return service(), service(fiberv3limit.New(lim, fiberv3limit.WithRoutes(routes)))
+		return service(), service(fiberv3limit.New(gate))
 	})
 }

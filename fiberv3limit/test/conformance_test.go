@@ -21,17 +21,9 @@ func auth(c fiber.Ctx) error {
 	return c.Next()
 }
 
-func options(s conformance.Setup) []fiberv3limit.Option {
-	opts := []fiberv3limit.Option{
-		fiberv3limit.WithRoutes(conformance.HTTPRoutes(s.Routes, conformance.HTTPEndpoint.ColonPath)),
-		fiberv3limit.WithHeaderStyle(s.HeaderStyle),
-		fiberv3limit.WithGateOptions(core.WithClock(s.Clock)),
-		fiberv3limit.WithErrorHandler(func(_ fiber.Ctx, err error) { s.OnError(err) }),
-	}
-	if s.Anonymous {
-		opts = append(opts, fiberv3limit.WithAnonymous(""))
-	}
-	return opts
+// gate is the suite's configuration as the gate the handler takes.
+func gate(s conformance.Setup) (*core.Gate, error) {
+	return core.NewGate(s.Limiter, s.GateOptions(conformance.HTTPRoutes(s.Routes, conformance.HTTPEndpoint.ColonPath))...)
 }
 
 // mount is where the service registers the handler.
@@ -49,11 +41,12 @@ const (
 // options appended to the suite's (a wrong variant's mistake).
 func target(m mount, more ...fiberv3limit.Option) conformance.Target {
 	return conformance.HTTPTarget(func(t testing.TB, s conformance.Setup) (conformance.Instance, error) {
-		opts := append(options(s), more...)
-		if err := fiberv3limit.Validate(s.Limiter, opts...); err != nil {
+		g, err := gate(s)
+		if err != nil {
 			return nil, err
 		}
-		limit := fiberv3limit.New(s.Limiter, opts...)
+		opts := append([]fiberv3limit.Option{fiberv3limit.WithErrorHandler(func(_ fiber.Ctx, err error) { s.OnError(err) })}, more...)
+		limit := fiberv3limit.New(g, opts...)
 		var calls conformance.Counter
 		handler := func(c fiber.Ctx) error { calls.Inc(); return c.SendStatus(http.StatusOK) }
 		app := fiber.New()

@@ -38,7 +38,7 @@ func serve(app *fiber.App, method, target string) *httptest.ResponseRecorder {
 func TestRouteUnderUseIsTheMountPrefix(t *testing.T) {
 	lim := conformance.NewUnitLimiter(t)
 	var seen []string
-	limit := fiberv3limit.New(lim, fiberv3limit.WithNext(func(c fiber.Ctx) bool {
+	limit := fiberv3limit.New(conformance.NewUnitGate(t, lim), fiberv3limit.WithNext(func(c fiber.Ctx) bool {
 		seen = append(seen, c.Route().Path)
 		return true
 	}))
@@ -58,7 +58,7 @@ func TestRouteUnderUseIsTheMountPrefix(t *testing.T) {
 func TestTenantInRequestContext(t *testing.T) {
 	lim := conformance.NewUnitLimiter(t)
 	app := fiber.New()
-	app.Get("/", as("ctx"), fiberv3limit.New(lim), func(c fiber.Ctx) error {
+	app.Get("/", as("ctx"), fiberv3limit.New(conformance.NewUnitGate(t, lim)), func(c fiber.Ctx) error {
 		tn, _ := core.TenantFromContext(c.Context())
 		return c.SendString(tn.ID)
 	})
@@ -66,7 +66,7 @@ func TestTenantInRequestContext(t *testing.T) {
 		t.Fatalf("%d %v %q", w.Code, w.Header(), w.Body)
 	}
 	app = fiber.New()
-	app.Get("/", fiberv3limit.New(lim), ok)
+	app.Get("/", fiberv3limit.New(conformance.NewUnitGate(t, lim)), ok)
 	if w := serve(app, "GET", "/"); w.Code != 401 || w.Header().Get("Content-Type") != core.ProblemContentType {
 		t.Fatalf("no tenant: %d %v", w.Code, w.Header())
 	}
@@ -78,7 +78,7 @@ func TestHeadersSurviveFiberErrors(t *testing.T) {
 	lim := conformance.NewUnitLimiter(t)
 	reached := 0
 	app := fiber.New()
-	app.Get("/", as("errors"), fiberv3limit.New(lim, fiberv3limit.WithDenyHandler(func(_ fiber.Ctx, v core.Verdict) error {
+	app.Get("/", as("errors"), fiberv3limit.New(conformance.NewUnitGate(t, lim), fiberv3limit.WithDenyHandler(func(_ fiber.Ctx, v core.Verdict) error {
 		return fiber.NewError(v.Status, v.Problem.Title)
 	})), func(c fiber.Ctx) error {
 		if reached++; reached == 1 {
@@ -101,7 +101,7 @@ func TestOptions(t *testing.T) {
 	lim := conformance.NewUnitLimiter(t)
 	t.Run("next", func(t *testing.T) {
 		app := fiber.New()
-		limit := fiberv3limit.New(lim, fiberv3limit.WithNext(func(c fiber.Ctx) bool { return c.Query("skip") != "" }))
+		limit := fiberv3limit.New(conformance.NewUnitGate(t, lim), fiberv3limit.WithNext(func(c fiber.Ctx) bool { return c.Query("skip") != "" }))
 		app.Get("/", as("next"), limit, ok)
 		for range 3 {
 			if w := serve(app, "GET", "/?skip=1"); w.Code != 200 || w.Header().Get("RateLimit") != "" {
@@ -112,38 +112,39 @@ func TestOptions(t *testing.T) {
 			t.Fatalf("not skipped: %d %v", w.Code, w.Header())
 		}
 	})
-	t.Run("fiber cost func before the neutral one", func(t *testing.T) {
+	t.Run("route func before the gate's cost func", func(t *testing.T) {
 		app := fiber.New()
-		app.Get("/x", as("cost"), fiberv3limit.New(lim,
-			fiberv3limit.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
-				return core.Route{Class: "export", Cost: 3}, true
-			}),
-			fiberv3limit.WithFiberCostFunc(func(c fiber.Ctx) (core.Route, bool) {
-				return core.Route{Class: "export", Cost: 2}, c.Query("big") != ""
-			})), ok)
+		app.Get("/x", as("cost"), fiberv3limit.New(conformance.NewUnitGate(t, lim, core.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
+			return core.Route{Class: "export", Cost: 3}, true
+		})), fiberv3limit.WithRouteFunc(func(c fiber.Ctx) (core.Route, bool) {
+			return core.Route{Class: "export", Cost: 2}, c.Query("big") != ""
+		})), ok)
 		if got := serve(app, "GET", "/x?big=1").Header().Get("X-RateLimit-Remaining"); got != "8" {
-			t.Fatalf("fiber cost func: remaining %s", got)
+			t.Fatalf("route func: remaining %s", got)
 		}
 		if got := serve(app, "GET", "/x").Header().Get("X-RateLimit-Remaining"); got != "5" {
-			t.Fatalf("neutral cost func: remaining %s", got)
+			t.Fatalf("gate cost func: remaining %s", got)
 		}
 	})
 }
 
+// misconfiguredBody is the fixed body of every misconfiguration answer.
+const misconfiguredBody = `{"type":"about:blank","title":"Internal Server Error","status":500,"detail":"The rate limiter is misconfigured."}`
+
+// A nil gate, and a route function's bad route, are the one
+// misconfiguration answer: 500 with the fixed problem+json body, the cause
+// only for the error hook. Nil options are ignored.
 func TestMisconfigured(t *testing.T) {
 	lim := conformance.NewUnitLimiter(t)
-	if err := fiberv3limit.Validate(lim, fiberv3limit.WithRoutes(core.Routes{"/x": {Class: "a b", Cost: 1}})); !errors.Is(err, core.ErrInvalidConfig) {
-		t.Fatalf("Validate(bad routes) = %v", err)
-	}
-	if err := fiberv3limit.Validate(lim, nil, fiberv3limit.WithRoutes(nil), fiberv3limit.WithCostFunc(nil), fiberv3limit.WithFiberCostFunc(nil),
-		fiberv3limit.WithNext(nil), fiberv3limit.WithPatternFunc(nil), fiberv3limit.WithDenyHandler(nil), fiberv3limit.WithErrorHandler(nil)); err != nil {
-		t.Fatalf("nil options are not ignored: %v", err)
-	}
-	var hooked error
-	app := fiber.New()
-	app.Get("/", as("t"), fiberv3limit.New(nil, fiberv3limit.WithErrorHandler(func(_ fiber.Ctx, err error) { hooked = err })), ok)
-	w := serve(app, "GET", "/")
-	if w.Code != 500 || w.Header().Get("Content-Type") != core.ProblemContentType || !errors.Is(hooked, core.ErrInvalidConfig) {
-		t.Fatalf("misconfigured: %d %v, hook got %v", w.Code, w.Header(), hooked)
+	bad := fiberv3limit.WithRouteFunc(func(fiber.Ctx) (core.Route, bool) { return core.Route{Class: "a b", Cost: 1}, true })
+	for name, gate := range map[string]*core.Gate{"nil gate": nil, "bad route": conformance.NewUnitGate(t, lim)} {
+		var hooked error
+		app := fiber.New()
+		app.Get("/", as("t"), fiberv3limit.New(gate, nil, fiberv3limit.WithErrorHandler(func(_ fiber.Ctx, err error) { hooked = err }),
+			fiberv3limit.WithRouteFunc(nil), fiberv3limit.WithNext(nil), fiberv3limit.WithPatternFunc(nil), fiberv3limit.WithDenyHandler(nil), fiberv3limit.WithErrorHandler(nil), bad), ok)
+		w := serve(app, "GET", "/")
+		if w.Code != 500 || w.Header().Get("Content-Type") != core.ProblemContentType || w.Body.String() != misconfiguredBody || !errors.Is(hooked, core.ErrInvalidConfig) {
+			t.Fatalf("%s: %d %v %q, hook got %v", name, w.Code, w.Header(), w.Body, hooked)
+		}
 	}
 }

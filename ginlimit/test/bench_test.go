@@ -13,7 +13,7 @@ import (
 // BenchmarkOverhead: what the middleware adds beyond core's Gate.Decide
 // (see conformance.BenchmarkOverhead).
 func BenchmarkOverhead(b *testing.B) {
-	conformance.BenchmarkOverhead(b, func(lim *core.Limiter, routes core.Routes) (http.Handler, http.Handler) {
+	conformance.BenchmarkOverhead(b, func(gate *core.Gate) (http.Handler, http.Handler) {
 		engine := func(mws ...gin.HandlerFunc) http.Handler {
 			r := gin.New()
 			r.Use(tenant(conformance.BenchTenant))
@@ -22,6 +22,6 @@ func BenchmarkOverhead(b *testing.B) {
 			r.GET("/healthz", ok)
 			return r
 		}
-		return engine(), engine(ginlimit.Middleware(lim, ginlimit.WithRoutes(routes)))
+		return engine(), engine(ginlimit.Middleware(gate))
 	})
 }

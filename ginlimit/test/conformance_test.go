@@ -21,19 +21,6 @@ func auth(c *gin.Context) {
 	c.Next()
 }
 
-func options(s conformance.Setup) []ginlimit.Option {
-	opts := []ginlimit.Option{
-		ginlimit.WithRoutes(conformance.HTTPRoutes(s.Routes, conformance.HTTPEndpoint.ColonPath)),
-		ginlimit.WithHeaderStyle(s.HeaderStyle),
-		ginlimit.WithGateOptions(core.WithClock(s.Clock)),
-		ginlimit.WithErrorHandler(func(_ *gin.Context, err error) { s.OnError(err) }),
-	}
-	if s.Anonymous {
-		opts = append(opts, ginlimit.WithAnonymous(""))
-	}
-	return opts
-}
-
 type mount int
 
 const (
@@ -44,10 +31,11 @@ const (
 
 func target(m mount) conformance.Target {
 	return conformance.HTTPTarget(func(t testing.TB, s conformance.Setup) (conformance.Instance, error) {
-		if err := ginlimit.Validate(s.Limiter, options(s)...); err != nil {
+		gate, err := core.NewGate(s.Limiter, s.GateOptions(conformance.HTTPRoutes(s.Routes, conformance.HTTPEndpoint.ColonPath))...)
+		if err != nil {
 			return nil, err
 		}
-		mw := ginlimit.Middleware(s.Limiter, options(s)...)
+		mw := ginlimit.Middleware(gate, ginlimit.WithErrorHandler(func(_ *gin.Context, err error) { s.OnError(err) }))
 		var calls conformance.Counter
 		handler := func(c *gin.Context) { calls.Inc(); c.Status(http.StatusOK) }
 		r := gin.New()

@@ -16,11 +16,11 @@ func ok(c *gin.Context) { c.Status(http.StatusOK) }
 
 func TestMounting(t *testing.T) {
 	lim := conformance.NewUnitLimiter(t)
-	routes := ginlimit.WithRoutes(core.Routes{"GET /v1/items/:id": {Class: "export", Cost: 1}})
+	gate := conformance.NewUnitGate(t, lim, core.WithRoutes(core.Routes{"GET /v1/items/:id": {Class: "export", Cost: 1}}))
 	t.Run("group", func(t *testing.T) {
 		r := gin.New()
 		r.Use(tenant("group"))
-		v1 := r.Group("/v1", ginlimit.Middleware(lim, routes))
+		v1 := r.Group("/v1", ginlimit.Middleware(gate))
 		v1.GET("/items/:id", ok)
 		r.GET("/open", ok)
 		if got := get(r, "GET", "/v1/items/3").Header().Get("RateLimit-Policy"); got != `"export";q=10;w=1000` {
@@ -33,7 +33,7 @@ func TestMounting(t *testing.T) {
 	t.Run("unmatched route is charged nothing", func(t *testing.T) {
 		r := gin.New()
 		r.HandleMethodNotAllowed = true
-		r.Use(tenant("unmatched"), ginlimit.Middleware(lim, routes))
+		r.Use(tenant("unmatched"), ginlimit.Middleware(gate))
 		r.GET("/v1/items/:id", ok)
 		for range 5 { // the default bucket holds 2: a charge would deny
 			for _, c := range []struct {
@@ -51,9 +51,10 @@ func TestMounting(t *testing.T) {
 
 func TestOptions(t *testing.T) {
 	lim := conformance.NewUnitLimiter(t)
+	gate := conformance.NewUnitGate(t, lim)
 	t.Run("skipper", func(t *testing.T) {
 		r := gin.New()
-		r.Use(tenant("skipper"), ginlimit.Middleware(lim, ginlimit.WithSkipper(func(c *gin.Context) bool { return c.FullPath() == "/skip" })))
+		r.Use(tenant("skipper"), ginlimit.Middleware(gate, ginlimit.WithSkipper(func(c *gin.Context) bool { return c.FullPath() == "/skip" })))
 		r.GET("/skip", ok)
 		for range 3 {
 			if w := get(r, "GET", "/skip"); w.Code != 200 || w.Header().Get("RateLimit") != "" {
@@ -61,45 +62,38 @@ func TestOptions(t *testing.T) {
 			}
 		}
 	})
-	t.Run("gin cost func before the neutral one", func(t *testing.T) {
+	t.Run("route func before the gate's cost func", func(t *testing.T) {
 		r := gin.New()
-		r.Use(tenant("cost"), ginlimit.Middleware(lim,
-			ginlimit.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
-				return core.Route{Class: "export", Cost: 3}, true
-			}),
-			ginlimit.WithGinCostFunc(func(c *gin.Context) (core.Route, bool) {
-				return core.Route{Class: "export", Cost: 2}, c.Query("big") != ""
-			})))
+		costly := conformance.NewUnitGate(t, lim, core.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
+			return core.Route{Class: "export", Cost: 3}, true
+		}))
+		r.Use(tenant("cost"), ginlimit.Middleware(costly, ginlimit.WithRouteFunc(func(c *gin.Context) (core.Route, bool) {
+			return core.Route{Class: "export", Cost: 2}, c.Query("big") != ""
+		})))
 		r.GET("/x", ok)
 		if got := get(r, "GET", "/x?big=1").Header().Get("X-RateLimit-Remaining"); got != "8" {
-			t.Fatalf("gin cost func: remaining %s", got)
+			t.Fatalf("route func: remaining %s", got)
 		}
 		if got := get(r, "GET", "/x").Header().Get("X-RateLimit-Remaining"); got != "5" {
-			t.Fatalf("neutral cost func: remaining %s", got)
+			t.Fatalf("gate cost func: remaining %s", got)
 		}
 	})
-	t.Run("a cost func answering cost 0 is a 500, not a free pass", func(t *testing.T) {
-		for name, opt := range map[string]ginlimit.Option{
-			"neutral": ginlimit.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
-				return core.Route{Class: "default", Cost: 0}, true
-			}),
-			"gin": ginlimit.WithGinCostFunc(func(*gin.Context) (core.Route, bool) { return core.Route{Class: "default", Cost: 0}, true }),
-		} {
-			var hooked error
-			reached := 0
-			r := gin.New()
-			r.Use(tenant("zero-"+name), ginlimit.Middleware(lim, opt, ginlimit.WithErrorHandler(func(_ *gin.Context, err error) { hooked = err })))
-			r.GET("/x", func(c *gin.Context) { reached++ })
-			w := get(r, "GET", "/x")
-			if w.Code != 500 || reached != 0 || !errors.Is(hooked, core.ErrInvalidConfig) {
-				t.Fatalf("%s: %d, handler reached %d times, hook %v", name, w.Code, reached, hooked)
-			}
+	t.Run("a route func answering cost 0 is a 500, not a free pass", func(t *testing.T) {
+		var hooked error
+		reached := 0
+		r := gin.New()
+		r.Use(tenant("zero"), ginlimit.Middleware(gate, ginlimit.WithErrorHandler(func(_ *gin.Context, err error) { hooked = err }),
+			ginlimit.WithRouteFunc(func(*gin.Context) (core.Route, bool) { return core.Route{Class: "default", Cost: 0}, true })))
+		r.GET("/x", func(c *gin.Context) { reached++ })
+		w := get(r, "GET", "/x")
+		if w.Code != 500 || reached != 0 || !errors.Is(hooked, core.ErrInvalidConfig) || w.Body.String() != misconfiguredBody {
+			t.Fatalf("%d %q, handler reached %d times, hook %v", w.Code, w.Body, reached, hooked)
 		}
 	})
 	t.Run("deny handler, chain aborted", func(t *testing.T) {
 		reached := 0
 		r := gin.New()
-		r.Use(tenant("deny"), ginlimit.Middleware(lim, ginlimit.WithDenyHandler(func(c *gin.Context, v core.Verdict) {
+		r.Use(tenant("deny"), ginlimit.Middleware(gate, ginlimit.WithDenyHandler(func(c *gin.Context, v core.Verdict) {
 			if !c.IsAborted() || c.Writer.Header().Get("Retry-After") == "" {
 				t.Error("deny handler called before abort or before the headers")
 			}
@@ -115,21 +109,20 @@ func TestOptions(t *testing.T) {
 	})
 }
 
+// misconfiguredBody is the fixed body of every misconfiguration answer.
+const misconfiguredBody = `{"type":"about:blank","title":"Internal Server Error","status":500,"detail":"The rate limiter is misconfigured."}`
+
+// A nil gate is the one misconfiguration answer: 500 with the fixed
+// problem+json body, the cause only for the error hook. Nil options are
+// ignored.
 func TestMisconfigured(t *testing.T) {
-	lim := conformance.NewUnitLimiter(t)
-	if err := ginlimit.Validate(lim, ginlimit.WithRoutes(core.Routes{"/x": {Class: "a b", Cost: 1}})); !errors.Is(err, core.ErrInvalidConfig) {
-		t.Fatalf("Validate(bad routes) = %v", err)
-	}
-	if err := ginlimit.Validate(lim, nil, ginlimit.WithRoutes(nil), ginlimit.WithCostFunc(nil), ginlimit.WithGinCostFunc(nil),
-		ginlimit.WithSkipper(nil), ginlimit.WithDenyHandler(nil), ginlimit.WithErrorHandler(nil)); err != nil {
-		t.Fatalf("nil options are not ignored: %v", err)
-	}
 	var hooked error
 	r := gin.New()
-	r.Use(tenant("t"), ginlimit.Middleware(nil, ginlimit.WithErrorHandler(func(_ *gin.Context, err error) { hooked = err })))
+	r.Use(tenant("t"), ginlimit.Middleware(nil, nil, ginlimit.WithErrorHandler(func(_ *gin.Context, err error) { hooked = err }),
+		ginlimit.WithRouteFunc(nil), ginlimit.WithSkipper(nil), ginlimit.WithDenyHandler(nil), ginlimit.WithErrorHandler(nil)))
 	r.GET("/", ok)
 	w := get(r, "GET", "/")
-	if w.Code != 500 || w.Header().Get("Content-Type") != core.ProblemContentType || !errors.Is(hooked, core.ErrInvalidConfig) {
-		t.Fatalf("misconfigured: %d %v, hook got %v", w.Code, w.Header(), hooked)
+	if w.Code != 500 || w.Header().Get("Content-Type") != core.ProblemContentType || w.Body.String() != misconfiguredBody || !errors.Is(hooked, core.ErrInvalidConfig) {
+		t.Fatalf("misconfigured: %d %v %q, hook got %v", w.Code, w.Header(), w.Body, hooked)
 	}
 }

@@ -39,7 +39,7 @@ func BenchmarkOverhead(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ic, err := grpclimit.New(lim)
+	g, err := core.NewGate(lim)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -47,7 +47,6 @@ func BenchmarkOverhead(b *testing.B) {
 	ctx = peer.NewContext(ctx, &peer.Peer{Addr: &benchAddr{}})
 	ctx = grpc.NewContextWithServerTransportStream(ctx, benchTransportStream{})
 	b.Run("core", func(b *testing.B) {
-		g := ic.Gate()
 		for b.Loop() {
 			if v := g.Decide(ctx, core.Endpoint{Pattern: mProfile}); !v.Proceed {
 				b.Fatal(v.Err)
@@ -55,7 +54,7 @@ func BenchmarkOverhead(b *testing.B) {
 		}
 	})
 	b.Run("unary", func(b *testing.B) {
-		u := ic.Unary()
+		u := grpclimit.UnaryServerInterceptor(g)
 		info := &grpc.UnaryServerInfo{FullMethod: mProfile}
 		h := func(context.Context, any) (any, error) { return nil, nil }
 		for b.Loop() {
@@ -65,7 +64,7 @@ func BenchmarkOverhead(b *testing.B) {
 		}
 	})
 	b.Run("stream", func(b *testing.B) {
-		s := ic.Stream()
+		s := grpclimit.StreamServerInterceptor(g)
 		info := &grpc.StreamServerInfo{FullMethod: mExport, IsServerStream: true}
 		ss := benchStream{ctx: ctx}
 		h := func(any, grpc.ServerStream) error { return nil }

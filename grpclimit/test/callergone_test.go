@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/grpclimit"
@@ -20,7 +21,7 @@ import (
 func TestCallerGone(t *testing.T) {
 	lim := newLimiter(t, redistest.Client(t), core.WithFailurePolicy(core.FailClosed), core.WithCircuitBreaker(3, time.Hour))
 	t.Cleanup(func() { _ = lim.Close() })
-	e := newEnv(t, lim)
+	e := newEnv(t, conformance.NewUnitGate(t, lim))
 	c := e.client(t)
 	for range 10 {
 		ctx, cancel := context.WithTimeout(as("attacker", ""), 50*time.Microsecond)
@@ -30,10 +31,7 @@ func TestCallerGone(t *testing.T) {
 			t.Fatalf("a 50µs deadline: %v", r.err)
 		}
 	}
-	ic, err := grpclimit.New(lim)
-	if err != nil {
-		t.Fatal(err)
-	}
+	unary := grpclimit.UnaryServerInterceptor(conformance.NewUnitGate(t, lim))
 	tenant := core.ContextWithTenant(context.Background(), core.Tenant{ID: "attacker"})
 	cancelled, cancel := context.WithCancel(tenant)
 	cancel()
@@ -45,7 +43,7 @@ func TestCallerGone(t *testing.T) {
 		want codes.Code
 	}{{cancelled, codes.Canceled}, {expired, codes.DeadlineExceeded}, {cancelled, codes.Canceled}, {expired, codes.DeadlineExceeded}} {
 		ran := false
-		_, err := ic.Unary()(tc.ctx, nil, info, func(context.Context, any) (any, error) { ran = true; return nil, nil })
+		_, err := unary(tc.ctx, nil, info, func(context.Context, any) (any, error) { ran = true; return nil, nil })
 		if status.Code(err) != tc.want || ran {
 			t.Fatalf("a call whose context ended: %v (handler ran: %v), want %v", err, ran, tc.want)
 		}

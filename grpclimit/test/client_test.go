@@ -16,12 +16,9 @@ import (
 	"github.com/tollgate-go/tollgate/core/retry"
 	"github.com/tollgate-go/tollgate/grpclimit"
 	"github.com/tollgate-go/tollgate/grpclimit/internal/testpb"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // fastRoutes sends every method to class fast: capacity 1, a denial waits
@@ -57,7 +54,7 @@ func gaps(ts []time.Time, from int) []time.Duration {
 func TestGRPCRetryPolicyHonoursPushback(t *testing.T) {
 	forEachShape(t, func(t *testing.T, call caller) {
 		t.Run("over limit: retried after the pushback", func(t *testing.T) {
-			e := newEnv(t, newLimiter(t, redistest.Client(t)), grpclimit.WithMethods(fastRoutes))
+			e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, redistest.Client(t)), core.WithRoutes(fastRoutes)))
 			cl := e.client(t, grpc.WithDefaultServiceConfig(retryServiceConfig))
 			ctx := as("t1", "")
 			if r := call(ctx, cl); r.err != nil {
@@ -83,7 +80,7 @@ func TestGRPCRetryPolicyHonoursPushback(t *testing.T) {
 			}
 		})
 		t.Run("never: pushback -1 stops grpc-go", func(t *testing.T) {
-			e := newEnv(t, newLimiter(t, redistest.Client(t)), grpclimit.WithMethods(neverRoutes))
+			e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, redistest.Client(t)), core.WithRoutes(neverRoutes)))
 			cl := e.client(t, grpc.WithDefaultServiceConfig(retryServiceConfig))
 			r := call(as("t1", ""), cl)
 			if r.st.Code() != codes.ResourceExhausted || first(r.trailer, "grpc-retry-pushback-ms") != "-1" {
@@ -139,7 +136,7 @@ func TestClientInterceptors(t *testing.T) {
 			// every call of t1 from then on is denied, with a 1 s hint.
 			drained := func(t *testing.T, opts ...retry.Option) (*env, testpb.TestServiceClient) {
 				t.Helper()
-				e := newEnv(t, newLimiter(t, c, core.WithClock(conformance.NewFakeClock().Now)))
+				e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c, core.WithClock(conformance.NewFakeClock().Now))))
 				cl := e.client(t, s.dial(opts...))
 				for range 3 {
 					s.call(as("t1", ""), cl)
@@ -147,7 +144,7 @@ func TestClientInterceptors(t *testing.T) {
 				return e, cl
 			}
 			t.Run("retries after the hint", func(t *testing.T) {
-				e := newEnv(t, newLimiter(t, c), grpclimit.WithMethods(fastRoutes))
+				e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c), core.WithRoutes(fastRoutes)))
 				cl := e.client(t, s.dial(retry.WithJitter(0.5, 0)))
 				ctx := as("t1", "")
 				if r := s.call(ctx, cl); r.err != nil {
@@ -166,7 +163,7 @@ func TestClientInterceptors(t *testing.T) {
 				}
 			})
 			t.Run("never is not retried", func(t *testing.T) {
-				e := newEnv(t, newLimiter(t, c), grpclimit.WithMethods(neverRoutes))
+				e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c), core.WithRoutes(neverRoutes)))
 				r := s.call(as("t1", ""), e.client(t, s.dial()))
 				if r.st.Code() != codes.ResourceExhausted || e.attempts.Load() != 1 {
 					t.Fatalf("%v after %d attempts; want ResourceExhausted after 1", r.err, e.attempts.Load())
@@ -224,7 +221,7 @@ func TestClientInterceptors(t *testing.T) {
 				}
 			})
 			t.Run("other errors are not retried", func(t *testing.T) {
-				e := newEnv(t, newLimiter(t, deadRedis(t), core.WithTimeout(200*time.Millisecond), core.WithFailurePolicy(core.FailClosed)))
+				e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, deadRedis(t), core.WithTimeout(200*time.Millisecond), core.WithFailurePolicy(core.FailClosed))))
 				cl := e.client(t, s.dial())
 				if r := s.call(as("t1", ""), cl); r.st.Code() != codes.Unavailable || e.attempts.Load() != 1 {
 					t.Fatalf("fail-closed: %v after %d attempts", r.err, e.attempts.Load())
@@ -267,7 +264,7 @@ func upload(ctx context.Context, cl testpb.TestServiceClient, n int) (acks int, 
 }
 
 func TestStreamClientInterceptorReplays(t *testing.T) {
-	e := newEnv(t, newLimiter(t, redistest.Client(t)), grpclimit.WithMethods(fastRoutes))
+	e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, redistest.Client(t)), core.WithRoutes(fastRoutes)))
 	cl := e.client(t, grpc.WithStreamInterceptor(grpclimit.StreamClientInterceptor()))
 	ctx := as("t1", "")
 	if acks, err := upload(ctx, cl, 1); err != nil || acks != 1 {
@@ -286,7 +283,7 @@ func TestStreamClientInterceptorReplays(t *testing.T) {
 func TestMessageCost(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
 		clock := conformance.NewFakeClock()
-		e := newEnv(t, newLimiter(t, c, core.WithClock(clock.Now)), grpclimit.WithMessageCost("upload", 1))
+		e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c, core.WithClock(clock.Now))), grpclimit.WithMessageCost("upload", 1))
 		// the client interceptor must not retry a denial that came after
 		// the stream had started answering
 		cl := e.client(t, grpc.WithStreamInterceptor(grpclimit.StreamClientInterceptor()))
@@ -324,46 +321,4 @@ func TestMessageCost(t *testing.T) {
 			t.Fatalf("export with message cost: %v", r.err)
 		}
 	})
-}
-
-func TestHint(t *testing.T) {
-	withDetails := func(code codes.Code, ds ...*errdetails.ErrorInfo) error {
-		st := status.New(code, "x")
-		for _, d := range ds {
-			st, _ = st.WithDetails(d)
-		}
-		return st.Err()
-	}
-	retryIn := func(d time.Duration) error {
-		st, _ := status.New(codes.ResourceExhausted, "x").WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d)})
-		return st.Err()
-	}
-	never := &errdetails.ErrorInfo{Reason: "RATE_LIMIT_EXCEEDED", Metadata: map[string]string{"reason": "cost_exceeds_capacity"}}
-	pb := func(v ...string) metadata.MD { return metadata.MD{"grpc-retry-pushback-ms": v} }
-	cases := []struct {
-		name      string
-		err       error
-		trailer   metadata.MD
-		want      retry.Hint
-		throttled bool
-	}{
-		{"pushback", status.Error(codes.ResourceExhausted, "x"), pb("250"), retry.Hint{After: 250 * time.Millisecond}, true},
-		{"pushback -1", status.Error(codes.ResourceExhausted, "x"), pb("-1"), retry.Hint{Never: true}, true},
-		{"malformed pushback", status.Error(codes.ResourceExhausted, "x"), pb("soon"), retry.Hint{Never: true}, true},
-		{"repeated pushback", status.Error(codes.ResourceExhausted, "x"), pb("1", "2"), retry.Hint{Never: true}, true},
-		{"RetryInfo, exact", retryIn(1234567 * time.Microsecond), nil, retry.Hint{After: 1234567 * time.Microsecond}, true},
-		{"RetryInfo longer than pushback", retryIn(time.Second), pb("10"), retry.Hint{After: time.Second}, true},
-		{"cost exceeds capacity", withDetails(codes.ResourceExhausted, never), nil, retry.Hint{Never: true}, true},
-		{"Unavailable with pushback", status.Error(codes.Unavailable, "x"), pb("5"), retry.Hint{After: 5 * time.Millisecond}, true},
-		{"no hint", status.Error(codes.ResourceExhausted, "message too large"), nil, retry.Hint{}, false},
-		{"other code", status.Error(codes.Internal, "x"), pb("5"), retry.Hint{}, false},
-		{"not a status", errors.New("boom"), pb("5"), retry.Hint{}, false},
-		{"huge pushback", status.Error(codes.ResourceExhausted, "x"), pb("99999999999999"), retry.Hint{After: 365 * 24 * time.Hour}, true},
-	}
-	for _, c := range cases {
-		h, ok := grpclimit.Hint(c.err, c.trailer)
-		if h != c.want || ok != c.throttled {
-			t.Errorf("%s: Hint = %+v, %v; want %+v, %v", c.name, h, ok, c.want, c.throttled)
-		}
-	}
 }

@@ -43,14 +43,11 @@ func (grpcTarget) NewInstance(t testing.TB, s conformance.Setup) (conformance.In
 			routes[m] = r
 		}
 	}
-	opts := []grpclimit.Option{
-		grpclimit.WithGateOptions(s.GateOptions(routes)...),
-		grpclimit.WithErrorHandler(func(_ context.Context, _ string, err error) { s.OnError(err) }),
-	}
-	if _, err := grpclimit.New(s.Limiter, opts...); err != nil {
+	gate, err := core.NewGate(s.Limiter, s.GateOptions(routes)...)
+	if err != nil {
 		return nil, err
 	}
-	e := newEnv(t, s.Limiter, opts...)
+	e := newEnv(t, gate, grpclimit.WithErrorHandler(func(_ context.Context, _ string, err error) { s.OnError(err) }))
 	return &grpcInstance{t: t, e: e, conns: map[string]*grpc.ClientConn{}}, nil
 }
 

@@ -215,12 +215,8 @@ type env struct {
 
 // serverOpts are extra server options (interceptors run after auth and
 // before grpclimit's).
-func newEnv(t testing.TB, lim *core.Limiter, opts ...grpclimit.Option) *env {
+func newEnv(t testing.TB, gate *core.Gate, opts ...grpclimit.Option) *env {
 	t.Helper()
-	ic, err := grpclimit.New(lim, opts...)
-	if err != nil {
-		t.Fatalf("grpclimit.New: %v", err)
-	}
 	e := &env{svc: &service{}, lis: peerListener{bufconn.Listen(1 << 20)}}
 	count := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		e.arrive()
@@ -231,8 +227,8 @@ func newEnv(t testing.TB, lim *core.Limiter, opts ...grpclimit.Option) *env {
 		return h(srv, ss)
 	}
 	srv := grpc.NewServer(
-		grpc.ChainUnaryInterceptor(count, authUnary, ic.Unary()),
-		grpc.ChainStreamInterceptor(countStream, authStreamInt, ic.Stream()),
+		grpc.ChainUnaryInterceptor(count, authUnary, grpclimit.UnaryServerInterceptor(gate, opts...)),
+		grpc.ChainStreamInterceptor(countStream, authStreamInt, grpclimit.StreamServerInterceptor(gate, opts...)),
 	)
 	testpb.RegisterTestServiceServer(srv, e.svc)
 	healthpb.RegisterHealthServer(srv, health{svc: e.svc})

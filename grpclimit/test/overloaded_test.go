@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
-	"github.com/tollgate-go/tollgate/grpclimit"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 )
@@ -21,7 +21,7 @@ func TestOverloadedIsUnavailableWithRetry(t *testing.T) {
 	srv := redistest.NewServer(t)
 	lim := newLimiter(t, srv.Client(t), core.WithFailurePolicy(core.FailOpen), core.WithBatching(true), core.WithCircuitBreaker(0, 0))
 	t.Cleanup(func() { _ = lim.Close() })
-	e := newEnv(t, lim)
+	e := newEnv(t, conformance.NewUnitGate(t, lim))
 	c := e.client(t)
 	if r := getProfile(as("warm", ""), c); r.err != nil {
 		t.Fatal(r.err)
@@ -62,7 +62,7 @@ func TestOverloadedIsUnavailableWithRetry(t *testing.T) {
 		if hint == nil || hint.GetRetryDelay().AsDuration() != time.Second {
 			t.Fatalf("a shed call's details: %v", r.st.Details())
 		}
-		if got := r.trailer.Get(grpclimit.PushbackKey); len(got) != 1 || got[0] != "1000" {
+		if got := r.trailer.Get("grpc-retry-pushback-ms"); len(got) != 1 || got[0] != "1000" {
 			t.Fatalf("a shed call's pushback trailer: %v", got)
 		}
 	}

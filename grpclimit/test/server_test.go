@@ -129,7 +129,7 @@ func wantMD(t *testing.T, what string, md metadata.MD, want map[string]string) {
 func TestBurstDenyRefill(t *testing.T) {
 	forEachBackendShape(t, func(t *testing.T, c redis.UniversalClient, call caller) {
 		clock := conformance.NewFakeClock()
-		e := newEnv(t, newLimiter(t, c, core.WithClock(clock.Now)))
+		e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c, core.WithClock(clock.Now))))
 		cl := e.client(t)
 		ctx := as("t1", "free")
 		for i, want := range []string{`"default";r=2;t=1`, `"default";r=1;t=1`, `"default";r=0;t=1`} {
@@ -164,8 +164,8 @@ func TestBurstDenyRefill(t *testing.T) {
 
 func TestCostExceedsCapacity(t *testing.T) {
 	forEachBackendShape(t, func(t *testing.T, c redis.UniversalClient, call caller) {
-		e := newEnv(t, newLimiter(t, c), grpclimit.WithMethods(core.Routes{
-			mProfile: {Class: "tiny", Cost: 5}, mExport: {Class: "tiny", Cost: 5}, mItem: {Class: "tiny", Cost: 1}}))
+		e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c), core.WithRoutes(core.Routes{
+			mProfile: {Class: "tiny", Cost: 5}, mExport: {Class: "tiny", Cost: 5}, mItem: {Class: "tiny", Cost: 1}})))
 		cl := e.client(t)
 		ctx := as("t1", "")
 		meta := map[string]string{"policy": "tiny", "limit": "2", "remaining": "2", "cost": "5", "reason": "cost_exceeds_capacity"}
@@ -185,7 +185,7 @@ func TestCostExceedsCapacity(t *testing.T) {
 func TestMultiBucket(t *testing.T) {
 	forEachBackendShape(t, func(t *testing.T, c redis.UniversalClient, call caller) {
 		clock := conformance.NewFakeClock()
-		e := newEnv(t, newLimiter(t, c, core.WithClock(clock.Now)))
+		e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c, core.WithClock(clock.Now))))
 		cl := e.client(t)
 		ctx := as("big", "ceiling")
 		for range 2 {
@@ -205,7 +205,7 @@ func TestMultiBucket(t *testing.T) {
 func TestShadow(t *testing.T) {
 	forEachBackendShape(t, func(t *testing.T, c redis.UniversalClient, call caller) {
 		clock := conformance.NewFakeClock()
-		e := newEnv(t, newLimiter(t, c, core.WithClock(clock.Now), core.WithShadow(true)))
+		e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c, core.WithClock(clock.Now), core.WithShadow(true))))
 		cl := e.client(t)
 		for i := range 5 {
 			r := call(as("t1", ""), cl)
@@ -226,12 +226,11 @@ func TestStoreFailure(t *testing.T) {
 	forEachShape(t, func(t *testing.T, call caller) {
 		t.Run("fail open", func(t *testing.T) {
 			var errs atomic.Int64
-			e := newEnv(t, newLimiter(t, deadRedis(t), core.WithTimeout(300*time.Millisecond)),
-				grpclimit.WithErrorHandler(func(_ context.Context, m string, err error) {
-					if errors.Is(err, core.ErrStore) && strings.HasPrefix(m, "/tollgate.test.v1.TestService/") {
-						errs.Add(1)
-					}
-				}))
+			e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, deadRedis(t), core.WithTimeout(300*time.Millisecond))), grpclimit.WithErrorHandler(func(_ context.Context, m string, err error) {
+				if errors.Is(err, core.ErrStore) && strings.HasPrefix(m, "/tollgate.test.v1.TestService/") {
+					errs.Add(1)
+				}
+			}))
 			r := call(as("t1", ""), e.client(t))
 			if r.err != nil {
 				t.Fatalf("fail-open: %v", r.err)
@@ -242,7 +241,7 @@ func TestStoreFailure(t *testing.T) {
 			}
 		})
 		t.Run("fail closed", func(t *testing.T) {
-			e := newEnv(t, newLimiter(t, deadRedis(t), core.WithTimeout(300*time.Millisecond), core.WithFailurePolicy(core.FailClosed)))
+			e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, deadRedis(t), core.WithTimeout(300*time.Millisecond), core.WithFailurePolicy(core.FailClosed))))
 			r := call(as("t1", ""), e.client(t))
 			if r.st.Code() != codes.Unavailable || len(r.st.Details()) != 0 {
 				t.Fatalf("fail-closed: %v with %d details, want Unavailable without", r.err, len(r.st.Details()))
@@ -257,7 +256,7 @@ func TestStoreFailure(t *testing.T) {
 
 func TestNoTenant(t *testing.T) {
 	forEachShape(t, func(t *testing.T, call caller) {
-		e := newEnv(t, newLimiter(t, redistest.Client(t)))
+		e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, redistest.Client(t))))
 		// a tenant in metadata the client sets is no identity
 		ctx := metadata.AppendToOutgoingContext(context.Background(), "x-tenant-id", "t1", "tenant", "t1")
 		r := call(ctx, e.client(t))
@@ -271,7 +270,7 @@ func TestNoTenant(t *testing.T) {
 }
 
 func TestAnonymous(t *testing.T) {
-	e := newEnv(t, newLimiter(t, redistest.Client(t)), grpclimit.WithAnonymous(""))
+	e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, redistest.Client(t)), core.WithAnonymous("")))
 	a := testpb.NewTestServiceClient(e.dial(t, "203.0.113.7"))
 	b := testpb.NewTestServiceClient(e.dial(t, "203.0.113.8"))
 	if r := getProfile(context.Background(), a); r.err != nil {
@@ -292,7 +291,7 @@ func TestOptions(t *testing.T) {
 	c := redistest.Client(t)
 	t.Run("denied code Unavailable", func(t *testing.T) {
 		clock := conformance.NewFakeClock()
-		e := newEnv(t, newLimiter(t, c, core.WithClock(clock.Now)), grpclimit.WithDeniedCode(codes.Unavailable), grpclimit.WithDomain("api.example.com"))
+		e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c, core.WithClock(clock.Now))), grpclimit.WithDeniedCode(codes.Unavailable), grpclimit.WithDomain("api.example.com"))
 		cl := e.client(t)
 		for range 3 {
 			getProfile(as("t1", ""), cl)
@@ -304,9 +303,7 @@ func TestOptions(t *testing.T) {
 	})
 	t.Run("filter and exempt methods skip the limiter", func(t *testing.T) {
 		clock := conformance.NewFakeClock()
-		e := newEnv(t, newLimiter(t, c, core.WithClock(clock.Now)),
-			grpclimit.WithFilter(func(_ context.Context, m string) bool { return m != mItem }),
-			grpclimit.WithMethods(core.Routes{mExport: {Exempt: true}}))
+		e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c, core.WithClock(clock.Now)), core.WithRoutes(core.Routes{mExport: {Exempt: true}})), grpclimit.WithFilter(func(_ context.Context, m string) bool { return m != mItem }))
 		cl := e.client(t)
 		for range 10 {
 			var h metadata.MD
@@ -323,11 +320,9 @@ func TestOptions(t *testing.T) {
 	})
 	t.Run("cost func and header style", func(t *testing.T) {
 		clock := conformance.NewFakeClock()
-		e := newEnv(t, newLimiter(t, c, core.WithClock(clock.Now)),
-			grpclimit.WithCostFunc(func(_ context.Context, _ core.Tenant, ep core.Endpoint) (core.Route, bool) {
-				return core.Route{Class: "export", Cost: 4}, ep.Pattern == mProfile && ep.Method == ""
-			}),
-			grpclimit.WithHeaderStyle(core.HeaderIETF))
+		e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c, core.WithClock(clock.Now)), core.WithCostFunc(func(_ context.Context, _ core.Tenant, ep core.Endpoint) (core.Route, bool) {
+			return core.Route{Class: "export", Cost: 4}, ep.Pattern == mProfile && ep.Method == ""
+		}), core.WithHeaderStyle(core.HeaderIETF)))
 		r := getProfile(as("t1", ""), e.client(t))
 		if r.err != nil || first(r.header, "ratelimit") != `"export";r=6;t=2` || r.header.Get("x-ratelimit-limit") != nil {
 			t.Fatalf("%v %v", r.err, r.header)
@@ -335,16 +330,14 @@ func TestOptions(t *testing.T) {
 	})
 	t.Run("a cost func answering cost 0 is Internal, not a free pass", func(t *testing.T) {
 		hooked := make(chan error, 1)
-		e := newEnv(t, newLimiter(t, c),
-			grpclimit.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
-				return core.Route{Class: "default", Cost: 0}, true
-			}),
-			grpclimit.WithErrorHandler(func(_ context.Context, _ string, err error) {
-				select {
-				case hooked <- err:
-				default:
-				}
-			}))
+		e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c), core.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
+			return core.Route{Class: "default", Cost: 0}, true
+		})), grpclimit.WithErrorHandler(func(_ context.Context, _ string, err error) {
+			select {
+			case hooked <- err:
+			default:
+			}
+		}))
 		r := getProfile(as("zero", ""), e.client(t))
 		if status.Code(r.err) != codes.Internal || !strings.Contains(r.err.Error(), "misconfigured") || e.svc.calls.Load() != 0 {
 			t.Fatalf("%v, handler calls %d", r.err, e.svc.calls.Load())
@@ -353,40 +346,63 @@ func TestOptions(t *testing.T) {
 			t.Fatalf("hook: %v", err)
 		}
 	})
-	t.Run("bad configuration", func(t *testing.T) {
-		l := newLimiter(t, c)
-		bad := map[string][]grpclimit.Option{
-			"denied code":   {grpclimit.WithDeniedCode(codes.Internal)},
-			"message cost":  {grpclimit.WithMessageCost("upload", 0)},
-			"message class": {grpclimit.WithMessageCost("", 1)},
-			"route":         {grpclimit.WithMethods(core.Routes{mProfile: {Class: "x y", Cost: 1}})},
-			"default route": {grpclimit.WithDefaultRoute(core.Route{Class: "default", Cost: -1})},
+	t.Run("a misconfiguration is Internal with a fixed message, the cause only for the hook", func(t *testing.T) {
+		g := conformance.NewUnitGate(t, newLimiter(t, c))
+		bad := map[string]struct {
+			gate *core.Gate
+			opts []grpclimit.Option
+		}{
+			"nil gate":      {nil, nil},
+			"denied code":   {g, []grpclimit.Option{grpclimit.WithDeniedCode(codes.Internal)}},
+			"message cost":  {g, []grpclimit.Option{grpclimit.WithMessageCost("upload", 0)}},
+			"message class": {g, []grpclimit.Option{grpclimit.WithMessageCost("", 1)}},
 		}
-		for name, opts := range bad {
-			if _, err := grpclimit.New(l, opts...); err == nil {
-				t.Errorf("%s: New accepted it", name)
+		for name, b := range bad {
+			var hooked []error
+			hook := grpclimit.WithErrorHandler(func(_ context.Context, m string, err error) {
+				if m == mProfile || m == mExport {
+					hooked = append(hooked, err)
+				}
+			})
+			opts := append(b.opts, hook)
+			u := grpclimit.UnaryServerInterceptor(b.gate, opts...)
+			_, uerr := u(as("t1", ""), nil, &grpc.UnaryServerInfo{FullMethod: mProfile}, func(context.Context, any) (any, error) {
+				t.Errorf("%s: handler ran", name)
+				return nil, nil
+			})
+			s := grpclimit.StreamServerInterceptor(b.gate, opts...)
+			serr := s(nil, nil, &grpc.StreamServerInfo{FullMethod: mExport}, nil)
+			for _, err := range []error{uerr, serr} {
+				if st := status.Convert(err); st.Code() != codes.Internal || st.Message() != "The rate limiter is misconfigured." {
+					t.Errorf("%s: the client got %v, want Internal with the fixed message", name, err)
+				}
+			}
+			if len(hooked) != 2 || !errors.Is(hooked[0], core.ErrInvalidConfig) {
+				t.Errorf("%s: the hook got %v", name, hooked)
 			}
 		}
-		if _, err := grpclimit.New(nil); !errors.Is(err, core.ErrInvalidConfig) {
-			t.Errorf("nil limiter: %v", err)
+		// a cost function's bad route: the same answer, served
+		hooked := make(chan error, 1)
+		e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c), core.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
+			return core.Route{Class: "x y", Cost: 1}, true
+		})), grpclimit.WithErrorHandler(func(_ context.Context, _ string, err error) {
+			select {
+			case hooked <- err:
+			default:
+			}
+		}))
+		r := getProfile(as("bad-route", ""), e.client(t))
+		if r.st.Code() != codes.Internal || r.st.Message() != "The rate limiter is misconfigured." || strings.Contains(r.st.Message(), "x y") {
+			t.Fatalf("bad route: %v", r.err)
 		}
-		// the shorthand answers Internal instead of panicking
-		u := grpclimit.UnaryServerInterceptor(nil)
-		_, err := u(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: mProfile}, func(context.Context, any) (any, error) {
-			t.Fatal("handler ran")
-			return nil, nil
-		})
-		if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "nil Limiter") {
-			t.Errorf("misconfigured interceptor: %v", err)
+		if err := <-hooked; !errors.Is(err, core.ErrInvalidConfig) {
+			t.Fatalf("hook: %v", err)
 		}
-		s := grpclimit.StreamServerInterceptor(l, grpclimit.WithDeniedCode(codes.OK))
-		if err := s(nil, nil, &grpc.StreamServerInfo{FullMethod: mExport}, nil); status.Code(err) != codes.Internal {
-			t.Errorf("misconfigured stream interceptor: %v", err)
-		}
-		// nil options are ignored
-		if _, err := grpclimit.New(l, nil, grpclimit.WithMethods(nil), grpclimit.WithCostFunc(nil), grpclimit.WithFilter(nil),
-			grpclimit.WithErrorHandler(nil), grpclimit.WithDomain(""), grpclimit.WithGateOptions(nil)); err != nil {
-			t.Errorf("nil options: %v", err)
+	})
+	t.Run("nil options are ignored", func(t *testing.T) {
+		e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c)), nil, grpclimit.WithFilter(nil), grpclimit.WithErrorHandler(nil), grpclimit.WithDomain(""))
+		if r := getProfile(as("nil-options", ""), e.client(t)); r.err != nil || first(r.header, "x-ratelimit-remaining") == "" {
+			t.Fatalf("%v %v", r.err, r.header)
 		}
 	})
 }

@@ -1,16 +1,18 @@
 // Package adapt holds the plumbing tollgate's HTTP adapters (httplimit,
 // ginlimit, echolimit, echov5limit, fiberlimit, fiberv3limit) share, for
 // writing another adapter the same way: the framework-neutral part of the
-// configuration, mapped to core gate options in one place, the request's
-// decision, and the response helpers. Adapters stay
-// thin: every rule is in core; this package only carries options and
-// headers to it.
+// configuration (the gate and the framework-typed functions), the
+// request's decision, and the response helpers. Adapters stay thin: every
+// rule is in core's Gate, built and validated once with core.NewGate; this
+// package only carries the request's route to it and its headers back.
 package adapt
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,140 +20,152 @@ import (
 	"github.com/tollgate-go/tollgate/core"
 )
 
-// Config is the framework-neutral part of an adapter's configuration. F is
-// the framework's request context type (*gin.Context, echo.Context,
-// *echo.Context of Echo v5, *fiber.Ctx, fiber.Ctx of Fiber v3,
-// *http.Request).
-type Config[F any] struct {
-	// Gate holds the core gate options (routes, default route, header
-	// style, anonymous, ...) in the order given.
-	Gate []core.GateOption
-	// CostFunc is the framework-neutral dynamic cost function.
-	CostFunc core.CostFunc
-	// FrameworkCostFunc is the framework-typed one, consulted first.
-	FrameworkCostFunc func(F) (core.Route, bool)
-	// OnError is the framework-typed error hook: it gets Verdict.Err, and
-	// the configuration error of a misconfigured adapter.
+// Config is the framework-neutral part of an adapter's configuration: the
+// gate, built and validated once by core.NewGate, and the framework-typed
+// functions an adapter's options set. F is the framework's request context
+// type (*gin.Context, echo.Context, *echo.Context of Echo v5, *fiber.Ctx,
+// fiber.Ctx of Fiber v3, *http.Request); D is the adapter's deny handler
+// type.
+type Config[F, D any] struct {
+	// Gate decides every request; nil answers every request as
+	// misconfigured (see Decide).
+	Gate *core.Gate
+	// RouteFunc names the request's class and cost from the framework's
+	// context (an adapter's WithRouteFunc); ok false leaves it to the gate
+	// (its cost function, then its route table).
+	RouteFunc func(F) (core.Route, bool)
+	// PatternFunc finds the request's route template, for adapters whose
+	// framework cannot always say (an adapter's WithPatternFunc).
+	PatternFunc func(F) string
+	// OnError is the framework-typed error hook: it gets Verdict.Err,
+	// including the configuration error of a misconfigured adapter.
 	OnError func(F, error)
 	// Skip exempts the requests it returns true for: no check, no headers
 	// (an adapter's WithSkipper, or Fiber's Next).
 	Skip func(F) bool
+	// Deny answers a verdict that does not proceed.
+	Deny D
 }
 
-// SetSkip sets Skip, ignoring nil.
-func (c *Config[F]) SetSkip(f func(F) bool) {
-	if f != nil {
-		c.Skip = f
-	}
-}
+// An Option sets one field of a Config; an adapter's Option type has the
+// same underlying type, so that the constructors below serve every
+// adapter: adapt.Skipper[ginlimit.Option](f).
+type Option[F, D any] func(*Config[F, D])
 
-// Skipped reports whether Skip exempts f.
-func (c *Config[F]) Skipped(f F) bool { return c.Skip != nil && c.Skip(f) }
-
-// SetCostFunc sets CostFunc, ignoring nil (as adapter options do).
-func (c *Config[F]) SetCostFunc(f core.CostFunc) {
-	if f != nil {
-		c.CostFunc = f
-	}
-}
-
-// SetFrameworkCostFunc sets FrameworkCostFunc, ignoring nil.
-func (c *Config[F]) SetFrameworkCostFunc(f func(F) (core.Route, bool)) {
-	if f != nil {
-		c.FrameworkCostFunc = f
-	}
-}
-
-// SetOnError sets OnError, ignoring nil.
-func (c *Config[F]) SetOnError(f func(F, error)) {
-	if f != nil {
-		c.OnError = f
-	}
-}
-
-// Report passes err to OnError when both are set.
-func (c *Config[F]) Report(f F, err error) {
-	if err != nil && c.OnError != nil {
-		c.OnError(f, err)
-	}
-}
-
-// A Checker decides an adapter's requests: the gate built from a Config,
-// or, when the Config is invalid, its configuration error, answered to
-// every request as a verdict that does not proceed (500, the Misconfigured
-// problem+json, the error in Verdict.Err) so that a bad configuration never
-// panics and never lets traffic through unchecked.
-type Checker[F any] struct {
-	c             *Config[F]
-	gate          *core.Gate
-	misconfigured core.Verdict
-}
-
-// Checker builds the Checker of c over lim (see NewGate).
-func (c *Config[F]) Checker(lim *core.Limiter) *Checker[F] {
-	gate, err := c.NewGate(lim)
-	if err != nil {
-		return &Checker[F]{c: c, misconfigured: core.Verdict{Status: http.StatusInternalServerError,
-			ContentType: core.ProblemContentType, Body: Misconfigured.JSON(), Problem: Misconfigured, Err: err}}
-	}
-	return &Checker[F]{c: c, gate: gate}
-}
-
-// Decide asks the gate for the verdict on e in ctx (carrying f for the
-// framework-typed cost function, see Context) and reports Verdict.Err to
-// OnError: the per-request part every adapter shares, between reading the
-// request and writing the verdict.
-func (k *Checker[F]) Decide(ctx context.Context, f F, e core.Endpoint) core.Verdict {
-	v := k.misconfigured
-	if k.gate != nil {
-		v = k.gate.Decide(k.c.Context(ctx, f), e)
-	}
-	k.c.Report(f, v.Err)
-	return v
-}
-
-// AddGate appends gate options, ignoring nil ones.
-func (c *Config[F]) AddGate(opts ...core.GateOption) {
+// New returns the Config of an adapter over gate, with deny as the deny
+// handler until an option replaces it, and opts applied in order (nil ones
+// skipped).
+func New[O ~func(*Config[F, D]), F, D any](gate *core.Gate, deny D, opts []O) *Config[F, D] {
+	c := &Config[F, D]{Gate: gate, Deny: deny}
 	for _, o := range opts {
 		if o != nil {
-			c.Gate = append(c.Gate, o)
+			o(c)
+		}
+	}
+	return c
+}
+
+// Skipper sets Config.Skip; nil is ignored.
+func Skipper[O ~func(*Config[F, D]), F, D any](f func(F) bool) O {
+	return func(c *Config[F, D]) {
+		if f != nil {
+			c.Skip = f
 		}
 	}
 }
 
-type frameworkKey struct{}
-
-// Context returns the context to pass to Gate.Decide: ctx itself, or, when
-// a framework-typed cost function is set, ctx carrying f for it.
-func (c *Config[F]) Context(ctx context.Context, f F) context.Context {
-	if c.FrameworkCostFunc == nil {
-		return ctx
+// RouteFunc sets Config.RouteFunc; nil is ignored.
+func RouteFunc[O ~func(*Config[F, D]), F, D any](f func(F) (core.Route, bool)) O {
+	return func(c *Config[F, D]) {
+		if f != nil {
+			c.RouteFunc = f
+		}
 	}
-	return context.WithValue(ctx, frameworkKey{}, f)
 }
 
-// NewGate builds the core gate over lim: the gate options, then one cost
-// function that asks FrameworkCostFunc (with the framework context stored
-// by Context), then CostFunc, then falls back to the route table.
-func (c *Config[F]) NewGate(lim *core.Limiter) (*core.Gate, error) {
-	opts := c.Gate
-	if c.FrameworkCostFunc != nil || c.CostFunc != nil {
-		typed, neutral := c.FrameworkCostFunc, c.CostFunc
-		opts = append(opts[:len(opts):len(opts)], core.WithCostFunc(func(ctx context.Context, t core.Tenant, e core.Endpoint) (core.Route, bool) {
-			if typed != nil {
-				if f, ok := ctx.Value(frameworkKey{}).(F); ok {
-					if r, ok := typed(f); ok {
-						return r, true
-					}
-				}
-			}
-			if neutral != nil {
-				return neutral(ctx, t, e)
-			}
-			return core.Route{}, false
-		}))
+// PatternFunc sets Config.PatternFunc; nil is ignored.
+func PatternFunc[O ~func(*Config[F, D]), F, D any](f func(F) string) O {
+	return func(c *Config[F, D]) {
+		if f != nil {
+			c.PatternFunc = f
+		}
 	}
-	return core.NewGate(lim, opts...)
+}
+
+// ErrorHandler sets Config.OnError; nil is ignored.
+func ErrorHandler[O ~func(*Config[F, D]), F, D any](f func(F, error)) O {
+	return func(c *Config[F, D]) {
+		if f != nil {
+			c.OnError = f
+		}
+	}
+}
+
+// DenyHandler sets Config.Deny; a nil function is ignored.
+func DenyHandler[O ~func(*Config[F, D]), F, D any](d D) O {
+	return func(c *Config[F, D]) {
+		if v := reflect.ValueOf(d); v.IsValid() && !(v.Kind() == reflect.Func && v.IsNil()) {
+			c.Deny = d
+		}
+	}
+}
+
+// Skipped reports whether Skip exempts f.
+func (c *Config[F, D]) Skipped(f F) bool { return c.Skip != nil && c.Skip(f) }
+
+// Pattern returns PatternFunc's answer for f when it is set, else
+// framework (the framework's own route template).
+func (c *Config[F, D]) Pattern(f F, framework string) string {
+	if c.PatternFunc != nil {
+		return c.PatternFunc(f)
+	}
+	return framework
+}
+
+// ErrNilGate is the configuration error of an adapter given a nil gate.
+var ErrNilGate = fmt.Errorf("%w: nil *core.Gate (build one with core.NewGate)", core.ErrInvalidConfig)
+
+// errZeroRoute is the error of a route function that answered ok with the
+// zero Route.
+var errZeroRoute = fmt.Errorf("%w: route function: ok with the zero Route", core.ErrInvalidConfig)
+
+// Decide asks the gate for the verdict on e in ctx and reports Verdict.Err
+// to OnError: the per-request part every adapter shares, between reading
+// the request and writing the verdict. RouteFunc, when set and the request
+// matched a route, names e.Route first: the framework's context never
+// travels through ctx. With a nil gate, or a route function's zero Route,
+// the verdict is the misconfiguration answer: 500 with the fixed
+// Misconfigured problem+json body, that does not proceed, the cause in
+// Verdict.Err (for the hook and the log, never for the client).
+func (c *Config[F, D]) Decide(ctx context.Context, f F, e core.Endpoint) core.Verdict {
+	var v core.Verdict
+	switch {
+	case c.Gate == nil:
+		v = MisconfiguredVerdict(ErrNilGate)
+	case c.RouteFunc != nil && !e.Unmatched:
+		r, ok := c.RouteFunc(f)
+		if ok && r == (core.Route{}) {
+			v = MisconfiguredVerdict(errZeroRoute)
+			break
+		}
+		if ok {
+			e.Route = r
+		}
+		v = c.Gate.Decide(ctx, e)
+	default:
+		v = c.Gate.Decide(ctx, e)
+	}
+	if v.Err != nil && c.OnError != nil {
+		c.OnError(f, v.Err)
+	}
+	return v
+}
+
+// MisconfiguredVerdict is the verdict of a misconfigured adapter: 500,
+// the Misconfigured problem+json body, not proceeding, err in Verdict.Err.
+func MisconfiguredVerdict(err error) core.Verdict {
+	return core.Verdict{Status: http.StatusInternalServerError, ContentType: core.ProblemContentType,
+		Body: Misconfigured.JSON(), Problem: Misconfigured, Decision: core.Decision{Reason: core.ReasonUnresolved}, Err: err}
 }
 
 // SetHeaders sets core's headers on h, replacing any earlier values. Names
@@ -215,16 +229,3 @@ func canonical(name string) string {
 // client).
 var Misconfigured = core.Problem{Type: "about:blank", Title: "Internal Server Error",
 	Status: http.StatusInternalServerError, Detail: "The rate limiter is misconfigured."}
-
-// Apply applies each non-nil option of opts to c, in order, with apply
-// (an adapter's Option.apply), and returns c: every adapter's options
-// ignore a nil Option.
-func Apply[C any, O comparable](c *C, opts []O, apply func(O, *C)) *C {
-	var none O
-	for _, o := range opts {
-		if o != none {
-			apply(o, c)
-		}
-	}
-	return c
-}

@@ -13,47 +13,56 @@ import (
 
 type frameworkCtx struct{ big bool }
 
-// The cost functions are asked in order: framework-typed, neutral, then
-// the route table. core.New makes no network call, and Gate.Route consults
-// no store.
-func TestNewGateCostOrder(t *testing.T) {
-	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer client.Close()
-	res, err := core.NewResolver(core.Tiers{Tiers: map[string]core.Tier{"x": {Classes: map[string]core.Quota{"default": core.PerSecond(1)}}}})
+type deny func(*frameworkCtx, core.Verdict)
+
+// option is an adapter's Option: the underlying type of adapt.Option.
+type option func(*adapt.Config[*frameworkCtx, deny])
+
+// offlineLimiter is a limiter whose store refuses every connection:
+// core.New makes no network call, and Gate.Route consults no store.
+func offlineLimiter(t *testing.T, opts ...core.Option) *core.Limiter {
+	t.Helper()
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	t.Cleanup(func() { _ = client.Close() })
+	res, err := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{"free": {Classes: map[string]core.Quota{
+		core.DefaultClass: {Capacity: 1, RefillPerSecond: 1},
+	}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim, err := core.New(client, res)
+	lim, err := core.New(client, res, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var c adapt.Config[*frameworkCtx]
-	c.AddGate(nil, core.WithRoutes(core.Routes{"/t": {Class: "table", Cost: 1}}))
-	c.CostFunc = func(_ context.Context, _ core.Tenant, e core.Endpoint) (core.Route, bool) {
-		return core.Route{Class: "neutral", Cost: 2}, e.Method == "POST"
-	}
-	c.FrameworkCostFunc = func(f *frameworkCtx) (core.Route, bool) { return core.Route{Class: "typed", Cost: 3}, f.big }
-	g, err := c.NewGate(lim)
+	return lim
+}
+
+// The route function names the route before the gate is asked, and wins
+// over the gate's cost function and route table; ok false leaves them to
+// decide. The framework's context reaches it directly.
+func TestDecideRouteFunc(t *testing.T) {
+	gate, err := core.NewGate(offlineLimiter(t), core.WithRoutes(core.Routes{"/t": {Exempt: true}, "/u": {Class: "table", Cost: 1}}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct {
-		f      *frameworkCtx
-		method string
-		want   string
-	}{
-		{&frameworkCtx{big: true}, "POST", "typed"},
-		{&frameworkCtx{}, "POST", "neutral"},
-		{&frameworkCtx{}, "GET", "table"},
-	} {
-		ctx := c.Context(context.Background(), tc.f)
-		if r := g.Route(ctx, core.Tenant{ID: "t"}, core.Endpoint{Method: tc.method, Pattern: "/t"}); r.Class != tc.want {
-			t.Errorf("%+v %s: class %q, want %q", *tc.f, tc.method, r.Class, tc.want)
-		}
+	var seen *frameworkCtx
+	c := adapt.New(gate, deny(nil), []option{nil, adapt.RouteFunc[option](func(f *frameworkCtx) (core.Route, bool) {
+		seen = f
+		return core.Route{Exempt: true}, f.big
+	})})
+	ctx := core.ContextWithTenant(context.Background(), core.Tenant{ID: "t", Tier: "free"})
+	big := &frameworkCtx{big: true}
+	if v := c.Decide(ctx, big, core.Endpoint{Method: "GET", Pattern: "/u"}); !v.Proceed || !v.Route.Exempt || seen != big {
+		t.Fatalf("route func's exempt route: verdict %+v, saw %p want %p", v, seen, big)
 	}
-	var plain adapt.Config[*frameworkCtx]
-	if ctx := plain.Context(context.Background(), &frameworkCtx{}); ctx != context.Background() {
-		t.Error("Context wraps the context with no framework cost function to serve")
+	// ok false: the table's route, checked (the store is down: fail-open)
+	if v := c.Decide(ctx, &frameworkCtx{}, core.Endpoint{Method: "GET", Pattern: "/u"}); v.Route.Class != "table" {
+		t.Fatalf("fallback to the table: route %+v", v.Route)
+	}
+	// unmatched: not asked
+	seen = nil
+	if v := c.Decide(ctx, big, core.Endpoint{Method: "GET", Pattern: "", Unmatched: true}); !v.Unmatched || seen != nil {
+		t.Fatalf("unmatched: verdict %+v, route func asked: %v", v, seen != nil)
 	}
 }
 
@@ -70,66 +79,75 @@ func TestSetHeaders(t *testing.T) {
 	}
 }
 
-type option interface{ apply(*[]string) }
-
-type appendOption string
-
-func (o appendOption) apply(c *[]string) { *c = append(*c, string(o)) }
-
-// Apply skips nil options and keeps the order of the others.
-func TestApply(t *testing.T) {
-	got := *adapt.Apply(&[]string{}, []option{appendOption("a"), nil, appendOption("b")}, option.apply)
-	if len(got) != 2 || got[0] != "a" || got[1] != "b" {
-		t.Fatalf("applied %q, want [a b]", got)
-	}
-}
-
-// Checker.Decide reports a store failure to the typed error hook, with the
+// Decide reports a store failure to the typed error hook, with the
 // framework's context; nil hooks are ignored by the setters.
 func TestDecideReportsErrors(t *testing.T) {
-	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
-	defer client.Close()
-	res, err := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{"free": {Classes: map[string]core.Quota{
-		core.DefaultClass: {Capacity: 1, RefillPerSecond: 1},
-	}}}})
+	gate, err := core.NewGate(offlineLimiter(t, core.WithFailurePolicy(core.FailOpen)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim, err := core.New(client, res, core.WithFailurePolicy(core.FailOpen))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var c adapt.Config[*frameworkCtx]
 	var got *frameworkCtx
 	var reported error
-	c.SetOnError(func(f *frameworkCtx, err error) { got, reported = f, err })
-	c.SetOnError(nil)
+	hook := func(f *frameworkCtx, err error) { got, reported = f, err }
+	c := adapt.New(gate, deny(nil), []option{adapt.ErrorHandler[option](hook), adapt.ErrorHandler[option](nil)})
 	fc := &frameworkCtx{}
 	ctx := core.ContextWithTenant(context.Background(), core.Tenant{ID: "t"})
-	v := c.Checker(lim).Decide(ctx, fc, core.Endpoint{Method: "GET", Pattern: "/"})
+	v := c.Decide(ctx, fc, core.Endpoint{Method: "GET", Pattern: "/"})
 	if !v.Proceed || v.Err == nil || reported != v.Err || got != fc {
 		t.Fatalf("verdict %+v, hook got %v with %p (want %p)", v, reported, got, fc)
 	}
-	// a bad configuration: every request is a 500 that does not proceed,
-	// and the configuration error reaches the hook
-	v = c.Checker(nil).Decide(ctx, fc, core.Endpoint{Method: "GET", Pattern: "/"})
-	if v.Proceed || v.Status != http.StatusInternalServerError || v.ContentType != core.ProblemContentType ||
-		!errors.Is(reported, core.ErrInvalidConfig) || string(v.Body) != string(adapt.Misconfigured.JSON()) {
-		t.Fatalf("misconfigured: verdict %+v, hook got %v", v, reported)
+}
+
+// A nil gate, and a route function's zero Route, are the one
+// misconfiguration answer: a 500 that does not proceed, with the fixed
+// body, and the cause only in Verdict.Err (and so the hook).
+func TestDecideMisconfigured(t *testing.T) {
+	gate, err := core.NewGate(offlineLimiter(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reported error
+	hook := adapt.ErrorHandler[option](func(_ *frameworkCtx, err error) { reported = err })
+	zero := adapt.RouteFunc[option](func(*frameworkCtx) (core.Route, bool) { return core.Route{}, true })
+	ctx := core.ContextWithTenant(context.Background(), core.Tenant{ID: "t"})
+	for name, c := range map[string]*adapt.Config[*frameworkCtx, deny]{
+		"nil gate":   adapt.New(nil, deny(nil), []option{hook}),
+		"zero route": adapt.New(gate, deny(nil), []option{hook, zero}),
+	} {
+		reported = nil
+		v := c.Decide(ctx, &frameworkCtx{}, core.Endpoint{Method: "GET", Pattern: "/"})
+		if v.Proceed || v.Status != http.StatusInternalServerError || v.ContentType != core.ProblemContentType ||
+			!errors.Is(reported, core.ErrInvalidConfig) || string(v.Body) != string(adapt.Misconfigured.JSON()) {
+			t.Errorf("%s: verdict %+v, hook got %v", name, v, reported)
+		}
 	}
 }
 
-// Skipped follows the skip function set last; SetSkip ignores nil, and
-// with none set nothing is skipped.
-func TestSkip(t *testing.T) {
-	var c adapt.Config[*frameworkCtx]
+// Skipped follows the skip function set last; Skipper ignores nil, and
+// with none set nothing is skipped. DenyHandler ignores a nil function.
+func TestOptions(t *testing.T) {
 	skip, keep := &frameworkCtx{}, &frameworkCtx{}
-	if c.Skipped(skip) {
+	if adapt.New[option](nil, deny(nil), nil).Skipped(skip) {
 		t.Fatal("skipped with no skip function")
 	}
-	c.SetSkip(func(f *frameworkCtx) bool { return f == skip })
-	c.SetSkip(nil)
+	var denied bool
+	c := adapt.New(nil, deny(func(*frameworkCtx, core.Verdict) { denied = true }), []option{
+		adapt.Skipper[option](func(f *frameworkCtx) bool { return f == skip }),
+		adapt.Skipper[option](nil),
+		adapt.DenyHandler[option](deny(nil)),
+		adapt.PatternFunc[option](func(*frameworkCtx) string { return "/p" }),
+	})
 	if !c.Skipped(skip) || c.Skipped(keep) {
 		t.Fatalf("Skipped: %v for the skipped request, %v for the other", c.Skipped(skip), c.Skipped(keep))
+	}
+	if c.Deny == nil {
+		t.Fatal("a nil deny handler replaced the default")
+	}
+	c.Deny(keep, core.Verdict{})
+	if !denied {
+		t.Fatal("the default deny handler did not run")
+	}
+	if p := c.Pattern(keep, "/framework"); p != "/p" {
+		t.Fatalf("Pattern = %q, want the pattern func's", p)
 	}
 }

@@ -12,7 +12,7 @@ import (
 // BenchmarkOverhead: what the middleware adds beyond core's Gate.Decide
 // (see conformance.BenchmarkOverhead).
 func BenchmarkOverhead(b *testing.B) {
-	conformance.BenchmarkOverhead(b, func(lim *core.Limiter, routes core.Routes) (http.Handler, http.Handler) {
+	conformance.BenchmarkOverhead(b, func(gate *core.Gate) (http.Handler, http.Handler) {
 		mux := http.NewServeMux()
 		mux.Handle("GET /v1/profile", ok)
 		mux.Handle("GET /healthz", ok)
@@ -21,6 +21,6 @@ func BenchmarkOverhead(b *testing.B) {
 				h.ServeHTTP(w, withTenant(r, conformance.BenchTenant))
 			})
 		}
-		return auth(mux), auth(httplimit.Middleware(lim, httplimit.WithRoutes(routes))(mux))
+		return auth(mux), auth(httplimit.Middleware(gate)(mux))
 	})
 }

@@ -20,7 +20,7 @@ func TestCallerGone(t *testing.T) {
 	lim := conformance.NewUnitLimiter(t, core.WithFailurePolicy(core.FailClosed), core.WithCircuitBreaker(3, time.Hour))
 	t.Cleanup(func() { _ = lim.Close() })
 	calls := 0
-	h := httplimit.Middleware(lim)(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { calls++ }))
+	h := httplimit.Middleware(conformance.NewUnitGate(t, lim))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { calls++ }))
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 	expired, cancel2 := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))

@@ -20,19 +20,6 @@ func auth(next http.Handler) http.Handler {
 	})
 }
 
-func options(s conformance.Setup) []httplimit.Option {
-	opts := []httplimit.Option{
-		httplimit.WithRoutes(conformance.HTTPRoutes(s.Routes, nil)),
-		httplimit.WithHeaderStyle(s.HeaderStyle),
-		httplimit.WithGateOptions(core.WithClock(s.Clock)),
-		httplimit.WithErrorHandler(func(_ *http.Request, err error) { s.OnError(err) }),
-	}
-	if s.Anonymous {
-		opts = append(opts, httplimit.WithAnonymous(""))
-	}
-	return opts
-}
-
 // mount is where a target puts the middleware.
 type mount int
 
@@ -46,10 +33,11 @@ const (
 // says.
 func target(m mount) conformance.Target {
 	return conformance.HTTPTarget(func(t testing.TB, s conformance.Setup) (conformance.Instance, error) {
-		if err := httplimit.Validate(s.Limiter, options(s)...); err != nil {
+		gate, err := core.NewGate(s.Limiter, s.GateOptions(conformance.HTTPRoutes(s.Routes, nil))...)
+		if err != nil {
 			return nil, err
 		}
-		mw := httplimit.Middleware(s.Limiter, options(s)...)
+		mw := httplimit.Middleware(gate, httplimit.WithErrorHandler(func(_ *http.Request, err error) { s.OnError(err) }))
 		var calls conformance.Counter
 		handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls.Inc() })
 		mux := http.NewServeMux()

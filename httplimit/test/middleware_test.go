@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/tollgate-go/tollgate/conformance"
@@ -34,7 +35,7 @@ func TestOptions(t *testing.T) {
 		return withTenant(httptest.NewRequest(method, path, nil), tenant)
 	}
 	t.Run("skipper", func(t *testing.T) {
-		h := httplimit.Middleware(lim, httplimit.WithSkipper(func(r *http.Request) bool { return r.URL.Path == "/skip" }))(ok)
+		h := httplimit.Middleware(conformance.NewUnitGate(t, lim), httplimit.WithSkipper(func(r *http.Request) bool { return r.URL.Path == "/skip" }))(ok)
 		for range 3 {
 			if w := serve(h, req("GET", "/skip", "skipper")); w.Code != 200 || w.Header().Get("RateLimit") != "" {
 				t.Fatalf("skipped request: %d %v", w.Code, w.Header())
@@ -45,43 +46,46 @@ func TestOptions(t *testing.T) {
 		}
 	})
 	t.Run("a cost func answering cost 0 is a 500, not a free pass", func(t *testing.T) {
-		for name, opt := range map[string]httplimit.Option{
-			"neutral": httplimit.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
-				return core.Route{Class: "default", Cost: 0}, true
-			}),
-			"request": httplimit.WithRequestCostFunc(func(*http.Request) (core.Route, bool) { return core.Route{Class: "default", Cost: 0}, true }),
+		zero := func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
+			return core.Route{Class: "default", Cost: 0}, true
+		}
+		for name, h := range map[string]func(http.Handler, func(error)) http.Handler{
+			"gate cost func": func(next http.Handler, hook func(error)) http.Handler {
+				return httplimit.Middleware(conformance.NewUnitGate(t, lim, core.WithCostFunc(zero)), httplimit.WithErrorHandler(func(_ *http.Request, err error) { hook(err) }))(next)
+			},
+			"route func": func(next http.Handler, hook func(error)) http.Handler {
+				return httplimit.Middleware(conformance.NewUnitGate(t, lim), httplimit.WithErrorHandler(func(_ *http.Request, err error) { hook(err) }),
+					httplimit.WithRouteFunc(func(*http.Request) (core.Route, bool) { return core.Route{Class: "default", Cost: 0}, true }))(next)
+			},
 		} {
 			var hooked error
 			reached := 0
-			h := httplimit.Middleware(lim, opt, httplimit.WithErrorHandler(func(_ *http.Request, err error) { hooked = err }))(
-				http.HandlerFunc(func(http.ResponseWriter, *http.Request) { reached++ }))
-			w := serve(h, req("GET", "/x", "zero-"+name))
-			if w.Code != 500 || reached != 0 || !errors.Is(hooked, core.ErrInvalidConfig) {
-				t.Fatalf("%s: %d, handler reached %d times, hook %v", name, w.Code, reached, hooked)
+			w := serve(h(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { reached++ }), func(err error) { hooked = err }), req("GET", "/x", "zero-"+name))
+			if w.Code != 500 || reached != 0 || !errors.Is(hooked, core.ErrInvalidConfig) || w.Body.String() != string(misconfiguredBody) {
+				t.Fatalf("%s: %d %q, handler reached %d times, hook %v", name, w.Code, w.Body, reached, hooked)
 			}
 		}
 	})
-	t.Run("request cost func comes before the neutral one and the table", func(t *testing.T) {
-		h := httplimit.Middleware(lim,
-			httplimit.WithRoutes(core.Routes{"/x": {Class: "default", Cost: 1}}),
-			httplimit.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
+	t.Run("route func comes before the gate's cost func and table", func(t *testing.T) {
+		gate := conformance.NewUnitGate(t, lim, core.WithRoutes(core.Routes{"/x": {Class: "default", Cost: 1}}),
+			core.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
 				return core.Route{Class: "export", Cost: 3}, true
-			}),
-			httplimit.WithRequestCostFunc(func(r *http.Request) (core.Route, bool) {
-				return core.Route{Class: "export", Cost: 2}, r.Header.Get("X-Big") != ""
-			}))(ok)
+			}))
+		h := httplimit.Middleware(gate, httplimit.WithRouteFunc(func(r *http.Request) (core.Route, bool) {
+			return core.Route{Class: "export", Cost: 2}, r.Header.Get("X-Big") != ""
+		}))(ok)
 		r := req("GET", "/x", "costs")
 		r.Header.Set("X-Big", "1")
 		if got := serve(h, r).Header().Get("X-RateLimit-Remaining"); got != "8" {
-			t.Fatalf("request cost func: remaining %s, want 8", got)
+			t.Fatalf("route func: remaining %s, want 8", got)
 		}
 		if got := serve(h, req("GET", "/x", "costs")).Header().Get("X-RateLimit-Remaining"); got != "5" {
-			t.Fatalf("neutral cost func: remaining %s, want 5", got)
+			t.Fatalf("gate cost func: remaining %s, want 5", got)
 		}
 	})
 	t.Run("deny handler sees the verdict, headers already set", func(t *testing.T) {
 		var got core.Verdict
-		h := httplimit.Middleware(lim, httplimit.WithDenyHandler(func(w http.ResponseWriter, r *http.Request, v core.Verdict) {
+		h := httplimit.Middleware(conformance.NewUnitGate(t, lim), httplimit.WithDenyHandler(func(w http.ResponseWriter, r *http.Request, v core.Verdict) {
 			got = v
 			if w.Header().Get("Retry-After") == "" {
 				t.Error("Retry-After not set before the deny handler")
@@ -96,15 +100,14 @@ func TestOptions(t *testing.T) {
 		}
 	})
 	t.Run("pattern func", func(t *testing.T) {
-		h := httplimit.Middleware(lim,
-			httplimit.WithRoutes(core.Routes{"/items/:id": {Class: "export", Cost: 1}}),
+		h := httplimit.Middleware(conformance.NewUnitGate(t, lim, core.WithRoutes(core.Routes{"/items/:id": {Class: "export", Cost: 1}})),
 			httplimit.WithPatternFunc(func(*http.Request) string { return "/items/:id" }))(ok)
 		if got := serve(h, req("GET", "/items/7", "pattern")).Header().Get("RateLimit-Policy"); got != `"export";q=10;w=1000` {
 			t.Fatalf("policy %q", got)
 		}
 	})
 	t.Run("ServeMux pattern, wrapped or inside", func(t *testing.T) {
-		mw := httplimit.Middleware(lim, httplimit.WithRoutes(core.Routes{"GET /items/{id}": {Class: "export", Cost: 1}}))
+		mw := httplimit.Middleware(conformance.NewUnitGate(t, lim, core.WithRoutes(core.Routes{"GET /items/{id}": {Class: "export", Cost: 1}})))
 		mux := http.NewServeMux()
 		mux.Handle("GET /items/{id}", ok)
 		inner := http.NewServeMux()
@@ -117,23 +120,19 @@ func TestOptions(t *testing.T) {
 	})
 }
 
+// misconfiguredBody is the fixed body of every misconfiguration answer.
+var misconfiguredBody = []byte(`{"type":"about:blank","title":"Internal Server Error","status":500,"detail":"The rate limiter is misconfigured."}`)
+
+// A nil gate is the one misconfiguration answer: 500 with the fixed
+// problem+json body, the cause only for the error hook. Nil options are
+// ignored.
 func TestMisconfigured(t *testing.T) {
-	lim := conformance.NewUnitLimiter(t)
-	bad := httplimit.WithRoutes(core.Routes{"/x": {Class: "no spaces", Cost: 1}})
-	if err := httplimit.Validate(lim, bad); !errors.Is(err, core.ErrInvalidConfig) {
-		t.Fatalf("Validate(bad routes) = %v", err)
-	}
-	if err := httplimit.Validate(nil); !errors.Is(err, core.ErrInvalidConfig) {
-		t.Fatalf("Validate(nil limiter) = %v", err)
-	}
-	if err := httplimit.Validate(lim, nil, httplimit.WithRoutes(nil), httplimit.WithCostFunc(nil), httplimit.WithSkipper(nil),
-		httplimit.WithDenyHandler(nil), httplimit.WithErrorHandler(nil), httplimit.WithPatternFunc(nil), httplimit.WithRequestCostFunc(nil)); err != nil {
-		t.Fatalf("nil options are not ignored: %v", err)
-	}
 	var hooked error
-	h := httplimit.Middleware(nil, httplimit.WithErrorHandler(func(_ *http.Request, err error) { hooked = err }))(ok)
+	h := httplimit.Middleware(nil, nil, httplimit.WithErrorHandler(func(_ *http.Request, err error) { hooked = err }),
+		httplimit.WithSkipper(nil), httplimit.WithDenyHandler(nil), httplimit.WithErrorHandler(nil), httplimit.WithPatternFunc(nil), httplimit.WithRouteFunc(nil))(ok)
 	w := serve(h, withTenant(httptest.NewRequest("GET", "/", nil), "t"))
-	if w.Code != 500 || w.Header().Get("Content-Type") != core.ProblemContentType || !errors.Is(hooked, core.ErrInvalidConfig) {
-		t.Fatalf("misconfigured middleware answered %d %v, hook got %v", w.Code, w.Header(), hooked)
+	if w.Code != 500 || w.Header().Get("Content-Type") != core.ProblemContentType || w.Body.String() != string(misconfiguredBody) ||
+		!errors.Is(hooked, core.ErrInvalidConfig) || strings.Contains(w.Body.String(), "Gate") {
+		t.Fatalf("misconfigured middleware answered %d %v %q, hook got %v", w.Code, w.Header(), w.Body, hooked)
 	}
 }

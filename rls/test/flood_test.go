@@ -131,7 +131,7 @@ func startRLS(t *testing.T, env ...string) *rlsProcess {
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		switch k {
-		case "ADDR", "METRICS_ADDR", "REDIS_URL", "TOLLGATE_CONFIG", "DATABASE_URL":
+		case "ADDR", "METRICS_ADDR", "REDIS_URL", "TOLLGATE_CONFIG", "DATABASE_URL", "RLS_CONFIG", "RLS_TRUST_TIER":
 		default:
 			p.cmd.Env = append(p.cmd.Env, kv)
 		}
@@ -271,7 +271,7 @@ func TestFloodOfOneTenantOnRLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr, maddr := freeLoopback(t), freeLoopback(t)
-	p := startRLS(t, "ADDR="+addr, "METRICS_ADDR="+maddr, "REDIS_URL="+srv.URL(), "TOLLGATE_CONFIG="+cfg)
+	p := startRLS(t, "ADDR="+addr, "METRICS_ADDR="+maddr, "REDIS_URL="+srv.URL(), "TOLLGATE_CONFIG="+cfg, "RLS_TRUST_TIER=true")
 
 	var clients []rlsv3.RateLimitServiceClient
 	var conns []*grpc.ClientConn

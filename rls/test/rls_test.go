@@ -125,8 +125,8 @@ func headerMap(res *rlsv3.RateLimitResponse) map[string]string {
 	return m
 }
 
-// hits_addend charges that many tokens: the request's, or the
-// descriptor's where set; 0 is 1.
+// hits_addend charges that many tokens: the request's (0 is 1), or the
+// descriptor's where set (0 checks without charging), as the reference.
 func TestHitsAddend(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
 		clock := conformance.NewFakeClock()
@@ -142,13 +142,20 @@ func TestHitsAddend(t *testing.T) {
 		if res.GetStatuses()[0].GetLimitRemaining() != 1 || stored(t, c, lim, "t1", "export") != 1 {
 			t.Fatalf("descriptor hits_addend 5 of 6: %v", res)
 		}
+		d.HitsAddend = wrapperspb.UInt64(0) // a check: nothing charged
+		res = ask(t, client, request(4, d))
+		if res.GetOverallCode() != rlsv3.RateLimitResponse_OK || res.GetStatuses()[0].GetLimitRemaining() != 1 || stored(t, c, lim, "t1", "export") != 1 {
+			t.Fatalf("descriptor hits_addend 0 is a check: %v", res)
+		}
 		res = ask(t, client, request(0, desc("tenant", "t1", "class", "export")))
 		if res.GetOverallCode() != rlsv3.RateLimitResponse_OK || stored(t, c, lim, "t1", "export") != 0 {
-			t.Fatalf("hits_addend 0 is 1: %v", res)
+			t.Fatalf("request hits_addend 0 is 1: %v", res)
 		}
 		d.HitsAddend = wrapperspb.UInt64(2)
-		if res = ask(t, client, request(0, d)); res.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
-			t.Fatalf("2 of 0 left: %v", res)
+		clock.Advance(2 * time.Second) // export refills 0.5/s: 1 token
+		d.HitsAddend = wrapperspb.UInt64(3)
+		if res = ask(t, client, request(0, d)); res.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT || res.GetStatuses()[0].GetLimitRemaining() != 0 {
+			t.Fatalf("3 of 1 left: %v; want OVER_LIMIT with limit_remaining 0, as the reference", res)
 		}
 	})
 }
@@ -160,7 +167,7 @@ func TestGatewayAndServiceShareABucket(t *testing.T) {
 		clock := conformance.NewFakeClock()
 		lim := newLimiter(t, c, core.WithClock(clock.Now))
 		client := serve(t, lim)
-		svc := httplimit.Middleware(lim)(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+		svc := httplimit.Middleware(conformance.NewUnitGate(t, lim))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
 
 		ask(t, client, request(0, desc("tenant", "t7")))
 		rec := serveHTTP(svc, "t7")
@@ -207,7 +214,7 @@ func TestHeadersMatchHTTPAdapter(t *testing.T) {
 			clock.Advance(1234567 * time.Microsecond) // fractional seconds
 			lim := newLimiter(t, c, core.WithClock(clock.Now))
 			client := serve(t, lim, rls.WithHeaderStyle(style), rls.WithClock(clock.Now))
-			svc := httplimit.Middleware(lim, httplimit.WithHeaderStyle(style), httplimit.WithGateOptions(core.WithClock(clock.Now)))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			svc := httplimit.Middleware(conformance.NewUnitGate(t, lim, core.WithHeaderStyle(style), core.WithClock(clock.Now)))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 			for i := range 5 {
 				if i == 4 {
 					clock.Advance(700 * time.Millisecond)
@@ -240,7 +247,7 @@ func TestHeadersMatchHTTPAdapter(t *testing.T) {
 func TestInvalidDescriptors(t *testing.T) {
 	c := redistest.Client(t)
 	lim := newLimiter(t, c)
-	client := serve(t, lim, rls.WithMaxCost(50))
+	client := serve(t, lim, rls.WithMaxCost(50), rls.WithTrustedTier(true))
 	negative := desc("tenant", "t1")
 	negative.IsNegativeHits = true
 	big := desc("tenant", "t1")
@@ -256,7 +263,7 @@ func TestInvalidDescriptors(t *testing.T) {
 		{desc("tenant", "t1", "class", "no such/class"), "bucket name"},
 		{desc("tenant", "t1", "tenant", "t2"), `"tenant" given twice`},
 		{negative, "is_negative_hits"},
-		{big, "hits_addend must be 1 to 50, got 51"},
+		{big, "hits_addend must be 0 to 50, got 51"},
 	}
 	req := request(0)
 	for _, tc := range cases {
@@ -307,7 +314,7 @@ func TestDescriptorsOfOneTenantAllOrNothing(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
 		clock := conformance.NewFakeClock()
 		lim := newLimiter(t, c, core.WithClock(clock.Now))
-		client := serve(t, lim)
+		client := serve(t, lim, rls.WithTrustedTier(true))
 		both := request(3, desc("tenant", "t1"), desc("tenant", "t1", "class", "export"), desc("tenant", "t2"))
 		res := ask(t, client, both)
 		if res.GetOverallCode() != rlsv3.RateLimitResponse_OK {
@@ -343,4 +350,57 @@ func TestDescriptorsOfOneTenantAllOrNothing(t *testing.T) {
 			}
 		}
 	})
+}
+
+// The tier entry is the tenant's tier only where trusted; with the tier
+// file named, a tier or class it does not define is answered invalid
+// before any check, so descriptor values never become metric labels.
+func TestTierEntryTrustedOnlyWhenToldAndNamesBounded(t *testing.T) {
+	c := redistest.Client(t)
+	lim := newLimiter(t, c)
+	untrusted := serve(t, lim)
+	// free's default is 3 burst; pro's 5 (and a ceiling of 6)
+	if st := ask(t, untrusted, request(0, desc("tenant", "u1", "tier", "pro"))).GetStatuses()[0]; st.GetLimitRemaining() != 2 {
+		t.Fatalf("an untrusted tier entry naming pro: %v; want free's 2 left", st)
+	}
+	trusted := serve(t, lim, rls.WithTrustedTier(true))
+	if st := ask(t, trusted, request(0, desc("tenant", "u2", "tier", "pro"))).GetStatuses()[0]; st.GetLimitRemaining() != 4 {
+		t.Fatalf("a trusted tier entry naming pro: %v; want pro's 4 left", st)
+	}
+	res, err := core.NewResolver(testTiers())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bounded := serve(t, lim, rls.WithTrustedTier(true), rls.WithTiers(res))
+	for _, tc := range []struct {
+		d    *ratelimitv3.RateLimitDescriptor
+		want string
+	}{
+		{desc("tenant", "u3", "tier", "junk-1"), "unknown tier"},
+		{desc("tenant", "u3", "class", "junk-2"), "unknown class"},
+	} {
+		st := ask(t, bounded, request(0, tc.d)).GetStatuses()[0]
+		if st.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT || !strings.Contains(st.GetCurrentLimit().GetName(), tc.want) {
+			t.Errorf("%v: %v, want OVER_LIMIT naming %q", tc.d, st, tc.want)
+		}
+	}
+	if st := ask(t, bounded, request(0, desc("tenant", "u3", "class", "export"))).GetStatuses()[0]; st.GetCode() != rlsv3.RateLimitResponse_OK {
+		t.Errorf("a defined class: %v", st)
+	}
+	if _, err := rls.New(lim, rls.WithTrustedTier(true), rls.WithRules(mustRules(t))); err == nil {
+		t.Error("WithTrustedTier with WithRules was accepted")
+	}
+}
+
+func mustRules(t *testing.T) *rls.Rules {
+	t.Helper()
+	cfg, err := rls.ParseConfig("x.yaml", []byte("domain: d\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := rls.NewRules(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

@@ -3,9 +3,9 @@
 // environment, Redis (or an embedded server), the override database, the
 // tier file, JWT authentication and the Prometheus /metrics endpoint.
 //
-// The tier file is read with core/config as any user's program would: an
-// example passes App.File.GateOptions() to its adapter's WithGateOptions,
-// and has no route table of its own.
+// The tier file is read with core/config as any user's program would: the
+// gate is built once from App.File.GateOptions() (App.Gate), every example
+// hands it to its adapter, and none has a route table of its own.
 package app
 
 import (
@@ -120,9 +120,12 @@ type App struct {
 	Overrides *sqlquota.Store
 	// Auth verifies bearer tokens.
 	Auth *Verifier
-	// File is the tier file read at start: the limiter was built with its
-	// options; pass File.GateOptions() to the adapter.
+	// File is the tier file read at start: the limiter and the gate were
+	// built with its options.
 	File *config.Config
+	// Gate is the request flow every adapter takes, built once from File's
+	// gate options (routes, header style, anonymous tier).
+	Gate *core.Gate
 	// Metrics serves the Prometheus text format.
 	Metrics http.Handler
 	// Log is the logger.
@@ -197,6 +200,9 @@ func Open(ctx context.Context, c Config) (a *App, err error) {
 		return a, fmt.Errorf("limiter: %w", err)
 	}
 	a.closers = append(a.closers, func() { _ = a.Limiter.Close() })
+	if a.Gate, err = core.NewGate(a.Limiter, a.File.GateOptions()...); err != nil {
+		return a, fmt.Errorf("TOLLGATE_CONFIG: %w", err)
+	}
 
 	if c.ConfigPath != "" {
 		wctx, cancel := context.WithCancel(context.Background())

@@ -174,7 +174,7 @@ func TestConfigFile(t *testing.T) {
 	if a.File.Source != path || !strings.Contains(a.Describe(), path) {
 		t.Errorf("File.Source %q, Describe %q: want the file", a.File.Source, a.Describe())
 	}
-	limit := httplimit.Middleware(a.Limiter, httplimit.WithGateOptions(a.File.GateOptions()...))
+	limit := httplimit.Middleware(a.Gate)
 	mux := http.NewServeMux()
 	ok := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
 	mux.Handle("POST "+app.PathExport, a.Auth.RequireTenant(limit(ok)))

@@ -103,7 +103,7 @@ func TestPostgresOverrideAppliesToARequest(t *testing.T) {
 		t.Fatalf("insert the override into %s: %v", table, err)
 	}
 
-	limit := httplimit.Middleware(a.Limiter, httplimit.WithGateOptions(a.File.GateOptions()...))
+	limit := httplimit.Middleware(a.Gate)
 	mux := http.NewServeMux() // the route table is keyed by the mux's pattern
 	mux.Handle("POST "+app.PathExport, a.Auth.RequireTenant(limit(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))))
 	srv := httptest.NewServer(mux)

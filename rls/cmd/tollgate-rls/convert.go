@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,6 +27,12 @@ type rlDescriptor struct {
 	RateLimit   *rlLimit       `yaml:"rate_limit"`
 	Descriptors []rlDescriptor `yaml:"descriptors"`
 	ShadowMode  bool           `yaml:"shadow_mode"`
+	// the reference's other keys: read so that they are known, reported
+	// as left out when set
+	QuotaMode      bool `yaml:"quota_mode"`
+	DetailedMetric bool `yaml:"detailed_metric"`
+	ValueToMetric  bool `yaml:"value_to_metric"`
+	ShareThreshold bool `yaml:"share_threshold"`
 }
 
 type rlLimit struct {
@@ -32,7 +40,15 @@ type rlLimit struct {
 	RequestsPerUnit int64  `yaml:"requests_per_unit"`
 	UnitMultiplier  int64  `yaml:"unit_multiplier"`
 	Unlimited       bool   `yaml:"unlimited"`
+	Name            string `yaml:"name"`
+	Replaces        []struct {
+		Name string `yaml:"name"`
+	} `yaml:"replaces"`
 }
+
+// maxInput bounds what convert reads: a larger input is refused, never
+// cut short.
+const maxInput = 16 << 20
 
 // unitSeconds are envoyproxy/ratelimit's units; a month is 30 days and a
 // year 365 (tollgate's buckets refill continuously, there is no calendar).
@@ -100,6 +116,16 @@ func (c *converter) node(d rlDescriptor, tier, path string, depth int) {
 	if d.ShadowMode {
 		c.problem(path, "shadow_mode is a limiter option in tollgate (core.WithShadow, core.WithShadowClasses); not converted")
 	}
+	if d.QuotaMode {
+		c.problem(path, "quota_mode has no tier-file equivalent; not converted")
+	}
+	if d.ShareThreshold || strings.HasSuffix(d.Value, "*") {
+		c.problem(path, "a wildcard value has no tier-file equivalent (tollgate-rls serves it with RLS_CONFIG); left out")
+		return
+	}
+	if l := d.RateLimit; l != nil && (l.Name != "" || len(l.Replaces) > 0) {
+		c.problem(path, "name and replaces have no tier-file equivalent (tollgate-rls serves them with RLS_CONFIG); not converted")
+	}
 	switch {
 	case d.Key == "tier" && d.Value != "" && depth == 0:
 		c.set(path, d.Value, core.DefaultClass, d.RateLimit)
@@ -131,8 +157,10 @@ func (c *converter) node(d rlDescriptor, tier, path string, depth int) {
 // file. problems lists what it left out; the file holds the rest.
 func convert(data []byte) (out []byte, problems []string, err error) {
 	var in rlConfig
-	if err := yaml.Unmarshal(data, &in); err != nil {
-		return nil, nil, err
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true) // a misspelled key is an error, never a default
+	if err := dec.Decode(&in); err != nil && err != io.EOF {
+		return nil, nil, fmt.Errorf("%s", knownFieldsError.ReplaceAllString(err.Error(), ""))
 	}
 	c := &converter{tiers: map[string]map[string]core.Quota{}}
 	for _, d := range in.Descriptors {
@@ -175,6 +203,19 @@ func convert(data []byte) (out []byte, problems []string, err error) {
 	return out, c.problems, nil
 }
 
+// knownFieldsError is the Go type yaml names in an unknown-key error,
+// which says nothing to a user.
+var knownFieldsError = regexp.MustCompile(` in type main\.\w+`)
+
+// readBounded reads r whole, refusing more than maxInput bytes.
+func readBounded(r io.Reader, name string) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, maxInput+1))
+	if err == nil && len(data) > maxInput {
+		err = fmt.Errorf("%s: larger than %d bytes; refused", name, maxInput)
+	}
+	return data, err
+}
+
 // convertMain is "tollgate-rls convert [file]": exit 0 when everything
 // converted, 1 when something was left out (the file holds the rest), 2 on
 // bad input.
@@ -183,9 +224,13 @@ func convertMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var err error
 	switch len(args) {
 	case 0:
-		data, err = io.ReadAll(io.LimitReader(stdin, 16<<20))
+		data, err = readBounded(stdin, "stdin")
 	case 1:
-		data, err = os.ReadFile(args[0])
+		var f *os.File
+		if f, err = os.Open(args[0]); err == nil {
+			data, err = readBounded(f, args[0])
+			_ = f.Close()
+		}
 	default:
 		usage(stderr)
 		return 2

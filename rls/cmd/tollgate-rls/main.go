@@ -14,6 +14,19 @@
 //	                 default: none)
 //	METRICS_ADDR     Prometheus /metrics listen address (default
 //	                 127.0.0.1:9464; "off" disables it)
+//	RLS_CONFIG       an envoyproxy/ratelimit configuration (a file, or a
+//	                 directory of *.yaml files; default: none, or the
+//	                 reference's RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config
+//	                 when RUNTIME_ROOT is set): descriptors are answered by
+//	                 its rules; reloaded on change, the old one kept when a
+//	                 new one is invalid
+//	SHADOW_MODE      true: every request is answered OK, the statuses keep
+//	                 their codes (with RLS_CONFIG)
+//	RLS_DESCRIPTOR_LIMITS  true: a descriptor's limit override applies (with
+//	                 RLS_CONFIG; default false)
+//	RLS_TRUST_TIER   true: without RLS_CONFIG, a descriptor's tier entry is
+//	                 the tenant's tier (only when the gateway fills it from
+//	                 the verified token; default false: the default tier)
 //
 // The gRPC server also serves the standard health service and server
 // reflection. SIGTERM or SIGINT stops it gracefully: the health service
@@ -55,7 +68,8 @@ func main() {
 
 func usage(w io.Writer) {
 	fmt.Fprint(w, `usage:
-  tollgate-rls                      serve (env ADDR, REDIS_URL, TOLLGATE_CONFIG, DATABASE_URL, METRICS_ADDR)
+  tollgate-rls                      serve (env ADDR, REDIS_URL, TOLLGATE_CONFIG, DATABASE_URL, METRICS_ADDR,
+                                    RLS_CONFIG, SHADOW_MODE, RLS_DESCRIPTOR_LIMITS, RLS_TRUST_TIER)
   tollgate-rls convert [file.yaml]  envoyproxy/ratelimit YAML (file or stdin) to a tollgate tier file on stdout
 `)
 }

@@ -246,3 +246,83 @@ func TestConvertSampleFile(t *testing.T) {
 		t.Errorf("docs/envoy.md does not give the command %q", cmd)
 	}
 }
+
+func TestConvertRefusesUnknownKeysAndUnboundedInput(t *testing.T) {
+	var errs bytes.Buffer
+	in := "domain: edge\ndescriptors:\n  - key: tier\n    value: pro\n    rate_limit: {unit: second, unit_multipler: 60, requests_per_unit: 1}\n"
+	if code := convertMain(nil, strings.NewReader(in), io.Discard, &errs); code != 2 {
+		t.Errorf("a misspelled key: exit %d, want 2", code)
+	}
+	if got := errs.String(); !strings.Contains(got, "line 5: field unit_multipler not found") || strings.Contains(got, "main.") {
+		t.Errorf("stderr should name the key and its line: %q", got)
+	}
+	errs.Reset()
+	big := io.MultiReader(strings.NewReader("domain: edge\n#"), strings.NewReader(strings.Repeat("x", maxInput)))
+	if code := convertMain(nil, big, io.Discard, &errs); code != 2 || !strings.Contains(errs.String(), "larger than") {
+		t.Errorf("an unbounded input: exit %d, %q; want 2 and refused", code, errs.String())
+	}
+	// the reference's own keys are known: left out, named, not errors
+	errs.Reset()
+	in = "domain: edge\ndescriptors:\n  - key: tier\n    value: pro\n    detailed_metric: true\n    rate_limit: {unit: second, requests_per_unit: 1, name: pro}\n  - key: path\n    value: files/*\n    share_threshold: true\n    rate_limit: {unit: second, requests_per_unit: 1}\n"
+	if code := convertMain(nil, strings.NewReader(in), io.Discard, &errs); code != 1 || !strings.Contains(errs.String(), "name and replaces") || !strings.Contains(errs.String(), "wildcard value") {
+		t.Errorf("the reference's keys: exit %d, %q; want 1 with both named", code, errs.String())
+	}
+}
+
+// RLS_CONFIG serves an envoyproxy/ratelimit configuration; its mistakes,
+// and the options' bad values, are start-up errors.
+func TestServeRules(t *testing.T) {
+	env := map[string]string{"ADDR": "127.0.0.1:0", "METRICS_ADDR": "off", "RLS_CONFIG": "../../testdata/readme.yaml"}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	var logs bytes.Buffer
+	go func() {
+		done <- run(ctx, func(k string) string { return env[k] }, &logs, func(g, _ string) { ready <- g })
+	}()
+	var addr string
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		t.Fatalf("run: %v\n%s", err, logs.String())
+	case <-time.After(20 * time.Second):
+		t.Fatal("not listening after 20 s")
+	}
+	defer func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Error("run did not return 20 s after cancel")
+		}
+	}()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer ccancel()
+	res, err := rlsv3.NewRateLimitServiceClient(cc).ShouldRateLimit(cctx, &rlsv3.RateLimitRequest{Domain: "readme", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "10.0.0.1"}}},
+		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "tenant", Value: "t42"}}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := res.GetStatuses(); len(s) != 2 || s[0].GetCurrentLimit().GetRequestsPerUnit() != 10 || s[0].GetLimitRemaining() != 9 || s[1].GetCurrentLimit() != nil {
+		t.Fatalf("answer %v: want remote_address's 10 per hour and the unmatched tenant OK without a limit", res)
+	}
+
+	for _, bad := range []map[string]string{
+		{"RLS_CONFIG": filepath.Join(t.TempDir(), "missing")},
+		{"RLS_CONFIG": "../../testdata/readme.yaml", "SHADOW_MODE": "yes please"},
+		{"SHADOW_MODE": "true"},
+	} {
+		bad["ADDR"], bad["METRICS_ADDR"] = "127.0.0.1:0", "off"
+		err := run(context.Background(), func(k string) string { return bad[k] }, io.Discard, nil)
+		if err == nil || !strings.Contains(err.Error(), "RLS_CONFIG") && !strings.Contains(err.Error(), "SHADOW_MODE") {
+			t.Errorf("run with %v: %v", bad, err)
+		}
+	}
+}

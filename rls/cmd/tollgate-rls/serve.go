@@ -10,7 +10,9 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -103,6 +105,19 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 	var resolver *core.TieredResolver
 	var lim *core.Limiter
 	path := getenv("TOLLGATE_CONFIG")
+	rulesPath, srvOpts, err := rulesEnv(getenv)
+	if err != nil {
+		return err
+	}
+	var rules *rls.Rules
+	// limResolver is the limiter's: the rules' when there are rules (they
+	// fall back to the tiers for the services' classes)
+	limResolver := func() core.Resolver {
+		if rules != nil {
+			return rules
+		}
+		return resolver
+	}
 	if path != "" {
 		file, err := config.Load(path)
 		if err != nil {
@@ -115,18 +130,32 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 		if resolver, err = file.NewResolver(resOpts...); err != nil {
 			return fmt.Errorf("TOLLGATE_CONFIG: %w", err)
 		}
-		if lim, err = file.NewLimiter(client, resolver, limOpts...); err != nil {
+		if rules, err = openRules(rulesPath, resolver); err != nil {
+			return err
+		}
+		if lim, err = file.NewLimiter(client, limResolver(), limOpts...); err != nil {
 			return fmt.Errorf("TOLLGATE_CONFIG: %w", err)
 		}
 	} else {
 		if resolver, err = core.NewResolver(builtinTiers(), resOpts...); err != nil {
 			return err
 		}
-		if lim, err = core.New(client, resolver, limOpts...); err != nil {
+		if rules, err = openRules(rulesPath, resolver); err != nil {
+			return err
+		}
+		if lim, err = core.New(client, limResolver(), limOpts...); err != nil {
 			return err
 		}
 	}
 	closers = append(closers, func() { _ = lim.Close() })
+	if rules != nil {
+		wctx, cancel := context.WithCancel(context.Background())
+		done := rules.Watch(wctx, rulesPath, time.Second, log)
+		closers = append(closers, func() { cancel(); <-done })
+		srvOpts = append(srvOpts, rls.WithRules(rules))
+	} else {
+		srvOpts = append(srvOpts, rls.WithTiers(resolver))
+	}
 	if path != "" {
 		wctx, cancel := context.WithCancel(context.Background())
 		rl, err := config.Watch(wctx, path, resolver, config.WithReloadLogger(log), config.WithSignals(syscall.SIGHUP))
@@ -137,7 +166,7 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 		closers = append(closers, func() { cancel(); <-rl.Done() })
 	}
 
-	srv, err := rls.New(lim, rls.WithHeaderStyle(style))
+	srv, err := rls.New(lim, append([]rls.Option{rls.WithHeaderStyle(style)}, srvOpts...)...)
 	if err != nil {
 		return err
 	}
@@ -181,7 +210,7 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 		}()
 		maddr = mln.Addr().String()
 	}
-	log.Info("tollgate-rls listening", "addr", ln.Addr().String(), "metrics", maddr, "redis", where, "config", orBuiltin(path))
+	log.Info("tollgate-rls listening", "addr", ln.Addr().String(), "metrics", maddr, "redis", where, "config", orBuiltin(path), "rules", orNone(rulesPath))
 	if ready != nil {
 		ready(ln.Addr().String(), maddr)
 	}
@@ -209,6 +238,56 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 		err = nil
 	}
 	return err
+}
+
+// rulesEnv reads where the envoyproxy/ratelimit configuration is
+// (RLS_CONFIG, else the reference's RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config;
+// "" when neither is set) and the options that go with it.
+func rulesEnv(getenv func(string) string) (string, []rls.Option, error) {
+	path := getenv("RLS_CONFIG")
+	if path == "" && getenv("RUNTIME_ROOT") != "" {
+		path = filepath.Join(getenv("RUNTIME_ROOT"), getenv("RUNTIME_SUBDIRECTORY"), "config")
+	}
+	var opts []rls.Option
+	for _, o := range []struct {
+		env string
+		opt func(bool) rls.Option
+	}{{"SHADOW_MODE", rls.WithGlobalShadow}, {"RLS_DESCRIPTOR_LIMITS", rls.WithDescriptorLimits}, {"RLS_TRUST_TIER", rls.WithTrustedTier}} {
+		v := getenv(o.env)
+		if v == "" {
+			continue
+		}
+		on, err := strconv.ParseBool(v)
+		if err != nil {
+			return "", nil, fmt.Errorf("%s: want true or false, got %q", o.env, v)
+		}
+		if trust := o.env == "RLS_TRUST_TIER"; on && trust && path != "" {
+			return "", nil, fmt.Errorf("RLS_TRUST_TIER is for descriptors without RLS_CONFIG (a rule names its trusted tier entry)")
+		} else if on && !trust && path == "" {
+			return "", nil, fmt.Errorf("%s needs RLS_CONFIG (an envoyproxy/ratelimit configuration)", o.env)
+		}
+		opts = append(opts, o.opt(on))
+	}
+	return path, opts, nil
+}
+
+// openRules loads the envoyproxy/ratelimit configuration at path, if any.
+func openRules(path string, tiers *core.TieredResolver) (*rls.Rules, error) {
+	if path == "" {
+		return nil, nil
+	}
+	cfg, err := rls.LoadConfig(path)
+	if err != nil {
+		return nil, fmt.Errorf("RLS_CONFIG: %w", err)
+	}
+	return rls.NewRules(cfg, tiers)
+}
+
+func orNone(path string) string {
+	if path == "" {
+		return "none (descriptors name tenant, tier, class)"
+	}
+	return path + " (envoyproxy/ratelimit configuration, reloaded on change)"
 }
 
 func orBuiltin(path string) string {

@@ -1,0 +1,67 @@
+package core_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/core"
+)
+
+// offlineGate is a gate over a limiter whose store is never reached:
+// Gate.Route consults no store, and a misconfigured route fails before
+// the check.
+func offlineGate(t *testing.T, opts ...core.GateOption) *core.Gate {
+	t.Helper()
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	t.Cleanup(func() { _ = client.Close() })
+	res, err := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{"free": {Classes: map[string]core.Quota{"default": core.PerSecond(1)}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := core.New(client, res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := core.NewGate(lim, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// An Endpoint.Route the adapter resolved wins over the cost function and
+// the route table; the zero Route leaves them to decide.
+func TestGateEndpointRoute(t *testing.T) {
+	g := offlineGate(t,
+		core.WithRoutes(core.Routes{"/t": {Class: "table", Cost: 1}}),
+		core.WithCostFunc(func(_ context.Context, _ core.Tenant, e core.Endpoint) (core.Route, bool) {
+			return core.Route{Class: "costfunc", Cost: 2}, e.Method == http.MethodPost
+		}))
+	for _, c := range []struct {
+		e    core.Endpoint
+		want string
+	}{
+		{core.Endpoint{Method: http.MethodPost, Pattern: "/t", Route: core.Route{Class: "resolved", Cost: 3}}, "resolved"},
+		{core.Endpoint{Method: http.MethodGet, Pattern: "/t", Route: core.Route{Class: "resolved", Cost: 3}}, "resolved"},
+		{core.Endpoint{Method: http.MethodPost, Pattern: "/t"}, "costfunc"},
+		{core.Endpoint{Method: http.MethodGet, Pattern: "/t"}, "table"},
+	} {
+		if r := g.Route(context.Background(), core.Tenant{ID: "t"}, c.e); r.Class != c.want {
+			t.Errorf("%+v: class %q, want %q", c.e, r.Class, c.want)
+		}
+	}
+}
+
+// A resolved route is held to the route table's rules: a bad one is a
+// misconfiguration (500, the error for the hook), never a free pass.
+func TestGateEndpointRouteInvalid(t *testing.T) {
+	g := offlineGate(t)
+	ctx := core.ContextWithTenant(context.Background(), core.Tenant{ID: "t", Tier: "free"})
+	v := g.Decide(ctx, core.Endpoint{Method: http.MethodGet, Pattern: "/t", Route: core.Route{Class: "default", Cost: -1}})
+	if v.Proceed || v.Status != http.StatusInternalServerError || !errors.Is(v.Err, core.ErrInvalidConfig) {
+		t.Fatalf("verdict %+v, want a 500 misconfiguration", v)
+	}
+}

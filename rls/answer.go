@@ -1,0 +1,264 @@
+package rls
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"strings"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/tollgate-go/tollgate/core"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// ruleDescriptor is one request descriptor matched against the rules.
+type ruleDescriptor struct {
+	r       *rule // nil: no rule (unmatched, replaced)
+	tenant  core.Tenant
+	class   string
+	cost    int64
+	invalid string
+}
+
+// shadowed reports whether a denial of r answers OK.
+func (r *rule) shadowed() bool { return r.shadow || r.quotaMode }
+
+// shouldRateLimitRules answers req by the configured rules (WithRules).
+func (s *Server) shouldRateLimitRules(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if req.GetDomain() == "" {
+		return nil, status.Error(codes.InvalidArgument, "tollgate: rate limit domain must not be empty")
+	}
+	ds := req.GetDescriptors()
+	if len(ds) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "tollgate: rate limit descriptor list must not be empty")
+	}
+	cfg := s.cfg.rules.current()
+	ctx = context.WithValue(ctx, snapshotKey{}, cfg)
+	res := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds))}
+
+	descs := make([]ruleDescriptor, len(ds))
+	replacing := map[string]bool{}
+	invalid := false
+	for i, d := range ds {
+		descs[i] = s.readRule(cfg, req, d)
+		invalid = invalid || descs[i].invalid != ""
+		if r := descs[i].r; r != nil {
+			for _, n := range r.replaces {
+				replacing[n] = true
+			}
+		}
+	}
+	if invalid {
+		// nothing is charged for a request that is denied anyway
+		res.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		for i, d := range descs {
+			if d.invalid != "" {
+				res.Statuses[i] = invalidStatus("invalid descriptor: " + d.invalid)
+			} else {
+				res.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_UNKNOWN}
+			}
+		}
+		return res, nil
+	}
+
+	// answered without the store: no rule, replaced, unlimited, zero
+	var gr grouper[groupKey]
+	for i := range descs {
+		d := &descs[i]
+		r := d.r
+		switch {
+		case r == nil || !r.unlimited && r.name != "" && replacing[r.name]:
+			res.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+			continue
+		case r.unlimited:
+			res.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+			continue
+		case r.zero:
+			st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT, CurrentLimit: r.limit}
+			if r.shadowed() {
+				st.Code = rlsv3.RateLimitResponse_OK
+			}
+			res.Statuses[i] = st
+			continue
+		}
+		gr.add(groupKey{d.tenant, d.cost, r.shadowed()}, d.tenant, d.cost, d.class, i)
+	}
+
+	var headline *group
+	for _, g := range gr.groups {
+		g.d, g.err = s.lim.Check(ctx, core.Request{Tenant: g.tenant, Class: g.classes[0], Also: g.classes[1:], Cost: g.cost})
+		if g.err != nil && s.cfg.onError != nil {
+			s.cfg.onError(ctx, g.err)
+		}
+		if g.d.Reason == core.ReasonFailedClosed {
+			return nil, status.Error(codes.Unavailable, "tollgate: the rate limiter cannot reach its store")
+		}
+		if headline == nil || outranks(g.d, headline.d) {
+			headline = g
+		}
+		for _, i := range g.members {
+			res.Statuses[i] = ruleStatus(g, descs[i])
+		}
+	}
+	for _, st := range res.Statuses {
+		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
+			res.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+	}
+	if s.cfg.shadow {
+		res.OverallCode = rlsv3.RateLimitResponse_OK
+	}
+	if headline != nil {
+		s.addHeaders(res, headline.d) // a body only when the answer denies
+	}
+	return res, nil
+}
+
+// maxClassesPerCall is core's bound on the classes of one Request.
+const maxClassesPerCall = 16
+
+type groupKey struct {
+	t      core.Tenant
+	cost   int64
+	shadow bool
+}
+
+// ruleStatus is the answer for descriptor d of g.
+func ruleStatus(g *group, d ruleDescriptor) *rlsv3.RateLimitResponse_DescriptorStatus {
+	st := descriptorStatus(g, d.class)
+	switch g.d.Reason {
+	case core.ReasonInvalid, core.ReasonUnresolved, core.ReasonOverloaded:
+		return st
+	}
+	if len(g.d.Buckets) == 0 {
+		return st // failed open
+	}
+	if d.r.tenantKey == "" {
+		st.CurrentLimit = d.r.limit
+	}
+	if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
+		st.LimitRemaining = 0
+		if d.r.quotaMode {
+			return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, CurrentLimit: st.CurrentLimit}
+		}
+		if d.r.shadow {
+			st.Code = rlsv3.RateLimitResponse_OK
+		}
+	}
+	return st
+}
+
+// readRule matches descriptor d of req against cfg.
+func (s *Server) readRule(cfg *Config, req *rlsv3.RateLimitRequest, d *ratelimitv3.RateLimitDescriptor) ruleDescriptor {
+	var out ruleDescriptor
+	if n := len(req.GetDescriptors()); n > MaxDescriptors {
+		out.invalid = fmt.Sprintf("%d descriptors in one request, more than %d", n, MaxDescriptors)
+		return out
+	}
+	// as the reference: a descriptor's hits_addend, 0 included (a check
+	// that charges nothing), else the request's, at least 1
+	cost := uint64(max(1, req.GetHitsAddend()))
+	if h := d.GetHitsAddend(); h != nil {
+		cost = h.GetValue()
+	}
+	switch {
+	case d.GetIsNegativeHits():
+		out.invalid = "is_negative_hits is not supported: tokens are never refunded"
+		return out
+	case cost > uint64(s.cfg.maxCost):
+		out.invalid = fmt.Sprintf("hits_addend must be 0 to %d, got %d", s.cfg.maxCost, cost)
+		return out
+	}
+	out.cost = int64(cost)
+
+	var r *rule
+	var shared []string
+	if l := d.GetLimit(); s.cfg.limits && l != nil && cfg.domains[req.GetDomain()] != nil {
+		u := rlsv3.RateLimitResponse_RateLimit_Unit(l.GetUnit())
+		r = &rule{class: overrideClass(l.GetRequestsPerUnit(), u),
+			limit: &rlsv3.RateLimitResponse_RateLimit{RequestsPerUnit: l.GetRequestsPerUnit(), Unit: u}}
+		if l.GetRequestsPerUnit() == 0 {
+			r.zero = true
+		} else if _, ok := overrideQuota(r.class); !ok {
+			out.invalid = fmt.Sprintf("limit override of %d per %v cannot be a bucket", l.GetRequestsPerUnit(), u)
+			return out
+		}
+	} else {
+		r, shared = cfg.match(req.GetDomain(), d)
+	}
+	if r == nil {
+		return out
+	}
+	out.r = r
+	if r.unlimited || r.zero {
+		return out
+	}
+	if r.tenantKey == "" {
+		out.tenant = core.Tenant{ID: bucketID(req.GetDomain(), d, shared)}
+		out.class = r.class
+		return out
+	}
+	// the tenant model: the services' bucket of this tenant and class
+	var seenTenant, seenTier bool
+	for _, e := range d.GetEntries() {
+		switch k := e.GetKey(); {
+		case k == r.tenantKey:
+			if seenTenant {
+				out.invalid = fmt.Sprintf("entry %q given twice", e.GetKey())
+				return out
+			}
+			seenTenant, out.tenant.ID = true, e.GetValue()
+		case r.tierKey != "" && k == r.tierKey:
+			if seenTier {
+				out.invalid = fmt.Sprintf("entry %q given twice", e.GetKey())
+				return out
+			}
+			seenTier, out.tenant.Tier = true, e.GetValue()
+		}
+	}
+	out.class = r.tenantClass
+	switch {
+	case !seenTenant:
+		out.invalid = "no " + r.tenantKey + " entry"
+	case seenTier && !s.cfg.rules.knownTier(out.tenant.Tier):
+		// never a metric label or a quota lookup for a tier nobody configured
+		out.invalid = "unknown tier"
+	default:
+		if _, err := s.lim.Keys().Bucket(out.tenant.ID, out.class); err != nil {
+			out.invalid = err.Error()
+		}
+	}
+	return out
+}
+
+// bucketID is the hash tag of a rule's bucket: the domain and the
+// descriptor's entries (a share_threshold entry by its wildcard), as the
+// reference's cache key, escaped so that different descriptors never
+// share one; a long one is hashed to fit core.MaxTenantIDLen.
+func bucketID(domain string, d *ratelimitv3.RateLimitDescriptor, shared []string) string {
+	var b strings.Builder
+	b.WriteString(escapeEntry(domain))
+	for i, e := range d.GetEntries() {
+		v := e.GetValue()
+		if i < len(shared) && shared[i] != "" {
+			v = shared[i]
+		}
+		b.WriteByte('|')
+		b.WriteString(escapeEntry(e.GetKey()))
+		b.WriteByte('=')
+		b.WriteString(escapeEntry(v))
+	}
+	if b.Len() <= core.MaxTenantIDLen {
+		return b.String()
+	}
+	sum := sha256.Sum256([]byte(b.String()))
+	return "sha256=" + hex.EncodeToString(sum[:])
+}
+
+var entryEscaper = strings.NewReplacer("%", "%25", "|", "%7C", "=", "%3D")
+
+func escapeEntry(s string) string { return entryEscaper.Replace(s) }

@@ -1,0 +1,169 @@
+package rls
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/tollgate-go/tollgate/core"
+)
+
+// Rules holds the current [Config] of a Server (see [WithRules]) and
+// resolves its buckets: it is the core.Resolver of the limiter given to
+// [New]. Classes beginning with [ruleClassPrefix] are the rules' own
+// buckets; every other class (a rule's tollgate.class, or a request
+// without a configuration) goes to the tier resolver, tiers and
+// overrides. It is safe for concurrent use; [Rules.Set] swaps the
+// configuration atomically.
+type Rules struct {
+	cur   atomic.Pointer[Config]
+	tiers *core.TieredResolver
+}
+
+// NewRules returns Rules over cfg, falling back to tiers for the services'
+// classes. tiers may be nil when no rule names a tenant (tollgate.tenant);
+// such a rule then answers "no quota configured".
+func NewRules(cfg *Config, tiers *core.TieredResolver) (*Rules, error) {
+	if cfg == nil {
+		return nil, fmt.Errorf("%w: rls: nil configuration", core.ErrInvalidConfig)
+	}
+	r := &Rules{tiers: tiers}
+	r.cur.Store(cfg)
+	return r, nil
+}
+
+// Set replaces the configuration; checks in flight finish with the one
+// they started with. nil is ignored.
+func (r *Rules) Set(cfg *Config) {
+	if cfg != nil {
+		r.cur.Store(cfg)
+	}
+}
+
+// current returns the current configuration.
+func (r *Rules) current() *Config { return r.cur.Load() }
+
+type snapshotKey struct{}
+
+// Buckets implements core.Resolver.
+func (r *Rules) Buckets(ctx context.Context, t core.Tenant, class string) ([]core.Bucket, error) {
+	if !strings.HasPrefix(class, ruleClassPrefix) {
+		if r.tiers == nil {
+			return nil, fmt.Errorf("%w: class %q: no tier file configured", core.ErrResolve, class)
+		}
+		return r.tiers.Buckets(ctx, t, class)
+	}
+	if q, ok := overrideQuota(class); ok {
+		return []core.Bucket{{Name: class, Quota: q}}, nil
+	}
+	cfg, _ := ctx.Value(snapshotKey{}).(*Config)
+	if cfg == nil {
+		cfg = r.cur.Load()
+	}
+	if ru := cfg.rules[class]; ru != nil && ru.tenantKey == "" && !ru.unlimited && !ru.zero {
+		return []core.Bucket{{Name: class, Quota: ru.quota}}, nil
+	}
+	return nil, fmt.Errorf("%w: no rule has the class %q", core.ErrResolve, class)
+}
+
+// knownTier reports whether tier is one of the tier file's.
+func (r *Rules) knownTier(tier string) bool {
+	if r.tiers == nil {
+		return false
+	}
+	_, ok := r.tiers.Tiers().Tiers[tier]
+	return ok
+}
+
+// overridePrefix begins the class of a descriptor's limit override
+// (WithDescriptorLimits): envoy.limit.<requests_per_unit>.<unit>.
+const overridePrefix = ruleClassPrefix + "limit."
+
+func overrideClass(n uint32, u rlsv3.RateLimitResponse_RateLimit_Unit) string {
+	return overridePrefix + strconv.FormatUint(uint64(n), 10) + "." + strings.ToLower(u.String())
+}
+
+func overrideQuota(class string) (core.Quota, bool) {
+	rest, ok := strings.CutPrefix(class, overridePrefix)
+	if !ok {
+		return core.Quota{}, false
+	}
+	ns, us, ok := strings.Cut(rest, ".")
+	if !ok {
+		return core.Quota{}, false
+	}
+	n, err := strconv.ParseUint(ns, 10, 32)
+	u, known := rlsv3.RateLimitResponse_RateLimit_Unit_value[strings.ToUpper(us)]
+	if err != nil || n == 0 || !known {
+		return core.Quota{}, false
+	}
+	q, err := unitQuota(uint32(n), rlsv3.RateLimitResponse_RateLimit_Unit(u))
+	return q, err == nil
+}
+
+// Watch reloads the configuration from path (as [LoadConfig]) whenever a
+// file's name, size or modification time changes, checking every interval
+// (at least 100 ms), until ctx ends. An invalid new configuration is
+// logged and the old one kept. The channel closes when it has stopped.
+func (r *Rules) Watch(ctx context.Context, path string, every time.Duration, log *slog.Logger) <-chan struct{} {
+	every = max(every, 100*time.Millisecond)
+	if log == nil {
+		log = slog.Default()
+	}
+	done := make(chan struct{})
+	last := stamp(path)
+	go func() {
+		defer close(done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			now := stamp(path)
+			if now == last {
+				continue
+			}
+			last = now
+			cfg, err := LoadConfig(path)
+			if err != nil {
+				log.Error("rls: configuration not reloaded; the previous one stays", "path", path, "err", err)
+				continue
+			}
+			r.Set(cfg)
+			log.Info("rls: configuration reloaded", "path", path, "domains", strings.Join(cfg.domainNames(), ","))
+		}
+	}()
+	return done
+}
+
+// stamp summarizes the files under path (names, sizes, times).
+func stamp(path string) string {
+	var b strings.Builder
+	st, err := os.Stat(path)
+	if err != nil {
+		return "missing"
+	}
+	add := func(name string, fi os.FileInfo) {
+		fmt.Fprintf(&b, "%s %d %d\n", name, fi.Size(), fi.ModTime().UnixNano())
+	}
+	add(path, st)
+	if st.IsDir() {
+		ents, _ := os.ReadDir(path)
+		for _, e := range ents {
+			if fi, err := os.Stat(filepath.Join(path, e.Name())); err == nil {
+				add(e.Name(), fi)
+			}
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,506 @@
+package rls
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/tollgate-go/tollgate/core"
+	"go.yaml.in/yaml/v3"
+)
+
+// Limits on a configuration: a file larger than maxConfigBytes (or a
+// directory whose files are, together) is refused, and so is a descriptor
+// tree deeper than maxDepth.
+const (
+	maxConfigBytes = 16 << 20
+	maxDepth       = 32
+)
+
+// ruleClassPrefix begins the class (bucket) name of every rule of a
+// [Config]: classes so named are the rules' own, resolved by [Rules], and
+// never a tier file's.
+const ruleClassPrefix = "envoy."
+
+// Config is an envoyproxy/ratelimit configuration, read: domains of nested
+// descriptor rules, in the reference's YAML format (see docs/envoy.md). It
+// is immutable; load a new one to change it.
+type Config struct {
+	domains map[string]*ruleNode
+	rules   map[string]*rule // by class
+}
+
+// ruleNode is one level of a domain's descriptor tree.
+type ruleNode struct {
+	children  map[string]*ruleNode // by "key" or "key_value"
+	wildcards []string             // children keys ending in '*', in file order
+	rule      *rule                // nil: no limit at this level
+	share     bool                 // share_threshold
+	pattern   string               // with share: the wildcard value, "*" included
+}
+
+// rule is one descriptor's rate_limit.
+type rule struct {
+	path      string // the reference's full key: domain.key_value.key...
+	class     string // bucket name, ruleClassPrefix...
+	quota     core.Quota
+	limit     *rlsv3.RateLimitResponse_RateLimit // as the reference answers it
+	unlimited bool
+	zero      bool // requests_per_unit 0: every request is over limit
+	shadow    bool
+	quotaMode bool
+	name      string
+	replaces  []string
+	// the tollgate extension: the bucket is the services' (tenant, class)
+	tenantKey   string
+	tierKey     string
+	tenantClass string
+}
+
+// unitSeconds are the reference's units; a month is 30 days and a year 365
+// (a bucket refills continuously: there is no calendar).
+var unitSeconds = map[rlsv3.RateLimitResponse_RateLimit_Unit]float64{
+	rlsv3.RateLimitResponse_RateLimit_SECOND: 1,
+	rlsv3.RateLimitResponse_RateLimit_MINUTE: 60,
+	rlsv3.RateLimitResponse_RateLimit_HOUR:   3600,
+	rlsv3.RateLimitResponse_RateLimit_DAY:    86400,
+	rlsv3.RateLimitResponse_RateLimit_WEEK:   7 * 86400,
+	rlsv3.RateLimitResponse_RateLimit_MONTH:  30 * 86400,
+	rlsv3.RateLimitResponse_RateLimit_YEAR:   365 * 86400,
+}
+
+// The keys each level of a file may hold: the reference's, plus tollgate's
+// own block on a descriptor.
+var (
+	rootKeys       = []string{"domain", "descriptors"}
+	descriptorKeys = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "tollgate"}
+	rateLimitKeys  = []string{"requests_per_unit", "unit", "unlimited", "name", "replaces"}
+	replacesKeys   = []string{"name"}
+	tollgateKeys   = []string{"tenant", "tier", "class"}
+)
+
+type yamlRoot struct {
+	Domain      string           `yaml:"domain"`
+	Descriptors []yamlDescriptor `yaml:"descriptors"`
+}
+
+type yamlDescriptor struct {
+	Key            string           `yaml:"key"`
+	Value          string           `yaml:"value"`
+	RateLimit      *yamlRateLimit   `yaml:"rate_limit"`
+	Descriptors    []yamlDescriptor `yaml:"descriptors"`
+	ShadowMode     bool             `yaml:"shadow_mode"`
+	QuotaMode      bool             `yaml:"quota_mode"`
+	DetailedMetric bool             `yaml:"detailed_metric"`
+	ValueToMetric  bool             `yaml:"value_to_metric"`
+	ShareThreshold bool             `yaml:"share_threshold"`
+	Tollgate       *yamlTollgate    `yaml:"tollgate"`
+	line           int
+}
+
+type yamlRateLimit struct {
+	RequestsPerUnit uint32 `yaml:"requests_per_unit"`
+	Unit            string `yaml:"unit"`
+	Unlimited       bool   `yaml:"unlimited"`
+	Name            string `yaml:"name"`
+	Replaces        []struct {
+		Name string `yaml:"name"`
+	} `yaml:"replaces"`
+}
+
+type yamlTollgate struct {
+	Tenant string `yaml:"tenant"`
+	Tier   string `yaml:"tier"`
+	Class  string `yaml:"class"`
+}
+
+// ParseConfig reads one envoyproxy/ratelimit configuration file (one
+// domain) named name. The error names the file and line of the first
+// problem: an unknown key, a bad unit, a duplicate descriptor, and the
+// other mistakes the reference refuses.
+func ParseConfig(name string, data []byte) (*Config, error) {
+	c := &Config{domains: map[string]*ruleNode{}, rules: map[string]*rule{}}
+	if err := c.add(name, data); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// LoadConfig reads path: one file, or every *.yaml and *.yml file of a
+// directory (not recursively, in name order), each holding one domain. A
+// domain in two files is an error, as in the reference.
+func LoadConfig(path string) (*Config, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: rls: %w", core.ErrInvalidConfig, err)
+	}
+	files := []string{path}
+	if st.IsDir() {
+		files = files[:0]
+		ents, err := os.ReadDir(path)
+		if err != nil {
+			return nil, fmt.Errorf("%w: rls: %w", core.ErrInvalidConfig, err)
+		}
+		for _, e := range ents {
+			if n := e.Name(); !e.IsDir() && !strings.HasPrefix(n, ".") && (strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")) {
+				files = append(files, filepath.Join(path, n))
+			}
+		}
+	}
+	c := &Config{domains: map[string]*ruleNode{}, rules: map[string]*rule{}}
+	total := 0
+	for _, f := range files {
+		data, err := readBounded(f, maxConfigBytes-total)
+		if err != nil {
+			return nil, err
+		}
+		total += len(data)
+		if err := c.add(f, data); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// readBounded reads at most limit bytes of file, failing beyond.
+func readBounded(file string, limit int) ([]byte, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, fmt.Errorf("%w: rls: %w", core.ErrInvalidConfig, err)
+	}
+	defer func() { _ = f.Close() }()
+	data, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
+	if err != nil {
+		return nil, fmt.Errorf("%w: rls: %s: %w", core.ErrInvalidConfig, file, err)
+	}
+	if len(data) > limit {
+		return nil, fmt.Errorf("%w: rls: %s: configuration larger than %d bytes", core.ErrInvalidConfig, file, maxConfigBytes)
+	}
+	return data, nil
+}
+
+func configError(file string, line int, format string, args ...any) error {
+	if line > 0 {
+		return fmt.Errorf("%w: rls: %s:%d: %s", core.ErrInvalidConfig, file, line, fmt.Sprintf(format, args...))
+	}
+	return fmt.Errorf("%w: rls: %s: %s", core.ErrInvalidConfig, file, fmt.Sprintf(format, args...))
+}
+
+// checkKeys refuses a key that level does not hold, naming it and its line.
+func checkKeys(file string, n *yaml.Node, depth int) error {
+	if depth > maxDepth*3+4 {
+		return configError(file, n.Line, "descriptors nested deeper than %d", maxDepth)
+	}
+	var walk func(n *yaml.Node, keys []string, d int) error
+	walk = func(n *yaml.Node, keys []string, d int) error {
+		if d > maxDepth*3+4 {
+			return configError(file, n.Line, "descriptors nested deeper than %d", maxDepth)
+		}
+		if n.Kind != yaml.MappingNode {
+			return configError(file, n.Line, "expected a mapping")
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			if !slices.Contains(keys, k.Value) {
+				return configError(file, k.Line, "unknown key %q (want one of %s)", k.Value, strings.Join(keys, ", "))
+			}
+			var sub []string
+			list := false
+			switch k.Value {
+			case "descriptors":
+				sub, list = descriptorKeys, true
+			case "rate_limit":
+				sub = rateLimitKeys
+			case "replaces":
+				sub, list = replacesKeys, true
+			case "tollgate":
+				sub = tollgateKeys
+			default:
+				if v.Kind != yaml.ScalarNode {
+					return configError(file, v.Line, "key %q takes a single value", k.Value)
+				}
+				continue
+			}
+			if list {
+				if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
+					continue
+				}
+				if v.Kind != yaml.SequenceNode {
+					return configError(file, v.Line, "key %q takes a list", k.Value)
+				}
+				for _, e := range v.Content {
+					if err := walk(e, sub, d+1); err != nil {
+						return err
+					}
+				}
+			} else if err := walk(v, sub, d+1); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return walk(n, rootKeys, depth)
+}
+
+// add reads one file into c.
+func (c *Config) add(file string, data []byte) error {
+	if len(data) > maxConfigBytes {
+		return configError(file, 0, "configuration larger than %d bytes", maxConfigBytes)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if err == io.EOF {
+			return configError(file, 0, "empty file")
+		}
+		return configError(file, 0, "%v", err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err != io.EOF {
+		return configError(file, extra.Line, "more than one YAML document")
+	}
+	if len(doc.Content) != 1 {
+		return configError(file, 0, "empty file")
+	}
+	root := doc.Content[0]
+	if err := checkKeys(file, root, 0); err != nil {
+		return err
+	}
+	var y yamlRoot
+	if err := root.Decode(&y); err != nil {
+		return configError(file, 0, "%v", err)
+	}
+	lines(root, &y)
+	if y.Domain == "" {
+		return configError(file, root.Line, "config file cannot have empty domain")
+	}
+	if _, dup := c.domains[y.Domain]; dup {
+		return configError(file, root.Line, "duplicate domain %q in config file", y.Domain)
+	}
+	top := &ruleNode{children: map[string]*ruleNode{}}
+	if err := c.load(file, top, y.Domain, y.Domain+".", y.Descriptors, 0); err != nil {
+		return err
+	}
+	c.domains[y.Domain] = top
+	return nil
+}
+
+// lines copies each descriptor's line from the node tree.
+func lines(root *yaml.Node, y *yamlRoot) {
+	var walk func(n *yaml.Node, ds []yamlDescriptor)
+	walk = func(n *yaml.Node, ds []yamlDescriptor) {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value != "descriptors" {
+				continue
+			}
+			seq := n.Content[i+1]
+			for j, e := range seq.Content {
+				if j < len(ds) {
+					ds[j].line = e.Line
+					walk(e, ds[j].Descriptors)
+				}
+			}
+		}
+	}
+	walk(root, y.Descriptors)
+}
+
+// load reads descriptors into parent, as the reference's loadDescriptors.
+func (c *Config) load(file string, parent *ruleNode, domain, parentKey string, ds []yamlDescriptor, depth int) error {
+	if depth >= maxDepth {
+		return configError(file, 0, "descriptors nested deeper than %d", maxDepth)
+	}
+	for _, d := range ds {
+		if d.Key == "" {
+			return configError(file, d.line, "descriptor has empty key")
+		}
+		finalKey := d.Key
+		if d.Value != "" {
+			finalKey += "_" + d.Value
+		}
+		path := parentKey + finalKey
+		if _, dup := parent.children[finalKey]; dup {
+			return configError(file, d.line, "duplicate descriptor composite key '%s'", path)
+		}
+		n := &ruleNode{children: map[string]*ruleNode{}}
+		wild := strings.HasSuffix(finalKey, "*")
+		if d.ShareThreshold {
+			if !wild {
+				return configError(file, d.line, "share_threshold can only be used with wildcard values (ending with '*'), but found key '%s'", finalKey)
+			}
+			n.share, n.pattern = true, strings.TrimPrefix(finalKey, d.Key+"_")
+		}
+		if d.RateLimit != nil || d.Tollgate != nil {
+			r, err := c.rule(file, domain, path, d)
+			if err != nil {
+				return err
+			}
+			n.rule = r
+		}
+		if wild {
+			parent.wildcards = append(parent.wildcards, finalKey)
+		}
+		if err := c.load(file, n, domain, path+".", d.Descriptors, depth+1); err != nil {
+			return err
+		}
+		parent.children[finalKey] = n
+	}
+	return nil
+}
+
+// rule reads one descriptor's rate_limit (and tollgate block).
+func (c *Config) rule(file, domain, path string, d yamlDescriptor) (*rule, error) {
+	r := &rule{path: path, shadow: d.ShadowMode, quotaMode: d.QuotaMode, class: ruleClass(path)}
+	if t := d.Tollgate; t != nil {
+		if d.RateLimit != nil {
+			return nil, configError(file, d.line, "a descriptor with tollgate.tenant takes its quota from the tier file and overrides: remove its rate_limit")
+		}
+		if t.Tenant == "" {
+			return nil, configError(file, d.line, "tollgate: tenant (the descriptor entry holding the tenant ID) is required")
+		}
+		r.tenantKey, r.tierKey, r.tenantClass = t.Tenant, t.Tier, t.Class
+		if r.tenantClass == "" {
+			r.tenantClass = core.DefaultClass
+		}
+		if err := core.ValidateName(r.tenantClass); err != nil {
+			return nil, configError(file, d.line, "tollgate: class: %v", err)
+		}
+		if strings.HasPrefix(r.tenantClass, ruleClassPrefix) {
+			return nil, configError(file, d.line, "tollgate: class %q: the prefix %q is kept for rules", r.tenantClass, ruleClassPrefix)
+		}
+		c.rules[r.class] = r
+		return r, nil
+	}
+	y := d.RateLimit
+	unit, validUnit := rlsv3.RateLimitResponse_RateLimit_Unit_value[strings.ToUpper(y.Unit)]
+	validUnit = validUnit && unit != int32(rlsv3.RateLimitResponse_RateLimit_UNKNOWN)
+	switch {
+	case y.Unlimited && validUnit:
+		return nil, configError(file, d.line, "should not specify rate limit unit when unlimited")
+	case !y.Unlimited && !validUnit:
+		return nil, configError(file, d.line, "invalid rate limit unit '%s'", y.Unit)
+	}
+	r.unlimited, r.name = y.Unlimited, y.Name
+	for _, rep := range y.Replaces {
+		switch {
+		case rep.Name == "":
+			return nil, configError(file, d.line, "should not have an empty replaces entry")
+		case rep.Name == y.Name:
+			return nil, configError(file, d.line, "replaces should not contain name of same descriptor")
+		}
+		r.replaces = append(r.replaces, rep.Name)
+	}
+	u := rlsv3.RateLimitResponse_RateLimit_Unit(unit)
+	r.limit = &rlsv3.RateLimitResponse_RateLimit{Name: y.Name, RequestsPerUnit: y.RequestsPerUnit, Unit: u}
+	if !r.unlimited {
+		if y.RequestsPerUnit == 0 {
+			r.zero = true
+		} else {
+			q, err := unitQuota(y.RequestsPerUnit, u)
+			if err != nil {
+				return nil, configError(file, d.line, "%v", err)
+			}
+			r.quota = q
+		}
+	}
+	c.rules[r.class] = r
+	return r, nil
+}
+
+// unitQuota is the token bucket of n requests per unit: capacity n, refilled
+// evenly over the unit.
+func unitQuota(n uint32, u rlsv3.RateLimitResponse_RateLimit_Unit) (core.Quota, error) {
+	secs, ok := unitSeconds[u]
+	if !ok {
+		return core.Quota{}, fmt.Errorf("invalid rate limit unit %v", u)
+	}
+	q := core.Quota{Capacity: int64(n), RefillPerSecond: float64(n) / secs}
+	return q, q.Validate()
+}
+
+// ruleClass is the bucket name of the rule at path: readable, unique (a
+// hash of the path), at most 64 bytes, in core's name alphabet.
+func ruleClass(path string) string {
+	sum := sha256.Sum256([]byte(path))
+	h := hex.EncodeToString(sum[:4])
+	var b strings.Builder
+	b.WriteString(ruleClassPrefix)
+	for i := 0; i < len(path) && b.Len() < 64-len(h)-1; i++ {
+		c := path[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.' {
+			b.WriteByte(c)
+		} else {
+			b.WriteByte('_')
+		}
+	}
+	b.WriteByte('.')
+	b.WriteString(h)
+	return b.String()
+}
+
+// domainNames returns the configured domains, sorted.
+func (c *Config) domainNames() []string {
+	out := make([]string, 0, len(c.domains))
+	for d := range c.domains {
+		out = append(out, d)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// match finds the rule for descriptor d of domain, as the reference's
+// GetLimit: at each entry the key and value, else a wildcard value, else
+// the key alone; a rule applies when it sits at the descriptor's last
+// entry. shared holds, per entry, the wildcard value that replaces the
+// entry's value in the bucket's identity (share_threshold), or "".
+func (c *Config) match(domain string, d *ratelimitv3.RateLimitDescriptor) (r *rule, shared []string) {
+	n := c.domains[domain]
+	if n == nil {
+		return nil, nil
+	}
+	es := d.GetEntries()
+	for i, e := range es {
+		final := e.GetKey() + "_" + e.GetValue()
+		next := n.children[final]
+		wildcard := false
+		if next == nil {
+			for _, w := range n.wildcards {
+				if strings.HasPrefix(final, strings.TrimSuffix(w, "*")) {
+					next, wildcard = n.children[w], true
+					break
+				}
+			}
+		}
+		if next == nil {
+			next = n.children[e.GetKey()]
+		}
+		if next == nil {
+			return nil, nil
+		}
+		if wildcard && next.share {
+			if shared == nil {
+				shared = make([]string, len(es))
+			}
+			shared[i] = next.pattern
+		}
+		if i == len(es)-1 {
+			if next.rule == nil {
+				return nil, nil
+			}
+			return next.rule, shared
+		}
+		if len(next.children) == 0 {
+			return nil, nil
+		}
+		n = next
+	}
+	return nil, nil
+}
