@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
-	"github.com/tollgate-go/tollgate/grpclimit"
 	"github.com/tollgate-go/tollgate/grpclimit/internal/testpb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -22,7 +22,7 @@ func TestConcurrencySlot(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
 		const lease = 1500 * time.Millisecond
 		routes := core.Routes{mUpload: {Class: "reports", Cost: 1}, mProfile: {Class: "reports", Cost: 1}}
-		e := newEnv(t, newLimiter(t, c, core.WithTimeout(lease/3), core.WithConcurrencySlots(lease, 0)), grpclimit.WithMethods(routes))
+		e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c, core.WithTimeout(lease/3), core.WithConcurrencySlots(lease, 0)), core.WithRoutes(routes)))
 		cl := e.client(t)
 		for i := range 3 {
 			if _, err := cl.GetProfile(as("t1", ""), &testpb.GetProfileRequest{}); err != nil {
