@@ -13,7 +13,7 @@ TESTFLAGS ?= -race -shuffle=on -count=1 -timeout 12m
 BENCHFLAGS ?= -run '^$$' -bench . -benchmem -count 5
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: release release-sync consumer proxy apidiff help test lint bench bench/load bench/http bench/script demo fuzz linearize tidy fmt check-redis $(addprefix test/,$(ALL_MODULES)) bench/rls $(addprefix bench/,$(filter-out rls,$(ALL_MODULES)))
+.PHONY: release release-sync consumer proxy apidiff help test lint bench bench/load bench/http bench/script demo fuzz linearize tidy fmt check-redis test-fleet $(addprefix test/,$(ALL_MODULES)) bench/rls $(addprefix bench/,$(filter-out rls,$(ALL_MODULES)))
 
 help: ## list the targets
 	@grep -hE '^([a-zA-Z/%_-]+|\$$\(addprefix [^)]*\)\): [a-z]+/%):.*## ' $(MAKEFILE_LIST) \
@@ -37,6 +37,11 @@ LINEARIZE_TIMEOUT ?= 3h
 
 linearize: check-redis ## the linearizability check under faults, repeated for DURATION (default 5m), e.g. make linearize DURATION=30m
 	cd core/test && LINEARIZE_DURATION=$(DURATION) $(GO) test -race -count=1 -timeout $(LINEARIZE_TIMEOUT) -v ./linearize
+
+FLEET_REQUESTS ?= 100000
+
+test-fleet: check-redis ## the concurrency must-show at full size: 4 replica processes x 64 goroutines, N = 8, FLEET_REQUESTS requests (default 100000)
+	cd core/test && TOLLGATE_FLEET_REQUESTS=$(FLEET_REQUESTS) $(GO) test -count=1 -timeout 30m -run '^TestConcurrencyFleet$$' -v .
 
 check-redis: ## fail fast, and say why, when no real Redis can be had
 	@if [ -n "$$REDIS_URL" ]; then exit 0; fi; \

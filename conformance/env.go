@@ -43,6 +43,12 @@ var scenarioTiers = core.Tiers{Default: "free", Tiers: map[string]core.Tier{
 		"export":  {Capacity: 3, RefillPerSecond: 0.4},
 		"items":   {Capacity: 2, RefillPerSecond: 0.5},
 	}},
+	// team's export class allows one request in flight per tenant.
+	"team": {Classes: map[string]core.Quota{
+		"default": {Capacity: 3, RefillPerSecond: 1},
+		"export":  {Capacity: 40, RefillPerSecond: 1, Concurrency: 1},
+		"items":   {Capacity: 2, RefillPerSecond: 0.5},
+	}},
 	"anonymous": {Classes: map[string]core.Quota{
 		"default": {Capacity: 2, RefillPerSecond: 0.1},
 		"export":  {Capacity: 4, RefillPerSecond: 0.1},
@@ -167,6 +173,7 @@ func (e *env) limiter() *core.Limiter {
 	if err != nil {
 		e.t.Fatalf("conformance: limiter: %v", err)
 	}
+	e.t.Cleanup(func() { _ = l.Close() }) // after the instance's own cleanup
 	return l
 }
 

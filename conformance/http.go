@@ -56,10 +56,20 @@ func NewHTTPRequest(r Request) (*http.Request, error) {
 
 // Counter counts handler calls; safe for concurrent use. Targets' handlers
 // call Inc, and Instance.HandlerCalls returns Load.
-type Counter struct{ n atomic.Int64 }
+type Counter struct {
+	n atomic.Int64
+	// during, when set, runs inside the handler (a scenario's look at what
+	// holds while a handler runs)
+	during atomic.Pointer[func()]
+}
 
 // Inc adds one call.
-func (c *Counter) Inc() { c.n.Add(1) }
+func (c *Counter) Inc() {
+	c.n.Add(1)
+	if f := c.during.Load(); f != nil {
+		(*f)()
+	}
+}
 
 // Load returns the number of calls.
 func (c *Counter) Load() int { return int(c.n.Load()) }
@@ -93,6 +103,12 @@ func (i handlerInstance) Do(r Request) (Response, error) {
 }
 
 func (i handlerInstance) HandlerCalls() int { return i.calls.Load() }
+
+func (i handlerInstance) counter() *Counter { return i.calls }
+
+// counted is an Instance whose handlers' Counter the suite can reach
+// (HandlerInstance's), to look at what holds while a handler runs.
+type counted interface{ counter() *Counter }
 
 // HTTPTarget adapts a function to a ProtocolHTTP Target.
 type HTTPTarget func(t testing.TB, s Setup) (Instance, error)

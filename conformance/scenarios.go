@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"slices"
@@ -45,6 +46,7 @@ func scenarios() []scenario {
 		{name: "unmatched-route", httpOnly: true, run: unmatchedRoute},
 		{name: "multi-bucket", golden: true, run: multiBucket},
 		{name: "cost-exceeds-capacity", golden: true, run: costExceedsCapacity},
+		{name: "concurrency-limit", golden: true, run: concurrencyLimit},
 		{name: "tenant-isolation", golden: true, run: tenantIsolation},
 		{name: "redis-keys", golden: true, run: redisKeys},
 		{name: "forged-tenant-header", golden: true, run: forgedTenantHeader},
@@ -311,6 +313,101 @@ func multiBucket(e *env) {
 	e.calls(in)
 	e.keys()
 	e.expectNoHookErrors()
+}
+
+// Concurrency limit: team's export class allows one request of a tenant in
+// flight. The adapter holds the slot while the handler runs and frees it
+// when the handler returns, before the response is had (a leaked slot, or
+// one freed later, denies the next export); while
+// another replica's export of the tenant holds it, an export is denied 429
+// with a reason of its own, the concurrency policy beside the rate policy
+// in the headers, and charged nothing; other classes and tenants proceed.
+func concurrencyLimit(e *env) {
+	in := e.instance()
+	ctx := context.Background()
+	key := e.prefix + ":{umbrella}:export:slots"
+	watch := e.holdsSlotInHandler(in, key)
+	// one after the other: the first's slot is free when its response is
+	// had
+	watch(true)
+	for range 2 {
+		wantStatus(e, e.send(in, EndpointExport, "umbrella", "team"), 200)
+	}
+	watch(false)
+	e.slotsFreed(key)
+	other := e.limiter()
+	d, err := other.Check(ctx, core.Request{Tenant: core.Tenant{ID: "umbrella", Tier: "team"}, Class: "export", Cost: 4})
+	if err != nil || d.Slot == nil {
+		e.t.Fatalf("conformance: another replica's export: %v, %v", d.Reason, err)
+	}
+	e.note("another replica's export of umbrella is in flight")
+	en := e.send(in, EndpointExport, "umbrella", "team")
+	wantStatus(e, en, 429)
+	e.checkProblem(en, 429)
+	wantStatus(e, e.send(in, EndpointProfile, "umbrella", "team"), 200)
+	wantStatus(e, e.send(in, EndpointExport, "hooli", "team"), 200)
+	e.slotsFreed(e.prefix + ":{hooli}:export:slots")
+	d.Slot.Release()
+	e.slotsFreed(key)
+	e.note("it returned")
+	watch(true)
+	wantStatus(e, e.send(in, EndpointExport, "umbrella", "team"), 200)
+	watch(false)
+	e.slotsFreed(key)
+	e.calls(in)
+	e.keys()
+	e.expectNoHookErrors()
+}
+
+// holdsSlotInHandler returns a switch: on, the handlers of in (when the
+// suite can reach their Counter) check that the slot set key holds the
+// request's slot while they run, for as long as a release would take to
+// reach Redis (the limiter's timeout, or a second).
+func (e *env) holdsSlotInHandler(in Instance, key string) func(on bool) {
+	c, ok := in.(counted)
+	if !ok {
+		return func(bool) {}
+	}
+	check := func() {
+		deadline := time.Now().Add(max(e.cfg.timeout, time.Second))
+		for time.Now().Before(deadline) {
+			n, err := e.client.ZCard(context.Background(), key).Result()
+			if err != nil || n == 0 {
+				e.t.Errorf("conformance: while the handler ran, its concurrency slot was not held (%d slots, %v): released before the handler returned", n, err)
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return func(on bool) {
+		if on {
+			c.counter().during.Store(&check)
+		} else {
+			c.counter().during.Store(nil)
+		}
+	}
+}
+
+// slotsFreed waits until the slot set key is empty: a request that ended
+// released its slot (in the background, within the limiter's timeout). It
+// records the wait's outcome.
+func (e *env) slotsFreed(key string) {
+	e.t.Helper()
+	budget := 2*max(e.cfg.timeout, 5*time.Second) + time.Second
+	deadline := time.Now().Add(budget)
+	for {
+		n, err := e.client.ZCard(context.Background(), key).Result()
+		if err == nil && n == 0 {
+			e.note("slots held: 0")
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Errorf("conformance: %d concurrency slots still held %v after the requests ended (%v): a slot is not released", n, budget, err)
+			e.note("slots held: %d", n)
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // Cost > capacity: 429 with no Retry-After (never satisfiable), nothing

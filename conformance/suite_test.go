@@ -38,6 +38,8 @@ const (
 	storeFailureIs429  fault = "store-failure-is-429"
 	headersOnlyOnAllow fault = "headers-only-on-allow"
 	chargesUnmatched   fault = "charges-unmatched"
+	releaseMissing     fault = "release-missing"
+	releaseTwice       fault = "release-twice"
 )
 
 // reference is the thinnest possible adapter: net/http calling the Gate
@@ -79,6 +81,16 @@ func reference(f fault) Target {
 				}
 			}
 			if v.Proceed || f == handlerOnDeny {
+				switch f {
+				case releaseMissing:
+				case releaseTwice:
+					// once as the handler starts (as if it were done), once
+					// when it returns
+					v.Done()
+					defer v.Done()
+				default:
+					defer v.Done()
+				}
 				mux.ServeHTTP(w, r)
 				return
 			}
@@ -118,7 +130,7 @@ func TestWrongTargets(t *testing.T) {
 	if os.Getenv(envWrong) == "" {
 		t.Skip("run by TestSuiteCatchesDivergence in a child process")
 	}
-	for _, f := range []fault{dropsRetryAfter, tenantFromHeader, rawURL, handlerOnDeny, storeFailureIs429, headersOnlyOnAllow, chargesUnmatched} {
+	for _, f := range []fault{dropsRetryAfter, tenantFromHeader, rawURL, handlerOnDeny, storeFailureIs429, headersOnlyOnAllow, chargesUnmatched, releaseMissing, releaseTwice} {
 		t.Run(string(f), func(t *testing.T) { Run(t, reference(f)) })
 	}
 }
@@ -151,6 +163,8 @@ func TestSuiteCatchesDivergence(t *testing.T) {
 		storeFailureIs429:  {"fail-closed", "hung-redis-fail-closed"},
 		headersOnlyOnAllow: {"burst-then-deny", "multi-bucket"},
 		chargesUnmatched:   {"unmatched-route"},
+		releaseMissing:     {"concurrency-limit"},
+		releaseTwice:       {"concurrency-limit"},
 	}
 	for f, scenarios := range expect {
 		for _, s := range scenarios {

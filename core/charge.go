@@ -12,7 +12,10 @@ import (
 // charge charges cost tokens (req.Cost, or a lease's size) in the store, or
 // answers without it when the call fails (see failed). sent is when the
 // check started, on the limiter's clock.
-func (l *Limiter) charge(ctx context.Context, req Request, keys []string, buckets []Bucket, cost int64, sent time.Time) (Decision, error) {
+//
+// slot, when not nil, is the bucket with a concurrency limit: the call is
+// the concurrency script's, and an admission takes a slot (Decision.Slot).
+func (l *Limiter) charge(ctx context.Context, req Request, keys []string, buckets []Bucket, cost int64, sent time.Time, slot *slotCall) (Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return l.callerGone(req, err)
 	}
@@ -33,17 +36,27 @@ func (l *Limiter) charge(ctx context.Context, req Request, keys []string, bucket
 		quotas = append(quotas, l.quotaArgs(b.Quota))
 	}
 	start := time.Now()
-	args := tokenBucket.Args(keys, now, cost, quotas)
-	reply, wrote, err := l.run(ctx, req.Tenant.ID, *args)
-	if err == nil {
-		// answered: neither go-redis nor a batch holds the line any more (a
-		// caller that gave up leaves it to the batch still holding it)
-		transport.PutArgs(args)
-	}
+	var reply any
+	var wrote time.Time
+	var err error
 	var d Decision
-	if err == nil {
-		if d, err = parseReply(reply, buckets, cost); err != nil {
-			err = &requestError{err}
+	if slot == nil {
+		args := tokenBucket.Args(keys, now, cost, quotas)
+		reply, wrote, err = l.run(ctx, req.Tenant.ID, *args)
+		if err == nil {
+			// answered: neither go-redis nor a batch holds the line any more (a
+			// caller that gave up leaves it to the batch still holding it)
+			transport.PutArgs(args)
+			if d, err = parseReply(reply, buckets, cost); err != nil {
+				err = &requestError{err}
+			}
+		}
+	} else {
+		reply, wrote, err = l.run(ctx, req.Tenant.ID, l.slotLine(keys, buckets, now, cost, quotas, slot))
+		if err == nil {
+			if d, err = l.parseSlotReply(reply, buckets, cost, slot.index); err != nil {
+				err = &requestError{err}
+			}
 		}
 	}
 	if err != nil {
@@ -56,6 +69,9 @@ func (l *Limiter) charge(ctx context.Context, req Request, keys []string, bucket
 	}
 	if l.deny != nil && d.Reason == ReasonOverLimit && cost == req.Cost {
 		l.deny.remember(keys, d, sent)
+	}
+	if slot != nil && d.Reason == ReasonOK && cost > 0 {
+		d.Slot = l.newSlot(req, buckets[slot.index], slot.key, slot.id, sent)
 	}
 	return d, nil
 }

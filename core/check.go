@@ -102,6 +102,17 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 		}
 	}
 	sent := l.now()
+	if ci, err := concurrentBucket(buckets); err != nil {
+		l.logDegraded("tollgate: no quota configured for this request; rejected", req, err, "tier", EscapeID(req.Tenant.Tier))
+		return Decision{Reason: ReasonUnresolved, Cost: req.Cost}, err
+	} else if ci >= 0 {
+		// the concurrency script: no token lease (a slot is taken per
+		// request), the deny cache still proves a bucket's denial
+		if d, ok := l.checkDenyCache(ctx, keys, buckets, req.Cost, sent); ok {
+			return d, nil
+		}
+		return l.charge(ctx, req, keys, buckets, req.Cost, sent, &slotCall{index: ci, key: keys[ci] + slotsSuffix, id: newSlotID()})
+	}
 	if l.leases != nil && req.Cost > 0 && len(req.Also) == 0 {
 		if lc, ok := l.leases.classes[req.Class]; ok {
 			return l.checkLeased(ctx, req, keys, buckets, lc, sent)
@@ -110,7 +121,7 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 	if d, ok := l.checkDenyCache(ctx, keys, buckets, req.Cost, sent); ok {
 		return d, nil
 	}
-	return l.charge(ctx, req, keys, buckets, req.Cost, sent)
+	return l.charge(ctx, req, keys, buckets, req.Cost, sent, nil)
 }
 
 // checkDenyCache answers from the deny cache when it proves a denial.

@@ -51,9 +51,15 @@ const (
 	// wraps ErrOverloaded. The request may have been charged only when its
 	// reply came late.
 	ReasonOverloaded
+	// ReasonConcurrencyLimit: every bucket had the tokens, but the bucket
+	// with a concurrency limit (Quota.Concurrency) had every slot taken by
+	// requests of the tenant still in flight. Nothing was charged; RetryAfter
+	// is the limiter's hint (WithConcurrencySlots), at most the time until
+	// the earliest slot's deadline. HTTP 429, gRPC ResourceExhausted.
+	ReasonConcurrencyLimit
 )
 
-var reasonNames = [...]string{"ok", "over_limit", "cost_exceeds_capacity", "failed_open", "failed_closed", "shadow_denied", "invalid", "unresolved", "canceled", "overloaded"}
+var reasonNames = [...]string{"ok", "over_limit", "cost_exceeds_capacity", "failed_open", "failed_closed", "shadow_denied", "invalid", "unresolved", "canceled", "overloaded", "concurrency_limit"}
 
 // String returns the reason's stable snake_case name, used in metrics and logs.
 func (r Reason) String() string {
@@ -76,6 +82,10 @@ type BucketState struct {
 	// a denial and on a decision made without the store (lease, deny cache,
 	// local fallback).
 	Stamp time.Time
+	// InFlight is, for a bucket with a concurrency limit, the number of its
+	// slots in use after this check, across the fleet (this request's
+	// included when it took one); 0 for other buckets.
+	InFlight int64
 }
 
 // Decision is the limiter's answer to one request. Every number an adapter
@@ -113,6 +123,11 @@ type Decision struct {
 	// Local is set when the deny cache answered without a store call
 	// (WithDenyCache).
 	Local bool
+	// Slot is the concurrency slot the request holds when it was admitted
+	// by the store and one of its buckets has a concurrency limit; nil
+	// otherwise. The caller must release it when the request ends (a
+	// Gate's Verdict.Done does); until then it is renewed in the background.
+	Slot *Slot
 }
 
 // Degraded reports whether the decision was made without the store because
@@ -124,13 +139,23 @@ func (d Decision) Degraded() bool {
 // Denied reports whether the request was rejected by a bucket (over limit or
 // never satisfiable), as opposed to allowed or failed.
 func (d Decision) Denied() bool {
-	return d.Reason == ReasonOverLimit || d.Reason == ReasonCostExceedsCapacity
+	return d.Reason == ReasonOverLimit || d.Reason == ReasonCostExceedsCapacity || d.Reason == ReasonConcurrencyLimit
+}
+
+// concurrent returns the bucket with a concurrency limit, if any.
+func (d Decision) concurrent() (BucketState, bool) {
+	for _, b := range d.Buckets {
+		if b.Quota.Concurrency > 0 {
+			return b, true
+		}
+	}
+	return BucketState{}, false
 }
 
 // hasQuota reports whether the decision carries bucket numbers to render.
 func (d Decision) hasQuota() bool {
 	switch d.Reason {
-	case ReasonOK, ReasonOverLimit, ReasonCostExceedsCapacity, ReasonShadowDenied:
+	case ReasonOK, ReasonOverLimit, ReasonCostExceedsCapacity, ReasonShadowDenied, ReasonConcurrencyLimit:
 		return d.Bucket != ""
 	}
 	return false

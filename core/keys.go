@@ -66,6 +66,20 @@ func (k Keys) Bucket(tenantID, bucket string) (string, error) {
 	return b.String(), nil
 }
 
+// Slots returns the key of the concurrency slots of tenantID's bucket (a
+// sorted set of deadlines, see docs/semantics.md): the bucket's key and
+// ":slots". A bucket name holds no ':', so it never names a bucket, and it
+// carries the same hash tag. It fails as Bucket does.
+func (k Keys) Slots(tenantID, bucket string) (string, error) {
+	key, err := k.Bucket(tenantID, bucket)
+	if err != nil {
+		return "", err
+	}
+	return key + slotsSuffix, nil
+}
+
+const slotsSuffix = ":slots"
+
 // tenantPattern returns a SCAN MATCH pattern for every bucket of tenantID.
 func (k Keys) tenantPattern(tenantID string) (string, error) {
 	if err := validateTenantID(tenantID); err != nil {

@@ -228,7 +228,7 @@ func (l *Limiter) checkLeased(ctx context.Context, req Request, keys []string, b
 		l.leases.release(acquiring, nil, 0, time.Time{}, nil)
 		return d, nil
 	}
-	d, err := l.charge(ctx, req, keys, buckets, size, sent)
+	d, err := l.charge(ctx, req, keys, buckets, size, sent, nil)
 	if err != nil || d.Reason != ReasonOK {
 		var failure error
 		if d.Degraded() || d.Reason == ReasonOverloaded {
@@ -248,7 +248,7 @@ func (l *Limiter) checkLeased(ctx context.Context, req Request, keys []string, b
 			return d, nil
 		}
 		// enough for the request alone: charge it
-		return l.charge(ctx, req, keys, buckets, req.Cost, sent)
+		return l.charge(ctx, req, keys, buckets, req.Cost, sent, nil)
 	}
 	unspent := size - req.Cost
 	// the lease runs from when the check started: never longer than ttl
@@ -266,7 +266,7 @@ func (l *Limiter) plain(ctx context.Context, req Request, keys []string, buckets
 	if d, ok := l.checkDenyCache(ctx, keys, buckets, req.Cost, sent); ok {
 		return d, nil
 	}
-	return l.charge(ctx, req, keys, buckets, req.Cost, sent)
+	return l.charge(ctx, req, keys, buckets, req.Cost, sent, nil)
 }
 
 // denialFor turns a denial of a lease (a charge larger than cost) into the

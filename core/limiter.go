@@ -72,6 +72,14 @@ type Limiter struct {
 	leases   *leases          // nil: no class leases
 	args     sync.Map         // Quota -> [3]any, see quotaArgs
 	nargs    atomic.Int64
+
+	// concurrency slots held by this process (see Slot)
+	leaseMicros, slotTTL string // the lease, formatted for the script
+	slotMu               sync.Mutex
+	slotsClosed          bool
+	slotsClosing         chan struct{} // closed by Close
+	slotsWG              sync.WaitGroup
+	releases             releases
 }
 
 // New returns a limiter that keeps its buckets in client (any go-redis v9
@@ -92,6 +100,11 @@ func New(client redis.UniversalClient, r Resolver, opts ...Option) (*Limiter, er
 			}
 		}
 	}
+	if !cfg.slotLeaseSet {
+		cfg.slotLease = max(defaultSlotLease, 3*cfg.timeout)
+	} else if cfg.slotLease < 3*cfg.timeout {
+		return nil, badOption("WithConcurrencySlots", "lease %v is shorter than 3 check timeouts (%v): a slot could expire between renewals", cfg.slotLease, 3*cfg.timeout)
+	}
 	if cfg.policy > FailClosed {
 		return nil, fmt.Errorf("%w: unknown failure policy %d", ErrInvalidConfig, cfg.policy)
 	}
@@ -100,7 +113,8 @@ func New(client redis.UniversalClient, r Resolver, opts ...Option) (*Limiter, er
 		return nil, err
 	}
 	l := &Limiter{client: client, resolver: r, keys: keys, cfg: cfg,
-		metrics: newMetrics(cfg.meterProvider, cfg.tenantTopK), now: time.Now}
+		metrics: newMetrics(cfg.meterProvider, cfg.tenantTopK), now: time.Now, slotsClosing: make(chan struct{})}
+	l.slotSettings()
 	var ctxTimeout time.Duration
 	l.scripts, l.owned, ctxTimeout = transport.Client(client, cfg.timeout)
 	if cfg.clock != nil {
@@ -119,22 +133,25 @@ func New(client redis.UniversalClient, r Resolver, opts ...Option) (*Limiter, er
 	if len(cfg.leases) > 0 {
 		l.leases = newLeases(cfg.leases, 100_000)
 	}
+	scripts := transport.Pair(tokenBucket, concurrencyScript)
 	if cfg.batching {
-		l.calls = transport.NewBatcher(l.scripts, tokenBucket, cfg.timeout, ctxTimeout, l.metrics.batchSize)
+		l.calls = transport.NewBatcher(l.scripts, scripts, cfg.timeout, ctxTimeout, l.metrics.batchSize)
 	} else {
-		l.calls = transport.NewDirect(l.scripts, tokenBucket, cfg.timeout, ctxTimeout)
+		l.calls = transport.NewDirect(l.scripts, scripts, cfg.timeout, ctxTimeout)
 	}
 	return l, nil
 }
 
 // Close stops the limiter's background work (the batcher, the store
-// probes) and closes the client it opened for its scripts (for go-redis's
+// probes, the renewal of concurrency slots, whose holders' slots it
+// releases, waiting at most the check timeout for each) and closes the client it opened for its scripts (for go-redis's
 // standalone, failover, Cluster and Ring clients: a copy of the given
 // client's options with the check timeout on its sockets; see
 // docs/reliability.md). Checks after Close fail by the failure policy. It
 // does not close the Redis client given to New.
 func (l *Limiter) Close() error {
 	l.calls.Close()
+	l.closeSlots()
 	l.shards.Close()
 	if l.owned != nil {
 		return l.owned.Close()

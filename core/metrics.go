@@ -52,6 +52,15 @@ const (
 	// metricBatchSize is the number of checks per pipelined round trip
 	// (WithBatching).
 	metricBatchSize = "tollgate.batch.size"
+	// metricSlotsHeld is the number of concurrency slots this process holds
+	// (requests admitted under a concurrency limit and still in flight), by
+	// class, tier and bucket; summed over replicas, the fleet's.
+	metricSlotsHeld = "tollgate.slots.held"
+	// metricSlotsExpired counts slots this process left to expire in the
+	// store instead of releasing them, by cause: release_failed (the store
+	// could not be reached within the lease time), lost (a renewal found
+	// the slot gone: reset, or expired while the store was unreachable).
+	metricSlotsExpired = "tollgate.slots.expired"
 )
 
 // otherTenant is the tenant label of every tenant outside the top K
@@ -65,6 +74,8 @@ type metrics struct {
 	shed          metric.Int64Counter
 	denyCacheHits metric.Int64Counter
 	batches       metric.Int64Histogram
+	slotsHeld     metric.Int64UpDownCounter
+	slotsExpired  metric.Int64Counter
 	tenants       *topK // nil: no tenant label
 	tracing       bool
 
@@ -114,10 +125,29 @@ func newMetrics(mp metric.MeterProvider, k int) *metrics {
 		metric.WithUnit("{check}"), metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64, 128)); err != nil {
 		otel.Handle(err)
 	}
+	if m.slotsHeld, err = meter.Int64UpDownCounter(metricSlotsHeld, metric.WithDescription("Concurrency slots held by this process."), metric.WithUnit("{slot}")); err != nil {
+		otel.Handle(err)
+	}
+	if m.slotsExpired, err = meter.Int64Counter(metricSlotsExpired, metric.WithDescription("Concurrency slots left to expire instead of released."), metric.WithUnit("{slot}")); err != nil {
+		otel.Handle(err)
+	}
 	if k > 0 {
 		m.tenants = newTopK(k)
 	}
 	return m
+}
+
+// slotSet is the label set of a slot's metrics, bounded as the decisions'.
+func (m *metrics) slotSet(req Request, bucket string) metric.AddOption {
+	return metric.WithAttributes(
+		attribute.String("class", label(req.Class, DefaultClass)),
+		attribute.String("tier", label(req.Tenant.Tier, "none")),
+		attribute.String("bucket", label(bucket, "none")),
+	)
+}
+
+func (m *metrics) slotExpired(labels metric.AddOption, cause string) {
+	m.slotsExpired.Add(context.Background(), 1, labels, metric.WithAttributes(attribute.String("cause", cause)))
 }
 
 func (m *metrics) batchSize(n int) { m.batches.Record(context.Background(), int64(n)) }

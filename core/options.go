@@ -96,12 +96,41 @@ type config struct {
 	tenantTopK       int
 	batching         bool
 	leases           map[string]leaseClass // by class; nil: none
+	slotLease        time.Duration
+	slotLeaseSet     bool
+	slotRetry        time.Duration // 0: until the earliest deadline
 }
 
 func defaultConfig() config {
 	return config{prefix: DefaultPrefix, policy: FailOpen, timeout: DefaultTimeout, log: slog.Default(),
 		breakerThreshold: defaultBreakerThreshold, breakerCooldown: defaultBreakerCooldown,
-		batching: true}
+		batching: true, slotRetry: defaultSlotRetry}
+}
+
+// WithConcurrencySlots sets the lease of concurrency slots (Quota.Concurrency)
+// and the retry hint of a request denied for lack of one.
+//
+// lease is how long a slot outlives its holder's last renewal: a held slot
+// is renewed every lease/3, so a replica that dies (kill -9, a lost
+// network) holds its slots for at most lease. It must be at least three
+// check timeouts (WithTimeout) and at most an hour. Default: 10 s, or three
+// check timeouts if that is longer.
+//
+// retryAfter is the denial's RetryAfter (Retry-After, gRPC pushback) when
+// sooner than the earliest slot's deadline, which renewal keeps about a
+// lease away; 0 reports the deadline itself. It must be from 0 to lease.
+// Default 1 s.
+func WithConcurrencySlots(lease, retryAfter time.Duration) Option {
+	return optionFunc(func(c *config) error {
+		if lease <= 0 || lease > time.Hour {
+			return badOption("WithConcurrencySlots", "lease must be above 0 and at most 1h, got %v", lease)
+		}
+		if retryAfter < 0 || retryAfter > lease {
+			return badOption("WithConcurrencySlots", "retryAfter must be from 0 to the lease %v, got %v", lease, retryAfter)
+		}
+		c.slotLease, c.slotLeaseSet, c.slotRetry = lease, true, retryAfter
+		return nil
+	})
 }
 
 // WithCircuitBreaker sets the circuit breaker: after threshold consecutive

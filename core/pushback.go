@@ -3,12 +3,13 @@ package core
 import "time"
 
 // PushbackMillis is the gRPC grpc-retry-pushback-ms value of a decision: the
-// exact retry delay rounded up to milliseconds for an over-limit denial, -1
+// exact retry delay rounded up to milliseconds for an over-limit or
+// concurrency denial, -1
 // ("do not retry", gRFC A6) when the cost can never be met, the overload
 // hint for a shed check (ReasonOverloaded), 0 otherwise.
 func (d Decision) PushbackMillis() int64 {
 	switch d.Reason {
-	case ReasonOverLimit:
+	case ReasonOverLimit, ReasonConcurrencyLimit:
 		ms := (d.RetryAfter + time.Millisecond - 1) / time.Millisecond
 		return max(int64(ms), 1)
 	case ReasonCostExceedsCapacity:

@@ -16,6 +16,8 @@ const (
 	MaxCapacity = 1 << 40
 	// MaxRefillPerSecond is the fastest refill rate accepted.
 	MaxRefillPerSecond = 1e12
+	// MaxConcurrency is the largest concurrency limit accepted.
+	MaxConcurrency = 100_000
 )
 
 // maxFillTime is the longest time an empty bucket may take to refill
@@ -31,6 +33,12 @@ type Quota struct {
 	// RefillPerSecond is the sustained rate, in tokens per second. It may be
 	// fractional: 0.1 is one token every ten seconds.
 	RefillPerSecond float64
+	// Concurrency, when above 0, is the most requests of one tenant charged
+	// to this bucket that may be in flight at once, across every replica
+	// (docs/semantics.md, "Concurrency limits"). An admitted request holds a
+	// slot until it ends (Decision.Slot). 0: no concurrency limit. At most
+	// one bucket of a request may carry one.
+	Concurrency int64
 }
 
 // PerSecond returns a quota of n tokens per second with a burst of n.
@@ -44,7 +52,8 @@ func PerHour(n int64) Quota { return Quota{Capacity: n, RefillPerSecond: float64
 
 // Validate reports whether q can be enforced: a capacity from 1 to
 // MaxCapacity, a finite refill rate above 0 and at most MaxRefillPerSecond,
-// and an empty bucket that refills within 400 days (capacity / rate). The
+// a concurrency limit from 0 (none) to MaxConcurrency, and an empty bucket
+// that refills within 400 days (capacity / rate). The
 // error wraps [ErrInvalidQuota] and names the field at fault.
 func (q Quota) Validate() error {
 	switch {
@@ -58,6 +67,8 @@ func (q Quota) Validate() error {
 		return fmt.Errorf("%w: refill rate must be > 0, got %v", ErrInvalidQuota, q.RefillPerSecond)
 	case q.RefillPerSecond > MaxRefillPerSecond:
 		return fmt.Errorf("%w: refill rate must be <= %g, got %v", ErrInvalidQuota, float64(MaxRefillPerSecond), q.RefillPerSecond)
+	case q.Concurrency < 0 || q.Concurrency > MaxConcurrency:
+		return fmt.Errorf("%w: concurrency must be 0 (none) to %d, got %d", ErrInvalidQuota, MaxConcurrency, q.Concurrency)
 	case float64(q.Capacity)/q.RefillPerSecond > maxFillTime.Seconds():
 		return fmt.Errorf("%w: capacity/refill rate (time to refill) must be <= %v, got %.0fs", ErrInvalidQuota, maxFillTime, float64(q.Capacity)/q.RefillPerSecond)
 	}
@@ -74,9 +85,15 @@ func (q Quota) window() int64 {
 	return int64(w)
 }
 
-// String formats q as "capacity/rate per second", e.g. "20 burst, 2/s".
+// String formats q as "capacity/rate per second", e.g. "20 burst, 2/s",
+// followed by the concurrency limit when it has one: "20 burst, 2/s, 4 in
+// flight".
 func (q Quota) String() string {
-	return strconv.FormatInt(q.Capacity, 10) + " burst, " + strconv.FormatFloat(q.RefillPerSecond, 'g', -1, 64) + "/s"
+	s := strconv.FormatInt(q.Capacity, 10) + " burst, " + strconv.FormatFloat(q.RefillPerSecond, 'g', -1, 64) + "/s"
+	if q.Concurrency > 0 {
+		s += ", " + strconv.FormatInt(q.Concurrency, 10) + " in flight"
+	}
+	return s
 }
 
 // ttlMillis is the bucket's key TTL: the time an empty bucket takes to refill,

@@ -62,7 +62,7 @@ const overloadRetrySeconds = 1
 // ceil(RetryAfter)) in seconds; never 0. It is 0 when the decision is not an
 // over-limit denial (nothing to retry, or never).
 func (d Decision) retryAfterSeconds() int64 {
-	if d.Reason != ReasonOverLimit {
+	if d.Reason != ReasonOverLimit && d.Reason != ReasonConcurrencyLimit {
 		return 0
 	}
 	if s := ceilSeconds(d.RetryAfter); s > 1 {
@@ -90,15 +90,24 @@ func (d Decision) Headers(style HeaderStyle, now time.Time) []Header {
 	reset := ceilSeconds(d.ResetAfter)
 	retry := d.retryAfterSeconds()
 	t := ceilSeconds(d.untilGrows())
-	if retry > 0 {
+	if d.Reason == ReasonOverLimit {
 		t = retry
 	}
 	if style&HeaderIETF != 0 {
 		name := quoteSFString(d.Bucket)
-		hs = append(hs,
-			Header{"RateLimit-Policy", name + ";q=" + limit + ";w=" + strconv.FormatInt(d.Quota.window(), 10)},
-			Header{"RateLimit", name + ";r=" + remaining + ";t=" + strconv.FormatInt(t, 10)},
-		)
+		policy := name + ";q=" + limit + ";w=" + strconv.FormatInt(d.Quota.window(), 10)
+		field := name + ";r=" + remaining + ";t=" + strconv.FormatInt(t, 10)
+		if c, ok := d.concurrent(); ok {
+			// the concurrency limit beside the rate policy, in its own quota
+			// unit; t only when it is what denied the request
+			cname := quoteSFString(concurrencyPolicy(c.Name))
+			policy += ", " + cname + ";q=" + strconv.FormatInt(c.Quota.Concurrency, 10) + `;qu="concurrent-requests"`
+			field += ", " + cname + ";r=" + strconv.FormatInt(max(0, c.Quota.Concurrency-c.InFlight), 10)
+			if d.Reason == ReasonConcurrencyLimit {
+				field += ";t=" + strconv.FormatInt(retry, 10)
+			}
+		}
+		hs = append(hs, Header{"RateLimit-Policy", policy}, Header{"RateLimit", field})
 	}
 	if style&(HeaderXRateLimit|HeaderXRateLimitEpoch) != 0 {
 		r := strconv.FormatInt(reset, 10)
@@ -196,6 +205,10 @@ func (d Decision) Problem() Problem {
 	case ReasonOverLimit:
 		return quotaExceeded(d.Bucket, fmt.Sprintf("Rate limit of policy %s exceeded: the request costs %d, %d left; retry in %d s.",
 			quoteSFString(d.Bucket), d.Cost, d.Remaining, d.retryAfterSeconds()))
+	case ReasonConcurrencyLimit:
+		c, _ := d.concurrent()
+		return quotaExceeded(concurrencyPolicy(d.Bucket), fmt.Sprintf("Concurrency limit of policy %s reached: %d requests in flight, at most %d; retry in %d s.",
+			quoteSFString(d.Bucket), c.InFlight, c.Quota.Concurrency, d.retryAfterSeconds()))
 	case ReasonCostExceedsCapacity:
 		return quotaExceeded(d.Bucket, fmt.Sprintf("The request costs %d, more than the capacity %d of policy %s: it can never be admitted.",
 			d.Cost, d.Limit, quoteSFString(d.Bucket)))
@@ -212,6 +225,12 @@ func (d Decision) Problem() Problem {
 	}
 	return plainProblem(200, "OK", "")
 }
+
+// concurrencyPolicy is the name under which bucket's concurrency limit is
+// reported: in RateLimit-Policy and RateLimit beside the bucket's rate
+// policy, and in a concurrency denial's violated-policies. A bucket name
+// holds no '/', so it never names a rate policy.
+func concurrencyPolicy(bucket string) string { return bucket + "/concurrency" }
 
 // quotaExceeded is the 429 body of a denial by bucket.
 func quotaExceeded(bucket, detail string) Problem {

@@ -52,6 +52,44 @@ func TestHeaders(t *testing.T) {
 	}
 }
 
+func TestConcurrencyHeaders(t *testing.T) {
+	q := Quota{Capacity: 100, RefillPerSecond: 10, Concurrency: 2}
+	now := time.Unix(1_700_000_000, 0)
+	allowed := newDecision([]BucketState{{Name: "reports", Quota: q, Tokens: 99, InFlight: 1}}, 0, ReasonOK, 0, 1)
+	denied := newDecision([]BucketState{{Name: "reports", Quota: q, Tokens: 98.5, InFlight: 2}}, 0, ReasonConcurrencyLimit, 0, 1)
+	denied.RetryAfter = 400 * time.Millisecond
+	join := func(hs []Header) string {
+		var parts []string
+		for _, h := range hs {
+			parts = append(parts, h.Name+": "+h.Value)
+		}
+		return strings.Join(parts, "|")
+	}
+	for _, tt := range []struct {
+		name string
+		d    Decision
+		want string
+	}{
+		{"allowed", allowed, `RateLimit-Policy: "reports";q=100;w=10, "reports/concurrency";q=2;qu="concurrent-requests"|RateLimit: "reports";r=99;t=1, "reports/concurrency";r=1|X-RateLimit-Limit: 100|X-RateLimit-Remaining: 99|X-RateLimit-Reset: 1`},
+		{"denied", denied, `RateLimit-Policy: "reports";q=100;w=10, "reports/concurrency";q=2;qu="concurrent-requests"|RateLimit: "reports";r=98;t=1, "reports/concurrency";r=0;t=1|X-RateLimit-Limit: 100|X-RateLimit-Remaining: 98|X-RateLimit-Reset: 1|Retry-After: 1`},
+	} {
+		if got := join(tt.d.Headers(DefaultHeaderStyle, now)); got != tt.want {
+			t.Errorf("%s:\ngot  %s\nwant %s", tt.name, got, tt.want)
+		}
+	}
+	if denied.Status() != 429 || !denied.Denied() || denied.PushbackMillis() != 400 {
+		t.Errorf("denied: status %d, pushback %d", denied.Status(), denied.PushbackMillis())
+	}
+	p := denied.Problem()
+	if p.Status != 429 || len(p.ViolatedPolicies) != 1 || p.ViolatedPolicies[0] != "reports/concurrency" ||
+		!strings.Contains(p.Detail, "Concurrency limit") || !strings.Contains(p.Detail, "2 requests in flight, at most 2") {
+		t.Errorf("problem %+v", p)
+	}
+	var v Verdict
+	v.Done() // no slot: nothing to do
+	v.Done()
+}
+
 func TestRetryAfterCeil(t *testing.T) {
 	q := Quota{Capacity: 10, RefillPerSecond: 2}
 	for _, tt := range []struct {
@@ -98,16 +136,19 @@ func TestQuotaValidate(t *testing.T) {
 		q    Quota
 		want string
 	}{
-		{Quota{0, 1}, "capacity must be > 0"},
-		{Quota{-1, 1}, "capacity must be > 0"},
-		{Quota{MaxCapacity + 1, 1e9}, "capacity must be <="},
-		{Quota{1, 0}, "refill rate must be > 0"},
-		{Quota{1, -1}, "refill rate must be > 0"},
-		{Quota{1, nan()}, "refill rate must be finite"},
-		{Quota{1, inf()}, "refill rate must be finite"},
-		{Quota{1, 2e12}, "refill rate must be <="},
-		{Quota{1000, 1e-6}, "time to refill"},
-		{Quota{10, 2}, ""},
+		{Quota{0, 1, 0}, "capacity must be > 0"},
+		{Quota{-1, 1, 0}, "capacity must be > 0"},
+		{Quota{MaxCapacity + 1, 1e9, 0}, "capacity must be <="},
+		{Quota{1, 0, 0}, "refill rate must be > 0"},
+		{Quota{1, -1, 0}, "refill rate must be > 0"},
+		{Quota{1, nan(), 0}, "refill rate must be finite"},
+		{Quota{1, inf(), 0}, "refill rate must be finite"},
+		{Quota{1, 2e12, 0}, "refill rate must be <="},
+		{Quota{1000, 1e-6, 0}, "time to refill"},
+		{Quota{10, 2, 0}, ""},
+		{Quota{10, 2, -1}, "concurrency must be 0 (none) to"},
+		{Quota{10, 2, MaxConcurrency + 1}, "concurrency must be 0 (none) to"},
+		{Quota{10, 2, 8}, ""},
 	} {
 		err := tt.q.Validate()
 		if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {

@@ -7,8 +7,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Reset deletes tenant t's buckets, which then start full, and returns
-// how many keys it deleted (0 when the buckets were already full). With
+// Reset deletes tenant t's buckets, which then start full, and their
+// concurrency slots, which are then all free, and returns how many keys it
+// deleted (0 when the buckets were already full and no slot was held). With
 // bucket names it deletes just those; with none, every bucket of the tenant
 // (a SCAN over the tenant's keys; on a Cluster, on the one master that holds
 // the tenant's slot).
@@ -19,7 +20,7 @@ func (l *Limiter) Reset(ctx context.Context, t Tenant, buckets ...string) (int64
 		if err != nil {
 			return 0, err
 		}
-		keys = append(keys, k)
+		keys = append(keys, k, k+slotsSuffix)
 	}
 	pattern, err := l.keys.tenantPattern(t.ID)
 	if err != nil {

@@ -76,6 +76,13 @@ func (ts Tiers) Validate() error {
 			if err := tier.Ceiling.Validate(); err != nil {
 				return fmt.Errorf("tier %q ceiling: %w", name, err)
 			}
+			if tier.Ceiling.Concurrency > 0 {
+				for class, q := range tier.Classes {
+					if q.Concurrency > 0 {
+						return fmt.Errorf("%w: tier %q: class %q and the ceiling both have a concurrency limit; a request may have one", ErrInvalidQuota, name, class)
+					}
+				}
+			}
 		}
 	}
 	return nil

@@ -38,6 +38,15 @@ type Verdict struct {
 	Err error
 }
 
+// Done ends the request as far as the limiter is concerned: it releases the
+// concurrency slot the request holds (Decision.Slot), if any. Call it when
+// the handler returns, panics included (defer v.Done()), or, for a stream,
+// when the stream ends. It returns once the store answered the release
+// (one round trip, bounded by the check timeout; see Slot.Release), so the
+// client's next request finds the slot free; it is safe to call more than
+// once and does nothing when no slot is held.
+func (v Verdict) Done() { v.Decision.Slot.Release() }
+
 // render turns the limiter's answer for (t, r) into a Verdict.
 func (g *Gate) render(t Tenant, r Route, d Decision, err error) Verdict {
 	v := Verdict{Proceed: d.Allowed, Decision: d, Tenant: t, Route: r, Checked: true, Err: err,

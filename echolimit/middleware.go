@@ -46,6 +46,7 @@ func Middleware(gate *core.Gate, opts ...Option) echo.MiddlewareFunc {
 			v := c.Decide(req.Context(), ec, core.Endpoint{Method: req.Method, Pattern: path, ClientIP: ec.RealIP(), Unmatched: !matched})
 			adapt.SetHeaders(ec.Response().Header(), v.Headers)
 			if v.Proceed {
+				defer v.Done() // frees a concurrency slot, panics included
 				return next(ec)
 			}
 			return c.Deny(ec, v)

@@ -44,6 +44,7 @@ func Middleware(gate *core.Gate, opts ...Option) echo.MiddlewareFunc {
 			v := c.Decide(req.Context(), ec, core.Endpoint{Method: req.Method, Pattern: ec.Path(), ClientIP: ec.RealIP(), Unmatched: unmatched(ec)})
 			adapt.SetHeaders(ec.Response().Header(), v.Headers)
 			if v.Proceed {
+				defer v.Done() // frees a concurrency slot, panics included
 				return next(ec)
 			}
 			return c.Deny(ec, v)

@@ -182,3 +182,30 @@ func TestReadmeListsDefaultAddrs(t *testing.T) {
 		}
 	}
 }
+
+// tollgate.yaml limits GET /v1/reports to 2 in flight for tier free;
+// tollgate-rls.yaml, what docker-compose gives tollgate-rls, is the same
+// without a concurrency limit, which tollgate-rls refuses.
+func TestReportsConcurrency(t *testing.T) {
+	cfg, err := config.Load("tollgate.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q := cfg.Tiers.Tiers["free"].Classes["reports"]; q != (core.Quota{Capacity: 100, RefillPerSecond: 10, Concurrency: 2}) {
+		t.Errorf("free reports = %+v", q)
+	}
+	rls, err := config.Load("tollgate-rls.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for tn, tier := range rls.Tiers.Tiers {
+		for class, q := range tier.Classes {
+			if q.Concurrency > 0 {
+				t.Errorf("tollgate-rls.yaml: tier %s class %s has a concurrency limit", tn, class)
+			}
+			if want := cfg.Tiers.Tiers[tn].Classes[class]; want != q {
+				t.Errorf("tollgate-rls.yaml: tier %s class %s = %+v, tollgate.yaml has %+v", tn, class, q, want)
+			}
+		}
+	}
+}

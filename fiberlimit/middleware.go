@@ -48,6 +48,7 @@ func New(gate *core.Gate, opts ...Option) fiber.Handler {
 			fc.Set(h.Name, h.Value)
 		}
 		if v.Proceed {
+			defer v.Done() // frees a concurrency slot, panics included
 			return fc.Next()
 		}
 		return c.Deny(fc, v)

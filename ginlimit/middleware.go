@@ -41,6 +41,7 @@ func Middleware(gate *core.Gate, opts ...Option) gin.HandlerFunc {
 		v := c.Decide(gc.Request.Context(), gc, core.Endpoint{Method: gc.Request.Method, Pattern: path, ClientIP: gc.ClientIP(), Unmatched: path == ""})
 		adapt.SetHeaders(gc.Writer.Header(), v.Headers)
 		if v.Proceed {
+			defer v.Done() // frees a concurrency slot, panics included
 			gc.Next()
 			return
 		}

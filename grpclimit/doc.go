@@ -48,6 +48,13 @@
 //     retry), and deliberately no RetryInfo and no retry-after: there is no
 //     delay after which it would succeed, and a zero RetryInfo would invite
 //     an immediate retry.
+//   - Denied for lack of a concurrency slot (a class with a concurrency
+//     limit, every slot of the tenant taken): the same code and details,
+//     ErrorInfo reason "concurrency_limit", RetryInfo and pushback the
+//     limiter's hint. An admitted unary call holds its slot until the
+//     handler returns; a stream holds it (renewed) until the stream ends;
+//     with [WithMessageCost] a message of such a class frees its slot as
+//     soon as it is received.
 //   - Store failure: fail-open (the limiter's default) runs the handler
 //     with no rate-limit metadata; fail-closed answers codes.Unavailable
 //     with no details, never ResourceExhausted.

@@ -103,6 +103,7 @@ func (i *interceptors) unary() grpc.UnaryServerInterceptor {
 			return handler(ctx, req)
 		}
 		v := i.gate.Decide(ctx, i.endpoint(ctx, info.FullMethod))
+		defer v.Done() // frees a concurrency slot when the handler returns, panics included
 		// SetTrailer before returning the error, and no SetHeader: the
 		// answer goes out Trailers-Only.
 		if err := i.answer(ctx, info.FullMethod, v, func(md metadata.MD) { _ = grpc.SetTrailer(ctx, md) }); err != nil {
@@ -129,6 +130,7 @@ func (i *interceptors) stream() grpc.StreamServerInterceptor {
 			return handler(srv, ss)
 		}
 		v := i.gate.Decide(ctx, i.endpoint(ctx, info.FullMethod))
+		defer v.Done() // a concurrency slot is held (and renewed) for the stream's life
 		if err := i.answer(ctx, info.FullMethod, v, ss.SetTrailer); err != nil {
 			return err
 		}
@@ -160,6 +162,7 @@ func (s *chargedStream) RecvMsg(m any) error {
 	}
 	ctx := s.Context()
 	v := s.i.gate.CheckRoute(ctx, s.tenant, *s.i.cfg.message)
+	v.Done() // a message is not in flight once received: its slot, if its class has one, is freed at once
 	return s.i.answer(ctx, s.method, v, s.SetTrailer)
 }
 
@@ -289,7 +292,7 @@ func (i *interceptors) denial(v core.Verdict) *status.Status {
 			metaReason:    d.Reason.String(),
 		},
 	})
-	if d.Reason == core.ReasonOverLimit {
+	if d.Reason == core.ReasonOverLimit || d.Reason == core.ReasonConcurrencyLimit {
 		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(d.RetryAfter)})
 	}
 	details = append(details, &errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{

@@ -39,6 +39,7 @@ func Middleware(gate *core.Gate, opts ...Option) func(http.Handler) http.Handler
 			v := c.Decide(r.Context(), r, core.Endpoint{Method: r.Method, Pattern: pattern, ClientIP: clientIP(r), Unmatched: unmatched})
 			SetHeaders(w.Header(), v.Headers)
 			if v.Proceed {
+				defer v.Done() // frees a concurrency slot, panics included
 				next.ServeHTTP(w, r)
 				return
 			}

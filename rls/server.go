@@ -92,6 +92,11 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	var headline *group
 	for _, g := range groups {
 		g.d, g.err = s.lim.Check(ctx, core.Request{Tenant: g.tenant, Class: g.classes[0], Also: g.classes[1:], Cost: g.cost})
+		// Envoy's API has no call when the request ends, so a gateway holds
+		// no concurrency slot: one taken (a class with a limit, which
+		// tollgate-rls refuses at start-up) is freed at once, and such a
+		// class is only denied while the services' requests fill it
+		g.d.Slot.Release()
 		if g.err != nil && s.cfg.onError != nil {
 			s.cfg.onError(ctx, g.err)
 		}

@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/config"
 	"golang.org/x/term"
@@ -22,7 +23,7 @@ func init() {
 	register(&command{
 		name:    "bucket get",
 		args:    "<tenant> [class]",
-		summary: "show a tenant's buckets now: tokens, capacity, rate, TTL (read-only)",
+		summary: "show a tenant's buckets now: tokens, capacity, rate, TTL, concurrency slots held (read-only)",
 		details: `
 Peeks at the tenant's buckets with the real script at cost 0, which reads and
 writes nothing: the command never charges a token. Capacity and rate come from
@@ -30,7 +31,9 @@ the tier configuration (--config, --tier) and, with --database-url, the
 tenant's overrides, exactly as a service would resolve them. Without a class,
 every class of the tier is shown, and the tenant-wide ceiling if the tier has
 one. TTL is the key's remaining time in Redis; "absent" means the bucket has
-no key, so it is full.
+no key, so it is full. A bucket with a concurrency limit is followed by the
+slots held now and the time until each one's deadline (renewed while its
+request runs; a crashed replica's slot frees itself at its deadline).
 
 Example:
   tollgate bucket get --config tiers.yaml --tier pro t42
@@ -45,10 +48,12 @@ Example:
 	register(&command{
 		name:    "bucket reset",
 		args:    "<tenant> [class...]",
-		summary: "delete a tenant's buckets (all, or the named ones): they start full",
+		summary: "delete a tenant's buckets (all, or the named ones): they start full, their concurrency slots free",
 		details: `
-Deletes the bucket keys, so the next request finds a full bucket, and says
-how many keys it deleted (0: they were already full). With class names (or
+Deletes the bucket keys, so the next request finds a full bucket, and their
+concurrency slots, so every slot is free (requests still in flight then
+find their slot gone), and says how many keys it deleted (0: they were
+already full and no slot was held). With class names (or
 "tenant" for the ceiling) only those; with none, every bucket of the tenant
 under the key prefix (--prefix, else the --config file's key_prefix, else
 rl). Resetting every bucket asks for confirmation on a terminal; without a
@@ -81,6 +86,37 @@ type bucketRow struct {
 	Exists          bool    `json:"exists"`
 	TTLMillis       int64   `json:"ttl_ms"`
 	Source          string  `json:"source"`
+	// Concurrency is the bucket's concurrency limit (0: none); Slots the
+	// slots held now, earliest deadline first.
+	Concurrency int64     `json:"concurrency,omitempty"`
+	Slots       []slotRow `json:"slots,omitempty"`
+}
+
+// slotRow is one concurrency slot held: its id and how long until its
+// deadline (it is renewed while its request runs).
+type slotRow struct {
+	ID               string `json:"id"`
+	DeadlineInMillis int64  `json:"deadline_in_ms"`
+}
+
+// liveSlots reads the slots of a bucket whose deadline is ahead, on the
+// store's clock, as the script counts them.
+func liveSlots(ctx context.Context, client redis.UniversalClient, key string) ([]slotRow, error) {
+	now, err := client.Time(ctx).Result()
+	if err != nil {
+		return nil, fmt.Errorf("TIME: %w", err)
+	}
+	us := now.UnixMicro()
+	zs, err := client.ZRangeByScoreWithScores(ctx, key, &redis.ZRangeBy{Min: "(" + strconv.FormatInt(us, 10), Max: "+inf"}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("ZRANGE %s: %w", key, err)
+	}
+	rows := make([]slotRow, 0, len(zs))
+	for _, z := range zs {
+		id, _ := z.Member.(string)
+		rows = append(rows, slotRow{ID: id, DeadlineInMillis: (int64(z.Score) - us) / 1000})
+	}
+	return rows, nil
 }
 
 func bucketGet(ctx context.Context, e *env, args []string) error {
@@ -171,6 +207,16 @@ func bucketGet(ctx context.Context, e *env, args []string) error {
 			if overridden[b.Name] {
 				row.Source = "override"
 			}
+			if b.Quota.Concurrency > 0 {
+				skey, err := lim.Keys().Slots(tenant, b.Name)
+				if err != nil {
+					return err
+				}
+				row.Concurrency = b.Quota.Concurrency
+				if row.Slots, err = liveSlots(ctx, client, skey); err != nil {
+					return err
+				}
+			}
 			rows = append(rows, row)
 		}
 	}
@@ -199,7 +245,24 @@ func bucketGet(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.Bucket, strconv.FormatFloat(r.Tokens, 'f', 3, 64), r.Capacity,
 			strconv.FormatFloat(r.RefillPerSecond, 'g', -1, 64), time.Duration(r.FullInMillis)*time.Millisecond, ttl, r.Source, r.Key)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, r := range rows {
+		if r.Concurrency == 0 {
+			continue
+		}
+		fmt.Fprintf(e.stdout, "%s: %d of %d concurrency slots held", r.Bucket, len(r.Slots), r.Concurrency)
+		for i, sl := range r.Slots {
+			sep := ", "
+			if i == 0 {
+				sep = "; deadlines in "
+			}
+			fmt.Fprintf(e.stdout, "%s%v (%s)", sep, time.Duration(sl.DeadlineInMillis)*time.Millisecond, sl.ID)
+		}
+		fmt.Fprintln(e.stdout)
+	}
+	return nil
 }
 
 func fullIn(b core.BucketState) time.Duration {

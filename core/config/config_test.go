@@ -84,6 +84,21 @@ func TestParseExample(t *testing.T) {
 
 // header_style takes a name, a list of names or a comma-separated string,
 // case-insensitive, and the aliases of each name.
+// concurrency: N sits beside capacity and refill, in a class or the ceiling.
+func TestParseConcurrency(t *testing.T) {
+	src := strings.Replace(example(t), "export: {capacity: 10, refill_per_second: 0.1}", "export: {capacity: 10, refill_per_second: 0.1, concurrency: 2}", 1)
+	cfg, err := config.Parse("tiers.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q := cfg.Tiers.Tiers["free"].Classes["export"]; q != (core.Quota{Capacity: 10, RefillPerSecond: 0.1, Concurrency: 2}) {
+		t.Fatalf("export = %+v", q)
+	}
+	if q := cfg.Tiers.Tiers["free"].Classes["default"]; q.Concurrency != 0 {
+		t.Fatalf("default = %+v; want no concurrency limit", q)
+	}
+}
+
 func TestParseHeaderStyle(t *testing.T) {
 	for _, tc := range []struct {
 		yaml string
@@ -181,6 +196,9 @@ func TestParseErrors(t *testing.T) {
 		{"capacity too large", "export: {capacity: 10,", "export: {capacity: 2000000000000,", "tiers.yaml:14: tiers.free.classes.export.capacity: must be <= 1099511627776, got 2000000000000"},
 		{"capacity overflows", "export: {capacity: 10,", "export: {capacity: 99999999999999999999,", `tiers.yaml:14: tiers.free.classes.export.capacity: must be an integer, got "99999999999999999999"`},
 		{"capacity missing", "export: {capacity: 10, refill_per_second: 0.1}", "export: {refill_per_second: 0.1}", "tiers.yaml:14: tiers.free.classes.export.capacity: is required"},
+		{"concurrency zero", "export: {capacity: 10, refill_per_second: 0.1}", "export: {capacity: 10, refill_per_second: 0.1, concurrency: 0}", "tiers.yaml:14: tiers.free.classes.export.concurrency: must be >= 1 (omit it for no concurrency limit), got 0"},
+		{"concurrency too large", "export: {capacity: 10, refill_per_second: 0.1}", "export: {capacity: 10, refill_per_second: 0.1, concurrency: 100001}", "tiers.yaml:14: tiers.free.classes.export.concurrency: must be <= 100000, got 100001"},
+		{"concurrency on class and ceiling", "ceiling: {capacity: 100, refill_per_second: 5}\n    classes:\n      default: {capacity: 20, refill_per_second: 2}", "ceiling: {capacity: 100, refill_per_second: 5, concurrency: 9}\n    classes:\n      default: {capacity: 20, refill_per_second: 2, concurrency: 2}", "tiers.yaml:11: tiers.free.classes.default.concurrency: the ceiling has a concurrency limit too"},
 		{"rate negative", "refill_per_second: 0.1}", "refill_per_second: -1}", "tiers.yaml:14: tiers.free.classes.export.refill_per_second: must be > 0, got -1"},
 		{"rate zero", "refill_per_second: 0.1}", "refill_per_second: 0}", "tiers.yaml:14: tiers.free.classes.export.refill_per_second: must be > 0, got 0"},
 		{"rate NaN", "refill_per_second: 0.1}", "refill_per_second: .nan}", "tiers.yaml:14: tiers.free.classes.export.refill_per_second: must be finite, got NaN"},
@@ -189,7 +207,7 @@ func TestParseErrors(t *testing.T) {
 		{"rate not a number", "refill_per_second: 0.1}", `refill_per_second: "0.1"}`, `tiers.yaml:14: tiers.free.classes.export.refill_per_second: must be a number, got "0.1"`},
 		{"rate missing", "export: {capacity: 10, refill_per_second: 0.1}", "export: {capacity: 10}", "tiers.yaml:14: tiers.free.classes.export.refill_per_second: is required"},
 		{"fill time too long", "export: {capacity: 10, refill_per_second: 0.1}", "export: {capacity: 10000000, refill_per_second: 0.01}", "tiers.yaml:14: tiers.free.classes.export: capacity/refill rate (time to refill) must be <= 9600h0m0s"},
-		{"quota unknown field", "export: {capacity: 10,", "export: {burst: 3, capacity: 10,", "tiers.yaml:14: tiers.free.classes.export.burst: unknown field (want one of capacity, refill_per_second)"},
+		{"quota unknown field", "export: {capacity: 10,", "export: {burst: 3, capacity: 10,", "tiers.yaml:14: tiers.free.classes.export.burst: unknown field (want one of capacity, refill_per_second, concurrency)"},
 		{"quota not a mapping", "export: {capacity: 10, refill_per_second: 0.1}", "export: 10", `tiers.yaml:14: tiers.free.classes.export: must be a mapping, got "10"`},
 		{"ceiling capacity", "ceiling: {capacity: 100,", "ceiling: {capacity: 0,", "tiers.yaml:11: tiers.free.ceiling.capacity: must be > 0, got 0"},
 		{"merge key", "  pro:\n    classes:", "  pro:\n    <<: {}\n    classes:", "tiers.yaml:16: tiers.pro.<<: merge keys (<<) are not supported"},

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"regexp"
 	"slices"
@@ -255,6 +256,14 @@ func (p *schema) tier(n *yaml.Node, name, field string) core.Tier {
 	if !hasClasses {
 		p.failAt(deref(n), field+".classes", "is required: a tier needs at least one class")
 	}
+	if t.Ceiling != nil && t.Ceiling.Concurrency > 0 {
+		for _, class := range slices.Sorted(maps.Keys(t.Classes)) {
+			if t.Classes[class].Concurrency > 0 {
+				p.failAt(deref(n), field+".classes."+class+".concurrency", "the ceiling has a concurrency limit too; a request may have one (the class's or the ceiling's)")
+				break
+			}
+		}
+	}
 	return t
 }
 
@@ -296,7 +305,7 @@ func (p *schema) classes(n *yaml.Node, field string) (classes map[string]core.Qu
 
 func (p *schema) quota(n *yaml.Node, field string) (core.Quota, bool) {
 	var q core.Quota
-	entries, ok := p.mapping(n, field, "capacity", "refill_per_second")
+	entries, ok := p.mapping(n, field, "capacity", "refill_per_second", "concurrency")
 	if !ok {
 		return q, false
 	}
@@ -317,6 +326,20 @@ func (p *schema) quota(n *yaml.Node, field string) (core.Quota, bool) {
 				p.failAt(deref(e.val), sub, "must be <= %d, got %d", int64(core.MaxCapacity), v)
 			default:
 				q.Capacity, capOK = v, true
+			}
+		case "concurrency":
+			sub := field + ".concurrency"
+			v, ok := p.int64(e.val, sub)
+			if !ok {
+				break
+			}
+			switch {
+			case v < 1:
+				p.failAt(deref(e.val), sub, "must be >= 1 (omit it for no concurrency limit), got %d", v)
+			case v > core.MaxConcurrency:
+				p.failAt(deref(e.val), sub, "must be <= %d, got %d", core.MaxConcurrency, v)
+			default:
+				q.Concurrency = v
 			}
 		case "refill_per_second":
 			rateSeen = true

@@ -42,6 +42,10 @@ func NewHandler(a *app.App) (http.Handler, error) {
 		t, _ := core.TenantFromContext(c.Request().Context())
 		return c.JSON(http.StatusOK, a.GetProfile(t))
 	}, auth, limit)
+	e.GET(app.PathReports, func(c echo.Context) error {
+		t, _ := core.TenantFromContext(c.Request().Context())
+		return c.JSON(http.StatusOK, a.ListReports(c.Request().Context(), t))
+	}, auth, limit)
 	e.POST(app.PathExport, func(c echo.Context) error {
 		t, _ := core.TenantFromContext(c.Request().Context())
 		return c.JSON(http.StatusOK, a.ExportReport(t))

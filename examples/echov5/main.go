@@ -42,6 +42,10 @@ func NewHandler(a *app.App) (http.Handler, error) {
 		t, _ := core.TenantFromContext(c.Request().Context())
 		return c.JSON(http.StatusOK, a.GetProfile(t))
 	})
+	v1.GET(strings.TrimPrefix(app.PathReports, "/v1"), func(c *echo.Context) error {
+		t, _ := core.TenantFromContext(c.Request().Context())
+		return c.JSON(http.StatusOK, a.ListReports(c.Request().Context(), t))
+	})
 	v1.POST(strings.TrimPrefix(app.PathExport, "/v1"), func(c *echo.Context) error {
 		t, _ := core.TenantFromContext(c.Request().Context())
 		return c.JSON(http.StatusOK, a.ExportReport(t))

@@ -52,6 +52,10 @@ func NewApp(a *app.App) (*fiber.App, error) {
 		t, _ := core.TenantFromContext(c.UserContext())
 		return c.JSON(a.GetProfile(t))
 	})
+	f.Get(app.PathReports, auth, limit, func(c *fiber.Ctx) error {
+		t, _ := core.TenantFromContext(c.UserContext())
+		return c.JSON(a.ListReports(c.UserContext(), t))
+	})
 	f.Post(app.PathExport, auth, limit, func(c *fiber.Ctx) error {
 		t, _ := core.TenantFromContext(c.UserContext())
 		return c.JSON(a.ExportReport(t))

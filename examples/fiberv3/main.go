@@ -48,6 +48,10 @@ func NewApp(a *app.App) (*fiber.App, error) {
 	f.Use(recover.New())
 	f.Get(app.PathHealth, func(c fiber.Ctx) error { return c.JSON(app.Health{Status: "ok"}) })
 	f.Get(app.PathMetrics, a.Metrics) // Fiber v3 adapts an http.Handler itself
+	f.Get(app.PathReports, authenticate(a.Auth), limit, func(c fiber.Ctx) error {
+		t, _ := core.TenantFromContext(c.Context())
+		return c.JSON(a.ListReports(c.Context(), t))
+	})
 	f.Post(app.PathExport, authenticate(a.Auth), limit, func(c fiber.Ctx) error {
 		t, _ := core.TenantFromContext(c.Context())
 		return c.JSON(a.ExportReport(t))

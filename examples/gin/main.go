@@ -43,6 +43,10 @@ func NewHandler(a *app.App) (http.Handler, error) {
 		t, _ := core.TenantFromContext(c.Request.Context())
 		c.JSON(http.StatusOK, a.GetProfile(t))
 	})
+	r.GET(app.PathReports, auth, limit, func(c *gin.Context) {
+		t, _ := core.TenantFromContext(c.Request.Context())
+		c.JSON(http.StatusOK, a.ListReports(c.Request.Context(), t))
+	})
 	r.POST(app.PathExport, auth, limit, func(c *gin.Context) {
 		t, _ := core.TenantFromContext(c.Request.Context())
 		c.JSON(http.StatusOK, a.ExportReport(t))

@@ -41,6 +41,10 @@ func NewHandler(a *app.App) (http.Handler, error) {
 		t, _ := core.TenantFromContext(r.Context())
 		writeJSON(w, a.GetProfile(t))
 	}))
+	mux.Handle("GET "+app.PathReports, protect(func(w http.ResponseWriter, r *http.Request) {
+		t, _ := core.TenantFromContext(r.Context())
+		writeJSON(w, a.ListReports(r.Context(), t))
+	}))
 	mux.Handle("POST "+app.PathExport, protect(func(w http.ResponseWriter, r *http.Request) {
 		t, _ := core.TenantFromContext(r.Context())
 		writeJSON(w, a.ExportReport(t))

@@ -52,8 +52,8 @@ func forEachBackend(t *testing.T, f func(t *testing.T, c redis.UniversalClient))
 }
 
 // tiers: tier "free" has class default (3 tokens, 1/s), class export (10,
-// 0.5/s), class upload (2, 1/s), class tiny (2, 1/s) and class fast (1,
-// 5/s: a denial waits 200 ms); tier "ceiling"
+// 0.5/s), class upload (2, 1/s), class tiny (2, 1/s), class fast (1,
+// 5/s: a denial waits 200 ms) and class reports (one in flight); tier "ceiling"
 // adds a tenant-wide ceiling of 2 over a roomy default class.
 func testTiers() core.Tiers {
 	ceiling := core.Quota{Capacity: 2, RefillPerSecond: 1}
@@ -64,6 +64,7 @@ func testTiers() core.Tiers {
 			"upload":  {Capacity: 2, RefillPerSecond: 1},
 			"tiny":    {Capacity: 2, RefillPerSecond: 1},
 			"fast":    {Capacity: 1, RefillPerSecond: 5},
+			"reports": {Capacity: 100, RefillPerSecond: 10, Concurrency: 1},
 		}},
 		"ceiling":   {Classes: map[string]core.Quota{"default": {Capacity: 100, RefillPerSecond: 100}}, Ceiling: &ceiling},
 		"anonymous": {Classes: map[string]core.Quota{"default": {Capacity: 1, RefillPerSecond: 0.1}}},

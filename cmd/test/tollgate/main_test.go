@@ -651,3 +651,56 @@ func TestBucketGetOnEveryRedisURLForm(t *testing.T) {
 		})
 	}
 }
+
+// bucket get shows the concurrency slots held and their deadlines; bucket
+// reset frees them.
+func TestBucketSlots(t *testing.T) {
+	env, client := redisEnv(t)
+	prefix := redistest.Prefix(t)
+	cfgPath := writeTemp(t, "tiers.yaml", "default_tier: free\ntiers:\n  free:\n    classes:\n      default: {capacity: 20, refill_per_second: 2}\n      reports: {capacity: 100, refill_per_second: 10, concurrency: 2}\n")
+	ctx := t.Context()
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := cfg.NewResolver()
+	lim, err := core.New(client, r, core.WithPrefix(prefix), core.WithTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lim.Close()
+	for range 2 {
+		if d, err := lim.Allow(ctx, core.Tenant{ID: "t42"}, "reports", 1); err != nil || d.Slot == nil {
+			t.Fatalf("Allow: %+v, %v", d, err)
+		}
+	}
+	res := tollgate(t, env, "bucket", "get", "--json", "--config", cfgPath, "--prefix", prefix, "t42", "reports")
+	var out struct {
+		Buckets []struct {
+			Bucket      string `json:"bucket"`
+			Concurrency int64  `json:"concurrency"`
+			Slots       []struct {
+				ID               string `json:"id"`
+				DeadlineInMillis int64  `json:"deadline_in_ms"`
+			} `json:"slots"`
+		} `json:"buckets"`
+	}
+	if err := json.Unmarshal([]byte(res.stdout), &out); err != nil || res.code != 0 || len(out.Buckets) != 1 {
+		t.Fatalf("bucket get: %v\n%+v", err, res)
+	}
+	b := out.Buckets[0]
+	if b.Concurrency != 2 || len(b.Slots) != 2 || b.Slots[0].ID == "" || b.Slots[0].DeadlineInMillis <= 0 || b.Slots[1].DeadlineInMillis > 15_000 {
+		t.Fatalf("bucket get reports = %+v; want 2 slots, deadlines within the lease (15 s: three 5 s timeouts)", b)
+	}
+	tollgate(t, env, "bucket", "get", "--config", cfgPath, "--prefix", prefix, "t42", "reports").check(t, 0, "reports: 2 of 2 concurrency slots held; deadlines in ", "")
+	if d, _ := lim.Allow(ctx, core.Tenant{ID: "t42"}, "reports", 1); d.Reason != core.ReasonConcurrencyLimit {
+		t.Fatalf("a third: %v", d.Reason)
+	}
+	tollgate(t, env, "bucket", "reset", "--prefix", prefix, "t42", "reports").check(t, 0, "reports: 2 key(s) deleted", "")
+	tollgate(t, env, "bucket", "get", "--config", cfgPath, "--prefix", prefix, "t42", "reports").check(t, 0, "reports: 0 of 2 concurrency slots held", "")
+	d, err := lim.Allow(ctx, core.Tenant{ID: "t42"}, "reports", 1)
+	if err != nil || d.Slot == nil {
+		t.Fatalf("after reset: %v, %v", d.Reason, err)
+	}
+	d.Slot.Release()
+}

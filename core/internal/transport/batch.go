@@ -446,10 +446,10 @@ func (b *Batcher) load(ctx context.Context) error {
 	var err error
 	if cc, ok := b.client.(*redis.ClusterClient); ok {
 		err = cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
-			return n.ScriptLoad(ctx, b.script.source).Err()
+			return b.script.loadOn(ctx, n)
 		})
 	} else {
-		err = b.client.ScriptLoad(ctx, b.script.source).Err()
+		err = b.script.loadOn(ctx, b.client)
 	}
 	if err != nil {
 		return err

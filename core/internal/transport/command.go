@@ -15,11 +15,49 @@ import (
 type Script struct {
 	source string
 	sha    any
+	// alt is a second script the same callers send (see Pair): a command
+	// line names its script by its SHA
+	alt *Script
 }
 
 // NewScript returns the Script of source.
 func NewScript(source string) *Script {
 	return &Script{source: source, sha: redis.NewScript(source).Hash()}
+}
+
+// Pair returns main that also carries the calls of alt: a Batcher or Direct
+// built with it sends either script's command lines (made by main.Args or
+// alt.Line), loads both, and falls back to the EVAL of the script a line
+// names after a NOSCRIPT.
+func Pair(main, alt *Script) *Script {
+	s := *main
+	s.alt = alt
+	return &s
+}
+
+// Line returns a whole EVALSHA command line of s, not pooled: "evalsha",
+// the SHA, the number of keys, the keys, then args.
+func (s *Script) Line(keys []string, args ...any) []any {
+	line := make([]any, 0, 3+len(keys)+len(args))
+	line = append(line, "evalsha", s.sha, len(keys))
+	for _, k := range keys {
+		line = append(line, k)
+	}
+	return append(line, args...)
+}
+
+// Run runs one command line of s (or of its pair) on c, once: EVALSHA, then
+// EVAL after a NOSCRIPT.
+func (s *Script) Run(ctx context.Context, c redis.UniversalClient, args []any) (any, error) {
+	return s.run(ctx, c, args)
+}
+
+// sourceOf returns the source of the script a command line names.
+func (s *Script) sourceOf(args []any) string {
+	if s.alt != nil && args[1] == s.alt.sha {
+		return s.alt.source
+	}
+	return s.source
 }
 
 // smallCosts holds the cost argument of the common small costs, boxed once.
@@ -77,7 +115,7 @@ func PutArgs(p *[]any) {
 // (after NOSCRIPT) on a copy, so args stays an EVALSHA.
 func (s *Script) cmd(ctx context.Context, args []any, eval bool) *redis.Cmd {
 	if eval {
-		args = append([]any{"eval", s.source}, args[2:]...)
+		args = append([]any{"eval", s.sourceOf(args)}, args[2:]...)
 	}
 	cmd := redis.NewCmd(ctx, args...)
 	cmd.SetFirstKeyPos(3)
@@ -101,4 +139,15 @@ func (s *Script) run(ctx context.Context, c redis.UniversalClient, args []any) (
 
 func isNoScript(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
+
+// loadOn loads s (and its pair) on c.
+func (s *Script) loadOn(ctx context.Context, c redis.Cmdable) error {
+	if err := c.ScriptLoad(ctx, s.source).Err(); err != nil {
+		return err
+	}
+	if s.alt != nil {
+		return c.ScriptLoad(ctx, s.alt.source).Err()
+	}
+	return nil
 }

@@ -1,6 +1,9 @@
 package app
 
 import (
+	"context"
+	"time"
+
 	"github.com/tollgate-go/tollgate/core"
 )
 
@@ -10,6 +13,9 @@ const (
 	PathProfile = "/v1/profile"
 	// PathExport is POST: export a report (class export, cost 5).
 	PathExport = "/v1/reports/export"
+	// PathReports is GET: the caller's reports, slow (about 200 ms; class
+	// reports: for tier free, 2 in flight per tenant across every replica).
+	PathReports = "/v1/reports"
 	// PathHealth is GET, never authenticated, never limited.
 	PathHealth = "/healthz"
 	// PathMetrics is GET: Prometheus text, never authenticated or limited.
@@ -17,7 +23,28 @@ const (
 
 	// ClassExport is the class of report exports, as tollgate.yaml names it.
 	ClassExport = "export"
+
+	// reportsTime is how long listing the reports takes.
+	reportsTime = 200 * time.Millisecond
 )
+
+// Reports is the answer of GET /v1/reports.
+type Reports struct {
+	Tenant  string   `json:"tenant"`
+	Reports []string `json:"reports"`
+}
+
+// ListReports is the reports handler's work: about 200 ms (a stand-in for
+// a slow query), less when ctx ends first.
+func (a *App) ListReports(ctx context.Context, t core.Tenant) Reports {
+	timer := time.NewTimer(reportsTime)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	return Reports{Tenant: t.ID, Reports: []string{"2026-q3.csv", "2026-q4.csv"}}
+}
 
 // Profile is the answer of GET /v1/profile.
 type Profile struct {

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -133,6 +134,39 @@ func HTTP(t *testing.T, a *app.App, base string) {
 					t.Errorf("%s: body %q is not a 401 problem with a detail (%v)", bad.Name, r.Body, err)
 				}
 			}
+		}
+	})
+
+	t.Run("reports allows two in flight per free tenant", func(t *testing.T) {
+		// six at once, each about 200 ms: two run, the others find both
+		// slots taken (however the machine schedules them, some overlap)
+		auth := "Bearer " + Token(t, Tenant(t), "free")
+		rs := make([]Response, 6)
+		var wg sync.WaitGroup
+		for i := range rs {
+			wg.Add(1)
+			go func() { defer wg.Done(); rs[i] = Do(t, http.MethodGet, base+app.PathReports, auth) }()
+		}
+		wg.Wait()
+		ok, denied := 0, 0
+		for _, r := range rs {
+			switch r.Status {
+			case http.StatusOK:
+				ok++
+			case http.StatusTooManyRequests:
+				denied++
+				if !strings.Contains(r.Body, `"violated-policies":["reports/concurrency"]`) || r.Header.Get("Retry-After") == "" {
+					t.Errorf("reports denial: %q, Retry-After %q; want the concurrency policy", r.Body, r.Header.Get("Retry-After"))
+				}
+			default:
+				t.Errorf("reports: status %d %q", r.Status, r.Body)
+			}
+		}
+		if ok < 2 || denied < 1 {
+			t.Errorf("six reports at once: %d ran, %d denied; want two or more run (one after another) and some denied", ok, denied)
+		}
+		if p := rs[0].Header.Get("RateLimit-Policy"); !strings.Contains(p, `"reports/concurrency";q=2;qu="concurrent-requests"`) {
+			t.Errorf("RateLimit-Policy = %q", p)
 		}
 	})
 

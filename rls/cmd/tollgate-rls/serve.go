@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -147,6 +149,10 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 		return fmt.Errorf("TOLLGATE_CONFIG: %w", err)
 	case err != nil: // Redis does not answer
 		return fmt.Errorf("REDIS_URL: %w", err)
+	}
+	if err := refuseConcurrency(svc.Config.Tiers); err != nil {
+		_ = svc.Close()
+		return fmt.Errorf("TOLLGATE_CONFIG: %w", err)
 	}
 	closers = append(closers, func() { _ = svc.Close() })
 	lim, style := svc.Limiter, svc.Config.HeaderStyle
@@ -343,4 +349,22 @@ func openOverrides(ctx context.Context, u string, log *slog.Logger) (*sqlquota.S
 		return nil, nil, fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	return s, func() { _ = db.Close() }, nil
+}
+
+// refuseConcurrency refuses a tier file with a concurrency limit: Envoy's
+// rate limit service API has no call that ends a request, so a gateway
+// could take a slot but never free it (docs/envoy.md).
+func refuseConcurrency(ts core.Tiers) error {
+	for _, tn := range slices.Sorted(maps.Keys(ts.Tiers)) {
+		t := ts.Tiers[tn]
+		for _, class := range slices.Sorted(maps.Keys(t.Classes)) {
+			if t.Classes[class].Concurrency > 0 {
+				return fmt.Errorf("tier %q class %q has a concurrency limit, which tollgate-rls cannot enforce: Envoy's rate limit API has no call when a request ends, so a slot would never be freed; enforce it in the service with a tollgate adapter", tn, class)
+			}
+		}
+		if t.Ceiling != nil && t.Ceiling.Concurrency > 0 {
+			return fmt.Errorf("tier %q ceiling has a concurrency limit, which tollgate-rls cannot enforce: Envoy's rate limit API has no call when a request ends, so a slot would never be freed; enforce it in the service with a tollgate adapter", tn)
+		}
+	}
+	return nil
 }

@@ -1,0 +1,165 @@
+-- tollgate concurrency slots, v1. The token-bucket script's multi-bucket
+-- check plus one bucket's concurrency limit, in one call: a request is
+-- admitted only when every bucket has its cost in tokens AND a slot is free;
+-- then all buckets are charged and the slot is taken. A denial by a bucket
+-- takes no slot; a denial for lack of a slot charges no token. Requests of
+-- classes without a concurrency limit never run this script (the token
+-- bucket script's one-bucket path pays nothing for the feature).
+--
+-- Slots are leases: a sorted set per tenant and bucket, member = slot id,
+-- score = deadline in integer microseconds. A slot counts while its deadline
+-- is in the future; an admission first removes the expired ones, so a
+-- replica that died without releasing leaks its slots for at most the lease
+-- time. Release is a plain ZREM by the holder; renewal is the mode below.
+--
+-- Acquire (two or more keys):
+-- KEYS[i]     bucket key i (1 <= i <= n = #KEYS - 1), as the token-bucket
+--             script's.
+-- KEYS[n+1]   the slot set. Every key carries the same hash tag (the tenant).
+-- ARGV[1]     now, integer microseconds, or "" to read the server clock.
+-- ARGV[2]     cost k, an integer >= 0. k = 0 is a peek: nothing is written
+--             and no slot is taken.
+-- ARGV[3i], ARGV[3i+1], ARGV[3i+2]  capacity, refill rate and TTL (ms) of
+--             bucket i, as the token-bucket script's.
+-- ARGV[3n+3]  the concurrency limit N, an integer > 0.
+-- ARGV[3n+4]  the lease, integer microseconds > 0.
+-- ARGV[3n+5]  the slot id, unique to this request.
+-- ARGV[3n+6]  the slot set's TTL in ms (the lease plus a margin): the key is
+--             never left to expire before its latest deadline.
+-- Reply: {allowed (1 or 0), reason (0 ok, 1 over limit, 2 cost exceeds
+-- capacity, 3 no free slot), binding (1-based bucket), held (slots in use
+-- after the call), wait (reason 3: microseconds until the earliest
+-- deadline; else 0), tokens_1, ..., tokens_n} with the balances as the
+-- token-bucket script's multi-bucket reply.
+--
+-- Renew (one key, the slot set): ARGV[1] now as above, ARGV[2] the slot id,
+-- ARGV[3] the lease in microseconds, ARGV[4] the set's TTL in ms. Moves the
+-- slot's deadline to now + lease and replies 1, or replies 0 when the slot
+-- is gone (released, reset, or past its deadline: then it no longer counted
+-- and another request may hold its place, so it is removed, not revived).
+
+-- A number handed to redis.call is formatted with 14 digits: deadlines
+-- (16 digits) are formatted here.
+
+local nk = #KEYS
+local fmt, find, sub = string.format, string.find, string.sub
+local stamp, now = ARGV[1], nil
+if stamp == '' then
+  local t = redis.call('TIME')
+  local sec, us = t[1], t[2]
+  -- as the token-bucket script: exact below 2^53, two short strtods
+  now = sec * 1000000 + us
+  if #us < 6 then us = sub('00000' .. us, -6) end
+  stamp = sec .. us
+else
+  now = tonumber(stamp)
+end
+
+-- keep the set's TTL at least ttl ms: never shorten it below another
+-- holder's deadline (replicas may be configured with different leases)
+local function extend(skey, ttl)
+  if redis.call('PTTL', skey) < tonumber(ttl) then
+    redis.call('PEXPIRE', skey, ttl)
+  end
+end
+
+if nk == 1 then
+  local skey, id = KEYS[1], ARGV[2]
+  local score = redis.call('ZSCORE', skey, id)
+  if not score then return 0 end
+  if tonumber(score) <= now then
+    redis.call('ZREM', skey, id)
+    return 0
+  end
+  redis.call('ZADD', skey, 'XX', fmt('%.17g', now + tonumber(ARGV[3])), id)
+  extend(skey, ARGV[4])
+  return 1
+end
+
+local n = nk - 1
+local skey = KEYS[nk]
+local a = 3 * n + 3
+local limit = tonumber(ARGV[a])
+local cost = tonumber(ARGV[2])
+local live = '(' .. stamp
+local held = redis.call('ZCOUNT', skey, live, '+inf')
+
+local caps, rates, toks, stamps = {}, {}, {}, {}
+local reason, binding, retry = 0, 1, 0
+
+for i = 1, n do
+  local base = 3 * i
+  local cap = tonumber(ARGV[base])
+  local rate = tonumber(ARGV[base + 1])
+  caps[i], rates[i] = cap, rate
+  local tokens, last, ls = cap, now, stamp
+  local v = redis.call('GET', KEYS[i])
+  if v then
+    local sep = find(v, ' ', 1, true)
+    if sep then
+      local s = sub(v, sep + 1)
+      local t, l = tonumber(sub(v, 1, sep - 1)), tonumber(s)
+      if t and l and t >= 0 and t <= cap and l >= 0 and l < 9007199254740992 then
+        tokens, last, ls = t, l, s
+      end
+    end
+  end
+  if now > last then
+    tokens = tokens + (now - last) * rate / 1000000
+    if tokens > cap then tokens = cap end
+    ls = stamp
+  end
+  toks[i], stamps[i] = tokens, ls
+
+  if cost > cap then
+    if reason ~= 2 then reason, binding = 2, i end
+  elseif tokens < cost and reason ~= 2 then
+    local wait = (cost - tokens) / rate
+    if reason == 0 or wait > retry then binding, retry = i, wait end
+    reason = 1
+  end
+end
+
+local wait = 0
+if reason == 0 and cost > 0 and held >= limit then
+  reason = 3
+  local first = redis.call('ZRANGEBYSCORE', skey, live, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  if first[2] then wait = tonumber(first[2]) - now end
+end
+
+local reply = {reason == 0 and 1 or 0, reason, binding, held, wait}
+if reason ~= 0 then
+  for i = 1, n do reply[5 + i] = fmt('%.17g', toks[i]) end
+  return reply
+end
+local best, bestReset = nil, nil
+for i = 1, n do
+  local left = toks[i] - cost
+  local state = fmt('%.17g %s', left, stamps[i])
+  if cost > 0 then
+    redis.call('SET', KEYS[i], state, 'PX', ARGV[3 * i + 2])
+  end
+  reply[5 + i] = state
+  local reset = (caps[i] - left) / rates[i]
+  if best == nil or left < best or (left == best and reset > bestReset) then
+    best, bestReset, binding = left, reset, i
+  end
+end
+reply[3] = binding
+if cost > 0 then
+  -- expired slots are removed only when there are some (ZCARD is O(1));
+  -- a new set gets its TTL without reading one
+  local all = held > 0 and redis.call('ZCARD', skey) or 0
+  if all > held or (held == 0 and redis.call('EXISTS', skey) == 1) then
+    redis.call('ZREMRANGEBYSCORE', skey, '-inf', stamp)
+    all = held
+  end
+  redis.call('ZADD', skey, fmt('%.17g', now + tonumber(ARGV[a + 1])), ARGV[a + 2])
+  if all == 0 then
+    redis.call('PEXPIRE', skey, ARGV[a + 3])
+  else
+    extend(skey, ARGV[a + 3])
+  end
+  reply[4] = held + 1
+end
+return reply

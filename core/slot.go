@@ -1,0 +1,377 @@
+package core
+
+import (
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/core/internal/transport"
+	"go.opentelemetry.io/otel/metric"
+)
+
+//go:embed lua/concurrency.lua
+var concurrencySource string
+
+// concurrencyScript checks a request of a bucket set with a concurrency
+// limit, and renews slots. Only such requests send it: the token-bucket
+// script's paths stay as they are for every other request.
+var concurrencyScript = transport.NewScript(concurrencySource)
+
+// ConcurrencyScriptSource returns the Lua source of the script that checks
+// requests whose buckets carry a concurrency limit, and renews their
+// slots, for tools that preload it (SCRIPT LOAD) or audit it.
+func ConcurrencyScriptSource() string { return concurrencySource }
+
+// Slot defaults (WithConcurrencySlots states them).
+const (
+	defaultSlotLease = 10 * time.Second
+	defaultSlotRetry = time.Second
+)
+
+// Slot is an admitted request's place among the concurrency slots of its
+// tenant's bucket (Quota.Concurrency), held in the store as a lease: renewed
+// in the background every third of the lease time while held, and freed by
+// Release. A slot whose holder dies without releasing it (a crashed
+// replica) frees itself when its lease runs out: no slot is held longer
+// than the lease time past its holder's last renewal.
+type Slot struct {
+	l      *Limiter
+	key    string
+	id     string
+	labels metric.AddOption
+	once   sync.Once
+	stop   chan struct{}
+	tried  chan struct{} // closed once the first removal was answered (or the slot was gone)
+}
+
+// Release frees the slot. It returns once the store has answered the
+// removal (one round trip, pipelined with the other releases of the
+// moment; at most the check timeout, or two while a renewal is under way),
+// so that the caller's next request finds the slot free. When the store
+// cannot be reached it returns after that one attempt, and the removal is
+// retried in the background while the lease runs, after which the slot is
+// left to expire (counted by the tollgate.slots.expired metric). It is safe
+// to call more than once (a later call returns at once), and on a nil Slot
+// (a request that holds none), where it does nothing.
+func (s *Slot) Release() {
+	if s == nil {
+		return
+	}
+	first := false
+	s.once.Do(func() { close(s.stop); first = true })
+	if first {
+		<-s.tried
+	}
+}
+
+// slotCall is what a check of a bucket set with a concurrency limit adds
+// to the script call: the bucket, its slot set and the new slot's id.
+type slotCall struct {
+	index int // the bucket with the limit
+	key   string
+	id    string
+}
+
+// slotIDs makes slot ids unique across the fleet: a random prefix per
+// process and a counter.
+var slotIDs = struct {
+	prefix string
+	n      atomic.Uint64
+}{prefix: randomPrefix()}
+
+func randomPrefix() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand panics on a broken source)
+	return hex.EncodeToString(b[:]) + "-"
+}
+
+func newSlotID() string {
+	return slotIDs.prefix + strconv.FormatUint(slotIDs.n.Add(1), 36)
+}
+
+// concurrentBucket returns the index of the bucket with a concurrency
+// limit, or -1; two are a configuration mistake.
+func concurrentBucket(buckets []Bucket) (int, error) {
+	ci := -1
+	for i, b := range buckets {
+		if b.Quota.Concurrency > 0 {
+			if ci >= 0 {
+				return -1, fmt.Errorf("%w: buckets %q and %q both have a concurrency limit; a request may have one", ErrInvalidQuota, buckets[ci].Name, b.Name)
+			}
+			ci = i
+		}
+	}
+	return ci, nil
+}
+
+// slotLine is the concurrency script's command line for a check.
+func (l *Limiter) slotLine(keys []string, buckets []Bucket, now string, cost int64, quotas [][3]any, s *slotCall) []any {
+	all := make([]string, 0, len(keys)+1)
+	all = append(append(all, keys...), s.key)
+	args := make([]any, 0, 2+3*len(quotas)+4)
+	args = append(args, now, strconv.FormatInt(cost, 10))
+	for _, q := range quotas {
+		args = append(args, q[0], q[1], q[2])
+	}
+	args = append(args, strconv.FormatInt(buckets[s.index].Quota.Concurrency, 10), l.leaseMicros, s.id, l.slotTTL)
+	return concurrencyScript.Line(all, args...)
+}
+
+// parseSlotReply decodes the concurrency script's reply (see its header).
+func (l *Limiter) parseSlotReply(v any, buckets []Bucket, cost int64, ci int) (Decision, error) {
+	a, ok := v.([]any)
+	if !ok || len(a) != 5+len(buckets) {
+		return Decision{}, fmt.Errorf("%w: concurrency script reply %T of length %d", errProtocol, v, len(a))
+	}
+	allowed, ok1 := a[0].(int64)
+	reason, ok2 := a[1].(int64)
+	binding, ok3 := a[2].(int64)
+	held, ok4 := a[3].(int64)
+	wait, ok5 := a[4].(int64)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || binding < 1 || int(binding) > len(buckets) || reason < 0 || reason > 3 ||
+		(allowed == 1) != (reason == 0) || held < 0 || wait < 0 {
+		return Decision{}, fmt.Errorf("%w: concurrency script reply header %v", errProtocol, a[:5])
+	}
+	toks := make([]float64, len(buckets))
+	stamps := make([]int64, len(buckets))
+	for i := range buckets {
+		s, ok := a[5+i].(string)
+		if !ok {
+			return Decision{}, fmt.Errorf("%w: script reply element %T, want a string", errProtocol, a[5+i])
+		}
+		tok, stamp, err := parseTokens(s)
+		if err != nil {
+			return Decision{}, err
+		}
+		toks[i], stamps[i] = tok, stamp
+	}
+	if reason != 3 {
+		d := decide(buckets, toks, stamps, int(binding-1), reason, cost)
+		d.Buckets[ci].InFlight = held
+		return d, nil
+	}
+	states := make([]BucketState, len(buckets))
+	for i, b := range buckets {
+		states[i] = BucketState{Name: b.Name, Quota: b.Quota, Tokens: toks[i]}
+	}
+	states[ci].InFlight = held
+	d := newDecision(states, ci, ReasonConcurrencyLimit, 0, cost)
+	d.RetryAfter = time.Duration(wait) * time.Microsecond
+	if l.cfg.slotRetry > 0 && l.cfg.slotRetry < d.RetryAfter {
+		d.RetryAfter = l.cfg.slotRetry
+	}
+	return d, nil
+}
+
+// newSlot starts holding the slot a check took: renewed until released.
+// sent is when the check started: the slot's deadline is no later than
+// sent plus the lease.
+func (l *Limiter) newSlot(req Request, b Bucket, key, id string, sent time.Time) *Slot {
+	s := &Slot{l: l, key: key, id: id, stop: make(chan struct{}), tried: make(chan struct{}),
+		labels: l.metrics.slotSet(req, b.Name)}
+	l.slotMu.Lock()
+	closed := l.slotsClosed
+	if !closed {
+		l.slotsWG.Add(1)
+	}
+	l.slotMu.Unlock()
+	l.metrics.slotsHeld.Add(context.Background(), 1, s.labels)
+	if closed {
+		// the limiter is closing: free it now, once
+		s.once.Do(func() { close(s.stop) })
+		s.release(time.Time{}, false)
+		return s
+	}
+	go s.hold(time.Now().Add(l.cfg.slotLease))
+	return s
+}
+
+// hold renews the slot every third of the lease until it is released or
+// the limiter closes, then releases it in the store. deadline is the
+// latest time, on this process's clock, by which the store is known to
+// hold the slot.
+func (s *Slot) hold(deadline time.Time) {
+	defer s.l.slotsWG.Done()
+	lease := s.l.cfg.slotLease
+	t := time.NewTimer(lease / 3)
+	defer t.Stop()
+	lost := false
+	for {
+		select {
+		case <-s.stop:
+			s.release(deadline, lost)
+			return
+		case <-s.l.slotsClosing:
+			s.release(deadline, lost)
+			return
+		case <-t.C:
+			if lost {
+				continue
+			}
+			at := time.Now()
+			ok, err := s.renew()
+			switch {
+			case err == nil && ok:
+				deadline = at.Add(lease)
+			case err == nil:
+				// gone: reset, or expired while the store could not be
+				// reached; another request may hold its place now
+				lost = true
+				s.l.metrics.slotExpired(s.labels, "lost")
+			}
+			t.Reset(lease / 3)
+		}
+	}
+}
+
+// renew moves the slot's deadline to the store's now plus the lease; false
+// without an error: the slot is gone.
+func (s *Slot) renew() (bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.l.cfg.timeout)
+	defer cancel()
+	line := concurrencyScript.Line([]string{s.key}, s.l.nowArg(), s.id, s.l.leaseMicros, s.l.slotTTL)
+	v, err := concurrencyScript.Run(ctx, s.l.scripts, line)
+	if err != nil {
+		return false, err
+	}
+	n, ok := v.(int64)
+	if !ok {
+		return false, fmt.Errorf("%w: renew reply %T", errProtocol, v)
+	}
+	return n == 1, nil
+}
+
+// release removes the slot from the store, retrying while its lease still
+// runs (at most until deadline, and once more only when the limiter
+// closes); a slot it cannot remove is left to expire, and counted. lost: the
+// store no longer has it.
+func (s *Slot) release(deadline time.Time, lost bool) {
+	defer s.l.metrics.slotsHeld.Add(context.Background(), -1, s.labels)
+	if lost {
+		close(s.tried)
+		return
+	}
+	ok := s.remove()
+	close(s.tried) // Release returns: the rest is the background's
+	backoff := 25 * time.Millisecond
+	for ; !ok; ok = s.remove() {
+		if !time.Now().Add(backoff).Before(deadline) {
+			s.l.metrics.slotExpired(s.labels, "release_failed")
+			return
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-s.l.slotsClosing:
+			t.Stop()
+			if !s.remove() {
+				s.l.metrics.slotExpired(s.labels, "release_failed")
+			}
+			return
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// remove deletes the slot from the store, once, within the store timeout,
+// in one pipeline with the other releases of the moment.
+func (s *Slot) remove() bool {
+	if err := s.l.releases.do(s.l, s.key, s.id); err != nil {
+		s.l.logDegraded("tollgate: a concurrency slot could not be released; retrying within its lease", Request{}, err, "key", s.key)
+		return false
+	}
+	return true
+}
+
+// releases pipelines the releases (ZREM) of the slots that end at the same
+// time: the first one to find no pipeline under way sends every release
+// queued meanwhile, then those queued while it was sent, and so on. A
+// release alone is one ZREM; under load one round trip carries many, which
+// is what the store's CPU per decision pays for (docs/benchmarks.md).
+type releases struct {
+	mu       sync.Mutex
+	pending  []*release
+	flushing bool
+}
+
+type release struct {
+	key, id string
+	err     chan error
+}
+
+// maxReleaseBatch bounds one pipeline.
+const maxReleaseBatch = 256
+
+func (r *releases) do(l *Limiter, key, id string) error {
+	req := &release{key: key, id: id, err: make(chan error, 1)}
+	r.mu.Lock()
+	r.pending = append(r.pending, req)
+	if r.flushing {
+		r.mu.Unlock()
+		return <-req.err
+	}
+	r.flushing = true
+	for len(r.pending) > 0 {
+		batch := r.pending[:min(len(r.pending), maxReleaseBatch)]
+		r.pending = r.pending[len(batch):]
+		r.mu.Unlock()
+		r.send(l, batch)
+		r.mu.Lock()
+	}
+	r.pending = nil
+	r.flushing = false
+	r.mu.Unlock()
+	return <-req.err
+}
+
+// send removes batch's slots in one pipeline bounded by the store timeout,
+// and hands each its own answer.
+func (r *releases) send(l *Limiter, batch []*release) {
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.timeout)
+	defer cancel()
+	cmds := make([]*redis.IntCmd, len(batch))
+	_, _ = l.scripts.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, rel := range batch {
+			cmds[i] = p.ZRem(ctx, rel.key, rel.id)
+		}
+		return nil
+	})
+	for i, rel := range batch {
+		rel.err <- cmds[i].Err()
+	}
+}
+
+// nowArg is the script's clock argument: "" for the server clock, else the
+// limiter's clock in microseconds.
+func (l *Limiter) nowArg() string {
+	if l.cfg.clock != nil {
+		return strconv.FormatInt(l.now().UnixMicro(), 10)
+	}
+	return ""
+}
+
+// closeSlots frees every slot still held (once each) and waits for the
+// releases, each bounded by the store timeout.
+func (l *Limiter) closeSlots() {
+	l.slotMu.Lock()
+	if !l.slotsClosed {
+		l.slotsClosed = true
+		close(l.slotsClosing)
+	}
+	l.slotMu.Unlock()
+	l.slotsWG.Wait()
+}
+
+// slotSettings formats the lease for the script, once.
+func (l *Limiter) slotSettings() {
+	l.leaseMicros = strconv.FormatInt(l.cfg.slotLease.Microseconds(), 10)
+	ms := (l.cfg.slotLease + time.Millisecond - 1) / time.Millisecond // rounded up
+	l.slotTTL = strconv.FormatInt(int64(ms)+1000, 10)
+}
