@@ -36,21 +36,31 @@ type Verdict struct {
 	// Err is the limiter's error (store failure, invalid request), for the
 	// adapter's error hook; the Verdict already applies the failure policy.
 	Err error
+
+	report *costReport // nil: nothing to settle (see CostContext)
 }
 
 // Done ends the request as far as the limiter is concerned: it releases the
-// concurrency slot the request holds (Decision.Slot), if any. Call it when
+// concurrency slot the request holds (Decision.Slot), if any, and settles
+// the request's reservation with the cost its handler reported (ReportCost;
+// one more round trip, bounded by the check timeout), once. Call it when
 // the handler returns, panics included (defer v.Done()), or, for a stream,
 // when the stream ends. It returns once the store answered the release
 // (one round trip, bounded by the check timeout; see Slot.Release), so the
 // client's next request finds the slot free; it is safe to call more than
 // once and does nothing when no slot is held.
-func (v Verdict) Done() { v.Decision.Slot.Release() }
+func (v Verdict) Done() {
+	v.Decision.Slot.Release()
+	v.settle()
+}
 
 // render turns the limiter's answer for (t, r) into a Verdict.
 func (g *Gate) render(t Tenant, r Route, d Decision, err error) Verdict {
 	v := Verdict{Proceed: d.Allowed, Decision: d, Tenant: t, Route: r, Checked: true, Err: err,
 		Headers: d.Headers(g.style, g.now())}
+	if d.settleable() {
+		v.report = &costReport{lim: g.lim}
+	}
 	if !d.Allowed {
 		v.Status = d.Status()
 		v.Problem = d.Problem()

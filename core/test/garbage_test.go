@@ -10,13 +10,14 @@ import (
 	"github.com/tollgate-go/tollgate/core"
 )
 
-// garbageStates are stored values the script never writes: unparsable,
-// non-finite, negative or above capacity (10). "<now>" is replaced by the
+// garbageStates are stored values the scripts never write: unparsable,
+// non-finite, below minus the capacity (the settle script's debt floor) or
+// above capacity (10). "<now>" is replaced by the
 // clock's current stamp.
 var garbageStates = []string{
 	"nan <now>", "-nan <now>", "inf <now>", "-inf <now>", "1e400 <now>",
 	"0 nan", "0 inf", "0 -inf", "0 1e400", "5 -nan",
-	"-5 <now>", "-0.5 <now>", "11 <now>", "0x10 <now>", "10.000001 <now>",
+	"-101 <now>", "-100.5 <now>", "11 <now>", "0x10 <now>", "10.000001 <now>",
 	"", "5", "abc", "x <now>", "5 x", "5 <now> junk", " <now>", "5 ",
 }
 
@@ -24,7 +25,7 @@ var garbageStates = []string{
 // by hand, by another program, or corrupted) is treated as a full bucket and
 // rewritten with a valid state on the next charge. Lua's tonumber accepts
 // "nan" and "inf", so without the checks a stored NaN admits everything
-// forever and a stored negative or NaN stamp denies forever. A peek reports
+// forever and a stored NaN or negative stamp denies forever. A peek reports
 // the bucket full and writes nothing. Single- and multi-bucket paths alike.
 func TestGarbageStateStartsFull(t *testing.T) {
 	q := core.Quota{Capacity: 10, RefillPerSecond: 2}

@@ -1,0 +1,152 @@
+package core
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/tollgate-go/tollgate/core/internal/transport"
+)
+
+//go:embed lua/settle.lua
+var settleSource string
+
+// settleScript settles reservations. Only a settle sends it, straight
+// through the limiter's client: the check path's scripts, leases, deny cache
+// and batcher are untouched.
+var settleScript = transport.NewScript(settleSource)
+
+// SettleScriptSource returns the Lua source of the script that settles
+// reservations (Limiter.Settle), for tools that preload it (SCRIPT LOAD) or
+// audit it.
+func SettleScriptSource() string { return settleSource }
+
+// settleable reports whether d is a reservation that Limiter.Settle can settle:
+// admitted and charged by the store (ReasonOK, not by the local fallback)
+// with a cost above zero. A request let through unchecked (failed open,
+// shadow mode) or charged by the local fallback has nothing in the store to
+// settle.
+func (d Decision) settleable() bool {
+	return d.Reason == ReasonOK && !d.Fallback && d.Cost > 0 && len(d.Buckets) > 0
+}
+
+// Settle settles a reservation: tenant t's request was admitted by d with
+// its cost, d.Cost, as an estimate, and actual is what it really cost.
+// Every bucket of d (the request's classes and ceilings) is charged actual
+// - d.Cost more, or refunded d.Cost - actual, in one script call, atomic
+// across the buckets. A refund never lifts a balance above its capacity; a
+// charge may take it below zero, a debt: the tenant's later requests to
+// those buckets are denied (ReasonOverLimit, RetryAfter counting the debt)
+// until the refill repays it. A debt stops at one capacity: what lies
+// beyond is forgiven and returned (the largest over d's buckets).
+//
+// Settle once per admission: a second call charges the difference again.
+// A reservation never settled stays charged at the estimate. When d has
+// nothing in the store to settle (denied, failed open, shadow mode, the
+// local fallback's) or actual equals the estimate, Settle makes no call and
+// returns 0, nil. actual must be 0 to MaxCost (else an error wrapping
+// ErrInvalidRequest, nothing settled). A store failure returns an error
+// wrapping ErrStore: the estimate stands. The call is bounded by the check
+// timeout and not by ctx's cancellation (the caller may be gone by the time
+// its cost is known), only by its values.
+func (l *Limiter) Settle(ctx context.Context, t Tenant, d Decision, actual int64) (forgiven int64, err error) {
+	if actual < 0 || actual > MaxCost {
+		return 0, fmt.Errorf("%w: actual cost must be 0 to %d, got %d", ErrInvalidRequest, int64(MaxCost), actual)
+	}
+	if !d.settleable() || actual == d.Cost {
+		return 0, nil
+	}
+	keys := make([]string, len(d.Buckets))
+	args := make([]any, 0, 2+2*len(d.Buckets))
+	args = append(args, l.nowArg(), strconv.FormatInt(actual-d.Cost, 10))
+	for i, b := range d.Buckets {
+		if keys[i], err = l.keys.Bucket(t.ID, b.Name); err != nil {
+			return 0, err
+		}
+		q := l.quotaArgs(b.Quota)
+		args = append(args, q[0], q[1])
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.timeout)
+	defer cancel()
+	v, err := settleScript.Run(cctx, l.scripts, settleScript.Line(keys, args...))
+	if err != nil {
+		err = storeError(cctx, l.cfg.timeout, err)
+		l.logDegraded("tollgate: a reservation could not be settled; its estimate stands", Request{Tenant: t}, err)
+		return 0, err
+	}
+	a, ok := v.([]any)
+	if !ok || len(a) != 2*len(keys) {
+		return 0, fmt.Errorf("%w: settle script reply %T of length %d", errProtocol, v, len(a))
+	}
+	for i := range keys {
+		f, ok := a[i].(int64)
+		if !ok || f < 0 {
+			return 0, fmt.Errorf("%w: settle script reply element %v", errProtocol, a[i])
+		}
+		forgiven = max(forgiven, f)
+	}
+	if l.deny != nil && actual < d.Cost {
+		// a refund: a remembered denial may no longer be proved
+		l.deny.mu.Lock()
+		delete(l.deny.entries, keys[0])
+		l.deny.mu.Unlock()
+	}
+	return forgiven, nil
+}
+
+// costReport is what a Verdict's context carries for its handler to report
+// the request's actual cost (ReportCost); Verdict.Done settles it.
+type costReport struct {
+	lim    *Limiter
+	actual atomic.Int64 // the reported cost + 1; 0: none
+	once   sync.Once
+}
+
+type costReportKey struct{}
+
+// CostContext returns ctx carrying v's reservation, for the handler to
+// report the request's actual cost with ReportCost; v.Done then settles it
+// (Limiter.Settle). An adapter passes it to the handler; a Verdict with
+// nothing to settle returns ctx as it is.
+func (v Verdict) CostContext(ctx context.Context) context.Context {
+	if v.report == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, costReportKey{}, v.report)
+}
+
+// ReportCost reports the actual cost of the request whose context ctx is
+// (or derives from): when the handler returns, the adapter settles the
+// reservation its route's cost made (the estimate) to n. The last report
+// wins; without one the estimate stands. It returns an error wrapping
+// ErrInvalidRequest when n is outside 0 to MaxCost, or when ctx carries no
+// reservation (no middleware, an exempt route, or a request admitted
+// without charging the store: failed open, shadow mode, local fallback),
+// and then reports nothing.
+func ReportCost(ctx context.Context, n int64) error {
+	if n < 0 || n > MaxCost {
+		return fmt.Errorf("%w: cost must be 0 to %d, got %d", ErrInvalidRequest, int64(MaxCost), n)
+	}
+	r, _ := ctx.Value(costReportKey{}).(*costReport)
+	if r == nil {
+		return fmt.Errorf("%w: no reservation in the context to report a cost to", ErrInvalidRequest)
+	}
+	r.actual.Store(n + 1)
+	return nil
+}
+
+// settle settles v's reservation with the reported cost, once.
+func (v Verdict) settle() {
+	r := v.report
+	if r == nil {
+		return
+	}
+	r.once.Do(func() {
+		if n := r.actual.Load(); n > 0 {
+			_, _ = r.lim.Settle(context.Background(), v.Tenant, v.Decision, n-1)
+		}
+	})
+}

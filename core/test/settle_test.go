@@ -1,0 +1,259 @@
+package core_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tollgate-go/tollgate/conformance"
+	"github.com/tollgate-go/tollgate/core"
+)
+
+// llm is the examples' class: capacity 1000, refill 10/s.
+var llm = core.Quota{Capacity: 1000, RefillPerSecond: 10}
+
+func settle(t *testing.T, l *core.Limiter, tenant string, d core.Decision, actual int64) int64 {
+	t.Helper()
+	f, err := l.Settle(context.Background(), core.Tenant{ID: tenant}, d, actual)
+	if err != nil {
+		t.Fatalf("Settle(%s, %d): %v", tenant, actual, err)
+	}
+	return f
+}
+
+func balance(t *testing.T, l *core.Limiter, tenant string, bucket string) float64 {
+	t.Helper()
+	d := check(t, l, tenant, 0)
+	for _, b := range d.Buckets {
+		if b.Name == bucket {
+			return b.Tokens
+		}
+	}
+	t.Fatalf("no bucket %q in %+v", bucket, d.Buckets)
+	return 0
+}
+
+// TestSettleUpAndDown: settling charges the difference between the actual
+// cost and the estimate, or refunds it, in every bucket of the request, and
+// a refund never lifts a balance above its capacity.
+func TestSettleUpAndDown(t *testing.T) {
+	ceiling := core.Bucket{Name: core.CeilingBucket, Quota: core.Quota{Capacity: 5000, RefillPerSecond: 50}}
+	forEachBackend(t, func(t *testing.T, be backend, vr variant) {
+		clock := conformance.NewFakeClock() // frozen: no refill
+		c := be.client(t)
+		l := vr.newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: llm}, ceiling), core.WithClock(clock.Now))
+		d := check(t, l, "up", 100)
+		if !d.Allowed {
+			t.Fatalf("reserve: %+v", d)
+		}
+		settle(t, l, "up", d, 300)
+		if got := balance(t, l, "up", "default"); got != 700 {
+			t.Fatalf("after settling 100 up to 300: %v tokens, want 700", got)
+		}
+		if got := balance(t, l, "up", core.CeilingBucket); got != 4700 {
+			t.Fatalf("ceiling after settling up: %v tokens, want 4700", got)
+		}
+		d = check(t, l, "up", 100)
+		settle(t, l, "up", d, 20)
+		if got := balance(t, l, "up", "default"); got != 680 {
+			t.Fatalf("after settling 100 down to 20: %v tokens, want 680", got)
+		}
+		if got := balance(t, l, "up", core.CeilingBucket); got != 4680 {
+			t.Fatalf("ceiling after settling down: %v tokens, want 4680", got)
+		}
+		// a refund stops at capacity: the refill meanwhile filled the bucket
+		d = check(t, l, "full", 100)
+		clock.Advance(20 * time.Second) // 200 tokens of refill: full again
+		settle(t, l, "full", d, 0)
+		key, _ := l.Keys().Bucket("full", "default")
+		if got, _ := stored(t, c, key); got != 1000 { // as stored: a peek reads above capacity as full
+			t.Fatalf("refund onto a full bucket: %v tokens stored, want 1000 (capacity)", got)
+		}
+		// settling to the estimate, or a decision with nothing charged, is no call
+		d = check(t, l, "same", 100)
+		settle(t, l, "same", d, 100)
+		settle(t, l, "same", core.Decision{Reason: core.ReasonFailedOpen, Allowed: true, Cost: 100}, 0)
+		if got := balance(t, l, "same", "default"); got != 900 {
+			t.Fatalf("settled to the estimate: %v tokens, want 900", got)
+		}
+		if _, err := l.Settle(context.Background(), core.Tenant{ID: "same"}, d, -1); !errors.Is(err, core.ErrInvalidRequest) {
+			t.Fatalf("Settle(-1) = %v, want ErrInvalidRequest", err)
+		}
+		if _, err := l.Settle(context.Background(), core.Tenant{ID: "same"}, d, core.MaxCost+1); !errors.Is(err, core.ErrInvalidRequest) {
+			t.Fatalf("Settle(MaxCost+1) = %v, want ErrInvalidRequest", err)
+		}
+		if got := balance(t, l, "same", "default"); got != 900 {
+			t.Fatalf("after invalid settles: %v tokens, want 900", got)
+		}
+	})
+}
+
+// TestSettleDebt: settling above the balance leaves a debt; the tenant is
+// denied until the refill repays it, Retry-After counting the debt; a debt
+// stops at one capacity, the rest forgiven and reported.
+func TestSettleDebt(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend, vr variant) {
+		clock := conformance.NewFakeClock()
+		l := vr.newLimiter(t, be.client(t), staticResolver(core.Bucket{Name: "default", Quota: llm}), core.WithClock(clock.Now))
+		d := check(t, l, "debt", 100)
+		if f := settle(t, l, "debt", d, 1500); f != 0 {
+			t.Fatalf("forgiven %d, want 0", f)
+		}
+		d = check(t, l, "debt", 1)
+		if d.Allowed || d.Reason != core.ReasonOverLimit || d.Tokens != -500 || d.Remaining != 0 {
+			t.Fatalf("in debt: %+v, want denied over limit at -500 tokens, 0 remaining", d)
+		}
+		if want := 50100 * time.Millisecond; d.RetryAfter != want {
+			t.Fatalf("RetryAfter %v, want %v ((1 + 500 debt) / 10 per second)", d.RetryAfter, want)
+		}
+		if hs := d.Headers(core.HeaderXRateLimit, clock.Now()); len(hs) == 0 {
+			t.Fatal("no headers for a denial in debt")
+		}
+		clock.Advance(50 * time.Second) // repaid to 0: still short of 1
+		if d = check(t, l, "debt", 1); d.Allowed {
+			t.Fatalf("at 0 tokens: %+v, want denied", d)
+		}
+		clock.Advance(100 * time.Millisecond)
+		if d = check(t, l, "debt", 1); !d.Allowed {
+			t.Fatalf("after repaying: %+v, want admitted", d)
+		}
+		// the floor: one capacity of debt
+		d = check(t, l, "floor", 100)
+		if f := settle(t, l, "floor", d, 100+900+1000+7); f != 7 {
+			t.Fatalf("forgiven %d, want 7", f)
+		}
+		if got := balance(t, l, "floor", "default"); got != -1000 {
+			t.Fatalf("at the floor: %v tokens, want -1000", got)
+		}
+		// the key outlives the debt: it expires no sooner than the bucket is full again
+		key, _ := l.Keys().Bucket("floor", "default")
+		if ttl, err := be.client(t).PTTL(context.Background(), key).Result(); err != nil || ttl < 200*time.Second {
+			t.Fatalf("PTTL in debt = %v, %v, want >= 200s (time to refill 2000 tokens)", ttl, err)
+		}
+	})
+}
+
+// TestSettleUnsettledStaysCharged: a reservation never settled (the process
+// died, the call was lost) leaves exactly the estimate charged, and so does
+// a Verdict whose handler reported nothing.
+func TestSettleUnsettledStaysCharged(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend, vr variant) {
+		clock := conformance.NewFakeClock()
+		l := vr.newLimiter(t, be.client(t), staticResolver(core.Bucket{Name: "default", Quota: llm}), core.WithClock(clock.Now))
+		g, err := core.NewGate(l, core.WithDefaultRoute(core.Route{Class: "default", Cost: 100}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := check(t, l, "lost", 100); !d.Allowed {
+			t.Fatalf("reserve: %+v", d)
+		}
+		if got := balance(t, l, "lost", "default"); got != 900 {
+			t.Fatalf("unsettled: %v tokens, want 900", got)
+		}
+		ctx := core.ContextWithTenant(context.Background(), core.Tenant{ID: "quiet"})
+		v := g.Decide(ctx, core.Endpoint{Method: "POST", Pattern: "/v1/complete"})
+		_ = v.CostContext(ctx) // the handler reports nothing
+		v.Done()
+		if got := balance(t, l, "quiet", "default"); got != 900 {
+			t.Fatalf("no report: %v tokens, want 900 (the estimate stands)", got)
+		}
+	})
+}
+
+// TestGateReportCost: a handler's ReportCost on the Verdict's context is
+// settled by Done, once; the last report wins.
+func TestGateReportCost(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend, vr variant) {
+		clock := conformance.NewFakeClock()
+		l := vr.newLimiter(t, be.client(t), staticResolver(core.Bucket{Name: "default", Quota: llm}), core.WithClock(clock.Now))
+		g, err := core.NewGate(l, core.WithDefaultRoute(core.Route{Class: "default", Cost: 100}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := core.ContextWithTenant(context.Background(), core.Tenant{ID: "rep"})
+		v := g.Decide(ctx, core.Endpoint{Method: "POST", Pattern: "/v1/complete"})
+		hctx := v.CostContext(ctx)
+		if err := core.ReportCost(hctx, 999); err != nil {
+			t.Fatal(err)
+		}
+		if err := core.ReportCost(hctx, 250); err != nil {
+			t.Fatal(err)
+		}
+		if err := core.ReportCost(hctx, -1); !errors.Is(err, core.ErrInvalidRequest) {
+			t.Fatalf("ReportCost(-1) = %v, want ErrInvalidRequest", err)
+		}
+		v.Done()
+		v.Done()
+		if got := balance(t, l, "rep", "default"); got != 750 {
+			t.Fatalf("reported 250 on an estimate of 100: %v tokens, want 750", got)
+		}
+		if err := core.ReportCost(ctx, 5); !errors.Is(err, core.ErrInvalidRequest) {
+			t.Fatalf("ReportCost without a reservation = %v, want ErrInvalidRequest", err)
+		}
+	})
+}
+
+// TestSettleBoundConcurrent: goroutines reserving a fixed estimate and
+// settling a random actual cost, with no refill: the store is charged
+// exactly the sum of the admitted requests' actual costs, and the debt
+// never exceeds what the requests in flight can add (workers × (largest
+// actual − estimate)), the bound docs/semantics.md states.
+func TestSettleBoundConcurrent(t *testing.T) {
+	const (
+		workers  = 8
+		each     = 40
+		estimate = 200
+		maxCost  = 1000
+		capacity = 20000
+	)
+	forEachBackend(t, func(t *testing.T, be backend, vr variant) {
+		clock := conformance.NewFakeClock() // frozen: refill is 0, so the sums are exact
+		l := vr.newLimiter(t, be.client(t), staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: capacity, RefillPerSecond: 1}}), core.WithClock(clock.Now))
+		var mu sync.Mutex
+		var charged, admitted, denied int64
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(uint64(w), 1))
+				for range each {
+					d, err := l.Check(context.Background(), core.Request{Tenant: core.Tenant{ID: "bound"}, Class: "default", Cost: estimate})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if !d.Allowed {
+						mu.Lock()
+						denied++
+						mu.Unlock()
+						continue
+					}
+					actual := 1 + rng.Int64N(maxCost)
+					if _, err := l.Settle(context.Background(), core.Tenant{ID: "bound"}, d, actual); err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					charged += actual
+					admitted++
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		got := balance(t, l, "bound", "default")
+		if float64(capacity)-got != float64(charged) {
+			t.Fatalf("store charged %v, the admitted requests cost %d (admitted %d, denied %d)", float64(capacity)-got, charged, admitted, denied)
+		}
+		if floor := -float64(workers * (maxCost - estimate)); got < floor {
+			t.Fatalf("balance %v below the bound %v", got, floor)
+		}
+		if denied == 0 || got >= estimate {
+			t.Fatalf("balance %v, %d denied: the test never ran the bucket dry", got, denied)
+		}
+	})
+}
