@@ -108,14 +108,16 @@ type costReport struct {
 type costReportKey struct{}
 
 // CostContext returns ctx carrying v's reservation, for the handler to
-// report the request's actual cost with ReportCost; v.Done then settles it
-// (Limiter.Settle). An adapter passes it to the handler; a Verdict with
-// nothing to settle returns ctx as it is.
-func (v Verdict) CostContext(ctx context.Context) context.Context {
+// report the request's actual cost with ReportCost, and true; v.Done then
+// settles it (Limiter.Settle). An adapter passes that context to the
+// handler. A Verdict with nothing to settle (not admitted by the store with
+// a cost) returns ctx as it is and false, so that the adapter need not
+// replace the request's context.
+func (v Verdict) CostContext(ctx context.Context) (context.Context, bool) {
 	if v.report == nil {
-		return ctx
+		return ctx, false
 	}
-	return context.WithValue(ctx, costReportKey{}, v.report)
+	return context.WithValue(ctx, costReportKey{}, v.report), true
 }
 
 // ReportCost reports the actual cost of the request whose context ctx is

@@ -46,7 +46,10 @@ func Middleware(gate *core.Gate, opts ...Option) echo.MiddlewareFunc {
 			v := c.Decide(req.Context(), ec, core.Endpoint{Method: req.Method, Pattern: path, ClientIP: ec.RealIP(), Unmatched: !matched})
 			adapt.SetHeaders(ec.Response().Header(), v.Headers)
 			if v.Proceed {
-				defer v.Done() // frees a concurrency slot, panics included
+				defer v.Done() // frees a concurrency slot and settles the reported cost, panics included
+				if ctx, ok := v.CostContext(req.Context()); ok {
+					ec.SetRequest(req.WithContext(ctx)) // the handler may core.ReportCost its actual cost
+				}
 				return next(ec)
 			}
 			return c.Deny(ec, v)

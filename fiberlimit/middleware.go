@@ -48,7 +48,10 @@ func New(gate *core.Gate, opts ...Option) fiber.Handler {
 			fc.Set(h.Name, h.Value)
 		}
 		if v.Proceed {
-			defer v.Done() // frees a concurrency slot, panics included
+			defer v.Done() // frees a concurrency slot and settles the reported cost, panics included
+			if ctx, ok := v.CostContext(fc.UserContext()); ok {
+				fc.SetUserContext(ctx) // the handler may core.ReportCost(c.UserContext(), n)
+			}
 			return fc.Next()
 		}
 		return c.Deny(fc, v)

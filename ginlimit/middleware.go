@@ -41,7 +41,10 @@ func Middleware(gate *core.Gate, opts ...Option) gin.HandlerFunc {
 		v := c.Decide(gc.Request.Context(), gc, core.Endpoint{Method: gc.Request.Method, Pattern: path, ClientIP: gc.ClientIP(), Unmatched: path == ""})
 		adapt.SetHeaders(gc.Writer.Header(), v.Headers)
 		if v.Proceed {
-			defer v.Done() // frees a concurrency slot, panics included
+			defer v.Done() // frees a concurrency slot and settles the reported cost, panics included
+			if ctx, ok := v.CostContext(gc.Request.Context()); ok {
+				gc.Request = gc.Request.WithContext(ctx) // the handler may core.ReportCost its actual cost
+			}
 			gc.Next()
 			return
 		}

@@ -112,6 +112,7 @@ func (i *interceptors) unary() grpc.UnaryServerInterceptor {
 		if md := headerMD(v.Headers); md != nil {
 			_ = grpc.SetHeader(ctx, md)
 		}
+		ctx, _ = v.CostContext(ctx) // the handler may core.ReportCost its actual cost; Done settles it
 		return handler(ctx, req)
 	}
 }
@@ -139,12 +140,23 @@ func (i *interceptors) stream() grpc.StreamServerInterceptor {
 				return err
 			}
 		}
+		if cctx, ok := v.CostContext(ctx); ok {
+			ss = &costStream{ServerStream: ss, ctx: cctx} // the handler may core.ReportCost(ss.Context(), n) before it returns
+		}
 		if i.cfg.message != nil && info.IsClientStream && v.Checked {
 			ss = &chargedStream{ServerStream: ss, i: i, method: info.FullMethod, tenant: v.Tenant}
 		}
 		return handler(srv, ss)
 	}
 }
+
+// costStream carries the stream's reservation in its context (ReportCost).
+type costStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *costStream) Context() context.Context { return s.ctx }
 
 // chargedStream charges every received message (WithMessageCost).
 type chargedStream struct {

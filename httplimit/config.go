@@ -57,3 +57,17 @@ func WithDenyHandler(f func(w http.ResponseWriter, r *http.Request, v core.Verdi
 func WithErrorHandler(f func(r *http.Request, err error)) Option {
 	return adapt.ErrorHandler[Option](f)
 }
+
+// WithCostHeader names a response header (such as "Tollgate-Cost") in which
+// the handler may report the request's actual cost, a decimal integer, as
+// an alternative to core.ReportCost on the request's context: the
+// middleware reads and removes it before the response header is written
+// (at the first WriteHeader, Write or Flush, or when the handler returns),
+// so the client never sees it, and the request's reservation is settled to
+// that cost when the handler returns. A value that is not an integer from 0
+// to core.MaxCost is removed and ignored (the estimate, or an earlier
+// ReportCost, stands) and reported to the error handler. With it the
+// handler's ResponseWriter is wrapped (Flush and http.ResponseController
+// reach the original; a type assertion to http.Hijacker does not). Default:
+// none. "" is ignored.
+func WithCostHeader(name string) Option { return adapt.CostHeader[Option](name) }

@@ -39,7 +39,15 @@ func Middleware(gate *core.Gate, opts ...Option) func(http.Handler) http.Handler
 			v := c.Decide(r.Context(), r, core.Endpoint{Method: r.Method, Pattern: pattern, ClientIP: clientIP(r), Unmatched: unmatched})
 			SetHeaders(w.Header(), v.Headers)
 			if v.Proceed {
-				defer v.Done() // frees a concurrency slot, panics included
+				defer v.Done() // frees a concurrency slot and settles the reported cost, panics included
+				if ctx, ok := v.CostContext(r.Context()); ok {
+					r = r.WithContext(ctx) // the handler may core.ReportCost its actual cost
+					if c.CostHeader != "" {
+						cw := &costWriter{ResponseWriter: w, c: c, r: r}
+						defer cw.take() // before Done: a handler that wrote nothing
+						w = cw
+					}
+				}
 				next.ServeHTTP(w, r)
 				return
 			}

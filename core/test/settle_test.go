@@ -155,7 +155,9 @@ func TestSettleUnsettledStaysCharged(t *testing.T) {
 		}
 		ctx := core.ContextWithTenant(context.Background(), core.Tenant{ID: "quiet"})
 		v := g.Decide(ctx, core.Endpoint{Method: "POST", Pattern: "/v1/complete"})
-		_ = v.CostContext(ctx) // the handler reports nothing
+		if _, ok := v.CostContext(ctx); !ok { // the handler reports nothing
+			t.Fatal("an admission with a cost has no reservation to settle")
+		}
 		v.Done()
 		if got := balance(t, l, "quiet", "default"); got != 900 {
 			t.Fatalf("no report: %v tokens, want 900 (the estimate stands)", got)
@@ -175,7 +177,7 @@ func TestGateReportCost(t *testing.T) {
 		}
 		ctx := core.ContextWithTenant(context.Background(), core.Tenant{ID: "rep"})
 		v := g.Decide(ctx, core.Endpoint{Method: "POST", Pattern: "/v1/complete"})
-		hctx := v.CostContext(ctx)
+		hctx, _ := v.CostContext(ctx)
 		if err := core.ReportCost(hctx, 999); err != nil {
 			t.Fatal(err)
 		}

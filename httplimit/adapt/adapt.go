@@ -45,6 +45,10 @@ type Config[F, D any] struct {
 	Skip func(F) bool
 	// Deny answers a verdict that does not proceed.
 	Deny D
+	// CostHeader, when not empty, names the response header a handler may
+	// report its actual cost in (an adapter's WithCostHeader): the adapter
+	// reads and removes it before the response header is written.
+	CostHeader string
 }
 
 // An Option sets one field of a Config; an adapter's Option type has the
@@ -97,6 +101,15 @@ func ErrorHandler[O ~func(*Config[F, D]), F, D any](f func(F, error)) O {
 	return func(c *Config[F, D]) {
 		if f != nil {
 			c.OnError = f
+		}
+	}
+}
+
+// CostHeader sets Config.CostHeader, canonicalized; "" is ignored.
+func CostHeader[O ~func(*Config[F, D]), F, D any](name string) O {
+	return func(c *Config[F, D]) {
+		if name != "" {
+			c.CostHeader = http.CanonicalHeaderKey(name)
 		}
 	}
 }
