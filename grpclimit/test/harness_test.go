@@ -65,6 +65,7 @@ func testTiers() core.Tiers {
 			"tiny":    {Capacity: 2, RefillPerSecond: 1},
 			"fast":    {Capacity: 1, RefillPerSecond: 5},
 			"reports": {Capacity: 100, RefillPerSecond: 10, Concurrency: 1},
+			"llm":     {Capacity: 1000, RefillPerSecond: 0.01},
 		}},
 		"ceiling":   {Classes: map[string]core.Quota{"default": {Capacity: 100, RefillPerSecond: 100}}, Ceiling: &ceiling},
 		"anonymous": {Classes: map[string]core.Quota{"default": {Capacity: 1, RefillPerSecond: 0.1}}},
@@ -108,6 +109,9 @@ type service struct {
 
 func (s *service) GetProfile(ctx context.Context, _ *testpb.GetProfileRequest) (*testpb.Profile, error) {
 	s.calls.Add(1)
+	if err := reportCost(ctx); err != nil {
+		return nil, err
+	}
 	t, _ := core.TenantFromContext(ctx)
 	return &testpb.Profile{Tenant: t.ID}, nil
 }
@@ -132,7 +136,7 @@ func (s *service) Upload(st grpc.BidiStreamingServer[testpb.UploadChunk, testpb.
 	for seq := int32(0); ; seq++ {
 		if _, err := st.Recv(); err != nil {
 			if errors.Is(err, io.EOF) {
-				return nil
+				return reportCost(st.Context())
 			}
 			return err
 		}
@@ -141,6 +145,21 @@ func (s *service) Upload(st grpc.BidiStreamingServer[testpb.UploadChunk, testpb.
 			return err
 		}
 	}
+}
+
+// reportCost reports the actual cost the client asked for in the
+// "x-actual-cost" metadata (core.ReportCost), if any.
+func reportCost(ctx context.Context) error {
+	md, _ := metadata.FromIncomingContext(ctx)
+	v := md.Get("x-actual-cost")
+	if len(v) == 0 {
+		return nil
+	}
+	n, err := strconv.ParseInt(v[0], 10, 64)
+	if err == nil {
+		err = core.ReportCost(ctx, n)
+	}
+	return err
 }
 
 // authenticate is the test authentication layer: it puts the identity of
