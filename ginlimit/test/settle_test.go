@@ -1,0 +1,46 @@
+package ginlimit_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+
+	"github.com/gin-gonic/gin"
+	"github.com/tollgate-go/tollgate/conformance"
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/ginlimit"
+)
+
+// TestSettle: a handler reports its actual cost on the request's context;
+// the reservation (the route's cost, 4) is settled to it when the handler
+// returns; without a report the estimate stands.
+func TestSettle(t *testing.T) {
+	lim := conformance.NewUnitLimiter(t)
+	gate := conformance.NewUnitGate(t, lim, core.WithDefaultRoute(core.Route{Class: "export", Cost: 4}))
+	for _, c := range []struct {
+		tenant string
+		report int64 // -1: none
+		want   float64
+	}{{"gin-up", 9, 1}, {"gin-down", 1, 9}, {"gin-none", -1, 6}} {
+		r := gin.New()
+		r.Use(tenant(c.tenant), ginlimit.Middleware(gate))
+		r.POST("/v1/complete", func(gc *gin.Context) {
+			if c.report >= 0 {
+				if err := core.ReportCost(gc.Request.Context(), c.report); err != nil {
+					t.Error(err)
+				}
+			}
+			gc.Status(http.StatusOK)
+		})
+		if w := get(r, "POST", "/v1/complete"); w.Code != http.StatusOK {
+			t.Fatalf("%s: status %d", c.tenant, w.Code)
+		}
+		d, err := lim.Peek(context.Background(), core.Tenant{ID: c.tenant}, "export")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Tokens < c.want || d.Tokens > c.want+0.1 {
+			t.Fatalf("%s: %v tokens, want %v", c.tenant, d.Tokens, c.want)
+		}
+	}
+}
