@@ -13,7 +13,7 @@ TESTFLAGS ?= -race -shuffle=on -count=1 -timeout 12m
 BENCHFLAGS ?= -run '^$$' -bench . -benchmem -count 5
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: release release-sync consumer proxy apidiff help test lint bench bench/load bench/http demo fuzz tidy fmt check-redis test-fleet $(addprefix test/,$(ALL_MODULES)) bench/rls $(addprefix bench/,$(filter-out rls,$(ALL_MODULES)))
+.PHONY: release release-sync consumer proxy apidiff help test lint bench bench/load bench/http bench/script demo fuzz linearize tidy fmt check-redis test-fleet $(addprefix test/,$(ALL_MODULES)) bench/rls $(addprefix bench/,$(filter-out rls,$(ALL_MODULES)))
 
 help: ## list the targets
 	@grep -hE '^([a-zA-Z/%_-]+|\$$\(addprefix [^)]*\)\): [a-z]+/%):.*## ' $(MAKEFILE_LIST) \
@@ -31,6 +31,12 @@ test: check-redis ## every module, with -race, against a real Redis
 
 $(addprefix test/,$(ALL_MODULES)): test/%: check-redis ## one module and its test module, e.g. make test/core
 	cd $* && $(GO) test $(TESTFLAGS) github.com/tollgate-go/tollgate/$*/...
+
+DURATION ?= 5m
+LINEARIZE_TIMEOUT ?= 3h
+
+linearize: check-redis ## the linearizability check under faults, repeated for DURATION (default 5m), e.g. make linearize DURATION=30m
+	cd core/test && LINEARIZE_DURATION=$(DURATION) $(GO) test -race -count=1 -timeout $(LINEARIZE_TIMEOUT) -v ./linearize
 
 FLEET_REQUESTS ?= 100000
 
@@ -96,15 +102,27 @@ bench: check-redis ## Go benchmarks of every module, then the side-by-side load 
 bench/load: check-redis ## only the load driver: tollgate vs redis_rate vs redis-benchmark, one Redis, one run
 	cd bench && $(GO) run ./loadbench $(LOADFLAGS)
 
-# HTTPFLAGS are the HTTP driver's flags (cd bench && go run ./httpbench -h).
-HTTPFLAGS ?= -count 5 -duration 2s
+# SCRIPTFLAGS are the instruction counter's flags (cd bench && go run ./scriptcost -h).
+SCRIPTFLAGS ?= -calls 20000 -rounds 3 -svg ../docs/img/script-instructions.svg
+
+bench/script: ## the script's instructions per call inside EVALSHA against the floor script, counted by callgrind (docs/benchmarks.md)
+	@command -v redis-server >/dev/null || { echo "make bench/script needs redis-server on PATH" >&2; exit 1; }
+	@command -v valgrind >/dev/null || (apt-get update && apt-get install -y valgrind)
+	cd bench && $(GO) run ./scriptcost $(SCRIPTFLAGS)
+
+# HTTPFLAGS are the HTTP driver's flags (cd bench && go run ./httpbench -h);
+# HTTPDELAYFLAGS those of its second run, with Redis behind a link that
+# delays each direction by 250 µs. Both draw their pictures into docs/img.
+HTTPFLAGS ?= -count 5 -duration 2s -svg ../docs/img
+HTTPDELAYFLAGS ?= -count 5 -duration 2s -conns 2,16,64,256 -delay 250us -svg ../docs/img
 
 # An explicit rule, not one of the bench/<module> pattern targets below
 # (those run a module's Go benchmarks); it needs wrk, installed from Debian when missing.
-bench/http: ## the Gin service under wrk: no limiter, tollgate, ulule/limiter, redis_rate (docs/benchmarks.md)
+bench/http: ## the Gin service under wrk: no limiter, one GET, tollgate (and with leases), ulule/limiter, redis_rate; then with Redis 250 µs away (docs/benchmarks.md)
 	@command -v redis-server >/dev/null || { echo "make bench/http needs redis-server on PATH" >&2; exit 1; }
 	@command -v wrk >/dev/null || (apt-get update && apt-get install -y wrk)
 	cd bench && $(GO) run ./httpbench $(HTTPFLAGS)
+	cd bench && $(GO) run ./httpbench $(HTTPDELAYFLAGS)
 
 # RLSFLAGS are the side-by-side driver's flags (cd rls/test && go run ./rlsbench -h).
 RLSFLAGS ?= -reps 3 -duration 4s

@@ -75,6 +75,13 @@ type BucketState struct {
 	Quota Quota
 	// Tokens is the balance after this check, fractional.
 	Tokens float64
+	// Stamp is the time the store keeps with the balance, to the
+	// microsecond: after an admission (or a peek) by the store, the time of
+	// the bucket's last charge by the store's clock (the Redis server's, or
+	// WithClock's in client-clock mode); it never moves backwards. Zero on
+	// a denial and on a decision made without the store (lease, deny cache,
+	// local fallback).
+	Stamp time.Time
 	// InFlight is, for a bucket with a concurrency limit, the number of its
 	// slots in use after this check, across the fleet (this request's
 	// included when it took one); 0 for other buckets.

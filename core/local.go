@@ -169,6 +169,13 @@ func (dc *denyCache) check(keys []string, buckets []Bucket, cost int64, now time
 	if !ok || len(e.keys) != len(keys) {
 		return Decision{}, false
 	}
+	if now.Before(e.since) {
+		// the clock stepped back (client-clock mode): the store keeps the
+		// later stamp and refills nothing, so another replica's refill since
+		// may already have been admitted from; the bound proves nothing
+		dc.drop(keys[0], e.since)
+		return Decision{}, false
+	}
 	elapsed := now.Sub(e.since).Seconds()
 	states := make([]BucketState, len(keys))
 	for i := range keys {
@@ -180,14 +187,20 @@ func (dc *denyCache) check(keys []string, buckets []Bucket, cost int64, now time
 	}
 	reason, binding, retry := judge(states, cost)
 	if reason == ReasonOK {
-		dc.mu.Lock()
-		if cur, ok := dc.entries[keys[0]]; ok && cur.since.Equal(e.since) {
-			delete(dc.entries, keys[0]) // the bound no longer proves anything
-		}
-		dc.mu.Unlock()
+		dc.drop(keys[0], e.since) // the bound no longer proves anything
 		return Decision{}, false
 	}
 	return newDecision(states, binding, reason, retry, cost), true
+}
+
+// drop deletes the entry of key remembered at since, unless a newer one
+// replaced it.
+func (dc *denyCache) drop(key string, since time.Time) {
+	dc.mu.Lock()
+	if cur, ok := dc.entries[key]; ok && cur.since.Equal(since) {
+		delete(dc.entries, key)
+	}
+	dc.mu.Unlock()
 }
 
 func (dc *denyCache) remember(keys []string, d Decision, sent time.Time) {

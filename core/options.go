@@ -176,7 +176,12 @@ func WithLocalFallback(share float64) Option {
 // denies locally, without a store call, while that bound is below the cost.
 // It never denies a request the store would admit, except after a Reset made
 // by another process (e.g. the tollgate CLI), which it sees within the
-// denial's retry time; a quota change is seen at once. Its cost is a map
+// denial's retry time, and, in client-clock mode (WithClock), while this
+// replica's clock is behind the time another replica stored with the
+// bucket: the store then refills nothing for this replica's requests, so
+// a denial's balance can be older than the request by up to that lag, and
+// the cache may deny up to lag × rate tokens the store still holds. A quota
+// change is seen at once. Its cost is a map
 // lookup per check; a flood from one denied tenant makes no store call
 // until the bound allows (docs/benchmarks.md). Default off, although it
 // wins wherever denials repeat and costs nothing measurable elsewhere:

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // parseReply decodes the script's reply (see the script's header), checking
@@ -14,7 +15,7 @@ func parseReply(v any, buckets []Bucket, cost int64) (Decision, error) {
 	if s, ok := v.(string); ok && len(buckets) == 1 {
 		// one bucket: the state after an admission, or the balance after a
 		// denial (no space)
-		tok, err := parseTokens(s)
+		tok, stamp, err := parseTokens(s)
 		if err != nil {
 			return Decision{}, err
 		}
@@ -22,8 +23,8 @@ func parseReply(v any, buckets []Bucket, cost int64) (Decision, error) {
 		if strings.IndexByte(s, ' ') < 0 {
 			reason = 1
 		}
-		toks := [1]float64{tok}
-		return decide(buckets, toks[:], 0, reason, cost), nil
+		toks, stamps := [1]float64{tok}, [1]int64{stamp}
+		return decide(buckets, toks[:], stamps[:], 0, reason, cost), nil
 	}
 	a, ok := v.([]any)
 	if !ok || len(buckets) < 2 || len(a) != 3+len(buckets) {
@@ -35,28 +36,33 @@ func parseReply(v any, buckets []Bucket, cost int64) (Decision, error) {
 	if !ok1 || !ok2 || !ok3 || binding < 1 || int(binding) > len(buckets) || reason < 0 || reason > 2 || (allowed == 1) != (reason == 0) {
 		return Decision{}, fmt.Errorf("%w: script reply header %v", errProtocol, a[:3])
 	}
-	toks := make([]float64, len(buckets))
+	toks, stamps := make([]float64, len(buckets)), make([]int64, len(buckets))
 	for i := range buckets {
 		s, ok := a[3+i].(string)
 		if !ok {
 			return Decision{}, fmt.Errorf("%w: script reply element %T, want a string", errProtocol, a[3+i])
 		}
-		tok, err := parseTokens(s)
+		tok, stamp, err := parseTokens(s)
 		if err != nil {
 			return Decision{}, err
 		}
-		toks[i] = tok
+		toks[i], stamps[i] = tok, stamp
 	}
-	return decide(buckets, toks, int(binding-1), reason, cost), nil
+	return decide(buckets, toks, stamps, int(binding-1), reason, cost), nil
 }
 
 // decide builds the decision from the buckets' balances after the call, the
 // binding bucket and the script's reason (0 admitted, else denied; a denial
 // by a bucket whose capacity is below the cost is "cost exceeds capacity").
-func decide(buckets []Bucket, toks []float64, binding int, reason, cost int64) Decision {
+// stamps holds each state's stamp in microseconds, -1 where the reply had
+// none.
+func decide(buckets []Bucket, toks []float64, stamps []int64, binding int, reason, cost int64) Decision {
 	states := make([]BucketState, len(buckets))
 	for i, b := range buckets {
 		states[i] = BucketState{Name: b.Name, Quota: b.Quota, Tokens: toks[i]}
+		if stamps[i] >= 0 {
+			states[i].Stamp = time.UnixMicro(stamps[i])
+		}
 	}
 	r, retry := ReasonOK, 0.0
 	if reason != 0 {
@@ -71,16 +77,23 @@ func decide(buckets []Bucket, toks []float64, binding int, reason, cost int64) D
 }
 
 // parseTokens reads a bucket's balance: a number, possibly followed by a
-// space and more (the stored state, which the script replies as is).
-func parseTokens(s string) (float64, error) {
+// space and the state's stamp in integer microseconds (the stored state,
+// which the script replies as is). The stamp is -1 when there is none, or
+// when it is not an integer (a stored stamp the script accepted in another
+// form, kept because it lies in the future): the balance alone decides.
+func parseTokens(s string) (float64, int64, error) {
+	stamp := int64(-1)
 	if i := strings.IndexByte(s, ' '); i >= 0 {
+		if st, err := strconv.ParseInt(s[i+1:], 10, 64); err == nil && st >= 0 {
+			stamp = st
+		}
 		s = s[:i]
 	}
 	f, err := strconv.ParseFloat(s, 64)
 	if err != nil {
-		return 0, fmt.Errorf("%w: script reply element %q: %w", errProtocol, s, err)
+		return 0, 0, fmt.Errorf("%w: script reply element %q: %w", errProtocol, s, err)
 	}
-	return f, nil
+	return f, stamp, nil
 }
 
 // errProtocol marks a reply the limiter cannot decode.

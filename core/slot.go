@@ -140,19 +140,20 @@ func (l *Limiter) parseSlotReply(v any, buckets []Bucket, cost int64, ci int) (D
 		return Decision{}, fmt.Errorf("%w: concurrency script reply header %v", errProtocol, a[:5])
 	}
 	toks := make([]float64, len(buckets))
+	stamps := make([]int64, len(buckets))
 	for i := range buckets {
 		s, ok := a[5+i].(string)
 		if !ok {
 			return Decision{}, fmt.Errorf("%w: script reply element %T, want a string", errProtocol, a[5+i])
 		}
-		tok, err := parseTokens(s)
+		tok, stamp, err := parseTokens(s)
 		if err != nil {
 			return Decision{}, err
 		}
-		toks[i] = tok
+		toks[i], stamps[i] = tok, stamp
 	}
 	if reason != 3 {
-		d := decide(buckets, toks, int(binding-1), reason, cost)
+		d := decide(buckets, toks, stamps, int(binding-1), reason, cost)
 		d.Buckets[ci].InFlight = held
 		return d, nil
 	}

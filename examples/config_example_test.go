@@ -1,6 +1,7 @@
 package examples_test
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -10,54 +11,32 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
-	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/config"
 	"github.com/tollgate-go/tollgate/ginlimit"
 )
 
-// A program that takes its tiers, routes and header style from a tier file
-// and limits a Gin service with them: the file's options go to the limiter
-// (key prefix, failure policy, timeout), the resolver (cache TTL) and the
-// gate the middleware takes (routes, header style, anonymous tier).
-// httplimit, echolimit, fiberlimit and grpclimit take the same gate (see
-// Example_oneGate).
+// A program that takes its tiers, routes, header style and every
+// deployment setting from a tier file and limits a Gin service with them:
+// config.Open opens Redis from its URL and builds the resolver, the limiter
+// and the gate the file describes, with one Close. httplimit, echolimit,
+// fiberlimit and grpclimit take the same gate (see Example_oneGate).
 func Example_configFile() {
-	cfg, err := config.Load("tollgate.yaml") // the file the example services serve
+	svc, err := config.Open(context.Background(), "tollgate.yaml", // the file the example services serve
+		config.WithRedisURL(redisURL()), // redis://, rediss://, redis+cluster:// or redis+sentinel://
+		// your options come after the file's and win: here a longer bound
+		// on a Redis call than the file's 100ms, for a busy test machine
+		config.WithLimiterOptions(core.WithTimeout(2*time.Second)))
 	if err != nil {
-		fmt.Println(err) // every problem, as file:line: field: message
+		fmt.Println(err) // every problem in the file, as file:line: field: message
 		return
 	}
-	resolver, err := cfg.NewResolver()
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	opt, err := redis.ParseURL(redisURL())
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	client := redis.NewClient(opt)
-	defer client.Close()
-	// your options come after the file's and win: here a longer bound on
-	// a Redis call than the file's 100ms, for a busy test machine
-	lim, err := cfg.NewLimiter(client, resolver, core.WithTimeout(2*time.Second))
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer lim.Close()
+	defer svc.Close()
 
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
-	// the gate, built once: the file's routes, header style, anonymous tier
-	gate, err := core.NewGate(lim, cfg.GateOptions()...)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	r.Use(authenticate, ginlimit.Middleware(gate))
+	// svc.Gate, built once: the file's routes, header style, anonymous tier
+	r.Use(authenticate, ginlimit.Middleware(svc.Gate))
 	r.GET("/v1/profile", func(c *gin.Context) { c.String(http.StatusOK, "profile") })
 	r.POST("/v1/reports/export", func(c *gin.Context) { c.String(http.StatusOK, "exported") })
 	r.GET("/healthz", func(c *gin.Context) { c.String(http.StatusOK, "ok") })

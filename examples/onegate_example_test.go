@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
-	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/config"
 	"github.com/tollgate-go/tollgate/examples/internal/demopb"
@@ -23,40 +22,21 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// A program that loads the tier file once, builds one limiter and one gate
-// from it, and limits a Gin service, a net/http service and a gRPC service
-// with that gate: one configuration, checked once, and one tenant's
-// buckets shared by every protocol. The file keys the HTTP routes by
+// A program that opens the tier file once (config.Open builds the limiter
+// and the one gate it describes, with one Close) and limits a Gin service,
+// a net/http service and a gRPC service with that gate: one configuration,
+// checked once, and one tenant's buckets shared by every protocol. The file keys the HTTP routes by
 // method and template and the gRPC methods by full method.
 func Example_oneGate() {
-	cfg, err := config.Load("tollgate.yaml")
+	svc, err := config.Open(context.Background(), "tollgate.yaml",
+		config.WithRedisURL(redisURL()),
+		config.WithLimiterOptions(core.WithTimeout(2*time.Second))) // a busy test machine
 	if err != nil {
-		fmt.Println(err)
+		fmt.Println(err) // the URL, every problem in the file, or Redis down
 		return
 	}
-	resolver, err := cfg.NewResolver()
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	opt, err := redis.ParseURL(redisURL())
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	client := redis.NewClient(opt)
-	defer client.Close()
-	lim, err := cfg.NewLimiter(client, resolver, core.WithTimeout(2*time.Second))
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer lim.Close()
-	gate, err := core.NewGate(lim, cfg.GateOptions()...) // routes, header style, anonymous tier
-	if err != nil {
-		fmt.Println(err) // a bad route table, named
-		return
-	}
+	defer svc.Close()
+	gate := svc.Gate // the file's routes, header style, anonymous tier
 
 	// Gin serves the profile...
 	gin.SetMode(gin.ReleaseMode)

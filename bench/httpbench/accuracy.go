@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +22,30 @@ type accuracy struct {
 	sent     int64
 	other    int64 // answers neither 200 nor 429
 	degraded int64 // limiter errors in the replicas during the probe
+	// times are the admissions' arrival times at the prober, s from the
+	// first request, sorted: the n-th was admitted by times[n-1]
+	times []float64
+}
+
+// overshoot is what the configuration may admit over the bucket's bound
+// in an interval that starts later than the probe: tollgate-leases' unspent
+// leased tokens, at most one lease per replica.
+func (a accuracy) overshoot() float64 {
+	if a.config == "tollgate-leases" {
+		return float64(*flagReplicas * leaseSize)
+	}
+	return 0
+}
+
+// firstOver is the first admission received above the bucket's bound at
+// its arrival time, capacity + refill x t, or -1.
+func (a accuracy) firstOver() int {
+	for i, t := range a.times {
+		if float64(i+1) > capacity+refill*t {
+			return i
+		}
+	}
+	return -1
 }
 
 // bound is what a token bucket of the quota may admit over the whole
@@ -54,7 +79,7 @@ func accuracyRound(ctx context.Context, cfgs []string, replicas map[string][]*pr
 	var firstErr error
 	nonce := randomHex(4)
 	for _, c := range cfgs {
-		if c == "none" {
+		if !limits(c) {
 			continue
 		}
 		url, stop, err := balancer(replicas[c])
@@ -114,6 +139,9 @@ func probe(ctx context.Context, url, authorization string) (accuracy, error) {
 	client := &http.Client{Transport: transport, Timeout: 5 * time.Second}
 	var a accuracy
 	var admitted, sent, other atomic.Int64
+	var tmu sync.Mutex
+	var times []float64
+	var t0 time.Time
 	send := func() error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
@@ -129,6 +157,10 @@ func probe(ctx context.Context, url, authorization string) (accuracy, error) {
 		_ = resp.Body.Close()
 		switch resp.StatusCode {
 		case http.StatusOK:
+			at := time.Since(t0).Seconds()
+			tmu.Lock()
+			times = append(times, at)
+			tmu.Unlock()
 			admitted.Add(1)
 		case http.StatusTooManyRequests:
 		default:
@@ -136,7 +168,7 @@ func probe(ctx context.Context, url, authorization string) (accuracy, error) {
 		}
 		return nil
 	}
-	t0 := time.Now()
+	t0 = time.Now()
 	if err := send(); err != nil {
 		return a, err
 	}
@@ -169,6 +201,8 @@ func probe(ctx context.Context, url, authorization string) (accuracy, error) {
 		return a, err
 	}
 	a.admitted, a.sent, a.other = admitted.Load(), sent.Load(), other.Load()
+	slices.Sort(times)
+	a.times = times
 	a.burst = a.admitted - before
 	a.elapsed, a.burstDur = end.Sub(t0).Seconds(), end.Sub(b0).Seconds()
 	return a, nil

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/bench/internal/delaylink"
 	"github.com/tollgate-go/tollgate/bench/internal/ints"
 	"github.com/tollgate-go/tollgate/bench/internal/localredis"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
@@ -59,7 +60,7 @@ func startService(config, redisURL, secret string) (*proc, error) {
 		return nil, err
 	}
 	p := &proc{config: config, addr: addr, out: &strings.Builder{}, done: make(chan struct{})}
-	p.cmd = exec.Command(self, "-serve", "-config", config, "-addr", addr, "-redis", redisURL)
+	p.cmd = exec.Command(self, "-serve", "-config", config, "-addr", addr, "-redis", redisURL, "-lease-ttl", flagLeaseTTL.String())
 	p.cmd.Env = append(os.Environ(), secretEnv+"="+secret)
 	p.cmd.Stdout, p.cmd.Stderr = lockedWriter{p.out}, lockedWriter{p.out}
 	p.cmd.WaitDelay = time.Second
@@ -182,7 +183,7 @@ type run struct {
 // tenant more than a bucket could over the run, capacity + refill x wall
 // (generous: the bucket was full at most once, before the first run).
 func (r run) overBound() bool {
-	return r.load == "1" && r.config != "none" && float64(r.admitted) > capacity+refill*r.wall
+	return r.load == "1" && limits(r.config) && float64(r.admitted) > capacity+refill*r.wall
 }
 
 func (r run) name() string {
@@ -211,6 +212,18 @@ func drive() error {
 	defer srv.Close()
 	rc := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer rc.Close()
+	serviceURL, rtt := srv.URL(), 0.0
+	if *flagDelay > 0 {
+		link, err := delaylink.Start(srv.Addr(), *flagDelay)
+		if err != nil {
+			return err
+		}
+		defer link.Close()
+		serviceURL = "redis://" + link.Addr() + "/0"
+		if rtt, err = linkRTT(ctx, srv.Addr(), link.Addr()); err != nil {
+			return err
+		}
+	}
 
 	secret := randomHex(16)
 	replicas := map[string][]*proc{}
@@ -223,7 +236,7 @@ func drive() error {
 	}()
 	for _, c := range cfgs {
 		for range *flagReplicas {
-			p, err := startService(c, srv.URL(), secret)
+			p, err := startService(c, serviceURL, secret)
 			if err != nil {
 				return err
 			}
@@ -264,6 +277,9 @@ func drive() error {
 	fmt.Printf("redis: %s\ncpus: %d\n", v, runtime.NumCPU())
 	fmt.Printf("quota: capacity %d, %d/s; ulule: %d per %v\n", capacity, refill, capacity, window)
 	loadavg("start")
+	if *flagDelay > 0 {
+		fmt.Printf("link: %v each way; measured round trip added to a PING, p50: %.0f µs\n", *flagDelay, rtt)
+	}
 
 	// warm-up, not reported: every service, connection pool and script
 	for _, c := range cfgs {
@@ -297,12 +313,44 @@ func drive() error {
 		acc = append(acc, a...)
 	}
 	loadavg("end")
-	md := summary(cfgs, loads[0].name, conns, runs, acc)
+	md := summary(cfgs, loads[0].name, conns, runs, acc, rtt)
 	fmt.Print(md)
+	if *flagSVG != "" {
+		if err := pictures(*flagSVG, cfgs, loads[0].name, conns, runs, acc, rtt); err != nil {
+			return err
+		}
+	}
 	if *flagOut != "" {
 		return os.WriteFile(*flagOut, []byte(md), 0o644)
 	}
 	return nil
+}
+
+// linkRTT is what the link adds to a round trip: the median of 500
+// sequential PINGs through it less the median of 500 direct ones, in µs.
+func linkRTT(ctx context.Context, direct, link string) (float64, error) {
+	p50 := func(addr string) (float64, error) {
+		c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1})
+		defer c.Close()
+		var ds []float64
+		for range 500 {
+			t0 := time.Now()
+			if err := c.Ping(ctx).Err(); err != nil {
+				return 0, err
+			}
+			ds = append(ds, float64(time.Since(t0).Microseconds()))
+		}
+		return median(ds), nil
+	}
+	d, err := p50(direct)
+	if err != nil {
+		return 0, err
+	}
+	l, err := p50(link)
+	if err != nil {
+		return 0, err
+	}
+	return l - d, nil
 }
 
 // measure runs wrk once against one service and reads the service's

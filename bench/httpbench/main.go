@@ -8,7 +8,19 @@
 //     store, a fixed window sized against the bucket (limit = capacity per
 //     capacity / refill seconds);
 //   - redis_rate: github.com/go-redis/redis_rate/v10 (GCRA) behind a
-//     minimal hand-written Gin middleware.
+//     minimal hand-written Gin middleware;
+//   - one-get: exactly one plain Redis GET per request through go-redis
+//     with its defaults, and no decision: the least any shared check costs;
+//   - tollgate-leases: tollgate with leases of 10 tokens for -lease-ttl
+//     (1 s by default).
+//
+// With -delay, the services reach Redis through a link that delays each
+// direction by that much (bench/internal/delaylink), and the summary
+// reports the p50 and p99 each configuration adds to none, beside the
+// link's measured round trip. With -svg, the run's pictures are drawn
+// from its own figures: requests/s ratios as bars, the accuracy probes as
+// admissions over time against the bucket's bound, and, with -delay, the
+// latency added.
 //
 // Load comes from wrk (2 threads, --latency) over many tenants (a Lua
 // script rotating pre-minted JWTs) and over one hot tenant, at several
@@ -53,11 +65,18 @@ var (
 	flagConfigs    = flag.String("configs", strings.Join(configs, ","), "configurations to run")
 	flagOut        = flag.String("markdown", "", "also write the Markdown summary to this file")
 	flagCPUProfile = flag.String("cpuprofile", "", "with -serve: write the service's CPU profile to this file when it stops")
+	flagDelay      = flag.Duration("delay", 0, "put Redis behind a link delaying each direction by this much (e.g. 250us) and report the latency each configuration adds to none")
+	flagSVG        = flag.String("svg", "", "write the run's pictures (SVG) into this directory")
+	flagLeaseTTL   = flag.Duration("lease-ttl", time.Second, "the lease TTL of tollgate-leases (its size is 10 tokens)")
 )
 
 func main() {
 	flag.Parse()
 	var err error
+	if *flagLeaseTTL <= 0 {
+		fmt.Fprintln(os.Stderr, "httpbench: -lease-ttl must be positive")
+		os.Exit(2)
+	}
 	if *flagServe {
 		err = serve(*flagConfig, *flagAddr, *flagRedis)
 	} else {

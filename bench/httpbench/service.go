@@ -52,8 +52,23 @@ const (
 // the driver signs tokens with and the service verifies them with.
 const secretEnv = "HTTPBENCH_JWT_SECRET"
 
-// configs are the four ways the service runs, in the order reported.
-var configs = []string{"none", "tollgate", "ulule", "redis_rate"}
+// configs are the ways the service runs, in the order reported. one-get
+// is the floor of any shared check: exactly one plain Redis GET per request
+// through go-redis with its defaults, whatever it returns, and no decision.
+// tollgate-leases is tollgate with leases of leaseSize tokens for
+// -lease-ttl (default 1 s) on the limited class.
+var configs = []string{"none", "one-get", "tollgate", "tollgate-leases", "ulule", "redis_rate"}
+
+// limits reports whether the configuration decides (none and one-get
+// admit everything).
+func limits(config string) bool { return config != "none" && config != "one-get" }
+
+// The lease of tollgate-leases: each replica holds at most leaseSize
+// tokens of a tenant outside the store, so admissions across R replicas in
+// any interval exceed the bucket's allowance for it by at most
+// R x leaseSize, and from a full bucket never exceed capacity + refill x
+// elapsed (a leased token is charged before it is spent).
+const leaseSize = 10
 
 // extraConfigs may be named in -configs but are not run by default:
 // tollgate-nobatch is tollgate with core.WithBatching(false), to tell
@@ -150,7 +165,9 @@ func limiterMiddleware(config string, client *redis.Client, n *counts) (gin.Hand
 	switch config {
 	case "none":
 		return nil, nop, nil
-	case "tollgate", "tollgate-nobatch":
+	case "one-get":
+		return oneGet(client, n), nop, nil
+	case "tollgate", "tollgate-nobatch", "tollgate-leases":
 		resolver, err := core.NewResolver(core.Tiers{Default: tier, Tiers: map[string]core.Tier{
 			tier: {Classes: map[string]core.Quota{"default": {Capacity: capacity, RefillPerSecond: refill}}},
 		}})
@@ -158,8 +175,11 @@ func limiterMiddleware(config string, client *redis.Client, n *counts) (gin.Hand
 			return nil, nop, err
 		}
 		var opts []core.Option // defaults
-		if config == "tollgate-nobatch" {
+		switch config {
+		case "tollgate-nobatch":
 			opts = append(opts, core.WithBatching(false))
+		case "tollgate-leases":
+			opts = append(opts, core.WithLeases("default", leaseSize, *flagLeaseTTL))
 		}
 		lim, err := core.New(client, resolver, opts...)
 		if err != nil {
@@ -189,6 +209,20 @@ func limiterMiddleware(config string, client *redis.Client, n *counts) (gin.Hand
 		return redisRate(redis_rate.NewLimiter(client), n), nop, nil
 	}
 	return nil, nop, fmt.Errorf("unknown configuration %q, want one of %s", config, strings.Join(append(configs, extraConfigs...), ", "))
+}
+
+// oneGet is the least a shared check costs: one GET of the tenant's key
+// per request (the key never exists; nil is the usual answer). A Redis
+// error answers 503, like the other limiters without a failure policy.
+func oneGet(client *redis.Client, n *counts) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if err := client.Get(c.Request.Context(), "oneget:{"+tenantID(c)+"}").Err(); err != nil && !errors.Is(err, redis.Nil) {
+			n.onError(c, err)
+			c.AbortWithStatus(http.StatusServiceUnavailable)
+			return
+		}
+		c.Next()
+	}
 }
 
 // redisRate is the minimal Gin middleware a user of redis_rate writes: one

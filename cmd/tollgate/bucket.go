@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/config"
 	"golang.org/x/term"
 )
 
@@ -160,15 +161,20 @@ func bucketGet(ctx context.Context, e *env, args []string) error {
 		}
 		ropts = append(ropts, fixedOverrides(ov))
 	}
-	resolver, err := cfg.NewResolver(ropts...)
-	if err != nil {
-		return err
-	}
-	lim, client, err := e.openLimiter(ctx, resolver, core.WithPrefix(prefix), core.WithTimeout(e.opts.timeout))
+	client, err := e.openRedis(ctx)
 	if err != nil {
 		return err
 	}
 	defer client.Close()
+	// the service the file describes, as the services build it, with the
+	// operator's prefix and timeout
+	svc, err := config.OpenConfig(ctx, cfg, config.WithRedisClient(client), config.WithPingTimeout(e.opts.timeout),
+		config.WithResolverOptions(ropts...), config.WithLimiterOptions(core.WithPrefix(prefix), core.WithTimeout(e.opts.timeout)))
+	if err != nil {
+		return err
+	}
+	defer svc.Close()
+	lim := svc.Limiter
 	t := core.Tenant{ID: tenant, Tier: tierName}
 	var rows []bucketRow
 	seen := map[string]bool{}

@@ -15,39 +15,39 @@ import (
 	_ "modernc.org/sqlite" // database/sql driver "sqlite"
 )
 
-// openRedis connects to --redis-url and checks that it answers. A
-// redis+cluster:// (or rediss+cluster://) URL opens a Cluster client:
-// redis+cluster://[user:pass@]host:port[?addr=host2:port2&addr=...], any
-// one node being enough to find the others.
+// openRedis connects to --redis-url and checks that it answers. The URL is
+// one server's (redis://), a Cluster's (redis+cluster://h1:p1,h2:p2) or a
+// Sentinel-managed master's (redis+sentinel://s1:p1,s2:p2/master), as
+// config.NewRedisClient reads them.
 func (e *env) openRedis(ctx context.Context) (redis.UniversalClient, error) {
 	u := e.opts.redisURL
 	if u == "" {
 		return nil, usagef("no Redis: set --redis-url or REDIS_URL")
 	}
-	var c redis.UniversalClient
-	var addr string
-	if scheme, rest, ok := strings.Cut(u, "+cluster://"); ok && (scheme == "redis" || scheme == "rediss") {
-		opt, err := redis.ParseClusterURL(scheme + "://" + rest)
-		if err != nil {
-			return nil, usagef("bad --redis-url: %v (want redis+cluster://host:port[?addr=host2:port2...])", err)
-		}
-		opt.MaxRetries = -1 // an operator's command fails fast and says why
-		c, addr = redis.NewClusterClient(opt), "the Cluster at "+strings.Join(opt.Addrs, ", ")
-	} else {
-		opt, err := redis.ParseURL(u)
-		if err != nil {
-			return nil, usagef("bad --redis-url: %v", err)
-		}
-		opt.MaxRetries = -1
-		c, addr = redis.NewClient(opt), opt.Addr
+	c, err := config.NewRedisClient(u)
+	if err != nil {
+		return nil, usagef("bad --redis-url: %v", strings.TrimPrefix(err.Error(), core.ErrInvalidConfig.Error()+": "))
 	}
 	pctx, cancel := context.WithTimeout(ctx, e.opts.timeout)
 	defer cancel()
 	if err := c.Ping(pctx).Err(); err != nil {
 		_ = c.Close()
-		return nil, fmt.Errorf("cannot reach Redis at %s: %w", addr, err)
+		return nil, fmt.Errorf("cannot reach Redis at %s: %w", where(c, u), err)
 	}
 	return c, nil
+}
+
+// where names the Redis a client of rawURL connects to.
+func where(c redis.UniversalClient, rawURL string) string {
+	switch c := c.(type) {
+	case *redis.ClusterClient:
+		return "the Cluster at " + strings.Join(c.Options().Addrs, ", ")
+	case *redis.Client:
+		if a := c.Options().Addr; a != "FailoverClient" {
+			return a
+		}
+	}
+	return config.RedactURL(rawURL)
 }
 
 // openLimiter connects to --redis-url (openRedis) and builds a limiter over

@@ -235,7 +235,7 @@ func registerCommon(fs *flag.FlagSet, o *options, groups int, getenv func(string
 		if def == "" {
 			def = getenv("REDIS_URL")
 		}
-		fs.StringVar(&o.redisURL, "redis-url", def, "Redis URL, redis://[user:pass@]host:port/db, or a Cluster's,\nredis+cluster://[user:pass@]host:port[?addr=host2:port2...] (default $REDIS_URL)")
+		fs.StringVar(&o.redisURL, "redis-url", def, "Redis URL: redis://[user:pass@]host:port/db, a Cluster's\nredis+cluster://[user:pass@]host:port,host2:port2, or a Sentinel's\nredis+sentinel://[user:pass@]host:port,host2:port2/master[/db] (default $REDIS_URL)")
 	}
 	if groups&fDatabase != 0 {
 		def := o.databaseURL

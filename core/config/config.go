@@ -60,6 +60,23 @@ type Config struct {
 	CacheTTL time.Duration
 	// KeyPrefix is the Redis key prefix. Default core.DefaultPrefix.
 	KeyPrefix string
+	// Breaker is the circuit breaker (core.WithCircuitBreaker); nil
+	// leaves core's default (5 consecutive failures, 1 s).
+	Breaker *Breaker
+	// LocalFallback, when not 0, answers from in-process buckets at this
+	// share of each quota while the store fails (core.WithLocalFallback).
+	LocalFallback float64
+	// DenyCache turns on the deny cache (core.WithDenyCache).
+	DenyCache bool
+	// Shadow puts every class in shadow mode (core.WithShadow);
+	// ShadowClasses only those listed (core.WithShadowClasses).
+	Shadow        bool
+	ShadowClasses []string
+	// Leases is token leases by class (core.WithLeases).
+	Leases map[string]Lease
+	// Batching coalesces concurrent checks into pipelines
+	// (core.WithBatching). Default true.
+	Batching bool
 }
 
 // Load reads, parses and validates the configuration file at path. Errors
@@ -154,14 +171,32 @@ func readOnce(path string, attempt int) (data []byte, settled bool, err error) {
 }
 
 // LimiterOptions returns the limiter options the file sets: key prefix,
-// failure policy and timeout. Append your own after them to take
+// failure policy, timeout, breaker, local fallback, deny cache, shadow
+// mode, leases and batching. Append your own after them to take
 // precedence.
 func (c *Config) LimiterOptions() []core.Option {
-	return []core.Option{
+	opts := []core.Option{
 		core.WithPrefix(c.KeyPrefix),
 		core.WithFailurePolicy(c.FailurePolicy),
 		core.WithTimeout(c.Timeout),
+		core.WithDenyCache(c.DenyCache),
+		core.WithShadow(c.Shadow),
+		core.WithBatching(c.Batching),
 	}
+	if b := c.Breaker; b != nil {
+		opts = append(opts, core.WithCircuitBreaker(b.Threshold, b.Cooldown))
+	}
+	if c.LocalFallback != 0 {
+		opts = append(opts, core.WithLocalFallback(c.LocalFallback))
+	}
+	if len(c.ShadowClasses) > 0 {
+		opts = append(opts, core.WithShadowClasses(c.ShadowClasses...))
+	}
+	for _, class := range slices.Sorted(maps.Keys(c.Leases)) {
+		l := c.Leases[class]
+		opts = append(opts, core.WithLeases(class, l.Size, l.TTL))
+	}
+	return opts
 }
 
 // GateOptions returns the gate options the file sets, for the core.Gate

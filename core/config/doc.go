@@ -23,6 +23,14 @@
 //	grpc_methods:               # full method (or /pkg.Svc/*) -> (class, cost)
 //	  - {method: /acme.v1.Reports/Export, class: export, cost: 5}
 //	  - {method: /acme.v1.Reports/*, class: default}
+//	breaker: {threshold: 5, cooldown: 1s}  # circuit breaker per shard (threshold 0: off)
+//	local_fallback: 0.25        # while Redis fails, local buckets at this share (default off)
+//	deny_cache: false           # deny provably empty buckets locally (default false)
+//	shadow: false               # every class in shadow mode (default false)
+//	shadow_classes: [export]    # only these classes in shadow mode
+//	leases:                     # token leases by class (default none)
+//	  default: {size: 10, ttl: 1s}
+//	batching: true              # pipeline concurrent checks (default true)
 //
 // [Load] and [Parse] validate everything before anything is used: unknown
 // fields, duplicate keys, wrong types and out-of-range numbers are errors,
@@ -40,23 +48,29 @@
 // Routes are core's route model, [core.Routes]: [Config.Routes] holds the
 // routes list ("GET /v1/profile", or "/healthz" for method *) and
 // [Config.GRPCMethods] the grpc_methods list, service wildcards included.
-// A Config hands out ready options, so wiring the file into any adapter
-// takes a few lines:
 //
-//	cfg, err := config.Load("tiers.yaml")
-//	resolver, err := cfg.NewResolver(core.WithOverrides(store)) // cache_ttl
-//	lim, err := cfg.NewLimiter(client, resolver)                // key_prefix, failure_policy, timeout
-//	gate, err := core.NewGate(lim, cfg.GateOptions()...)        // routes, header_style, anonymous_tier
-//	mw := ginlimit.Middleware(gate)
+// [Open] builds what a service needs from the file, with one Close: the
+// Redis client from one URL ([NewRedisClient]: redis://, rediss://,
+// redis+cluster://, redis+sentinel://), the resolver, the limiter and the
+// gate with the file's options, and the watch if asked:
 //
-// [Config.GateOptions] carries the route table, header_style and
-// anonymous_tier to the one core.Gate every adapter takes (httplimit,
-// ginlimit, echolimit, fiberlimit, grpclimit); [Config.LimiterOptions] and
-// [Config.ResolverOptions] are the rest, for building core's types yourself.
+//	svc, err := config.Open(ctx, "tiers.yaml",
+//		config.WithRedisURL(os.Getenv("REDIS_URL")),
+//		config.WithResolverOptions(core.WithOverrides(store)),
+//		config.WithWatch(config.WithSignals(syscall.SIGHUP)))
+//	defer svc.Close()
+//	r.Use(authenticate, ginlimit.Middleware(svc.Gate)) // svc.Limiter to a queue worker
+//
+// A Config also hands out the ready options Open uses, for building core's
+// types yourself: [Config.LimiterOptions] (key_prefix, failure_policy,
+// timeout and the deployment fields), [Config.ResolverOptions] (cache_ttl)
+// and [Config.GateOptions] (the route table, header_style and
+// anonymous_tier, for core.NewGate: the one gate every adapter takes).
 //
 // # Reloading
 //
-// [Watch] keeps a [core.TieredResolver]'s tiers in step with the file:
+// [WithWatch] (with Open), or [Watch] over a resolver of your own, keeps a
+// [core.TieredResolver]'s tiers in step with the file:
 // whenever the file's contents change, and on the signals given with
 // [WithSignals] (none unless asked), it parses the new file and swaps its
 // tiers in atomically with SetTiers. A file is applied whole or not at

@@ -8,6 +8,8 @@ import (
 	"maps"
 	"os"
 	"os/signal"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -45,8 +47,10 @@ const DefaultPollInterval = 2 * time.Second
 //
 // What reloads: the tiers, through the resolver. The other fields are fixed
 // when the limiter and the adapters are built (key_prefix, failure_policy,
-// timeout, cache_ttl, and the gate's routes, grpc_methods, header_style and
-// anonymous_tier); a change to them is logged as needing a restart. The
+// timeout, cache_ttl, breaker, local_fallback, deny_cache, shadow,
+// shadow_classes, leases, batching, and the gate's routes, grpc_methods,
+// header_style and anonymous_tier); a change to them is logged as needing a
+// restart. The
 // routes and anonymous tier in force are taken to be those of the first
 // file the Reloader applies (by [Watch], the file it loads before
 // returning), so build the gate from [Reloader.Config] or from the same
@@ -314,6 +318,27 @@ func restartFields(a, b *Config) []string {
 	}
 	if a.AnonymousTier != b.AnonymousTier {
 		out = append(out, "anonymous_tier")
+	}
+	if !reflect.DeepEqual(a.Breaker, b.Breaker) {
+		out = append(out, "breaker")
+	}
+	if a.LocalFallback != b.LocalFallback {
+		out = append(out, "local_fallback")
+	}
+	if a.DenyCache != b.DenyCache {
+		out = append(out, "deny_cache")
+	}
+	if a.Shadow != b.Shadow {
+		out = append(out, "shadow")
+	}
+	if !slices.Equal(a.ShadowClasses, b.ShadowClasses) {
+		out = append(out, "shadow_classes")
+	}
+	if !maps.Equal(a.Leases, b.Leases) {
+		out = append(out, "leases")
+	}
+	if a.Batching != b.Batching {
+		out = append(out, "batching")
 	}
 	return out
 }

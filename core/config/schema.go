@@ -59,7 +59,8 @@ func (p *schema) name(n *yaml.Node, field, s string) bool {
 	return true
 }
 
-var topFields = []string{"version", "default_tier", "anonymous_tier", "tiers", "routes", "grpc_methods", "header_style", "failure_policy", "timeout", "cache_ttl", "key_prefix"}
+var topFields = []string{"version", "default_tier", "anonymous_tier", "tiers", "routes", "grpc_methods", "header_style", "failure_policy", "timeout", "cache_ttl", "key_prefix",
+	"breaker", "local_fallback", "deny_cache", "shadow", "shadow_classes", "leases", "batching"}
 
 func (p *schema) config(root *yaml.Node) *Config {
 	cfg := &Config{
@@ -72,6 +73,7 @@ func (p *schema) config(root *yaml.Node) *Config {
 		KeyPrefix:     core.DefaultPrefix,
 		Routes:        core.Routes{},
 		GRPCMethods:   core.Routes{},
+		Batching:      true,
 	}
 	p.cfg = cfg
 	entries, ok := p.mapping(root, "", topFields...)
@@ -148,6 +150,7 @@ func (p *schema) config(root *yaml.Node) *Config {
 	if e, ok := byName["grpc_methods"]; ok {
 		cfg.GRPCMethods = p.routes(grpcMethods, e.val)
 	}
+	p.deployment(byName)
 	if len(p.errs) == 0 {
 		// The file's checks mirror core's; this catches any rule core has
 		// and the parser does not.

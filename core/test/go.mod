@@ -9,6 +9,7 @@ replace (
 )
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.23.0

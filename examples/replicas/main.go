@@ -28,6 +28,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/core/config"
 )
 
 func main() {
@@ -98,18 +99,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 // empty, and says which.
 func connect(ctx context.Context, url string) (redis.UniversalClient, string, func(), error) {
 	if url != "" {
-		opt, err := redis.ParseURL(url)
+		c, err := config.NewRedisClient(url) // one server, a Cluster or a Sentinel's master
 		if err != nil {
 			return nil, "", nil, fmt.Errorf("REDIS_URL: %w", err)
 		}
-		c := redis.NewClient(opt)
+		where := config.RedactURL(url)
+		if sc, ok := c.(*redis.Client); ok && sc.Options().Addr != "FailoverClient" {
+			where = sc.Options().Addr
+		}
 		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
 		if err := c.Ping(pctx).Err(); err != nil {
 			_ = c.Close()
-			return nil, "", nil, fmt.Errorf("REDIS_URL: cannot reach Redis at %s: %w", opt.Addr, err)
+			return nil, "", nil, fmt.Errorf("REDIS_URL: cannot reach Redis at %s: %w", where, err)
 		}
-		return c, "Redis at " + opt.Addr + " (REDIS_URL)", func() { _ = c.Close() }, nil
+		return c, "Redis at " + where + " (REDIS_URL)", func() { _ = c.Close() }, nil
 	}
 	m := miniredis.NewMiniRedis()
 	if err := m.Start(); err != nil {

@@ -600,6 +600,58 @@ func TestSimulate(t *testing.T) {
 	}
 }
 
+// TestBucketGetOnEveryRedisURLForm: --redis-url takes a Cluster's and a
+// Sentinel's URL, and bucket get reads the bucket a service charged there.
+func TestBucketGetOnEveryRedisURLForm(t *testing.T) {
+	cfgPath := writeTemp(t, "tiers.yaml", tiersYAML)
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster := redistest.SharedCluster(t)
+	master := redistest.NewServer(t)
+	sentinel := redistest.NewSentinel(t, "mymaster", master.Addr())
+	for _, c := range []struct {
+		name, url string
+		client    redis.UniversalClient
+	}{
+		{"cluster", "redis+cluster://" + strings.Join(cluster.Options().Addrs, ","), cluster},
+		{"sentinel", "redis+sentinel://" + sentinel.Addr() + "/mymaster", master.Client(t)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			prefix := redistest.Prefix(t)
+			r, _ := cfg.NewResolver()
+			lim, err := core.New(c.client, r, core.WithPrefix(prefix), core.WithTimeout(5*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer lim.Close()
+			if d, err := lim.Allow(t.Context(), core.Tenant{ID: "t42"}, "default", 5); err != nil || !d.Allowed {
+				t.Fatalf("Allow: %+v, %v", d, err)
+			}
+			res := tollgate(t, nil, "bucket", "get", "--json", "--redis-url", c.url, "--config", cfgPath, "--prefix", prefix, "t42", "default")
+			var out struct {
+				Buckets []struct {
+					Bucket    string `json:"bucket"`
+					Remaining int64  `json:"remaining"`
+					Exists    bool   `json:"exists"`
+				} `json:"buckets"`
+			}
+			if err := json.Unmarshal([]byte(res.stdout), &out); err != nil || res.code != 0 {
+				t.Fatalf("bucket get: %v\n%+v", err, res)
+			}
+			for _, b := range out.Buckets {
+				if b.Bucket == "default" && (!b.Exists || b.Remaining != 15) {
+					t.Errorf("default bucket on the %s: %+v, want it to exist with 15 of 20 left", c.name, b)
+				}
+			}
+			if len(out.Buckets) == 0 {
+				t.Errorf("no buckets in %s", res.stdout)
+			}
+		})
+	}
+}
+
 // bucket get shows the concurrency slots held and their deadlines; bucket
 // reset frees them.
 func TestBucketSlots(t *testing.T) {

@@ -3,9 +3,9 @@
 // environment, Redis (or an embedded server), the override database, the
 // tier file, JWT authentication and the Prometheus /metrics endpoint.
 //
-// The tier file is read with core/config as any user's program would: the
-// gate is built once from App.File.GateOptions() (App.Gate), every example
-// hands it to its adapter, and none has a route table of its own.
+// The tier file is opened with config.Open as any user's program would: it
+// builds the limiter and the gate once (App.Gate), every example hands the
+// gate to its adapter, and none has a route table of its own.
 package app
 
 import (
@@ -166,23 +166,11 @@ func Open(ctx context.Context, c Config) (a *App, err error) {
 	}
 
 	var client redis.UniversalClient
-	if client, a.Redis, err = a.openRedis(ctx, c.RedisURL); err != nil {
+	if client, a.Redis, err = a.openRedis(c.RedisURL); err != nil {
 		return a, err
 	}
 	if a.Overrides, a.Database, err = a.openDatabase(ctx, c.DatabaseURL); err != nil {
 		return a, err
-	}
-
-	if c.ConfigPath != "" {
-		a.File, err = config.Load(c.ConfigPath)
-	} else {
-		a.File, err = config.Parse("examples/tollgate.yaml (built in)", examples.DefaultConfig)
-	}
-	if err != nil {
-		return a, fmt.Errorf("TOLLGATE_CONFIG: %w", err)
-	}
-	if a.Resolver, err = a.File.NewResolver(core.WithOverrides(a.Overrides), core.WithResolverLogger(a.Log)); err != nil {
-		return a, fmt.Errorf("tiers: %w", err)
 	}
 
 	mp, handler, shutdown, err := newMetrics()
@@ -192,27 +180,35 @@ func Open(ctx context.Context, c Config) (a *App, err error) {
 	a.Metrics = handler
 	a.closers = append(a.closers, shutdown)
 
-	opts := []core.Option{core.WithMeterProvider(mp), core.WithLogger(a.Log)}
+	// The one setup path: the tier file (or the built-in one) builds the
+	// resolver, the limiter and the gate, and TOLLGATE_CONFIG is watched.
+	lopts := []core.Option{core.WithMeterProvider(mp)}
 	if c.KeyPrefix != "" {
-		opts = append(opts, core.WithPrefix(c.KeyPrefix))
+		lopts = append(lopts, core.WithPrefix(c.KeyPrefix))
 	}
-	if a.Limiter, err = a.File.NewLimiter(client, a.Resolver, opts...); err != nil {
-		return a, fmt.Errorf("limiter: %w", err)
+	opts := []config.OpenOption{
+		config.WithRedisClient(client),
+		config.WithLogger(a.Log),
+		config.WithResolverOptions(core.WithOverrides(a.Overrides)),
+		config.WithLimiterOptions(lopts...),
 	}
-	a.closers = append(a.closers, func() { _ = a.Limiter.Close() })
-	if a.Gate, err = core.NewGate(a.Limiter, a.File.GateOptions()...); err != nil {
-		return a, fmt.Errorf("TOLLGATE_CONFIG: %w", err)
-	}
-
+	var svc *config.Service
 	if c.ConfigPath != "" {
-		wctx, cancel := context.WithCancel(context.Background())
-		rl, err := config.Watch(wctx, c.ConfigPath, a.Resolver, config.WithReloadLogger(a.Log), config.WithSignals(syscall.SIGHUP))
-		if err != nil {
-			cancel()
-			return a, fmt.Errorf("TOLLGATE_CONFIG: %w", err)
+		svc, err = config.Open(ctx, c.ConfigPath, append(opts, config.WithWatch(config.WithSignals(syscall.SIGHUP)))...)
+	} else {
+		var builtin *config.Config
+		if builtin, err = config.Parse("examples/tollgate.yaml (built in)", examples.DefaultConfig); err == nil {
+			svc, err = config.OpenConfig(ctx, builtin, opts...)
 		}
-		a.closers = append(a.closers, func() { cancel(); <-rl.Done() })
 	}
+	switch {
+	case err != nil && errors.Is(err, core.ErrInvalidConfig):
+		return a, fmt.Errorf("TOLLGATE_CONFIG: %w", err)
+	case err != nil: // Redis does not answer
+		return a, fmt.Errorf("REDIS_URL: %w", err)
+	}
+	a.closers = append(a.closers, func() { _ = svc.Close() })
+	a.File, a.Resolver, a.Limiter, a.Gate = svc.Config, svc.Resolver, svc.Limiter, svc.Gate
 
 	a.Auth, err = NewVerifier([]byte(secret), a.knownTier)
 	if err != nil {
@@ -249,7 +245,7 @@ func (a *App) Describe() string {
 	return fmt.Sprintf("redis: %s; overrides: %s; tiers: %s", a.Redis, a.Database, cfg)
 }
 
-func (a *App) openRedis(ctx context.Context, u string) (redis.UniversalClient, string, error) {
+func (a *App) openRedis(u string) (redis.UniversalClient, string, error) {
 	if u == "" {
 		m := miniredis.NewMiniRedis()
 		if err := m.Start(); err != nil {
@@ -260,18 +256,12 @@ func (a *App) openRedis(ctx context.Context, u string) (redis.UniversalClient, s
 		a.Log.Warn("REDIS_URL is not set: using an embedded in-process Redis-compatible server; replicas of this service will not share buckets")
 		return c, "embedded (miniredis at " + m.Addr() + "; set REDIS_URL for a real Redis)", nil
 	}
-	opt, err := redis.ParseURL(u)
+	c, err := config.NewRedisClient(u)
 	if err != nil {
 		return nil, "", fmt.Errorf("REDIS_URL: %w", err)
 	}
-	c := redis.NewClient(opt)
 	a.closers = append(a.closers, func() { _ = c.Close() })
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := c.Ping(pctx).Err(); err != nil {
-		return nil, "", fmt.Errorf("REDIS_URL: cannot reach Redis at %s: %w", opt.Addr, err)
-	}
-	return c, opt.Addr + " (REDIS_URL)", nil
+	return c, config.RedactURL(u) + " (REDIS_URL)", nil
 }
 
 // openDatabase opens DATABASE_URL (or a SQLite file in a temporary

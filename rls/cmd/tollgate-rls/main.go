@@ -6,7 +6,8 @@
 // Environment:
 //
 //	ADDR             gRPC listen address (default 127.0.0.1:8081)
-//	REDIS_URL        the Redis the services use (default: an embedded
+//	REDIS_URL        the Redis the services use: redis://, rediss://,
+//	                 redis+cluster:// or redis+sentinel:// (default: an embedded
 //	                 in-process Redis-compatible server, for trying it out)
 //	TOLLGATE_CONFIG  the services' tier file (default: built-in tiers free
 //	                 and pro); reloaded on change and on SIGHUP

@@ -42,19 +42,33 @@ const (
 	shutdownTimeout    = 10 * time.Second
 )
 
-// builtinTiers are the tiers without TOLLGATE_CONFIG: the examples' own,
-// so that the gateway and the example services agree out of the box.
+// builtinFile is the tier file without TOLLGATE_CONFIG: the examples'
+// own tiers, so that the gateway and the example services agree out of the
+// box.
+const builtinFile = `default_tier: free
+tiers:
+  free:
+    classes:
+      default: {capacity: 20, refill_per_second: 2}
+      export: {capacity: 10, refill_per_second: 0.1}
+  pro:
+    classes:
+      default: {capacity: 200, refill_per_second: 50}
+      export: {capacity: 100, refill_per_second: 2}
+`
+
+// builtinConfig parses builtinFile.
+func builtinConfig() (*config.Config, error) {
+	return config.Parse("built-in tiers", []byte(builtinFile))
+}
+
+// builtinTiers are builtinFile's tiers.
 func builtinTiers() core.Tiers {
-	return core.Tiers{Default: "free", Tiers: map[string]core.Tier{
-		"free": {Classes: map[string]core.Quota{
-			core.DefaultClass: {Capacity: 20, RefillPerSecond: 2},
-			"export":          {Capacity: 10, RefillPerSecond: 0.1},
-		}},
-		"pro": {Classes: map[string]core.Quota{
-			core.DefaultClass: {Capacity: 200, RefillPerSecond: 50},
-			"export":          {Capacity: 100, RefillPerSecond: 2},
-		}},
-	}}
+	cfg, err := builtinConfig()
+	if err != nil {
+		panic("tollgate-rls: the built-in tier file is invalid: " + err.Error())
+	}
+	return cfg.Tiers
 }
 
 // listening is told the addresses once the server accepts calls (tests).
@@ -70,22 +84,11 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 		}
 	}()
 
-	client, where, err := openRedis(ctx, getenv("REDIS_URL"), log)
+	client, where, err := openRedis(getenv("REDIS_URL"), log)
 	if err != nil {
 		return err
 	}
 	closers = append(closers, func() { _ = client.Close() })
-
-	var resOpts []core.ResolverOption
-	resOpts = append(resOpts, core.WithResolverLogger(log))
-	if u := getenv("DATABASE_URL"); u != "" {
-		store, closeDB, err := openOverrides(ctx, u, log)
-		if err != nil {
-			return err
-		}
-		closers = append(closers, closeDB)
-		resOpts = append(resOpts, core.WithOverrides(store))
-	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -99,71 +102,67 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 		defer cancel()
 		_ = mp.Shutdown(sctx)
 	})
-	limOpts := []core.Option{core.WithMeterProvider(mp), core.WithLogger(log)}
 
-	style := core.DefaultHeaderStyle
-	var resolver *core.TieredResolver
-	var lim *core.Limiter
-	path := getenv("TOLLGATE_CONFIG")
+	opts := []config.OpenOption{
+		config.WithRedisClient(client),
+		config.WithLogger(log),
+		config.WithLimiterOptions(core.WithMeterProvider(mp)),
+	}
+	if u := getenv("DATABASE_URL"); u != "" {
+		store, closeDB, err := openOverrides(ctx, u, log)
+		if err != nil {
+			return err
+		}
+		closers = append(closers, closeDB)
+		opts = append(opts, config.WithResolverOptions(core.WithOverrides(store)))
+	}
 	rulesPath, srvOpts, err := rulesEnv(getenv)
 	if err != nil {
 		return err
 	}
+	// With RLS_CONFIG the limiter resolves through its rules, which fall
+	// back to the tiers for the services' classes.
 	var rules *rls.Rules
-	// limResolver is the limiter's: the rules' when there are rules (they
-	// fall back to the tiers for the services' classes)
-	limResolver := func() core.Resolver {
-		if rules != nil {
-			return rules
+	var rulesErr error
+	opts = append(opts, config.WithLimiterResolver(func(tiers *core.TieredResolver) (core.Resolver, error) {
+		if rules, rulesErr = openRules(rulesPath, tiers); rulesErr != nil || rules == nil {
+			return tiers, rulesErr
 		}
-		return resolver
-	}
+		return rules, nil
+	}))
+	// The one setup path: the tier file (or the built-in one) builds the
+	// resolver and the limiter, and TOLLGATE_CONFIG is watched.
+	var svc *config.Service
+	path := getenv("TOLLGATE_CONFIG")
 	if path != "" {
-		file, err := config.Load(path)
-		if err != nil {
-			return fmt.Errorf("TOLLGATE_CONFIG: %w", err)
-		}
-		style = file.HeaderStyle
-		if err := refuseConcurrency(file.Tiers); err != nil {
-			return fmt.Errorf("TOLLGATE_CONFIG: %w", err)
-		}
-		if resolver, err = file.NewResolver(resOpts...); err != nil {
-			return fmt.Errorf("TOLLGATE_CONFIG: %w", err)
-		}
-		if rules, err = openRules(rulesPath, resolver); err != nil {
-			return err
-		}
-		if lim, err = file.NewLimiter(client, limResolver(), limOpts...); err != nil {
-			return fmt.Errorf("TOLLGATE_CONFIG: %w", err)
-		}
+		svc, err = config.Open(ctx, path, append(opts, config.WithWatch(config.WithSignals(syscall.SIGHUP)))...)
 	} else {
-		if resolver, err = core.NewResolver(builtinTiers(), resOpts...); err != nil {
-			return err
-		}
-		if rules, err = openRules(rulesPath, resolver); err != nil {
-			return err
-		}
-		if lim, err = core.New(client, limResolver(), limOpts...); err != nil {
-			return err
+		var builtin *config.Config
+		if builtin, err = builtinConfig(); err == nil {
+			svc, err = config.OpenConfig(ctx, builtin, opts...)
 		}
 	}
-	closers = append(closers, func() { _ = lim.Close() })
+	switch {
+	case err != nil && rulesErr != nil:
+		return rulesErr
+	case err != nil && errors.Is(err, core.ErrInvalidConfig):
+		return fmt.Errorf("TOLLGATE_CONFIG: %w", err)
+	case err != nil: // Redis does not answer
+		return fmt.Errorf("REDIS_URL: %w", err)
+	}
+	if err := refuseConcurrency(svc.Config.Tiers); err != nil {
+		_ = svc.Close()
+		return fmt.Errorf("TOLLGATE_CONFIG: %w", err)
+	}
+	closers = append(closers, func() { _ = svc.Close() })
+	lim, style := svc.Limiter, svc.Config.HeaderStyle
 	if rules != nil {
 		wctx, cancel := context.WithCancel(context.Background())
 		done := rules.Watch(wctx, rulesPath, time.Second, log)
 		closers = append(closers, func() { cancel(); <-done })
 		srvOpts = append(srvOpts, rls.WithRules(rules))
 	} else {
-		srvOpts = append(srvOpts, rls.WithTiers(resolver))
-	}
-	if path != "" {
-		wctx, cancel := context.WithCancel(context.Background())
-		rl, err := config.Watch(wctx, path, resolver, config.WithReloadLogger(log), config.WithSignals(syscall.SIGHUP))
-		if err != nil {
-			cancel()
-			return fmt.Errorf("TOLLGATE_CONFIG: %w", err)
-		}
-		closers = append(closers, func() { cancel(); <-rl.Done() })
+		srvOpts = append(srvOpts, rls.WithTiers(svc.Resolver))
 	}
 
 	srv, err := rls.New(lim, append([]rls.Option{rls.WithHeaderStyle(style)}, srvOpts...)...)
@@ -297,9 +296,10 @@ func orBuiltin(path string) string {
 	return path + " (reloaded on change and SIGHUP)"
 }
 
-// openRedis connects to REDIS_URL, or starts an embedded Redis-compatible
-// server when it is empty.
-func openRedis(ctx context.Context, u string, log *slog.Logger) (redis.UniversalClient, string, error) {
+// openRedis returns a client of REDIS_URL (one server, a Cluster or a
+// Sentinel's master: config.NewRedisClient), or of an embedded
+// Redis-compatible server when it is empty, and says which.
+func openRedis(u string, log *slog.Logger) (redis.UniversalClient, string, error) {
 	if u == "" {
 		m := miniredis.NewMiniRedis()
 		if err := m.Start(); err != nil {
@@ -309,18 +309,11 @@ func openRedis(ctx context.Context, u string, log *slog.Logger) (redis.Universal
 		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
 		return closeBoth{c, m}, "embedded (miniredis at " + m.Addr() + ")", nil
 	}
-	opt, err := redis.ParseURL(u)
+	c, err := config.NewRedisClient(u)
 	if err != nil {
 		return nil, "", fmt.Errorf("REDIS_URL: %w", err)
 	}
-	c := redis.NewClient(opt)
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := c.Ping(pctx).Err(); err != nil {
-		_ = c.Close()
-		return nil, "", fmt.Errorf("REDIS_URL: cannot reach Redis at %s: %w", opt.Addr, err)
-	}
-	return c, opt.Addr, nil
+	return c, config.RedactURL(u), nil
 }
 
 // closeBoth closes the embedded server with its client.

@@ -1,0 +1,109 @@
+package linearize_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// The checker on small made-up histories: what it must accept and what it
+// must reject, without Redis. One tenant, 2 tokens, one a second.
+
+const base = int64(1_700_000_000_000_000) // µs
+
+// call is an op of tenant "k" called ms milliseconds after base, returning
+// 1 ms later; an admission's stamp is 0.5 ms into the call.
+func call(ms int64, k kind, cost int64, tokens float64) op {
+	o := op{Key: "k", Kind: k, Cost: cost, Tokens: tokens, Call: (base + ms*1000) * 1000, Return: (base + ms*1000 + 1000) * 1000}
+	if k == admitted {
+		o.Stamp = base + ms*1000 + 500
+	}
+	return o
+}
+
+func TestCheckerOnMadeUpHistories(t *testing.T) {
+	q := quota{capacity: 2, rate: 1}
+	// after a charge of 1 at 0 ms, what a charge of cost leaves at ms
+	after := func(ms, cost int64) float64 { return q.refill(1, base+500, base+ms*1000+500) - float64(cost) }
+	first := call(0, admitted, 1, 1)
+	leaseTaken := call(0, admitted, 1, 1) // a lease of 2: the store is at 0
+	leaseTaken.Lease = 2
+	// a replica 1 s behind, in client-clock mode, takes the last token at
+	// the stamp another replica's call wrote (its own clock is behind it)
+	lagging := call(20, admitted, 1, 0)
+	lagging.Stamp, lagging.OffLo, lagging.OffHi = base+500, -1_000_000, -1_000_000
+	for _, tt := range []struct {
+		name string
+		ops  []op
+		want porcupine.CheckResult
+	}{
+		{"charges in order", []op{first, call(10, admitted, 1, after(10, 1)), call(20, denied, 1, after(20, 1))}, porcupine.Ok},
+		{"a denial reporting a refill its call had no time for", []op{first, call(10, admitted, 1, after(10, 1)), call(20, denied, 1, after(20, 1)+0.01)}, porcupine.Illegal},
+		{"the same token spent twice", []op{first, call(10, admitted, 1, after(10, 0))}, porcupine.Illegal},
+		{"a balance off by a rounding", []op{first, call(10, admitted, 1, after(10, 1)+1e-12)}, porcupine.Illegal},
+		{"a stamp outside its call", []op{func() op { o := first; o.Stamp += 5000; return o }()}, porcupine.Illegal},
+		{"a denial with enough tokens", []op{call(0, denied, 1, 1.5)}, porcupine.Illegal},
+		{"a denial reporting more than the bucket holds", []op{first, call(10, denied, 2, 1.9)}, porcupine.Illegal},
+		{"a deny-cache denial of a full bucket", []op{call(0, localDenied, 1, 0)}, porcupine.Illegal},
+		{"a deny-cache denial by a replica 1 s behind, of 1 token", []op{first, func() op { o := call(10, localDenied, 1, 0); o.OffLo, o.OffHi = -1_000_000, -1_000_000; return o }()}, porcupine.Ok},
+		{"a deny-cache denial by a replica 1 s behind, of a full bucket", []op{func() op { o := call(10, localDenied, 1, 0); o.OffLo, o.OffHi = -1_000_000, -1_000_000; return o }()}, porcupine.Illegal},
+		{"a deny-cache denial of an empty one", []op{call(0, admitted, 2, 0), call(10, localDenied, 1, 0)}, porcupine.Ok},
+		{"a lost reply never run", []op{first, call(10, ambiguous, 1, 0), call(20, admitted, 1, after(20, 1))}, porcupine.Ok},
+		{"a lost reply charged once", []op{first, call(10, ambiguous, 1, 0), call(1500, admitted, 1, after(1500, 2))}, porcupine.Ok},
+		{"a lost reply charged twice", []op{first, call(10, ambiguous, 1, 0), call(1900, admitted, 1, after(1900, 3))}, porcupine.Illegal},
+		{"a lagging replica's admission at the stamp a lost reply wrote", []op{call(0, ambiguous, 1, 0), lagging}, porcupine.Ok},
+		{"a lagging replica's admission at a stamp nobody wrote", []op{lagging}, porcupine.Illegal},
+		{"a lease taken", []op{leaseTaken, call(10, denied, 1, q.refill(0, base+500, base+10000))}, porcupine.Ok},
+		{"a lease not taken", []op{leaseTaken, call(10, denied, 1, q.refill(1, base+500, base+10000))}, porcupine.Illegal},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got, _ := linearizable(q, tt.ops, nil, 10*time.Second, false); got != tt.want {
+				t.Fatalf("%s, want %s", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestBoundsOnMadeUpHistories: the degraded answers' bounds reject what
+// exceeds them.
+func TestBoundsOnMadeUpHistories(t *testing.T) {
+	cfg := config{Capacity: 2, Rate: 1, Tenants: []string{"k"}}
+	many := func(n int, k kind, fallback bool) []op {
+		var ops []op
+		for i := range n {
+			o := call(int64(i), k, 1, 0)
+			o.Fallback, o.Allowed = fallback, true
+			ops = append(ops, o)
+		}
+		return ops
+	}
+	leases := cfg
+	leases.Lease = 2
+	// 2 tokens plus 3 replicas' leases of 2: 8 in a few milliseconds
+	if bad := degradedBounds(leases, many(8, leased, false)); len(bad) != 0 {
+		t.Fatalf("within the lease bound: %v", bad)
+	}
+	if bad := degradedBounds(leases, many(9, leased, false)); len(bad) == 0 {
+		t.Fatal("9 tokens in 9 ms, lease bound 8: not caught")
+	}
+	fb := cfg
+	fb.Fallback = 0.5 // a local bucket of 1 token, 0.5 a second
+	if bad := degradedBounds(fb, many(1, ambiguous, true)); len(bad) != 0 {
+		t.Fatalf("within the fallback bound: %v", bad)
+	}
+	if bad := degradedBounds(fb, many(2, ambiguous, true)); len(bad) == 0 {
+		t.Fatal("2 fallback admissions in 2 ms, local bucket of 1: not caught")
+	}
+	open := cfg
+	failed := call(0, ambiguous, 1, 0)
+	failed.Reason, failed.Allowed = "failed_open", true
+	if bad := degradedBounds(open, []op{failed}); len(bad) != 0 {
+		t.Fatalf("failed_open under fail-open: %v", bad)
+	}
+	closed := cfg
+	closed.Policy = 1
+	if bad := degradedBounds(closed, []op{failed}); len(bad) == 0 {
+		t.Fatal("failed_open under fail-closed: not caught")
+	}
+}

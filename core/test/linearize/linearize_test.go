@@ -1,0 +1,278 @@
+package linearize_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/conformance/redistest"
+	"github.com/tollgate-go/tollgate/core"
+)
+
+// the bucket every history runs on: small enough that the replicas' 24
+// goroutines contend for every token, with admissions and denials mixed
+var testQuota = quota{capacity: 10, rate: 200}
+
+const checkTimeout = 100 * time.Millisecond
+
+// baseConfig is a replica's configuration before a scenario's options.
+func baseConfig(t *testing.T, addrs []string, cluster bool) config {
+	return config{Goroutines: goroutines, Addrs: addrs, Cluster: cluster, Prefix: redistest.Prefix(t),
+		Tenants: []string{"t0", "t1", "t2", "t3", "t4", "t5", "t6", "t7"}, Capacity: int64(testQuota.capacity), Rate: testQuota.rate,
+		Timeout: checkTimeout, Policy: core.FailOpen, Batching: true, Client: "limiter"}
+}
+
+// target is where a history runs and the faults it can inject.
+type target struct {
+	addrs   []string
+	cluster *redistest.Cluster
+	server  *redistest.Server
+	proxy   *redistest.FaultProxy
+}
+
+// fault is a scenario's fault, applied while the replicas run: it returns
+// the windows in which it was in force.
+type fault func(t *testing.T, tg target, rs []*replica, unit time.Duration) []window
+
+// scenario is one kind of history.
+type scenario struct {
+	name string
+	// longOnly: run only under LINEARIZE_DURATION (make linearize), to
+	// keep make test short; its fault is covered there on the other target
+	longOnly bool
+	cluster  bool
+	proxied  bool
+	options  func(*config)
+	fault    fault
+}
+
+// during applies on, waits d, applies off, and returns the window.
+func during(t *testing.T, d time.Duration, on, off func() error) window {
+	t.Helper()
+	w := window{from: time.Now().UnixNano()}
+	if err := on(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(d)
+	if err := off(); err != nil {
+		t.Fatal(err)
+	}
+	w.to = time.Now().UnixNano()
+	return w
+}
+
+func noFault(t *testing.T, tg target, rs []*replica, unit time.Duration) []window {
+	time.Sleep(unit)
+	return nil
+}
+
+// server returns the Redis server a fault acts on: the standalone one, or
+// the master of the first tenant's slot.
+func (tg target) victim(t *testing.T) *redistest.Server {
+	if tg.cluster == nil {
+		return tg.server
+	}
+	return tg.cluster.Master(t, 0)
+}
+
+func killRestart(t *testing.T, tg target, rs []*replica, unit time.Duration) []window {
+	time.Sleep(unit / 3)
+	s := tg.victim(t)
+	w := during(t, unit/3, func() error { s.Kill(); return nil }, s.Restart)
+	time.Sleep(unit / 2)
+	return []window{w}
+}
+
+func pauseResume(t *testing.T, tg target, rs []*replica, unit time.Duration) []window {
+	time.Sleep(unit / 3)
+	s := tg.victim(t)
+	// past the timeout and the probe's deadline (1 s): checks time out,
+	// the probe confirms the silence, the breaker opens and the failure
+	// policy (or the fallback) answers; commands wait in the server's
+	// sockets and run when it resumes
+	w := during(t, max(unit/2, 10*checkTimeout+300*time.Millisecond), s.Pause, s.Resume)
+	time.Sleep(unit / 2)
+	return []window{w}
+}
+
+// proxyFaults applies each fault in short bursts: replies dropped after
+// their commands ran, connections reset.
+func proxyFaults(faults ...redistest.Fault) fault {
+	return func(t *testing.T, tg target, rs []*replica, unit time.Duration) []window {
+		time.Sleep(unit / 3)
+		var ws []window
+		for _, f := range faults {
+			// 25 ms bursts: a few checks of each tenant caught in each,
+			// so that the search over where they ran stays small
+			for range max(2, int(unit/(250*time.Millisecond))) {
+				ws = append(ws, during(t, 25*time.Millisecond, func() error { tg.proxy.Set(f); return nil },
+					func() error { tg.proxy.Set(redistest.Pass); return nil }))
+				time.Sleep(unit / 8)
+			}
+		}
+		time.Sleep(unit / 3)
+		return ws
+	}
+}
+
+// failover hands every master's slots to its replica (CLUSTER FAILOVER on
+// the replica: coordinated, no acknowledged write lost) under load.
+func failover(t *testing.T, tg target, rs []*replica, unit time.Duration) []window {
+	time.Sleep(unit / 3)
+	w := window{from: time.Now().UnixNano()}
+	ctx := context.Background()
+	for _, n := range tg.cluster.Nodes[tg.cluster.Masters:] {
+		c := redis.NewClient(&redis.Options{Addr: n.Addr()})
+		role, err := c.Do(ctx, "ROLE").Slice()
+		if err == nil && len(role) > 0 && role[0] == "slave" {
+			err = c.Do(ctx, "CLUSTER", "FAILOVER").Err()
+		}
+		_ = c.Close()
+		if err != nil {
+			t.Fatalf("CLUSTER FAILOVER on %s: %v", n.Addr(), err)
+		}
+	}
+	waitRoles(t, tg.cluster, 20*time.Second)
+	w.to = time.Now().UnixNano()
+	time.Sleep(unit / 2)
+	return []window{w}
+}
+
+// waitRoles waits until the cluster has its number of masters again and
+// says ok.
+func waitRoles(t *testing.T, c *redistest.Cluster, within time.Duration) {
+	ctx := context.Background()
+	deadline := time.Now().Add(within)
+	for {
+		masters, ok := 0, true
+		for _, n := range c.Nodes {
+			cl := redis.NewClient(&redis.Options{Addr: n.Addr()})
+			role, err := cl.Do(ctx, "ROLE").Slice()
+			info, err2 := cl.ClusterInfo(ctx).Result()
+			_ = cl.Close()
+			if err != nil || err2 != nil || !strings.Contains(info, "cluster_state:ok") {
+				ok = false
+				continue
+			}
+			if role[0] == "master" {
+				masters++
+			}
+		}
+		if ok && masters == c.Masters {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cluster not settled after %v", within)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// clockStep steps the second replica's clock back 2 s, then forward again.
+func clockStep(t *testing.T, tg target, rs []*replica, unit time.Duration) []window {
+	time.Sleep(unit / 3)
+	rs[1].send(t, "step -2s")
+	time.Sleep(unit / 3)
+	rs[1].send(t, "step 2s")
+	time.Sleep(unit / 3)
+	return nil
+}
+
+var scenarios = []scenario{
+	{name: "standalone/healthy", fault: noFault},
+	{name: "standalone/killed-restarted", fault: killRestart,
+		options: func(c *config) { c.Policy, c.DenyCache, c.Batching = core.FailClosed, true, false }},
+	{name: "standalone/sigstop", fault: pauseResume, options: func(c *config) { c.Fallback = 1.0 / 3 }},
+	{name: "standalone/leases-killed-restarted", fault: killRestart, options: func(c *config) { c.Lease = 4 }},
+	{name: "standalone/lost-replies-resets", proxied: true, fault: proxyFaults(redistest.DropReply, redistest.Reset)},
+	// the seeded replaying client's fault, for the real limiter
+	{name: "standalone/reply-flicker", proxied: true, longOnly: true, fault: flicker},
+	{name: "standalone/client-clock-step", fault: clockStep, options: func(c *config) { c.ClientClock, c.DenyCache = true, true }},
+	{name: "cluster/sigstop", cluster: true, fault: pauseResume, options: func(c *config) { c.Fallback, c.DenyCache = 1.0/3, true }},
+	{name: "cluster/failover", cluster: true, fault: failover, options: func(c *config) { c.Lease = 3 }},
+	{name: "cluster/client-clock-step", cluster: true, longOnly: true, fault: clockStep, options: func(c *config) { c.ClientClock = true }},
+}
+
+// aof: every acknowledged write is on disk before the reply, so a killed
+// and restarted server keeps every charge it acknowledged
+var aof = []string{"--appendonly", "yes", "--appendfsync", "always"}
+
+// history runs one scenario's history and returns it with its fault windows.
+func history(t *testing.T, sc scenario, tg target, unit time.Duration, tweak func(int, *config)) (config, []op, []window) {
+	cfg := baseConfig(t, tg.addrs, sc.cluster)
+	if sc.options != nil {
+		sc.options(&cfg)
+	}
+	rs := startReplicas(t, cfg, tweak)
+	faults := sc.fault(t, tg, rs, unit)
+	return cfg, stopReplicas(t, rs, cfg.Timeout), faults
+}
+
+// check checks one history and fails t unless it is linearizable and the
+// degraded answers keep their bounds.
+func check(t *testing.T, name string, cfg config, ops []op, faults []window) tally {
+	t.Helper()
+	start := time.Now()
+	res, info := linearizable(testQuota, ops, faults, 60*time.Second, true)
+	c := count(ops)
+	report(t, name, c, time.Since(start))
+	if res != porcupine.Ok {
+		t.Fatalf("%s: history of %d operations is %s; %s", name, len(ops), res, info)
+	}
+	for _, b := range degradedBounds(cfg, ops) {
+		t.Error(b)
+	}
+	if c.admitted == 0 {
+		t.Fatalf("%s: a history without an admission by the store checks nothing: %s", name, c)
+	}
+	return c
+}
+
+func newStandalone(t *testing.T) target {
+	s := redistest.NewServer(t, aof...)
+	return target{addrs: []string{s.Addr()}, server: s}
+}
+
+// TestLinearizable: the limiter's decisions from 3 replica processes of 8
+// goroutines each are linearizable under every fault, standalone and on
+// a Cluster; with LINEARIZE_DURATION, histories repeat until it has
+// passed.
+func TestLinearizable(t *testing.T) {
+	long := durationFromEnv(t)
+	unit := 500 * time.Millisecond
+	if long > 0 {
+		unit = time.Second
+	}
+	// one Cluster for the Cluster histories: 3 masters with a replica each
+	cl := redistest.NewCluster(t, 3, 1)
+	deadline := time.Now().Add(long)
+	var total tally
+	histories := 0
+	defer func() { t.Logf("%d histories; in all %s", histories, total) }()
+	for round := 0; round == 0 || time.Now().Before(deadline); round++ {
+		for _, sc := range scenarios {
+			if sc.longOnly && long == 0 {
+				continue
+			}
+			t.Run(sc.name, func(t *testing.T) {
+				var tg target
+				switch {
+				case sc.cluster:
+					tg = target{addrs: cl.Addrs(), cluster: cl}
+				default:
+					tg = newStandalone(t)
+				}
+				if sc.proxied {
+					tg.proxy = redistest.NewFaultProxy(t, tg.server.Addr())
+					tg.addrs = []string{tg.proxy.Addr()}
+				}
+				cfg, ops, faults := history(t, sc, tg, unit, nil)
+				total.add(check(t, sc.name, cfg, ops, faults))
+				histories++
+			})
+		}
+	}
+}
