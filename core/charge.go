@@ -9,6 +9,14 @@ import (
 	"github.com/tollgate-go/tollgate/core/internal/transport"
 )
 
+// storeLayer is the bottom of the check path: the store shard's circuit
+// breaker and the local fallback, the batcher or a direct call, the script.
+type storeLayer struct{ l *Limiter }
+
+func (s *storeLayer) decide(ctx context.Context, c *checkCall) (Decision, error) {
+	return s.l.charge(ctx, c.req, c.keys, c.buckets, c.cost, c.sent, c.slot)
+}
+
 // charge charges cost tokens (req.Cost, or a lease's size) in the store, or
 // answers without it when the call fails (see failed). sent is when the
 // check started, on the limiter's clock.
@@ -66,9 +74,6 @@ func (l *Limiter) charge(ctx context.Context, req Request, keys []string, bucket
 	l.metrics.storeCall(ctx, time.Since(start), nil, l.cfg.policy)
 	if l.fallback != nil {
 		l.fallback.forget(keys) // the store answers this tenant again
-	}
-	if l.deny != nil && d.Reason == ReasonOverLimit && cost == req.Cost {
-		l.deny.remember(keys, d, sent)
 	}
 	if slot != nil && d.Reason == ReasonOK && cost > 0 {
 		d.Slot = l.newSlot(req, buckets[slot.index], slot.key, slot.id, sent)

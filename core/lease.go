@@ -184,22 +184,35 @@ func (ls *leases) forget(prefix string) {
 	ls.mu.Unlock()
 }
 
-// checkLeased answers a check of a leased class: from this replica's lease
+// leaseLayer answers a check of a leased class: from this replica's lease
 // when it has the tokens, else by taking a new lease from the store (one
 // charge of the lease size), else by a plain charge of the request's cost.
 // At most one check per bucket set takes a lease at a time; the others wait
 // for it once (it is bounded by the check timeout, in the queue and on the
 // wire), then spend from it, take its store failure as theirs (one call's
-// evidence, not a second timeout each), or make a plain call.
-func (l *Limiter) checkLeased(ctx context.Context, req Request, keys []string, buckets []Bucket, lc leaseClass, sent time.Time) (Decision, error) {
+// evidence, not a second timeout each), or make a plain call. Every other
+// check passes through to the next layer.
+type leaseLayer struct {
+	l      *Limiter
+	leases *leases
+	next   layer
+}
+
+func (ll *leaseLayer) decide(ctx context.Context, c *checkCall) (Decision, error) {
+	req := c.req
+	lc, ok := ll.leases.classes[req.Class]
+	if !ok || c.slot != nil || req.Cost <= 0 || len(req.Also) > 0 {
+		return ll.next.decide(ctx, c)
+	}
+	l, keys, buckets, sent := ll.l, c.keys, c.buckets, c.sent
 	size := lc.size
 	for _, b := range buckets {
 		size = min(size, b.Quota.Capacity)
 	}
 	if req.Cost > size || size <= 1 {
-		return l.plain(ctx, req, keys, buckets, sent)
+		return ll.next.decide(ctx, c)
 	}
-	d, ok, wait, acquiring := l.leases.spend(keys, buckets, req.Cost, sent, true)
+	d, ok, wait, acquiring := ll.leases.spend(keys, buckets, req.Cost, sent, true)
 	if ok {
 		return d, nil
 	}
@@ -209,7 +222,7 @@ func (l *Limiter) checkLeased(ctx context.Context, req Request, keys []string, b
 		case <-ctx.Done():
 			return l.callerGone(req, ctx.Err())
 		}
-		if d, ok, _, _ := l.leases.spend(keys, buckets, req.Cost, l.now(), false); ok {
+		if d, ok, _, _ := ll.leases.spend(keys, buckets, req.Cost, l.now(), false); ok {
 			return d, nil
 		}
 		var shed *transport.ShedError
@@ -219,54 +232,44 @@ func (l *Limiter) checkLeased(ctx context.Context, req Request, keys []string, b
 		case wait.err != nil:
 			return l.degrade(req, keys, buckets, wait.err), wait.err
 		}
-		return l.plain(ctx, req, keys, buckets, sent)
+		return ll.next.decide(ctx, c)
 	}
 	if acquiring == nil {
-		return l.plain(ctx, req, keys, buckets, sent)
+		return ll.next.decide(ctx, c)
 	}
-	if d, ok := l.checkDenyCache(ctx, keys, buckets, req.Cost, sent); ok {
-		l.leases.release(acquiring, nil, 0, time.Time{}, nil)
-		return d, nil
-	}
-	d, err := l.charge(ctx, req, keys, buckets, size, sent, nil)
+	lease := *c
+	lease.cost = size
+	d, err := ll.next.decide(ctx, &lease)
 	if err != nil || d.Reason != ReasonOK {
 		var failure error
 		if d.Degraded() || d.Reason == ReasonOverloaded {
 			failure = err // the waiters answer alike; a caller gone is not theirs
 		}
-		l.leases.release(acquiring, nil, 0, time.Time{}, failure)
-		if err != nil {
-			return d, err // degraded for req (charge answers by req.Cost)
+		ll.leases.release(acquiring, nil, 0, time.Time{}, failure)
+		if err != nil || d.Local {
+			// degraded for req (the store layer answers by req.Cost), or
+			// the deny cache proved the request's own denial
+			return d, err
 		}
 		// the bucket cannot give a whole lease. The reply's balances still
 		// prove a denial of the request itself when some bucket holds less
-		// than its cost (nothing was charged): no second call
+		// than its cost (nothing was charged; the deny cache remembers it):
+		// no second call
 		if d, ok := denialFor(d, req.Cost); ok {
-			if l.deny != nil {
-				l.deny.remember(keys, d, sent)
-			}
 			return d, nil
 		}
 		// enough for the request alone: charge it
-		return l.charge(ctx, req, keys, buckets, req.Cost, sent, nil)
+		return ll.next.decide(ctx, c)
 	}
 	unspent := size - req.Cost
 	// the lease runs from when the check started: never longer than ttl
-	l.leases.release(acquiring, &d, unspent, sent.Add(lc.ttl), nil)
+	ll.leases.release(acquiring, &d, unspent, sent.Add(lc.ttl), nil)
 	states := make([]BucketState, len(d.Buckets))
 	for i, s := range d.Buckets {
 		s.Tokens += float64(unspent)
 		states[i] = s
 	}
 	return newDecision(states, tightest(states), ReasonOK, 0, req.Cost), nil
-}
-
-// plain is a check without leases: the deny cache, then the store.
-func (l *Limiter) plain(ctx context.Context, req Request, keys []string, buckets []Bucket, sent time.Time) (Decision, error) {
-	if d, ok := l.checkDenyCache(ctx, keys, buckets, req.Cost, sent); ok {
-		return d, nil
-	}
-	return l.charge(ctx, req, keys, buckets, req.Cost, sent, nil)
 }
 
 // denialFor turns a denial of a lease (a charge larger than cost) into the

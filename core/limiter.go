@@ -69,6 +69,7 @@ type Limiter struct {
 	metrics  *metrics
 	now      func() time.Time
 	calls    transport.Caller // a Batcher, or a Direct call per check
+	layers   layer            // the check path (see stack)
 	leases   *leases          // nil: no class leases
 	args     sync.Map         // Quota -> [3]any, see quotaArgs
 	nargs    atomic.Int64
@@ -133,6 +134,7 @@ func New(client redis.UniversalClient, r Resolver, opts ...Option) (*Limiter, er
 	if len(cfg.leases) > 0 {
 		l.leases = newLeases(cfg.leases, 100_000)
 	}
+	l.layers = l.stack()
 	scripts := transport.Pair(tokenBucket, concurrencyScript)
 	if cfg.batching {
 		l.calls = transport.NewBatcher(l.scripts, scripts, cfg.timeout, ctxTimeout, l.metrics.batchSize)
