@@ -46,7 +46,7 @@ func (l *Limiter) Reset(ctx context.Context, t Tenant, buckets ...string) (int64
 		}
 	}
 	if l.deny != nil {
-		l.deny.forget(pattern[:len(pattern)-1])
+		l.deny.Forget(pattern[:len(pattern)-1])
 	}
 	if l.leases != nil {
 		l.leases.forget(pattern[:len(pattern)-1])
