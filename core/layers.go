@@ -5,9 +5,10 @@ import (
 	"time"
 )
 
-// The check path is a stack of layers, composed once in New: token leases,
-// then the deny cache, then the store (the shard's circuit breaker and the
-// local fallback, the batcher or a direct call, the script). A layer that is
+// The check path is a stack of layers, composed once in New: token leases
+// (lease.go), then the deny cache (denylayer.go), then the store shard's
+// circuit breaker and the local fallback (degrade.go), then the script call,
+// through the batcher or directly (charge.go). A layer that is
 // off is not in the stack. A check goes down the stack once, each layer
 // answering it or handing it to the next, and its decision comes back up
 // once.
@@ -29,12 +30,16 @@ type checkCall struct {
 	// slot, when not nil, is the bucket with a concurrency limit: the call
 	// is the concurrency script's, and an admission takes a slot
 	slot *slotCall
+	// wrote is when the script call's command was handed to the
+	// connection (zero when it never was), set by the script layer
+	wrote time.Time
 }
 
-// stack composes the check path from the limiter's settings: the store at
-// the bottom, the deny cache and leases above it when they are on.
+// stack composes the check path from the limiter's settings: the script
+// call at the bottom, the circuit breaker and fallback above it, then the
+// deny cache and leases when they are on.
 func (l *Limiter) stack() layer {
-	var top layer = &storeLayer{l: l}
+	var top layer = &breakerLayer{l: l, next: &scriptLayer{l: l}}
 	if l.deny != nil {
 		top = &denyLayer{cache: l.deny, metrics: l.metrics, next: top}
 	}

@@ -247,7 +247,7 @@ func (ll *leaseLayer) decide(ctx context.Context, c *checkCall) (Decision, error
 		}
 		ll.leases.release(acquiring, nil, 0, time.Time{}, failure)
 		if err != nil || d.Local {
-			// degraded for req (the store layer answers by req.Cost), or
+			// degraded for req (the breaker layer answers by req.Cost), or
 			// the deny cache proved the request's own denial
 			return d, err
 		}
