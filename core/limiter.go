@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core/internal/denycache"
+	"github.com/tollgate-go/tollgate/core/internal/lease"
 	"github.com/tollgate-go/tollgate/core/internal/shard"
 	"github.com/tollgate-go/tollgate/core/internal/transport"
 )
@@ -71,7 +72,7 @@ type Limiter struct {
 	now      func() time.Time
 	calls    transport.Caller // a Batcher, or a Direct call per check
 	layers   layer            // the check path (see stack)
-	leases   *leases          // nil: no class leases
+	leases   *lease.Map       // nil: no class leases
 	args     sync.Map         // Quota -> [3]any, see quotaArgs
 	nargs    atomic.Int64
 
@@ -133,7 +134,7 @@ func New(client redis.UniversalClient, r Resolver, opts ...Option) (*Limiter, er
 		l.deny = denycache.New(100_000)
 	}
 	if len(cfg.leases) > 0 {
-		l.leases = newLeases(cfg.leases, 100_000)
+		l.leases = lease.New(cfg.leases, 100_000)
 	}
 	l.layers = l.stack()
 	scripts := transport.Pair(tokenBucket, concurrencyScript)
