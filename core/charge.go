@@ -11,14 +11,15 @@ import (
 // scriptLayer is the bottom of the check path: it charges c.cost tokens
 // (req.Cost, or a lease's size) by one script call, batched or direct, and
 // decodes the reply. It notes in c.wrote when the command was handed to the
-// connection, for the breaker above it. A failed call's error says what
-// failed (see storeError); the layer above answers it.
+// connection (wrote: zero when it never was), for the breaker above it. A
+// failed call's error says what failed (see storeError); the layer above
+// answers it.
 //
 // c.slot, when not nil, is the bucket with a concurrency limit: the call is
 // the concurrency script's, and an admission takes a slot (Decision.Slot).
 type scriptLayer struct{ l *Limiter }
 
-func (s *scriptLayer) decide(ctx context.Context, c *checkCall) (Decision, error) {
+func (s *scriptLayer) call(ctx context.Context, c *checkCall) (d Decision, wrote time.Time, err error) {
 	l, req, keys, buckets, cost := s.l, c.req, c.keys, c.buckets, c.cost
 	now := ""
 	if l.cfg.clock != nil {
@@ -30,11 +31,9 @@ func (s *scriptLayer) decide(ctx context.Context, c *checkCall) (Decision, error
 		quotas = append(quotas, l.quotaArgs(b.Quota))
 	}
 	var reply any
-	var err error
-	var d Decision
 	if c.slot == nil {
 		args := tokenBucket.Args(keys, now, cost, quotas)
-		reply, c.wrote, err = l.run(ctx, req.Tenant.ID, *args)
+		reply, wrote, err = l.run(ctx, req.Tenant.ID, *args)
 		if err == nil {
 			// answered: neither go-redis nor a batch holds the line any more (a
 			// caller that gave up leaves it to the batch still holding it)
@@ -44,7 +43,7 @@ func (s *scriptLayer) decide(ctx context.Context, c *checkCall) (Decision, error
 			}
 		}
 	} else {
-		reply, c.wrote, err = l.run(ctx, req.Tenant.ID, l.slotLine(keys, buckets, now, cost, quotas, c.slot))
+		reply, wrote, err = l.run(ctx, req.Tenant.ID, l.slotLine(keys, buckets, now, cost, quotas, c.slot))
 		if err == nil {
 			if d, err = l.parseSlotReply(reply, buckets, cost, c.slot.index); err != nil {
 				err = &requestError{err}
@@ -52,12 +51,12 @@ func (s *scriptLayer) decide(ctx context.Context, c *checkCall) (Decision, error
 		}
 	}
 	if err != nil {
-		return Decision{}, err
+		return Decision{}, wrote, err
 	}
 	if c.slot != nil && d.Reason == ReasonOK && cost > 0 {
 		d.Slot = l.newSlot(req, buckets[c.slot.index], c.slot.key, c.slot.id, c.sent)
 	}
-	return d, nil
+	return d, wrote, nil
 }
 
 // quotaArgs returns a quota's script arguments (capacity, rate, TTL),

@@ -100,7 +100,7 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 			return Decision{Reason: ReasonInvalid, Cost: req.Cost}, err
 		}
 	}
-	c := &checkCall{req: req, keys: keys, buckets: buckets, cost: req.Cost, sent: l.now()}
+	c := checkCall{req: req, keys: keys, buckets: buckets, cost: req.Cost, sent: l.now()}
 	if ci, err := concurrentBucket(buckets); err != nil {
 		l.logDegraded("tollgate: no quota configured for this request; rejected", req, err, "tier", EscapeID(req.Tenant.Tier))
 		return Decision{Reason: ReasonUnresolved, Cost: req.Cost}, err

@@ -17,11 +17,11 @@ import (
 // open: by the local fallback (WithLocalFallback) or the failure policy. A
 // tenant's own successful call resets its fallback buckets.
 type breakerLayer struct {
-	l    *Limiter
-	next layer // the script call
+	l      *Limiter
+	script *scriptLayer
 }
 
-func (bl *breakerLayer) decide(ctx context.Context, c *checkCall) (Decision, error) {
+func (bl *breakerLayer) decide(ctx context.Context, c checkCall) (Decision, error) {
 	l := bl.l
 	if err := ctx.Err(); err != nil {
 		return l.callerGone(c.req, err)
@@ -34,11 +34,11 @@ func (bl *breakerLayer) decide(ctx context.Context, c *checkCall) (Decision, err
 		return l.degrade(c.req, c.keys, c.buckets, err), err
 	}
 	start := time.Now()
-	d, err := bl.next.decide(ctx, c)
+	d, wrote, err := bl.script.call(ctx, &c)
 	if err != nil {
-		return l.failed(ctx, c.req, c.keys, c.buckets, err, sh, start, c.wrote, probe)
+		return l.failed(ctx, c.req, c.keys, c.buckets, err, sh, start, wrote, probe)
 	}
-	sh.Success(c.wrote)
+	sh.Success(wrote)
 	l.metrics.storeCall(ctx, time.Since(start), nil, l.cfg.policy)
 	if l.fallback != nil {
 		l.fallback.forget(c.keys) // the store answers this tenant again

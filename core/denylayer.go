@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"time"
 
 	"github.com/tollgate-go/tollgate/core/internal/denycache"
 )
@@ -17,7 +18,7 @@ type denyLayer struct {
 	next    layer
 }
 
-func (dl *denyLayer) decide(ctx context.Context, c *checkCall) (Decision, error) {
+func (dl *denyLayer) decide(ctx context.Context, c checkCall) (Decision, error) {
 	if c.req.Cost > 0 {
 		quota := func(i int) denycache.Quota { return denycache.Quota(c.buckets[i].Quota) }
 		if tokens, ok := dl.cache.Check(c.keys, quota, c.req.Cost, c.sent); ok {
@@ -38,20 +39,20 @@ func (dl *denyLayer) decide(ctx context.Context, c *checkCall) (Decision, error)
 	}
 	switch {
 	case c.cost == c.req.Cost && d.Reason == ReasonOverLimit:
-		dl.remember(c, d)
+		dl.remember(c.keys, d, c.sent)
 	case c.cost != c.req.Cost:
 		if dd, ok := denialFor(d, c.req.Cost); ok {
-			dl.remember(c, dd)
+			dl.remember(c.keys, dd, c.sent)
 		}
 	}
 	return d, err
 }
 
-func (dl *denyLayer) remember(c *checkCall, d Decision) {
+func (dl *denyLayer) remember(keys []string, d Decision, sent time.Time) {
 	quotas := make([]denycache.Quota, len(d.Buckets))
 	tokens := make([]float64, len(d.Buckets))
 	for i, s := range d.Buckets {
 		quotas[i], tokens[i] = denycache.Quota(s.Quota), s.Tokens
 	}
-	dl.cache.Remember(c.keys, quotas, tokens, c.sent)
+	dl.cache.Remember(keys, quotas, tokens, sent)
 }

@@ -15,10 +15,11 @@ import (
 
 // layer is one step of the check path.
 type layer interface {
-	decide(ctx context.Context, c *checkCall) (Decision, error)
+	decide(ctx context.Context, c checkCall) (Decision, error)
 }
 
-// checkCall is one resolved check on its way down the stack.
+// checkCall is one resolved check on its way down the stack. It is passed
+// by value: a layer that changes it (a lease's charge) changes its own copy.
 type checkCall struct {
 	req     Request
 	keys    []string // the buckets' keys, in the order of buckets
@@ -30,16 +31,13 @@ type checkCall struct {
 	// slot, when not nil, is the bucket with a concurrency limit: the call
 	// is the concurrency script's, and an admission takes a slot
 	slot *slotCall
-	// wrote is when the script call's command was handed to the
-	// connection (zero when it never was), set by the script layer
-	wrote time.Time
 }
 
 // stack composes the check path from the limiter's settings: the script
 // call at the bottom, the circuit breaker and fallback above it, then the
 // deny cache and leases when they are on.
 func (l *Limiter) stack() layer {
-	var top layer = &breakerLayer{l: l, next: &scriptLayer{l: l}}
+	var top layer = &breakerLayer{l: l, script: &scriptLayer{l: l}}
 	if l.deny != nil {
 		top = &denyLayer{cache: l.deny, metrics: l.metrics, next: top}
 	}

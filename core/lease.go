@@ -23,7 +23,7 @@ type leaseLayer struct {
 	next   layer
 }
 
-func (ll *leaseLayer) decide(ctx context.Context, c *checkCall) (Decision, error) {
+func (ll *leaseLayer) decide(ctx context.Context, c checkCall) (Decision, error) {
 	req := c.req
 	lc, ok := ll.leases.Class(req.Class)
 	if !ok || c.slot != nil || req.Cost <= 0 || len(req.Also) > 0 {
@@ -63,9 +63,9 @@ func (ll *leaseLayer) decide(ctx context.Context, c *checkCall) (Decision, error
 	if acquiring == nil {
 		return ll.next.decide(ctx, c)
 	}
-	whole := *c
+	whole := c
 	whole.cost = size
-	d, err := ll.next.decide(ctx, &whole)
+	d, err := ll.next.decide(ctx, whole)
 	if err != nil || d.Reason != ReasonOK {
 		var failure error
 		if d.Degraded() || d.Reason == ReasonOverloaded {
