@@ -1,20 +1,18 @@
 package test
 
 import (
-	"bytes"
 	"context"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/rls"
@@ -175,24 +173,6 @@ func TestGlobalShadowKeepsTheStatuses(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink the watcher writes while the test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestReloadKeepsTheOldConfigurationWhenTheNewIsInvalid(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "edge.yaml")
@@ -222,9 +202,9 @@ func TestReloadKeepsTheOldConfigurationWhenTheNewIsInvalid(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = lim.Close() })
 	c := serve(t, lim, rls.WithRules(rules))
-	var logs syncBuffer
+	var logs conformance.LogBuffer
 	ctx, cancel := context.WithCancel(context.Background())
-	done := rules.Watch(ctx, dir, 100*time.Millisecond, slog.New(slog.NewTextHandler(&logs, nil)))
+	done := rules.Watch(ctx, dir, 100*time.Millisecond, logs.Logger())
 	t.Cleanup(func() { cancel(); <-done })
 
 	limitOf := func(value string) uint32 {
