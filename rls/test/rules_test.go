@@ -2,7 +2,6 @@ package test
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -176,17 +175,7 @@ func TestGlobalShadowKeepsTheStatuses(t *testing.T) {
 func TestReloadKeepsTheOldConfigurationWhenTheNewIsInvalid(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "edge.yaml")
-	write := func(body string) {
-		t.Helper()
-		// a new name then a rename: the watcher never reads half a file
-		tmp := filepath.Join(t.TempDir(), "new.yaml")
-		if err := os.WriteFile(tmp, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, file); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(body string) { t.Helper(); conformance.ReplaceFile(t, file, body) }
 	write("domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 5}\n")
 	cfg, err := rls.LoadConfig(dir)
 	if err != nil {
