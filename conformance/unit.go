@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 )
@@ -19,17 +20,24 @@ var UnitTiers = core.Tiers{Default: "free", Tiers: map[string]core.Tier{"free": 
 }}}}
 
 // NewUnitLimiter returns a limiter on UnitTiers for an adapter's own unit
-// tests, on the shared standalone Redis (redistest) under a key prefix of
-// its own, with a 5 s timeout so that a loaded machine does not turn a
-// test into a store failure. opts come after those.
+// tests, on the shared standalone Redis (redistest); see NewLimiter.
 func NewUnitLimiter(t testing.TB, opts ...core.Option) *core.Limiter {
 	t.Helper()
-	res, err := core.NewResolver(UnitTiers)
+	return NewLimiter(t, redistest.Client(t), UnitTiers, opts...)
+}
+
+// NewLimiter returns a limiter on tiers over c for a test, under a key
+// prefix of its own, with a 5 s timeout so that a loaded machine does not
+// turn a test into a store failure. opts come after those. A configuration
+// error fails t.
+func NewLimiter(t testing.TB, c redis.UniversalClient, tiers core.Tiers, opts ...core.Option) *core.Limiter {
+	t.Helper()
+	res, err := core.NewResolver(tiers)
 	if err != nil {
 		t.Fatal(err)
 	}
 	opts = append([]core.Option{core.WithPrefix(redistest.Prefix(t)), core.WithTimeout(5 * time.Second)}, opts...)
-	lim, err := core.New(redistest.Client(t), res, opts...)
+	lim, err := core.New(c, res, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,21 +1,19 @@
 package core
 
-import "math"
+import "github.com/tollgate-go/tollgate/core/internal/bucketmath"
 
 // The token-bucket arithmetic of the script (lua/tokenbucket.lua), for the
 // answers the limiter works out without it: the local fallback, the deny
 // cache, leases and the retry time of the script's own denials. The
 // formulas and their operand order are the script's, so that the same
-// balances give the same doubles, and one place states them.
+// balances give the same doubles, and one place states them (the refill is
+// internal/bucketmath's, shared with the deny cache).
 
 // refill returns the balance of a bucket of quota q that held tokens
 // elapsed seconds ago: refilled at q's rate, capped at its capacity. A
 // non-positive elapsed time (a clock step back) refills nothing.
 func refill(q Quota, tokens, elapsed float64) float64 {
-	if elapsed <= 0 {
-		return tokens
-	}
-	return math.Min(float64(q.Capacity), tokens+elapsed*q.RefillPerSecond)
+	return bucketmath.Refill(q.Capacity, q.RefillPerSecond, tokens, elapsed)
 }
 
 // waitFor is how many seconds a bucket of quota q holding tokens takes to

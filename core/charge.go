@@ -2,45 +2,36 @@ package core
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/tollgate-go/tollgate/core/internal/transport"
 )
 
-// charge charges cost tokens (req.Cost, or a lease's size) in the store, or
-// answers without it when the call fails (see failed). sent is when the
-// check started, on the limiter's clock.
+// scriptLayer is the bottom of the check path: it charges c.cost tokens
+// (req.Cost, or a lease's size) by one script call, batched or direct, and
+// decodes the reply. It notes in c.wrote when the command was handed to the
+// connection (wrote: zero when it never was), for the breaker above it. A
+// failed call's error says what failed (see storeError); the layer above
+// answers it.
 //
-// slot, when not nil, is the bucket with a concurrency limit: the call is
+// c.slot, when not nil, is the bucket with a concurrency limit: the call is
 // the concurrency script's, and an admission takes a slot (Decision.Slot).
-func (l *Limiter) charge(ctx context.Context, req Request, keys []string, buckets []Bucket, cost int64, sent time.Time, slot *slotCall) (Decision, error) {
-	if err := ctx.Err(); err != nil {
-		return l.callerGone(req, err)
-	}
-	sh := l.shards.ForKey(ctx, keys[0])
-	ok, probe := sh.Allow(sent)
-	if !ok {
-		err := fmt.Errorf("%w: %w", ErrStore, errCircuitOpen)
-		l.metrics.storeCall(ctx, 0, err, l.cfg.policy)
-		return l.degrade(req, keys, buckets, err), err
-	}
+type scriptLayer struct{ l *Limiter }
+
+func (s *scriptLayer) call(ctx context.Context, c *checkCall) (d Decision, wrote time.Time, err error) {
+	l, req, keys, buckets, cost := s.l, c.req, c.keys, c.buckets, c.cost
 	now := ""
 	if l.cfg.clock != nil {
-		now = strconv.FormatInt(sent.UnixMicro(), 10)
+		now = strconv.FormatInt(c.sent.UnixMicro(), 10)
 	}
 	var one [1][3]any
 	quotas := one[:0]
 	for _, b := range buckets {
 		quotas = append(quotas, l.quotaArgs(b.Quota))
 	}
-	start := time.Now()
 	var reply any
-	var wrote time.Time
-	var err error
-	var d Decision
-	if slot == nil {
+	if c.slot == nil {
 		args := tokenBucket.Args(keys, now, cost, quotas)
 		reply, wrote, err = l.run(ctx, req.Tenant.ID, *args)
 		if err == nil {
@@ -52,28 +43,20 @@ func (l *Limiter) charge(ctx context.Context, req Request, keys []string, bucket
 			}
 		}
 	} else {
-		reply, wrote, err = l.run(ctx, req.Tenant.ID, l.slotLine(keys, buckets, now, cost, quotas, slot))
+		reply, wrote, err = l.run(ctx, req.Tenant.ID, l.slotLine(keys, buckets, now, cost, quotas, c.slot))
 		if err == nil {
-			if d, err = l.parseSlotReply(reply, buckets, cost, slot.index); err != nil {
+			if d, err = l.parseSlotReply(reply, buckets, cost, c.slot.index); err != nil {
 				err = &requestError{err}
 			}
 		}
 	}
 	if err != nil {
-		return l.failed(ctx, req, keys, buckets, err, sh, start, wrote, probe)
+		return Decision{}, wrote, err
 	}
-	sh.Success(wrote)
-	l.metrics.storeCall(ctx, time.Since(start), nil, l.cfg.policy)
-	if l.fallback != nil {
-		l.fallback.forget(keys) // the store answers this tenant again
+	if c.slot != nil && d.Reason == ReasonOK && cost > 0 {
+		d.Slot = l.newSlot(req, buckets[c.slot.index], c.slot.key, c.slot.id, c.sent)
 	}
-	if l.deny != nil && d.Reason == ReasonOverLimit && cost == req.Cost {
-		l.deny.remember(keys, d, sent)
-	}
-	if slot != nil && d.Reason == ReasonOK && cost > 0 {
-		d.Slot = l.newSlot(req, buckets[slot.index], slot.key, slot.id, sent)
-	}
-	return d, nil
+	return d, wrote, nil
 }
 
 // quotaArgs returns a quota's script arguments (capacity, rate, TTL),

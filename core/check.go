@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"time"
 )
 
 // Allow checks and charges cost tokens of tenant t's class buckets. See
@@ -101,40 +100,16 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 			return Decision{Reason: ReasonInvalid, Cost: req.Cost}, err
 		}
 	}
-	sent := l.now()
+	c := checkCall{req: req, keys: keys, buckets: buckets, cost: req.Cost, sent: l.now()}
 	if ci, err := concurrentBucket(buckets); err != nil {
 		l.logDegraded("tollgate: no quota configured for this request; rejected", req, err, "tier", EscapeID(req.Tenant.Tier))
 		return Decision{Reason: ReasonUnresolved, Cost: req.Cost}, err
 	} else if ci >= 0 {
 		// the concurrency script: no token lease (a slot is taken per
 		// request), the deny cache still proves a bucket's denial
-		if d, ok := l.checkDenyCache(ctx, keys, buckets, req.Cost, sent); ok {
-			return d, nil
-		}
-		return l.charge(ctx, req, keys, buckets, req.Cost, sent, &slotCall{index: ci, key: keys[ci] + slotsSuffix, id: newSlotID()})
+		c.slot = &slotCall{index: ci, key: keys[ci] + slotsSuffix, id: newSlotID()}
 	}
-	if l.leases != nil && req.Cost > 0 && len(req.Also) == 0 {
-		if lc, ok := l.leases.classes[req.Class]; ok {
-			return l.checkLeased(ctx, req, keys, buckets, lc, sent)
-		}
-	}
-	if d, ok := l.checkDenyCache(ctx, keys, buckets, req.Cost, sent); ok {
-		return d, nil
-	}
-	return l.charge(ctx, req, keys, buckets, req.Cost, sent, nil)
-}
-
-// checkDenyCache answers from the deny cache when it proves a denial.
-func (l *Limiter) checkDenyCache(ctx context.Context, keys []string, buckets []Bucket, cost int64, now time.Time) (Decision, bool) {
-	if l.deny == nil || cost <= 0 {
-		return Decision{}, false
-	}
-	d, ok := l.deny.check(keys, buckets, cost, now)
-	if ok {
-		d.Local = true
-		l.metrics.denyCacheHits.Add(ctx, 1)
-	}
-	return d, ok
+	return l.layers.decide(ctx, c)
 }
 
 func (l *Limiter) validate(req Request) error {

@@ -12,6 +12,40 @@ import (
 	"time"
 )
 
+// breakerLayer keeps the store shards' circuit breakers and answers a
+// check without the store when its call fails or its shard's circuit is
+// open: by the local fallback (WithLocalFallback) or the failure policy. A
+// tenant's own successful call resets its fallback buckets.
+type breakerLayer struct {
+	l      *Limiter
+	script *scriptLayer
+}
+
+func (bl *breakerLayer) decide(ctx context.Context, c checkCall) (Decision, error) {
+	l := bl.l
+	if err := ctx.Err(); err != nil {
+		return l.callerGone(c.req, err)
+	}
+	sh := l.shards.ForKey(ctx, c.keys[0])
+	ok, probe := sh.Allow(c.sent)
+	if !ok {
+		err := fmt.Errorf("%w: %w", ErrStore, errCircuitOpen)
+		l.metrics.storeCall(ctx, 0, err, l.cfg.policy)
+		return l.degrade(c.req, c.keys, c.buckets, err), err
+	}
+	start := time.Now()
+	d, wrote, err := bl.script.call(ctx, &c)
+	if err != nil {
+		return l.failed(ctx, c.req, c.keys, c.buckets, err, sh, start, wrote, probe)
+	}
+	sh.Success(wrote)
+	l.metrics.storeCall(ctx, time.Since(start), nil, l.cfg.policy)
+	if l.fallback != nil {
+		l.fallback.forget(c.keys) // the store answers this tenant again
+	}
+	return d, nil
+}
+
 // failed answers a check whose store call failed, by what failed. A caller
 // gone is no failure: its check is abandoned, not degraded, and nothing is
 // counted or logged. A check this process could not send in time, or whose

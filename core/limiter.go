@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/core/internal/denycache"
+	"github.com/tollgate-go/tollgate/core/internal/lease"
 	"github.com/tollgate-go/tollgate/core/internal/shard"
 	"github.com/tollgate-go/tollgate/core/internal/transport"
 )
@@ -63,13 +65,14 @@ type Limiter struct {
 	scripts  redis.UniversalClient
 	owned    io.Closer
 	lastLog  atomic.Int64
-	shards   *shard.Set    // store shards: last answers and breakers
-	fallback *localBuckets // nil: off
-	deny     *denyCache    // nil: off
+	shards   *shard.Set       // store shards: last answers and breakers
+	fallback *localBuckets    // nil: off
+	deny     *denycache.Cache // nil: off
 	metrics  *metrics
 	now      func() time.Time
 	calls    transport.Caller // a Batcher, or a Direct call per check
-	leases   *leases          // nil: no class leases
+	layers   layer            // the check path (see stack)
+	leases   *lease.Map       // nil: no class leases
 	args     sync.Map         // Quota -> [3]any, see quotaArgs
 	nargs    atomic.Int64
 
@@ -128,11 +131,12 @@ func New(client redis.UniversalClient, r Resolver, opts ...Option) (*Limiter, er
 		l.fallback = newLocalBuckets(100_000)
 	}
 	if cfg.denyCache {
-		l.deny = newDenyCache(100_000)
+		l.deny = denycache.New(100_000)
 	}
 	if len(cfg.leases) > 0 {
-		l.leases = newLeases(cfg.leases, 100_000)
+		l.leases = lease.New(cfg.leases, 100_000)
 	}
+	l.layers = l.stack()
 	scripts := transport.Pair(tokenBucket, concurrencyScript)
 	if cfg.batching {
 		l.calls = transport.NewBatcher(l.scripts, scripts, cfg.timeout, ctxTimeout, l.metrics.batchSize)

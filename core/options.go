@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tollgate-go/tollgate/core/internal/lease"
 	"go.opentelemetry.io/otel/metric"
 )
 
@@ -95,7 +96,7 @@ type config struct {
 	meterProvider    metric.MeterProvider
 	tenantTopK       int
 	batching         bool
-	leases           map[string]leaseClass // by class; nil: none
+	leases           map[string]lease.Class // by class; nil: none
 	slotLease        time.Duration
 	slotLeaseSet     bool
 	slotRetry        time.Duration // 0: until the earliest deadline
@@ -228,9 +229,9 @@ func WithLeases(class string, size int64, ttl time.Duration) Option {
 			return badOption("WithLeases", "ttl must be positive, got %v", ttl)
 		}
 		if c.leases == nil {
-			c.leases = map[string]leaseClass{}
+			c.leases = map[string]lease.Class{}
 		}
-		c.leases[class] = leaseClass{size: size, ttl: ttl}
+		c.leases[class] = lease.Class{Size: size, TTL: ttl}
 		return nil
 	})
 }

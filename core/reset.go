@@ -46,10 +46,10 @@ func (l *Limiter) Reset(ctx context.Context, t Tenant, buckets ...string) (int64
 		}
 	}
 	if l.deny != nil {
-		l.deny.forget(pattern[:len(pattern)-1])
+		l.deny.Forget(pattern[:len(pattern)-1])
 	}
 	if l.leases != nil {
-		l.leases.forget(pattern[:len(pattern)-1])
+		l.leases.Forget(pattern[:len(pattern)-1])
 	}
 	if len(keys) == 0 {
 		return 0, nil

@@ -90,9 +90,7 @@ func (l *Limiter) Settle(ctx context.Context, t Tenant, d Decision, actual int64
 	}
 	if l.deny != nil && actual < d.Cost {
 		// a refund: a remembered denial may no longer be proved
-		l.deny.mu.Lock()
-		delete(l.deny.entries, keys[0])
-		l.deny.mu.Unlock()
+		l.deny.Delete(keys[0])
 	}
 	return forgiven, nil
 }

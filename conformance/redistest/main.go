@@ -15,6 +15,15 @@ import (
 // goroutines a dependency keeps on purpose).
 func MainWithCluster(m *testing.M, ignore ...goleak.Option) {
 	StartSharedCluster()
+	os.Exit(RunChecked(m, ignore...))
+}
+
+// RunChecked runs the tests, stops every server this package started, and
+// then, if the tests passed, checks for leaked goroutines (goleak; ignore
+// lists goroutines a dependency keeps on purpose). It returns the exit
+// code: 1 for a leak, which it prints. It is for a TestMain with more to do
+// around the tests than MainWithCluster does.
+func RunChecked(m *testing.M, ignore ...goleak.Option) int {
 	code := m.Run()
 	Shutdown()
 	if code == 0 {
@@ -23,5 +32,5 @@ func MainWithCluster(m *testing.M, ignore ...goleak.Option) {
 			code = 1
 		}
 	}
-	os.Exit(code)
+	return code
 }

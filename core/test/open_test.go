@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/config"
@@ -49,22 +49,10 @@ func aliasBomb(size int) string {
 	return b.String()
 }
 
-// writeTiers replaces the file at path by rename, as the docs say to.
-func writeTiers(t *testing.T, path, content string) {
-	t.Helper()
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func newTierFile(t *testing.T, content string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "tiers.yaml")
-	writeTiers(t, path, content)
+	conformance.ReplaceFile(t, path, content)
 	return path
 }
 
@@ -451,7 +439,7 @@ func TestOpenedServiceReloads(t *testing.T) {
 		t.Errorf("first file: admitted %d of 5 on a bucket of 3", got)
 	}
 
-	writeTiers(t, path, tierFile(7, ""))
+	conformance.ReplaceFile(t, path, tierFile(7, ""))
 	if o := next("a larger bucket"); o.err != nil || o.cfg == nil {
 		t.Fatalf("a valid file was refused: %v", o.err)
 	}
@@ -472,7 +460,7 @@ tiers:
 		{"alias bomb", aliasBomb(134 << 10), "aliases expand the file to more than 1048576 YAML nodes"},
 	}
 	for i, b := range bad {
-		writeTiers(t, path, b.content)
+		conformance.ReplaceFile(t, path, b.content)
 		o := next(b.name)
 		if o.err == nil || !strings.Contains(o.err.Error(), b.want) {
 			t.Fatalf("%s file: reload error %v, want %q", b.name, o.err, b.want)

@@ -21,7 +21,6 @@ import (
 
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
-	"go.uber.org/goleak"
 )
 
 // secret is the HS256 secret every process of these tests is started with,
@@ -40,16 +39,9 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
+	code := redistest.RunChecked(m)
 	if binDir != "" {
 		_ = os.RemoveAll(binDir)
-	}
-	redistest.Shutdown()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
 	}
 	os.Exit(code)
 }

@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/tollgate-go/tollgate/conformance"
@@ -20,22 +19,10 @@ import (
 
 func newLimiter(t testing.TB, opts ...core.Option) *core.Limiter {
 	t.Helper()
-	res, err := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{
-		"free": {Classes: map[string]core.Quota{
-			"default": {Capacity: 2, RefillPerSecond: 0.01},
-			"export":  {Capacity: 10, RefillPerSecond: 0.01},
-		}},
+	return conformance.NewLimiter(t, redistest.Client(t), core.Tiers{Default: "free", Tiers: map[string]core.Tier{
+		"free":      conformance.UnitTiers.Tiers["free"],
 		"anonymous": {Classes: map[string]core.Quota{"default": {Capacity: 100, RefillPerSecond: 1}}},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts = append([]core.Option{core.WithPrefix(redistest.Prefix(t)), core.WithTimeout(5 * time.Second)}, opts...)
-	lim, err := core.New(redistest.Client(t), res, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return lim
+	}}, opts...)
 }
 
 func tenant(id string) fiber.Handler {

@@ -72,18 +72,11 @@ func testTiers() core.Tiers {
 	}}
 }
 
+// newLimiter is a limiter on testTiers over c (see conformance.NewLimiter),
+// with a 2 s timeout.
 func newLimiter(t testing.TB, c redis.UniversalClient, opts ...core.Option) *core.Limiter {
 	t.Helper()
-	res, err := core.NewResolver(testTiers())
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts = append([]core.Option{core.WithPrefix(redistest.Prefix(t)), core.WithTimeout(2 * time.Second)}, opts...)
-	l, err := core.New(c, res, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
+	return conformance.NewLimiter(t, c, testTiers(), append([]core.Option{core.WithTimeout(2 * time.Second)}, opts...)...)
 }
 
 // deadRedis is a client of a port nothing listens on: every check fails

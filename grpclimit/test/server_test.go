@@ -329,20 +329,12 @@ func TestOptions(t *testing.T) {
 		}
 	})
 	t.Run("a cost func answering cost 0 is Internal, not a free pass", func(t *testing.T) {
-		hooked := make(chan error, 1)
-		e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c), core.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
-			return core.Route{Class: "default", Cost: 0}, true
-		})), grpclimit.WithErrorHandler(func(_ context.Context, _ string, err error) {
-			select {
-			case hooked <- err:
-			default:
-			}
-		}))
+		e, hooked := costFuncEnv(t, c, core.Route{Class: "default", Cost: 0})
 		r := getProfile(as("zero", ""), e.client(t))
 		if status.Code(r.err) != codes.Internal || !strings.Contains(r.err.Error(), "misconfigured") || e.svc.calls.Load() != 0 {
 			t.Fatalf("%v, handler calls %d", r.err, e.svc.calls.Load())
 		}
-		if err := <-hooked; !errors.Is(err, core.ErrInvalidConfig) {
+		if err := hooked(); !errors.Is(err, core.ErrInvalidConfig) {
 			t.Fatalf("hook: %v", err)
 		}
 	})
@@ -382,20 +374,12 @@ func TestOptions(t *testing.T) {
 			}
 		}
 		// a cost function's bad route: the same answer, served
-		hooked := make(chan error, 1)
-		e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c), core.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
-			return core.Route{Class: "x y", Cost: 1}, true
-		})), grpclimit.WithErrorHandler(func(_ context.Context, _ string, err error) {
-			select {
-			case hooked <- err:
-			default:
-			}
-		}))
+		e, hooked := costFuncEnv(t, c, core.Route{Class: "x y", Cost: 1})
 		r := getProfile(as("bad-route", ""), e.client(t))
 		if r.st.Code() != codes.Internal || r.st.Message() != "The rate limiter is misconfigured." || strings.Contains(r.st.Message(), "x y") {
 			t.Fatalf("bad route: %v", r.err)
 		}
-		if err := <-hooked; !errors.Is(err, core.ErrInvalidConfig) {
+		if err := hooked(); !errors.Is(err, core.ErrInvalidConfig) {
 			t.Fatalf("hook: %v", err)
 		}
 	})
@@ -405,4 +389,28 @@ func TestOptions(t *testing.T) {
 			t.Fatalf("%v %v", r.err, r.header)
 		}
 	})
+}
+
+// costFuncEnv serves a gate whose cost function answers route for every
+// call; hooked returns the first error the error handler got, or nil if
+// it got none within 10 s.
+func costFuncEnv(t *testing.T, c redis.UniversalClient, route core.Route) (e *env, hooked func() error) {
+	t.Helper()
+	first := make(chan error, 1)
+	e = newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c), core.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
+		return route, true
+	})), grpclimit.WithErrorHandler(func(_ context.Context, _ string, err error) {
+		select {
+		case first <- err:
+		default:
+		}
+	}))
+	return e, func() error {
+		select {
+		case err := <-first:
+			return err
+		case <-time.After(10 * time.Second):
+			return nil
+		}
+	}
 }

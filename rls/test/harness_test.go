@@ -8,7 +8,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
-	"github.com/tollgate-go/tollgate/conformance/redistest"
+	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/rls"
 	"google.golang.org/grpc"
@@ -30,18 +30,11 @@ func testTiers() core.Tiers {
 	}}
 }
 
-// newLimiter is a limiter over c with a key prefix of the test's own.
+// newLimiter is a limiter on testTiers over c (see conformance.NewLimiter),
+// closed when t ends.
 func newLimiter(t testing.TB, c redis.UniversalClient, opts ...core.Option) *core.Limiter {
 	t.Helper()
-	res, err := core.NewResolver(testTiers())
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts = append([]core.Option{core.WithPrefix(redistest.Prefix(t)), core.WithTimeout(5 * time.Second)}, opts...)
-	l, err := core.New(c, res, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := conformance.NewLimiter(t, c, testTiers(), opts...)
 	t.Cleanup(func() { _ = l.Close() })
 	return l
 }

@@ -1,7 +1,6 @@
 package test
 
 import (
-	"bytes"
 	"context"
 	"debug/buildinfo"
 	"fmt"
@@ -13,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/rls"
@@ -115,24 +114,6 @@ func freePort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// lockedBuffer collects a process's output for the failure message.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // startReference runs the reference on redisType ("single" or "cluster")
 // at redisURL with the configuration file, and returns a client of it.
 func startReference(t *testing.T, redisType, redisURL, config string) rlsv3.RateLimitServiceClient {
@@ -161,7 +142,7 @@ func startReference(t *testing.T, redisType, redisURL, config string) rlsv3.Rate
 	}
 	cmd := exec.Command(bin)
 	cmd.Env = env
-	var out lockedBuffer
+	var out conformance.LogBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

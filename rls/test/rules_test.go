@@ -1,20 +1,17 @@
 package test
 
 import (
-	"bytes"
 	"context"
-	"log/slog"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/rls"
@@ -175,38 +172,10 @@ func TestGlobalShadowKeepsTheStatuses(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink the watcher writes while the test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestReloadKeepsTheOldConfigurationWhenTheNewIsInvalid(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "edge.yaml")
-	write := func(body string) {
-		t.Helper()
-		// a new name then a rename: the watcher never reads half a file
-		tmp := filepath.Join(t.TempDir(), "new.yaml")
-		if err := os.WriteFile(tmp, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, file); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(body string) { t.Helper(); conformance.ReplaceFile(t, file, body) }
 	write("domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 5}\n")
 	cfg, err := rls.LoadConfig(dir)
 	if err != nil {
@@ -222,9 +191,9 @@ func TestReloadKeepsTheOldConfigurationWhenTheNewIsInvalid(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = lim.Close() })
 	c := serve(t, lim, rls.WithRules(rules))
-	var logs syncBuffer
+	var logs conformance.LogBuffer
 	ctx, cancel := context.WithCancel(context.Background())
-	done := rules.Watch(ctx, dir, 100*time.Millisecond, slog.New(slog.NewTextHandler(&logs, nil)))
+	done := rules.Watch(ctx, dir, 100*time.Millisecond, logs.Logger())
 	t.Cleanup(func() { cancel(); <-done })
 
 	limitOf := func(value string) uint32 {

@@ -1,18 +1,14 @@
 package sqlquota_test
 
 import (
-	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
-	"os"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
+	"github.com/tollgate-go/tollgate/conformance/pgtest"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/sqlquota"
 	_ "modernc.org/sqlite"
@@ -62,51 +58,13 @@ func openSQLite(t *testing.T) (*sql.DB, string) {
 	return db, sqlquota.DefaultTable
 }
 
-// postgresURL is the test database: TOLLGATE_TEST_POSTGRES, else a
-// postgres:// DATABASE_URL, else the machine's local server.
-func postgresURL() string {
-	if u := os.Getenv("TOLLGATE_TEST_POSTGRES"); u != "" {
-		return u
-	}
-	if u := os.Getenv("DATABASE_URL"); strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://") {
-		return u
-	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-}
-
 // openPostgres returns a pool on the test database and a table in a schema
 // of its own, dropped when the test ends. An unreachable server fails the
 // test under CI=true and skips it otherwise.
 func openPostgres(t *testing.T) (*sql.DB, string) {
 	t.Helper()
-	url := postgresURL()
-	admin, err := sql.Open("pgx", url)
-	if err != nil {
-		t.Fatalf("open postgres %s: %v", url, err)
-	}
-	t.Cleanup(func() { _ = admin.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := admin.PingContext(ctx); err != nil {
-		msg := "PostgreSQL at " + url + " is unreachable (set TOLLGATE_TEST_POSTGRES, or start it: .ci/run does): " + err.Error()
-		if redistest.InCI() {
-			t.Fatal(msg)
-		}
-		t.Skip(msg + " (skipped outside CI)")
-	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	schema := "tg_test_" + hex.EncodeToString(b[:])
-	if _, err := admin.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatalf("create schema: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if _, err := admin.ExecContext(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-		}
-	})
+	_, schema := pgtest.Schema(t, "tg_test_")
+	url := pgtest.URL()
 	db, err := sql.Open("pgx", url)
 	if err != nil {
 		t.Fatalf("open postgres: %v", err)

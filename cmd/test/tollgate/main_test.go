@@ -415,6 +415,27 @@ func redisEnv(t *testing.T) ([]string, *redis.Client) {
 	return []string{"REDIS_URL=" + redistest.URL(t)}, c
 }
 
+// serviceLimiter is the limiter a service would build from the tier file
+// at cfgPath, on client under prefix, with a 5 s timeout so that a loaded
+// machine does not turn a charge into a store failure. t closes it.
+func serviceLimiter(t *testing.T, client redis.UniversalClient, cfgPath, prefix string) *core.Limiter {
+	t.Helper()
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := cfg.NewResolver()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := core.New(client, r, core.WithPrefix(prefix), core.WithTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lim.Close() })
+	return lim
+}
+
 func TestBucketGetIsReadOnlyAndReset(t *testing.T) {
 	env, client := redisEnv(t)
 	prefix := redistest.Prefix(t)
@@ -423,15 +444,7 @@ func TestBucketGetIsReadOnlyAndReset(t *testing.T) {
 	ctx := t.Context()
 
 	// Charge t42 through a real limiter, as a service would.
-	cfg, err := config.Load(cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, _ := cfg.NewResolver()
-	lim, err := core.New(client, r, core.WithPrefix(prefix), core.WithTimeout(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
+	lim := serviceLimiter(t, client, cfgPath, prefix)
 	if d, err := lim.Allow(ctx, core.Tenant{ID: "t42"}, "default", 5); err != nil || !d.Allowed {
 		t.Fatalf("Allow: %+v, %v", d, err)
 	}
@@ -659,16 +672,7 @@ func TestBucketSlots(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	cfgPath := writeTemp(t, "tiers.yaml", "default_tier: free\ntiers:\n  free:\n    classes:\n      default: {capacity: 20, refill_per_second: 2}\n      reports: {capacity: 100, refill_per_second: 10, concurrency: 2}\n")
 	ctx := t.Context()
-	cfg, err := config.Load(cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, _ := cfg.NewResolver()
-	lim, err := core.New(client, r, core.WithPrefix(prefix), core.WithTimeout(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lim.Close()
+	lim := serviceLimiter(t, client, cfgPath, prefix)
 	for range 2 {
 		if d, err := lim.Allow(ctx, core.Tenant{ID: "t42"}, "reports", 1); err != nil || d.Slot == nil {
 			t.Fatalf("Allow: %+v, %v", d, err)

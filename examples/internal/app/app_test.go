@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/examples/internal/app"
@@ -156,13 +157,7 @@ func TestConfigFile(t *testing.T) {
 			"      default: {capacity: " + strconv.Itoa(profileCapacity) + ", refill_per_second: 1}\n" +
 			"      export: {capacity: 30, refill_per_second: 1}\n" +
 			"routes:\n  - {method: POST, path: /v1/reports/export, class: export, cost: 10}\n"
-		tmp := path + ".tmp"
-		if err := os.WriteFile(tmp, []byte(y), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, path); err != nil {
-			t.Fatal(err)
-		}
+		conformance.ReplaceFile(t, path, y)
 	}
 	write(7)
 	a, err := app.Open(t.Context(), app.Config{RedisURL: redistest.URL(t), DatabaseURL: "sqlite://" + filepath.Join(dir, "o.db"),

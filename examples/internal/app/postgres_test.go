@@ -1,38 +1,21 @@
 package app_test
 
 import (
-	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/tollgate-go/tollgate/conformance/pgtest"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/examples/internal/app"
 	"github.com/tollgate-go/tollgate/examples/internal/apptest"
 	"github.com/tollgate-go/tollgate/httplimit"
 )
-
-// postgresURL is the test database: TOLLGATE_TEST_POSTGRES, else a
-// postgres:// DATABASE_URL, else the machine's local server (as in
-// sqlquota's tests).
-func postgresURL() string {
-	if u := os.Getenv("TOLLGATE_TEST_POSTGRES"); u != "" {
-		return u
-	}
-	if u := os.Getenv("DATABASE_URL"); strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://") {
-		return u
-	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-}
 
 // postgresSchema creates a schema of the test's own on the test database,
 // dropped when the test ends, and returns an admin pool and a DATABASE_URL
@@ -41,34 +24,8 @@ func postgresURL() string {
 // fails the test under CI=true and skips it otherwise.
 func postgresSchema(t *testing.T) (admin *sql.DB, schema, databaseURL string) {
 	t.Helper()
-	base := postgresURL()
-	admin, err := sql.Open("pgx", base)
-	if err != nil {
-		t.Fatalf("open postgres %s: %v", base, err)
-	}
-	t.Cleanup(func() { _ = admin.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := admin.PingContext(ctx); err != nil {
-		msg := "PostgreSQL at " + base + " is unreachable (set TOLLGATE_TEST_POSTGRES, or start it: .ci/run does): " + err.Error()
-		if redistest.InCI() {
-			t.Fatal(msg)
-		}
-		t.Skip(msg + " (skipped outside CI)")
-	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	schema = "tg_app_test_" + hex.EncodeToString(b[:])
-	if _, err := admin.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatalf("create schema: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if _, err := admin.ExecContext(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-		}
-	})
+	admin, schema = pgtest.Schema(t, "tg_app_test_")
+	base := pgtest.URL()
 	u, err := url.Parse(base)
 	if err != nil {
 		t.Fatalf("parse %s: %v", base, err)

@@ -1,7 +1,6 @@
 package apptest
 
 import (
-	"fmt"
 	"os"
 	"testing"
 
@@ -12,17 +11,7 @@ import (
 // Main is the examples' TestMain: it runs the tests, stops the Redis
 // servers the harness started, and fails the run if a goroutine leaked
 // (opts name goroutines a framework keeps on purpose).
-func Main(m *testing.M, opts ...goleak.Option) {
-	code := m.Run()
-	redistest.Shutdown()
-	if code == 0 {
-		if err := goleak.Find(opts...); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func Main(m *testing.M, opts ...goleak.Option) { os.Exit(redistest.RunChecked(m, opts...)) }
 
 // FastHTTPGoroutines are the goroutines fasthttp (under Fiber) keeps on
 // purpose, for Main: one refreshes its Date header cache, and its worker

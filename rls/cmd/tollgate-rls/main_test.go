@@ -24,6 +24,42 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// serve runs the command with env until t ends, and returns the addresses
+// of its gRPC and metrics listeners once both listen. A start-up error, no
+// listener within 20 s, or an error or hang after the cancel fails t.
+func serve(t *testing.T, env map[string]string) (grpcAddr, metricsAddr string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	type addrs struct{ grpc, metrics string }
+	ready := make(chan addrs, 1)
+	done := make(chan error, 1)
+	var logs bytes.Buffer // read only once run has returned
+	go func() {
+		done <- run(ctx, func(k string) string { return env[k] }, &logs, func(g, m string) { ready <- addrs{g, m} })
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("run after cancel: %v\n%s", err, logs.String())
+			}
+		case <-time.After(20 * time.Second):
+			t.Error("run did not return 20 s after cancel")
+		}
+	})
+	select {
+	case a := <-ready:
+		return a.grpc, a.metrics
+	case err := <-done:
+		done <- nil // reported here, not again by the cleanup
+		t.Fatalf("run: %v\n%s", err, logs.String())
+	case <-time.After(20 * time.Second):
+		t.Fatal("not listening after 20 s")
+	}
+	return "", ""
+}
+
 // The command serves ShouldRateLimit from the tier file, health,
 // reflection and /metrics, and stops when its context ends.
 func TestServe(t *testing.T) {
@@ -35,35 +71,9 @@ func TestServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := map[string]string{"ADDR": "127.0.0.1:0", "METRICS_ADDR": "127.0.0.1:0", "TOLLGATE_CONFIG": cfg}
-	ctx, cancel := context.WithCancel(context.Background())
-	type addrs struct{ grpc, metrics string }
-	ready := make(chan addrs, 1)
-	done := make(chan error, 1)
-	var logs bytes.Buffer
-	go func() {
-		done <- run(ctx, func(k string) string { return env[k] }, &logs, func(g, m string) { ready <- addrs{g, m} })
-	}()
-	var a addrs
-	select {
-	case a = <-ready:
-	case err := <-done:
-		t.Fatalf("run: %v\n%s", err, logs.String())
-	case <-time.After(20 * time.Second):
-		t.Fatal("not listening after 20 s")
-	}
-	defer func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("run after cancel: %v", err)
-			}
-		case <-time.After(20 * time.Second):
-			t.Error("run did not return 20 s after cancel")
-		}
-	}()
+	grpcAddr, metricsAddr := serve(t, env)
 
-	cc, err := grpc.NewClient(a.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +136,7 @@ func TestServe(t *testing.T) {
 		t.Errorf("reflection lists %v", rr)
 	}
 
-	mreq, _ := http.NewRequestWithContext(cctx, "GET", "http://"+a.metrics+"/metrics", nil)
+	mreq, _ := http.NewRequestWithContext(cctx, "GET", "http://"+metricsAddr+"/metrics", nil)
 	mres, err := http.DefaultClient.Do(mreq)
 	if err != nil {
 		t.Fatal(err)
@@ -273,29 +283,7 @@ func TestConvertRefusesUnknownKeysAndUnboundedInput(t *testing.T) {
 // and the options' bad values, are start-up errors.
 func TestServeRules(t *testing.T) {
 	env := map[string]string{"ADDR": "127.0.0.1:0", "METRICS_ADDR": "off", "RLS_CONFIG": "../../testdata/readme.yaml"}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan string, 1)
-	done := make(chan error, 1)
-	var logs bytes.Buffer
-	go func() {
-		done <- run(ctx, func(k string) string { return env[k] }, &logs, func(g, _ string) { ready <- g })
-	}()
-	var addr string
-	select {
-	case addr = <-ready:
-	case err := <-done:
-		t.Fatalf("run: %v\n%s", err, logs.String())
-	case <-time.After(20 * time.Second):
-		t.Fatal("not listening after 20 s")
-	}
-	defer func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			t.Error("run did not return 20 s after cancel")
-		}
-	}()
+	addr, _ := serve(t, env)
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,59 @@
+package lease
+
+import (
+	"testing"
+	"time"
+)
+
+// TestMapFullKeepsLiveLeases: at its bound the lease map never drops a
+// live lease or an acquisition in progress. A check that finds it full of
+// live leases takes none (a plain check); once a lease has expired, the
+// next check makes room by dropping it. The waiters of an acquisition are
+// released when it ends, with its failure.
+func TestMapFullKeepsLiveLeases(t *testing.T) {
+	ls := New(map[string]Class{"default": {Size: 5, TTL: time.Second}}, 2)
+	q := Quota{Capacity: 10, RefillPerSecond: 10}
+	quota := func(int) Quota { return q }
+	now := time.Now()
+	k1, k2, k3 := []string{"rl:{a}:default"}, []string{"rl:{b}:default"}, []string{"rl:{c}:default"}
+	_, _, _, acq := ls.Spend(k1, quota, 1, now, true)
+	if acq == nil {
+		t.Fatal("first check does not take the lease")
+	}
+	_, _, wait, _ := ls.Spend(k1, quota, 1, now, true)
+	if wait == nil {
+		t.Fatal("second check does not wait")
+	}
+	_, _, _, acq2 := ls.Spend(k2, quota, 1, now, true)
+	if _, _, w, a := ls.Spend(k3, quota, 1, now, true); w != nil || a != nil {
+		t.Fatal("a full map of live leases gave a third tenant a lease")
+	}
+	ls.Release(acq, []Quota{q}, []float64{5}, 4, now.Add(time.Second), nil)
+	ls.Release(acq2, []Quota{q}, []float64{5}, 4, now.Add(2*time.Second), nil)
+	select {
+	case <-wait.Done():
+	case <-time.After(2 * time.Second):
+		t.Fatal("the waiter was stranded")
+	}
+	if _, _, _, a := ls.Spend(k3, quota, 1, now.Add(500*time.Millisecond), true); a != nil {
+		t.Fatal("a live lease was dropped to make room")
+	}
+	for i := range 4 {
+		tokens, ok, _, _ := ls.Spend(k1, quota, 1, now.Add(500*time.Millisecond), false)
+		if !ok {
+			t.Fatal("the unspent leased tokens were burned")
+		}
+		if want := 5 + float64(3-i); tokens[0] != want {
+			t.Fatalf("spend %d: the lease states %v tokens, want %v", i+1, tokens[0], want)
+		}
+	}
+	if _, _, _, a := ls.Spend(k3, quota, 1, now.Add(1500*time.Millisecond), true); a == nil {
+		t.Fatal("an expired lease was not dropped to make room")
+	}
+	if _, ok, _, _ := ls.Spend(k2, quota, 1, now.Add(1500*time.Millisecond), false); !ok {
+		t.Fatal("the live lease of k2 was dropped with the expired one")
+	}
+	if _, ok, _, _ := ls.Spend(k2, func(int) Quota { return Quota{Capacity: 20, RefillPerSecond: 10} }, 1, now.Add(1500*time.Millisecond), false); ok {
+		t.Fatal("a lease was spent after its quota changed")
+	}
+}
