@@ -50,6 +50,7 @@ type Gate struct {
 	style     HeaderStyle
 	anonTier  string
 	anonymous bool
+	reports   bool // WithCostReports
 	now       func() time.Time
 }
 
@@ -107,6 +108,19 @@ func WithHeaderStyle(s HeaderStyle) GateOption {
 			return badOption("WithHeaderStyle", "unknown header style bits %#x", uint(s&^known))
 		}
 		g.style = s
+		return nil
+	})
+}
+
+// WithCostReports lets handlers report a request's actual cost
+// (ReportCost, or an adapter's cost header): the route's cost is then a
+// reservation, settled when the handler returns (Verdict.Done), as
+// docs/semantics.md's "Reserve, then settle" says. Default off: a request
+// costs what its route says, and carries nothing to settle (no allocation
+// for it, and ReportCost reports an error).
+func WithCostReports() GateOption {
+	return gateOptionFunc(func(g *Gate) error {
+		g.reports = true
 		return nil
 	})
 }

@@ -58,7 +58,7 @@ func (v Verdict) Done() {
 func (g *Gate) render(t Tenant, r Route, d Decision, err error) Verdict {
 	v := Verdict{Proceed: d.Allowed, Decision: d, Tenant: t, Route: r, Checked: true, Err: err,
 		Headers: d.Headers(g.style, g.now())}
-	if d.settleable() {
+	if g.reports && d.settleable() {
 		v.report = &costReport{lim: g.lim}
 	}
 	if !d.Allowed {

@@ -143,7 +143,7 @@ func TestSettleUnsettledStaysCharged(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend, vr variant) {
 		clock := conformance.NewFakeClock()
 		l := vr.newLimiter(t, be.client(t), staticResolver(core.Bucket{Name: "default", Quota: llm}), core.WithClock(clock.Now))
-		g, err := core.NewGate(l, core.WithDefaultRoute(core.Route{Class: "default", Cost: 100}))
+		g, err := core.NewGate(l, core.WithCostReports(), core.WithDefaultRoute(core.Route{Class: "default", Cost: 100}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -171,7 +171,7 @@ func TestGateReportCost(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend, vr variant) {
 		clock := conformance.NewFakeClock()
 		l := vr.newLimiter(t, be.client(t), staticResolver(core.Bucket{Name: "default", Quota: llm}), core.WithClock(clock.Now))
-		g, err := core.NewGate(l, core.WithDefaultRoute(core.Route{Class: "default", Cost: 100}))
+		g, err := core.NewGate(l, core.WithCostReports(), core.WithDefaultRoute(core.Route{Class: "default", Cost: 100}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -256,6 +256,35 @@ func TestSettleBoundConcurrent(t *testing.T) {
 		}
 		if denied == 0 || got >= estimate {
 			t.Fatalf("balance %v, %d denied: the test never ran the bucket dry", got, denied)
+		}
+	})
+}
+
+// TestGateWithoutCostReports: a gate built without WithCostReports hands
+// handlers nothing to report to, and a request costs its route's cost.
+func TestGateWithoutCostReports(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend, vr variant) {
+		clock := conformance.NewFakeClock()
+		l := vr.newLimiter(t, be.client(t), staticResolver(core.Bucket{Name: "default", Quota: llm}), core.WithClock(clock.Now))
+		g, err := core.NewGate(l, core.WithDefaultRoute(core.Route{Class: "default", Cost: 100}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := core.ContextWithTenant(context.Background(), core.Tenant{ID: "plain"})
+		v := g.Decide(ctx, core.Endpoint{Method: "POST", Pattern: "/v1/complete"})
+		if !v.Proceed {
+			t.Fatalf("Decide: %+v", v)
+		}
+		hctx, ok := v.CostContext(ctx)
+		if ok || hctx != ctx {
+			t.Fatal("a gate without WithCostReports handed out a context to report a cost to")
+		}
+		if err := core.ReportCost(hctx, 5); !errors.Is(err, core.ErrInvalidRequest) {
+			t.Fatalf("ReportCost = %v, want ErrInvalidRequest", err)
+		}
+		v.Done()
+		if got := balance(t, l, "plain", "default"); got != 900 {
+			t.Fatalf("%v tokens, want 900: the route's cost, nothing settled", got)
 		}
 	})
 }

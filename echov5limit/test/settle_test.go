@@ -16,7 +16,7 @@ import (
 // returns; without a report the estimate stands.
 func TestSettle(t *testing.T) {
 	lim := conformance.NewUnitLimiter(t)
-	gate := conformance.NewUnitGate(t, lim, core.WithDefaultRoute(core.Route{Class: "export", Cost: 4}))
+	gate := conformance.NewUnitGate(t, lim, core.WithCostReports(), core.WithDefaultRoute(core.Route{Class: "export", Cost: 4}))
 	for _, c := range []struct {
 		tenant string
 		report int64 // -1: none

@@ -17,7 +17,7 @@ import (
 func TestSettle(t *testing.T) {
 	lim := newLimiter(t)
 	t.Cleanup(func() { _ = lim.Close() })
-	gate := conformance.NewUnitGate(t, lim, core.WithDefaultRoute(core.Route{Class: "export", Cost: 4}))
+	gate := conformance.NewUnitGate(t, lim, core.WithCostReports(), core.WithDefaultRoute(core.Route{Class: "export", Cost: 4}))
 	for _, c := range []struct {
 		tenant string
 		report int64 // -1: none

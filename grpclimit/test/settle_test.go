@@ -22,7 +22,7 @@ func TestSettle(t *testing.T) {
 		lim := newLimiter(t, c)
 		t.Cleanup(func() { _ = lim.Close() })
 		routes := core.Routes{mProfile: {Class: "llm", Cost: 100}, mUpload: {Class: "llm", Cost: 100}}
-		e := newEnv(t, conformance.NewUnitGate(t, lim, core.WithRoutes(routes)))
+		e := newEnv(t, conformance.NewUnitGate(t, lim, core.WithCostReports(), core.WithRoutes(routes)))
 		cl := e.client(t)
 		tokens := func(tenant string) float64 {
 			d, err := lim.Peek(context.Background(), core.Tenant{ID: tenant, Tier: "free"}, "llm")

@@ -29,7 +29,7 @@ func exportTokens(t *testing.T, lim *core.Limiter, tenant string) float64 {
 // report the estimate stands.
 func TestSettle(t *testing.T) {
 	lim := conformance.NewUnitLimiter(t)
-	gate := conformance.NewUnitGate(t, lim, core.WithDefaultRoute(core.Route{Class: "export", Cost: 4}))
+	gate := conformance.NewUnitGate(t, lim, core.WithCostReports(), core.WithDefaultRoute(core.Route{Class: "export", Cost: 4}))
 	var hooked error
 	mw := httplimit.Middleware(gate, httplimit.WithCostHeader("tollgate-cost"), httplimit.WithErrorHandler(func(_ *http.Request, err error) { hooked = err }))
 	cases := []struct {
