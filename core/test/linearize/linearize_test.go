@@ -31,6 +31,25 @@ type target struct {
 	cluster *redistest.Cluster
 	server  *redistest.Server
 	proxy   *redistest.FaultProxy
+	// proxies are a Cluster's, one per node; remap maps each node's
+	// address to its proxy's
+	proxies []*redistest.FaultProxy
+	remap   map[string]string
+}
+
+// allProxies returns every fault proxy of tg.
+func (tg target) allProxies() []*redistest.FaultProxy {
+	if tg.proxy != nil {
+		return []*redistest.FaultProxy{tg.proxy}
+	}
+	return tg.proxies
+}
+
+// setAll switches every proxy of tg to f.
+func (tg target) setAll(f redistest.Fault) {
+	for _, p := range tg.allProxies() {
+		p.Set(f)
+	}
 }
 
 // fault is a scenario's fault, applied while the replicas run: it returns
@@ -143,8 +162,8 @@ func proxyFaults(faults ...redistest.Fault) fault {
 			// 25 ms bursts: a few checks of each tenant caught in each,
 			// so that the search over where they ran stays small
 			for range max(2, int(unit/(250*time.Millisecond))) {
-				ws = append(ws, during(t, 25*time.Millisecond, func() error { tg.proxy.Set(f); return nil },
-					func() error { tg.proxy.Set(redistest.Pass); return nil }))
+				ws = append(ws, during(t, 25*time.Millisecond, func() error { tg.setAll(f); return nil },
+					func() error { tg.setAll(redistest.Pass); return nil }))
 				time.Sleep(unit / 8)
 			}
 		}
@@ -234,6 +253,9 @@ var scenarios = []scenario{
 			// restart that lost the buckets admits what the model has not
 			c.Policy, c.DenyCache, c.Capacity, c.Rate = core.FailClosed, true, 100, 20
 		}},
+	// every connection through a fault proxy per node (the client's dialer
+	// maps each node's address to its proxy's)
+	{name: "cluster/lost-replies-resets", cluster: true, proxied: true, fault: proxyFaults(redistest.DropReply, redistest.Reset)},
 	{name: "cluster/client-clock-step", cluster: true, longOnly: true, fault: clockStep, options: func(c *config) { c.ClientClock = true }},
 }
 
@@ -244,6 +266,7 @@ var aof = []string{"--appendonly", "yes", "--appendfsync", "always"}
 // history runs one scenario's history and returns it with its fault windows.
 func history(t *testing.T, sc scenario, tg target, unit time.Duration, tweak func(int, *config)) (config, []op, []window) {
 	cfg := baseConfig(t, tg.addrs, sc.cluster)
+	cfg.Remap = tg.remap
 	if sc.options != nil {
 		sc.options(&cfg)
 	}
@@ -307,12 +330,24 @@ func TestLinearizable(t *testing.T) {
 				default:
 					tg = newStandalone(t)
 				}
-				if sc.proxied {
+				switch {
+				case sc.proxied && sc.cluster:
+					tg.remap = map[string]string{}
+					for _, n := range cl.Nodes {
+						p := redistest.NewFaultProxy(t, n.Addr())
+						tg.proxies = append(tg.proxies, p)
+						tg.remap[n.Addr()] = p.Addr()
+					}
+				case sc.proxied:
 					tg.proxy = redistest.NewFaultProxy(t, tg.server.Addr())
 					tg.addrs = []string{tg.proxy.Addr()}
 				}
 				cfg, ops, faults := history(t, sc, tg, unit, nil)
-				total.add(check(t, sc.name, cfg, ops, faults))
+				c := check(t, sc.name, cfg, ops, faults)
+				if sc.proxied && c.ambiguous+c.notSent == 0 {
+					t.Fatalf("%s: no check degraded: the proxies' faults never reached the client (%s)", sc.name, c)
+				}
+				total.add(c)
 				histories++
 			})
 		}
