@@ -80,10 +80,14 @@ func SharedCluster(t testing.TB) *redis.ClusterClient {
 
 // NewCluster starts a private cluster of masters masters with replicas
 // replicas each, stopped when t ends. Use it for tests that kill nodes.
-func NewCluster(t testing.TB, masters, replicas int) *Cluster {
+// extra are more redis-server arguments for every node, kept across
+// [Server.Restart]; e.g. "--appendonly", "yes", "--appendfsync", "always"
+// make a killed and restarted node keep every write it acknowledged (its
+// data directory and nodes.conf stay).
+func NewCluster(t testing.TB, masters, replicas int, extra ...string) *Cluster {
 	t.Helper()
 	needBinary(t, "a Redis Cluster")
-	c, err := startCluster(masters, replicas)
+	c, err := startCluster(masters, replicas, extra...)
 	if err != nil {
 		t.Fatalf("redistest: cluster: %v", err)
 	}
@@ -91,14 +95,15 @@ func NewCluster(t testing.TB, masters, replicas int) *Cluster {
 	return c
 }
 
-func startCluster(masters, replicas int) (*Cluster, error) {
+func startCluster(masters, replicas int, extra ...string) (*Cluster, error) {
 	c := &Cluster{Masters: masters}
 	for range masters * (1 + replicas) {
 		// replicas sync at once and may always fail over: a test kills
 		// masters seconds after start-up
-		s, err := startServer([]string{"--cluster-enabled", "yes", "--cluster-node-timeout", "2000",
+		args := []string{"--cluster-enabled", "yes", "--cluster-node-timeout", "2000",
 			"--cluster-config-file", "nodes.conf", "--repl-diskless-sync-delay", "0",
-			"--cluster-replica-validity-factor", "0"})
+			"--cluster-replica-validity-factor", "0"}
+		s, err := startServer(append(args, extra...))
 		if err != nil {
 			c.shutdown()
 			return nil, err

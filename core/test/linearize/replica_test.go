@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -26,11 +27,15 @@ type config struct {
 	Goroutines int
 	Addrs      []string // one address, or a Cluster's nodes
 	Cluster    bool
-	Prefix     string
-	Tenants    []string
-	Capacity   int64
-	Rate       float64
-	Timeout    time.Duration
+	// Remap maps each Cluster node's address to its fault proxy's: every
+	// connection, to a seed or to a node the cluster names, is dialled
+	// through it
+	Remap    map[string]string
+	Prefix   string
+	Tenants  []string
+	Capacity int64
+	Rate     float64
+	Timeout  time.Duration
 	// the limiter's options
 	Policy      core.FailurePolicy
 	Fallback    float64
@@ -71,7 +76,18 @@ func runReplica(raw string) error {
 	}
 	var uc redis.UniversalClient
 	if cfg.Cluster {
-		uc = redis.NewClusterClient(&redis.ClusterOptions{Addrs: cfg.Addrs})
+		o := &redis.ClusterOptions{Addrs: cfg.Addrs}
+		if len(cfg.Remap) > 0 {
+			var d net.Dialer
+			o.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+				to, ok := cfg.Remap[addr]
+				if !ok {
+					return nil, fmt.Errorf("no fault proxy for node %s", addr)
+				}
+				return d.DialContext(ctx, network, to)
+			}
+		}
+		uc = redis.NewClusterClient(o)
 	} else {
 		uc = redis.NewClient(&redis.Options{Addr: cfg.Addrs[0]})
 	}
