@@ -200,11 +200,11 @@ func (s *Store) Dialect() Dialect { return s.dialect }
 // Table returns the store's table name.
 func (s *Store) Table() string { return s.table }
 
-const columns = "tenant_id, bucket, capacity, refill_per_second, expires_at, updated_at, updated_by, reason"
+const columns = "tenant_id, bucket, capacity, refill_per_second, expires_at, updated_at, updated_by, reason, concurrency"
 
 func (s *Store) prepareQueries() {
 	t := s.table
-	s.qOverrides = "SELECT bucket, capacity, refill_per_second FROM " + t +
+	s.qOverrides = "SELECT bucket, capacity, refill_per_second, concurrency FROM " + t +
 		" WHERE tenant_id = $1 AND (expires_at IS NULL OR expires_at > $2)"
 	s.qGet = "SELECT " + columns + " FROM " + t + " WHERE tenant_id = $1 AND bucket = $2"
 	sel := "SELECT " + columns + " FROM " + t + " WHERE "
@@ -213,10 +213,11 @@ func (s *Store) prepareQueries() {
 	s.qListAll = "SELECT " + columns + " FROM " + t + order + "$1"
 	s.qListTenant = sel + "tenant_id = $1 AND (expires_at IS NULL OR expires_at > $2)" + order + "$3"
 	s.qListTenantAll = sel + "tenant_id = $1" + order + "$2"
-	s.qUpsert = "INSERT INTO " + t + " (" + columns + ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8)" +
+	s.qUpsert = "INSERT INTO " + t + " (" + columns + ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)" +
 		" ON CONFLICT (tenant_id, bucket) DO UPDATE SET capacity = excluded.capacity," +
 		" refill_per_second = excluded.refill_per_second, expires_at = excluded.expires_at," +
-		" updated_at = excluded.updated_at, updated_by = excluded.updated_by, reason = excluded.reason"
+		" updated_at = excluded.updated_at, updated_by = excluded.updated_by, reason = excluded.reason," +
+		" concurrency = excluded.concurrency"
 	s.qDelete = "DELETE FROM " + t + " WHERE tenant_id = $1 AND bucket = $2"
 	s.qPurge = "DELETE FROM " + t + " WHERE expires_at IS NOT NULL AND expires_at <= $1"
 	if s.dialect == SQLite {
@@ -330,14 +331,14 @@ func (s *Store) Overrides(ctx context.Context, tenantID string) (map[string]core
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var cells [3]any
-		if err := rows.Scan(&cells[0], &cells[1], &cells[2]); err != nil {
+		var cells [4]any
+		if err := rows.Scan(&cells[0], &cells[1], &cells[2], &cells[3]); err != nil {
 			return nil, fmt.Errorf("sqlquota: load overrides: %w", err)
 		}
 		var bucket string
 		var q core.Quota
 		err := errors.Join(readText(cells[0], "bucket", &bucket), readInt(cells[1], "capacity", &q.Capacity),
-			readFloat(cells[2], "refill_per_second", &q.RefillPerSecond))
+			readFloat(cells[2], "refill_per_second", &q.RefillPerSecond), readNullInt(cells[3], "concurrency", &q.Concurrency))
 		if err != nil {
 			s.log.Warn("tollgate: skipping an override row that cannot be read",
 				"table", s.table, "tenant", core.EscapeID(tenantID), "bucket", core.EscapeID(bucket), "err", err)
@@ -369,7 +370,7 @@ func (s *Store) Set(ctx context.Context, o Override) (Override, error) {
 		o.ExpiresAt = o.ExpiresAt.UTC().Truncate(time.Microsecond)
 	}
 	_, err := s.db.ExecContext(ctx, s.qUpsert, o.TenantID, o.Bucket, o.Quota.Capacity, o.Quota.RefillPerSecond,
-		s.timeArg(o.ExpiresAt), s.timeArg(o.UpdatedAt), o.UpdatedBy, o.Reason)
+		s.timeArg(o.ExpiresAt), s.timeArg(o.UpdatedAt), o.UpdatedBy, o.Reason, concurrencyArg(o.Quota.Concurrency))
 	if err != nil {
 		return Override{}, fmt.Errorf("sqlquota: set override: %w", err)
 	}
@@ -451,8 +452,8 @@ func (s *Store) List(ctx context.Context, opt ListOptions) ([]Override, error) {
 func scanAll(rows *sql.Rows) (out []Override, bad []error, err error) {
 	defer rows.Close()
 	for rows.Next() {
-		var c [8]any
-		if err := rows.Scan(&c[0], &c[1], &c[2], &c[3], &c[4], &c[5], &c[6], &c[7]); err != nil {
+		var c [9]any
+		if err := rows.Scan(&c[0], &c[1], &c[2], &c[3], &c[4], &c[5], &c[6], &c[7], &c[8]); err != nil {
 			return nil, nil, err
 		}
 		var o Override
@@ -461,7 +462,8 @@ func scanAll(rows *sql.Rows) (out []Override, bad []error, err error) {
 			readInt(c[2], "capacity", &o.Quota.Capacity), readFloat(c[3], "refill_per_second", &o.Quota.RefillPerSecond),
 			cellErr("expires_at", c[4], scanTime{&o.ExpiresAt}.Scan(c[4])),
 			cellErr("updated_at", c[5], scanTime{&o.UpdatedAt}.Scan(c[5])),
-			readText(c[6], "updated_by", &o.UpdatedBy), cellErr("reason", c[7], reason.Scan(c[7])))
+			readText(c[6], "updated_by", &o.UpdatedBy), cellErr("reason", c[7], reason.Scan(c[7])),
+			readNullInt(c[8], "concurrency", &o.Quota.Concurrency))
 		if rerr != nil {
 			bad = append(bad, &RowError{TenantID: o.TenantID, Bucket: o.Bucket, Err: rerr})
 			continue
@@ -492,6 +494,24 @@ func readInt(v any, column string, dst *int64) error {
 	}
 	*dst = n.Int64
 	return nil
+}
+
+// readNullInt reads a nullable integer column: NULL is 0.
+func readNullInt(v any, column string, dst *int64) error {
+	if v == nil {
+		*dst = 0
+		return nil
+	}
+	return readInt(v, column, dst)
+}
+
+// concurrencyArg is the concurrency column of a quota: NULL for none, so a
+// row without a concurrency limit reads as a row of schema version 1.
+func concurrencyArg(n int64) any {
+	if n == 0 {
+		return nil
+	}
+	return n
 }
 
 func readFloat(v any, column string, dst *float64) error {

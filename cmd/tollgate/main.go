@@ -62,6 +62,7 @@ type options struct {
 	running                         string
 	capacity                        int64
 	rate                            float64
+	concurrency                     int64
 	cost                            int64
 	count                           int
 	interval                        time.Duration

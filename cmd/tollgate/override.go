@@ -39,6 +39,9 @@ Example:
 The bucket is a class name, or "tenant" for the tenant-wide ceiling. Services
 pick the change up at their next cache refresh (cache_ttl, 45 s by default),
 with no deploy; the bucket keeps its tokens, clamped to the new capacity.
+--concurrency N also limits the tenant to N requests of the bucket in flight
+at once (a class only, not the tenant-wide ceiling); without it the override
+has no concurrency limit, even if the tier's class has one.
 
 --config names the tier file the services load: a bucket that no tier in it
 defines (a typo such as "exprot") would never apply, and is refused with the
@@ -53,6 +56,7 @@ Example:
 			fs.BoolVar(&o.force, "force", false, "store the override even if no tier in --config defines the bucket")
 			fs.Int64Var(&o.capacity, "capacity", 0, "burst, in tokens (required, > 0)")
 			fs.Float64Var(&o.rate, "rate", 0, "refill rate, tokens per second (required, > 0; may be fractional)")
+			fs.Int64Var(&o.concurrency, "concurrency", 0, "most requests in flight at once per tenant (1 to 100000); default none")
 			fs.StringVar(&o.expires, "expires", "", "expiry time, RFC 3339 (e.g. 2026-12-31T00:00:00Z); default never")
 			fs.DurationVar(&o.expiresIn, "for", 0, "expire after this long (e.g. 72h), instead of --expires")
 			fs.StringVar(&o.by, "by", "", "who makes the change (default $USER, else the account the command runs as)")
@@ -103,6 +107,7 @@ type overrideJSON struct {
 	Bucket          string  `json:"bucket"`
 	Capacity        int64   `json:"capacity"`
 	RefillPerSecond float64 `json:"refill_per_second"`
+	Concurrency     int64   `json:"concurrency"`
 	ExpiresAt       *string `json:"expires_at"`
 	Expired         bool    `json:"expired"`
 	UpdatedAt       string  `json:"updated_at"`
@@ -112,7 +117,7 @@ type overrideJSON struct {
 
 func toJSON(o sqlquota.Override, now time.Time) overrideJSON {
 	j := overrideJSON{TenantID: o.TenantID, Bucket: o.Bucket, Capacity: o.Quota.Capacity, RefillPerSecond: o.Quota.RefillPerSecond,
-		Expired: o.Expired(now), UpdatedAt: o.UpdatedAt.Format(time.RFC3339Nano), UpdatedBy: o.UpdatedBy, Reason: o.Reason}
+		Concurrency: o.Quota.Concurrency, Expired: o.Expired(now), UpdatedAt: o.UpdatedAt.Format(time.RFC3339Nano), UpdatedBy: o.UpdatedBy, Reason: o.Reason}
 	if !o.ExpiresAt.IsZero() {
 		s := o.ExpiresAt.Format(time.RFC3339Nano)
 		j.ExpiresAt = &s
@@ -169,7 +174,7 @@ func currentUser(getenv func(string) string) string {
 
 func overrideSet(ctx context.Context, e *env, args []string) error {
 	o := sqlquota.Override{TenantID: args[0], Bucket: args[1], Reason: e.opts.reason, UpdatedBy: e.opts.by,
-		Quota: core.Quota{Capacity: e.opts.capacity, RefillPerSecond: e.opts.rate}}
+		Quota: core.Quota{Capacity: e.opts.capacity, RefillPerSecond: e.opts.rate, Concurrency: e.opts.concurrency}}
 	if o.UpdatedBy == "" && !e.opts.set["by"] {
 		o.UpdatedBy = currentUser(e.getenv)
 	}
@@ -180,6 +185,9 @@ func overrideSet(ctx context.Context, e *env, args []string) error {
 		return usagef("--capacity is required")
 	case !rateSet:
 		return usagef("--rate is required")
+	}
+	if e.opts.set["concurrency"] && e.opts.concurrency == 0 {
+		return usagef("bad --concurrency 0: give 1 to %d, or leave it out for no concurrency limit", core.MaxConcurrency)
 	}
 	now := time.Now()
 	switch {
@@ -259,6 +267,9 @@ func tierBuckets(ts core.Tiers) []string {
 
 func describe(o sqlquota.Override) string {
 	s := fmt.Sprintf("capacity %d, %s tokens/s", o.Quota.Capacity, strconv.FormatFloat(o.Quota.RefillPerSecond, 'g', -1, 64))
+	if o.Quota.Concurrency > 0 {
+		s += fmt.Sprintf(", %d in flight", o.Quota.Concurrency)
+	}
 	if !o.ExpiresAt.IsZero() {
 		s += ", expires " + o.ExpiresAt.Format(time.RFC3339)
 	}
@@ -345,7 +356,7 @@ func rowErrors(err error) ([]*sqlquota.RowError, bool) {
 
 func printOverrides(e *env, list []sqlquota.Override, now time.Time) error {
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TENANT\tBUCKET\tCAPACITY\tRATE/S\tEXPIRES\tUPDATED\tBY\tREASON")
+	fmt.Fprintln(tw, "TENANT\tBUCKET\tCAPACITY\tRATE/S\tIN FLIGHT\tEXPIRES\tUPDATED\tBY\tREASON")
 	for _, o := range list {
 		exp := "never"
 		if !o.ExpiresAt.IsZero() {
@@ -354,8 +365,12 @@ func printOverrides(e *env, list []sqlquota.Override, now time.Time) error {
 				exp += " (expired)"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", core.EscapeID(o.TenantID), o.Bucket, o.Quota.Capacity,
-			strconv.FormatFloat(o.Quota.RefillPerSecond, 'g', -1, 64), exp, o.UpdatedAt.Format(time.RFC3339),
+		inFlight := "-"
+		if o.Quota.Concurrency > 0 {
+			inFlight = strconv.FormatInt(o.Quota.Concurrency, 10)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", core.EscapeID(o.TenantID), o.Bucket, o.Quota.Capacity,
+			strconv.FormatFloat(o.Quota.RefillPerSecond, 'g', -1, 64), inFlight, exp, o.UpdatedAt.Format(time.RFC3339),
 			o.UpdatedBy, strconv.Quote(o.Reason))
 	}
 	return tw.Flush()

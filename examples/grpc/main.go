@@ -1,7 +1,8 @@
 // Command grpc is the example service on gRPC with tollgate's grpclimit
 // interceptors: tollgate.demo.v1.Demo, the same API as the HTTP examples
 // (GetProfile, class default, cost 1; ExportReport, a server stream, class
-// export, cost 5), with server reflection and the standard health service.
+// export, cost 5; ListReports, about 200 ms, class reports, for tier free 2
+// in flight per tenant), with server reflection and the standard health service.
 // The bearer token travels in the "authorization" metadata.
 //
 //	cd examples && TOLLGATE_DEMO=1 go run ./grpc
@@ -180,4 +181,10 @@ func (d *demo) ExportReport(req *demopb.ExportReportRequest, stream grpc.ServerS
 		}
 	}
 	return nil
+}
+
+func (d *demo) ListReports(ctx context.Context, _ *demopb.ListReportsRequest) (*demopb.ReportList, error) {
+	t, _ := core.TenantFromContext(ctx)
+	r := d.a.ListReports(ctx, t)
+	return &demopb.ReportList{Tenant: r.Tenant, Reports: r.Reports}, nil
 }

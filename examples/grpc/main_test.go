@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -131,6 +133,51 @@ func TestService(t *testing.T) {
 			t.Errorf("retry-after trailer = %q", ra)
 		} else if s, _ := strconv.Atoi(ra[0]); s < 45 || s > 50 {
 			t.Errorf("retry-after trailer = %q, want 45..50", ra)
+		}
+	})
+
+	t.Run("reports allows two in flight per free tenant", func(t *testing.T) {
+		// six at once, each about 200 ms: two run, the others find both
+		// slots taken (however the machine schedules them, some overlap)
+		actx := grpctest.WithAuth(ctx, "Bearer "+apptest.Token(t, apptest.Tenant(t), "free"))
+		type answer struct {
+			list *demopb.ReportList
+			hdr  metadata.MD
+			err  error
+		}
+		as := make([]answer, 6)
+		var wg sync.WaitGroup
+		for i := range as {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				as[i].list, as[i].err = c.ListReports(actx, &demopb.ListReportsRequest{}, grpc.Header(&as[i].hdr))
+			}()
+		}
+		wg.Wait()
+		ok, denied := 0, 0
+		for _, a := range as {
+			st := status.Convert(a.err)
+			switch st.Code() {
+			case codes.OK:
+				ok++
+				if len(a.list.GetReports()) == 0 {
+					t.Errorf("ListReports = %v: no reports", a.list)
+				}
+				if p := a.hdr.Get("ratelimit-policy"); len(p) != 1 || !strings.Contains(p[0], `"reports/concurrency";q=2;qu="concurrent-requests"`) {
+					t.Errorf("ratelimit-policy = %q", p)
+				}
+			case codes.ResourceExhausted:
+				denied++
+				if grpctest.RetryInfo(st) == nil || !strings.Contains(st.Message(), `Concurrency limit of policy "reports"`) {
+					t.Errorf("reports denial: %v, RetryInfo %v; want the concurrency limit named and a retry hint", st.Message(), grpctest.RetryInfo(st))
+				}
+			default:
+				t.Errorf("ListReports: %v", a.err)
+			}
+		}
+		if ok < 2 || denied < 1 {
+			t.Errorf("six ListReports at once: %d ran, %d denied; want two or more run (one after another) and some denied", ok, denied)
 		}
 	})
 

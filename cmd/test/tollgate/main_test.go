@@ -309,6 +309,21 @@ func TestOverrideCommands(t *testing.T) {
 	tollgate(t, env, "override", "delete", "t42", "export").check(t, 0, "deleted override t42/export", "")
 	tollgate(t, env, "override", "delete", "t42", "export").check(t, 1, "", "no override for tenant t42 bucket export")
 	tollgate(t, env, "override", "get", "t42", "export").check(t, 1, "", "no override for tenant t42 bucket export")
+
+	// --concurrency sets the bucket's concurrency limit; get and list show
+	// it, and a value out of range is a usage error that writes nothing.
+	tollgate(t, env, "override", "set", "--config", cfg, "t9", "export", "--capacity", "100", "--rate", "10", "--concurrency", "2").
+		check(t, 0, "set override t9/export: capacity 100, 10 tokens/s, 2 in flight", "")
+	tollgate(t, env, "override", "get", "--json", "t9", "export").check(t, 0, `"concurrency": 2`, "")
+	tollgate(t, env, "override", "list", "t9").check(t, 0, "IN FLIGHT", "")
+	for _, bad := range []struct{ n, want string }{
+		{"0", "bad --concurrency 0"}, {"-1", "concurrency must be 0 (none) to 100000, got -1"}, {"100001", "got 100001"},
+	} {
+		tollgate(t, env, "override", "set", "--config", cfg, "t9", "export", "--capacity", "5", "--rate", "1", "--concurrency", bad.n).check(t, 2, "", bad.want)
+	}
+	tollgate(t, env, "override", "get", "--json", "t9", "export").check(t, 0, `"capacity": 100`, "")
+	tollgate(t, env, "override", "set", "--config", cfg, "t9", "export", "--capacity", "100", "--rate", "10").check(t, 0, "", "")
+	tollgate(t, env, "override", "get", "--json", "t9", "export").check(t, 0, `"concurrency": 0`, "")
 }
 
 // An override of a bucket no tier defines (a typo: "exprot") would be

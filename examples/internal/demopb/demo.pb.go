@@ -209,6 +209,94 @@ func (x *ReportChunk) GetData() string {
 	return ""
 }
 
+type ListReportsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReportsRequest) Reset() {
+	*x = ListReportsRequest{}
+	mi := &file_demo_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReportsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReportsRequest) ProtoMessage() {}
+
+func (x *ListReportsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_demo_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReportsRequest.ProtoReflect.Descriptor instead.
+func (*ListReportsRequest) Descriptor() ([]byte, []int) {
+	return file_demo_proto_rawDescGZIP(), []int{4}
+}
+
+type ReportList struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Reports       []string               `protobuf:"bytes,2,rep,name=reports,proto3" json:"reports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportList) Reset() {
+	*x = ReportList{}
+	mi := &file_demo_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportList) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportList) ProtoMessage() {}
+
+func (x *ReportList) ProtoReflect() protoreflect.Message {
+	mi := &file_demo_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportList.ProtoReflect.Descriptor instead.
+func (*ReportList) Descriptor() ([]byte, []int) {
+	return file_demo_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ReportList) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *ReportList) GetReports() []string {
+	if x != nil {
+		return x.Reports
+	}
+	return nil
+}
+
 var File_demo_proto protoreflect.FileDescriptor
 
 const file_demo_proto_rawDesc = "" +
@@ -223,11 +311,17 @@ const file_demo_proto_rawDesc = "" +
 	"\x06chunks\x18\x01 \x01(\x05R\x06chunks\"3\n" +
 	"\vReportChunk\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x05R\x03seq\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\tR\x04data2\xac\x01\n" +
+	"\x04data\x18\x02 \x01(\tR\x04data\"\x14\n" +
+	"\x12ListReportsRequest\">\n" +
+	"\n" +
+	"ReportList\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x18\n" +
+	"\areports\x18\x02 \x03(\tR\areports2\xff\x01\n" +
 	"\x04Demo\x12L\n" +
 	"\n" +
 	"GetProfile\x12#.tollgate.demo.v1.GetProfileRequest\x1a\x19.tollgate.demo.v1.Profile\x12V\n" +
-	"\fExportReport\x12%.tollgate.demo.v1.ExportReportRequest\x1a\x1d.tollgate.demo.v1.ReportChunk0\x01B:Z8github.com/tollgate-go/tollgate/examples/internal/demopbb\x06proto3"
+	"\fExportReport\x12%.tollgate.demo.v1.ExportReportRequest\x1a\x1d.tollgate.demo.v1.ReportChunk0\x01\x12Q\n" +
+	"\vListReports\x12$.tollgate.demo.v1.ListReportsRequest\x1a\x1c.tollgate.demo.v1.ReportListB:Z8github.com/tollgate-go/tollgate/examples/internal/demopbb\x06proto3"
 
 var (
 	file_demo_proto_rawDescOnce sync.Once
@@ -241,20 +335,24 @@ func file_demo_proto_rawDescGZIP() []byte {
 	return file_demo_proto_rawDescData
 }
 
-var file_demo_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_demo_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_demo_proto_goTypes = []any{
 	(*GetProfileRequest)(nil),   // 0: tollgate.demo.v1.GetProfileRequest
 	(*Profile)(nil),             // 1: tollgate.demo.v1.Profile
 	(*ExportReportRequest)(nil), // 2: tollgate.demo.v1.ExportReportRequest
 	(*ReportChunk)(nil),         // 3: tollgate.demo.v1.ReportChunk
+	(*ListReportsRequest)(nil),  // 4: tollgate.demo.v1.ListReportsRequest
+	(*ReportList)(nil),          // 5: tollgate.demo.v1.ReportList
 }
 var file_demo_proto_depIdxs = []int32{
 	0, // 0: tollgate.demo.v1.Demo.GetProfile:input_type -> tollgate.demo.v1.GetProfileRequest
 	2, // 1: tollgate.demo.v1.Demo.ExportReport:input_type -> tollgate.demo.v1.ExportReportRequest
-	1, // 2: tollgate.demo.v1.Demo.GetProfile:output_type -> tollgate.demo.v1.Profile
-	3, // 3: tollgate.demo.v1.Demo.ExportReport:output_type -> tollgate.demo.v1.ReportChunk
-	2, // [2:4] is the sub-list for method output_type
-	0, // [0:2] is the sub-list for method input_type
+	4, // 2: tollgate.demo.v1.Demo.ListReports:input_type -> tollgate.demo.v1.ListReportsRequest
+	1, // 3: tollgate.demo.v1.Demo.GetProfile:output_type -> tollgate.demo.v1.Profile
+	3, // 4: tollgate.demo.v1.Demo.ExportReport:output_type -> tollgate.demo.v1.ReportChunk
+	5, // 5: tollgate.demo.v1.Demo.ListReports:output_type -> tollgate.demo.v1.ReportList
+	3, // [3:6] is the sub-list for method output_type
+	0, // [0:3] is the sub-list for method input_type
 	0, // [0:0] is the sub-list for extension type_name
 	0, // [0:0] is the sub-list for extension extendee
 	0, // [0:0] is the sub-list for field type_name
@@ -271,7 +369,7 @@ func file_demo_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_demo_proto_rawDesc), len(file_demo_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,6 +24,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	Demo_GetProfile_FullMethodName   = "/tollgate.demo.v1.Demo/GetProfile"
 	Demo_ExportReport_FullMethodName = "/tollgate.demo.v1.Demo/ExportReport"
+	Demo_ListReports_FullMethodName  = "/tollgate.demo.v1.Demo/ListReports"
 )
 
 // DemoClient is the client API for Demo service.
@@ -35,6 +36,10 @@ type DemoClient interface {
 	// ExportReport streams a report (class "export", cost 5, charged once
 	// when the stream opens).
 	ExportReport(ctx context.Context, in *ExportReportRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReportChunk], error)
+	// ListReports lists the caller's reports, slowly (about 200 ms; class
+	// "reports", cost 1: for tier free, 2 in flight per tenant across every
+	// replica).
+	ListReports(ctx context.Context, in *ListReportsRequest, opts ...grpc.CallOption) (*ReportList, error)
 }
 
 type demoClient struct {
@@ -74,6 +79,16 @@ func (c *demoClient) ExportReport(ctx context.Context, in *ExportReportRequest, 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Demo_ExportReportClient = grpc.ServerStreamingClient[ReportChunk]
 
+func (c *demoClient) ListReports(ctx context.Context, in *ListReportsRequest, opts ...grpc.CallOption) (*ReportList, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportList)
+	err := c.cc.Invoke(ctx, Demo_ListReports_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // DemoServer is the server API for Demo service.
 // All implementations must embed UnimplementedDemoServer
 // for forward compatibility.
@@ -83,6 +98,10 @@ type DemoServer interface {
 	// ExportReport streams a report (class "export", cost 5, charged once
 	// when the stream opens).
 	ExportReport(*ExportReportRequest, grpc.ServerStreamingServer[ReportChunk]) error
+	// ListReports lists the caller's reports, slowly (about 200 ms; class
+	// "reports", cost 1: for tier free, 2 in flight per tenant across every
+	// replica).
+	ListReports(context.Context, *ListReportsRequest) (*ReportList, error)
 	mustEmbedUnimplementedDemoServer()
 }
 
@@ -98,6 +117,9 @@ func (UnimplementedDemoServer) GetProfile(context.Context, *GetProfileRequest) (
 }
 func (UnimplementedDemoServer) ExportReport(*ExportReportRequest, grpc.ServerStreamingServer[ReportChunk]) error {
 	return status.Error(codes.Unimplemented, "method ExportReport not implemented")
+}
+func (UnimplementedDemoServer) ListReports(context.Context, *ListReportsRequest) (*ReportList, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListReports not implemented")
 }
 func (UnimplementedDemoServer) mustEmbedUnimplementedDemoServer() {}
 func (UnimplementedDemoServer) testEmbeddedByValue()              {}
@@ -149,6 +171,24 @@ func _Demo_ExportReport_Handler(srv interface{}, stream grpc.ServerStream) error
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Demo_ExportReportServer = grpc.ServerStreamingServer[ReportChunk]
 
+func _Demo_ListReports_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListReportsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DemoServer).ListReports(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Demo_ListReports_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DemoServer).ListReports(ctx, req.(*ListReportsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Demo_ServiceDesc is the grpc.ServiceDesc for Demo service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -159,6 +199,10 @@ var Demo_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetProfile",
 			Handler:    _Demo_GetProfile_Handler,
+		},
+		{
+			MethodName: "ListReports",
+			Handler:    _Demo_ListReports_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
