@@ -37,7 +37,7 @@ func Middleware(gate *core.Gate, opts ...Option) func(http.Handler) http.Handler
 			}
 			pattern, unmatched := patternOf(c, r, mux)
 			v := c.Decide(r.Context(), r, core.Endpoint{Method: r.Method, Pattern: pattern, ClientIP: clientIP(r), Unmatched: unmatched})
-			SetHeaders(w.Header(), v.Headers)
+			adapt.SetHeaders(w.Header(), v.Headers)
 			if v.Proceed {
 				defer v.Done() // frees a concurrency slot and settles the reported cost, panics included
 				if ctx, ok := v.CostContext(r.Context()); ok {
@@ -55,10 +55,6 @@ func Middleware(gate *core.Gate, opts ...Option) func(http.Handler) http.Handler
 		})
 	}
 }
-
-// SetHeaders sets core's headers on h, replacing any earlier values (see
-// adapt.SetHeaders).
-func SetHeaders(h http.Header, hs []core.Header) { adapt.SetHeaders(h, hs) }
 
 // DefaultDenyHandler writes core's answer: v.Status with the RFC 9457
 // problem+json body.

@@ -10,7 +10,7 @@ import (
 
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
-	"github.com/tollgate-go/tollgate/httplimit"
+	"github.com/tollgate-go/tollgate/httplimit/adapt"
 )
 
 // coreHeaders returns every header core emits: a denial in every header
@@ -54,7 +54,7 @@ func TestSetHeadersAllocatesOnce(t *testing.T) {
 	h := http.Header{}
 	// AllocsPerRun runs the function once before measuring: the first
 	// sight of each name
-	if n := testing.AllocsPerRun(200, func() { httplimit.SetHeaders(h, hs) }); n > 1 {
+	if n := testing.AllocsPerRun(200, func() { adapt.SetHeaders(h, hs) }); n > 1 {
 		t.Fatalf("SetHeaders allocates %v times per call for core's headers, want 1", n)
 	}
 	for _, hd := range hs {
@@ -77,7 +77,7 @@ func TestSetHeadersConcurrentFirstSight(t *testing.T) {
 	for range 8 {
 		wg.Go(func() {
 			h := http.Header{}
-			httplimit.SetHeaders(h, hs)
+			adapt.SetHeaders(h, hs)
 			for i := range hs {
 				if got := h[fmt.Sprintf("X-First-Sight-%d", i)]; len(got) != 1 || got[0] != fmt.Sprint(i) {
 					errs <- fmt.Errorf("header %d: %v", i, h)
