@@ -65,6 +65,7 @@ func ExampleSchema() {
 	//     updated_at        TEXT    NOT NULL,
 	//     updated_by        TEXT    NOT NULL,
 	//     reason            TEXT    NOT NULL DEFAULT '',
+	//     concurrency       BIGINT NULL CHECK (concurrency IS NULL OR (concurrency > 0 AND concurrency <= 100000)),
 	//     PRIMARY KEY (tenant_id, bucket)
 	// );
 }
