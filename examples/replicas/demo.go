@@ -390,8 +390,9 @@ func RunConcurrency(ctx context.Context, client redis.UniversalClient, o Concurr
 		return nil, err
 	}
 	secret := []byte(app.DevSecret)
-	// A rate quota that never binds: only the concurrency limit does.
-	q := core.Quota{Capacity: 1_000_000, RefillPerSecond: 1_000_000, Concurrency: o.Limit}
+	// A rate quota that never binds: only the concurrency limit does. (Not
+	// 1e6: the embedded server's Lua cannot parse "1e+06".)
+	q := core.Quota{Capacity: 100_000, RefillPerSecond: 100_000, Concurrency: o.Limit}
 	tiers := core.Tiers{Default: "demo", Tiers: map[string]core.Tier{"demo": {Classes: map[string]core.Quota{core.DefaultClass: q}}}}
 	verifier, err := app.NewVerifier(secret, nil)
 	if err != nil {

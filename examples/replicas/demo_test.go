@@ -202,15 +202,18 @@ func TestConcurrencyHeld(t *testing.T) {
 	}
 }
 
-// Without REDIS_URL the demo runs the first table on the embedded server
-// and says why the second one needs a real Redis.
-func TestRunSaysTheConcurrencyTableNeedsRedis(t *testing.T) {
+// Without REDIS_URL the demo runs both tables on the embedded server,
+// and tollgate's slots hold the limit there too.
+func TestRunShowsTheConcurrencyTableOnTheEmbeddedServer(t *testing.T) {
 	var out, errs bytes.Buffer
-	err := run(t.Context(), []string{"-replicas", "2", "-duration", "300ms", "-rps", "50"}, func(string) string { return "" }, &out, &errs, false)
+	err := run(t.Context(), []string{"-replicas", "2", "-duration", "300ms", "-rps", "50", "-concurrency-duration", "500ms"}, func(string) string { return "" }, &out, &errs, false)
 	if err != nil {
 		t.Fatalf("run: %v\n%s%s", err, out.String(), errs.String())
 	}
-	if s := out.String(); !strings.Contains(s, "set REDIS_URL to a real Redis to see the second table") || strings.Contains(s, "peak in flight") {
-		t.Errorf("output does not say the concurrency table was skipped:\n%s", s)
+	s := out.String()
+	for _, want := range []string{"store: embedded", "peak in flight", "tollgate's slots hold 2 across the fleet"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("output lacks %q:\n%s", want, s)
+		}
 	}
 }

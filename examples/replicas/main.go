@@ -12,15 +12,12 @@
 // callers keep many requests open at once, handlers take -hold each, and
 // the handlers count how many of them run at once across the fleet. With a
 // semaphore of -concurrency per replica the peak is up to N times that;
-// with tollgate's fleet-wide slots it is at most -concurrency. That table
-// needs a real Redis (REDIS_URL): the embedded server cannot run the
-// concurrency script, and the demo says so.
+// with tollgate's fleet-wide slots it is at most -concurrency.
 //
 // It uses the Redis at REDIS_URL when set, else an embedded in-process
 // Redis-compatible server (miniredis), and says which. It exits 0 only if
 // the shared limiter held the token-bucket bound, admitted <= capacity +
-// rate x elapsed, and (with a real Redis) tollgate's slots held the
-// concurrency limit.
+// rate x elapsed, and tollgate's slots held the concurrency limit.
 //
 //	make demo
 //	cd examples && go run ./replicas -replicas 8
@@ -111,12 +108,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fmt.Fprintf(stdout, "%d in-process limiters admit about %dx the limit; the shared bucket holds it for any number of replicas.\n",
 		o.Replicas, o.Replicas)
 
-	if getenv("REDIS_URL") == "" {
-		// The embedded server cannot run the concurrency script (its Lua
-		// interpreter fails on it), so that table needs a real Redis.
-		fmt.Fprintln(stdout, "\nconcurrency limits: skipped, the embedded server cannot run tollgate's concurrency script; set REDIS_URL to a real Redis to see the second table.")
-		return nil
-	}
 	co.Prefix = o.Prefix + "-concurrency"
 	fmt.Fprintf(stdout, "\nconcurrency: the same %d replicas; the tenant allowed %d in flight, %d callers, handlers that take %v, %v per mode\n\n",
 		co.Replicas, co.Limit, co.Callers, co.Hold, co.Duration)
