@@ -103,6 +103,9 @@ func demoTable(t *testing.T, out string) (header bool, rows map[string]demoRow) 
 			header = true
 			continue
 		}
+		if strings.HasPrefix(line, "concurrency") {
+			break // the second table's rows are concurrencyTable's
+		}
 		for _, mode := range []string{"in-process", "shared (tollgate)"} {
 			if !strings.HasPrefix(line, mode+" ") {
 				continue
@@ -202,6 +205,58 @@ func checkDemo(t *testing.T, out string, code int, store string) {
 	}
 }
 
+// concurrencyTable returns the peak in flight of each row of the demo's
+// second table, by mode, and whether its header was printed.
+func concurrencyTable(t *testing.T, out string) (header bool, peaks map[string]int) {
+	t.Helper()
+	peaks = map[string]int{}
+	in := false
+	for line := range strings.Lines(out) {
+		if strings.Join(strings.Fields(line), " ") == "mode replicas in flight sent admitted peak in flight" {
+			header, in = true, true
+			continue
+		}
+		if !in {
+			continue
+		}
+		for _, mode := range []string{"in-process", "shared (tollgate)"} {
+			if !strings.HasPrefix(line, mode+" ") {
+				continue
+			}
+			rest := strings.Fields(strings.TrimPrefix(line, mode))
+			peak := -1
+			if len(rest) == 5 {
+				if n, err := strconv.Atoi(rest[4]); err == nil {
+					peak = n
+				}
+			}
+			if peak < 0 {
+				t.Errorf("%s row of the concurrency table does not parse: %q", mode, line)
+			}
+			peaks[mode] = peak
+		}
+	}
+	return header, peaks
+}
+
+// checkConcurrencyTable checks the demo's second table: 4 replicas, the
+// tenant allowed 2 in flight (the default); semaphores per replica let more
+// run at once, tollgate's slots at most 2.
+func checkConcurrencyTable(t *testing.T, out string) {
+	t.Helper()
+	header, peaks := concurrencyTable(t, out)
+	in, inOK := peaks["in-process"]
+	sh, shOK := peaks["shared (tollgate)"]
+	switch {
+	case !header || !inOK || !shOK:
+		t.Error("no concurrency table with an in-process and a shared row")
+	case sh < 1 || sh > 2:
+		t.Errorf("tollgate's peak in flight is %d, want 1..2", sh)
+	case in <= 2:
+		t.Errorf("in-process peak in flight is %d, want more than 2", in)
+	}
+}
+
 // The README's first command, `make demo`, as a user runs it: from the
 // repository root, with the embedded server when REDIS_URL is unset and the
 // real Redis when set. Its table must show both modes, the shared bucket
@@ -219,6 +274,7 @@ func TestMakeDemo(t *testing.T) {
 	t.Run("no REDIS_URL: the embedded server, exactly as the README runs it", func(t *testing.T) {
 		out, code := makeDemo(t, makeBin, nil, nil)
 		checkDemo(t, out, code, "embedded in-process Redis-compatible server")
+		checkConcurrencyTable(t, out)
 		if t.Failed() {
 			t.Logf("output:\n%s", out)
 		}
@@ -237,6 +293,7 @@ func TestMakeDemo(t *testing.T) {
 		if !strings.Contains(out, "for 1.5s per mode") {
 			t.Error("DEMOFLAGS did not reach the demo")
 		}
+		checkConcurrencyTable(t, out)
 		if t.Failed() {
 			t.Logf("output:\n%s", out)
 		}

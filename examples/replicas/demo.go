@@ -307,3 +307,226 @@ func limitString(q core.Quota) string {
 
 // errBoundBroken is returned when the shared limiter did not hold.
 var errBoundBroken = errors.New("the shared limiter did not hold the token-bucket bound (admitted <= capacity + rate x elapsed, and > 0)")
+
+// ConcurrencyOptions configure the demo's second table: one tenant's
+// callers keep Callers requests open at once through Replicas replicas,
+// whose handlers take Hold each; the class allows Limit in flight.
+type ConcurrencyOptions struct {
+	Replicas int
+	Limit    int64
+	Callers  int
+	Hold     time.Duration
+	Duration time.Duration
+	Prefix   string
+}
+
+// Limits on the concurrency options.
+const (
+	MaxLimit   = 64
+	MaxCallers = 512
+	MaxHold    = time.Second
+)
+
+// Validate reports the first bad option.
+func (o ConcurrencyOptions) Validate() error {
+	switch {
+	case o.Replicas < 1 || o.Replicas > MaxReplicas:
+		return fmt.Errorf("-replicas %d: want 1 to %d", o.Replicas, MaxReplicas)
+	case o.Limit < 1 || o.Limit > MaxLimit:
+		return fmt.Errorf("-concurrency %d: want 1 to %d", o.Limit, MaxLimit)
+	case o.Callers < 1 || o.Callers > MaxCallers:
+		return fmt.Errorf("-callers %d: want 1 to %d", o.Callers, MaxCallers)
+	case o.Hold < time.Millisecond || o.Hold > MaxHold:
+		return fmt.Errorf("-hold %v: want 1ms to %v", o.Hold, MaxHold)
+	case o.Duration < 100*time.Millisecond || o.Duration > MaxDuration:
+		return fmt.Errorf("-duration %v: want 100ms to %v", o.Duration, MaxDuration)
+	}
+	return nil
+}
+
+// ConcurrencyResult is one mode's outcome in the second table.
+type ConcurrencyResult struct {
+	Mode     string
+	Replicas int
+	Limit    int64
+	Sent     int64
+	Admitted int64
+	// Peak is the most handlers of the tenant running at once across the
+	// fleet, as the handlers themselves counted.
+	Peak int64
+}
+
+// Held reports whether the mode kept the fleet-wide limit (and admitted
+// something, so that a limiter denying everything does not pass).
+func (r ConcurrencyResult) Held() bool { return r.Admitted > 0 && r.Peak <= r.Limit }
+
+// inFlight counts the handlers running at once across the fleet and keeps
+// the peak.
+type inFlight struct{ now, peak atomic.Int64 }
+
+func (f *inFlight) handler(hold time.Duration) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+app.PathProfile, func(w http.ResponseWriter, r *http.Request) {
+		n := f.now.Add(1)
+		for p := f.peak.Load(); n > p && !f.peak.CompareAndSwap(p, n); p = f.peak.Load() {
+		}
+		t := time.NewTimer(hold)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+		}
+		f.now.Add(-1)
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	return mux
+}
+
+// RunConcurrency drives one tenant's concurrent callers through N replicas
+// twice, with an in-process semaphore of Limit per replica and then with
+// tollgate's fleet-wide slots, and returns both results.
+func RunConcurrency(ctx context.Context, client redis.UniversalClient, o ConcurrencyOptions) ([]ConcurrencyResult, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	secret := []byte(app.DevSecret)
+	// A rate quota that never binds: only the concurrency limit does. (Not
+	// 1e6: the embedded server's Lua cannot parse "1e+06".)
+	q := core.Quota{Capacity: 100_000, RefillPerSecond: 100_000, Concurrency: o.Limit}
+	tiers := core.Tiers{Default: "demo", Tiers: map[string]core.Tier{"demo": {Classes: map[string]core.Quota{core.DefaultClass: q}}}}
+	verifier, err := app.NewVerifier(secret, nil)
+	if err != nil {
+		return nil, err
+	}
+	token, err := app.Mint(secret, demoTenant, "demo", time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	var results []ConcurrencyResult
+	for _, mode := range []string{ModeInProcess, ModeShared} {
+		var f inFlight
+		mk := func() (http.Handler, func(), error) {
+			if mode == ModeInProcess {
+				// One semaphore per replica (the demo has one tenant).
+				sem := make(chan struct{}, o.Limit)
+				next := f.handler(o.Hold)
+				return verifier.RequireTenant(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					select {
+					case sem <- struct{}{}:
+						defer func() { <-sem }()
+						next.ServeHTTP(w, r)
+					default:
+						w.WriteHeader(http.StatusTooManyRequests)
+					}
+				})), func() {}, nil
+			}
+			resolver, err := core.NewResolver(tiers)
+			if err != nil {
+				return nil, nil, err
+			}
+			lim, err := core.New(client, resolver, core.WithPrefix(o.Prefix), core.WithFailurePolicy(core.FailClosed), core.WithTimeout(time.Second))
+			if err != nil {
+				return nil, nil, err
+			}
+			gate, err := core.NewGate(lim)
+			if err != nil {
+				_ = lim.Close()
+				return nil, nil, err
+			}
+			return verifier.RequireTenant(httplimit.Middleware(gate)(f.handler(o.Hold))), func() { _ = lim.Close() }, nil
+		}
+		sent, admitted, err := driveConcurrent(ctx, mk, "Bearer "+token, o)
+		if err != nil {
+			return results, fmt.Errorf("%s: %w", mode, err)
+		}
+		results = append(results, ConcurrencyResult{Mode: mode, Replicas: o.Replicas, Limit: o.Limit, Sent: sent, Admitted: admitted, Peak: f.peak.Load()})
+	}
+	return results, nil
+}
+
+// driveConcurrent starts N replicas behind a round-robin balancer and has
+// o.Callers goroutines send the tenant's requests back to back for
+// o.Duration; it returns how many were sent and admitted.
+func driveConcurrent(ctx context.Context, mk func() (http.Handler, func(), error), authorization string, o ConcurrencyOptions) (int64, int64, error) {
+	transport := &http.Transport{MaxIdleConnsPerHost: 2 * MaxCallers, IdleConnTimeout: 10 * time.Second}
+	defer transport.CloseIdleConnections()
+	servers := make([]*httptest.Server, o.Replicas)
+	for i := range servers {
+		h, stop, err := mk()
+		if err != nil {
+			return 0, 0, err
+		}
+		defer stop()
+		servers[i] = httptest.NewServer(h)
+		defer servers[i].Close()
+	}
+	var next atomic.Uint64
+	lb := httptest.NewServer(&httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			target := servers[next.Add(1)%uint64(len(servers))]
+			r.Out.URL.Scheme, r.Out.URL.Host = "http", strings.TrimPrefix(target.URL, "http://")
+		},
+		Transport: transport,
+		ErrorLog:  log.New(io.Discard, "", 0),
+	})
+	defer lb.Close()
+	client := &http.Client{Transport: transport, Timeout: 5 * time.Second}
+
+	var sent, admitted, failed atomic.Int64
+	runCtx, cancel := context.WithTimeout(ctx, o.Duration)
+	defer cancel()
+	var wg sync.WaitGroup
+	for range o.Callers {
+		wg.Go(func() {
+			for runCtx.Err() == nil {
+				// ctx, not runCtx: a request under way when the run ends
+				// finishes, so its handler's count is complete.
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, lb.URL+app.PathProfile, nil)
+				req.Header.Set("Authorization", authorization)
+				sent.Add(1)
+				resp, err := client.Do(req)
+				if err != nil {
+					failed.Add(1)
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+				switch resp.StatusCode {
+				case http.StatusOK:
+					admitted.Add(1)
+				case http.StatusTooManyRequests:
+					// Denied at once: wait a little before the next try,
+					// as a client would, so the callers do not spin.
+					t := time.NewTimer(o.Hold / 10)
+					select {
+					case <-t.C:
+					case <-runCtx.Done():
+						t.Stop()
+					}
+				default:
+					failed.Add(1)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return 0, 0, ctx.Err()
+	}
+	if n := failed.Load(); n > 0 {
+		return 0, 0, fmt.Errorf("%d of %d requests failed (neither 200 nor 429): is Redis answering?", n, sent.Load())
+	}
+	return sent.Load(), admitted.Load(), nil
+}
+
+// WriteConcurrencyTable prints the second table.
+func WriteConcurrencyTable(w io.Writer, results []ConcurrencyResult) {
+	fmt.Fprintf(w, "%-18s %8s %12s %8s %9s %14s\n", "mode", "replicas", "in flight", "sent", "admitted", "peak in flight")
+	for _, r := range results {
+		fmt.Fprintf(w, "%-18s %8d %12s %8d %9d %14d\n", r.Mode, r.Replicas, fmt.Sprintf("%d", r.Limit), r.Sent, r.Admitted, r.Peak)
+	}
+}
+
+// errLimitBroken is returned when tollgate's slots did not hold the limit.
+var errLimitBroken = errors.New("tollgate's slots did not hold the concurrency limit (peak in flight <= limit, and something admitted)")

@@ -65,12 +65,13 @@ func TestSharedBucketHoldsTheBoundInProcessDoesNot(t *testing.T) {
 func TestRunPrintsTheTable(t *testing.T) {
 	env := map[string]string{"REDIS_URL": redistest.URL(t)}
 	var out, errs bytes.Buffer
-	err := run(t.Context(), []string{"-replicas", "2", "-duration", "700ms", "-rps", "100"}, func(k string) string { return env[k] }, &out, &errs, false)
+	err := run(t.Context(), []string{"-replicas", "2", "-duration", "700ms", "-rps", "100", "-concurrency-duration", "500ms"}, func(k string) string { return env[k] }, &out, &errs, false)
 	if err != nil {
 		t.Fatalf("run: %v\n%s%s", err, out.String(), errs.String())
 	}
 	s := out.String()
-	for _, want := range []string{"store: Redis at", "mode ", "replicas", "limit", "admitted", "ratio", ModeInProcess, ModeShared, "20+5/s", "done"} {
+	for _, want := range []string{"store: Redis at", "mode ", "replicas", "limit", "admitted", "ratio", ModeInProcess, ModeShared, "20+5/s", "done",
+		"peak in flight", "tollgate's slots hold 2 across the fleet"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("output lacks %q:\n%s", want, s)
 		}
@@ -85,6 +86,8 @@ func TestRunRejectsBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"-replicas", "0"}, {"-replicas", "1000"}, {"-capacity", "0"}, {"-rate", "-1"}, {"-rate", "NaN"},
 		{"-duration", "0s"}, {"-duration", "10m"}, {"-rps", "0"}, {"extra"}, {"-bogus"},
+		{"-concurrency", "0"}, {"-concurrency", "1000"}, {"-callers", "0"}, {"-hold", "0s"}, {"-hold", "1h"},
+		{"-concurrency-duration", "0s"},
 	} {
 		var out, errs bytes.Buffer
 		if err := run(t.Context(), args, func(string) string { return "" }, &out, &errs, false); err == nil {
@@ -153,6 +156,64 @@ func TestProgressPrintsTheLastLineOnce(t *testing.T) {
 		lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
 		if len(lines) != 1 || !strings.HasSuffix(lines[0], "done") {
 			t.Fatalf("run %d: want one line, the done line, for a 1 s run with a progress line a second; got:\n%s", i, out.String())
+		}
+	}
+}
+
+// The second table's claim, on a real Redis: per-replica semaphores of N
+// let more than N of the tenant's handlers run at once across the fleet;
+// tollgate's slots never more than N, and they let some run.
+func TestSlotsHoldTheConcurrencyLimitInProcessDoesNot(t *testing.T) {
+	o := ConcurrencyOptions{Replicas: 4, Limit: 2, Callers: 32, Hold: 50 * time.Millisecond, Duration: time.Second, Prefix: redistest.Prefix(t)}
+	rs, err := RunConcurrency(t.Context(), redistest.Client(t), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var in, sh ConcurrencyResult
+	for _, r := range rs {
+		switch r.Mode {
+		case ModeInProcess:
+			in = r
+		case ModeShared:
+			sh = r
+		}
+	}
+	t.Logf("in-process: peak %d, %d of %d; tollgate: peak %d, %d of %d (limit %d)", in.Peak, in.Admitted, in.Sent, sh.Peak, sh.Admitted, sh.Sent, o.Limit)
+	if !sh.Held() || sh.Peak > o.Limit {
+		t.Errorf("tollgate: peak %d in flight, admitted %d; want 1..%d in flight and something admitted", sh.Peak, sh.Admitted, o.Limit)
+	}
+	if in.Peak <= o.Limit || in.Peak > int64(o.Replicas)*o.Limit {
+		t.Errorf("in-process: peak %d in flight, want more than %d (up to %d)", in.Peak, o.Limit, int64(o.Replicas)*o.Limit)
+	}
+}
+
+func TestConcurrencyHeld(t *testing.T) {
+	for _, c := range []struct {
+		r    ConcurrencyResult
+		want bool
+	}{
+		{ConcurrencyResult{Limit: 2, Peak: 2, Admitted: 10}, true},
+		{ConcurrencyResult{Limit: 2, Peak: 3, Admitted: 10}, false},
+		{ConcurrencyResult{Limit: 2, Peak: 0, Admitted: 0}, false},
+	} {
+		if got := c.r.Held(); got != c.want {
+			t.Errorf("%+v: Held = %v", c.r, got)
+		}
+	}
+}
+
+// Without REDIS_URL the demo runs both tables on the embedded server,
+// and tollgate's slots hold the limit there too.
+func TestRunShowsTheConcurrencyTableOnTheEmbeddedServer(t *testing.T) {
+	var out, errs bytes.Buffer
+	err := run(t.Context(), []string{"-replicas", "2", "-duration", "300ms", "-rps", "50", "-concurrency-duration", "500ms"}, func(string) string { return "" }, &out, &errs, false)
+	if err != nil {
+		t.Fatalf("run: %v\n%s%s", err, out.String(), errs.String())
+	}
+	s := out.String()
+	for _, want := range []string{"store: embedded", "peak in flight", "tollgate's slots hold 2 across the fleet"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("output lacks %q:\n%s", want, s)
 		}
 	}
 }

@@ -8,10 +8,16 @@
 // examples. The in-process limiters admit about N times the configured
 // limit; the shared bucket admits the limit, whatever N is.
 //
+// A second table shows concurrency limits the same way: the tenant's
+// callers keep many requests open at once, handlers take -hold each, and
+// the handlers count how many of them run at once across the fleet. With a
+// semaphore of -concurrency per replica the peak is up to N times that;
+// with tollgate's fleet-wide slots it is at most -concurrency.
+//
 // It uses the Redis at REDIS_URL when set, else an embedded in-process
 // Redis-compatible server (miniredis), and says which. It exits 0 only if
 // the shared limiter held the token-bucket bound, admitted <= capacity +
-// rate x elapsed.
+// rate x elapsed, and tollgate's slots held the concurrency limit.
 //
 //	make demo
 //	cd examples && go run ./replicas -replicas 8
@@ -57,6 +63,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.Float64Var(&o.Quota.RefillPerSecond, "rate", 5, "refill rate, tokens per second")
 	fs.DurationVar(&o.Duration, "duration", 4*time.Second, "how long to drive traffic in each mode")
 	fs.IntVar(&o.RPS, "rps", 200, "requests per second the tenant sends")
+	co := ConcurrencyOptions{}
+	fs.Int64Var(&co.Limit, "concurrency", 2, "second table: requests of the tenant allowed in flight at once")
+	fs.IntVar(&co.Callers, "callers", 32, "second table: concurrent callers of the tenant")
+	fs.DurationVar(&co.Hold, "hold", 50*time.Millisecond, "second table: how long a handler takes")
+	fs.DurationVar(&co.Duration, "concurrency-duration", time.Second, "second table: how long to drive traffic in each mode")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -64,6 +75,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	if err := o.Validate(); err != nil {
+		return err
+	}
+	co.Replicas = o.Replicas
+	if err := co.Validate(); err != nil {
 		return err
 	}
 
@@ -92,6 +107,23 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	fmt.Fprintf(stdout, "%d in-process limiters admit about %dx the limit; the shared bucket holds it for any number of replicas.\n",
 		o.Replicas, o.Replicas)
+
+	co.Prefix = o.Prefix + "-concurrency"
+	fmt.Fprintf(stdout, "\nconcurrency: the same %d replicas; the tenant allowed %d in flight, %d callers, handlers that take %v, %v per mode\n\n",
+		co.Replicas, co.Limit, co.Callers, co.Hold, co.Duration)
+	cr, err := RunConcurrency(ctx, client, co)
+	if err != nil {
+		return err
+	}
+	WriteConcurrencyTable(stdout, cr)
+	fmt.Fprintln(stdout)
+	for _, r := range cr {
+		if r.Mode == ModeShared && !r.Held() {
+			return fmt.Errorf("%w: admitted %d, peak %d, limit %d", errLimitBroken, r.Admitted, r.Peak, r.Limit)
+		}
+	}
+	fmt.Fprintf(stdout, "%d in-process semaphores of %d let up to %d run at once; tollgate's slots hold %d across the fleet.\n",
+		co.Replicas, co.Limit, int64(co.Replicas)*co.Limit, co.Limit)
 	return nil
 }
 
