@@ -189,15 +189,7 @@ func drive(ctx context.Context, mode string, mk func() (http.Handler, func(), er
 		servers[i] = httptest.NewServer(h)
 		defer servers[i].Close()
 	}
-	var next atomic.Uint64
-	lb := httptest.NewServer(&httputil.ReverseProxy{
-		Rewrite: func(r *httputil.ProxyRequest) {
-			target := servers[next.Add(1)%uint64(len(servers))]
-			r.Out.URL.Scheme, r.Out.URL.Host = "http", strings.TrimPrefix(target.URL, "http://")
-		},
-		Transport: transport,
-		ErrorLog:  log.New(io.Discard, "", 0),
-	})
+	lb := balancer(servers, transport)
 	defer lb.Close()
 	client := &http.Client{Transport: transport, Timeout: 5 * time.Second}
 
@@ -460,15 +452,7 @@ func driveConcurrent(ctx context.Context, mk func() (http.Handler, func(), error
 		servers[i] = httptest.NewServer(h)
 		defer servers[i].Close()
 	}
-	var next atomic.Uint64
-	lb := httptest.NewServer(&httputil.ReverseProxy{
-		Rewrite: func(r *httputil.ProxyRequest) {
-			target := servers[next.Add(1)%uint64(len(servers))]
-			r.Out.URL.Scheme, r.Out.URL.Host = "http", strings.TrimPrefix(target.URL, "http://")
-		},
-		Transport: transport,
-		ErrorLog:  log.New(io.Discard, "", 0),
-	})
+	lb := balancer(servers, transport)
 	defer lb.Close()
 	client := &http.Client{Transport: transport, Timeout: 5 * time.Second}
 
@@ -530,3 +514,17 @@ func WriteConcurrencyTable(w io.Writer, results []ConcurrencyResult) {
 
 // errLimitBroken is returned when tollgate's slots did not hold the limit.
 var errLimitBroken = errors.New("tollgate's slots did not hold the concurrency limit (peak in flight <= limit, and something admitted)")
+
+// balancer is a round-robin load balancer in front of the replicas, as a
+// fleet's would be.
+func balancer(servers []*httptest.Server, transport http.RoundTripper) *httptest.Server {
+	var next atomic.Uint64
+	return httptest.NewServer(&httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			target := servers[next.Add(1)%uint64(len(servers))]
+			r.Out.URL.Scheme, r.Out.URL.Host = "http", strings.TrimPrefix(target.URL, "http://")
+		},
+		Transport: transport,
+		ErrorLog:  log.New(io.Discard, "", 0),
+	})
+}
