@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -70,16 +73,137 @@ type ConsumerResult struct {
 	Binaries []string // commands installed with go install and run with -h
 }
 
-// consumerEnv is the environment of a consumer outside the repository:
-// no workspace, our modules from the proxy in proxyDir and the rest from
-// the machine's module cache or the normal module proxy, checksums from
-// the checksum database except for our (unpublished) versions.
-func consumerEnv(proxyDir, work string) ([]string, error) {
-	user, err := proxyLines(proxyDir)
+// The README's section "Trying it before a release" holds the lines a user
+// runs to go get our modules before they are published. The consumer check
+// runs exactly those lines, so they cannot drift from what it checks: the
+// fenced sh block of that section, whose first command is
+// `make proxy DIR=<folder>`, and whose other lines go get one published
+// module at the version versions.yaml names.
+const (
+	readmeFile    = "README.md"
+	readmeSection = "## Trying it before a release"
+)
+
+// tryLines are the README's lines for trying the modules before a release.
+type tryLines struct {
+	dir     string   // the folder its `make proxy DIR=` line names
+	script  []string // the lines after that one, for sh in an empty folder outside the repository
+	modules []string // module paths its go get lines name
+}
+
+// readTryLines reads the README's lines for trying the modules before a
+// release and checks their shape against versions.yaml.
+func readTryLines(root string, v *Versions) (tryLines, error) {
+	var tl tryLines
+	b, err := os.ReadFile(filepath.Join(root, readmeFile))
+	if err != nil {
+		return tl, err
+	}
+	where := fmt.Sprintf("%s, %q", readmeFile, strings.TrimPrefix(readmeSection, "## "))
+	_, section, ok := strings.Cut(string(b), "\n"+readmeSection+"\n")
+	if !ok {
+		return tl, fmt.Errorf("%s: no such section", where)
+	}
+	if next := strings.Index(section, "\n## "); next >= 0 {
+		section = section[:next]
+	}
+	_, block, ok := strings.Cut(section, "\n```sh\n")
+	if !ok {
+		return tl, fmt.Errorf("%s: no ```sh block", where)
+	}
+	block, _, ok = strings.Cut(block, "\n```")
+	if !ok {
+		return tl, fmt.Errorf("%s: the ```sh block does not end", where)
+	}
+	for _, line := range strings.Split(block, "\n") {
+		cmd := strings.TrimSpace(line)
+		if cmd == "" || strings.HasPrefix(cmd, "#") {
+			tl.script = append(tl.script, line)
+			continue
+		}
+		if tl.dir == "" {
+			dir, ok := strings.CutPrefix(cmd, "make proxy DIR=")
+			if !ok || dir == "" || strings.ContainsAny(dir, " \t#'\"$") {
+				return tl, fmt.Errorf("%s: the first command is %q, want make proxy DIR=<folder>", where, cmd)
+			}
+			tl.dir = dir
+			tl.script = nil
+			continue
+		}
+		tl.script = append(tl.script, line)
+		if rest, ok := strings.CutPrefix(cmd, "go get "); ok {
+			for _, arg := range strings.Fields(rest) {
+				if strings.HasPrefix(arg, "#") {
+					break
+				}
+				path, version, _ := strings.Cut(arg, "@")
+				if !ours(path) || !v.published(path) || version != v.Version {
+					return tl, fmt.Errorf("%s: go get %s, want a published module at %s (versions.yaml)", where, arg, v.Version)
+				}
+				tl.modules = append(tl.modules, path)
+			}
+		}
+	}
+	if tl.dir == "" || len(tl.modules) == 0 {
+		return tl, fmt.Errorf("%s: the ```sh block needs a make proxy DIR=<folder> line, then a go get of a published module", where)
+	}
+	return tl, nil
+}
+
+// forProxy is the script with the README's folder replaced by proxyDir.
+func (tl tryLines) forProxy(proxyDir string) string {
+	return strings.ReplaceAll(strings.Join(tl.script, "\n"), tl.dir, filepath.ToSlash(proxyDir)) + "\n"
+}
+
+// runTryLines plays the README's user: the lines after `make proxy`, run
+// by sh -eu in an empty folder dir outside the repository, with the
+// proxy at proxyDir in place of the README's folder. It returns the
+// environment they leave (what they exported), in which every other
+// consumer then runs. base is the environment they start from.
+func runTryLines(ctx context.Context, tl tryLines, proxyDir, dir string, base []string) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	dump := filepath.Join(dir, ".env")
+	cmd := exec.CommandContext(ctx, "sh", "-eu", "-c", tl.forProxy(proxyDir)+"env -0 > \"$TOLLGATE_TRY_ENV\"\n")
+	cmd.Dir = dir
+	cmd.Env = append(slices.Clip(base), "TOLLGATE_TRY_ENV="+dump)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return nil, commandError(fmt.Sprintf("the README's lines (%s, %q) in %s", readmeFile, strings.TrimPrefix(readmeSection, "## "), dir), err, string(out))
+	}
+	b, err := os.ReadFile(dump)
 	if err != nil {
 		return nil, err
 	}
-	modcache, err := goEnv("GOMODCACHE")
+	var env []string
+	for _, kv := range strings.Split(string(b), "\x00") {
+		if kv != "" && !strings.HasPrefix(kv, "TOLLGATE_TRY_ENV=") {
+			env = append(env, kv)
+		}
+	}
+	for _, m := range tl.modules {
+		if _, err := goCmd(ctx, env, dir, "list", "-m", m); err != nil {
+			return nil, fmt.Errorf("after the README's lines: %w", err)
+		}
+	}
+	return env, nil
+}
+
+// consumerBase is the environment the README's lines start from: the
+// user's, outside any workspace, with this check's module cache and bin
+// folder and the local toolchain. Its GOPROXY puts this machine's module
+// cache in front of the usual proxies (misses fall through), so a line
+// that extends the user's GOPROXY (go env GOPROXY) does not download again
+// what this machine already has. -trimpath makes the builds independent of
+// the module cache's folder, so the build cache serves every run after the
+// first.
+func consumerBase(modcache, bin string) ([]string, error) {
+	machineCache, err := goEnv("GOMODCACHE")
+	if err != nil {
+		return nil, err
+	}
+	goproxy, err := goEnv("GOPROXY")
 	if err != nil {
 		return nil, err
 	}
@@ -87,45 +211,57 @@ func consumerEnv(proxyDir, work string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	// the user's lines (README, "Trying it before a release"), and: what
-	// this machine downloaded before, so the check does not download the
-	// world each run (misses fall through)
-	env := append(os.Environ(), user...)
-	for i, kv := range env {
-		if rest, ok := strings.CutPrefix(kv, "GOPROXY=file://"+filepath.ToSlash(proxyDir)); ok && modcache != "" {
-			env[i] = "GOPROXY=file://" + filepath.ToSlash(proxyDir) + ",file://" + filepath.ToSlash(filepath.Join(modcache, "cache", "download")) + rest
-		}
+	if machineCache != "" && goproxy != "off" {
+		local := "file://" + filepath.ToSlash(filepath.Join(machineCache, "cache", "download"))
+		goproxy = strings.TrimSuffix(local+","+goproxy, ",")
 	}
-	env = append(env,
-		"GOFLAGS="+strings.TrimSpace(goflags+" -mod=mod -modcacherw -trimpath"),
-		// a module cache of its own: a cached copy of an earlier build of
-		// the same version must not stand in for the tree
-		"GOMODCACHE="+filepath.Join(work, "modcache"),
-		"GOBIN="+filepath.Join(work, "bin"),
+	return append(os.Environ(),
+		"GOWORK=off",
+		"GOPROXY="+goproxy,
+		"GOFLAGS="+strings.TrimSpace(goflags+" -trimpath"),
+		"GOMODCACHE="+modcache,
+		"GOBIN="+bin,
 		"GOTOOLCHAIN=local",
-	)
-	return env, nil
+	), nil
 }
 
-// proxyLines is the environment a user sets to go get our modules from the
-// proxy in proxyDir before they are published: no workspace, our modules
-// from the folder and every other one from the machine's module proxy, and
-// no checksum-database lookup for our (unpublished) versions.
-func proxyLines(proxyDir string) ([]string, error) {
-	goproxy, err := goEnv("GOPROXY")
+// consumerCache is the check's own module cache, kept between runs so a
+// rerun does not unpack every dependency again. It is one per checkout
+// (two checkouts' runs at once do not share one), and before each run it
+// loses every copy of our modules it holds: a copy of an earlier tree at
+// the same version must not stand in for this one.
+func consumerCache(root string) (string, error) {
+	base, err := os.UserCacheDir()
 	if err != nil {
-		return nil, err
+		return "", err
 	}
-	chain := []string{"file://" + filepath.ToSlash(proxyDir)}
-	if goproxy != "" && goproxy != "off" {
-		chain = append(chain, goproxy)
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return "", err
 	}
-	return []string{
-		"GOWORK=off",
-		"GOPROXY=" + strings.Join(chain, ","),
-		"GONOSUMDB=" + modulePrefix + "/*",
-		"GOFLAGS=-mod=mod",
-	}, nil
+	sum := sha256.Sum256([]byte(abs))
+	dir := filepath.Join(base, "tollgate-consumer", hex.EncodeToString(sum[:6]), "modcache")
+	for _, ourCopies := range []string{
+		filepath.Join(dir, filepath.FromSlash(modulePrefix)),
+		filepath.Join(dir, "cache", "download", filepath.FromSlash(modulePrefix)),
+	} {
+		if err := removeAll(ourCopies); err != nil {
+			return "", err
+		}
+	}
+	return dir, os.MkdirAll(dir, 0o755)
+}
+
+// removeAll removes a folder of the module cache, whose files and folders
+// the go command makes read-only.
+func removeAll(dir string) error {
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			_ = os.Chmod(p, 0o755)
+		}
+		return nil
+	})
+	return os.RemoveAll(dir)
 }
 
 func goEnv(name string) (string, error) {
@@ -137,21 +273,36 @@ func goEnv(name string) (string, error) {
 }
 
 // checkConsumers builds a module proxy from the tree at root (rev as for
-// buildProxy) and, for each published module named in only (all if
-// empty), plays a consumer in a fresh directory under work: go get the
-// module at v.Version, build a program importing every package of it,
-// assert its go mod graph holds no heavy module it does not ask for, and
-// go install and run its commands.
+// buildProxy), runs the README's lines for trying the modules before a
+// release against it (runTryLines) and, in the environment they leave, for
+// each published module named in only (all if empty), plays a consumer in
+// a fresh directory under work: go get the module at v.Version, build a
+// program importing every package of it, assert its go mod graph holds no
+// heavy module it does not ask for, and go install and run its commands.
 func checkConsumers(ctx context.Context, root, work string, v *Versions, rev string, only []string, log io.Writer) ([]ConsumerResult, error) {
+	tl, err := readTryLines(root, v)
+	if err != nil {
+		return nil, err
+	}
 	proxyDir := filepath.Join(work, "proxy")
 	if err := buildProxy(root, proxyDir, v, rev); err != nil {
 		return nil, err
 	}
-	env, err := consumerEnv(proxyDir, work)
+	modcache, err := consumerCache(root)
 	if err != nil {
 		return nil, err
 	}
-	defer cleanModCache(env, work)
+	base, err := consumerBase(modcache, filepath.Join(work, "bin"))
+	if err != nil {
+		return nil, err
+	}
+	env, err := runTryLines(ctx, tl, proxyDir, filepath.Join(work, "readme"), base)
+	if err != nil {
+		return nil, err
+	}
+	// the README's lines may set GOFLAGS: the check's flag goes on top
+	env = append(env, "GOFLAGS="+strings.TrimSpace(envValue(env, "GOFLAGS")+" -trimpath"))
+	fmt.Fprintf(log, "ok   %s, %q: %s\n", readmeFile, strings.TrimPrefix(readmeSection, "## "), strings.Join(tl.modules, ", "))
 	var results []ConsumerResult
 	for _, m := range v.Modules {
 		if len(only) > 0 && !slices.Contains(only, m) {
@@ -173,15 +324,6 @@ func checkConsumers(ctx context.Context, root, work string, v *Versions, rev str
 		results = append(results, r)
 	}
 	return results, nil
-}
-
-// cleanModCache empties the consumers' module cache (its files are made
-// writable by -modcacherw, so os.RemoveAll works too).
-func cleanModCache(env []string, work string) {
-	cmd := exec.Command("go", "clean", "-modcache")
-	cmd.Env = env
-	cmd.Dir = work
-	_ = cmd.Run()
 }
 
 // allowedHeavy lists the heavy prefixes module m asks for: those matched
@@ -373,13 +515,20 @@ func goCmd(ctx context.Context, env []string, dir string, args ...string) ([]byt
 	if err == nil {
 		return out, nil
 	}
-	msg := strings.TrimSpace(stderr.String())
+	return nil, commandError("go "+strings.Join(args, " "), err, stderr.String())
+}
+
+// commandError is the failure of a command (what) with its output. A
+// failure to reach the network is errSkip, unless CI=true, where it is a
+// failure like any other.
+func commandError(what string, err error, output string) error {
+	msg := strings.TrimSpace(output)
 	if os.Getenv("CI") != "true" {
 		for _, t := range networkTrouble {
 			if strings.Contains(strings.ToLower(msg), strings.ToLower(t)) {
-				return nil, fmt.Errorf("%w: no module proxy reachable: go %s: %s", errSkip, strings.Join(args, " "), msg)
+				return fmt.Errorf("%w: no module proxy reachable: %s: %s", errSkip, what, msg)
 			}
 		}
 	}
-	return nil, fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, msg)
+	return fmt.Errorf("%s: %v\n%s", what, err, msg)
 }

@@ -188,10 +188,14 @@ func copyModFiles(root, dst string) error {
 }
 
 // runProxy writes the module proxy of the tree to dir and prints the
-// lines that make go get our modules from it, the rest as usual: the same
-// environment the consumer check runs in (consumerEnv).
+// README's lines for trying the modules before a release (the ones the
+// consumer check runs), with dir in place of the README's folder.
 func runProxy(root, dir, rev string, out io.Writer) error {
 	v, err := readVersions(root)
+	if err != nil {
+		return err
+	}
+	tl, err := readTryLines(root, v)
 	if err != nil {
 		return err
 	}
@@ -202,15 +206,8 @@ func runProxy(root, dir, rev string, out io.Writer) error {
 	if err := buildProxy(root, abs, v, rev); err != nil {
 		return err
 	}
-	lines, err := proxyLines(abs)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "wrote the modules of %s at %s to %s; in a module outside this repository:\n\n", modulePrefix, v.Version, abs)
-	for _, l := range lines {
-		fmt.Fprintln(out, "export "+l)
-	}
-	fmt.Fprintf(out, "go get %s/ginlimit@%s\n", modulePrefix, v.Version)
+	fmt.Fprintf(out, "wrote the modules of %s at %s to %s; in an empty folder outside this repository (%s, %q):\n\n%s",
+		modulePrefix, v.Version, abs, readmeFile, strings.TrimPrefix(readmeSection, "## "), tl.forProxy(abs))
 	return nil
 }
 
