@@ -124,7 +124,7 @@ func (au authenticator) tenant(ctx context.Context, method string) (context.Cont
 	}
 	t, err := au.v.Authenticate(value)
 	if err != nil {
-		return nil, status.Error(codes.Unauthenticated, err.Error())
+		return nil, status.Error(codes.Unauthenticated, app.Detail(err))
 	}
 	return core.ContextWithTenant(ctx, t), nil
 }

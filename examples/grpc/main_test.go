@@ -66,8 +66,8 @@ func TestService(t *testing.T) {
 		for _, bad := range apptest.BadTokens(t) {
 			var hdr metadata.MD
 			_, err := c.GetProfile(grpctest.WithAuth(ctx, bad.Authorization), &demopb.GetProfileRequest{}, grpc.Header(&hdr))
-			if status.Code(err) != codes.Unauthenticated {
-				t.Errorf("%s: GetProfile: %v, want Unauthenticated", bad.Name, err)
+			if status.Code(err) != codes.Unauthenticated || status.Convert(err).Message() != bad.Detail {
+				t.Errorf("%s: GetProfile: %v, want Unauthenticated saying %q", bad.Name, err, bad.Detail)
 			}
 			if len(hdr.Get("x-ratelimit-limit")) != 0 {
 				t.Errorf("%s: the limiter ran before authentication", bad.Name)

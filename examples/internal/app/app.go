@@ -214,6 +214,7 @@ func Open(ctx context.Context, c Config) (a *App, err error) {
 	if err != nil {
 		return a, err
 	}
+	a.Auth.SetLogger(a.Log)
 	return a, nil
 }
 

@@ -132,9 +132,31 @@ func TestVerifier(t *testing.T) {
 			t.Errorf("Authenticate(%q) = %+v, %v", h, got, err)
 		}
 	}
+	var log bytes.Buffer
+	v.SetLogger(slog.New(slog.NewTextHandler(&log, nil)))
 	for _, bad := range apptest.BadTokens(t) {
-		if _, err := v.Authenticate(bad.Authorization); !errors.Is(err, app.ErrUnauthenticated) {
+		_, err := v.Authenticate(bad.Authorization)
+		if !errors.Is(err, app.ErrUnauthenticated) {
 			t.Errorf("%s: %v, want ErrUnauthenticated", bad.Name, err)
+		}
+		if got := app.Detail(err); got != bad.Detail {
+			t.Errorf("%s: Detail %q, want %q", bad.Name, got, bad.Detail)
+		}
+	}
+	// the parser's own words are in the log, never in a detail
+	for _, want := range []string{"token is expired", "signature is invalid", "exp claim is required"} {
+		if !strings.Contains(log.String(), want) {
+			t.Errorf("the log does not say %q:\n%s", want, log.String())
+		}
+	}
+	// a token is accepted for ExpiryLeeway after its exp, and not after
+	for _, c := range []struct {
+		expired time.Duration
+		ok      bool
+	}{{app.ExpiryLeeway - 2*time.Second, true}, {app.ExpiryLeeway + 2*time.Second, false}} {
+		tok := apptest.SignedClaims(t, map[string]any{"tenant": "t42", "tier": "free", "exp": time.Now().Add(-c.expired).Unix()})
+		if _, err := v.Authenticate("Bearer " + tok); (err == nil) != c.ok {
+			t.Errorf("a token expired %v ago: %v, want accepted %v", c.expired, err, c.ok)
 		}
 	}
 	if _, err := app.Mint([]byte("short"), "t", "free", time.Minute); err == nil {

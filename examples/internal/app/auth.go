@@ -3,6 +3,7 @@ package app
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"time"
@@ -26,15 +27,62 @@ type Claims struct {
 	jwt.RegisteredClaims
 }
 
+// ExpiryLeeway is how long after its exp a token is still accepted: room
+// for clocks that differ a little between the issuer and the service.
+const ExpiryLeeway = 5 * time.Second
+
 // ErrUnauthenticated is wrapped by every verification failure.
 var ErrUnauthenticated = errors.New("unauthenticated")
+
+// The details a 401 (gRPC: the Unauthenticated message) may give, fixed
+// texts. The JWT parser's own error never reaches the client (it can name
+// the check that failed, which helps an attacker more than a user): it
+// goes to the service's log.
+const (
+	DetailNoToken   = "no bearer token"
+	DetailNotBearer = "want Authorization: Bearer <token>"
+	DetailExpired   = "the token has expired"
+	DetailInvalid   = "the token is not valid here (malformed, not signed with this service's secret, or without an expiry)"
+	DetailTenant    = "the token's tenant claim is empty or too long"
+	DetailTier      = "the token's tier is not defined here"
+)
+
+// authError is a verification failure: detail is what the client is told,
+// cause (when there is one) what only the log says.
+type authError struct {
+	detail string
+	cause  error
+}
+
+func (e *authError) Error() string {
+	if e.cause == nil {
+		return e.detail
+	}
+	return e.detail + ": " + e.cause.Error()
+}
+
+func (e *authError) Unwrap() []error { return []error{ErrUnauthenticated, e.cause} }
+
+// Detail is the fixed text a 401 gives for err, a verification failure.
+func Detail(err error) string {
+	var ae *authError
+	if errors.As(err, &ae) {
+		return ae.detail
+	}
+	return DetailInvalid
+}
 
 // Verifier checks HS256 bearer tokens and turns them into tenants.
 type Verifier struct {
 	secret    []byte
 	knownTier func(string) bool
 	parser    *jwt.Parser
+	log       *slog.Logger
 }
+
+// SetLogger names the logger that hears why each token was refused (the
+// default is slog.Default()).
+func (v *Verifier) SetLogger(l *slog.Logger) { v.log = l }
 
 // NewVerifier returns a verifier of tokens signed with secret. knownTier,
 // when not nil, refuses tokens naming a tier the service does not define.
@@ -48,8 +96,9 @@ func NewVerifier(secret []byte, knownTier func(string) bool) (*Verifier, error) 
 		parser: jwt.NewParser(
 			jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
 			jwt.WithExpirationRequired(),
-			jwt.WithLeeway(5*time.Second),
+			jwt.WithLeeway(ExpiryLeeway),
 		),
+		log: slog.Default(),
 	}, nil
 }
 
@@ -59,15 +108,28 @@ func (v *Verifier) Verify(token string) (core.Tenant, error) {
 	var c Claims
 	_, err := v.parser.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return v.secret, nil })
 	if err != nil {
-		return core.Tenant{}, fmt.Errorf("%w: invalid token: %w", ErrUnauthenticated, err)
+		detail := DetailInvalid
+		if errors.Is(err, jwt.ErrTokenExpired) {
+			detail = DetailExpired
+		}
+		return core.Tenant{}, v.refuse(detail, err)
 	}
 	if c.Tenant == "" || len(c.Tenant) > core.MaxTenantIDLen {
-		return core.Tenant{}, fmt.Errorf("%w: the token's tenant claim is empty or longer than %d bytes", ErrUnauthenticated, core.MaxTenantIDLen)
+		return core.Tenant{}, v.refuse(DetailTenant, fmt.Errorf("tenant claim of %d bytes, want 1 to %d", len(c.Tenant), core.MaxTenantIDLen))
 	}
 	if v.knownTier != nil && !v.knownTier(c.Tier) {
-		return core.Tenant{}, fmt.Errorf("%w: the token's tier %q is not defined here", ErrUnauthenticated, c.Tier)
+		return core.Tenant{}, v.refuse(DetailTier, fmt.Errorf("tier %q", c.Tier))
 	}
 	return core.Tenant{ID: c.Tenant, Tier: c.Tier}, nil
+}
+
+// refuse logs why a token was refused and returns the failure.
+func (v *Verifier) refuse(detail string, cause error) error {
+	err := &authError{detail: detail, cause: cause}
+	if v.log != nil {
+		v.log.Info("tollgate-example: bearer token refused", "detail", detail, "err", cause)
+	}
+	return err
 }
 
 // Authenticate verifies an Authorization header (or gRPC metadata) value,
@@ -75,10 +137,10 @@ func (v *Verifier) Verify(token string) (core.Tenant, error) {
 func (v *Verifier) Authenticate(authorization string) (core.Tenant, error) {
 	scheme, token, ok := strings.Cut(strings.TrimSpace(authorization), " ")
 	if authorization == "" {
-		return core.Tenant{}, fmt.Errorf("%w: no bearer token", ErrUnauthenticated)
+		return core.Tenant{}, &authError{detail: DetailNoToken}
 	}
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
-		return core.Tenant{}, fmt.Errorf("%w: want Authorization: Bearer <token>", ErrUnauthenticated)
+		return core.Tenant{}, &authError{detail: DetailNotBearer}
 	}
 	return v.Verify(strings.TrimSpace(token))
 }
@@ -103,11 +165,12 @@ func Mint(secret []byte, tenant, tier string, ttl time.Duration) (string, error)
 }
 
 // Unauthorized is the 401 answer to a request whose token failed: a
-// problem+json body saying why. Every example sends it the same way.
+// problem+json body saying why in a fixed text (Detail). Every example
+// sends it the same way.
 func Unauthorized(err error) (status int, contentType string, body []byte) {
 	p := core.UnauthenticatedProblem()
 	if err != nil {
-		p.Detail = err.Error()
+		p.Detail = Detail(err)
 	}
 	return p.Status, core.ProblemContentType, p.JSON()
 }

@@ -57,9 +57,21 @@ func Token(t testing.TB, tenant, tier string) string {
 	return tok
 }
 
-// BadToken is a token that must be refused, and why.
+// SignedClaims is a token of claims signed with Secret.
+func SignedClaims(t testing.TB, claims map[string]any) string {
+	t.Helper()
+	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims(claims)).SignedString([]byte(Secret))
+	if err != nil {
+		t.Fatalf("sign: %v", err)
+	}
+	return s
+}
+
+// BadToken is a token that must be refused, and why: Detail is the fixed
+// text the 401 (gRPC: the Unauthenticated message) must give, never the
+// JWT parser's error.
 type BadToken struct {
-	Name, Authorization string
+	Name, Authorization, Detail string
 }
 
 // BadTokens returns Authorization values every example must answer 401.
@@ -88,16 +100,16 @@ func BadTokens(t testing.TB) []BadToken {
 	}
 	hs := jwt.SigningMethodHS256
 	return []BadToken{
-		{"missing", ""},
-		{"not bearer", "Basic dTpw"},
-		{"empty bearer", "Bearer "},
-		{"garbage", "Bearer not.a.jwt"},
-		{"wrong secret", "Bearer " + sign(hs, []byte("another-secret-0123456789"), valid)},
-		{"expired", "Bearer " + sign(hs, []byte(Secret), with("exp", now.Add(-time.Minute).Unix()))},
-		{"no expiry", "Bearer " + sign(hs, []byte(Secret), with("exp", nil))},
-		{"alg none", "Bearer " + sign(jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, valid)},
-		{"HS512", "Bearer " + sign(jwt.SigningMethodHS512, []byte(Secret), valid)},
-		{"no tenant", "Bearer " + sign(hs, []byte(Secret), with("tenant", nil))},
-		{"unknown tier", "Bearer " + sign(hs, []byte(Secret), with("tier", "platinum"))},
+		{"missing", "", app.DetailNoToken},
+		{"not bearer", "Basic dTpw", app.DetailNotBearer},
+		{"empty bearer", "Bearer ", app.DetailNotBearer},
+		{"garbage", "Bearer not.a.jwt", app.DetailInvalid},
+		{"wrong secret", "Bearer " + sign(hs, []byte("another-secret-0123456789"), valid), app.DetailInvalid},
+		{"expired", "Bearer " + sign(hs, []byte(Secret), with("exp", now.Add(-time.Minute).Unix())), app.DetailExpired},
+		{"no expiry", "Bearer " + sign(hs, []byte(Secret), with("exp", nil)), app.DetailInvalid},
+		{"alg none", "Bearer " + sign(jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, valid), app.DetailInvalid},
+		{"HS512", "Bearer " + sign(jwt.SigningMethodHS512, []byte(Secret), valid), app.DetailInvalid},
+		{"no tenant", "Bearer " + sign(hs, []byte(Secret), with("tenant", nil)), app.DetailTenant},
+		{"unknown tier", "Bearer " + sign(hs, []byte(Secret), with("tier", "platinum")), app.DetailTier},
 	}
 }

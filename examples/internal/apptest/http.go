@@ -130,8 +130,8 @@ func HTTP(t *testing.T, a *app.App, base string) {
 					"X-RateLimit-Limit": "", // refused before the limiter ran
 				})
 				var p core.Problem
-				if err := json.Unmarshal([]byte(r.Body), &p); err != nil || p.Status != 401 || p.Detail == "" {
-					t.Errorf("%s: body %q is not a 401 problem with a detail (%v)", bad.Name, r.Body, err)
+				if err := json.Unmarshal([]byte(r.Body), &p); err != nil || p.Status != 401 || p.Detail != bad.Detail {
+					t.Errorf("%s: body %q is not a 401 problem with the detail %q (%v)", bad.Name, r.Body, bad.Detail, err)
 				}
 			}
 		}
