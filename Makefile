@@ -26,11 +26,21 @@ DEMOFLAGS ?=
 demo: ## the replicas demo: in-process limiters vs the shared bucket (embedded Redis unless REDIS_URL is set)
 	cd examples && $(GO) run ./replicas $(DEMOFLAGS)
 
-test: check-redis ## every module, with -race, against a real Redis
-	$(GO) test $(TESTFLAGS) $(PKGS)
+# run_tests runs go test -json on the packages $(1) through tools/testsum,
+# which prints what go test prints (result lines, every failure's whole
+# output), then each skipped test with its reason and a count, so a skip is
+# seen without -v. The exit status is go test's, else the summariser's.
+run_tests = tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	$(GO) build -o "$$tmp/testsum" ./tools/testsum && \
+	echo "$(GO) test $(TESTFLAGS) -json $(1) | testsum" && \
+	{ $(GO) test $(TESTFLAGS) -json $(1); echo $$? > "$$tmp/rc"; } | "$$tmp/testsum"; sum=$$?; \
+	rc=$$(cat "$$tmp/rc" 2>/dev/null || echo 1); if [ "$$rc" -ne 0 ]; then exit "$$rc"; fi; exit "$$sum"
+
+test: check-redis ## every module, with -race, against a real Redis; lists the skipped tests at the end
+	@$(call run_tests,$(PKGS))
 
 $(addprefix test/,$(ALL_MODULES)): test/%: check-redis ## one module and its test module, e.g. make test/core
-	cd $* && $(GO) test $(TESTFLAGS) github.com/tollgate-go/tollgate/$*/...
+	@$(call run_tests,github.com/tollgate-go/tollgate/$*/...)
 
 DURATION ?= 5m
 LINEARIZE_TIMEOUT ?= 3h
