@@ -300,8 +300,10 @@ func checkConsumers(ctx context.Context, root, work string, v *Versions, rev str
 	if err != nil {
 		return nil, err
 	}
-	// the README's lines may set GOFLAGS: the check's flag goes on top
-	env = append(env, "GOFLAGS="+strings.TrimSpace(envValue(env, "GOFLAGS")+" -trimpath"))
+	// the README's lines may set GOFLAGS: the check's flags go on top.
+	// -mod=mod lets go list and go build of every package record the
+	// checksums go get did not need for the module's root package
+	env = append(env, "GOFLAGS="+strings.TrimSpace(envValue(env, "GOFLAGS")+" -mod=mod -trimpath"))
 	fmt.Fprintf(log, "ok   %s, %q: %s\n", readmeFile, strings.TrimPrefix(readmeSection, "## "), strings.Join(tl.modules, ", "))
 	var results []ConsumerResult
 	for _, m := range v.Modules {
