@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -226,30 +224,37 @@ func consumerBase(modcache, bin string) ([]string, error) {
 }
 
 // consumerCache is the check's own module cache, kept between runs so a
-// rerun does not unpack every dependency again. It is one per checkout
-// (two checkouts' runs at once do not share one), and before each run it
-// loses every copy of our modules it holds: a copy of an earlier tree at
-// the same version must not stand in for this one.
-func consumerCache(root string) (string, error) {
+// rerun does not unpack every dependency again: one for every checkout of
+// the repository (so the disk holds one), used by one check at a time
+// (the lock, held until unlock). Before each run it loses every copy of
+// our modules it holds: a copy of an earlier tree at the same version must
+// not stand in for this one.
+func consumerCache(log io.Writer) (dir string, unlock func(), err error) {
 	base, err := os.UserCacheDir()
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
-	abs, err := filepath.Abs(root)
+	base = filepath.Join(base, "tollgate-consumer")
+	if err := os.MkdirAll(base, 0o755); err != nil {
+		return "", nil, err
+	}
+	lock := filepath.Join(base, "lock")
+	fmt.Fprintf(log, "module cache %s (waiting for the lock %s if another check holds it)\n", filepath.Join(base, "modcache"), lock)
+	unlock, err = lockFile(lock)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
-	sum := sha256.Sum256([]byte(abs))
-	dir := filepath.Join(base, "tollgate-consumer", hex.EncodeToString(sum[:6]), "modcache")
+	dir = filepath.Join(base, "modcache")
 	for _, ourCopies := range []string{
 		filepath.Join(dir, filepath.FromSlash(modulePrefix)),
 		filepath.Join(dir, "cache", "download", filepath.FromSlash(modulePrefix)),
 	} {
 		if err := removeAll(ourCopies); err != nil {
-			return "", err
+			unlock()
+			return "", nil, err
 		}
 	}
-	return dir, os.MkdirAll(dir, 0o755)
+	return dir, unlock, nil
 }
 
 // removeAll removes a folder of the module cache, whose files and folders
@@ -288,10 +293,11 @@ func checkConsumers(ctx context.Context, root, work string, v *Versions, rev str
 	if err := buildProxy(root, proxyDir, v, rev); err != nil {
 		return nil, err
 	}
-	modcache, err := consumerCache(root)
+	modcache, unlock, err := consumerCache(log)
 	if err != nil {
 		return nil, err
 	}
+	defer unlock()
 	base, err := consumerBase(modcache, filepath.Join(work, "bin"))
 	if err != nil {
 		return nil, err
