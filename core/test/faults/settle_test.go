@@ -3,6 +3,7 @@ package faults_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -261,4 +262,89 @@ func TestSettleStoreFailureAtSettle(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestSettleClusterMasterHung: on a Cluster of three masters, the master
+// holding one tenant's buckets hangs (SIGSTOP) between the reservations
+// and their settles. That tenant's settle fails within the timeout and its
+// estimate stands (logged, counted); a tenant on another master is settled
+// as usual, in the same moment, by the same limiter.
+func TestSettleClusterMasterHung(t *testing.T) {
+	cl := redistest.NewCluster(t, 3, 0)
+	cc := cl.Client(t)
+	logs := &conformance.LogBuffer{}
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	lim := newLimiter(t, cc, core.FailClosed, core.WithClock(fixedClock()), core.WithLogger(logs.Logger()), core.WithMeterProvider(mp))
+	gate, err := core.NewGate(lim, core.WithCostReports(), core.WithRoutes(core.Routes{"POST /v1/complete": {Class: "default", Cost: estimate}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &settleRig{lim: lim, gate: gate, direct: lim, logs: logs, reader: reader}
+	ctx := context.Background()
+	hung := cl.Master(t, 0)
+	var victim, other string
+	for i := 0; victim == "" || other == ""; i++ {
+		tenant := "t" + strconv.Itoa(i)
+		key, err := lim.Keys().Bucket(tenant, "default")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := cc.MasterForKey(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case m.Options().Addr == hung.Addr() && victim == "":
+			victim = tenant
+		case m.Options().Addr != hung.Addr() && other == "":
+			other = tenant
+		}
+	}
+	var verdicts []core.Verdict
+	for _, tenant := range []string{victim, other} {
+		v, vctx, ok, _ := r.decide(tenant)
+		if !v.Proceed || !ok {
+			t.Fatalf("reservation of %s: %v, %v", tenant, v.Decision.Reason, v.Err)
+		}
+		if err := core.ReportCost(vctx, 1); err != nil { // 1 of 5: a refund of 4
+			t.Fatal(err)
+		}
+		verdicts = append(verdicts, v)
+	}
+	if err := hung.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	var worst time.Duration
+	for _, v := range verdicts {
+		start := time.Now()
+		v.Done()
+		worst = max(worst, time.Since(start))
+	}
+	if err := hung.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if worst > latencyBound {
+		t.Fatalf("Done took %v with a master hung", worst)
+	}
+	waitDecided(t, lim, "the resumed master")
+	if got := r.tokens(t, victim); got != float64(slowQuota.Capacity-estimate) {
+		t.Errorf("%s on the hung master: %v tokens, want the estimate charged (%d)", victim, got, slowQuota.Capacity-estimate)
+	}
+	if got := r.tokens(t, other); got != float64(slowQuota.Capacity-1) {
+		t.Errorf("%s on a live master: %v tokens, want settled to 1 (%d)", other, got, slowQuota.Capacity-1)
+	}
+	counted := int64(0)
+	for _, n := range r.settleFailures(t) {
+		counted += n
+	}
+	if counted != 1 {
+		t.Errorf("settle failures counted %v, want the one on the hung master", r.settleFailures(t))
+	}
+	if !strings.Contains(logs.String(), "tenant="+victim) {
+		t.Errorf("the failed settle was not logged with its tenant:\n%s", logs.String())
+	}
+	record(row{"Cluster master of three hung (SIGSTOP) between the reservation and the settle of a reported cost", core.FailClosed,
+		"that master's tenant: Done returns within the timeout, the estimate stands (logged, counted); a tenant on another master settled as usual", worst})
 }
