@@ -191,6 +191,9 @@ func Open(ctx context.Context, c Config) (a *App, err error) {
 		config.WithLogger(a.Log),
 		config.WithResolverOptions(core.WithOverrides(a.Overrides)),
 		config.WithLimiterOptions(lopts...),
+		// handlers may report a request's actual cost (POST /v1/complete):
+		// the route's cost is then an estimate, settled when they return
+		config.WithGateOptions(core.WithCostReports()),
 	}
 	var svc *config.Service
 	if c.ConfigPath != "" {
