@@ -124,7 +124,8 @@ type App struct {
 	// built with its options.
 	File *config.Config
 	// Gate is the request flow every adapter takes, built once from File's
-	// gate options (routes, header style, anonymous tier).
+	// gate options (routes, header style, anonymous tier) and
+	// core.WithCostReports (POST /v1/complete is settled to its tokens).
 	Gate *core.Gate
 	// Metrics serves the Prometheus text format.
 	Metrics http.Handler
