@@ -13,7 +13,7 @@ TESTFLAGS ?= -race -shuffle=on -count=1 -timeout 12m
 BENCHFLAGS ?= -run '^$$' -bench . -benchmem -count 5
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: release release-sync consumer proxy apidiff help test lint bench bench/load bench/http bench/script demo fuzz linearize tidy fmt check-redis test-fleet $(addprefix test/,$(ALL_MODULES)) bench/rls $(addprefix bench/,$(filter-out rls,$(ALL_MODULES)))
+.PHONY: release release-sync consumer proxy apidiff help test lint bench bench/load bench/http bench/script demo fuzz linearize tidy fmt check-redis test-fleet test-settle $(addprefix test/,$(ALL_MODULES)) bench/rls $(addprefix bench/,$(filter-out rls,$(ALL_MODULES)))
 
 help: ## list the targets
 	@grep -hE '^([a-zA-Z/%_-]+|\$$\(addprefix [^)]*\)\): [a-z]+/%):.*## ' $(MAKEFILE_LIST) \
@@ -52,6 +52,11 @@ FLEET_REQUESTS ?= 100000
 
 test-fleet: check-redis ## the concurrency must-show at full size: 4 replica processes x 64 goroutines, N = 8, FLEET_REQUESTS requests (default 100000)
 	cd core/test && TOLLGATE_FLEET_REQUESTS=$(FLEET_REQUESTS) $(GO) test -count=1 -timeout 30m -run '^TestConcurrencyFleet$$' -v .
+
+SETTLE_REQUESTS ?= 10000
+
+test-settle: check-redis ## the reserve-then-settle bound at full size: 4 replica processes per pattern, 64 clients, SETTLE_REQUESTS requests (default 10000) per pattern
+	cd examples/e2e && TOLLGATE_SETTLE_REQUESTS=$(SETTLE_REQUESTS) $(GO) test -count=1 -timeout 30m -run '^TestSettleBound$$' -v .
 
 check-redis: ## fail fast, and say why, when no real Redis can be had
 	@if [ -n "$$REDIS_URL" ]; then exit 0; fi; \

@@ -107,6 +107,7 @@ func TestDefaultConfigPricesTheService(t *testing.T) {
 	}{
 		{http.MethodGet, app.PathProfile, core.Route{Class: core.DefaultClass, Cost: 1}},
 		{http.MethodPost, app.PathExport, core.Route{Class: app.ClassExport, Cost: 5}},
+		{http.MethodPost, app.PathComplete, core.Route{Class: app.ClassLLM, Cost: 100}},
 		{http.MethodGet, app.PathHealth, core.Route{Exempt: true}},
 		{http.MethodGet, app.PathMetrics, core.Route{Exempt: true}},
 		{"", demopb.Demo_GetProfile_FullMethodName, core.Route{Class: core.DefaultClass, Cost: 1}},
@@ -124,6 +125,15 @@ func TestDefaultConfigPricesTheService(t *testing.T) {
 		if _, ok := cfg.Tiers.Tiers[tier]; !ok {
 			t.Errorf("no tier %q (the docs and cmd/mint name it)", tier)
 		}
+	}
+	// POST /v1/complete reserves 100 of these and settles to what the
+	// handler reports: README.md shows the free tier's numbers.
+	free, pro := cfg.Tiers.Tiers["free"].Classes[app.ClassLLM], cfg.Tiers.Tiers["pro"].Classes[app.ClassLLM]
+	if free != (core.Quota{Capacity: 1000, RefillPerSecond: 10}) {
+		t.Errorf("free llm = %+v, want capacity 1000, refill 10/s", free)
+	}
+	if pro.Capacity <= free.Capacity || pro.RefillPerSecond <= free.RefillPerSecond {
+		t.Errorf("pro llm = %+v, want more than free's %+v", pro, free)
 	}
 }
 

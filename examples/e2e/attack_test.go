@@ -26,19 +26,27 @@ import (
 // attackFor is how long each attack runs while the victim is checked.
 const attackFor = 1500 * time.Millisecond
 
-// poison stores a value of the wrong type at tenant's bucket key in the
-// services' Redis (their default key prefix): every check of that tenant's
-// default class then gets WRONGTYPE from the script.
-func poison(t *testing.T, tenant string) {
+// bucketKey is the Redis key of tenant's class bucket in the services'
+// Redis (their default key prefix).
+func bucketKey(t *testing.T, tenant, class string) string {
 	t.Helper()
 	keys, err := core.NewKeys(core.DefaultPrefix)
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, err := keys.Bucket(tenant, core.DefaultClass)
+	key, err := keys.Bucket(tenant, class)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return key
+}
+
+// poison stores a value of the wrong type at tenant's bucket key in the
+// services' Redis: every check of that tenant's default class then gets
+// WRONGTYPE from the script.
+func poison(t *testing.T, tenant string) {
+	t.Helper()
+	key := bucketKey(t, tenant, core.DefaultClass)
 	rc := redistest.Client(t)
 	if err := rc.LPush(t.Context(), key, "poison").Err(); err != nil {
 		t.Fatal(err)

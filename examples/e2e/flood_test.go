@@ -71,7 +71,8 @@ func floodConfig(t *testing.T) string {
 	t.Helper()
 	calm := "tiers:\n  calm:\n    classes:\n      default: {capacity: " + strconv.Itoa(calmCapacity) +
 		", refill_per_second: " + strconv.FormatFloat(calmRefill, 'f', -1, 64) + "}\n      export: {capacity: 10, refill_per_second: 0.1}\n" +
-		"      reports: {capacity: 100, refill_per_second: 10, concurrency: 2}\n"
+		"      reports: {capacity: 100, refill_per_second: 10, concurrency: 2}\n" +
+		"      llm: {capacity: 1000, refill_per_second: 10}\n"
 	cfg := bytes.Replace(examples.DefaultConfig, []byte("\ntiers:\n"), []byte("\n"+calm), 1)
 	if bytes.Equal(cfg, examples.DefaultConfig) {
 		t.Fatal("tollgate.yaml has no 'tiers:' line to add a tier under")

@@ -39,6 +39,10 @@ const (
 )
 
 func TestMain(m *testing.M) {
+	if role := os.Getenv(helperRole); role != "" {
+		// this binary started again as a helper service (startHelper)
+		os.Exit(runHelper(role))
+	}
 	code := redistest.RunChecked(m)
 	if binDir != "" {
 		_ = os.RemoveAll(binDir)
@@ -135,8 +139,19 @@ func environ(extra ...string) []string {
 // it, and logs its output when the test failed.
 func start(t *testing.T, name string, env ...string) *process {
 	t.Helper()
-	p := &process{name: name, out: &conformance.LogBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(filepath.Join(binaries(t), name))
+	return startCmd(t, name, exec.Command(filepath.Join(binaries(t), name)), env...)
+}
+
+// startHelper runs this test binary again as the helper service role
+// (runHelper), with env added to the environment, as start does an example.
+func startHelper(t *testing.T, role string, env ...string) *process {
+	t.Helper()
+	return startCmd(t, "helper "+role, exec.Command(os.Args[0], "-test.run=^$"), append(env, helperRole+"="+role)...)
+}
+
+func startCmd(t *testing.T, name string, cmd *exec.Cmd, env ...string) *process {
+	t.Helper()
+	p := &process{name: name, out: &conformance.LogBuffer{}, done: make(chan struct{}), cmd: cmd}
 	p.cmd.Env = environ(env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	p.cmd.WaitDelay = time.Second

@@ -50,6 +50,9 @@ func NewHandler(a *app.App) (http.Handler, error) {
 		t, _ := core.TenantFromContext(c.Request().Context())
 		return c.JSON(http.StatusOK, a.ExportReport(t))
 	}, auth, limit)
+	e.POST(app.PathComplete, func(c echo.Context) error {
+		return c.Blob(a.Complete(c.Request().Context(), c.Request().Body))
+	}, auth, limit)
 	return e, nil
 }
 

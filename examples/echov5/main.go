@@ -50,6 +50,9 @@ func NewHandler(a *app.App) (http.Handler, error) {
 		t, _ := core.TenantFromContext(c.Request().Context())
 		return c.JSON(http.StatusOK, a.ExportReport(t))
 	})
+	v1.POST(strings.TrimPrefix(app.PathComplete, "/v1"), func(c *echo.Context) error {
+		return c.Blob(a.Complete(c.Request().Context(), c.Request().Body))
+	})
 	return e, nil
 }
 

@@ -9,6 +9,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"net"
 
@@ -59,6 +60,11 @@ func NewApp(a *app.App) (*fiber.App, error) {
 	f.Post(app.PathExport, auth, limit, func(c *fiber.Ctx) error {
 		t, _ := core.TenantFromContext(c.UserContext())
 		return c.JSON(a.ExportReport(t))
+	})
+	f.Post(app.PathComplete, auth, limit, func(c *fiber.Ctx) error {
+		status, contentType, body := a.Complete(c.UserContext(), bytes.NewReader(c.Body()))
+		c.Set(fiber.HeaderContentType, contentType)
+		return c.Status(status).Send(body)
 	})
 	return f, nil
 }

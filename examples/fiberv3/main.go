@@ -9,6 +9,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"net"
 
@@ -59,6 +60,11 @@ func NewApp(a *app.App) (*fiber.App, error) {
 	f.Get(app.PathProfile, authenticate(a.Auth), limit, func(c fiber.Ctx) error {
 		t, _ := core.TenantFromContext(c.Context())
 		return c.JSON(a.GetProfile(t))
+	})
+	f.Post(app.PathComplete, authenticate(a.Auth), limit, func(c fiber.Ctx) error {
+		status, contentType, body := a.Complete(c.Context(), bytes.NewReader(c.Body()))
+		c.Set(fiber.HeaderContentType, contentType)
+		return c.Status(status).Send(body)
 	})
 	return f, nil
 }

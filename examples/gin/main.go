@@ -51,6 +51,9 @@ func NewHandler(a *app.App) (http.Handler, error) {
 		t, _ := core.TenantFromContext(c.Request.Context())
 		c.JSON(http.StatusOK, a.ExportReport(t))
 	})
+	r.POST(app.PathComplete, auth, limit, func(c *gin.Context) {
+		c.Data(a.Complete(c.Request.Context(), c.Request.Body))
+	})
 	return r, nil
 }
 

@@ -49,6 +49,12 @@ func NewHandler(a *app.App) (http.Handler, error) {
 		t, _ := core.TenantFromContext(r.Context())
 		writeJSON(w, a.ExportReport(t))
 	}))
+	mux.Handle("POST "+app.PathComplete, protect(func(w http.ResponseWriter, r *http.Request) {
+		status, contentType, body := a.Complete(r.Context(), r.Body)
+		w.Header().Set("Content-Type", contentType)
+		w.WriteHeader(status)
+		_, _ = w.Write(body)
+	}))
 	return mux, nil
 }
 

@@ -124,7 +124,8 @@ type App struct {
 	// built with its options.
 	File *config.Config
 	// Gate is the request flow every adapter takes, built once from File's
-	// gate options (routes, header style, anonymous tier).
+	// gate options (routes, header style, anonymous tier) and
+	// core.WithCostReports (POST /v1/complete is settled to its tokens).
 	Gate *core.Gate
 	// Metrics serves the Prometheus text format.
 	Metrics http.Handler
@@ -191,6 +192,9 @@ func Open(ctx context.Context, c Config) (a *App, err error) {
 		config.WithLogger(a.Log),
 		config.WithResolverOptions(core.WithOverrides(a.Overrides)),
 		config.WithLimiterOptions(lopts...),
+		// handlers may report a request's actual cost (POST /v1/complete):
+		// the route's cost is then an estimate, settled when they return
+		config.WithGateOptions(core.WithCostReports()),
 	}
 	var svc *config.Service
 	if c.ConfigPath != "" {
