@@ -75,16 +75,6 @@ func (q Quota) Validate() error {
 	return nil
 }
 
-// window is the policy window in whole seconds, max(1, ceil(C/rate)), as
-// RateLimit-Policy's w parameter reports it.
-func (q Quota) window() int64 {
-	w := math.Ceil(float64(q.Capacity) / q.RefillPerSecond)
-	if w < 1 {
-		return 1
-	}
-	return int64(w)
-}
-
 // String formats q as "capacity/rate per second", e.g. "20 burst, 2/s",
 // followed by the concurrency limit when it has one: "20 burst, 2/s, 4 in
 // flight".
@@ -140,15 +130,24 @@ func ValidateName(name string) error {
 	return nil
 }
 
-// seconds converts float seconds to a Duration, rounding up to the next
-// nanosecond and saturating instead of overflowing.
-func seconds(s float64) time.Duration {
-	if s <= 0 || math.IsNaN(s) {
-		return 0
+// validateBuckets reports the first thing wrong with a resolver's answer:
+// no bucket, a bad name or quota, a name twice.
+func validateBuckets(bs []Bucket) error {
+	if len(bs) == 0 {
+		return fmt.Errorf("%w: resolver returned no buckets", ErrResolve)
 	}
-	ns := math.Ceil(s * 1e9)
-	if ns >= math.MaxInt64 {
-		return time.Duration(math.MaxInt64)
+	for i, b := range bs {
+		if err := ValidateName(b.Name); err != nil {
+			return fmt.Errorf("%w: bucket %d: %v", ErrResolve, i, err)
+		}
+		if err := b.Quota.Validate(); err != nil {
+			return fmt.Errorf("bucket %q: %w", b.Name, err)
+		}
+		for _, o := range bs[:i] {
+			if o.Name == b.Name {
+				return fmt.Errorf("%w: bucket %q appears twice", ErrResolve, b.Name)
+			}
+		}
 	}
-	return time.Duration(ns)
+	return nil
 }

@@ -73,7 +73,7 @@ func (l *Limiter) Settle(ctx context.Context, t Tenant, d Decision, actual int64
 	defer cancel()
 	v, err := settleScript.Run(cctx, l.scripts, settleScript.Line(keys, args...))
 	if err != nil {
-		err = storeError(cctx, l.cfg.timeout, err)
+		err = transport.StoreError(cctx, l.cfg.timeout, err)
 		l.logDegraded("tollgate: a reservation could not be settled; its estimate stands", Request{Tenant: t}, err)
 		return 0, err
 	}
