@@ -12,11 +12,11 @@ import (
 )
 
 // The check path is a stack of layers, composed once in New: token leases
-// (lease.go over internal/lease), then the deny cache (denylayer.go over
+// (leaselayer.go over internal/lease), then the deny cache (denylayer.go over
 // internal/denycache), then the store shard's circuit breaker
 // (internal/shard) with the local fallback (internal/fallback) or the
 // failure policy, then the script call, through the batcher or directly
-// (charge.go over internal/transport). A layer that is off is not in the
+// (scriptlayer.go over internal/transport). A layer that is off is not in the
 // stack. A check goes down the stack once, each layer answering it or
 // handing it to the next, and its decision comes back up once. The
 // internal packages own each feature's state, option value, reset and
