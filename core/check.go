@@ -164,3 +164,44 @@ func concurrentBucket(buckets []Bucket) (int, error) {
 	}
 	return ci, nil
 }
+
+// ValidateName reports whether name can name a bucket: 1 to 64 bytes of
+// ASCII letters, digits, '_', '-' and '.'. Names travel into keys, headers
+// and metric labels, so they are kept plain.
+func ValidateName(name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: bucket name is empty", ErrInvalidRequest)
+	}
+	if len(name) > maxNameLen {
+		return fmt.Errorf("%w: bucket name is %d bytes, longer than %d", ErrInvalidRequest, len(name), maxNameLen)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
+			return fmt.Errorf("%w: bucket name %q has byte %q at %d; use letters, digits, '_', '-', '.'", ErrInvalidRequest, name, c, i)
+		}
+	}
+	return nil
+}
+
+// validateBuckets reports the first thing wrong with a resolver's answer:
+// no bucket, a bad name or quota, a name twice.
+func validateBuckets(bs []Bucket) error {
+	if len(bs) == 0 {
+		return fmt.Errorf("%w: resolver returned no buckets", ErrResolve)
+	}
+	for i, b := range bs {
+		if err := ValidateName(b.Name); err != nil {
+			return fmt.Errorf("%w: bucket %d: %v", ErrResolve, i, err)
+		}
+		if err := b.Quota.Validate(); err != nil {
+			return fmt.Errorf("bucket %q: %w", b.Name, err)
+		}
+		for _, o := range bs[:i] {
+			if o.Name == b.Name {
+				return fmt.Errorf("%w: bucket %q appears twice", ErrResolve, b.Name)
+			}
+		}
+	}
+	return nil
+}

@@ -47,6 +47,7 @@ var (
 func main() {
 	root := flag.String("root", "..", "the repository root")
 	trace := flag.String("trace", "", "a saved `dlv trace -s 1` output to read instead of running dlv")
+	save := flag.String("save", "", "also write dlv's trace to this file")
 	maxReturns := flag.Int("max", -1, "fail when the path returns to a file it left more often than this (-1: never)")
 	flag.Parse()
 	abs, err := filepath.Abs(*root)
@@ -58,6 +59,9 @@ func main() {
 		out, err = os.ReadFile(*trace)
 	} else {
 		out, err = runTrace(abs)
+		if err == nil && *save != "" {
+			err = os.WriteFile(*save, out, 0o644)
+		}
 	}
 	if err != nil {
 		fatal(err)

@@ -428,9 +428,7 @@ func (b *Batcher) send(batch []*pendingCheck) {
 // single runs one call on its own, under the caller's context, the same as
 // without batching.
 func (b *Batcher) single(ctx context.Context, args []any) (any, error) {
-	ctx, cancel := withCallTimeout(ctx, b.ctxTimeout)
-	defer cancel()
-	v, err := b.script.run(ctx, b.client, args)
+	v, err := b.script.runWithin(ctx, b.client, args, b.ctxTimeout)
 	if err != nil {
 		refreshTopology(b.client, err)
 	}
