@@ -9,7 +9,7 @@ import (
 	"github.com/tollgate-go/tollgate/core"
 )
 
-// TestFollowOneRequest is the request docs/architecture.md follows through
+// TestFollowOneRequest is the request docs/reliability.md follows through
 // the check path ("Following one request"): one GET /v1/profile of a
 // free-tier tenant through Gate.Decide in the Gin example's default
 // configuration (the built-in free tier, batching on, the circuit breaker
