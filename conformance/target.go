@@ -54,7 +54,8 @@ type Target interface {
 	//  2. the adapter, built over s.Limiter with s's routes, header style,
 	//     anonymous option, clock and error hook;
 	//  3. one handler per endpoint of [Endpoints] that counts its calls
-	//     (Instance.HandlerCalls) and answers 200.
+	//     (Instance.HandlerCalls), reports the request's actual cost when
+	//     the request asks for it ([ReportActualCost]) and answers 200.
 	//
 	// The scenario may call it several times with the same limiter
 	// configuration (simulated replicas). Release resources with
@@ -97,6 +98,13 @@ type Setup struct {
 	// Verdict.Err whenever the limiter reports an error (store failure).
 	// Never nil.
 	OnError func(error)
+	// CostReports is set for the settle scenarios: the handlers report
+	// what a request really cost ([ActualCostHeader]), so the gate must
+	// take reports (core.WithCostReports(); GateOptions adds it). A target
+	// that cannot settle a reservation (a gateway that only checks) returns
+	// [ErrNoCostReports] from NewInstance, and those scenarios are skipped
+	// for it.
+	CostReports bool
 }
 
 // GateOptions returns s as core gate options, with routes as the route
@@ -105,6 +113,9 @@ func (s Setup) GateOptions(routes core.Routes) []core.GateOption {
 	opts := []core.GateOption{core.WithRoutes(routes), core.WithHeaderStyle(s.HeaderStyle), core.WithClock(s.Clock)}
 	if s.Anonymous {
 		opts = append(opts, core.WithAnonymous(""))
+	}
+	if s.CostReports {
+		opts = append(opts, core.WithCostReports())
 	}
 	return opts
 }

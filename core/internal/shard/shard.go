@@ -392,15 +392,15 @@ func (bs *Set) record(ctx context.Context, took time.Duration, err error) {
 		}
 		return
 	case m.Errors != nil:
-		m.Errors.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", errorKind(err)), attribute.String("policy", m.Policy)))
+		m.Errors.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", ErrorKind(err)), attribute.String("policy", m.Policy)))
 	}
 	if m.Durations != nil && !errors.Is(err, ErrCircuitOpen) {
 		m.Durations.Record(ctx, took.Seconds(), metric.WithAttributes(attribute.String("result", "error")))
 	}
 }
 
-// errorKind classifies a store failure for the errors metric.
-func errorKind(err error) string {
+// ErrorKind classifies a store failure for the errors metric.
+func ErrorKind(err error) string {
 	var ne net.Error
 	var re redis.Error
 	switch {
