@@ -84,7 +84,7 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 	}
 	if err != nil {
 		if ctx.Err() != nil && !errors.Is(err, ErrResolve) && !errors.Is(err, ErrInvalidQuota) {
-			return l.callerGone(req, ctx.Err())
+			return canceled(req, ctx.Err())
 		}
 		if errors.Is(err, ErrResolve) || errors.Is(err, ErrInvalidQuota) {
 			l.logDegraded("tollgate: no quota configured for this request; rejected", req, err, "tier", EscapeID(req.Tenant.Tier))
@@ -92,13 +92,11 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 		}
 		// a custom resolver's own backend failed: a store failure
 		err = fmt.Errorf("%w: resolve: %w", ErrStore, err)
-		return l.degrade(req, nil, nil, err), err
+		return l.breaker.degrade(req, nil, nil, err), err
 	}
-	keys := make([]string, len(buckets))
-	for i, b := range buckets {
-		if keys[i], err = l.keys.Bucket(req.Tenant.ID, b.Name); err != nil {
-			return Decision{Reason: ReasonInvalid, Cost: req.Cost}, err
-		}
+	keys, err := l.keys.buckets(req.Tenant.ID, buckets)
+	if err != nil {
+		return Decision{Reason: ReasonInvalid, Cost: req.Cost}, err
 	}
 	c := checkCall{req: req, keys: keys, buckets: buckets, cost: req.Cost, sent: l.now()}
 	if ci, err := concurrentBucket(buckets); err != nil {
@@ -133,6 +131,61 @@ func (l *Limiter) validate(req Request) error {
 	return nil
 }
 
+func orDefault(class string) string {
+	if class == "" {
+		return DefaultClass
+	}
+	return class
+}
+
+// validateTenantID reports what is wrong with a tenant ID: empty, or longer
+// than MaxTenantIDLen.
+func validateTenantID(id string) error {
+	if id == "" {
+		return fmt.Errorf("%w: tenant ID is empty", ErrInvalidRequest)
+	}
+	if len(id) > MaxTenantIDLen {
+		return fmt.Errorf("%w: tenant ID is %d bytes, longer than %d", ErrInvalidRequest, len(id), MaxTenantIDLen)
+	}
+	return nil
+}
+
+// concurrentBucket returns the index of the bucket with a concurrency
+// limit, or -1; two are a configuration mistake.
+func concurrentBucket(buckets []Bucket) (int, error) {
+	ci := -1
+	for i, b := range buckets {
+		if b.Quota.Concurrency > 0 {
+			if ci >= 0 {
+				return -1, fmt.Errorf("%w: buckets %q and %q both have a concurrency limit; a request may have one", ErrInvalidQuota, buckets[ci].Name, b.Name)
+			}
+			ci = i
+		}
+	}
+	return ci, nil
+}
+
+// ValidateName reports whether name can name a bucket: 1 to 64 bytes of
+// ASCII letters, digits, '_', '-' and '.'. Names travel into keys, headers
+// and metric labels, so they are kept plain.
+func ValidateName(name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: bucket name is empty", ErrInvalidRequest)
+	}
+	if len(name) > maxNameLen {
+		return fmt.Errorf("%w: bucket name is %d bytes, longer than %d", ErrInvalidRequest, len(name), maxNameLen)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
+			return fmt.Errorf("%w: bucket name %q has byte %q at %d; use letters, digits, '_', '-', '.'", ErrInvalidRequest, name, c, i)
+		}
+	}
+	return nil
+}
+
+// validateBuckets reports the first thing wrong with a resolver's answer:
+// no bucket, a bad name or quota, a name twice.
 func validateBuckets(bs []Bucket) error {
 	if len(bs) == 0 {
 		return fmt.Errorf("%w: resolver returned no buckets", ErrResolve)
@@ -151,11 +204,4 @@ func validateBuckets(bs []Bucket) error {
 		}
 	}
 	return nil
-}
-
-func orDefault(class string) string {
-	if class == "" {
-		return DefaultClass
-	}
-	return class
 }

@@ -142,38 +142,6 @@ func (d Decision) Denied() bool {
 	return d.Reason == ReasonOverLimit || d.Reason == ReasonCostExceedsCapacity || d.Reason == ReasonConcurrencyLimit
 }
 
-// concurrent returns the bucket with a concurrency limit, if any.
-func (d Decision) concurrent() (BucketState, bool) {
-	for _, b := range d.Buckets {
-		if b.Quota.Concurrency > 0 {
-			return b, true
-		}
-	}
-	return BucketState{}, false
-}
-
-// hasQuota reports whether the decision carries bucket numbers to render.
-func (d Decision) hasQuota() bool {
-	switch d.Reason {
-	case ReasonOK, ReasonOverLimit, ReasonCostExceedsCapacity, ReasonShadowDenied, ReasonConcurrencyLimit:
-		return d.Bucket != ""
-	}
-	return false
-}
-
-// untilGrows is how long until floor(tokens) grows by one: the RateLimit
-// field's t on an admitted request. Zero when the bucket is full.
-func (d Decision) untilGrows() time.Duration {
-	if d.Quota.RefillPerSecond <= 0 || d.Tokens >= float64(d.Limit) {
-		return 0
-	}
-	next := math.Floor(d.Tokens) + 1
-	if next > float64(d.Limit) {
-		next = float64(d.Limit)
-	}
-	return seconds((next - d.Tokens) / d.Quota.RefillPerSecond)
-}
-
 func newDecision(states []BucketState, binding int, reason Reason, retry float64, cost int64) Decision {
 	b := states[binding]
 	d := Decision{
@@ -194,4 +162,17 @@ func newDecision(states []BucketState, binding int, reason Reason, retry float64
 	}
 	d.ResetAfter = seconds((float64(b.Quota.Capacity) - b.Tokens) / b.Quota.RefillPerSecond)
 	return d
+}
+
+// seconds converts float seconds to a Duration, rounding up to the next
+// nanosecond and saturating instead of overflowing.
+func seconds(s float64) time.Duration {
+	if s <= 0 || math.IsNaN(s) {
+		return 0
+	}
+	ns := math.Ceil(s * 1e9)
+	if ns >= math.MaxInt64 {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(ns)
 }

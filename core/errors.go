@@ -31,10 +31,6 @@ var (
 	ErrResolve = errors.New("tollgate: cannot resolve quota")
 )
 
-// errCircuitOpen is the store error of a check made while the circuit
-// breaker of its store shard is open: the store was not called.
-var errCircuitOpen = errors.New("circuit breaker open: store not called")
-
 // Breaker defaults (WithCircuitBreaker states them): after
 // defaultBreakerThreshold consecutive store failures of a shard the
 // limiter stops calling it for defaultBreakerCooldown, then lets one probe

@@ -169,18 +169,27 @@ func NewGate(l *Limiter, opts ...GateOption) (*Gate, error) {
 // e.Route when set, else the cost function's answer, else the route
 // table's, else the default route.
 func (g *Gate) Route(ctx context.Context, t Tenant, e Endpoint) Route {
+	table, inTable := g.routes.Lookup(e.Method, e.Pattern)
+	r, _ := g.route(ctx, t, e, table, inTable)
+	return r
+}
+
+// route is Route given the route table's answer for e (table, inTable),
+// which Decide looked up once. checked reports that the route is the
+// table's or the default one, both validated by NewGate.
+func (g *Gate) route(ctx context.Context, t Tenant, e Endpoint, table Route, inTable bool) (r Route, checked bool) {
 	if e.Route != (Route{}) {
-		return e.Route
+		return e.Route, false
 	}
 	if g.costFunc != nil {
 		if r, ok := g.costFunc(ctx, t, e); ok {
-			return r
+			return r, false
 		}
 	}
-	if r, ok := g.routes.Lookup(e.Method, e.Pattern); ok {
-		return r
+	if inTable {
+		return table, true
 	}
-	return g.fallback
+	return g.fallback, true
 }
 
 // Decide checks one request. ctx carries the tenant (ContextWithTenant).
@@ -196,8 +205,9 @@ func (g *Gate) Decide(ctx context.Context, e Endpoint) Verdict {
 		return Verdict{Proceed: true, Unmatched: true}
 	}
 	// an exempt route (health, metrics) needs no identity
-	if r, ok := g.routes.Lookup(e.Method, e.Pattern); ok && r.Exempt {
-		return Verdict{Proceed: true, Route: r}
+	table, inTable := g.routes.Lookup(e.Method, e.Pattern)
+	if inTable && table.Exempt {
+		return Verdict{Proceed: true, Route: table}
 	}
 	t, verified := TenantFromContext(ctx)
 	if !verified {
@@ -211,15 +221,19 @@ func (g *Gate) Decide(ctx context.Context, e Endpoint) Verdict {
 		t = Tenant{ID: anonymousID(e.ClientIP), Tier: g.anonTier}
 		ctx = context.WithValue(ctx, anonymousKey{}, true)
 	}
-	r := g.Route(ctx, t, e)
+	r, checked := g.route(ctx, t, e, table, inTable)
 	if r.Exempt {
 		return Verdict{Proceed: true, Tenant: t, Route: r}
 	}
-	if err := validRoute(r); err != nil {
-		p := misconfiguredProblem()
-		return Verdict{Status: p.Status, ContentType: ProblemContentType, Body: p.JSON(), Problem: p,
-			Decision: Decision{Reason: ReasonUnresolved, Cost: r.Cost}, Tenant: t, Route: r,
-			Err: fmt.Errorf("%w: cost function: %w", ErrInvalidConfig, err)}
+	if !checked {
+		// a cost function's or an adapter's route is held to the table's
+		// rules (the table and the default route were checked by NewGate)
+		if err := validRoute(r); err != nil {
+			p := misconfiguredProblem()
+			return Verdict{Status: p.Status, ContentType: ProblemContentType, Body: p.JSON(), Problem: p,
+				Decision: Decision{Reason: ReasonUnresolved, Cost: r.Cost}, Tenant: t, Route: r,
+				Err: fmt.Errorf("%w: cost function: %w", ErrInvalidConfig, err)}
+		}
 	}
 	if verified && strings.HasPrefix(t.ID, anonymousPrefix) {
 		// anonymous callers' IDs: a verified tenant spelled like one would
@@ -238,4 +252,20 @@ func (g *Gate) Decide(ctx context.Context, e Endpoint) Verdict {
 func (g *Gate) CheckRoute(ctx context.Context, t Tenant, r Route) Verdict {
 	d, err := g.lim.Check(ctx, Request{Tenant: t, Class: r.Class, Cost: r.Cost})
 	return g.render(t, r, d, err)
+}
+
+// render turns the limiter's answer for (t, r) into a Verdict.
+func (g *Gate) render(t Tenant, r Route, d Decision, err error) Verdict {
+	v := Verdict{Proceed: d.Allowed, Decision: d, Tenant: t, Route: r, Checked: true, Err: err,
+		Headers: d.Headers(g.style, g.now())}
+	if g.reports && d.settleable() {
+		v.report = &costReport{lim: g.lim}
+	}
+	if !d.Allowed {
+		v.Status = d.Status()
+		v.Problem = d.Problem()
+		v.ContentType = ProblemContentType
+		v.Body = v.Problem.JSON()
+	}
+	return v
 }

@@ -53,17 +53,31 @@ func (k Keys) Bucket(tenantID, bucket string) (string, error) {
 	if err := validateTenantID(tenantID); err != nil {
 		return "", err
 	}
-	if bucket == "" || len(bucket) > maxNameLen {
-		return "", fmt.Errorf("%w: bucket name must be 1 to %d bytes, got %d", ErrInvalidRequest, maxNameLen, len(bucket))
+	keys, err := k.buckets(tenantID, []Bucket{{Name: bucket}})
+	if err != nil {
+		return "", err
 	}
-	var b strings.Builder
-	b.Grow(len(k.prefix) + len(tenantID) + len(bucket) + 8)
-	b.WriteString(k.prefix)
-	b.WriteString(":{")
-	writeEscaped(&b, tenantID)
-	b.WriteString("}:")
-	writeEscaped(&b, bucket)
-	return b.String(), nil
+	return keys[0], nil
+}
+
+// buckets returns the keys of a check's buckets, in their order, for a
+// tenant ID the check validated: composed once per check.
+func (k Keys) buckets(tenantID string, buckets []Bucket) ([]string, error) {
+	keys := make([]string, len(buckets))
+	for i, bk := range buckets {
+		if bk.Name == "" || len(bk.Name) > maxNameLen {
+			return nil, fmt.Errorf("%w: bucket name must be 1 to %d bytes, got %d", ErrInvalidRequest, maxNameLen, len(bk.Name))
+		}
+		var b strings.Builder
+		b.Grow(len(k.prefix) + len(tenantID) + len(bk.Name) + 8)
+		b.WriteString(k.prefix)
+		b.WriteString(":{")
+		writeEscaped(&b, tenantID)
+		b.WriteString("}:")
+		writeEscaped(&b, bk.Name)
+		keys[i] = b.String()
+	}
+	return keys, nil
 }
 
 // Slots returns the key of the concurrency slots of tenantID's bucket (a
@@ -86,16 +100,6 @@ func (k Keys) tenantPattern(tenantID string) (string, error) {
 		return "", err
 	}
 	return k.prefix + ":{" + EscapeID(tenantID) + "}:*", nil
-}
-
-func validateTenantID(id string) error {
-	if id == "" {
-		return fmt.Errorf("%w: tenant ID is empty", ErrInvalidRequest)
-	}
-	if len(id) > MaxTenantIDLen {
-		return fmt.Errorf("%w: tenant ID is %d bytes, longer than %d", ErrInvalidRequest, len(id), MaxTenantIDLen)
-	}
-	return nil
 }
 
 // EscapeID returns s with every byte that is not safe in a key, a log line or

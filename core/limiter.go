@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core/internal/denycache"
+	"github.com/tollgate-go/tollgate/core/internal/fallback"
 	"github.com/tollgate-go/tollgate/core/internal/lease"
 	"github.com/tollgate-go/tollgate/core/internal/shard"
 	"github.com/tollgate-go/tollgate/core/internal/transport"
@@ -62,19 +63,19 @@ type Limiter struct {
 	// scripts is the client the script calls go through, bounded by the
 	// timeout (see transport.Client); owned is closed by Close when the limiter
 	// opened it.
-	scripts  redis.UniversalClient
-	owned    io.Closer
-	lastLog  atomic.Int64
-	shards   *shard.Set       // store shards: last answers and breakers
-	fallback *localBuckets    // nil: off
-	deny     *denycache.Cache // nil: off
-	metrics  *metrics
-	now      func() time.Time
-	calls    transport.Caller // a Batcher, or a Direct call per check
-	layers   layer            // the check path (see stack)
-	leases   *lease.Map       // nil: no class leases
-	args     sync.Map         // Quota -> [3]any, see quotaArgs
-	nargs    atomic.Int64
+	scripts redis.UniversalClient
+	owned   io.Closer
+	lastLog atomic.Int64
+	shards  *shard.Set       // store shards: last answers and breakers
+	deny    *denycache.Cache // nil: off
+	metrics *metrics
+	now     func() time.Time
+	calls   transport.Caller // a Batcher, or a Direct call per check
+	layers  layer            // the check path (see stack)
+	breaker *breakerLayer    // the store shards' breakers and the answers without the store
+	leases  *lease.Map       // nil: no class leases
+	args    sync.Map         // Quota -> [3]any, see quotaArgs
+	nargs   atomic.Int64
 
 	// concurrency slots held by this process (see Slot)
 	leaseMicros, slotTTL string // the lease, formatted for the script
@@ -126,9 +127,11 @@ func New(client redis.UniversalClient, r Resolver, opts ...Option) (*Limiter, er
 	if tr, ok := r.(*TieredResolver); ok {
 		tr.boundWait(cfg.timeout) // a first override lookup waits no longer than a check
 	}
-	l.shards = shard.New(cfg.breakerThreshold, cfg.breakerCooldown, cfg.timeout, l.scripts, l.now)
+	l.shards = shard.New(cfg.breakerThreshold, cfg.breakerCooldown, cfg.timeout, l.scripts, l.now,
+		shard.Metrics{Durations: l.metrics.storeDur, Errors: l.metrics.storeErrs, Policy: cfg.policy.String()})
+	l.breaker = &breakerLayer{shards: l.shards, policy: cfg.policy, metrics: l.metrics, log: l.logDegraded, now: l.now, script: &scriptLayer{l: l}}
 	if cfg.fallbackShare > 0 {
-		l.fallback = newLocalBuckets(100_000)
+		l.breaker.fallback = fallback.New(cfg.fallbackShare, 100_000)
 	}
 	if cfg.denyCache {
 		l.deny = denycache.New(100_000)
@@ -139,7 +142,7 @@ func New(client redis.UniversalClient, r Resolver, opts ...Option) (*Limiter, er
 	l.layers = l.stack()
 	scripts := transport.Pair(tokenBucket, concurrencyScript)
 	if cfg.batching {
-		l.calls = transport.NewBatcher(l.scripts, scripts, cfg.timeout, ctxTimeout, l.metrics.batchSize)
+		l.calls = transport.NewBatcher(l.scripts, scripts, cfg.timeout, ctxTimeout, l.metrics.batches)
 	} else {
 		l.calls = transport.NewDirect(l.scripts, scripts, cfg.timeout, ctxTimeout)
 	}
@@ -165,3 +168,13 @@ func (l *Limiter) Close() error {
 
 // Keys returns the limiter's key scheme.
 func (l *Limiter) Keys() Keys { return l.keys }
+
+// logDegraded logs a degraded or refused check, at most once a second: a
+// degraded decision is never silent, and an outage does not flood the log.
+func (l *Limiter) logDegraded(msg string, req Request, err error, attrs ...any) {
+	now := time.Now().UnixNano()
+	if last := l.lastLog.Load(); now-last >= int64(time.Second) && l.lastLog.CompareAndSwap(last, now) {
+		attrs = append(attrs, "tenant", EscapeID(req.Tenant.ID), "class", req.Class, "policy", l.cfg.policy.String(), "err", err)
+		l.cfg.log.Warn(msg, attrs...)
+	}
+}

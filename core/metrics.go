@@ -1,17 +1,13 @@
 package core
 
 import (
+	"github.com/tollgate-go/tollgate/core/internal/shard"
 	"github.com/tollgate-go/tollgate/core/internal/transport"
 
 	"context"
-	"errors"
-	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
-	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -93,7 +89,6 @@ type metrics struct {
 	// otherwise be allocated on every call
 	sets  sync.Map // decisionLabels -> []metric.AddOption
 	nsets atomic.Int64
-	okOpt []metric.RecordOption
 }
 
 // decisionLabels is the label tuple of the decisions metric, unvalidated.
@@ -109,7 +104,7 @@ func newMetrics(mp metric.MeterProvider, k int) *metrics {
 		mp = otel.GetMeterProvider()
 	}
 	meter := mp.Meter("github.com/tollgate-go/tollgate/core")
-	m := &metrics{tracing: true, okOpt: []metric.RecordOption{metric.WithAttributes(attribute.String("result", "ok"))}}
+	m := &metrics{tracing: true}
 	// Instrument creation fails only for invalid names, which are constants
 	// here; a nil instrument would be a bug, so fall back to no-ops.
 	var err error
@@ -162,13 +157,11 @@ func (m *metrics) slotExpired(labels metric.AddOption, cause string) {
 }
 
 func (m *metrics) settleFailed(err error) {
-	m.settlesFailed.Add(context.Background(), 1, metric.WithAttributes(attribute.String("kind", errorKind(err))))
+	m.settlesFailed.Add(context.Background(), 1, metric.WithAttributes(attribute.String("kind", shard.ErrorKind(err))))
 }
 
-func (m *metrics) batchSize(n int) { m.batches.Record(context.Background(), int64(n)) }
-
 // outcome is the decision's outcome label.
-func outcome(d Decision) string {
+func outcomeLabel(d Decision) string {
 	switch {
 	case d.Fallback:
 		return "fallback"
@@ -193,14 +186,14 @@ func label(s, empty string) string {
 
 func (m *metrics) record(ctx context.Context, req Request, d Decision) {
 	if m.tenants == nil {
-		m.decisions.Add(ctx, 1, m.decisionSet(decisionLabels{outcome(d), d.Reason.String(), req.Class, req.Tenant.Tier, d.Bucket})...)
+		m.decisions.Add(ctx, 1, m.decisionSet(decisionLabels{outcomeLabel(d), d.Reason.String(), req.Class, req.Tenant.Tier, d.Bucket})...)
 	} else {
 		m.recordTenant(ctx, req, d)
 	}
 	if m.tracing {
 		if span := trace.SpanFromContext(ctx); span.IsRecording() {
 			span.AddEvent("tollgate.decision", trace.WithAttributes(
-				attribute.String("tollgate.outcome", outcome(d)),
+				attribute.String("tollgate.outcome", outcomeLabel(d)),
 				attribute.String("tollgate.reason", d.Reason.String()),
 				attribute.String("tollgate.bucket", d.Bucket),
 				attribute.Int64("tollgate.limit", d.Limit),
@@ -235,7 +228,7 @@ func (m *metrics) decisionSet(k decisionLabels) []metric.AddOption {
 func (m *metrics) recordTenant(ctx context.Context, req Request, d Decision) {
 	attrs := make([]attribute.KeyValue, 0, 6)
 	attrs = append(attrs,
-		attribute.String("outcome", outcome(d)),
+		attribute.String("outcome", outcomeLabel(d)),
 		attribute.String("reason", d.Reason.String()),
 		attribute.String("class", label(req.Class, DefaultClass)),
 		attribute.String("tier", label(req.Tenant.Tier, "none")),
@@ -247,46 +240,8 @@ func (m *metrics) recordTenant(ctx context.Context, req Request, d Decision) {
 	m.decisions.Add(ctx, 1, metric.WithAttributes(attrs...))
 }
 
-func (m *metrics) storeCall(ctx context.Context, took time.Duration, err error, policy FailurePolicy) {
-	result := "ok"
-	if err != nil {
-		result = "error"
-		m.storeErrs.Add(ctx, 1, metric.WithAttributes(
-			attribute.String("kind", errorKind(err)),
-			attribute.String("policy", policy.String()),
-		))
-	}
-	switch {
-	case err == nil:
-		m.storeDur.Record(ctx, took.Seconds(), m.okOpt...)
-	case !errors.Is(err, errCircuitOpen):
-		m.storeDur.Record(ctx, took.Seconds(), metric.WithAttributes(attribute.String("result", result)))
-	}
-}
-
 func (m *metrics) shedCheck(ctx context.Context, why *transport.ShedError) {
 	m.shed.Add(ctx, 1, metric.WithAttributes(attribute.String("cause", why.Cause)))
-}
-
-// errorKind classifies a store failure for the errors metric.
-func errorKind(err error) string {
-	var ne net.Error
-	var re redis.Error
-	switch {
-	case errors.Is(err, errCircuitOpen):
-		return "circuit_open"
-	case errors.As(err, new(*requestError)):
-		return "request"
-	case errors.Is(err, transport.ErrStalled):
-		return "stalled"
-	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
-		return "timeout"
-	case errors.As(err, &re) && strings.HasPrefix(re.Error(), "OOM"):
-		return "oom"
-	case errors.As(err, &ne), errors.Is(err, redis.ErrClosed), strings.Contains(err.Error(), "connection"), strings.Contains(err.Error(), "EOF"):
-		return "connection"
-	}
-	return "other"
 }
 
 // topK labels at most k tenants, the first heavy hitters seen by denials,

@@ -75,16 +75,6 @@ func (q Quota) Validate() error {
 	return nil
 }
 
-// window is the policy window in whole seconds, max(1, ceil(C/rate)), as
-// RateLimit-Policy's w parameter reports it.
-func (q Quota) window() int64 {
-	w := math.Ceil(float64(q.Capacity) / q.RefillPerSecond)
-	if w < 1 {
-		return 1
-	}
-	return int64(w)
-}
-
 // String formats q as "capacity/rate per second", e.g. "20 burst, 2/s",
 // followed by the concurrency limit when it has one: "20 burst, 2/s, 4 in
 // flight".
@@ -120,35 +110,3 @@ const CeilingBucket = "tenant"
 
 // maxNameLen is the longest bucket (class) name.
 const maxNameLen = 64
-
-// ValidateName reports whether name can name a bucket: 1 to 64 bytes of
-// ASCII letters, digits, '_', '-' and '.'. Names travel into keys, headers
-// and metric labels, so they are kept plain.
-func ValidateName(name string) error {
-	if name == "" {
-		return fmt.Errorf("%w: bucket name is empty", ErrInvalidRequest)
-	}
-	if len(name) > maxNameLen {
-		return fmt.Errorf("%w: bucket name is %d bytes, longer than %d", ErrInvalidRequest, len(name), maxNameLen)
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
-			return fmt.Errorf("%w: bucket name %q has byte %q at %d; use letters, digits, '_', '-', '.'", ErrInvalidRequest, name, c, i)
-		}
-	}
-	return nil
-}
-
-// seconds converts float seconds to a Duration, rounding up to the next
-// nanosecond and saturating instead of overflowing.
-func seconds(s float64) time.Duration {
-	if s <= 0 || math.IsNaN(s) {
-		return 0
-	}
-	ns := math.Ceil(s * 1e9)
-	if ns >= math.MaxInt64 {
-		return time.Duration(math.MaxInt64)
-	}
-	return time.Duration(ns)
-}

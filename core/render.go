@@ -257,3 +257,45 @@ func misconfiguredProblem() Problem {
 func UnauthenticatedProblem() Problem {
 	return plainProblem(401, "Unauthorized", "The request carries no verified tenant identity.")
 }
+
+// concurrent returns the bucket with a concurrency limit, if any.
+func (d Decision) concurrent() (BucketState, bool) {
+	for _, b := range d.Buckets {
+		if b.Quota.Concurrency > 0 {
+			return b, true
+		}
+	}
+	return BucketState{}, false
+}
+
+// hasQuota reports whether the decision carries bucket numbers to render.
+func (d Decision) hasQuota() bool {
+	switch d.Reason {
+	case ReasonOK, ReasonOverLimit, ReasonCostExceedsCapacity, ReasonShadowDenied, ReasonConcurrencyLimit:
+		return d.Bucket != ""
+	}
+	return false
+}
+
+// untilGrows is how long until floor(tokens) grows by one: the RateLimit
+// field's t on an admitted request. Zero when the bucket is full.
+func (d Decision) untilGrows() time.Duration {
+	if d.Quota.RefillPerSecond <= 0 || d.Tokens >= float64(d.Limit) {
+		return 0
+	}
+	next := math.Floor(d.Tokens) + 1
+	if next > float64(d.Limit) {
+		next = float64(d.Limit)
+	}
+	return seconds((next - d.Tokens) / d.Quota.RefillPerSecond)
+}
+
+// window is the policy window in whole seconds, max(1, ceil(C/rate)), as
+// RateLimit-Policy's w parameter reports it.
+func (q Quota) window() int64 {
+	w := math.Ceil(float64(q.Capacity) / q.RefillPerSecond)
+	if w < 1 {
+		return 1
+	}
+	return int64(w)
+}

@@ -1,11 +1,12 @@
 package core
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tollgate-go/tollgate/core/internal/transport"
 )
 
 // parseReply decodes the script's reply (see the script's header), checking
@@ -97,4 +98,4 @@ func parseTokens(s string) (float64, int64, error) {
 }
 
 // errProtocol marks a reply the limiter cannot decode.
-var errProtocol = errors.New("unexpected reply")
+var errProtocol = transport.ErrProtocol

@@ -73,7 +73,7 @@ func (l *Limiter) Settle(ctx context.Context, t Tenant, d Decision, actual int64
 	defer cancel()
 	v, err := settleScript.Run(cctx, l.scripts, settleScript.Line(keys, args...))
 	if err != nil {
-		return 0, l.settleFailed(t, storeError(cctx, l.cfg.timeout, err))
+		return 0, l.settleFailed(t, transport.StoreError(cctx, l.cfg.timeout, err))
 	}
 	a, ok := v.([]any)
 	if !ok || len(a) != 2*len(keys) {

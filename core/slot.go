@@ -96,21 +96,6 @@ func newSlotID() string {
 	return slotIDs.prefix + strconv.FormatUint(slotIDs.n.Add(1), 36)
 }
 
-// concurrentBucket returns the index of the bucket with a concurrency
-// limit, or -1; two are a configuration mistake.
-func concurrentBucket(buckets []Bucket) (int, error) {
-	ci := -1
-	for i, b := range buckets {
-		if b.Quota.Concurrency > 0 {
-			if ci >= 0 {
-				return -1, fmt.Errorf("%w: buckets %q and %q both have a concurrency limit; a request may have one", ErrInvalidQuota, buckets[ci].Name, b.Name)
-			}
-			ci = i
-		}
-	}
-	return ci, nil
-}
-
 // slotLine is the concurrency script's command line for a check.
 func (l *Limiter) slotLine(keys []string, buckets []Bucket, now string, cost int64, quotas [][3]any, s *slotCall) []any {
 	all := make([]string, 0, len(keys)+1)

@@ -53,19 +53,3 @@ func (v Verdict) Done() {
 	v.Decision.Slot.Release()
 	v.settle()
 }
-
-// render turns the limiter's answer for (t, r) into a Verdict.
-func (g *Gate) render(t Tenant, r Route, d Decision, err error) Verdict {
-	v := Verdict{Proceed: d.Allowed, Decision: d, Tenant: t, Route: r, Checked: true, Err: err,
-		Headers: d.Headers(g.style, g.now())}
-	if g.reports && d.settleable() {
-		v.report = &costReport{lim: g.lim}
-	}
-	if !d.Allowed {
-		v.Status = d.Status()
-		v.Problem = d.Problem()
-		v.ContentType = ProblemContentType
-		v.Body = v.Problem.JSON()
-	}
-	return v
-}

@@ -5,12 +5,19 @@ package shard
 
 import (
 	"context"
+	"errors"
 	"math"
+	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/tollgate-go/tollgate/core/internal/transport"
 )
 
 // Set keeps what the limiter knows of each store shard (one for a
@@ -32,6 +39,18 @@ type Set struct {
 	one          Shard    // the one shard, or a master not known yet
 	byAddr       sync.Map // master address -> *Shard
 	nshards      atomic.Int64
+	metrics      Metrics
+	okOpt        []metric.RecordOption
+}
+
+// Metrics are the store call instruments the breaker records, for it
+// alone hears every call's outcome: the call's duration, by result (ok,
+// error), and its failures, by kind and the limiter's failure Policy. A nil
+// instrument is not recorded.
+type Metrics struct {
+	Durations metric.Float64Histogram
+	Errors    metric.Int64Counter
+	Policy    string
 }
 
 // maxShards bounds the shards kept for Cluster masters (addresses change
@@ -41,8 +60,9 @@ const maxShards = 1024
 // New returns the Set for client c: breakers of threshold consecutive
 // failures (0: none) and cooldown, probes of two timeouts (at least 1 s),
 // the breaker on the limiter's clock now.
-func New(threshold int, cooldown, timeout time.Duration, c redis.UniversalClient, now func() time.Time) *Set {
-	bs := &Set{threshold: int64(threshold), cooldown: cooldown, probeTimeout: max(2*timeout, time.Second), client: c, now: now}
+func New(threshold int, cooldown, timeout time.Duration, c redis.UniversalClient, now func() time.Time, m Metrics) *Set {
+	bs := &Set{threshold: int64(threshold), cooldown: cooldown, probeTimeout: max(2*timeout, time.Second), client: c, now: now,
+		metrics: m, okOpt: []metric.RecordOption{metric.WithAttributes(attribute.String("result", "ok"))}}
 	bs.cluster, _ = c.(*redis.ClusterClient)
 	bs.one.set, bs.one.node = bs, c
 	if rc, ok := c.(*redis.Client); ok {
@@ -262,4 +282,140 @@ func (b *Shard) Failure(now time.Time) bool {
 		return true
 	}
 	return false
+}
+
+// ErrCircuitOpen is the store error of a check made while its shard's
+// circuit is open: the store was not called.
+var ErrCircuitOpen = errors.New("circuit breaker open: store not called")
+
+// Outcome is what a store call told of its shard, as its breaker judged it.
+type Outcome uint8
+
+// Outcomes of a store call (see Call.End).
+const (
+	// Answered: the shard answered; the decision is the store's.
+	Answered Outcome = iota
+	// Gone: the caller left first; the check is abandoned, nothing is
+	// counted.
+	Gone
+	// Shed: this process could not make the check in time (the error is a
+	// *transport.ShedError); the store is not at fault.
+	Shed
+	// Refused: the store refused this request alone (an error reply about
+	// its keys); answered without the store, but the shard is alive.
+	Refused
+	// Failed: the store failed; counted by the breaker.
+	Failed
+	// Opened: the store failed, and this failure opened the circuit.
+	Opened
+)
+
+// Call is one store call through a shard's breaker: Begin it, make the
+// call, End it with the call's error.
+type Call struct {
+	shard *Shard
+	probe bool // the call is the breaker's probe
+	// Start is when the call began (wall clock), for its duration
+	Start time.Time
+}
+
+// Begin starts a store call for key: nil and ErrCircuitOpen when the
+// key's shard is open. now is the limiter's clock.
+func (bs *Set) Begin(ctx context.Context, key string, now time.Time) (*Call, error) {
+	sh := bs.ForKey(ctx, key)
+	ok, probe := sh.Allow(now)
+	if !ok {
+		bs.record(ctx, 0, ErrCircuitOpen)
+		return nil, ErrCircuitOpen
+	}
+	return &Call{shard: sh, probe: probe, Start: time.Now()}, nil
+}
+
+// End settles the call on its shard's breaker and says what its error
+// (nil: answered) was. wrote is when its command was handed to the
+// connection (zero when it never was). A caller gone is no failure. A
+// check this process could not send in time, or whose reply came late
+// while the shard kept answering other checks (asked once by a probe when
+// nothing else tells), is shed: the returned error is then a
+// *transport.ShedError. A request's own failure is a success for the
+// breaker. Only the store's own failures count.
+func (c *Call) End(ctx context.Context, err error, wrote time.Time) (Outcome, error) {
+	sh := c.shard
+	if err == nil {
+		sh.Success(wrote)
+		sh.set.record(ctx, time.Since(c.Start), nil)
+		return Answered, nil
+	}
+	var gone *transport.CallerGone
+	if errors.As(err, &gone) {
+		sh.Abandon(c.probe)
+		return Gone, err
+	}
+	var late *transport.ReplyTimeout
+	if errors.As(err, &late) || errors.Is(err, transport.ErrStalled) {
+		if !sh.KnownDown(time.Now()) && !(late != nil && sh.AnsweredSince(wrote)) {
+			sh.Confirm(ctx) // ask the store itself, once for every check that asks meanwhile
+			if ctx.Err() != nil {
+				sh.Abandon(c.probe)
+				return Gone, &transport.CallerGone{Err: ctx.Err()}
+			}
+		}
+		if !sh.KnownDown(time.Now()) {
+			err = &transport.ShedError{Cause: "late_reply", Why: "no reply within the timeout, while the store answered others: " + err.Error()}
+		}
+	}
+	var shed *transport.ShedError
+	if errors.As(err, &shed) {
+		sh.Abandon(c.probe)
+		return Shed, shed
+	}
+	sh.set.record(ctx, time.Since(c.Start), err)
+	var re *transport.RequestError
+	if errors.As(err, &re) {
+		sh.Success(wrote)
+		return Refused, err
+	}
+	if sh.Failure(sh.set.now()) {
+		return Opened, err
+	}
+	return Failed, err
+}
+
+// record records a store call that took took and failed with err (nil:
+// answered; ErrCircuitOpen: not made, no duration).
+func (bs *Set) record(ctx context.Context, took time.Duration, err error) {
+	m := bs.metrics
+	switch {
+	case err == nil:
+		if m.Durations != nil {
+			m.Durations.Record(ctx, took.Seconds(), bs.okOpt...)
+		}
+		return
+	case m.Errors != nil:
+		m.Errors.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", ErrorKind(err)), attribute.String("policy", m.Policy)))
+	}
+	if m.Durations != nil && !errors.Is(err, ErrCircuitOpen) {
+		m.Durations.Record(ctx, took.Seconds(), metric.WithAttributes(attribute.String("result", "error")))
+	}
+}
+
+// ErrorKind classifies a store failure for the errors metric.
+func ErrorKind(err error) string {
+	var ne net.Error
+	var re redis.Error
+	switch {
+	case errors.Is(err, ErrCircuitOpen):
+		return "circuit_open"
+	case errors.As(err, new(*transport.RequestError)):
+		return "request"
+	case errors.Is(err, transport.ErrStalled):
+		return "stalled"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	case errors.As(err, &re) && strings.HasPrefix(re.Error(), "OOM"):
+		return "oom"
+	case errors.As(err, &ne), errors.Is(err, redis.ErrClosed), strings.Contains(err.Error(), "connection"), strings.Contains(err.Error(), "EOF"):
+		return "connection"
+	}
+	return "other"
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // Batcher coalesces concurrent checks into pipelined round trips, without a
@@ -43,7 +44,7 @@ type Batcher struct {
 	maxBatch   int
 	inflight   int
 	maxPending int
-	sizes      func(n int) // batch-size observer (metrics)
+	sizes      metric.Int64Histogram // checks per round trip (nil: not recorded)
 
 	mu      sync.Mutex
 	active  atomic.Int32             // batches on the wire; changed under mu, read without
@@ -109,7 +110,7 @@ const (
 // NewBatcher returns a Batcher sending script through client (see Client):
 // timeout is the store timeout, ctxTimeout the bound set on each call's
 // context, sizes (nil: none) observes each batch's size.
-func NewBatcher(client redis.UniversalClient, script *Script, timeout, ctxTimeout time.Duration, sizes func(int)) *Batcher {
+func NewBatcher(client redis.UniversalClient, script *Script, timeout, ctxTimeout time.Duration, sizes metric.Int64Histogram) *Batcher {
 	b := &Batcher{client: client, script: script, timeout: timeout, ctxTimeout: ctxTimeout, maxBatch: defaultMaxBatch, inflight: defaultInflight,
 		maxPending: defaultMaxPending, sizes: sizes, shares: newTenantShares(defaultMaxPerTenant), pending: newFairQueue[*pendingCheck]()}
 	b.next.Store(&cycle{done: make(chan struct{})})
@@ -172,7 +173,7 @@ func (b *Batcher) Do(ctx context.Context, tenant string, args []any) (any, time.
 		b.mu.Unlock()
 		b.release(held, tenant)
 		if b.sizes != nil {
-			b.sizes(1)
+			b.sizes.Record(context.Background(), 1)
 		}
 		sent := time.Now()
 		v, err := b.single(ctx, args)
@@ -337,7 +338,7 @@ func (b *Batcher) handOff() {
 // send runs one batch as a pipeline and hands each caller its reply.
 func (b *Batcher) send(batch []*pendingCheck) {
 	if b.sizes != nil {
-		b.sizes(len(batch))
+		b.sizes.Record(context.Background(), int64(len(batch)))
 	}
 	// checks whose caller already left are not sent
 	live := batch[:0]
@@ -427,9 +428,7 @@ func (b *Batcher) send(batch []*pendingCheck) {
 // single runs one call on its own, under the caller's context, the same as
 // without batching.
 func (b *Batcher) single(ctx context.Context, args []any) (any, error) {
-	ctx, cancel := withCallTimeout(ctx, b.ctxTimeout)
-	defer cancel()
-	v, err := b.script.run(ctx, b.client, args)
+	v, err := b.script.runWithin(ctx, b.client, args, b.ctxTimeout)
 	if err != nil {
 		refreshTopology(b.client, err)
 	}

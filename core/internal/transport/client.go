@@ -96,14 +96,6 @@ func bound(read, write, dial, pool *time.Duration, dialRetries *int, timeout tim
 	*read, *write, *dial, *pool, *dialRetries = timeout, timeout, timeout, timeout, 1
 }
 
-// withCallTimeout bounds a call's context by d (see Client).
-func withCallTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	if d <= 0 {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, d)
-}
-
 // ErrConnWait is a Direct check that found no connection free within its
 // budget: a local condition.
 var ErrConnWait = &ShedError{"connection_wait", "no connection free within its budget"}

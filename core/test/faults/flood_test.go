@@ -3,6 +3,7 @@ package faults_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -68,7 +69,7 @@ func sendCalm(lim *core.Limiter, d time.Duration) *calmTally {
 			}
 			tally.mu.Lock()
 			if len(tally.errs) < 5 {
-				tally.errs = append(tally.errs, err.Error())
+				tally.errs = append(tally.errs, fmt.Sprint(err)) // a denial has no error
 			}
 			tally.other[dec.Reason]++
 			tally.mu.Unlock()

@@ -12,7 +12,7 @@ import (
 // (req.Cost, or a lease's size) by one script call, batched or direct, and
 // decodes the reply. It notes in c.wrote when the command was handed to the
 // connection (wrote: zero when it never was), for the breaker above it. A
-// failed call's error says what failed (see storeError); the layer above
+// failed call's error says what failed (see transport.StoreError); the layer above
 // answers it.
 //
 // c.slot, when not nil, is the bucket with a concurrency limit: the call is
@@ -39,14 +39,14 @@ func (s *scriptLayer) call(ctx context.Context, c *checkCall) (d Decision, wrote
 			// caller that gave up leaves it to the batch still holding it)
 			transport.PutArgs(args)
 			if d, err = parseReply(reply, buckets, cost); err != nil {
-				err = &requestError{err}
+				err = &transport.RequestError{Err: err}
 			}
 		}
 	} else {
 		reply, wrote, err = l.run(ctx, req.Tenant.ID, l.slotLine(keys, buckets, now, cost, quotas, c.slot))
 		if err == nil {
 			if d, err = l.parseSlotReply(reply, buckets, cost, c.slot.index); err != nil {
-				err = &requestError{err}
+				err = &transport.RequestError{Err: err}
 			}
 		}
 	}
@@ -75,14 +75,14 @@ func (l *Limiter) quotaArgs(q Quota) [3]any {
 }
 
 // run calls the script once, through the transport (batched or direct),
-// and names a failure for what it was (see storeError). The store timeout bounds the call from when its command is
+// and names a failure for what it was (see transport.StoreError). The store timeout bounds the call from when its command is
 // handed to the connection; the caller's own deadline, when earlier, bounds
 // it too. wrote is when the command was handed over (zero when it never
 // was).
 func (l *Limiter) run(ctx context.Context, tenant string, args []any) (v any, wrote time.Time, err error) {
 	v, wrote, err = l.calls.Do(ctx, tenant, args)
 	if err != nil {
-		err = storeError(ctx, l.cfg.timeout, err)
+		err = transport.StoreError(ctx, l.cfg.timeout, err)
 	}
 	return v, wrote, err
 }

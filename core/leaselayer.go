@@ -46,17 +46,17 @@ func (ll *leaseLayer) decide(ctx context.Context, c checkCall) (Decision, error)
 		select {
 		case <-wait.Done():
 		case <-ctx.Done():
-			return l.callerGone(req, ctx.Err())
+			return canceled(req, ctx.Err())
 		}
 		if tokens, ok, _, _ := ll.leases.Spend(keys, quota, req.Cost, l.now(), false); ok {
 			return leased(buckets, tokens, req.Cost), nil
 		}
-		var shed *transport.ShedError
+		var why *transport.ShedError
 		switch err := wait.Err(); {
-		case errors.As(err, &shed):
-			return l.shed(ctx, req, shed)
+		case errors.As(err, &why):
+			return shed(ctx, l.metrics, req, why)
 		case err != nil:
-			return l.degrade(req, keys, buckets, err), err
+			return l.breaker.degrade(req, keys, buckets, err), err
 		}
 		return ll.next.decide(ctx, c)
 	}

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -150,4 +151,19 @@ func (s *Script) loadOn(ctx context.Context, c redis.Cmdable) error {
 		return c.ScriptLoad(ctx, s.alt.source).Err()
 	}
 	return nil
+}
+
+// withCallTimeout bounds a call's context by d (see Client).
+func withCallTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if d <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, d)
+}
+
+// runWithin is run with ctx bounded by d (see withCallTimeout).
+func (s *Script) runWithin(ctx context.Context, c redis.UniversalClient, args []any, d time.Duration) (any, error) {
+	ctx, cancel := withCallTimeout(ctx, d)
+	defer cancel()
+	return s.run(ctx, c, args)
 }
