@@ -9,10 +9,11 @@ import (
 
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // BenchTenant is the tenant an overhead benchmark's handlers must charge:
-// their auth middleware puts core.Tenant{ID: BenchTenant} in the context.
+// their auth middleware puts quota.Tenant{ID: BenchTenant} in the context.
 const BenchTenant = "bench"
 
 // BenchRoutes is the route table an overhead benchmark's adapter must use:
@@ -58,8 +59,8 @@ func handlerServer(h http.Handler) BenchServer {
 // BenchmarkServerOverhead is BenchmarkOverhead for services that are not an
 // http.Handler (Fiber's fasthttp handler, served without a network).
 func BenchmarkServerOverhead(b *testing.B, build func(gate *core.Gate) (bare, limited BenchServer)) {
-	res, err := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{"free": {Classes: map[string]core.Quota{
-		core.DefaultClass: {Capacity: core.MaxCapacity, RefillPerSecond: core.MaxRefillPerSecond},
+	res, err := quota.NewResolver(quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{"free": {Classes: map[string]quota.Quota{quota.
+		DefaultClass: {Capacity: quota.MaxCapacity, RefillPerSecond: quota.MaxRefillPerSecond},
 	}}}})
 	if err != nil {
 		b.Fatal(err)
@@ -74,7 +75,7 @@ func BenchmarkServerOverhead(b *testing.B, build func(gate *core.Gate) (bare, li
 	}
 	bare, limited := build(gate)
 	for name, path := range map[string]string{"redis": "/v1/profile", "exempt": "/healthz"} {
-		ctx := core.ContextWithTenant(context.Background(), core.Tenant{ID: BenchTenant})
+		ctx := core.ContextWithTenant(context.Background(), quota.Tenant{ID: BenchTenant})
 		ep := core.Endpoint{Method: "GET", Pattern: path, ClientIP: "192.0.2.1"}
 		b.Run(name+"/decide", func(b *testing.B) {
 			b.ReportAllocs()

@@ -19,37 +19,38 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
 // Quotas of the scenarios (C burst, ρ tokens/s).
-var scenarioTiers = core.Tiers{Default: "free", Tiers: map[string]core.Tier{
-	"free": {Classes: map[string]core.Quota{
+var scenarioTiers = quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{
+	"free": {Classes: map[string]quota.Quota{
 		"default": {Capacity: 3, RefillPerSecond: 1},
 		"export":  {Capacity: 10, RefillPerSecond: 0.4},
 		"items":   {Capacity: 2, RefillPerSecond: 0.5},
 	}},
 	// pro has a tenant-wide ceiling beside its classes (multi-bucket).
-	"pro": {Classes: map[string]core.Quota{
+	"pro": {Classes: map[string]quota.Quota{
 		"default": {Capacity: 5, RefillPerSecond: 1},
 		"export":  {Capacity: 10, RefillPerSecond: 1},
 		"items":   {Capacity: 2, RefillPerSecond: 0.5},
-	}, Ceiling: &core.Quota{Capacity: 6, RefillPerSecond: 0.5}},
+	}, Ceiling: &quota.Quota{Capacity: 6, RefillPerSecond: 0.5}},
 	// small's export bucket is smaller than an export's cost.
-	"small": {Classes: map[string]core.Quota{
+	"small": {Classes: map[string]quota.Quota{
 		"default": {Capacity: 3, RefillPerSecond: 1},
 		"export":  {Capacity: 3, RefillPerSecond: 0.4},
 		"items":   {Capacity: 2, RefillPerSecond: 0.5},
 	}},
 	// team's export class allows one request in flight per tenant.
-	"team": {Classes: map[string]core.Quota{
+	"team": {Classes: map[string]quota.Quota{
 		"default": {Capacity: 3, RefillPerSecond: 1},
 		"export":  {Capacity: 40, RefillPerSecond: 1, Concurrency: 1},
 		"items":   {Capacity: 2, RefillPerSecond: 0.5},
 	}},
-	"anonymous": {Classes: map[string]core.Quota{
+	"anonymous": {Classes: map[string]quota.Quota{
 		"default": {Capacity: 2, RefillPerSecond: 0.1},
 		"export":  {Capacity: 4, RefillPerSecond: 0.1},
 		"items":   {Capacity: 2, RefillPerSecond: 0.1},
@@ -151,7 +152,7 @@ func deadAddr(t *testing.T) string {
 // limiter builds a limiter over the env's Redis, as a replica would.
 func (e *env) limiter() *core.Limiter {
 	e.t.Helper()
-	res, err := core.NewResolver(scenarioTiers)
+	res, err := quota.NewResolver(scenarioTiers)
 	if err != nil {
 		e.t.Fatalf("conformance: resolver: %v", err)
 	}

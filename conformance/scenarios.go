@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // scenario is one named behaviour of the standard.
@@ -336,7 +337,7 @@ func concurrencyLimit(e *env) {
 	watch(false)
 	e.slotsFreed(key)
 	other := e.limiter()
-	d, err := other.Check(ctx, core.Request{Tenant: core.Tenant{ID: "umbrella", Tier: "team"}, Class: "export", Cost: 4})
+	d, err := other.Check(ctx, core.Request{Tenant: quota.Tenant{ID: "umbrella", Tier: "team"}, Class: "export", Cost: 4})
 	if err != nil || d.Slot == nil {
 		e.t.Fatalf("conformance: another replica's export: %v, %v", d.Reason, err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the reference target")
@@ -107,7 +108,7 @@ func reference(f fault) Target {
 				r = r.WithContext(core.ContextWithTenant(r.Context(), tn))
 			}
 			if id := r.Header.Get("X-Tenant-Id"); id != "" && f == tenantFromHeader {
-				r = r.WithContext(core.ContextWithTenant(r.Context(), core.Tenant{ID: id}))
+				r = r.WithContext(core.ContextWithTenant(r.Context(), quota.Tenant{ID: id}))
 			}
 			limit.ServeHTTP(w, r)
 		})

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // Protocol says which of the suite's checks apply to a target.
@@ -248,21 +249,21 @@ func (r Request) Authorization() string {
 // Authorization value made by Request.Authorization. A target's auth
 // middleware calls it and, when ok, stores the tenant with
 // core.ContextWithTenant.
-func Authenticate(authorization string) (core.Tenant, bool) {
+func Authenticate(authorization string) (quota.Tenant, bool) {
 	rest, ok := strings.CutPrefix(authorization, AuthorizationPrefix)
 	if !ok {
-		return core.Tenant{}, false
+		return quota.Tenant{}, false
 	}
 	id, tier, ok := strings.Cut(rest, ":")
 	if !ok {
-		return core.Tenant{}, false
+		return quota.Tenant{}, false
 	}
 	var err1, err2 error
-	t := core.Tenant{}
+	t := quota.Tenant{}
 	t.ID, err1 = url.QueryUnescape(id)
 	t.Tier, err2 = url.QueryUnescape(tier)
 	if err1 != nil || err2 != nil || t.ID == "" {
-		return core.Tenant{}, false
+		return quota.Tenant{}, false
 	}
 	return t, true
 }

@@ -4,17 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"slices"
 )
 
 // Allow checks and charges cost tokens of tenant t's class buckets. See
 // [Limiter.Check].
-func (l *Limiter) Allow(ctx context.Context, t Tenant, class string, cost int64) (Decision, error) {
+func (l *Limiter) Allow(ctx context.Context, t quota.Tenant, class string, cost int64) (Decision, error) {
 	return l.Check(ctx, Request{Tenant: t, Class: class, Cost: cost})
 }
 
 // Peek reports the state of tenant t's class buckets without charging them.
-func (l *Limiter) Peek(ctx context.Context, t Tenant, class string) (Decision, error) {
+func (l *Limiter) Peek(ctx context.Context, t quota.Tenant, class string) (Decision, error) {
 	return l.Check(ctx, Request{Tenant: t, Class: class})
 }
 
@@ -57,7 +58,7 @@ func (l *Limiter) shadowed(req Request) bool {
 
 func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 	if req.Class == "" {
-		req.Class = DefaultClass
+		req.Class = quota.DefaultClass
 	}
 	if err := l.validate(req); err != nil {
 		return Decision{Reason: ReasonInvalid, Cost: req.Cost}, err
@@ -72,21 +73,21 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 		if err != nil {
 			break
 		}
-		var more []Bucket
+		var more []quota.Bucket
 		if more, err = l.resolver.Buckets(ctx, req.Tenant, class); err == nil {
 			err = validateBuckets(more)
 		}
 		for _, b := range more {
-			if !slices.ContainsFunc(buckets, func(have Bucket) bool { return have.Name == b.Name }) {
+			if !slices.ContainsFunc(buckets, func(have quota.Bucket) bool { return have.Name == b.Name }) {
 				buckets = append(buckets, b)
 			}
 		}
 	}
 	if err != nil {
-		if ctx.Err() != nil && !errors.Is(err, ErrResolve) && !errors.Is(err, ErrInvalidQuota) {
+		if ctx.Err() != nil && !errors.Is(err, ErrResolve) && !errors.Is(err, quota.ErrInvalid) {
 			return l.callerGone(req, ctx.Err())
 		}
-		if errors.Is(err, ErrResolve) || errors.Is(err, ErrInvalidQuota) {
+		if errors.Is(err, ErrResolve) || errors.Is(err, quota.ErrInvalid) {
 			l.logDegraded("tollgate: no quota configured for this request; rejected", req, err, "tier", EscapeID(req.Tenant.Tier))
 			return Decision{Reason: ReasonUnresolved, Cost: req.Cost}, err
 		}
@@ -116,29 +117,29 @@ func (l *Limiter) validate(req Request) error {
 	if err := validateTenantID(req.Tenant.ID); err != nil {
 		return err
 	}
-	if err := ValidateName(req.Class); err != nil {
+	if err := quota.ValidateName(req.Class); err != nil {
 		return err
 	}
-	if req.Cost < 0 || req.Cost > MaxCost {
-		return fmt.Errorf("%w: cost must be 0 to %d, got %d", ErrInvalidRequest, int64(MaxCost), req.Cost)
+	if req.Cost < 0 || req.Cost > quota.MaxCost {
+		return fmt.Errorf("%w: cost must be 0 to %d, got %d", ErrInvalidRequest, int64(quota.MaxCost), req.Cost)
 	}
 	if len(req.Also) >= maxClasses {
 		return fmt.Errorf("%w: %d classes in one request, more than %d", ErrInvalidRequest, 1+len(req.Also), maxClasses)
 	}
 	for _, class := range req.Also {
-		if err := ValidateName(class); err != nil {
+		if err := quota.ValidateName(class); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func validateBuckets(bs []Bucket) error {
+func validateBuckets(bs []quota.Bucket) error {
 	if len(bs) == 0 {
 		return fmt.Errorf("%w: resolver returned no buckets", ErrResolve)
 	}
 	for i, b := range bs {
-		if err := ValidateName(b.Name); err != nil {
+		if err := quota.ValidateName(b.Name); err != nil {
 			return fmt.Errorf("%w: bucket %d: %v", ErrResolve, i, err)
 		}
 		if err := b.Quota.Validate(); err != nil {
@@ -155,7 +156,7 @@ func validateBuckets(bs []Bucket) error {
 
 func orDefault(class string) string {
 	if class == "" {
-		return DefaultClass
+		return quota.DefaultClass
 	}
 	return class
 }

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"github.com/tollgate-go/tollgate/core/quota"
 	"math"
 	"time"
 )
@@ -72,7 +73,7 @@ func (r Reason) String() string {
 // BucketState is one bucket's state after a check.
 type BucketState struct {
 	Name  string
-	Quota Quota
+	Quota quota.Quota
 	// Tokens is the balance after this check, fractional.
 	Tokens float64
 	// Stamp is the time the store keeps with the balance, to the
@@ -100,7 +101,7 @@ type Decision struct {
 	// when it was admitted, the one left with the fewest tokens.
 	Bucket string
 	// Quota is the binding bucket's quota.
-	Quota Quota
+	Quota quota.Quota
 	// Limit is the binding bucket's capacity.
 	Limit int64
 	// Remaining is the binding bucket's balance after this check, rounded

@@ -2,6 +2,7 @@ package core
 
 import (
 	"github.com/tollgate-go/tollgate/core/internal/shard"
+	"github.com/tollgate-go/tollgate/core/quota"
 
 	"github.com/tollgate-go/tollgate/core/internal/transport"
 
@@ -57,7 +58,7 @@ func (bl *breakerLayer) decide(ctx context.Context, c checkCall) (Decision, erro
 // Only the store's own failures count toward the breaker of the shard sh.
 // start is when the call began, wrote when its command was sent; probe:
 // this call was the breaker's probe.
-func (l *Limiter) failed(ctx context.Context, req Request, keys []string, buckets []Bucket, err error, sh *shard.Shard, start, wrote time.Time, probe bool) (Decision, error) {
+func (l *Limiter) failed(ctx context.Context, req Request, keys []string, buckets []quota.Bucket, err error, sh *shard.Shard, start, wrote time.Time, probe bool) (Decision, error) {
 	var gone *callerGone
 	if errors.As(err, &gone) {
 		sh.Abandon(probe)
@@ -113,14 +114,14 @@ func (l *Limiter) callerGone(req Request, err error) (Decision, error) {
 // degrade answers without the store: from the local fallback buckets when
 // configured (and the quota is known), else by the failure policy. It logs,
 // at most once a second: a degraded decision is never silent.
-func (l *Limiter) degrade(req Request, keys []string, buckets []Bucket, err error) Decision {
+func (l *Limiter) degrade(req Request, keys []string, buckets []quota.Bucket, err error) Decision {
 	d := l.degradeQuiet(req, keys, buckets)
 	l.logDegraded("tollgate: rate limit check degraded", req, err, "decision", outcome(d))
 	return d
 }
 
 // degradeQuiet is degrade's answer, without the log.
-func (l *Limiter) degradeQuiet(req Request, keys []string, buckets []Bucket) Decision {
+func (l *Limiter) degradeQuiet(req Request, keys []string, buckets []quota.Bucket) Decision {
 	switch {
 	case l.fallback != nil && buckets != nil:
 		d := l.fallback.takeShare(keys, buckets, l.cfg.fallbackShare, req.Cost, l.now())

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // The minimal wiring: tiers, a resolver, a limiter, one check.
@@ -15,13 +16,13 @@ func Example() {
 	client := redis.NewClient(&redis.Options{Addr: exampleRedisAddr(), ContextTimeoutEnabled: true})
 	defer client.Close()
 
-	tiers := core.Tiers{Default: "free", Tiers: map[string]core.Tier{
-		"free": {Classes: map[string]core.Quota{
+	tiers := quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{
+		"free": {Classes: map[string]quota.Quota{
 			"default": {Capacity: 20, RefillPerSecond: 2},   // a burst of 20, then 2/s
 			"export":  {Capacity: 10, RefillPerSecond: 0.1}, // one token every 10 s
 		}},
 	}}
-	resolver, err := core.NewResolver(tiers)
+	resolver, err := quota.NewResolver(tiers)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -32,7 +33,7 @@ func Example() {
 		return
 	}
 	// The tenant comes from the verified token, never from a header.
-	tenant := core.Tenant{ID: "t42", Tier: "free"}
+	tenant := quota.Tenant{ID: "t42", Tier: "free"}
 	for range 3 {
 		d, err := lim.Allow(context.Background(), tenant, "export", 4)
 		if err != nil {
@@ -50,7 +51,7 @@ func Example() {
 
 // Rendering a denial: the headers and the problem body every adapter sends.
 func ExampleDecision_Headers() {
-	q := core.Quota{Capacity: 10, RefillPerSecond: 2}
+	q := quota.Quota{Capacity: 10, RefillPerSecond: 2}
 	d := core.Decision{Reason: core.ReasonOverLimit, Bucket: "default", Quota: q, Limit: 10,
 		Tokens: 0.5, RetryAfter: 250 * time.Millisecond, ResetAfter: 4750 * time.Millisecond, Cost: 1}
 	for _, h := range d.Headers(core.DefaultHeaderStyle, time.Now()) {
@@ -93,16 +94,16 @@ func exampleRedisAddr() string {
 func ExampleNew_invalidOption() {
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer client.Close()
-	tiers := core.Tiers{Default: "free", Tiers: map[string]core.Tier{
-		"free": {Classes: map[string]core.Quota{"default": core.PerSecond(10)}},
+	tiers := quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{
+		"free": {Classes: map[string]quota.Quota{"default": quota.PerSecond(10)}},
 	}}
-	res, _ := core.NewResolver(tiers)
+	res, _ := quota.NewResolver(tiers)
 
 	_, err := core.New(client, res, core.WithLocalFallback(25))
 	fmt.Println(err)
 	_, err = core.New(client, res, core.WithLeases("upload", 20, 0))
 	fmt.Println(err)
-	_, err = core.NewResolver(tiers, core.WithOverrideCacheSize(0))
+	_, err = quota.NewResolver(tiers, quota.WithCacheSize(0))
 	fmt.Println(err)
 	_, err = core.New(client, res, core.WithShadowClasses("no spaces"))
 	fmt.Println(err)

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"strings"
 	"time"
 )
@@ -36,7 +37,7 @@ type Endpoint struct {
 // fails the request as a misconfiguration (500, gRPC Internal, reported to
 // the adapter's error hook), never a free pass. A cost that rounds down to
 // 0 (bytes / 1 MiB) must be clamped to 1 by the function.
-type CostFunc func(ctx context.Context, t Tenant, e Endpoint) (r Route, ok bool)
+type CostFunc func(ctx context.Context, t quota.Tenant, e Endpoint) (r Route, ok bool)
 
 // Gate is the request flow every adapter shares: find the tenant (from the
 // context, never from a header the client sets), map the route to a class
@@ -148,7 +149,7 @@ func NewGate(l *Limiter, opts ...GateOption) (*Gate, error) {
 	if l == nil {
 		return nil, fmt.Errorf("%w: nil Limiter", ErrInvalidConfig)
 	}
-	g := &Gate{lim: l, fallback: Route{Class: DefaultClass, Cost: 1}, style: DefaultHeaderStyle, now: time.Now}
+	g := &Gate{lim: l, fallback: Route{Class: quota.DefaultClass, Cost: 1}, style: DefaultHeaderStyle, now: time.Now}
 	for _, o := range opts {
 		if o != nil {
 			if err := o.applyGate(g); err != nil {
@@ -168,7 +169,7 @@ func NewGate(l *Limiter, opts ...GateOption) (*Gate, error) {
 // Route returns the class and cost of a request to e by tenant t:
 // e.Route when set, else the cost function's answer, else the route
 // table's, else the default route.
-func (g *Gate) Route(ctx context.Context, t Tenant, e Endpoint) Route {
+func (g *Gate) Route(ctx context.Context, t quota.Tenant, e Endpoint) Route {
 	if e.Route != (Route{}) {
 		return e.Route
 	}
@@ -208,7 +209,7 @@ func (g *Gate) Decide(ctx context.Context, e Endpoint) Verdict {
 			return Verdict{Status: p.Status, ContentType: ProblemContentType, Body: p.JSON(), Problem: p, Unauthenticated: true,
 				Headers: []Header{{"WWW-Authenticate", "Bearer"}}}
 		}
-		t = Tenant{ID: anonymousID(e.ClientIP), Tier: g.anonTier}
+		t = quota.Tenant{ID: anonymousID(e.ClientIP), Tier: g.anonTier}
 		ctx = context.WithValue(ctx, anonymousKey{}, true)
 	}
 	r := g.Route(ctx, t, e)
@@ -235,7 +236,7 @@ func (g *Gate) Decide(ctx context.Context, e Endpoint) Verdict {
 // CheckRoute checks one unit of work whose tenant and route are already known
 // (for example one more message on a stream Decide admitted): it charges
 // r.Cost to tenant t's r.Class buckets and renders the answer.
-func (g *Gate) CheckRoute(ctx context.Context, t Tenant, r Route) Verdict {
+func (g *Gate) CheckRoute(ctx context.Context, t quota.Tenant, r Route) Verdict {
 	d, err := g.lim.Check(ctx, Request{Tenant: t, Class: r.Class, Cost: r.Cost})
 	return g.render(t, r, d, err)
 }

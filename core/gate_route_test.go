@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // offlineGate is a gate over a limiter whose store is never reached:
@@ -17,7 +18,7 @@ func offlineGate(t *testing.T, opts ...core.GateOption) *core.Gate {
 	t.Helper()
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
 	t.Cleanup(func() { _ = client.Close() })
-	res, err := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{"free": {Classes: map[string]core.Quota{"default": core.PerSecond(1)}}}})
+	res, err := quota.NewResolver(quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{"free": {Classes: map[string]quota.Quota{"default": quota.PerSecond(1)}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +38,7 @@ func offlineGate(t *testing.T, opts ...core.GateOption) *core.Gate {
 func TestGateEndpointRoute(t *testing.T) {
 	g := offlineGate(t,
 		core.WithRoutes(core.Routes{"/t": {Class: "table", Cost: 1}}),
-		core.WithCostFunc(func(_ context.Context, _ core.Tenant, e core.Endpoint) (core.Route, bool) {
+		core.WithCostFunc(func(_ context.Context, _ quota.Tenant, e core.Endpoint) (core.Route, bool) {
 			return core.Route{Class: "costfunc", Cost: 2}, e.Method == http.MethodPost
 		}))
 	for _, c := range []struct {
@@ -49,7 +50,7 @@ func TestGateEndpointRoute(t *testing.T) {
 		{core.Endpoint{Method: http.MethodPost, Pattern: "/t"}, "costfunc"},
 		{core.Endpoint{Method: http.MethodGet, Pattern: "/t"}, "table"},
 	} {
-		if r := g.Route(context.Background(), core.Tenant{ID: "t"}, c.e); r.Class != c.want {
+		if r := g.Route(context.Background(), quota.Tenant{ID: "t"}, c.e); r.Class != c.want {
 			t.Errorf("%+v: class %q, want %q", c.e, r.Class, c.want)
 		}
 	}
@@ -59,7 +60,7 @@ func TestGateEndpointRoute(t *testing.T) {
 // misconfiguration (500, the error for the hook), never a free pass.
 func TestGateEndpointRouteInvalid(t *testing.T) {
 	g := offlineGate(t)
-	ctx := core.ContextWithTenant(context.Background(), core.Tenant{ID: "t", Tier: "free"})
+	ctx := core.ContextWithTenant(context.Background(), quota.Tenant{ID: "t", Tier: "free"})
 	v := g.Decide(ctx, core.Endpoint{Method: http.MethodGet, Pattern: "/t", Route: core.Route{Class: "default", Cost: -1}})
 	if v.Proceed || v.Status != http.StatusInternalServerError || !errors.Is(v.Err, core.ErrInvalidConfig) {
 		t.Fatalf("verdict %+v, want a 500 misconfiguration", v)

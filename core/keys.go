@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"github.com/tollgate-go/tollgate/core/internal/names"
 	"strings"
 )
 
@@ -53,8 +54,8 @@ func (k Keys) Bucket(tenantID, bucket string) (string, error) {
 	if err := validateTenantID(tenantID); err != nil {
 		return "", err
 	}
-	if bucket == "" || len(bucket) > maxNameLen {
-		return "", fmt.Errorf("%w: bucket name must be 1 to %d bytes, got %d", ErrInvalidRequest, maxNameLen, len(bucket))
+	if bucket == "" || len(bucket) > names.MaxNameLen {
+		return "", fmt.Errorf("%w: bucket name must be 1 to %d bytes, got %d", ErrInvalidRequest, names.MaxNameLen, len(bucket))
 	}
 	var b strings.Builder
 	b.Grow(len(k.prefix) + len(tenantID) + len(bucket) + 8)

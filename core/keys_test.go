@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/tollgate-go/tollgate/core/internal/names"
 )
 
 func TestKeys(t *testing.T) {
@@ -92,7 +94,7 @@ func FuzzKeys(f *testing.F) {
 	f.Fuzz(func(t *testing.T, tenant, bucket string) {
 		key, err := k.Bucket(tenant, bucket)
 		if err != nil {
-			if tenant != "" && len(tenant) <= MaxTenantIDLen && bucket != "" && len(bucket) <= maxNameLen {
+			if tenant != "" && len(tenant) <= MaxTenantIDLen && bucket != "" && len(bucket) <= names.MaxNameLen {
 				t.Fatalf("Bucket(%q, %q): %v", tenant, bucket, err)
 			}
 			return

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"time"
 )
 
@@ -23,7 +24,7 @@ type layer interface {
 type checkCall struct {
 	req     Request
 	keys    []string // the buckets' keys, in the order of buckets
-	buckets []Bucket
+	buckets []quota.Bucket
 	// cost is the number of tokens to charge in the store: req.Cost, or a
 	// lease's size (the answer is still stated for req.Cost)
 	cost int64

@@ -3,6 +3,7 @@ package core
 import (
 	"github.com/tollgate-go/tollgate/core/internal/lease"
 	"github.com/tollgate-go/tollgate/core/internal/transport"
+	tgquota "github.com/tollgate-go/tollgate/core/quota"
 
 	"context"
 	"errors"
@@ -105,7 +106,7 @@ func (ll *leaseLayer) decide(ctx context.Context, c checkCall) (Decision, error)
 
 // leased is a local admission from a lease: tokens holds each bucket's
 // balance as the lease states it.
-func leased(buckets []Bucket, tokens []float64, cost int64) Decision {
+func leased(buckets []tgquota.Bucket, tokens []float64, cost int64) Decision {
 	states := make([]BucketState, len(buckets))
 	for i, b := range buckets {
 		states[i] = BucketState{Name: b.Name, Quota: b.Quota, Tokens: tokens[i]}

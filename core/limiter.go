@@ -3,6 +3,8 @@ package core
 import (
 	_ "embed"
 	"fmt"
+	"github.com/tollgate-go/tollgate/core/internal/hooks"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -24,13 +26,10 @@ var tokenBucket = transport.NewScript(tokenBucketSource)
 // that preload it (SCRIPT LOAD) or audit it.
 func ScriptSource() string { return tokenBucketSource }
 
-// MaxCost is the largest cost one request may take.
-const MaxCost = MaxCapacity
-
 // Request is one request to check.
 type Request struct {
 	// Tenant is the verified identity the request is charged to.
-	Tenant Tenant
+	Tenant quota.Tenant
 	// Class selects the bucket (a cost class such as "default" or
 	// "export"). Empty means "default".
 	Class string
@@ -49,14 +48,11 @@ type Request struct {
 // maxClasses is the most classes one Request may name (Class plus Also).
 const maxClasses = 16
 
-// DefaultClass is the class of a request that names none.
-const DefaultClass = "default"
-
 // Limiter checks requests against per-tenant token buckets kept in Redis.
 // It is safe for concurrent use; create one per process and share it.
 type Limiter struct {
 	client   redis.UniversalClient
-	resolver Resolver
+	resolver quota.Resolver
 	keys     Keys
 	cfg      config
 	// scripts is the client the script calls go through, bounded by the
@@ -88,7 +84,7 @@ type Limiter struct {
 // New returns a limiter that keeps its buckets in client (any go-redis v9
 // client: standalone, Cluster, failover/Sentinel, Ring) and takes quotas from
 // r. It makes no network call, so it succeeds while Redis is down.
-func New(client redis.UniversalClient, r Resolver, opts ...Option) (*Limiter, error) {
+func New(client redis.UniversalClient, r quota.Resolver, opts ...Option) (*Limiter, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: nil Redis client", ErrInvalidConfig)
 	}
@@ -123,8 +119,8 @@ func New(client redis.UniversalClient, r Resolver, opts ...Option) (*Limiter, er
 	if cfg.clock != nil {
 		l.now = cfg.clock
 	}
-	if tr, ok := r.(*TieredResolver); ok {
-		tr.boundWait(cfg.timeout) // a first override lookup waits no longer than a check
+	if hooks.BoundWait != nil {
+		hooks.BoundWait(r, cfg.timeout) // a first override lookup waits no longer than a check
 	}
 	l.shards = shard.New(cfg.breakerThreshold, cfg.breakerCooldown, cfg.timeout, l.scripts, l.now)
 	if cfg.fallbackShare > 0 {

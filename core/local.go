@@ -1,6 +1,7 @@
 package core
 
 import (
+	tgquota "github.com/tollgate-go/tollgate/core/quota"
 	"math"
 	"sync"
 	"time"
@@ -16,7 +17,7 @@ type localBuckets struct {
 }
 
 type localBucket struct {
-	quota  Quota
+	quota  tgquota.Quota
 	tokens float64
 	last   time.Time
 }
@@ -27,7 +28,7 @@ func newLocalBuckets(max int) *localBuckets {
 
 // take checks and charges cost against every (key, quota) pair, all or
 // nothing, and returns the decision the script would have made.
-func (lb *localBuckets) take(keys []string, buckets []Bucket, cost int64, now time.Time) Decision {
+func (lb *localBuckets) take(keys []string, buckets []tgquota.Bucket, cost int64, now time.Time) Decision {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
 	if len(lb.buckets) >= lb.max {
@@ -70,11 +71,11 @@ func (lb *localBuckets) take(keys []string, buckets []Bucket, cost int64, now ti
 // over-limit denial whose retry hint is the time the real bucket takes to
 // earn the cost (the store is expected back by then). Balances are the
 // local ones scaled back by 1/share: this replica's estimate of the whole.
-func (lb *localBuckets) takeShare(keys []string, buckets []Bucket, share float64, cost int64, now time.Time) Decision {
-	local := make([]Bucket, len(buckets))
+func (lb *localBuckets) takeShare(keys []string, buckets []tgquota.Bucket, share float64, cost int64, now time.Time) Decision {
+	local := make([]tgquota.Bucket, len(buckets))
 	for i, b := range buckets {
-		q := Quota{Capacity: max(1, int64(float64(b.Quota.Capacity)*share)), RefillPerSecond: b.Quota.RefillPerSecond * share}
-		local[i] = Bucket{Name: b.Name, Quota: q}
+		q := tgquota.Quota{Capacity: max(1, int64(float64(b.Quota.Capacity)*share)), RefillPerSecond: b.Quota.RefillPerSecond * share}
+		local[i] = tgquota.Bucket{Name: b.Name, Quota: q}
 	}
 	ld := lb.take(keys, local, cost, now)
 	states := make([]BucketState, len(buckets))

@@ -1,10 +1,10 @@
 package core
 
 import (
-	"fmt"
+	"github.com/tollgate-go/tollgate/core/internal/errs"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"log/slog"
 	"math"
-	"strings"
 	"time"
 
 	"github.com/tollgate-go/tollgate/core/internal/lease"
@@ -43,41 +43,11 @@ type optionFunc func(*config) error
 
 func (f optionFunc) apply(c *config) error { return f(c) }
 
-// optionError is a value an option cannot use. It names the option, so the
-// error points at the call to fix, and wraps ErrInvalidConfig (and the
-// validation error behind it, if any).
-type optionError struct {
-	option, msg string
-	cause       error
-}
-
-func (e *optionError) Error() string { return "tollgate: " + e.option + ": " + e.msg }
-
-func (e *optionError) Unwrap() []error {
-	if e.cause != nil {
-		return []error{ErrInvalidConfig, e.cause}
-	}
-	return []error{ErrInvalidConfig}
-}
-
 func badOption(option, format string, args ...any) error {
-	return &optionError{option: option, msg: fmt.Sprintf(format, args...)}
+	return errs.BadOption(option, format, args...)
 }
 
-// setPositive sets *dst to v, the value of option (what names it in the
-// error), which must be positive.
-func setPositive[T int | time.Duration](dst *T, option, what string, v T) error {
-	if v <= 0 {
-		return badOption(option, "%s must be positive, got %v", what, v)
-	}
-	*dst = v
-	return nil
-}
-
-// badValue is badOption for a value that failed its own validation.
-func badValue(option string, err error) error {
-	return &optionError{option: option, msg: strings.TrimPrefix(err.Error(), "tollgate: "), cause: err}
-}
+func badValue(option string, err error) error { return errs.BadValue(option, err) }
 
 type config struct {
 	prefix  string
@@ -217,10 +187,10 @@ func WithDenyCache(on bool) Option {
 func WithLeases(class string, size int64, ttl time.Duration) Option {
 	return optionFunc(func(c *config) error {
 		if class == "" {
-			class = DefaultClass
+			class = quota.DefaultClass
 		}
-		if err := ValidateName(class); err != nil {
-			return &optionError{option: "WithLeases", msg: "class " + strings.TrimPrefix(err.Error(), "tollgate: "), cause: err}
+		if err := quota.ValidateName(class); err != nil {
+			return errs.BadPart("WithLeases", "class ", err)
 		}
 		if size < 2 {
 			return badOption("WithLeases", "size must be at least 2, got %d", size)
@@ -292,15 +262,14 @@ func WithFailurePolicy(p FailurePolicy) Option {
 // a client of its own, built from the same options with
 // ContextTimeoutEnabled set (see Limiter.Close and docs/reliability.md).
 func WithTimeout(d time.Duration) Option {
-	return optionFunc(func(c *config) error { return setPositive(&c.timeout, "WithTimeout", "timeout", d) })
+	return optionFunc(func(c *config) error { return errs.SetPositive(&c.timeout, "WithTimeout", "timeout", d) })
 }
 
 // ClockOption is the option WithClock returns: one clock for a Limiter
-// (New), a Gate (NewGate) and a TieredResolver (NewResolver) alike.
+// (New) and a Gate (NewGate) alike.
 type ClockOption interface {
 	Option
 	GateOption
-	ResolverOption
 }
 
 type clockOption func() time.Time
@@ -315,13 +284,6 @@ func (now clockOption) apply(c *config) error {
 func (now clockOption) applyGate(g *Gate) error {
 	if now != nil {
 		g.now = now
-	}
-	return nil
-}
-
-func (now clockOption) applyResolver(r *TieredResolver) error {
-	if now != nil {
-		r.now = now
 	}
 	return nil
 }
@@ -354,7 +316,7 @@ func WithShadow(on bool) Option {
 func WithShadowClasses(classes ...string) Option {
 	return optionFunc(func(c *config) error {
 		for _, cl := range classes {
-			if err := ValidateName(cl); err != nil {
+			if err := quota.ValidateName(cl); err != nil {
 				return badValue("WithShadowClasses", err)
 			}
 		}

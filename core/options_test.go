@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // optionCase is one option value: bad ones must make the constructor fail
@@ -94,21 +95,21 @@ func TestGateOptionsValidate(t *testing.T) {
 }
 
 func TestResolverOptionsValidate(t *testing.T) {
-	tiers := core.Tiers{Default: "free", Tiers: map[string]core.Tier{
-		"free": {Classes: map[string]core.Quota{"default": core.PerSecond(1)}},
+	tiers := quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{
+		"free": {Classes: map[string]quota.Quota{"default": quota.PerSecond(1)}},
 	}}
-	cases := []optionCase[core.ResolverOption]{
-		{"cache size 0", core.WithOverrideCacheSize(0), "WithOverrideCacheSize: size must be positive, got 0"},
-		{"cache size -3", core.WithOverrideCacheSize(-3), "got -3"},
-		{"cache size ok", core.WithOverrideCacheSize(10), ""},
-		{"cache ttl 0", core.WithOverrideCacheTTL(0), "WithOverrideCacheTTL: ttl must be positive, got 0s"},
-		{"cache ttl ok", core.WithOverrideCacheTTL(time.Second), ""},
-		{"override timeout 0", core.WithOverrideTimeout(0), "WithOverrideTimeout: timeout must be positive, got 0s"},
-		{"override timeout ok", core.WithOverrideTimeout(time.Second), ""},
+	cases := []optionCase[quota.Option]{
+		{"cache size 0", quota.WithCacheSize(0), "WithOverrideCacheSize: size must be positive, got 0"},
+		{"cache size -3", quota.WithCacheSize(-3), "got -3"},
+		{"cache size ok", quota.WithCacheSize(10), ""},
+		{"cache ttl 0", quota.WithCacheTTL(0), "WithOverrideCacheTTL: ttl must be positive, got 0s"},
+		{"cache ttl ok", quota.WithCacheTTL(time.Second), ""},
+		{"override timeout 0", quota.WithTimeout(0), "WithOverrideTimeout: timeout must be positive, got 0s"},
+		{"override timeout ok", quota.WithTimeout(time.Second), ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := core.NewResolver(tiers, tc.opt)
+			_, err := quota.NewResolver(tiers, tc.opt)
 			checkOptionErr(t, err, tc.want)
 		})
 	}
@@ -135,8 +136,8 @@ func checkOptionErr(t *testing.T, err error, want string) {
 
 // oneBucket resolves every request to one bucket; option validation needs
 // no more.
-func oneBucket() core.Resolver {
-	return core.ResolverFunc(func(context.Context, core.Tenant, string) ([]core.Bucket, error) {
-		return []core.Bucket{{Name: "default", Quota: core.PerSecond(1)}}, nil
+func oneBucket() quota.Resolver {
+	return quota.ResolverFunc(func(context.Context, quota.Tenant, string) ([]quota.Bucket, error) {
+		return []quota.Bucket{{Name: "default", Quota: quota.PerSecond(1)}}, nil
 	})
 }

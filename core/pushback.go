@@ -19,7 +19,3 @@ func (d Decision) PushbackMillis() int64 {
 	}
 	return 0
 }
-
-// Subject is how a tenant is named outside the process (a gRPC QuotaFailure
-// subject, a log field): "tenant:" plus the escaped ID.
-func (t Tenant) Subject() string { return "tenant:" + EscapeID(t.ID) }

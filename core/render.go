@@ -95,7 +95,7 @@ func (d Decision) Headers(style HeaderStyle, now time.Time) []Header {
 	}
 	if style&HeaderIETF != 0 {
 		name := quoteSFString(d.Bucket)
-		policy := name + ";q=" + limit + ";w=" + strconv.FormatInt(d.Quota.window(), 10)
+		policy := name + ";q=" + limit + ";w=" + strconv.FormatInt(window(d.Quota), 10)
 		field := name + ";r=" + remaining + ";t=" + strconv.FormatInt(t, 10)
 		if c, ok := d.concurrent(); ok {
 			// the concurrency limit beside the rate policy, in its own quota

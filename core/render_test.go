@@ -1,13 +1,14 @@
 package core
 
 import (
+	"github.com/tollgate-go/tollgate/core/quota"
 	"strings"
 	"testing"
 	"time"
 )
 
 func TestHeaders(t *testing.T) {
-	q := Quota{Capacity: 10, RefillPerSecond: 2}
+	q := quota.Quota{Capacity: 10, RefillPerSecond: 2}
 	now := time.Unix(1_700_000_000, 0)
 	allowed := newDecision([]BucketState{{Name: "default", Quota: q, Tokens: 6.5}}, 0, ReasonOK, 0, 1)
 	denied := newDecision([]BucketState{{Name: "default", Quota: q, Tokens: 0.25}}, 0, ReasonOverLimit, 0.375, 1)
@@ -53,7 +54,7 @@ func TestHeaders(t *testing.T) {
 }
 
 func TestConcurrencyHeaders(t *testing.T) {
-	q := Quota{Capacity: 100, RefillPerSecond: 10, Concurrency: 2}
+	q := quota.Quota{Capacity: 100, RefillPerSecond: 10, Concurrency: 2}
 	now := time.Unix(1_700_000_000, 0)
 	allowed := newDecision([]BucketState{{Name: "reports", Quota: q, Tokens: 99, InFlight: 1}}, 0, ReasonOK, 0, 1)
 	denied := newDecision([]BucketState{{Name: "reports", Quota: q, Tokens: 98.5, InFlight: 2}}, 0, ReasonConcurrencyLimit, 0, 1)
@@ -91,7 +92,7 @@ func TestConcurrencyHeaders(t *testing.T) {
 }
 
 func TestRetryAfterCeil(t *testing.T) {
-	q := Quota{Capacity: 10, RefillPerSecond: 2}
+	q := quota.Quota{Capacity: 10, RefillPerSecond: 2}
 	for _, tt := range []struct {
 		retry float64
 		want  int64
@@ -130,35 +131,6 @@ func FuzzQuoteSFString(f *testing.F) {
 		}
 	})
 }
-
-func TestQuotaValidate(t *testing.T) {
-	for _, tt := range []struct {
-		q    Quota
-		want string
-	}{
-		{Quota{0, 1, 0}, "capacity must be > 0"},
-		{Quota{-1, 1, 0}, "capacity must be > 0"},
-		{Quota{MaxCapacity + 1, 1e9, 0}, "capacity must be <="},
-		{Quota{1, 0, 0}, "refill rate must be > 0"},
-		{Quota{1, -1, 0}, "refill rate must be > 0"},
-		{Quota{1, nan(), 0}, "refill rate must be finite"},
-		{Quota{1, inf(), 0}, "refill rate must be finite"},
-		{Quota{1, 2e12, 0}, "refill rate must be <="},
-		{Quota{1000, 1e-6, 0}, "time to refill"},
-		{Quota{10, 2, 0}, ""},
-		{Quota{10, 2, -1}, "concurrency must be 0 (none) to"},
-		{Quota{10, 2, MaxConcurrency + 1}, "concurrency must be 0 (none) to"},
-		{Quota{10, 2, 8}, ""},
-	} {
-		err := tt.q.Validate()
-		if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
-			t.Errorf("%+v: %v, want %q", tt.q, err, tt.want)
-		}
-	}
-}
-
-func nan() float64 { var z float64; return z / z }
-func inf() float64 { var z float64; return 1 / z }
 
 // TestOverloadedAnswer: a shed check is never admitted and never looks like
 // a denial or a store failure: 503 with its own body, a one-second hint for

@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"strings"
 )
 
@@ -51,11 +52,11 @@ func validRoute(r Route) error {
 	if r.Exempt {
 		return nil
 	}
-	if err := ValidateName(r.Class); err != nil {
+	if err := quota.ValidateName(r.Class); err != nil {
 		return err
 	}
-	if r.Cost < 1 || r.Cost > MaxCost {
-		return fmt.Errorf("cost must be 1 to %d, got %d", int64(MaxCost), r.Cost)
+	if r.Cost < 1 || r.Cost > quota.MaxCost {
+		return fmt.Errorf("cost must be 1 to %d, got %d", int64(quota.MaxCost), r.Cost)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/tollgate-go/tollgate/core/internal/transport"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 //go:embed lua/settle.lua
@@ -52,9 +53,9 @@ func (d Decision) settleable() bool {
 // wrapping ErrStore: the estimate stands. The call is bounded by the check
 // timeout and not by ctx's cancellation (the caller may be gone by the time
 // its cost is known), only by its values.
-func (l *Limiter) Settle(ctx context.Context, t Tenant, d Decision, actual int64) (forgiven int64, err error) {
-	if actual < 0 || actual > MaxCost {
-		return 0, fmt.Errorf("%w: actual cost must be 0 to %d, got %d", ErrInvalidRequest, int64(MaxCost), actual)
+func (l *Limiter) Settle(ctx context.Context, t quota.Tenant, d Decision, actual int64) (forgiven int64, err error) {
+	if actual < 0 || actual > quota.MaxCost {
+		return 0, fmt.Errorf("%w: actual cost must be 0 to %d, got %d", ErrInvalidRequest, int64(quota.MaxCost), actual)
 	}
 	if !d.settleable() || actual == d.Cost {
 		return 0, nil
@@ -127,8 +128,8 @@ func (v Verdict) CostContext(ctx context.Context) (context.Context, bool) {
 // without charging the store: failed open, shadow mode, local fallback),
 // and then reports nothing.
 func ReportCost(ctx context.Context, n int64) error {
-	if n < 0 || n > MaxCost {
-		return fmt.Errorf("%w: cost must be 0 to %d, got %d", ErrInvalidRequest, int64(MaxCost), n)
+	if n < 0 || n > quota.MaxCost {
+		return fmt.Errorf("%w: cost must be 0 to %d, got %d", ErrInvalidRequest, int64(quota.MaxCost), n)
 	}
 	r, _ := ctx.Value(costReportKey{}).(*costReport)
 	if r == nil {

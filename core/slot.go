@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core/internal/transport"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"go.opentelemetry.io/otel/metric"
 )
 
@@ -98,12 +99,12 @@ func newSlotID() string {
 
 // concurrentBucket returns the index of the bucket with a concurrency
 // limit, or -1; two are a configuration mistake.
-func concurrentBucket(buckets []Bucket) (int, error) {
+func concurrentBucket(buckets []quota.Bucket) (int, error) {
 	ci := -1
 	for i, b := range buckets {
 		if b.Quota.Concurrency > 0 {
 			if ci >= 0 {
-				return -1, fmt.Errorf("%w: buckets %q and %q both have a concurrency limit; a request may have one", ErrInvalidQuota, buckets[ci].Name, b.Name)
+				return -1, fmt.Errorf("%w: buckets %q and %q both have a concurrency limit; a request may have one", quota.ErrInvalid, buckets[ci].Name, b.Name)
 			}
 			ci = i
 		}
@@ -112,7 +113,7 @@ func concurrentBucket(buckets []Bucket) (int, error) {
 }
 
 // slotLine is the concurrency script's command line for a check.
-func (l *Limiter) slotLine(keys []string, buckets []Bucket, now string, cost int64, quotas [][3]any, s *slotCall) []any {
+func (l *Limiter) slotLine(keys []string, buckets []quota.Bucket, now string, cost int64, quotas [][3]any, s *slotCall) []any {
 	all := make([]string, 0, len(keys)+1)
 	all = append(append(all, keys...), s.key)
 	args := make([]any, 0, 2+3*len(quotas)+4)
@@ -125,7 +126,7 @@ func (l *Limiter) slotLine(keys []string, buckets []Bucket, now string, cost int
 }
 
 // parseSlotReply decodes the concurrency script's reply (see its header).
-func (l *Limiter) parseSlotReply(v any, buckets []Bucket, cost int64, ci int) (Decision, error) {
+func (l *Limiter) parseSlotReply(v any, buckets []quota.Bucket, cost int64, ci int) (Decision, error) {
 	a, ok := v.([]any)
 	if !ok || len(a) != 5+len(buckets) {
 		return Decision{}, fmt.Errorf("%w: concurrency script reply %T of length %d", errProtocol, v, len(a))
@@ -173,7 +174,7 @@ func (l *Limiter) parseSlotReply(v any, buckets []Bucket, cost int64, ci int) (D
 // newSlot starts holding the slot a check took: renewed until released.
 // sent is when the check started: the slot's deadline is no later than
 // sent plus the lease.
-func (l *Limiter) newSlot(req Request, b Bucket, key, id string, sent time.Time) *Slot {
+func (l *Limiter) newSlot(req Request, b quota.Bucket, key, id string, sent time.Time) *Slot {
 	s := &Slot{l: l, key: key, id: id, stop: make(chan struct{}), tried: make(chan struct{}),
 		labels: l.metrics.slotSet(req, b.Name)}
 	l.slotMu.Lock()

@@ -1,5 +1,7 @@
 package core
 
+import "github.com/tollgate-go/tollgate/core/quota"
+
 // Verdict is a Gate's answer, ready to render: the adapter sets Headers on
 // the response, then either calls the handler (Proceed) or writes Status,
 // ContentType and Body. An adapter computes nothing else.
@@ -21,7 +23,7 @@ type Verdict struct {
 	// unauthenticated or exempt).
 	Decision Decision
 	// Tenant is who was charged.
-	Tenant Tenant
+	Tenant quota.Tenant
 	// Route is the class and cost that applied.
 	Route Route
 	// Checked is false when no check ran (exempt route, no tenant).
@@ -55,7 +57,7 @@ func (v Verdict) Done() {
 }
 
 // render turns the limiter's answer for (t, r) into a Verdict.
-func (g *Gate) render(t Tenant, r Route, d Decision, err error) Verdict {
+func (g *Gate) render(t quota.Tenant, r Route, d Decision, err error) Verdict {
 	v := Verdict{Proceed: d.Allowed, Decision: d, Tenant: t, Route: r, Checked: true, Err: err,
 		Headers: d.Headers(g.style, g.now())}
 	if g.reports && d.settleable() {

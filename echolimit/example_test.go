@@ -4,6 +4,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/echolimit"
 )
 
@@ -19,11 +20,11 @@ func authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-func verify(string) (core.Tenant, bool) { return core.Tenant{ID: "t42", Tier: "free"}, true }
+func verify(string) (quota.Tenant, bool) { return quota.Tenant{ID: "t42", Tier: "free"}, true }
 
 func Example() {
-	resolver, _ := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{
-		"free": {Classes: map[string]core.Quota{
+	resolver, _ := quota.NewResolver(quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{
+		"free": {Classes: map[string]quota.Quota{
 			"default": {Capacity: 20, RefillPerSecond: 2},
 			"export":  {Capacity: 10, RefillPerSecond: 0.1},
 		}},

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/config"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/examples"
 	"github.com/tollgate-go/tollgate/examples/internal/app"
 	"github.com/tollgate-go/tollgate/examples/internal/demopb"
@@ -105,11 +106,11 @@ func TestDefaultConfigPricesTheService(t *testing.T) {
 		method, pattern string
 		want            core.Route
 	}{
-		{http.MethodGet, app.PathProfile, core.Route{Class: core.DefaultClass, Cost: 1}},
+		{http.MethodGet, app.PathProfile, core.Route{Class: quota.DefaultClass, Cost: 1}},
 		{http.MethodPost, app.PathExport, core.Route{Class: app.ClassExport, Cost: 5}},
 		{http.MethodGet, app.PathHealth, core.Route{Exempt: true}},
 		{http.MethodGet, app.PathMetrics, core.Route{Exempt: true}},
-		{"", demopb.Demo_GetProfile_FullMethodName, core.Route{Class: core.DefaultClass, Cost: 1}},
+		{"", demopb.Demo_GetProfile_FullMethodName, core.Route{Class: quota.DefaultClass, Cost: 1}},
 		{"", demopb.Demo_ExportReport_FullMethodName, core.Route{Class: app.ClassExport, Cost: 5}},
 	} {
 		table := cfg.Routes
@@ -191,7 +192,7 @@ func TestReportsConcurrency(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if q := cfg.Tiers.Tiers["free"].Classes["reports"]; q != (core.Quota{Capacity: 100, RefillPerSecond: 10, Concurrency: 2}) {
+	if q := cfg.Tiers.Tiers["free"].Classes["reports"]; q != (quota.Quota{Capacity: 100, RefillPerSecond: 10, Concurrency: 2}) {
 		t.Errorf("free reports = %+v", q)
 	}
 	rls, err := config.Load("tollgate-rls.yaml")

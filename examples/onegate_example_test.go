@@ -12,6 +12,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/config"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/examples/internal/demopb"
 	"github.com/tollgate-go/tollgate/ginlimit"
 	"github.com/tollgate-go/tollgate/grpclimit"
@@ -113,7 +114,7 @@ func Example_oneGate() {
 func httpAuth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if id, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
-			r = r.WithContext(core.ContextWithTenant(r.Context(), core.Tenant{ID: id, Tier: "free"}))
+			r = r.WithContext(core.ContextWithTenant(r.Context(), quota.Tenant{ID: id, Tier: "free"}))
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -123,7 +124,7 @@ func tenantContext(ctx context.Context) context.Context {
 	md, _ := metadata.FromIncomingContext(ctx)
 	for _, v := range md.Get("authorization") {
 		if id, ok := strings.CutPrefix(v, "Bearer "); ok {
-			return core.ContextWithTenant(ctx, core.Tenant{ID: id, Tier: "free"})
+			return core.ContextWithTenant(ctx, quota.Tenant{ID: id, Tier: "free"})
 		}
 	}
 	return ctx

@@ -4,6 +4,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/utils"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/httplimit/adapt"
 )
 
@@ -76,7 +77,7 @@ func method(m string) string {
 // SetTenant stores the verified tenant t for the limiter, in the request's
 // user context (c.SetUserContext). Call it in the authentication
 // middleware, after the credential has been verified.
-func SetTenant(c *fiber.Ctx, t core.Tenant) {
+func SetTenant(c *fiber.Ctx, t quota.Tenant) {
 	c.SetUserContext(core.ContextWithTenant(c.UserContext(), t))
 }
 

@@ -4,6 +4,7 @@ import (
 	"github.com/gofiber/fiber/v3"
 	"github.com/gofiber/utils/v2"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/httplimit/adapt"
 )
 
@@ -61,7 +62,7 @@ func New(gate *core.Gate, opts ...Option) fiber.Handler {
 // context (c.SetContext(core.ContextWithTenant(c.Context(), t))). Call it
 // in the authentication middleware, after the credential has been
 // verified; handlers read it back with core.TenantFromContext(c.Context()).
-func SetTenant(c fiber.Ctx, t core.Tenant) {
+func SetTenant(c fiber.Ctx, t quota.Tenant) {
 	c.SetContext(core.ContextWithTenant(c.Context(), t))
 }
 

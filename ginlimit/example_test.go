@@ -4,6 +4,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/ginlimit"
 )
 
@@ -17,11 +18,11 @@ func authenticate(c *gin.Context) {
 	c.Next()
 }
 
-func verify(string) (core.Tenant, bool) { return core.Tenant{ID: "t42", Tier: "free"}, true }
+func verify(string) (quota.Tenant, bool) { return quota.Tenant{ID: "t42", Tier: "free"}, true }
 
 func Example() {
-	resolver, _ := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{
-		"free": {Classes: map[string]core.Quota{
+	resolver, _ := quota.NewResolver(quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{
+		"free": {Classes: map[string]quota.Quota{
 			"default": {Capacity: 20, RefillPerSecond: 2},
 			"export":  {Capacity: 10, RefillPerSecond: 0.1},
 		}},

@@ -37,7 +37,7 @@
 //     Metadata policy, limit, remaining, cost and reason), one
 //     errdetails.RetryInfo with the exact delay (not rounded), and one
 //     errdetails.QuotaFailure whose violation's Subject is
-//     core.Tenant.Subject ("tenant:<escaped id>"). The trailers carry the
+//     quota.Tenant.Subject ("tenant:<escaped id>"). The trailers carry the
 //     rate-limit values, retry-after (whole seconds, at least 1) and
 //     grpc-retry-pushback-ms (the delay in milliseconds, rounded up).
 //     Nothing is sent before the status, so the response is Trailers-Only:

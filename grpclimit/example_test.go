@@ -6,6 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/core/retry"
 	"github.com/tollgate-go/tollgate/grpclimit"
 	"google.golang.org/grpc"
@@ -16,7 +17,7 @@ import (
 // auth stands for your authentication interceptor: after verifying the
 // caller's token it stores the tenant in the context.
 func auth(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	return h(core.ContextWithTenant(ctx, core.Tenant{ID: "acme", Tier: "pro"}), req)
+	return h(core.ContextWithTenant(ctx, quota.Tenant{ID: "acme", Tier: "pro"}), req)
 }
 
 // A server whose exports cost 10 tokens of their own class, with the
@@ -24,8 +25,8 @@ func auth(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHan
 // ResourceExhausted.
 func ExampleUnaryServerInterceptor() {
 	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
-	res, err := core.NewResolver(core.Tiers{Default: "pro", Tiers: map[string]core.Tier{
-		"pro": {Classes: map[string]core.Quota{"default": core.PerSecond(50), "export": core.PerMinute(60)}},
+	res, err := quota.NewResolver(quota.Tiers{Default: "pro", Tiers: map[string]quota.Tier{
+		"pro": {Classes: map[string]quota.Quota{"default": quota.PerSecond(50), "export": quota.PerMinute(60)}},
 	}})
 	if err != nil {
 		panic(err)

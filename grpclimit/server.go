@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -163,7 +164,7 @@ type chargedStream struct {
 	grpc.ServerStream
 	i      *interceptors
 	method string
-	tenant core.Tenant
+	tenant quota.Tenant
 }
 
 // RecvMsg receives a message and charges it; a denied message is dropped

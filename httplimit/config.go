@@ -65,7 +65,7 @@ func WithErrorHandler(f func(r *http.Request, err error)) Option {
 // (at the first WriteHeader, Write or Flush, or when the handler returns),
 // so the client never sees it, and the request's reservation is settled to
 // that cost when the handler returns. A value that is not an integer from 0
-// to core.MaxCost is removed and ignored (the estimate, or an earlier
+// to quota.MaxCost is removed and ignored (the estimate, or an earlier
 // ReportCost, stands) and reported to the error handler. With it the
 // handler's ResponseWriter is wrapped (Flush and http.ResponseController
 // reach the original; a type assertion to http.Hijacker does not). Default:

@@ -19,6 +19,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
+	tgquota "github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/ginlimit"
 	"github.com/ulule/limiter/v3"
 	ulgin "github.com/ulule/limiter/v3/drivers/middleware/gin"
@@ -115,7 +116,7 @@ func authenticate(secret []byte) gin.HandlerFunc {
 			c.AbortWithStatus(http.StatusUnauthorized)
 			return
 		}
-		c.Request = c.Request.WithContext(core.ContextWithTenant(c.Request.Context(), core.Tenant{ID: cl.Tenant, Tier: cl.Tier}))
+		c.Request = c.Request.WithContext(core.ContextWithTenant(c.Request.Context(), tgquota.Tenant{ID: cl.Tenant, Tier: cl.Tier}))
 		c.Next()
 	}
 }
@@ -168,8 +169,8 @@ func limiterMiddleware(config string, client *redis.Client, n *counts) (gin.Hand
 	case "one-get":
 		return oneGet(client, n), nop, nil
 	case "tollgate", "tollgate-nobatch", "tollgate-leases":
-		resolver, err := core.NewResolver(core.Tiers{Default: tier, Tiers: map[string]core.Tier{
-			tier: {Classes: map[string]core.Quota{"default": {Capacity: capacity, RefillPerSecond: refill}}},
+		resolver, err := tgquota.NewResolver(tgquota.Tiers{Default: tier, Tiers: map[string]tgquota.Tier{
+			tier: {Classes: map[string]tgquota.Quota{"default": {Capacity: capacity, RefillPerSecond: refill}}},
 		}})
 		if err != nil {
 			return nil, nop, err

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/config"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"golang.org/x/term"
 )
 
@@ -149,7 +150,7 @@ func bucketGet(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	var ropts []core.ResolverOption
+	var ropts []quota.Option
 	overridden := map[string]bool{}
 	if e.opts.databaseURL != "" {
 		ov, err := e.storedOverrides(ctx, tenant)
@@ -175,7 +176,7 @@ func bucketGet(ctx context.Context, e *env, args []string) error {
 	}
 	defer svc.Close()
 	lim := svc.Limiter
-	t := core.Tenant{ID: tenant, Tier: tierName}
+	t := quota.Tenant{ID: tenant, Tier: tierName}
 	var rows []bucketRow
 	seen := map[string]bool{}
 	for _, class := range classes {
@@ -222,7 +223,7 @@ func bucketGet(ctx context.Context, e *env, args []string) error {
 	}
 	// the ceiling, charged with every class, goes last
 	slices.SortStableFunc(rows, func(a, b bucketRow) int {
-		return boolInt(a.Bucket == core.CeilingBucket) - boolInt(b.Bucket == core.CeilingBucket)
+		return boolInt(a.Bucket == quota.CeilingBucket) - boolInt(b.Bucket == quota.CeilingBucket)
 	})
 	if e.opts.json {
 		return e.printJSON(struct {
@@ -291,7 +292,7 @@ func bucketReset(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	noQuota := core.ResolverFunc(func(context.Context, core.Tenant, string) ([]core.Bucket, error) {
+	noQuota := quota.ResolverFunc(func(context.Context, quota.Tenant, string) ([]quota.Bucket, error) {
 		return nil, errors.New("reset resolves no quota")
 	})
 	lim, client, err := e.openLimiter(ctx, noQuota, core.WithPrefix(prefix))
@@ -306,7 +307,7 @@ func bucketReset(ctx context.Context, e *env, args []string) error {
 	}
 	rctx, cancel := context.WithTimeout(ctx, e.opts.timeout)
 	defer cancel()
-	n, err := lim.Reset(rctx, core.Tenant{ID: tenant}, buckets...)
+	n, err := lim.Reset(rctx, quota.Tenant{ID: tenant}, buckets...)
 	if err != nil {
 		return err
 	}
@@ -344,7 +345,7 @@ func (e *env) confirm(question string) error {
 	return errors.New("not confirmed: nothing deleted")
 }
 
-func tierNames(ts core.Tiers) []string { return sortedKeys(ts.Tiers) }
+func tierNames(ts quota.Tiers) []string { return sortedKeys(ts.Tiers) }
 
 func sortedKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))

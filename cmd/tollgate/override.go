@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/sqlquota"
 )
 
@@ -174,7 +175,7 @@ func currentUser(getenv func(string) string) string {
 
 func overrideSet(ctx context.Context, e *env, args []string) error {
 	o := sqlquota.Override{TenantID: args[0], Bucket: args[1], Reason: e.opts.reason, UpdatedBy: e.opts.by,
-		Quota: core.Quota{Capacity: e.opts.capacity, RefillPerSecond: e.opts.rate, Concurrency: e.opts.concurrency}}
+		Quota: quota.Quota{Capacity: e.opts.capacity, RefillPerSecond: e.opts.rate, Concurrency: e.opts.concurrency}}
 	if o.UpdatedBy == "" && !e.opts.set["by"] {
 		o.UpdatedBy = currentUser(e.getenv)
 	}
@@ -187,7 +188,7 @@ func overrideSet(ctx context.Context, e *env, args []string) error {
 		return usagef("--rate is required")
 	}
 	if e.opts.set["concurrency"] && e.opts.concurrency == 0 {
-		return usagef("bad --concurrency 0: give 1 to %d, or leave it out for no concurrency limit", core.MaxConcurrency)
+		return usagef("bad --concurrency 0: give 1 to %d, or leave it out for no concurrency limit", quota.MaxConcurrency)
 	}
 	now := time.Now()
 	switch {
@@ -213,7 +214,7 @@ func overrideSet(ctx context.Context, e *env, args []string) error {
 	return e.withStore(ctx, true, func(ctx context.Context, s *sqlquota.Store) error {
 		stored, err := s.Set(ctx, o)
 		if err != nil {
-			if errors.Is(err, core.ErrInvalidRequest) || errors.Is(err, core.ErrInvalidQuota) {
+			if errors.Is(err, core.ErrInvalidRequest) || errors.Is(err, quota.ErrInvalid) {
 				return usagef("%v", err)
 			}
 			return dbHint(err, s)
@@ -253,12 +254,12 @@ func (e *env) checkOverrideBucket(bucket string) error {
 
 // tierBuckets returns, sorted, the buckets some tier of ts defines: its
 // classes, and the tenant-wide ceiling if a tier has one.
-func tierBuckets(ts core.Tiers) []string {
+func tierBuckets(ts quota.Tiers) []string {
 	var out []string
 	for _, tier := range ts.Tiers {
 		out = append(out, sortedKeys(tier.Classes)...)
 		if tier.Ceiling != nil {
-			out = append(out, core.CeilingBucket)
+			out = append(out, quota.CeilingBucket)
 		}
 	}
 	slices.Sort(out)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // MaxFileSize is the largest configuration file accepted, 1 MiB.
@@ -35,7 +36,7 @@ type Config struct {
 	// Version is the schema version, 1.
 	Version int
 	// Tiers is the tier defaults, with Default set from default_tier.
-	Tiers core.Tiers
+	Tiers quota.Tiers
 	// Routes is the file's routes list as core route keys: "METHOD
 	// /pattern", or "/pattern" for method *.
 	Routes core.Routes
@@ -56,7 +57,7 @@ type Config struct {
 	// Timeout bounds one check's Redis call. Default core.DefaultTimeout.
 	Timeout time.Duration
 	// CacheTTL is how long a tenant's overrides are cached. Default
-	// core.DefaultOverrideCacheTTL.
+	// quota.DefaultCacheTTL.
 	CacheTTL time.Duration
 	// KeyPrefix is the Redis key prefix. Default core.DefaultPrefix.
 	KeyPrefix string
@@ -216,19 +217,19 @@ func (c *Config) GateOptions() []core.GateOption {
 
 // ResolverOptions returns the resolver options the file sets: the override
 // cache TTL.
-func (c *Config) ResolverOptions() []core.ResolverOption {
-	return []core.ResolverOption{core.WithOverrideCacheTTL(c.CacheTTL)}
+func (c *Config) ResolverOptions() []quota.Option {
+	return []quota.Option{quota.WithCacheTTL(c.CacheTTL)}
 }
 
 // NewResolver returns a resolver over the file's tiers with the file's cache
-// TTL; opts (for example core.WithOverrides) come after and take precedence.
-func (c *Config) NewResolver(opts ...core.ResolverOption) (*core.TieredResolver, error) {
-	return core.NewResolver(c.Tiers, append(c.ResolverOptions(), opts...)...)
+// TTL; opts (for example quota.WithOverrides) come after and take precedence.
+func (c *Config) NewResolver(opts ...quota.Option) (*quota.TieredResolver, error) {
+	return quota.NewResolver(c.Tiers, append(c.ResolverOptions(), opts...)...)
 }
 
 // NewLimiter returns a limiter over client and r with the file's options;
 // opts come after and take precedence.
-func (c *Config) NewLimiter(client redis.UniversalClient, r core.Resolver, opts ...core.Option) (*core.Limiter, error) {
+func (c *Config) NewLimiter(client redis.UniversalClient, r quota.Resolver, opts ...core.Option) (*core.Limiter, error) {
 	return core.New(client, r, append(c.LimiterOptions(), opts...)...)
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/config"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"go.uber.org/goleak"
 )
 
@@ -30,15 +31,15 @@ func TestParseExample(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
-	want := core.Tiers{Default: "free", Tiers: map[string]core.Tier{
+	want := quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{
 		"free": {
-			Ceiling: &core.Quota{Capacity: 100, RefillPerSecond: 5},
-			Classes: map[string]core.Quota{
+			Ceiling: &quota.Quota{Capacity: 100, RefillPerSecond: 5},
+			Classes: map[string]quota.Quota{
 				"default": {Capacity: 20, RefillPerSecond: 2},
 				"export":  {Capacity: 10, RefillPerSecond: 0.1},
 			},
 		},
-		"pro": {Classes: map[string]core.Quota{
+		"pro": {Classes: map[string]quota.Quota{
 			"default": {Capacity: 200, RefillPerSecond: 50},
 			"export":  {Capacity: 50, RefillPerSecond: 1},
 		}},
@@ -71,8 +72,8 @@ func TestParseExample(t *testing.T) {
 	if err != nil {
 		t.Fatalf("NewResolver: %v", err)
 	}
-	bs, err := r.Buckets(t.Context(), core.Tenant{ID: "t1"}, "export")
-	if err != nil || len(bs) != 2 || bs[0].Quota.Capacity != 10 || bs[1].Name != core.CeilingBucket {
+	bs, err := r.Buckets(t.Context(), quota.Tenant{ID: "t1"}, "export")
+	if err != nil || len(bs) != 2 || bs[0].Quota.Capacity != 10 || bs[1].Name != quota.CeilingBucket {
 		t.Errorf("Buckets = %+v, %v", bs, err)
 	}
 	// prefix, policy, timeout, deny cache, shadow, batching, breaker,
@@ -91,7 +92,7 @@ func TestParseConcurrency(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if q := cfg.Tiers.Tiers["free"].Classes["export"]; q != (core.Quota{Capacity: 10, RefillPerSecond: 0.1, Concurrency: 2}) {
+	if q := cfg.Tiers.Tiers["free"].Classes["export"]; q != (quota.Quota{Capacity: 10, RefillPerSecond: 0.1, Concurrency: 2}) {
 		t.Fatalf("export = %+v", q)
 	}
 	if q := cfg.Tiers.Tiers["free"].Classes["default"]; q.Concurrency != 0 {
@@ -140,7 +141,7 @@ anonymous_tier: base
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}
-	if cfg.KeyPrefix != core.DefaultPrefix || cfg.Timeout != core.DefaultTimeout || cfg.CacheTTL != core.DefaultOverrideCacheTTL {
+	if cfg.KeyPrefix != core.DefaultPrefix || cfg.Timeout != core.DefaultTimeout || cfg.CacheTTL != quota.DefaultCacheTTL {
 		t.Errorf("defaults not applied: %+v", cfg)
 	}
 	if cfg.HeaderStyle != core.HeaderIETF|core.HeaderDraft06 || cfg.FailurePolicy != core.FailClosed {

@@ -56,7 +56,7 @@
 //
 //	svc, err := config.Open(ctx, "tiers.yaml",
 //		config.WithRedisURL(os.Getenv("REDIS_URL")),
-//		config.WithResolverOptions(core.WithOverrides(store)),
+//		config.WithResolverOptions(quota.WithOverrides(store)),
 //		config.WithWatch(config.WithSignals(syscall.SIGHUP)))
 //	defer svc.Close()
 //	r.Use(authenticate, ginlimit.Middleware(svc.Gate)) // svc.Limiter to a queue worker
@@ -70,7 +70,7 @@
 // # Reloading
 //
 // [WithWatch] (with Open), or [Watch] over a resolver of your own, keeps a
-// [core.TieredResolver]'s tiers in step with the file:
+// [quota.TieredResolver]'s tiers in step with the file:
 // whenever the file's contents change, and on the signals given with
 // [WithSignals] (none unless asked), it parses the new file and swaps its
 // tiers in atomically with SetTiers. A file is applied whole or not at

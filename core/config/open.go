@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // Service is what a service needs from its configuration file: the Redis
@@ -27,7 +28,7 @@ type Service struct {
 	Redis redis.UniversalClient
 	// Resolver serves the file's tiers and any overrides given with
 	// WithResolverOptions.
-	Resolver *core.TieredResolver
+	Resolver *quota.TieredResolver
 	// Limiter is built with Config.LimiterOptions, then those of
 	// WithLimiterOptions, over Resolver (or what WithLimiterResolver
 	// made of it).
@@ -72,9 +73,9 @@ type openConfig struct {
 	client      redis.UniversalClient
 	log         *slog.Logger
 	limiterOpts []core.Option
-	resolvOpts  []core.ResolverOption
+	resolvOpts  []quota.Option
 	gateOpts    []core.GateOption
-	limResolver func(*core.TieredResolver) (core.Resolver, error)
+	limResolver func(*quota.TieredResolver) (quota.Resolver, error)
 	watch       bool
 	reloadOpts  []ReloadOption
 	pingTimeout time.Duration
@@ -138,9 +139,9 @@ func WithLimiterOptions(opts ...core.Option) OpenOption {
 }
 
 // WithResolverOptions adds resolver options after the file's
-// (Config.ResolverOptions): core.WithOverrides above all. A later call
+// (Config.ResolverOptions): quota.WithOverrides above all. A later call
 // adds to earlier ones.
-func WithResolverOptions(opts ...core.ResolverOption) OpenOption {
+func WithResolverOptions(opts ...quota.Option) OpenOption {
 	return openOptionFunc(func(c *openConfig) error {
 		c.resolvOpts = append(c.resolvOpts, opts...)
 		return nil
@@ -163,7 +164,7 @@ func WithGateOptions(opts ...core.GateOption) OpenOption {
 // the watch reloads): for a resolver with rules of its own that falls back
 // to the file's tiers. An error from f, or a nil resolver, fails Open with
 // that error. Default: the file's resolver.
-func WithLimiterResolver(f func(tiers *core.TieredResolver) (core.Resolver, error)) OpenOption {
+func WithLimiterResolver(f func(tiers *quota.TieredResolver) (quota.Resolver, error)) OpenOption {
 	return openOptionFunc(func(c *openConfig) error {
 		if f == nil {
 			return badOpenOption("WithLimiterResolver", "nil function")
@@ -203,7 +204,7 @@ func WithPingTimeout(d time.Duration) OpenOption {
 //
 //	svc, err := config.Open(ctx, "tiers.yaml",
 //		config.WithRedisURL(os.Getenv("REDIS_URL")),
-//		config.WithResolverOptions(core.WithOverrides(store)),
+//		config.WithResolverOptions(quota.WithOverrides(store)),
 //		config.WithWatch(config.WithSignals(syscall.SIGHUP)))
 //	defer svc.Close()
 //	// svc.Gate to an adapter, svc.Limiter to a queue worker
@@ -315,11 +316,11 @@ func open(ctx context.Context, cfg *Config, c *openConfig) (s *Service, err erro
 		// Redis down
 		return s, fmt.Errorf("cannot reach Redis at %s: %w", where, err)
 	}
-	ropts := append([]core.ResolverOption{core.WithResolverLogger(c.log)}, cfg.ResolverOptions()...)
-	if s.Resolver, err = core.NewResolver(cfg.Tiers, append(ropts, c.resolvOpts...)...); err != nil {
+	ropts := append([]quota.Option{quota.WithLogger(c.log)}, cfg.ResolverOptions()...)
+	if s.Resolver, err = quota.NewResolver(cfg.Tiers, append(ropts, c.resolvOpts...)...); err != nil {
 		return s, fmt.Errorf("%s: resolver: %w", cfg.Source, err)
 	}
-	var limResolver core.Resolver = s.Resolver
+	var limResolver quota.Resolver = s.Resolver
 	if c.limResolver != nil {
 		if limResolver, err = c.limResolver(s.Resolver); err != nil {
 			return s, err

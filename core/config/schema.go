@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -52,7 +53,7 @@ type schema struct {
 
 // name checks a tier or class name.
 func (p *schema) name(n *yaml.Node, field, s string) bool {
-	if err := core.ValidateName(s); err != nil {
+	if err := quota.ValidateName(s); err != nil {
 		p.failAt(n, field, "bad name: %s", strings.TrimPrefix(err.Error(), core.ErrInvalidRequest.Error()+": "))
 		return false
 	}
@@ -69,7 +70,7 @@ func (p *schema) config(root *yaml.Node) *Config {
 		HeaderStyle:   core.DefaultHeaderStyle,
 		FailurePolicy: core.FailOpen,
 		Timeout:       core.DefaultTimeout,
-		CacheTTL:      core.DefaultOverrideCacheTTL,
+		CacheTTL:      quota.DefaultCacheTTL,
 		KeyPrefix:     core.DefaultPrefix,
 		Routes:        core.Routes{},
 		GRPCMethods:   core.Routes{},
@@ -208,7 +209,7 @@ func parseHeaderStyle(s string) (core.HeaderStyle, error) {
 	return st, nil
 }
 
-func (p *schema) tiers(n *yaml.Node) map[string]core.Tier {
+func (p *schema) tiers(n *yaml.Node) map[string]quota.Tier {
 	entries, ok := p.mapping(n, "tiers")
 	if !ok {
 		return nil
@@ -219,7 +220,7 @@ func (p *schema) tiers(n *yaml.Node) map[string]core.Tier {
 	}
 	names := make(map[string]bool, len(entries))
 	p.tierClasses = make(map[string]map[string]bool, len(entries))
-	out := make(map[string]core.Tier, len(entries))
+	out := make(map[string]quota.Tier, len(entries))
 	for _, e := range entries {
 		field := "tiers." + e.name
 		if !p.name(e.key, field, e.name) {
@@ -235,8 +236,8 @@ func (p *schema) tiers(n *yaml.Node) map[string]core.Tier {
 	return out
 }
 
-func (p *schema) tier(n *yaml.Node, name, field string) core.Tier {
-	var t core.Tier
+func (p *schema) tier(n *yaml.Node, name, field string) quota.Tier {
+	var t quota.Tier
 	entries, ok := p.mapping(n, field, "classes", "ceiling")
 	if !ok {
 		return t
@@ -270,7 +271,7 @@ func (p *schema) tier(n *yaml.Node, name, field string) core.Tier {
 // classes reads a tier's classes, and returns with them every class name
 // it declares (valid quota or not), or nil declared when some entry could
 // not be read as a class name.
-func (p *schema) classes(n *yaml.Node, field string) (classes map[string]core.Quota, declared map[string]bool) {
+func (p *schema) classes(n *yaml.Node, field string) (classes map[string]quota.Quota, declared map[string]bool) {
 	entries, ok := p.mapping(n, field)
 	if !ok {
 		return nil, nil
@@ -279,7 +280,7 @@ func (p *schema) classes(n *yaml.Node, field string) (classes map[string]core.Qu
 	if len(entries) == 0 {
 		p.failAt(deref(n), field, "must define at least one class")
 	}
-	out := make(map[string]core.Quota, len(entries))
+	out := make(map[string]quota.Quota, len(entries))
 	declared = make(map[string]bool, len(entries))
 	for _, e := range entries {
 		sub := field + "." + e.name
@@ -287,7 +288,7 @@ func (p *schema) classes(n *yaml.Node, field string) (classes map[string]core.Qu
 			complete = false
 			continue
 		}
-		if e.name == core.CeilingBucket {
+		if e.name == quota.CeilingBucket {
 			p.failAt(e.key, sub, "class name %q is reserved for the tenant-wide ceiling; use the tier's ceiling field", e.name)
 			complete = false
 			continue
@@ -303,8 +304,8 @@ func (p *schema) classes(n *yaml.Node, field string) (classes map[string]core.Qu
 	return out, declared
 }
 
-func (p *schema) quota(n *yaml.Node, field string) (core.Quota, bool) {
-	var q core.Quota
+func (p *schema) quota(n *yaml.Node, field string) (quota.Quota, bool) {
+	var q quota.Quota
 	entries, ok := p.mapping(n, field, "capacity", "refill_per_second", "concurrency")
 	if !ok {
 		return q, false
@@ -322,8 +323,8 @@ func (p *schema) quota(n *yaml.Node, field string) (core.Quota, bool) {
 			switch {
 			case v <= 0:
 				p.failAt(deref(e.val), sub, "must be > 0, got %d", v)
-			case v > core.MaxCapacity:
-				p.failAt(deref(e.val), sub, "must be <= %d, got %d", int64(core.MaxCapacity), v)
+			case v > quota.MaxCapacity:
+				p.failAt(deref(e.val), sub, "must be <= %d, got %d", int64(quota.MaxCapacity), v)
 			default:
 				q.Capacity, capOK = v, true
 			}
@@ -336,8 +337,8 @@ func (p *schema) quota(n *yaml.Node, field string) (core.Quota, bool) {
 			switch {
 			case v < 1:
 				p.failAt(deref(e.val), sub, "must be >= 1 (omit it for no concurrency limit), got %d", v)
-			case v > core.MaxConcurrency:
-				p.failAt(deref(e.val), sub, "must be <= %d, got %d", core.MaxConcurrency, v)
+			case v > quota.MaxConcurrency:
+				p.failAt(deref(e.val), sub, "must be <= %d, got %d", quota.MaxConcurrency, v)
 			default:
 				q.Concurrency = v
 			}
@@ -353,8 +354,8 @@ func (p *schema) quota(n *yaml.Node, field string) (core.Quota, bool) {
 				p.failAt(deref(e.val), sub, "must be finite, got %v", v)
 			case v <= 0:
 				p.failAt(deref(e.val), sub, "must be > 0, got %v", v)
-			case v > core.MaxRefillPerSecond:
-				p.failAt(deref(e.val), sub, "must be <= %g, got %v", float64(core.MaxRefillPerSecond), v)
+			case v > quota.MaxRefillPerSecond:
+				p.failAt(deref(e.val), sub, "must be <= %g, got %v", float64(quota.MaxRefillPerSecond), v)
 			default:
 				q.RefillPerSecond, rateOK = v, true
 			}
@@ -370,7 +371,7 @@ func (p *schema) quota(n *yaml.Node, field string) (core.Quota, bool) {
 		return q, false
 	}
 	if err := q.Validate(); err != nil {
-		p.failAt(deref(n), field, "%s", strings.TrimPrefix(err.Error(), core.ErrInvalidQuota.Error()+": "))
+		p.failAt(deref(n), field, "%s", strings.TrimPrefix(err.Error(), quota.ErrInvalid.Error()+": "))
 		return q, false
 	}
 	return q, true
@@ -523,8 +524,8 @@ func (p *schema) target(byName map[string]entry, item *yaml.Node, field string) 
 		switch {
 		case !vok:
 			ok = false
-		case v < 1 || v > core.MaxCost:
-			p.failAt(deref(e.val), field+".cost", "must be 1 to %d, got %d", int64(core.MaxCost), v)
+		case v < 1 || v > quota.MaxCost:
+			p.failAt(deref(e.val), field+".cost", "must be 1 to %d, got %d", int64(quota.MaxCost), v)
 			ok = false
 		default:
 			r.Cost = v
@@ -549,7 +550,7 @@ func (p *schema) target(byName map[string]entry, item *yaml.Node, field string) 
 	return r, ok
 }
 
-func sortedTiers(m map[string]core.Tier) []string {
+func sortedTiers(m map[string]quota.Tier) []string {
 	names := make([]string, 0, len(m))
 	for n := range m {
 		names = append(names, n)

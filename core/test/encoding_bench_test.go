@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 //go:embed testdata/tokenbucket_hash.lua
@@ -25,7 +26,7 @@ var tokenBucketHashSource string
 func BenchmarkEncoding(b *testing.B) {
 	ctx := context.Background()
 	// a fill time of an hour: no bucket expires while memory is measured
-	q := core.Quota{Capacity: 36000, RefillPerSecond: 10}
+	q := quota.Quota{Capacity: 36000, RefillPerSecond: 10}
 	// the key TTL the limiter sends: the time to fill the bucket, plus a second
 	ttl := strconv.FormatInt(int64(math.Ceil(float64(q.Capacity)/q.RefillPerSecond*1000)+1000), 10)
 	for _, enc := range []struct {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 func headerMap(hs []core.Header) map[string]string {
@@ -24,11 +25,11 @@ func headerMap(hs []core.Header) map[string]string {
 
 func TestGate(t *testing.T) {
 	c := redistest.Client(t)
-	tiers := core.Tiers{Default: "free", Tiers: map[string]core.Tier{
-		"free":      {Classes: map[string]core.Quota{"default": {Capacity: 2, RefillPerSecond: 0.5}, "export": {Capacity: 10, RefillPerSecond: 0.1}}},
-		"anonymous": {Classes: map[string]core.Quota{"default": {Capacity: 1, RefillPerSecond: 0.01}}},
+	tiers := quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{
+		"free":      {Classes: map[string]quota.Quota{"default": {Capacity: 2, RefillPerSecond: 0.5}, "export": {Capacity: 10, RefillPerSecond: 0.1}}},
+		"anonymous": {Classes: map[string]quota.Quota{"default": {Capacity: 1, RefillPerSecond: 0.01}}},
 	}}
-	res, err := core.NewResolver(tiers)
+	res, err := quota.NewResolver(tiers)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +41,7 @@ func TestGate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := core.ContextWithTenant(context.Background(), core.Tenant{ID: "t42", Tier: "free"})
+	ctx := core.ContextWithTenant(context.Background(), quota.Tenant{ID: "t42", Tier: "free"})
 
 	t.Run("no tenant is 401", func(t *testing.T) {
 		v := g.Decide(context.Background(), core.Endpoint{Method: "GET", Pattern: "/v1/profile", ClientIP: "10.0.0.1"})
@@ -78,7 +79,7 @@ func TestGate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		hctx := core.ContextWithTenant(context.Background(), core.Tenant{ID: "t-head", Tier: "free"})
+		hctx := core.ContextWithTenant(context.Background(), quota.Tenant{ID: "t-head", Tier: "free"})
 		v := gh.Decide(hctx, core.Endpoint{Method: "HEAD", Pattern: "/v1/report"})
 		if !v.Proceed || v.Route.Class != "export" || v.Route.Cost != 5 || v.Decision.Remaining != 5 {
 			t.Fatalf("HEAD = %+v", v)
@@ -94,7 +95,7 @@ func TestGate(t *testing.T) {
 		}
 	})
 	t.Run("unmatched requests are charged nothing", func(t *testing.T) {
-		uctx := core.ContextWithTenant(context.Background(), core.Tenant{ID: "t-unmatched", Tier: "free"})
+		uctx := core.ContextWithTenant(context.Background(), quota.Tenant{ID: "t-unmatched", Tier: "free"})
 		for _, c := range []context.Context{uctx, uctx, uctx, context.Background()} {
 			v := g.Decide(c, core.Endpoint{Method: "GET", Pattern: "", Unmatched: true})
 			if !v.Proceed || !v.Unmatched || v.Checked || v.Unauthenticated || len(v.Headers) != 0 || v.Err != nil {
@@ -157,17 +158,17 @@ func TestGate(t *testing.T) {
 // misconfiguration, answered 500 and reported, never a free pass.
 func TestGateCostFuncValidated(t *testing.T) {
 	c := redistest.Client(t)
-	res, err := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{
-		"free": {Classes: map[string]core.Quota{"default": {Capacity: 1, RefillPerSecond: 0.01}}},
+	res, err := quota.NewResolver(quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{
+		"free": {Classes: map[string]quota.Quota{"default": {Capacity: 1, RefillPerSecond: 0.01}}},
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	l := newLimiter(t, c, res)
-	ctx := core.ContextWithTenant(context.Background(), core.Tenant{ID: "t1"})
+	ctx := core.ContextWithTenant(context.Background(), quota.Tenant{ID: "t1"})
 	for _, bad := range []core.Route{{Class: "default", Cost: 0}, {Class: "default", Cost: -1},
-		{Class: "default", Cost: core.MaxCost + 1}, {Class: "a b", Cost: 1}, {Class: "", Cost: 1}} {
-		g, err := core.NewGate(l, core.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
+		{Class: "default", Cost: quota.MaxCost + 1}, {Class: "a b", Cost: 1}, {Class: "", Cost: 1}} {
+		g, err := core.NewGate(l, core.WithCostFunc(func(context.Context, quota.Tenant, core.Endpoint) (core.Route, bool) {
 			return bad, true
 		}))
 		if err != nil {
@@ -188,7 +189,7 @@ func TestGateCostFuncValidated(t *testing.T) {
 		t.Fatalf("bucket charged by a rejected cost func: %+v", d)
 	}
 	// an exempt answer stays exempt
-	g, _ := core.NewGate(l, core.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
+	g, _ := core.NewGate(l, core.WithCostFunc(func(context.Context, quota.Tenant, core.Endpoint) (core.Route, bool) {
 		return core.Route{Exempt: true}, true
 	}))
 	if v := g.Decide(ctx, core.Endpoint{Pattern: "/x"}); !v.Proceed || v.Checked {
@@ -199,7 +200,7 @@ func TestGateCostFuncValidated(t *testing.T) {
 // The 401 names the scheme the caller must authenticate with (RFC 9110
 // §11.6.1 requires WWW-Authenticate on a 401).
 func TestGateUnauthenticatedChallenge(t *testing.T) {
-	l := newLimiter(t, redistest.Client(t), staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(1)}))
+	l := newLimiter(t, redistest.Client(t), staticResolver(quota.Bucket{Name: "default", Quota: quota.PerSecond(1)}))
 	g, err := core.NewGate(l)
 	if err != nil {
 		t.Fatal(err)
@@ -214,7 +215,7 @@ func TestGateUnauthenticatedChallenge(t *testing.T) {
 // grouped by its /64 (one subscriber's allocation), so rotating through
 // its own addresses earns no extra quota.
 func TestGateAnonymousIPv6Grouped(t *testing.T) {
-	l := newLimiter(t, redistest.Client(t), staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 1, RefillPerSecond: 0.01}}))
+	l := newLimiter(t, redistest.Client(t), staticResolver(quota.Bucket{Name: "default", Quota: quota.Quota{Capacity: 1, RefillPerSecond: 0.01}}))
 	g, err := core.NewGate(l, core.WithAnonymous(""))
 	if err != nil {
 		t.Fatal(err)
@@ -243,10 +244,10 @@ func TestGateAnonymousIPv6Grouped(t *testing.T) {
 // would otherwise be a database query.
 func TestGateAnonymousSkipsOverrides(t *testing.T) {
 	var calls atomic.Int64
-	res, err := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{
-		"free":      {Classes: map[string]core.Quota{"default": core.PerSecond(5)}},
-		"anonymous": {Classes: map[string]core.Quota{"default": core.PerSecond(5)}},
-	}}, core.WithOverrides(core.OverridesFunc(func(context.Context, string) (map[string]core.Quota, error) {
+	res, err := quota.NewResolver(quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{
+		"free":      {Classes: map[string]quota.Quota{"default": quota.PerSecond(5)}},
+		"anonymous": {Classes: map[string]quota.Quota{"default": quota.PerSecond(5)}},
+	}}, quota.WithOverrides(quota.OverridesFunc(func(context.Context, string) (map[string]quota.Quota, error) {
 		calls.Add(1)
 		return nil, nil
 	})))
@@ -268,7 +269,7 @@ func TestGateAnonymousSkipsOverrides(t *testing.T) {
 		t.Fatalf("anonymous callers made %d override lookups", n)
 	}
 	// an authenticated tenant still gets its overrides looked up
-	g.Decide(core.ContextWithTenant(context.Background(), core.Tenant{ID: "acme"}), core.Endpoint{Pattern: "/x"})
+	g.Decide(core.ContextWithTenant(context.Background(), quota.Tenant{ID: "acme"}), core.Endpoint{Pattern: "/x"})
 	if n := calls.Load(); n != 1 {
 		t.Fatalf("authenticated tenant: %d lookups, want 1", n)
 	}
@@ -282,9 +283,9 @@ func TestGateAnonymousSkipsOverrides(t *testing.T) {
 func TestGateAnonymousKeySpaceApart(t *testing.T) {
 	forEachVariant(t, func(t *testing.T, vr variant) {
 		c := redistest.Client(t)
-		res, err := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{
-			"free":      {Classes: map[string]core.Quota{"default": {Capacity: 1, RefillPerSecond: 0.001}}},
-			"anonymous": {Classes: map[string]core.Quota{"default": {Capacity: 1, RefillPerSecond: 0.001}}},
+		res, err := quota.NewResolver(quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{
+			"free":      {Classes: map[string]quota.Quota{"default": {Capacity: 1, RefillPerSecond: 0.001}}},
+			"anonymous": {Classes: map[string]quota.Quota{"default": {Capacity: 1, RefillPerSecond: 0.001}}},
 		}})
 		if err != nil {
 			t.Fatal(err)
@@ -306,7 +307,7 @@ func TestGateAnonymousKeySpaceApart(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		ep := core.Endpoint{Method: "GET", Pattern: "/x", ClientIP: "203.0.113.9"}
-		impostor := core.ContextWithTenant(ctx, core.Tenant{ID: "anonymous:203.0.113.9", Tier: "free"})
+		impostor := core.ContextWithTenant(ctx, quota.Tenant{ID: "anonymous:203.0.113.9", Tier: "free"})
 
 		// the verified tenant first: it must not spend the anonymous quota
 		for i := range 3 {
@@ -335,7 +336,7 @@ func TestGateAnonymousKeySpaceApart(t *testing.T) {
 		}
 		// a tenant ID that only looks similar keeps working, on its own key
 		for _, id := range []string{"anonymous", "anonymous203.0.113.9", "Anonymous:203.0.113.9", "anonymous%3A203.0.113.9"} {
-			tctx := core.ContextWithTenant(ctx, core.Tenant{ID: id, Tier: "free"})
+			tctx := core.ContextWithTenant(ctx, quota.Tenant{ID: id, Tier: "free"})
 			if v := g.Decide(tctx, ep); !v.Proceed || v.Err != nil {
 				t.Fatalf("tenant %q: %+v", id, v)
 			}

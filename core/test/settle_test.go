@@ -10,14 +10,15 @@ import (
 
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // llm is the examples' class: capacity 1000, refill 10/s.
-var llm = core.Quota{Capacity: 1000, RefillPerSecond: 10}
+var llm = quota.Quota{Capacity: 1000, RefillPerSecond: 10}
 
 func settle(t *testing.T, l *core.Limiter, tenant string, d core.Decision, actual int64) int64 {
 	t.Helper()
-	f, err := l.Settle(context.Background(), core.Tenant{ID: tenant}, d, actual)
+	f, err := l.Settle(context.Background(), quota.Tenant{ID: tenant}, d, actual)
 	if err != nil {
 		t.Fatalf("Settle(%s, %d): %v", tenant, actual, err)
 	}
@@ -40,11 +41,11 @@ func balance(t *testing.T, l *core.Limiter, tenant string, bucket string) float6
 // cost and the estimate, or refunds it, in every bucket of the request, and
 // a refund never lifts a balance above its capacity.
 func TestSettleUpAndDown(t *testing.T) {
-	ceiling := core.Bucket{Name: core.CeilingBucket, Quota: core.Quota{Capacity: 5000, RefillPerSecond: 50}}
+	ceiling := quota.Bucket{Name: quota.CeilingBucket, Quota: quota.Quota{Capacity: 5000, RefillPerSecond: 50}}
 	forEachBackend(t, func(t *testing.T, be backend, vr variant) {
 		clock := conformance.NewFakeClock() // frozen: no refill
 		c := be.client(t)
-		l := vr.newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: llm}, ceiling), core.WithClock(clock.Now))
+		l := vr.newLimiter(t, c, staticResolver(quota.Bucket{Name: "default", Quota: llm}, ceiling), core.WithClock(clock.Now))
 		d := check(t, l, "up", 100)
 		if !d.Allowed {
 			t.Fatalf("reserve: %+v", d)
@@ -53,7 +54,7 @@ func TestSettleUpAndDown(t *testing.T) {
 		if got := balance(t, l, "up", "default"); got != 700 {
 			t.Fatalf("after settling 100 up to 300: %v tokens, want 700", got)
 		}
-		if got := balance(t, l, "up", core.CeilingBucket); got != 4700 {
+		if got := balance(t, l, "up", quota.CeilingBucket); got != 4700 {
 			t.Fatalf("ceiling after settling up: %v tokens, want 4700", got)
 		}
 		d = check(t, l, "up", 100)
@@ -61,7 +62,7 @@ func TestSettleUpAndDown(t *testing.T) {
 		if got := balance(t, l, "up", "default"); got != 680 {
 			t.Fatalf("after settling 100 down to 20: %v tokens, want 680", got)
 		}
-		if got := balance(t, l, "up", core.CeilingBucket); got != 4680 {
+		if got := balance(t, l, "up", quota.CeilingBucket); got != 4680 {
 			t.Fatalf("ceiling after settling down: %v tokens, want 4680", got)
 		}
 		// a refund stops at capacity: the refill meanwhile filled the bucket
@@ -79,10 +80,10 @@ func TestSettleUpAndDown(t *testing.T) {
 		if got := balance(t, l, "same", "default"); got != 900 {
 			t.Fatalf("settled to the estimate: %v tokens, want 900", got)
 		}
-		if _, err := l.Settle(context.Background(), core.Tenant{ID: "same"}, d, -1); !errors.Is(err, core.ErrInvalidRequest) {
+		if _, err := l.Settle(context.Background(), quota.Tenant{ID: "same"}, d, -1); !errors.Is(err, core.ErrInvalidRequest) {
 			t.Fatalf("Settle(-1) = %v, want ErrInvalidRequest", err)
 		}
-		if _, err := l.Settle(context.Background(), core.Tenant{ID: "same"}, d, core.MaxCost+1); !errors.Is(err, core.ErrInvalidRequest) {
+		if _, err := l.Settle(context.Background(), quota.Tenant{ID: "same"}, d, quota.MaxCost+1); !errors.Is(err, core.ErrInvalidRequest) {
 			t.Fatalf("Settle(MaxCost+1) = %v, want ErrInvalidRequest", err)
 		}
 		if got := balance(t, l, "same", "default"); got != 900 {
@@ -97,7 +98,7 @@ func TestSettleUpAndDown(t *testing.T) {
 func TestSettleDebt(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend, vr variant) {
 		clock := conformance.NewFakeClock()
-		l := vr.newLimiter(t, be.client(t), staticResolver(core.Bucket{Name: "default", Quota: llm}), core.WithClock(clock.Now))
+		l := vr.newLimiter(t, be.client(t), staticResolver(quota.Bucket{Name: "default", Quota: llm}), core.WithClock(clock.Now))
 		d := check(t, l, "debt", 100)
 		if f := settle(t, l, "debt", d, 1500); f != 0 {
 			t.Fatalf("forgiven %d, want 0", f)
@@ -142,7 +143,7 @@ func TestSettleDebt(t *testing.T) {
 func TestSettleUnsettledStaysCharged(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend, vr variant) {
 		clock := conformance.NewFakeClock()
-		l := vr.newLimiter(t, be.client(t), staticResolver(core.Bucket{Name: "default", Quota: llm}), core.WithClock(clock.Now))
+		l := vr.newLimiter(t, be.client(t), staticResolver(quota.Bucket{Name: "default", Quota: llm}), core.WithClock(clock.Now))
 		g, err := core.NewGate(l, core.WithCostReports(), core.WithDefaultRoute(core.Route{Class: "default", Cost: 100}))
 		if err != nil {
 			t.Fatal(err)
@@ -153,7 +154,7 @@ func TestSettleUnsettledStaysCharged(t *testing.T) {
 		if got := balance(t, l, "lost", "default"); got != 900 {
 			t.Fatalf("unsettled: %v tokens, want 900", got)
 		}
-		ctx := core.ContextWithTenant(context.Background(), core.Tenant{ID: "quiet"})
+		ctx := core.ContextWithTenant(context.Background(), quota.Tenant{ID: "quiet"})
 		v := g.Decide(ctx, core.Endpoint{Method: "POST", Pattern: "/v1/complete"})
 		if _, ok := v.CostContext(ctx); !ok { // the handler reports nothing
 			t.Fatal("an admission with a cost has no reservation to settle")
@@ -170,12 +171,12 @@ func TestSettleUnsettledStaysCharged(t *testing.T) {
 func TestGateReportCost(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend, vr variant) {
 		clock := conformance.NewFakeClock()
-		l := vr.newLimiter(t, be.client(t), staticResolver(core.Bucket{Name: "default", Quota: llm}), core.WithClock(clock.Now))
+		l := vr.newLimiter(t, be.client(t), staticResolver(quota.Bucket{Name: "default", Quota: llm}), core.WithClock(clock.Now))
 		g, err := core.NewGate(l, core.WithCostReports(), core.WithDefaultRoute(core.Route{Class: "default", Cost: 100}))
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx := core.ContextWithTenant(context.Background(), core.Tenant{ID: "rep"})
+		ctx := core.ContextWithTenant(context.Background(), quota.Tenant{ID: "rep"})
 		v := g.Decide(ctx, core.Endpoint{Method: "POST", Pattern: "/v1/complete"})
 		hctx, _ := v.CostContext(ctx)
 		if err := core.ReportCost(hctx, 999); err != nil {
@@ -213,7 +214,7 @@ func TestSettleBoundConcurrent(t *testing.T) {
 	)
 	forEachBackend(t, func(t *testing.T, be backend, vr variant) {
 		clock := conformance.NewFakeClock() // frozen: refill is 0, so the sums are exact
-		l := vr.newLimiter(t, be.client(t), staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: capacity, RefillPerSecond: 1}}), core.WithClock(clock.Now))
+		l := vr.newLimiter(t, be.client(t), staticResolver(quota.Bucket{Name: "default", Quota: quota.Quota{Capacity: capacity, RefillPerSecond: 1}}), core.WithClock(clock.Now))
 		var mu sync.Mutex
 		var charged, admitted, denied int64
 		var wg sync.WaitGroup
@@ -223,7 +224,7 @@ func TestSettleBoundConcurrent(t *testing.T) {
 				defer wg.Done()
 				rng := rand.New(rand.NewPCG(uint64(w), 1))
 				for range each {
-					d, err := l.Check(context.Background(), core.Request{Tenant: core.Tenant{ID: "bound"}, Class: "default", Cost: estimate})
+					d, err := l.Check(context.Background(), core.Request{Tenant: quota.Tenant{ID: "bound"}, Class: "default", Cost: estimate})
 					if err != nil {
 						t.Error(err)
 						return
@@ -235,7 +236,7 @@ func TestSettleBoundConcurrent(t *testing.T) {
 						continue
 					}
 					actual := 1 + rng.Int64N(maxCost)
-					if _, err := l.Settle(context.Background(), core.Tenant{ID: "bound"}, d, actual); err != nil {
+					if _, err := l.Settle(context.Background(), quota.Tenant{ID: "bound"}, d, actual); err != nil {
 						t.Error(err)
 						return
 					}
@@ -265,12 +266,12 @@ func TestSettleBoundConcurrent(t *testing.T) {
 func TestGateWithoutCostReports(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend, vr variant) {
 		clock := conformance.NewFakeClock()
-		l := vr.newLimiter(t, be.client(t), staticResolver(core.Bucket{Name: "default", Quota: llm}), core.WithClock(clock.Now))
+		l := vr.newLimiter(t, be.client(t), staticResolver(quota.Bucket{Name: "default", Quota: llm}), core.WithClock(clock.Now))
 		g, err := core.NewGate(l, core.WithDefaultRoute(core.Route{Class: "default", Cost: 100}))
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx := core.ContextWithTenant(context.Background(), core.Tenant{ID: "plain"})
+		ctx := core.ContextWithTenant(context.Background(), quota.Tenant{ID: "plain"})
 		v := g.Decide(ctx, core.Endpoint{Method: "POST", Pattern: "/v1/complete"})
 		if !v.Proceed {
 			t.Fatalf("Decide: %+v", v)

@@ -10,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/echolimit"
 )
 
@@ -57,7 +58,7 @@ func TestOptions(t *testing.T) {
 	})
 	t.Run("route func before the gate's cost func", func(t *testing.T) {
 		e := echo.New()
-		e.Use(tenant("cost"), echolimit.Middleware(conformance.NewUnitGate(t, lim, core.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
+		e.Use(tenant("cost"), echolimit.Middleware(conformance.NewUnitGate(t, lim, core.WithCostFunc(func(context.Context, quota.Tenant, core.Endpoint) (core.Route, bool) {
 			return core.Route{Class: "export", Cost: 3}, true
 		})), echolimit.WithRouteFunc(func(c echo.Context) (core.Route, bool) {
 			return core.Route{Class: "export", Cost: 2}, c.QueryParam("big") != ""
@@ -84,7 +85,7 @@ func TestOptions(t *testing.T) {
 // fixed 500 misconfiguration answer, never a free pass.
 func TestCostFuncValidated(t *testing.T) {
 	lim := conformance.NewUnitLimiter(t)
-	zero := func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
+	zero := func(context.Context, quota.Tenant, core.Endpoint) (core.Route, bool) {
 		return core.Route{Class: "default", Cost: 0}, true
 	}
 	for name, mw := range map[string]func(hook func(echo.Context, error)) echo.MiddlewareFunc{

@@ -11,6 +11,7 @@ import (
 	"github.com/labstack/echo/v5"
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/echov5limit"
 )
 
@@ -18,7 +19,7 @@ import (
 func as(id string) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c *echo.Context) error {
-			c.SetRequest(c.Request().WithContext(core.ContextWithTenant(c.Request().Context(), core.Tenant{ID: id})))
+			c.SetRequest(c.Request().WithContext(core.ContextWithTenant(c.Request().Context(), quota.Tenant{ID: id})))
 			return next(c)
 		}
 	}
@@ -115,7 +116,7 @@ func TestOptions(t *testing.T) {
 	})
 	t.Run("route func before the gate's cost func", func(t *testing.T) {
 		e := echo.New()
-		e.Use(as("cost"), echov5limit.Middleware(conformance.NewUnitGate(t, lim, core.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
+		e.Use(as("cost"), echov5limit.Middleware(conformance.NewUnitGate(t, lim, core.WithCostFunc(func(context.Context, quota.Tenant, core.Endpoint) (core.Route, bool) {
 			return core.Route{Class: "export", Cost: 3}, true
 		})), echov5limit.WithRouteFunc(func(c *echo.Context) (core.Route, bool) {
 			return core.Route{Class: "export", Cost: 2}, c.QueryParam("big") != ""

@@ -8,6 +8,7 @@ import (
 	"github.com/labstack/echo/v5"
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/echov5limit"
 )
 
@@ -35,7 +36,7 @@ func TestSettle(t *testing.T) {
 		if w := serve(r, "POST", "/v1/complete"); w.Code != http.StatusOK {
 			t.Fatalf("%s: status %d", c.tenant, w.Code)
 		}
-		d, err := lim.Peek(context.Background(), core.Tenant{ID: c.tenant}, "export")
+		d, err := lim.Peek(context.Background(), quota.Tenant{ID: c.tenant}, "export")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/examples"
 	"github.com/tollgate-go/tollgate/examples/internal/app"
 	"github.com/tollgate-go/tollgate/examples/internal/demopb"
@@ -35,7 +36,7 @@ func poison(t *testing.T, tenant string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, err := keys.Bucket(tenant, core.DefaultClass)
+	key, err := keys.Bucket(tenant, quota.DefaultClass)
 	if err != nil {
 		t.Fatal(err)
 	}

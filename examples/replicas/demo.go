@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/examples/internal/app"
 	"github.com/tollgate-go/tollgate/httplimit"
 	"golang.org/x/time/rate"
@@ -26,7 +27,7 @@ type Options struct {
 	// Replicas is N, the number of replicas behind the balancer.
 	Replicas int
 	// Quota is the configured limit of the tenant.
-	Quota core.Quota
+	Quota quota.Quota
 	// Duration is how long traffic is driven in each mode.
 	Duration time.Duration
 	// RPS is the rate the tenant sends at.
@@ -99,7 +100,7 @@ func Run(ctx context.Context, client redis.UniversalClient, o Options) ([]Result
 		return nil, err
 	}
 	secret := []byte(app.DevSecret)
-	tiers := core.Tiers{Default: "demo", Tiers: map[string]core.Tier{"demo": {Classes: map[string]core.Quota{core.DefaultClass: o.Quota}}}}
+	tiers := quota.Tiers{Default: "demo", Tiers: map[string]quota.Tier{"demo": {Classes: map[string]quota.Quota{quota.DefaultClass: o.Quota}}}}
 	verifier, err := app.NewVerifier(secret, nil)
 	if err != nil {
 		return nil, err
@@ -135,7 +136,7 @@ func Run(ctx context.Context, client redis.UniversalClient, o Options) ([]Result
 	}
 	// ...or with tollgate: its own limiter, the shared bucket in Redis.
 	shared := func() (http.Handler, func(), error) {
-		resolver, err := core.NewResolver(tiers)
+		resolver, err := quota.NewResolver(tiers)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -286,14 +287,14 @@ func (p progress) print(elapsed time.Duration, sent, admitted int64, final bool)
 }
 
 // WriteTable prints the results as the demo's table.
-func WriteTable(w io.Writer, q core.Quota, results []Result) {
+func WriteTable(w io.Writer, q quota.Quota, results []Result) {
 	fmt.Fprintf(w, "%-18s %8s %12s %8s %8s %9s %7s\n", "mode", "replicas", "limit", "bound", "sent", "admitted", "ratio")
 	for _, r := range results {
 		fmt.Fprintf(w, "%-18s %8d %12s %8.0f %8d %9d %6.2fx\n", r.Mode, r.Replicas, limitString(q), r.Bound, r.Sent, r.Admitted, r.Ratio())
 	}
 }
 
-func limitString(q core.Quota) string {
+func limitString(q quota.Quota) string {
 	return fmt.Sprintf("%d+%g/s", q.Capacity, q.RefillPerSecond)
 }
 
@@ -384,8 +385,8 @@ func RunConcurrency(ctx context.Context, client redis.UniversalClient, o Concurr
 	secret := []byte(app.DevSecret)
 	// A rate quota that never binds: only the concurrency limit does. (Not
 	// 1e6: the embedded server's Lua cannot parse "1e+06".)
-	q := core.Quota{Capacity: 100_000, RefillPerSecond: 100_000, Concurrency: o.Limit}
-	tiers := core.Tiers{Default: "demo", Tiers: map[string]core.Tier{"demo": {Classes: map[string]core.Quota{core.DefaultClass: q}}}}
+	q := quota.Quota{Capacity: 100_000, RefillPerSecond: 100_000, Concurrency: o.Limit}
+	tiers := quota.Tiers{Default: "demo", Tiers: map[string]quota.Tier{"demo": {Classes: map[string]quota.Quota{quota.DefaultClass: q}}}}
 	verifier, err := app.NewVerifier(secret, nil)
 	if err != nil {
 		return nil, err
@@ -412,7 +413,7 @@ func RunConcurrency(ctx context.Context, client redis.UniversalClient, o Concurr
 					}
 				})), func() {}, nil
 			}
-			resolver, err := core.NewResolver(tiers)
+			resolver, err := quota.NewResolver(tiers)
 			if err != nil {
 				return nil, nil, err
 			}

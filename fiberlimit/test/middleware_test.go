@@ -14,20 +14,21 @@ import (
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/fiberlimit"
 )
 
 func newLimiter(t testing.TB, opts ...core.Option) *core.Limiter {
 	t.Helper()
-	return conformance.NewLimiter(t, redistest.Client(t), core.Tiers{Default: "free", Tiers: map[string]core.Tier{
+	return conformance.NewLimiter(t, redistest.Client(t), quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{
 		"free":      conformance.UnitTiers.Tiers["free"],
-		"anonymous": {Classes: map[string]core.Quota{"default": {Capacity: 100, RefillPerSecond: 1}}},
+		"anonymous": {Classes: map[string]quota.Quota{"default": {Capacity: 100, RefillPerSecond: 1}}},
 	}}, opts...)
 }
 
 func tenant(id string) fiber.Handler {
 	return func(c *fiber.Ctx) error {
-		fiberlimit.SetTenant(c, core.Tenant{ID: id})
+		fiberlimit.SetTenant(c, quota.Tenant{ID: id})
 		return c.Next()
 	}
 }
@@ -61,7 +62,7 @@ func TestOptions(t *testing.T) {
 	})
 	t.Run("route func before the gate's cost func", func(t *testing.T) {
 		app := fiber.New()
-		app.Get("/x", tenant("cost"), fiberlimit.New(conformance.NewUnitGate(t, lim, core.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
+		app.Get("/x", tenant("cost"), fiberlimit.New(conformance.NewUnitGate(t, lim, core.WithCostFunc(func(context.Context, quota.Tenant, core.Endpoint) (core.Route, bool) {
 			return core.Route{Class: "export", Cost: 3}, true
 		})), fiberlimit.WithRouteFunc(func(c *fiber.Ctx) (core.Route, bool) {
 			return core.Route{Class: "export", Cost: 2}, c.Query("big") != ""
@@ -107,7 +108,7 @@ func TestNoBufferAliasing(t *testing.T) {
 	var mu sync.Mutex
 	var seen []core.Endpoint
 	app := fiber.New(fiber.Config{ProxyHeader: "X-Real-Ip"})
-	app.Get("/", fiberlimit.New(conformance.NewUnitGate(t, lim, core.WithAnonymous(""), core.WithCostFunc(func(_ context.Context, _ core.Tenant, e core.Endpoint) (core.Route, bool) {
+	app.Get("/", fiberlimit.New(conformance.NewUnitGate(t, lim, core.WithAnonymous(""), core.WithCostFunc(func(_ context.Context, _ quota.Tenant, e core.Endpoint) (core.Route, bool) {
 		mu.Lock()
 		seen = append(seen, e)
 		mu.Unlock()
@@ -129,10 +130,12 @@ func TestNoBufferAliasing(t *testing.T) {
 // fixed 500 misconfiguration answer, never a free pass.
 func TestCostFuncValidated(t *testing.T) {
 	lim := newLimiter(t)
-	zero := func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
+	zero := func(context.Context, quota.Tenant, core.Endpoint) (core.Route, bool) {
 		return core.Route{Class: "default", Cost: 0}, true
 	}
-	tooBig := fiberlimit.WithRouteFunc(func(*fiber.Ctx) (core.Route, bool) { return core.Route{Class: "default", Cost: core.MaxCost + 1}, true })
+	tooBig := fiberlimit.WithRouteFunc(func(*fiber.Ctx) (core.Route, bool) {
+		return core.Route{Class: "default", Cost: quota.MaxCost + 1}, true
+	})
 	for name, c := range map[string]struct {
 		gate *core.Gate
 		opt  fiberlimit.Option

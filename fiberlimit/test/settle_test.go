@@ -8,6 +8,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/fiberlimit"
 )
 
@@ -36,7 +37,7 @@ func TestSettle(t *testing.T) {
 		if res := do(t, app, "POST", "/v1/complete"); res.StatusCode != http.StatusOK {
 			t.Fatalf("%s: status %d", c.tenant, res.StatusCode)
 		}
-		d, err := lim.Peek(context.Background(), core.Tenant{ID: c.tenant}, "export")
+		d, err := lim.Peek(context.Background(), quota.Tenant{ID: c.tenant}, "export")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,13 +12,14 @@ import (
 	"github.com/gofiber/fiber/v3/middleware/adaptor"
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/fiberv3limit"
 )
 
 // as is a test authentication handler: every request is tenant id.
 func as(id string) fiber.Handler {
 	return func(c fiber.Ctx) error {
-		fiberv3limit.SetTenant(c, core.Tenant{ID: id})
+		fiberv3limit.SetTenant(c, quota.Tenant{ID: id})
 		return c.Next()
 	}
 }
@@ -114,7 +115,7 @@ func TestOptions(t *testing.T) {
 	})
 	t.Run("route func before the gate's cost func", func(t *testing.T) {
 		app := fiber.New()
-		app.Get("/x", as("cost"), fiberv3limit.New(conformance.NewUnitGate(t, lim, core.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
+		app.Get("/x", as("cost"), fiberv3limit.New(conformance.NewUnitGate(t, lim, core.WithCostFunc(func(context.Context, quota.Tenant, core.Endpoint) (core.Route, bool) {
 			return core.Route{Class: "export", Cost: 3}, true
 		})), fiberv3limit.WithRouteFunc(func(c fiber.Ctx) (core.Route, bool) {
 			return core.Route{Class: "export", Cost: 2}, c.Query("big") != ""

@@ -6,12 +6,13 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // tenant is a test auth middleware that stores tenant id.
 func tenant(id string) gin.HandlerFunc {
 	return func(c *gin.Context) {
-		c.Request = c.Request.WithContext(core.ContextWithTenant(c.Request.Context(), core.Tenant{ID: id}))
+		c.Request = c.Request.WithContext(core.ContextWithTenant(c.Request.Context(), quota.Tenant{ID: id}))
 	}
 }
 

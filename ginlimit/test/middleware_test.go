@@ -9,6 +9,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/ginlimit"
 )
 
@@ -64,7 +65,7 @@ func TestOptions(t *testing.T) {
 	})
 	t.Run("route func before the gate's cost func", func(t *testing.T) {
 		r := gin.New()
-		costly := conformance.NewUnitGate(t, lim, core.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
+		costly := conformance.NewUnitGate(t, lim, core.WithCostFunc(func(context.Context, quota.Tenant, core.Endpoint) (core.Route, bool) {
 			return core.Route{Class: "export", Cost: 3}, true
 		}))
 		r.Use(tenant("cost"), ginlimit.Middleware(costly, ginlimit.WithRouteFunc(func(c *gin.Context) (core.Route, bool) {

@@ -15,6 +15,7 @@ import (
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/grpclimit"
 	"github.com/tollgate-go/tollgate/grpclimit/internal/testpb"
 	"google.golang.org/grpc"
@@ -55,10 +56,10 @@ func forEachBackend(t *testing.T, f func(t *testing.T, c redis.UniversalClient))
 // 0.5/s), class upload (2, 1/s), class tiny (2, 1/s), class fast (1,
 // 5/s: a denial waits 200 ms) and class reports (one in flight); tier "ceiling"
 // adds a tenant-wide ceiling of 2 over a roomy default class.
-func testTiers() core.Tiers {
-	ceiling := core.Quota{Capacity: 2, RefillPerSecond: 1}
-	return core.Tiers{Default: "free", Tiers: map[string]core.Tier{
-		"free": {Classes: map[string]core.Quota{
+func testTiers() quota.Tiers {
+	ceiling := quota.Quota{Capacity: 2, RefillPerSecond: 1}
+	return quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{
+		"free": {Classes: map[string]quota.Quota{
 			"default": {Capacity: 3, RefillPerSecond: 1},
 			"export":  {Capacity: 10, RefillPerSecond: 0.5},
 			"upload":  {Capacity: 2, RefillPerSecond: 1},
@@ -67,8 +68,8 @@ func testTiers() core.Tiers {
 			"reports": {Capacity: 100, RefillPerSecond: 10, Concurrency: 1},
 			"llm":     {Capacity: 1000, RefillPerSecond: 0.01},
 		}},
-		"ceiling":   {Classes: map[string]core.Quota{"default": {Capacity: 100, RefillPerSecond: 100}}, Ceiling: &ceiling},
-		"anonymous": {Classes: map[string]core.Quota{"default": {Capacity: 1, RefillPerSecond: 0.1}}},
+		"ceiling":   {Classes: map[string]quota.Quota{"default": {Capacity: 100, RefillPerSecond: 100}}, Ceiling: &ceiling},
+		"anonymous": {Classes: map[string]quota.Quota{"default": {Capacity: 1, RefillPerSecond: 0.1}}},
 	}}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	tgquota "github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/grpclimit"
 	"github.com/tollgate-go/tollgate/grpclimit/internal/testpb"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -194,7 +195,7 @@ func TestMultiBucket(t *testing.T) {
 			}
 		}
 		r := call(ctx, cl)
-		meta := map[string]string{"policy": core.CeilingBucket, "limit": "2", "remaining": "0", "cost": "1", "reason": "over_limit"}
+		meta := map[string]string{"policy": tgquota.CeilingBucket, "limit": "2", "remaining": "0", "cost": "1", "reason": "over_limit"}
 		wantDenied(t, r, codes.ResourceExhausted, "tenant:big", meta, time.Second, map[string]string{"grpc-retry-pushback-ms": "1000"})
 		if n := e.svc.calls.Load(); n != 2 {
 			t.Fatalf("handler ran %d times, want 2", n)
@@ -320,7 +321,7 @@ func TestOptions(t *testing.T) {
 	})
 	t.Run("cost func and header style", func(t *testing.T) {
 		clock := conformance.NewFakeClock()
-		e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c, core.WithClock(clock.Now)), core.WithCostFunc(func(_ context.Context, _ core.Tenant, ep core.Endpoint) (core.Route, bool) {
+		e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c, core.WithClock(clock.Now)), core.WithCostFunc(func(_ context.Context, _ tgquota.Tenant, ep core.Endpoint) (core.Route, bool) {
 			return core.Route{Class: "export", Cost: 4}, ep.Pattern == mProfile && ep.Method == ""
 		}), core.WithHeaderStyle(core.HeaderIETF)))
 		r := getProfile(as("t1", ""), e.client(t))
@@ -397,7 +398,7 @@ func TestOptions(t *testing.T) {
 func costFuncEnv(t *testing.T, c redis.UniversalClient, route core.Route) (e *env, hooked func() error) {
 	t.Helper()
 	first := make(chan error, 1)
-	e = newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c), core.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
+	e = newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c), core.WithCostFunc(func(context.Context, tgquota.Tenant, core.Endpoint) (core.Route, bool) {
 		return route, true
 	})), grpclimit.WithErrorHandler(func(_ context.Context, _ string, err error) {
 		select {

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/grpclimit/internal/testpb"
 	"google.golang.org/grpc/metadata"
 )
@@ -25,7 +26,7 @@ func TestSettle(t *testing.T) {
 		e := newEnv(t, conformance.NewUnitGate(t, lim, core.WithCostReports(), core.WithRoutes(routes)))
 		cl := e.client(t)
 		tokens := func(tenant string) float64 {
-			d, err := lim.Peek(context.Background(), core.Tenant{ID: tenant, Tier: "free"}, "llm")
+			d, err := lim.Peek(context.Background(), quota.Tenant{ID: tenant, Tier: "free"}, "llm")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/httplimit/adapt"
 )
 
@@ -24,8 +25,8 @@ func offlineLimiter(t *testing.T, opts ...core.Option) *core.Limiter {
 	t.Helper()
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
 	t.Cleanup(func() { _ = client.Close() })
-	res, err := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{"free": {Classes: map[string]core.Quota{
-		core.DefaultClass: {Capacity: 1, RefillPerSecond: 1},
+	res, err := quota.NewResolver(quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{"free": {Classes: map[string]quota.Quota{quota.
+		DefaultClass: {Capacity: 1, RefillPerSecond: 1},
 	}}}})
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +51,7 @@ func TestDecideRouteFunc(t *testing.T) {
 		seen = f
 		return core.Route{Exempt: true}, f.big
 	})})
-	ctx := core.ContextWithTenant(context.Background(), core.Tenant{ID: "t", Tier: "free"})
+	ctx := core.ContextWithTenant(context.Background(), quota.Tenant{ID: "t", Tier: "free"})
 	big := &frameworkCtx{big: true}
 	if v := c.Decide(ctx, big, core.Endpoint{Method: "GET", Pattern: "/u"}); !v.Proceed || !v.Route.Exempt || seen != big {
 		t.Fatalf("route func's exempt route: verdict %+v, saw %p want %p", v, seen, big)
@@ -91,7 +92,7 @@ func TestDecideReportsErrors(t *testing.T) {
 	hook := func(f *frameworkCtx, err error) { got, reported = f, err }
 	c := adapt.New(gate, deny(nil), []option{adapt.ErrorHandler[option](hook), adapt.ErrorHandler[option](nil)})
 	fc := &frameworkCtx{}
-	ctx := core.ContextWithTenant(context.Background(), core.Tenant{ID: "t"})
+	ctx := core.ContextWithTenant(context.Background(), quota.Tenant{ID: "t"})
 	v := c.Decide(ctx, fc, core.Endpoint{Method: "GET", Pattern: "/"})
 	if !v.Proceed || v.Err == nil || reported != v.Err || got != fc {
 		t.Fatalf("verdict %+v, hook got %v with %p (want %p)", v, reported, got, fc)
@@ -109,7 +110,7 @@ func TestDecideMisconfigured(t *testing.T) {
 	var reported error
 	hook := adapt.ErrorHandler[option](func(_ *frameworkCtx, err error) { reported = err })
 	zero := adapt.RouteFunc[option](func(*frameworkCtx) (core.Route, bool) { return core.Route{}, true })
-	ctx := core.ContextWithTenant(context.Background(), core.Tenant{ID: "t"})
+	ctx := core.ContextWithTenant(context.Background(), quota.Tenant{ID: "t"})
 	for name, c := range map[string]*adapt.Config[*frameworkCtx, deny]{
 		"nil gate":   adapt.New(nil, deny(nil), []option{hook}),
 		"zero route": adapt.New(gate, deny(nil), []option{hook, zero}),

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/httplimit/adapt"
 )
 
@@ -19,7 +20,7 @@ import (
 // covered without a list to keep in step.
 func coreHeaders(t *testing.T) []core.Header {
 	t.Helper()
-	d := core.Decision{Reason: core.ReasonOverLimit, Bucket: "default", Quota: core.PerSecond(10), Limit: 10,
+	d := core.Decision{Reason: core.ReasonOverLimit, Bucket: "default", Quota: quota.PerSecond(10), Limit: 10,
 		Tokens: 0.5, RetryAfter: 50 * time.Millisecond, ResetAfter: time.Second, Cost: 1}
 	hs := d.Headers(core.HeaderIETF|core.HeaderXRateLimit|core.HeaderDraft06, time.Now())
 	hs = append(hs, d.Headers(core.HeaderXRateLimitEpoch, time.Now())...)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/httplimit"
 )
 
@@ -46,7 +47,7 @@ func TestOptions(t *testing.T) {
 		}
 	})
 	t.Run("a cost func answering cost 0 is a 500, not a free pass", func(t *testing.T) {
-		zero := func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
+		zero := func(context.Context, quota.Tenant, core.Endpoint) (core.Route, bool) {
 			return core.Route{Class: "default", Cost: 0}, true
 		}
 		for name, h := range map[string]func(http.Handler, func(error)) http.Handler{
@@ -68,7 +69,7 @@ func TestOptions(t *testing.T) {
 	})
 	t.Run("route func comes before the gate's cost func and table", func(t *testing.T) {
 		gate := conformance.NewUnitGate(t, lim, core.WithRoutes(core.Routes{"/x": {Class: "default", Cost: 1}}),
-			core.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
+			core.WithCostFunc(func(context.Context, quota.Tenant, core.Endpoint) (core.Route, bool) {
 				return core.Route{Class: "export", Cost: 3}, true
 			}))
 		h := httplimit.Middleware(gate, httplimit.WithRouteFunc(func(r *http.Request) (core.Route, bool) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/httplimit"
 )
 
@@ -16,7 +17,7 @@ import (
 // (capacity 10, refill 0.01/s: under 0.1 of refill in a test's life).
 func exportTokens(t *testing.T, lim *core.Limiter, tenant string) float64 {
 	t.Helper()
-	d, err := lim.Peek(context.Background(), core.Tenant{ID: tenant}, "export")
+	d, err := lim.Peek(context.Background(), quota.Tenant{ID: tenant}, "export")
 	if err != nil {
 		t.Fatal(err)
 	}

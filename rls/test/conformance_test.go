@@ -12,6 +12,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/rls"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -63,7 +64,7 @@ func (g *gateway) Do(r conformance.Request) (conformance.Response, error) {
 			return conformance.Response{Status: 401, Header: http.Header{}}, nil
 		}
 		// remote_address as the tenant of anonymous callers
-		tenant = core.Tenant{ID: "anonymous:" + r.IP(), Tier: "anonymous"}
+		tenant = quota.Tenant{ID: "anonymous:" + r.IP(), Tier: "anonymous"}
 	}
 	entries := []*ratelimitv3.RateLimitDescriptor_Entry{{Key: rls.KeyTenant, Value: tenant.ID}}
 	if tenant.Tier != "" {

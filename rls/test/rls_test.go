@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/httplimit"
 	"github.com/tollgate-go/tollgate/rls"
 	"google.golang.org/grpc/codes"
@@ -192,7 +193,7 @@ func TestGatewayAndServiceShareABucket(t *testing.T) {
 
 func serveHTTP(h http.Handler, tenant string) *httptest.ResponseRecorder {
 	r := httptest.NewRequest("GET", "/v1/profile", nil)
-	r = r.WithContext(core.ContextWithTenant(r.Context(), core.Tenant{ID: tenant}))
+	r = r.WithContext(core.ContextWithTenant(r.Context(), quota.Tenant{ID: tenant}))
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, r)
 	return rec
@@ -337,7 +338,7 @@ func TestDescriptorsOfOneTenantAllOrNothing(t *testing.T) {
 		// a ceiling binds every class of its tenant
 		pro := request(4, desc("tenant", "p1", "tier", "pro", "class", "export"), desc("tenant", "p1", "tier", "pro"))
 		res = ask(t, client, pro)
-		if res.GetOverallCode() != rlsv3.RateLimitResponse_OK || stored(t, c, lim, "p1", core.CeilingBucket) != 2 {
+		if res.GetOverallCode() != rlsv3.RateLimitResponse_OK || stored(t, c, lim, "p1", quota.CeilingBucket) != 2 {
 			t.Fatalf("pro: %v", res)
 		}
 		if st := res.GetStatuses()[1]; st.GetCurrentLimit().GetName() != "default" || st.GetLimitRemaining() != 1 {
@@ -345,7 +346,7 @@ func TestDescriptorsOfOneTenantAllOrNothing(t *testing.T) {
 		}
 		res = ask(t, client, pro)
 		for i, st := range res.GetStatuses() {
-			if st.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT || st.GetCurrentLimit().GetName() != core.CeilingBucket {
+			if st.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT || st.GetCurrentLimit().GetName() != quota.CeilingBucket {
 				t.Errorf("pro %d after the ceiling ran out: %v, want OVER_LIMIT by the ceiling", i, st)
 			}
 		}
@@ -367,7 +368,7 @@ func TestTierEntryTrustedOnlyWhenToldAndNamesBounded(t *testing.T) {
 	if st := ask(t, trusted, request(0, desc("tenant", "u2", "tier", "pro"))).GetStatuses()[0]; st.GetLimitRemaining() != 4 {
 		t.Fatalf("a trusted tier entry naming pro: %v; want pro's 4 left", st)
 	}
-	res, err := core.NewResolver(testTiers())
+	res, err := quota.NewResolver(testTiers())
 	if err != nil {
 		t.Fatal(err)
 	}

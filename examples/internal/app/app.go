@@ -27,6 +27,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/config"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/examples"
 	"github.com/tollgate-go/tollgate/sqlquota"
 	_ "modernc.org/sqlite" // database/sql driver "sqlite"
@@ -115,7 +116,7 @@ type App struct {
 	// Limiter is the shared limiter.
 	Limiter *core.Limiter
 	// Resolver gives the tier defaults and the overrides.
-	Resolver *core.TieredResolver
+	Resolver *quota.TieredResolver
 	// Overrides is the per-tenant override store.
 	Overrides *sqlquota.Store
 	// Auth verifies bearer tokens.
@@ -189,7 +190,7 @@ func Open(ctx context.Context, c Config) (a *App, err error) {
 	opts := []config.OpenOption{
 		config.WithRedisClient(client),
 		config.WithLogger(a.Log),
-		config.WithResolverOptions(core.WithOverrides(a.Overrides)),
+		config.WithResolverOptions(quota.WithOverrides(a.Overrides)),
 		config.WithLimiterOptions(lopts...),
 	}
 	var svc *config.Service

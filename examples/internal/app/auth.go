@@ -9,6 +9,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // DevSecret signs and verifies tokens when TOLLGATE_JWT_SECRET is not set.
@@ -55,30 +56,30 @@ func NewVerifier(secret []byte, knownTier func(string) bool) (*Verifier, error) 
 
 // Verify checks a token (without the "Bearer " prefix) and returns its
 // tenant.
-func (v *Verifier) Verify(token string) (core.Tenant, error) {
+func (v *Verifier) Verify(token string) (quota.Tenant, error) {
 	var c Claims
 	_, err := v.parser.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return v.secret, nil })
 	if err != nil {
-		return core.Tenant{}, fmt.Errorf("%w: invalid token: %w", ErrUnauthenticated, err)
+		return quota.Tenant{}, fmt.Errorf("%w: invalid token: %w", ErrUnauthenticated, err)
 	}
-	if c.Tenant == "" || len(c.Tenant) > core.MaxTenantIDLen {
-		return core.Tenant{}, fmt.Errorf("%w: the token's tenant claim is empty or longer than %d bytes", ErrUnauthenticated, core.MaxTenantIDLen)
+	if c.Tenant == "" || len(c.Tenant) > quota.MaxTenantIDLen {
+		return quota.Tenant{}, fmt.Errorf("%w: the token's tenant claim is empty or longer than %d bytes", ErrUnauthenticated, quota.MaxTenantIDLen)
 	}
 	if v.knownTier != nil && !v.knownTier(c.Tier) {
-		return core.Tenant{}, fmt.Errorf("%w: the token's tier %q is not defined here", ErrUnauthenticated, c.Tier)
+		return quota.Tenant{}, fmt.Errorf("%w: the token's tier %q is not defined here", ErrUnauthenticated, c.Tier)
 	}
-	return core.Tenant{ID: c.Tenant, Tier: c.Tier}, nil
+	return quota.Tenant{ID: c.Tenant, Tier: c.Tier}, nil
 }
 
 // Authenticate verifies an Authorization header (or gRPC metadata) value,
 // "Bearer <token>".
-func (v *Verifier) Authenticate(authorization string) (core.Tenant, error) {
+func (v *Verifier) Authenticate(authorization string) (quota.Tenant, error) {
 	scheme, token, ok := strings.Cut(strings.TrimSpace(authorization), " ")
 	if authorization == "" {
-		return core.Tenant{}, fmt.Errorf("%w: no bearer token", ErrUnauthenticated)
+		return quota.Tenant{}, fmt.Errorf("%w: no bearer token", ErrUnauthenticated)
 	}
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
-		return core.Tenant{}, fmt.Errorf("%w: want Authorization: Bearer <token>", ErrUnauthenticated)
+		return quota.Tenant{}, fmt.Errorf("%w: want Authorization: Bearer <token>", ErrUnauthenticated)
 	}
 	return v.Verify(strings.TrimSpace(token))
 }

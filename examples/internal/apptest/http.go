@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/examples/internal/app"
 	"github.com/tollgate-go/tollgate/sqlquota"
 )
@@ -228,7 +229,7 @@ func HTTP(t *testing.T, a *app.App, base string) {
 	t.Run("an override in the SQL store replaces the tier default", func(t *testing.T) {
 		tenant := Tenant(t)
 		if _, err := a.Overrides.Set(t.Context(), sqlquota.Override{TenantID: tenant, Bucket: app.ClassExport,
-			Quota: core.Quota{Capacity: 20, RefillPerSecond: 0.1}, UpdatedBy: "apptest", Reason: "test"}); err != nil {
+			Quota: quota.Quota{Capacity: 20, RefillPerSecond: 0.1}, UpdatedBy: "apptest", Reason: "test"}); err != nil {
 			t.Fatalf("set override: %v", err)
 		}
 		auth := "Bearer " + Token(t, tenant, "free")
