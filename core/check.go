@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/tollgate-go/tollgate/core/quota"
 	"slices"
+
+	"github.com/tollgate-go/tollgate/core/internal/names"
+	tgkeys "github.com/tollgate-go/tollgate/core/keys"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // Allow checks and charges cost tokens of tenant t's class buckets. See
@@ -88,7 +91,7 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 			return l.callerGone(req, ctx.Err())
 		}
 		if errors.Is(err, ErrResolve) || errors.Is(err, quota.ErrInvalid) {
-			l.logDegraded("tollgate: no quota configured for this request; rejected", req, err, "tier", EscapeID(req.Tenant.Tier))
+			l.logDegraded("tollgate: no quota configured for this request; rejected", req, err, "tier", tgkeys.EscapeID(req.Tenant.Tier))
 			return Decision{Reason: ReasonUnresolved, Cost: req.Cost}, err
 		}
 		// a custom resolver's own backend failed: a store failure
@@ -103,18 +106,18 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 	}
 	c := checkCall{req: req, keys: keys, buckets: buckets, cost: req.Cost, sent: l.now()}
 	if ci, err := concurrentBucket(buckets); err != nil {
-		l.logDegraded("tollgate: no quota configured for this request; rejected", req, err, "tier", EscapeID(req.Tenant.Tier))
+		l.logDegraded("tollgate: no quota configured for this request; rejected", req, err, "tier", tgkeys.EscapeID(req.Tenant.Tier))
 		return Decision{Reason: ReasonUnresolved, Cost: req.Cost}, err
 	} else if ci >= 0 {
 		// the concurrency script: no token lease (a slot is taken per
 		// request), the deny cache still proves a bucket's denial
-		c.slot = &slotCall{index: ci, key: keys[ci] + slotsSuffix, id: newSlotID()}
+		c.slot = &slotCall{index: ci, key: keys[ci] + ":slots", id: newSlotID()}
 	}
 	return l.layers.decide(ctx, c)
 }
 
 func (l *Limiter) validate(req Request) error {
-	if err := validateTenantID(req.Tenant.ID); err != nil {
+	if err := names.ValidateTenantID(req.Tenant.ID); err != nil {
 		return err
 	}
 	if err := quota.ValidateName(req.Class); err != nil {

@@ -1,9 +1,10 @@
 package core
 
 import (
-	"github.com/tollgate-go/tollgate/core/quota"
 	"math"
 	"time"
+
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // Reason says why a Decision came out as it did.

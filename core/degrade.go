@@ -1,16 +1,16 @@
 package core
 
 import (
-	"github.com/tollgate-go/tollgate/core/internal/shard"
-	"github.com/tollgate-go/tollgate/core/quota"
-
-	"github.com/tollgate-go/tollgate/core/internal/transport"
-
 	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/tollgate-go/tollgate/core/internal/shard"
+	"github.com/tollgate-go/tollgate/core/internal/transport"
+	tgkeys "github.com/tollgate-go/tollgate/core/keys"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // breakerLayer keeps the store shards' circuit breakers and answers a
@@ -136,7 +136,7 @@ func (l *Limiter) degradeQuiet(req Request, keys []string, buckets []quota.Bucke
 func (l *Limiter) logDegraded(msg string, req Request, err error, attrs ...any) {
 	now := time.Now().UnixNano()
 	if last := l.lastLog.Load(); now-last >= int64(time.Second) && l.lastLog.CompareAndSwap(last, now) {
-		attrs = append(attrs, "tenant", EscapeID(req.Tenant.ID), "class", req.Class, "policy", l.cfg.policy.String(), "err", err)
+		attrs = append(attrs, "tenant", tgkeys.EscapeID(req.Tenant.ID), "class", req.Class, "policy", l.cfg.policy.String(), "err", err)
 		l.cfg.log.Warn(msg, attrs...)
 	}
 }

@@ -2,9 +2,9 @@ package core
 
 import (
 	"errors"
-	"github.com/tollgate-go/tollgate/core/internal/errs"
 	"time"
 
+	"github.com/tollgate-go/tollgate/core/internal/errs"
 	"github.com/tollgate-go/tollgate/core/internal/transport"
 )
 

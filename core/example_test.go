@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/keys"
 	"github.com/tollgate-go/tollgate/core/quota"
 )
 
@@ -70,7 +72,7 @@ func ExampleDecision_Headers() {
 
 // The key scheme: the tenant is the hash tag, escaped.
 func ExampleKeys_Bucket() {
-	k, _ := core.NewKeys(core.DefaultPrefix)
+	k, _ := keys.New(core.DefaultPrefix)
 	for _, id := range []string{"t42", "acme:eu{1}"} {
 		key, _ := k.Bucket(id, "export")
 		fmt.Println(key)

@@ -3,9 +3,11 @@ package core
 import (
 	"context"
 	"fmt"
-	"github.com/tollgate-go/tollgate/core/quota"
 	"strings"
 	"time"
+
+	"github.com/tollgate-go/tollgate/core/keys"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // Endpoint is what an adapter knows about a request before the handler runs.
@@ -227,7 +229,7 @@ func (g *Gate) Decide(ctx context.Context, e Endpoint) Verdict {
 		// share that caller's bucket (and deny cache entry), each draining
 		// the other's quota
 		return g.render(t, r, Decision{Reason: ReasonInvalid, Cost: r.Cost},
-			fmt.Errorf("%w: tenant ID %s begins with %q, which is kept for anonymous callers", ErrInvalidRequest, EscapeID(t.ID), anonymousPrefix))
+			fmt.Errorf("%w: tenant ID %s begins with %q, which is kept for anonymous callers", ErrInvalidRequest, keys.EscapeID(t.ID), anonymousPrefix))
 	}
 	d, err := g.lim.Check(ctx, Request{Tenant: t, Class: r.Class, Cost: r.Cost})
 	return g.render(t, r, d, err)

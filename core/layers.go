@@ -2,8 +2,9 @@ package core
 
 import (
 	"context"
-	"github.com/tollgate-go/tollgate/core/quota"
 	"time"
+
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // The check path is a stack of layers, composed once in New: token leases

@@ -1,13 +1,13 @@
 package core
 
 import (
-	"github.com/tollgate-go/tollgate/core/internal/lease"
-	"github.com/tollgate-go/tollgate/core/internal/transport"
-	tgquota "github.com/tollgate-go/tollgate/core/quota"
-
 	"context"
 	"errors"
 	"time"
+
+	"github.com/tollgate-go/tollgate/core/internal/lease"
+	"github.com/tollgate-go/tollgate/core/internal/transport"
+	tgquota "github.com/tollgate-go/tollgate/core/quota"
 )
 
 // leaseLayer answers a check of a leased class: from this replica's lease

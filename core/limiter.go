@@ -1,30 +1,25 @@
 package core
 
 import (
-	_ "embed"
 	"fmt"
-	"github.com/tollgate-go/tollgate/core/internal/hooks"
-	"github.com/tollgate-go/tollgate/core/quota"
 	"io"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/tollgate-go/tollgate/core/internal/denycache"
+	"github.com/tollgate-go/tollgate/core/internal/hooks"
 	"github.com/tollgate-go/tollgate/core/internal/lease"
 	"github.com/tollgate-go/tollgate/core/internal/shard"
 	"github.com/tollgate-go/tollgate/core/internal/transport"
+	tgkeys "github.com/tollgate-go/tollgate/core/keys"
+	"github.com/tollgate-go/tollgate/core/lua"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
-//go:embed lua/tokenbucket.lua
-var tokenBucketSource string
-
-var tokenBucket = transport.NewScript(tokenBucketSource)
-
-// ScriptSource returns the Lua source of the token-bucket script, for tools
-// that preload it (SCRIPT LOAD) or audit it.
-func ScriptSource() string { return tokenBucketSource }
+var tokenBucket = transport.NewScript(lua.TokenBucket())
 
 // Request is one request to check.
 type Request struct {
@@ -53,7 +48,7 @@ const maxClasses = 16
 type Limiter struct {
 	client   redis.UniversalClient
 	resolver quota.Resolver
-	keys     Keys
+	keys     tgkeys.Keys
 	cfg      config
 	// scripts is the client the script calls go through, bounded by the
 	// timeout (see transport.Client); owned is closed by Close when the limiter
@@ -107,7 +102,7 @@ func New(client redis.UniversalClient, r quota.Resolver, opts ...Option) (*Limit
 	if cfg.policy > FailClosed {
 		return nil, fmt.Errorf("%w: unknown failure policy %d", ErrInvalidConfig, cfg.policy)
 	}
-	keys, err := NewKeys(cfg.prefix)
+	keys, err := tgkeys.New(cfg.prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -160,4 +155,4 @@ func (l *Limiter) Close() error {
 }
 
 // Keys returns the limiter's key scheme.
-func (l *Limiter) Keys() Keys { return l.keys }
+func (l *Limiter) Keys() tgkeys.Keys { return l.keys }

@@ -1,10 +1,11 @@
 package core
 
 import (
-	tgquota "github.com/tollgate-go/tollgate/core/quota"
 	"math"
 	"sync"
 	"time"
+
+	tgquota "github.com/tollgate-go/tollgate/core/quota"
 )
 
 // localBuckets is an in-process token bucket per key, used as the fallback

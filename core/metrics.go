@@ -1,9 +1,6 @@
 package core
 
 import (
-	"github.com/tollgate-go/tollgate/core/internal/transport"
-	"github.com/tollgate-go/tollgate/core/quota"
-
 	"context"
 	"errors"
 	"net"
@@ -17,6 +14,10 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/tollgate-go/tollgate/core/internal/transport"
+	"github.com/tollgate-go/tollgate/core/keys"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // Instrument names. Every adapter shares them, because they are recorded
@@ -302,7 +303,7 @@ func (h *topK) label(tenant string, denied bool) string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.labelled[tenant] {
-		return EscapeID(tenant)
+		return keys.EscapeID(tenant)
 	}
 	if !denied {
 		return otherTenant
@@ -330,7 +331,7 @@ func (h *topK) label(tenant string, denied bool) string {
 	// count - err
 	if c.count-c.err >= heavyHitterThreshold && len(h.labelled) < h.k {
 		h.labelled[tenant] = true
-		return EscapeID(tenant)
+		return keys.EscapeID(tenant)
 	}
 	return otherTenant
 }

@@ -1,14 +1,16 @@
 package core
 
 import (
-	"github.com/tollgate-go/tollgate/core/internal/errs"
-	"github.com/tollgate-go/tollgate/core/quota"
 	"log/slog"
 	"math"
 	"time"
 
-	"github.com/tollgate-go/tollgate/core/internal/lease"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/tollgate-go/tollgate/core/internal/errs"
+	"github.com/tollgate-go/tollgate/core/internal/lease"
+	"github.com/tollgate-go/tollgate/core/keys"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // FailurePolicy says what a check answers when the store fails.
@@ -30,6 +32,9 @@ func (p FailurePolicy) String() string {
 	}
 	return "open"
 }
+
+// DefaultPrefix is the key prefix used unless [WithPrefix] says otherwise.
+const DefaultPrefix = "rl"
 
 // DefaultTimeout bounds one check's store call.
 const DefaultTimeout = 100 * time.Millisecond
@@ -236,7 +241,7 @@ func WithTenantLabel(k int) Option {
 // WithPrefix sets the key prefix. Default "rl". See [Keys].
 func WithPrefix(prefix string) Option {
 	return optionFunc(func(c *config) error {
-		if _, err := NewKeys(prefix); err != nil {
+		if _, err := keys.New(prefix); err != nil {
 			return badValue("WithPrefix", err)
 		}
 		c.prefix = prefix

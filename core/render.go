@@ -148,8 +148,8 @@ func quoteSFString(s string) string {
 			b.WriteByte(c)
 		case c < 0x20 || c >= 0x7f || c == '%':
 			b.WriteByte('%')
-			b.WriteByte(hexDigits[c>>4])
-			b.WriteByte(hexDigits[c&15])
+			b.WriteByte("0123456789ABCDEF"[c>>4])
+			b.WriteByte("0123456789ABCDEF"[c&15])
 		default:
 			b.WriteByte(c)
 		}

@@ -1,10 +1,11 @@
 package core
 
 import (
-	"github.com/tollgate-go/tollgate/core/quota"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 func TestHeaders(t *testing.T) {

@@ -3,10 +3,11 @@ package core
 import (
 	"errors"
 	"fmt"
-	"github.com/tollgate-go/tollgate/core/quota"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // parseReply decodes the script's reply (see the script's header), checking

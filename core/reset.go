@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-go/tollgate/core/internal/names"
 	"github.com/tollgate-go/tollgate/core/quota"
 )
 
@@ -21,9 +23,9 @@ func (l *Limiter) Reset(ctx context.Context, t quota.Tenant, buckets ...string) 
 		if err != nil {
 			return 0, err
 		}
-		keys = append(keys, k, k+slotsSuffix)
+		keys = append(keys, k, k+":slots") // keys.Keys.Slots
 	}
-	pattern, err := l.keys.tenantPattern(t.ID)
+	pattern, err := names.TenantPattern(l.keys.Prefix(), t.ID)
 	if err != nil {
 		return 0, err
 	}

@@ -2,8 +2,9 @@ package core
 
 import (
 	"fmt"
-	"github.com/tollgate-go/tollgate/core/quota"
 	"strings"
+
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // Route is what a request costs: the class (bucket) it is charged to and how

@@ -2,28 +2,20 @@ package core
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
 
 	"github.com/tollgate-go/tollgate/core/internal/transport"
+	"github.com/tollgate-go/tollgate/core/lua"
 	"github.com/tollgate-go/tollgate/core/quota"
 )
-
-//go:embed lua/settle.lua
-var settleSource string
 
 // settleScript settles reservations. Only a settle sends it, straight
 // through the limiter's client: the check path's scripts, leases, deny cache
 // and batcher are untouched.
-var settleScript = transport.NewScript(settleSource)
-
-// SettleScriptSource returns the Lua source of the script that settles
-// reservations (Limiter.Settle), for tools that preload it (SCRIPT LOAD) or
-// audit it.
-func SettleScriptSource() string { return settleSource }
+var settleScript = transport.NewScript(lua.Settle())
 
 // settleable reports whether d is a reservation that Limiter.Settle can settle:
 // admitted and charged by the store (ReasonOK, not by the local fallback)

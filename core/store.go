@@ -1,13 +1,13 @@
 package core
 
 import (
-	"github.com/tollgate-go/tollgate/core/internal/transport"
-
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"time"
+
+	"github.com/tollgate-go/tollgate/core/internal/transport"
 )
 
 // The store boundary: how a script call is sent (once, bounded) and how its

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/keys"
 	"github.com/tollgate-go/tollgate/core/quota"
 )
 
@@ -44,7 +45,7 @@ type RowError struct {
 }
 
 func (e *RowError) Error() string {
-	return fmt.Sprintf("sqlquota: the override of tenant %q bucket %q cannot be read: %v", core.EscapeID(e.TenantID), core.EscapeID(e.Bucket), e.Err)
+	return fmt.Sprintf("sqlquota: the override of tenant %q bucket %q cannot be read: %v", keys.EscapeID(e.TenantID), keys.EscapeID(e.Bucket), e.Err)
 }
 
 // Unwrap returns e.Err.
@@ -284,7 +285,7 @@ func checkTenant(id string) error {
 	case len(id) > quota.MaxTenantIDLen:
 		return fmt.Errorf("%w: tenant ID is %d bytes, longer than %d", core.ErrInvalidRequest, len(id), quota.MaxTenantIDLen)
 	case !storable(id):
-		return fmt.Errorf("%w: tenant ID %q is not valid UTF-8 text without NUL bytes, so it cannot have overrides", core.ErrInvalidRequest, core.EscapeID(id))
+		return fmt.Errorf("%w: tenant ID %q is not valid UTF-8 text without NUL bytes, so it cannot have overrides", core.ErrInvalidRequest, keys.EscapeID(id))
 	}
 	return nil
 }
@@ -342,12 +343,12 @@ func (s *Store) Overrides(ctx context.Context, tenantID string) (map[string]quot
 			readFloat(cells[2], "refill_per_second", &q.RefillPerSecond), readNullInt(cells[3], "concurrency", &q.Concurrency))
 		if err != nil {
 			s.log.Warn("tollgate: skipping an override row that cannot be read",
-				"table", s.table, "tenant", core.EscapeID(tenantID), "bucket", core.EscapeID(bucket), "err", err)
+				"table", s.table, "tenant", keys.EscapeID(tenantID), "bucket", keys.EscapeID(bucket), "err", err)
 			continue
 		}
 		if err := q.Validate(); err != nil {
 			s.log.Warn("tollgate: skipping an override that cannot be enforced",
-				"table", s.table, "tenant", core.EscapeID(tenantID), "bucket", core.EscapeID(bucket), "err", err)
+				"table", s.table, "tenant", keys.EscapeID(tenantID), "bucket", keys.EscapeID(bucket), "err", err)
 			continue
 		}
 		out[bucket] = q
@@ -396,7 +397,7 @@ func (s *Store) Get(ctx context.Context, tenantID, bucket string) (Override, err
 		return Override{}, bad[0]
 	}
 	if len(list) == 0 {
-		return Override{}, fmt.Errorf("%w: tenant %q bucket %q", ErrNotFound, core.EscapeID(tenantID), core.EscapeID(bucket))
+		return Override{}, fmt.Errorf("%w: tenant %q bucket %q", ErrNotFound, keys.EscapeID(tenantID), keys.EscapeID(bucket))
 	}
 	return list[0], nil
 }
@@ -559,7 +560,7 @@ func (s *Store) Delete(ctx context.Context, tenantID, bucket string) error {
 		return fmt.Errorf("sqlquota: delete override: %w", err)
 	}
 	if n == 0 {
-		return fmt.Errorf("%w: tenant %q bucket %q", ErrNotFound, core.EscapeID(tenantID), core.EscapeID(bucket))
+		return fmt.Errorf("%w: tenant %q bucket %q", ErrNotFound, keys.EscapeID(tenantID), keys.EscapeID(bucket))
 	}
 	return nil
 }

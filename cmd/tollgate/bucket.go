@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/config"
+	"github.com/tollgate-go/tollgate/core/keys"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"golang.org/x/term"
 )
@@ -232,7 +233,7 @@ func bucketGet(ctx context.Context, e *env, args []string) error {
 			Buckets []bucketRow `json:"buckets"`
 		}{tenant, tierName, rows})
 	}
-	fmt.Fprintf(e.stdout, "tenant %s, tier %s\n", core.EscapeID(tenant), tierName)
+	fmt.Fprintf(e.stdout, "tenant %s, tier %s\n", keys.EscapeID(tenant), tierName)
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "BUCKET\tTOKENS\tCAPACITY\tRATE/S\tFULL IN\tTTL\tSOURCE\tKEY")
 	for _, r := range rows {
@@ -301,7 +302,7 @@ func bucketReset(ctx context.Context, e *env, args []string) error {
 	}
 	defer client.Close()
 	if len(buckets) == 0 && !e.opts.yes {
-		if err := e.confirm(fmt.Sprintf("Delete every bucket of tenant %s under prefix %s?", core.EscapeID(tenant), prefix)); err != nil {
+		if err := e.confirm(fmt.Sprintf("Delete every bucket of tenant %s under prefix %s?", keys.EscapeID(tenant), prefix)); err != nil {
 			return err
 		}
 	}
@@ -324,7 +325,7 @@ func bucketReset(ctx context.Context, e *env, args []string) error {
 	if len(buckets) > 0 {
 		what = strings.Join(buckets, ", ")
 	}
-	fmt.Fprintf(e.stdout, "reset tenant %s (prefix %s): %s: %d key(s) deleted\n", core.EscapeID(tenant), prefix, what, n)
+	fmt.Fprintf(e.stdout, "reset tenant %s (prefix %s): %s: %d key(s) deleted\n", keys.EscapeID(tenant), prefix, what, n)
 	return nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/config"
+	"github.com/tollgate-go/tollgate/core/keys"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/sqlquota"
 	_ "modernc.org/sqlite" // database/sql driver "sqlite"
@@ -147,7 +148,7 @@ func (e *env) prefix(cfg *config.Config) (string, error) {
 	if p == "" {
 		p = core.DefaultPrefix
 	}
-	if _, err := core.NewKeys(p); err != nil {
+	if _, err := keys.New(p); err != nil {
 		return "", usagef("bad --prefix: %v", err)
 	}
 	return p, nil
@@ -172,7 +173,7 @@ func checkTenant(id string) error {
 
 func checkBucket(name string) error {
 	if err := quota.ValidateName(name); err != nil {
-		return usagef("bad bucket %q: %v", core.EscapeID(name), strings.TrimPrefix(err.Error(), core.ErrInvalidRequest.Error()+": "))
+		return usagef("bad bucket %q: %v", keys.EscapeID(name), strings.TrimPrefix(err.Error(), core.ErrInvalidRequest.Error()+": "))
 	}
 	return nil
 }

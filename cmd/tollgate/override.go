@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/keys"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/sqlquota"
 )
@@ -142,7 +143,7 @@ func (e *env) withStore(ctx context.Context, mustExist bool, f func(ctx context.
 // notFoundOr names a missing override, or explains another database error.
 func notFoundOr(err error, s *sqlquota.Store, tenant, bucket string) error {
 	if errors.Is(err, sqlquota.ErrNotFound) {
-		return fmt.Errorf("no override for tenant %s bucket %s", core.EscapeID(tenant), core.EscapeID(bucket))
+		return fmt.Errorf("no override for tenant %s bucket %s", keys.EscapeID(tenant), keys.EscapeID(bucket))
 	}
 	return dbHint(err, s)
 }
@@ -222,7 +223,7 @@ func overrideSet(ctx context.Context, e *env, args []string) error {
 		if e.opts.json {
 			return e.printJSON(toJSON(stored, now))
 		}
-		fmt.Fprintf(e.stdout, "set override %s/%s: %s\n", core.EscapeID(stored.TenantID), stored.Bucket, describe(stored))
+		fmt.Fprintf(e.stdout, "set override %s/%s: %s\n", keys.EscapeID(stored.TenantID), stored.Bucket, describe(stored))
 		return nil
 	})
 }
@@ -370,7 +371,7 @@ func printOverrides(e *env, list []sqlquota.Override, now time.Time) error {
 		if o.Quota.Concurrency > 0 {
 			inFlight = strconv.FormatInt(o.Quota.Concurrency, 10)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", core.EscapeID(o.TenantID), o.Bucket, o.Quota.Capacity,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", keys.EscapeID(o.TenantID), o.Bucket, o.Quota.Capacity,
 			strconv.FormatFloat(o.Quota.RefillPerSecond, 'g', -1, 64), inFlight, exp, o.UpdatedAt.Format(time.RFC3339),
 			o.UpdatedBy, strconv.Quote(o.Reason))
 	}
@@ -388,7 +389,7 @@ func overrideDelete(ctx context.Context, e *env, args []string) error {
 		if e.opts.json {
 			return e.printJSON(map[string]any{"deleted": true, "tenant_id": args[0], "bucket": args[1]})
 		}
-		fmt.Fprintf(e.stdout, "deleted override %s/%s: the tier default applies at the next cache refresh\n", core.EscapeID(args[0]), args[1])
+		fmt.Fprintf(e.stdout, "deleted override %s/%s: the tier default applies at the next cache refresh\n", keys.EscapeID(args[0]), args[1])
 		return nil
 	})
 }

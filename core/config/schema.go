@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/keys"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"go.yaml.in/yaml/v3"
 )
@@ -138,7 +139,7 @@ func (p *schema) config(root *yaml.Node) *Config {
 	}
 	if e, ok := byName["key_prefix"]; ok {
 		if s, ok := p.str(e.val, "key_prefix"); ok {
-			if _, err := core.NewKeys(s); err != nil {
+			if _, err := keys.New(s); err != nil {
 				p.failAt(deref(e.val), "key_prefix", "%s", strings.TrimPrefix(err.Error(), core.ErrInvalidConfig.Error()+": "))
 			} else {
 				cfg.KeyPrefix = s

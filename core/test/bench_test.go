@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/lua"
 	tgquota "github.com/tollgate-go/tollgate/core/quota"
 )
 
@@ -145,7 +146,7 @@ func BenchmarkSingleCallerP50(b *testing.B) {
 }
 
 func tokenBucketSHA(b *testing.B, c *redis.Client) string {
-	sha, err := c.ScriptLoad(context.Background(), core.ScriptSource()).Result()
+	sha, err := c.ScriptLoad(context.Background(), lua.TokenBucket()).Result()
 	if err != nil {
 		b.Fatal(err)
 	}

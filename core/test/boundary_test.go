@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/keys"
 	"github.com/tollgate-go/tollgate/core/quota"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 )
@@ -96,7 +97,7 @@ func TestRequestErrorIsThatRequestsFailure(t *testing.T) {
 			t.Fatalf("another tenant after the poisoned checks: %+v: the breaker opened", d)
 		}
 		s := logs.String()
-		if !strings.Contains(s, core.EscapeID(bad)) || !strings.Contains(s, "key=") || strings.Contains(s, "circuit") {
+		if !strings.Contains(s, keys.EscapeID(bad)) || !strings.Contains(s, "key=") || strings.Contains(s, "circuit") {
 			t.Fatalf("want a log naming the escaped tenant and the key, no breaker: %s", s)
 		}
 	})

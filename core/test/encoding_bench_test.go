@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/lua"
 	"github.com/tollgate-go/tollgate/core/quota"
 )
 
@@ -32,7 +32,7 @@ func BenchmarkEncoding(b *testing.B) {
 	for _, enc := range []struct {
 		name string
 		s    *redis.Script
-	}{{"packed", redis.NewScript(core.ScriptSource())}, {"hash", redis.NewScript(tokenBucketHashSource)}} {
+	}{{"packed", redis.NewScript(lua.TokenBucket())}, {"hash", redis.NewScript(tokenBucketHashSource)}} {
 		// a server of its own per encoding: memory is measured on a clean one
 		srv := redistest.NewServer(b)
 		c := srv.Client(b)

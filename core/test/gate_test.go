@@ -12,6 +12,7 @@ import (
 
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	tgkeys "github.com/tollgate-go/tollgate/core/keys"
 	"github.com/tollgate-go/tollgate/core/quota"
 )
 
@@ -296,7 +297,7 @@ func TestGateAnonymousKeySpaceApart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		keys, err := core.NewKeys(prefix)
+		keys, err := tgkeys.New(prefix)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/lua"
 	"github.com/tollgate-go/tollgate/core/quota"
 )
 
@@ -102,7 +103,7 @@ func TestLeasesCutCalls(t *testing.T) {
 		r := staticResolver(quota.Bucket{Name: "default", Quota: quota.Quota{Capacity: 1000, RefillPerSecond: 1}})
 		ctx := context.Background()
 		// cached first, so that no call fails NOSCRIPT and is counted twice
-		if err := c.ScriptLoad(ctx, core.ScriptSource()).Err(); err != nil {
+		if err := c.ScriptLoad(ctx, lua.TokenBucket()).Err(); err != nil {
 			t.Fatal(err)
 		}
 		for _, tc := range []struct {
@@ -226,7 +227,7 @@ func TestLeaseDenialIsOneCall(t *testing.T) {
 	srv := redistest.NewServer(t)
 	c := srv.Client(t)
 	ctx := context.Background()
-	if err := c.ScriptLoad(ctx, core.ScriptSource()).Err(); err != nil {
+	if err := c.ScriptLoad(ctx, lua.TokenBucket()).Err(); err != nil {
 		t.Fatal(err)
 	}
 	clock := conformance.NewFakeClock()

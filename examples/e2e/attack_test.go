@@ -13,6 +13,7 @@ import (
 
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	tgkeys "github.com/tollgate-go/tollgate/core/keys"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/examples"
 	"github.com/tollgate-go/tollgate/examples/internal/app"
@@ -32,7 +33,7 @@ const attackFor = 1500 * time.Millisecond
 // default class then gets WRONGTYPE from the script.
 func poison(t *testing.T, tenant string) {
 	t.Helper()
-	keys, err := core.NewKeys(core.DefaultPrefix)
+	keys, err := tgkeys.New(core.DefaultPrefix)
 	if err != nil {
 		t.Fatal(err)
 	}

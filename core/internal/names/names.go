@@ -71,3 +71,12 @@ func NeedsEscape(c byte) bool {
 	}
 	return false
 }
+
+// TenantPattern returns a SCAN MATCH pattern for every key of tenantID
+// under prefix.
+func TenantPattern(prefix, tenantID string) (string, error) {
+	if err := ValidateTenantID(tenantID); err != nil {
+		return "", err
+	}
+	return prefix + ":{" + Escape(tenantID) + "}:*", nil
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	tgkeys "github.com/tollgate-go/tollgate/core/keys"
 	"github.com/tollgate-go/tollgate/core/quota"
 )
 
@@ -44,7 +45,7 @@ func TestConcurrencyClusterMasterDown(t *testing.T) {
 				cl := redistest.NewCluster(t, 3, 0)
 				cc := cl.Client(t)
 				victim := cl.Master(t, 0)
-				keys, err := core.NewKeys(redistest.Prefix(t))
+				keys, err := tgkeys.New(redistest.Prefix(t))
 				if err != nil {
 					t.Fatal(err)
 				}
