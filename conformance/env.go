@@ -19,7 +19,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
+	tgrender "github.com/tollgate-go/tollgate/core/render"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -58,8 +60,8 @@ var scenarioTiers = quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{
 }}
 
 // scenarioRoutes is every scenario's route table, by endpoint name.
-func scenarioRoutes() map[string]core.Route {
-	return map[string]core.Route{
+func scenarioRoutes() map[string]gate.Route {
+	return map[string]gate.Route{
 		EndpointProfile: {Class: "default", Cost: 1},
 		EndpointExport:  {Class: "export", Cost: 4},
 		EndpointHealth:  {Exempt: true},
@@ -87,7 +89,7 @@ type config struct {
 	policy    core.FailurePolicy
 	timeout   time.Duration
 	shadow    bool
-	style     *core.HeaderStyle
+	style     *tgrender.HeaderStyle
 	anonymous bool
 	// serverClock runs the limiter on Redis TIME instead of the fake clock.
 	serverClock bool
@@ -181,7 +183,7 @@ func (e *env) limiter() *core.Limiter {
 // instance builds one instance of the target (one replica).
 func (e *env) instance() Instance {
 	e.t.Helper()
-	style := core.DefaultHeaderStyle
+	style := tgrender.DefaultHeaderStyle
 	if e.cfg.style != nil {
 		style = *e.cfg.style
 	}
@@ -420,13 +422,13 @@ func (e *env) checkProblem(en entry, status int) {
 	if e.proto != ProtocolHTTP {
 		return
 	}
-	if ct := en.header("Content-Type"); ct != core.ProblemContentType {
-		e.t.Errorf("conformance: %s -> %d: Content-Type %q, want %q", en.request, en.status, ct, core.ProblemContentType)
+	if ct := en.header("Content-Type"); ct != tgrender.ProblemContentType {
+		e.t.Errorf("conformance: %s -> %d: Content-Type %q, want %q", en.request, en.status, ct, tgrender.ProblemContentType)
 	}
 	if en.head {
 		return // no content to check
 	}
-	var p core.Problem
+	var p tgrender.Problem
 	if err := json.Unmarshal([]byte(en.body), &p); err != nil || p.Status != status || p.Type == "" || p.Title == "" {
 		e.t.Errorf("conformance: %s -> %d: body is not an RFC 9457 problem with status %d: %q (%v)", en.request, en.status, status, en.body, err)
 	}

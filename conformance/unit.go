@@ -7,6 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 )
 
@@ -47,9 +48,9 @@ func NewLimiter(t testing.TB, c redis.UniversalClient, tiers quota.Tiers, opts .
 
 // NewUnitGate returns a gate over lim (see NewUnitLimiter) with opts, for
 // an adapter's own unit tests; a configuration error fails t.
-func NewUnitGate(t testing.TB, lim *core.Limiter, opts ...core.GateOption) *core.Gate {
+func NewUnitGate(t testing.TB, lim *core.Limiter, opts ...gate.Option) *gate.Gate {
 	t.Helper()
-	g, err := core.NewGate(lim, opts...)
+	g, err := gate.New(lim, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -91,8 +91,8 @@ type BucketState struct {
 }
 
 // Decision is the limiter's answer to one request. Every number an adapter
-// renders (headers, status, body, gRPC details) is derived from it by methods
-// in this package, so every adapter renders the same answer.
+// renders (headers, status, body, gRPC details) is derived from it by
+// package render, so every adapter renders the same answer.
 type Decision struct {
 	// Allowed reports whether the request may proceed. It is true for
 	// ReasonOK, ReasonFailedOpen and ReasonShadowDenied.
@@ -142,38 +142,6 @@ func (d Decision) Degraded() bool {
 // never satisfiable), as opposed to allowed or failed.
 func (d Decision) Denied() bool {
 	return d.Reason == ReasonOverLimit || d.Reason == ReasonCostExceedsCapacity || d.Reason == ReasonConcurrencyLimit
-}
-
-// concurrent returns the bucket with a concurrency limit, if any.
-func (d Decision) concurrent() (BucketState, bool) {
-	for _, b := range d.Buckets {
-		if b.Quota.Concurrency > 0 {
-			return b, true
-		}
-	}
-	return BucketState{}, false
-}
-
-// hasQuota reports whether the decision carries bucket numbers to render.
-func (d Decision) hasQuota() bool {
-	switch d.Reason {
-	case ReasonOK, ReasonOverLimit, ReasonCostExceedsCapacity, ReasonShadowDenied, ReasonConcurrencyLimit:
-		return d.Bucket != ""
-	}
-	return false
-}
-
-// untilGrows is how long until floor(tokens) grows by one: the RateLimit
-// field's t on an admitted request. Zero when the bucket is full.
-func (d Decision) untilGrows() time.Duration {
-	if d.Quota.RefillPerSecond <= 0 || d.Tokens >= float64(d.Limit) {
-		return 0
-	}
-	next := math.Floor(d.Tokens) + 1
-	if next > float64(d.Limit) {
-		next = float64(d.Limit)
-	}
-	return seconds((next - d.Tokens) / d.Quota.RefillPerSecond)
 }
 
 func newDecision(states []BucketState, binding int, reason Reason, retry float64, cost int64) Decision {

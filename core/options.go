@@ -270,13 +270,6 @@ func WithTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) error { return errs.SetPositive(&c.timeout, "WithTimeout", "timeout", d) })
 }
 
-// ClockOption is the option WithClock returns: one clock for a Limiter
-// (New) and a Gate (NewGate) alike.
-type ClockOption interface {
-	Option
-	GateOption
-}
-
 type clockOption func() time.Time
 
 func (now clockOption) apply(c *config) error {
@@ -286,25 +279,15 @@ func (now clockOption) apply(c *config) error {
 	return nil
 }
 
-func (now clockOption) applyGate(g *Gate) error {
-	if now != nil {
-		g.now = now
-	}
-	return nil
-}
-
-// WithClock takes the time from now instead of the system clock. Pass the
-// same WithClock to New, NewGate and NewResolver to run all three on one
-// clock (tests, simulations). nil is ignored. Default: time.Now, and for a
-// Limiter the Redis server's clock.
-//
-// On a Limiter it also makes the script take the time from now instead of
-// calling TIME on the server: use it in production only for a managed Redis
-// that forbids TIME in scripts (WithClock(time.Now)); replicas whose clocks
-// disagree then see slightly different buckets. A clock that steps
-// backwards neither mints nor burns tokens. On a Gate it dates epoch-style
-// headers; on a TieredResolver it expires cached overrides.
-func WithClock(now func() time.Time) ClockOption { return clockOption(now) }
+// WithClock takes the time from now instead of the system clock, and makes
+// the script take it from now instead of calling TIME on the server: use it
+// in tests and simulations (pass the same clock to quota.WithClock and
+// gate.WithClock to run a resolver and a gate on it too), and in production
+// only for a managed Redis that forbids TIME in scripts
+// (WithClock(time.Now)); replicas whose clocks disagree then see slightly
+// different buckets. A clock that steps backwards neither mints nor burns
+// tokens. nil is ignored. Default: the Redis server's clock.
+func WithClock(now func() time.Time) Option { return clockOption(now) }
 
 // WithShadow turns on shadow (dry-run) mode: decisions are computed,
 // charged and reported as usual, but a request that would be denied is let

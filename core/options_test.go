@@ -11,7 +11,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/render"
 )
 
 // optionCase is one option value: bad ones must make the constructor fail
@@ -76,19 +78,19 @@ func TestGateOptionsValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = l.Close() })
-	cases := []optionCase[core.GateOption]{
-		{"header style unknown bit", core.WithHeaderStyle(core.HeaderStyle(1 << 20)), "WithHeaderStyle: unknown header style bits"},
-		{"header style none", core.WithHeaderStyle(core.HeaderNone), ""},
-		{"default route cost -1", core.WithDefaultRoute(core.Route{Class: "default", Cost: -1}), "WithDefaultRoute"},
-		{"default route bad class", core.WithDefaultRoute(core.Route{Class: "a b", Cost: 1}), "WithDefaultRoute"},
-		{"default route ok", core.WithDefaultRoute(core.Route{Class: "default", Cost: 2}), ""},
-		{"routes bad", core.WithRoutes(core.Routes{"GET /x": {Class: "a b", Cost: 1}}), "WithRoutes"},
-		{"routes ok", core.WithRoutes(core.Routes{"GET /x": {Class: "x", Cost: 1}}), ""},
-		{"anonymous default tier", core.WithAnonymous(""), ""},
+	cases := []optionCase[gate.Option]{
+		{"header style unknown bit", gate.WithHeaderStyle(render.HeaderStyle(1 << 20)), "gate.WithHeaderStyle: unknown header style bits"},
+		{"header style none", gate.WithHeaderStyle(render.HeaderNone), ""},
+		{"default route cost -1", gate.WithDefaultRoute(gate.Route{Class: "default", Cost: -1}), "WithDefaultRoute"},
+		{"default route bad class", gate.WithDefaultRoute(gate.Route{Class: "a b", Cost: 1}), "WithDefaultRoute"},
+		{"default route ok", gate.WithDefaultRoute(gate.Route{Class: "default", Cost: 2}), ""},
+		{"routes bad", gate.WithRoutes(gate.Routes{"GET /x": {Class: "a b", Cost: 1}}), "WithRoutes"},
+		{"routes ok", gate.WithRoutes(gate.Routes{"GET /x": {Class: "x", Cost: 1}}), ""},
+		{"anonymous default tier", gate.WithAnonymous(""), ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := core.NewGate(l, tc.opt)
+			_, err := gate.New(l, tc.opt)
 			checkOptionErr(t, err, tc.want)
 		})
 	}
@@ -99,12 +101,12 @@ func TestResolverOptionsValidate(t *testing.T) {
 		"free": {Classes: map[string]quota.Quota{"default": quota.PerSecond(1)}},
 	}}
 	cases := []optionCase[quota.Option]{
-		{"cache size 0", quota.WithCacheSize(0), "WithOverrideCacheSize: size must be positive, got 0"},
+		{"cache size 0", quota.WithCacheSize(0), "quota.WithCacheSize: size must be positive, got 0"},
 		{"cache size -3", quota.WithCacheSize(-3), "got -3"},
 		{"cache size ok", quota.WithCacheSize(10), ""},
-		{"cache ttl 0", quota.WithCacheTTL(0), "WithOverrideCacheTTL: ttl must be positive, got 0s"},
+		{"cache ttl 0", quota.WithCacheTTL(0), "quota.WithCacheTTL: ttl must be positive, got 0s"},
 		{"cache ttl ok", quota.WithCacheTTL(time.Second), ""},
-		{"override timeout 0", quota.WithTimeout(0), "WithOverrideTimeout: timeout must be positive, got 0s"},
+		{"override timeout 0", quota.WithTimeout(0), "quota.WithTimeout: timeout must be positive, got 0s"},
 		{"override timeout ok", quota.WithTimeout(time.Second), ""},
 	}
 	for _, tc := range cases {

@@ -8,16 +8,6 @@ import (
 	"github.com/tollgate-go/tollgate/core/quota"
 )
 
-// window is the policy window of q in whole seconds, max(1, ceil(C/rate)),
-// as RateLimit-Policy's w parameter reports it.
-func window(q quota.Quota) int64 {
-	w := math.Ceil(float64(q.Capacity) / q.RefillPerSecond)
-	if w < 1 {
-		return 1
-	}
-	return int64(w)
-}
-
 // ttlMillis is the key TTL of a bucket of quota q: the time an empty bucket
 // takes to refill, plus a second of margin. An idle bucket is full by then,
 // so its expiry loses nothing. Always a positive integer, formatted here

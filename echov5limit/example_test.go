@@ -7,6 +7,7 @@ import (
 	"github.com/labstack/echo/v5/middleware"
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
+	tggate "github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/echov5limit"
 )
@@ -20,7 +21,7 @@ func authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		if !ok {
 			return echo.ErrUnauthorized
 		}
-		c.SetRequest(c.Request().WithContext(core.ContextWithTenant(c.Request().Context(), t)))
+		c.SetRequest(c.Request().WithContext(tggate.ContextWithTenant(c.Request().Context(), t)))
 		return next(c)
 	}
 }
@@ -40,7 +41,7 @@ func Example() {
 	e.Use(middleware.Recover())
 	e.GET("/healthz", func(c *echo.Context) error { return c.NoContent(http.StatusOK) }) // no auth, no limit
 	// the gate is built, and its configuration checked, once
-	gate, err := core.NewGate(lim, core.WithRoutes(core.Routes{"POST /v1/reports/export": {Class: "export", Cost: 5}}))
+	gate, err := tggate.New(lim, tggate.WithRoutes(tggate.Routes{"POST /v1/reports/export": {Class: "export", Cost: 5}}))
 	if err != nil {
 		panic(err)
 	}

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/config"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/examples"
 	"github.com/tollgate-go/tollgate/examples/internal/app"
@@ -104,14 +104,14 @@ func TestDefaultConfigPricesTheService(t *testing.T) {
 	}
 	for _, c := range []struct {
 		method, pattern string
-		want            core.Route
+		want            gate.Route
 	}{
-		{http.MethodGet, app.PathProfile, core.Route{Class: quota.DefaultClass, Cost: 1}},
-		{http.MethodPost, app.PathExport, core.Route{Class: app.ClassExport, Cost: 5}},
-		{http.MethodGet, app.PathHealth, core.Route{Exempt: true}},
-		{http.MethodGet, app.PathMetrics, core.Route{Exempt: true}},
-		{"", demopb.Demo_GetProfile_FullMethodName, core.Route{Class: quota.DefaultClass, Cost: 1}},
-		{"", demopb.Demo_ExportReport_FullMethodName, core.Route{Class: app.ClassExport, Cost: 5}},
+		{http.MethodGet, app.PathProfile, gate.Route{Class: quota.DefaultClass, Cost: 1}},
+		{http.MethodPost, app.PathExport, gate.Route{Class: app.ClassExport, Cost: 5}},
+		{http.MethodGet, app.PathHealth, gate.Route{Exempt: true}},
+		{http.MethodGet, app.PathMetrics, gate.Route{Exempt: true}},
+		{"", demopb.Demo_GetProfile_FullMethodName, gate.Route{Class: quota.DefaultClass, Cost: 1}},
+		{"", demopb.Demo_ExportReport_FullMethodName, gate.Route{Class: app.ClassExport, Cost: 5}},
 	} {
 		table := cfg.Routes
 		if c.method == "" {

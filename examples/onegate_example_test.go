@@ -12,6 +12,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/config"
+	tggate "github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/examples/internal/demopb"
 	"github.com/tollgate-go/tollgate/ginlimit"
@@ -114,7 +115,7 @@ func Example_oneGate() {
 func httpAuth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if id, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
-			r = r.WithContext(core.ContextWithTenant(r.Context(), quota.Tenant{ID: id, Tier: "free"}))
+			r = r.WithContext(tggate.ContextWithTenant(r.Context(), quota.Tenant{ID: id, Tier: "free"}))
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -124,7 +125,7 @@ func tenantContext(ctx context.Context) context.Context {
 	md, _ := metadata.FromIncomingContext(ctx)
 	for _, v := range md.Get("authorization") {
 		if id, ok := strings.CutPrefix(v, "Bearer "); ok {
-			return core.ContextWithTenant(ctx, quota.Tenant{ID: id, Tier: "free"})
+			return tggate.ContextWithTenant(ctx, quota.Tenant{ID: id, Tier: "free"})
 		}
 	}
 	return ctx
@@ -148,7 +149,7 @@ func (s tenantStream) Context() context.Context { return s.ctx }
 type demoServer struct{ demopb.UnimplementedDemoServer }
 
 func (demoServer) GetProfile(ctx context.Context, _ *demopb.GetProfileRequest) (*demopb.Profile, error) {
-	t, _ := core.TenantFromContext(ctx)
+	t, _ := tggate.TenantFromContext(ctx)
 	return &demopb.Profile{Tenant: t.ID, Tier: t.Tier}, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
+	tggate "github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/fiberlimit"
 )
@@ -32,7 +33,7 @@ func Example() {
 	app := fiber.New()
 	app.Use(authenticate)
 	// the gate is built, and its configuration checked, once
-	gate, err := core.NewGate(lim, core.WithRoutes(core.Routes{
+	gate, err := tggate.New(lim, tggate.WithRoutes(tggate.Routes{
 		"POST /v1/reports/export": {Class: "export", Cost: 5},
 	}))
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"github.com/gofiber/fiber/v3/middleware/recover"
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
+	tggate "github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/fiberv3limit"
 )
@@ -36,7 +37,7 @@ func Example() {
 	app.Use(recover.New())
 	app.Get("/healthz", func(c fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) }) // no auth, no limit
 	// the gate is built, and its configuration checked, once
-	gate, err := core.NewGate(lim, core.WithRoutes(core.Routes{
+	gate, err := tggate.New(lim, tggate.WithRoutes(tggate.Routes{
 		"POST /v1/reports/export": {Class: "export", Cost: 5},
 	}))
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
+	tggate "github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/ginlimit"
 )
@@ -13,7 +14,7 @@ import (
 // never reads the tenant from a header.
 func authenticate(c *gin.Context) {
 	if t, ok := verify(c.GetHeader("Authorization")); ok {
-		c.Request = c.Request.WithContext(core.ContextWithTenant(c.Request.Context(), t))
+		c.Request = c.Request.WithContext(tggate.ContextWithTenant(c.Request.Context(), t))
 	}
 	c.Next()
 }
@@ -33,7 +34,7 @@ func Example() {
 	_ = r.SetTrustedProxies(nil)
 	r.GET("/healthz", func(c *gin.Context) { c.Status(200) }) // before the limiter: never limited
 	// the gate is built, and its configuration checked, once
-	gate, err := core.NewGate(lim, core.WithRoutes(core.Routes{
+	gate, err := tggate.New(lim, tggate.WithRoutes(tggate.Routes{
 		"POST /v1/reports/export": {Class: "export", Cost: 5},
 	}))
 	if err != nil {
@@ -47,11 +48,11 @@ func Example() {
 
 // Limit only one group, naming the route's cost from the request.
 func ExampleMiddleware_group() {
-	var gate *core.Gate // built as in Example
+	var gate *tggate.Gate // built as in Example
 	r := gin.New()
-	api := r.Group("/v1", authenticate, ginlimit.Middleware(gate, ginlimit.WithRouteFunc(func(c *gin.Context) (core.Route, bool) {
+	api := r.Group("/v1", authenticate, ginlimit.Middleware(gate, ginlimit.WithRouteFunc(func(c *gin.Context) (tggate.Route, bool) {
 		// a bulk request costs what it asks for, within the route table's rules
-		return core.Route{Class: "default", Cost: 5}, c.Query("bulk") != ""
+		return tggate.Route{Class: "default", Cost: 5}, c.Query("bulk") != ""
 	})))
 	api.GET("/profile", func(c *gin.Context) { c.Status(200) })
 }

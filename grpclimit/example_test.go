@@ -6,6 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
+	tggate "github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/core/retry"
 	"github.com/tollgate-go/tollgate/grpclimit"
@@ -17,7 +18,7 @@ import (
 // auth stands for your authentication interceptor: after verifying the
 // caller's token it stores the tenant in the context.
 func auth(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	return h(core.ContextWithTenant(ctx, quota.Tenant{ID: "acme", Tier: "pro"}), req)
+	return h(tggate.ContextWithTenant(ctx, quota.Tenant{ID: "acme", Tier: "pro"}), req)
 }
 
 // A server whose exports cost 10 tokens of their own class, with the
@@ -36,7 +37,7 @@ func ExampleUnaryServerInterceptor() {
 		panic(err)
 	}
 	// the gate is built, and its configuration checked, once
-	gate, err := core.NewGate(lim, core.WithRoutes(core.Routes{
+	gate, err := tggate.New(lim, tggate.WithRoutes(tggate.Routes{
 		"/reports.v1.Reports/Export":   {Class: "export", Cost: 10},
 		"/grpc.health.v1.Health/Check": {Exempt: true},
 	}))

@@ -5,6 +5,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
+	tggate "github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/httplimit"
 )
@@ -16,7 +17,7 @@ func authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tenant, ok := verify(r.Header.Get("Authorization"))
 		if ok {
-			r = r.WithContext(core.ContextWithTenant(r.Context(), tenant))
+			r = r.WithContext(tggate.ContextWithTenant(r.Context(), tenant))
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -39,7 +40,7 @@ func Example() {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {})
 
 	// the gate is built, and its configuration checked, once
-	gate, err := core.NewGate(lim, core.WithRoutes(core.Routes{
+	gate, err := tggate.New(lim, tggate.WithRoutes(tggate.Routes{
 		"POST /v1/reports/export": {Class: "export", Cost: 5},
 		"/healthz":                {Exempt: true},
 	}))

@@ -7,6 +7,7 @@ import (
 
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/render"
 )
 
 // Descriptor entry keys the server reads. Other entries are ignored.
@@ -38,7 +39,7 @@ type optionFunc func(*config)
 func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
-	style     core.HeaderStyle
+	style     render.HeaderStyle
 	now       func() time.Time
 	maxCost   int64
 	onError   ErrorHandler
@@ -50,7 +51,7 @@ type config struct {
 }
 
 func newConfig(opts []Option) config {
-	c := config{style: core.DefaultHeaderStyle, now: time.Now, maxCost: quota.MaxCost}
+	c := config{style: render.DefaultHeaderStyle, now: time.Now, maxCost: quota.MaxCost}
 	for _, o := range opts {
 		if o != nil {
 			o.apply(&c)
@@ -73,9 +74,9 @@ func (c *config) validate() error {
 }
 
 // WithHeaderStyle selects the rate-limit header families put in
-// response_headers_to_add, as core.WithHeaderStyle does for the HTTP
-// adapters. Default core.DefaultHeaderStyle.
-func WithHeaderStyle(s core.HeaderStyle) Option {
+// response_headers_to_add, as gate.WithHeaderStyle does for the HTTP
+// adapters. Default render.DefaultHeaderStyle.
+func WithHeaderStyle(s render.HeaderStyle) Option {
 	return optionFunc(func(c *config) { c.style = s })
 }
 

@@ -12,6 +12,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/render"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -122,12 +123,12 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 // addHeaders adds the headers (and on a denial the body) the HTTP adapters
 // send for d.
 func (s *Server) addHeaders(res *rlsv3.RateLimitResponse, d core.Decision) {
-	for _, h := range d.Headers(s.cfg.style, s.cfg.now()) {
+	for _, h := range render.Headers(d, s.cfg.style, s.cfg.now()) {
 		res.ResponseHeadersToAdd = append(res.ResponseHeadersToAdd, &corev3.HeaderValue{Key: h.Name, Value: h.Value})
 	}
 	if res.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && d.Denied() {
-		res.RawBody = d.Problem().JSON()
-		res.ResponseHeadersToAdd = append(res.ResponseHeadersToAdd, &corev3.HeaderValue{Key: "Content-Type", Value: core.ProblemContentType})
+		res.RawBody = render.ProblemOf(d).JSON()
+		res.ResponseHeadersToAdd = append(res.ResponseHeadersToAdd, &corev3.HeaderValue{Key: "Content-Type", Value: render.ProblemContentType})
 	}
 }
 
@@ -287,7 +288,7 @@ func descriptorStatus(g *group, class string) *rlsv3.RateLimitResponse_Descripto
 		// shed: never let through unchecked; Envoy answers 429 and the
 		// client retries after the hint
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT,
-			DurationUntilReset: durationpb.New(time.Duration(d.PushbackMillis()) * time.Millisecond)}
+			DurationUntilReset: durationpb.New(time.Duration(render.PushbackMillis(d)) * time.Millisecond)}
 	case len(d.Buckets) == 0: // failed open: let through unchecked
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
+	tggate "github.com/tollgate-go/tollgate/core/gate"
 	tgquota "github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/ginlimit"
 	"github.com/ulule/limiter/v3"
@@ -95,7 +96,7 @@ func mint(secret []byte, tenant string, ttl time.Duration) (string, error) {
 
 // authenticate verifies the bearer token as the examples' Verifier does
 // (HS256 only, expiry required, 5 s leeway) and stores the tenant with
-// core.ContextWithTenant, or answers 401. The examples' verifier lives in
+// gate.ContextWithTenant, or answers 401. The examples' verifier lives in
 // an internal package this module cannot import; this is its core, kept
 // the same so that every configuration pays the same authentication.
 func authenticate(secret []byte) gin.HandlerFunc {
@@ -116,14 +117,14 @@ func authenticate(secret []byte) gin.HandlerFunc {
 			c.AbortWithStatus(http.StatusUnauthorized)
 			return
 		}
-		c.Request = c.Request.WithContext(core.ContextWithTenant(c.Request.Context(), tgquota.Tenant{ID: cl.Tenant, Tier: cl.Tier}))
+		c.Request = c.Request.WithContext(tggate.ContextWithTenant(c.Request.Context(), tgquota.Tenant{ID: cl.Tenant, Tier: cl.Tier}))
 		c.Next()
 	}
 }
 
 // tenantID is the tenant authenticate stored.
 func tenantID(c *gin.Context) string {
-	t, _ := core.TenantFromContext(c.Request.Context())
+	t, _ := tggate.TenantFromContext(c.Request.Context())
 	return t.ID
 }
 
@@ -187,7 +188,7 @@ func limiterMiddleware(config string, client *redis.Client, n *counts) (gin.Hand
 			return nil, nop, err
 		}
 		// the error handler only observes: by default there is none
-		gate, err := core.NewGate(lim)
+		gate, err := tggate.New(lim)
 		if err != nil {
 			_ = lim.Close()
 			return nil, nop, err
@@ -293,7 +294,7 @@ func serve(config, addr, redisURL string) error {
 		chain = append(chain, limit)
 	}
 	chain = append(chain, func(c *gin.Context) {
-		t, _ := core.TenantFromContext(c.Request.Context())
+		t, _ := tggate.TenantFromContext(c.Request.Context())
 		c.JSON(http.StatusOK, struct {
 			Tenant string `json:"tenant"`
 			Tier   string `json:"tier"`

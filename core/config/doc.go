@@ -45,7 +45,7 @@
 //
 // # Using it
 //
-// Routes are core's route model, [core.Routes]: [Config.Routes] holds the
+// Routes are core's route model, [gate.Routes]: [Config.Routes] holds the
 // routes list ("GET /v1/profile", or "/healthz" for method *) and
 // [Config.GRPCMethods] the grpc_methods list, service wildcards included.
 //
@@ -65,7 +65,7 @@
 // types yourself: [Config.LimiterOptions] (key_prefix, failure_policy,
 // timeout and the deployment fields), [Config.ResolverOptions] (cache_ttl)
 // and [Config.GateOptions] (the route table, header_style and
-// anonymous_tier, for core.NewGate: the one gate every adapter takes).
+// anonymous_tier, for gate.New: the one gate every adapter takes).
 //
 // # Reloading
 //

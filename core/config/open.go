@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 )
 
@@ -35,7 +36,7 @@ type Service struct {
 	Limiter *core.Limiter
 	// Gate is built with Config.GateOptions, then those of
 	// WithGateOptions: hand it to an adapter.
-	Gate *core.Gate
+	Gate *gate.Gate
 	// Reloader keeps Resolver's tiers in step with the file; nil unless
 	// WithWatch was given.
 	Reloader *Reloader
@@ -74,7 +75,7 @@ type openConfig struct {
 	log         *slog.Logger
 	limiterOpts []core.Option
 	resolvOpts  []quota.Option
-	gateOpts    []core.GateOption
+	gateOpts    []gate.Option
 	limResolver func(*quota.TieredResolver) (quota.Resolver, error)
 	watch       bool
 	reloadOpts  []ReloadOption
@@ -150,9 +151,9 @@ func WithResolverOptions(opts ...quota.Option) OpenOption {
 
 // WithGateOptions adds gate options after the file's (Config.GateOptions),
 // so they take precedence: a cost function, a header style of your own. A
-// core.WithRoutes given here replaces the file's whole route table, so
+// gate.WithRoutes given here replaces the file's whole route table, so
 // put routes in the file instead. A later call adds to earlier ones.
-func WithGateOptions(opts ...core.GateOption) OpenOption {
+func WithGateOptions(opts ...gate.Option) OpenOption {
 	return openOptionFunc(func(c *openConfig) error {
 		c.gateOpts = append(c.gateOpts, opts...)
 		return nil
@@ -334,7 +335,7 @@ func open(ctx context.Context, cfg *Config, c *openConfig) (s *Service, err erro
 		return s, fmt.Errorf("%s: limiter: %w", cfg.Source, err)
 	}
 	s.closers = append(s.closers, s.Limiter.Close)
-	if s.Gate, err = core.NewGate(s.Limiter, append(cfg.GateOptions(), c.gateOpts...)...); err != nil {
+	if s.Gate, err = gate.New(s.Limiter, append(cfg.GateOptions(), c.gateOpts...)...); err != nil {
 		return s, fmt.Errorf("%s: gate: %w", cfg.Source, err)
 	}
 	return s, nil

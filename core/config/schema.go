@@ -9,8 +9,10 @@ import (
 	"strings"
 
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/keys"
 	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/render"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -68,13 +70,13 @@ func (p *schema) config(root *yaml.Node) *Config {
 	cfg := &Config{
 		Source:        p.file,
 		Version:       1,
-		HeaderStyle:   core.DefaultHeaderStyle,
+		HeaderStyle:   render.DefaultHeaderStyle,
 		FailurePolicy: core.FailOpen,
 		Timeout:       core.DefaultTimeout,
 		CacheTTL:      quota.DefaultCacheTTL,
 		KeyPrefix:     core.DefaultPrefix,
-		Routes:        core.Routes{},
-		GRPCMethods:   core.Routes{},
+		Routes:        gate.Routes{},
+		GRPCMethods:   gate.Routes{},
 		Batching:      true,
 	}
 	p.cfg = cfg
@@ -163,7 +165,7 @@ func (p *schema) config(root *yaml.Node) *Config {
 	return cfg
 }
 
-func (p *schema) headerStyle(n *yaml.Node) core.HeaderStyle {
+func (p *schema) headerStyle(n *yaml.Node) render.HeaderStyle {
 	n = deref(n)
 	var names []string
 	if n != nil && n.Kind == yaml.SequenceNode {
@@ -175,12 +177,12 @@ func (p *schema) headerStyle(n *yaml.Node) core.HeaderStyle {
 	} else if s, ok := p.str(n, "header_style"); ok {
 		names = append(names, s)
 	} else {
-		return core.DefaultHeaderStyle
+		return render.DefaultHeaderStyle
 	}
 	st, err := parseHeaderStyle(strings.Join(names, ","))
 	if err != nil {
 		p.failAt(n, "header_style", "%v", err)
-		return core.DefaultHeaderStyle
+		return render.DefaultHeaderStyle
 	}
 	return st
 }
@@ -188,20 +190,20 @@ func (p *schema) headerStyle(n *yaml.Node) core.HeaderStyle {
 // parseHeaderStyle parses a comma-separated list of header style names:
 // ietf, x-ratelimit, x-ratelimit-epoch, draft-06, none, and default (ietf
 // and x-ratelimit).
-func parseHeaderStyle(s string) (core.HeaderStyle, error) {
-	var st core.HeaderStyle
+func parseHeaderStyle(s string) (render.HeaderStyle, error) {
+	var st render.HeaderStyle
 	for _, f := range strings.Split(s, ",") {
 		switch strings.ToLower(strings.TrimSpace(f)) {
 		case "ietf", "ietf-11", "draft-11":
-			st |= core.HeaderIETF
+			st |= render.HeaderIETF
 		case "x-ratelimit", "xratelimit":
-			st |= core.HeaderXRateLimit
+			st |= render.HeaderXRateLimit
 		case "x-ratelimit-epoch", "epoch":
-			st |= core.HeaderXRateLimitEpoch
+			st |= render.HeaderXRateLimitEpoch
 		case "draft-06", "draft06":
-			st |= core.HeaderDraft06
+			st |= render.HeaderDraft06
 		case "default":
-			st |= core.DefaultHeaderStyle
+			st |= render.DefaultHeaderStyle
 		case "none", "":
 		default:
 			return 0, fmt.Errorf("unknown header style %q (want ietf, x-ratelimit, x-ratelimit-epoch, draft-06, none or default)", f)
@@ -379,7 +381,7 @@ func (p *schema) quota(n *yaml.Node, field string) (quota.Quota, bool) {
 }
 
 // routeList is what differs between the file's two route lists: the
-// fields naming the route, and how they make a core.Routes key.
+// fields naming the route, and how they make a gate.Routes key.
 type routeList struct {
 	name   string
 	fields []string
@@ -393,10 +395,10 @@ var (
 	grpcMethods = routeList{name: "grpc_methods", fields: []string{"method", "class", "cost", "exempt"}, key: (*schema).grpcKey}
 )
 
-// routes reads a route list into a core.Routes table. A key may appear once
+// routes reads a route list into a gate.Routes table. A key may appear once
 // across both lists, since adapters are given their union.
-func (p *schema) routes(l routeList, n *yaml.Node) core.Routes {
-	table := core.Routes{}
+func (p *schema) routes(l routeList, n *yaml.Node) gate.Routes {
+	table := gate.Routes{}
 	for i, item := range p.sequence(n, l.name) {
 		field := fmt.Sprintf("%s[%d]", l.name, i)
 		entries, ok := p.mapping(item, field, l.fields...)
@@ -485,7 +487,7 @@ func (p *schema) grpcKey(byName map[string]entry, item *yaml.Node, field string)
 
 // target reads what a route costs: exempt, or a class and a cost (default
 // 1) that every tier can admit.
-func (p *schema) target(byName map[string]entry, item *yaml.Node, field string) (r core.Route, ok bool) {
+func (p *schema) target(byName map[string]entry, item *yaml.Node, field string) (r gate.Route, ok bool) {
 	if e, found := byName["exempt"]; found {
 		exempt, bok := p.bool(e.val, field+".exempt")
 		if !bok {
@@ -499,7 +501,7 @@ func (p *schema) target(byName map[string]entry, item *yaml.Node, field string) 
 					ok = false
 				}
 			}
-			return core.Route{Exempt: true}, ok
+			return gate.Route{Exempt: true}, ok
 		}
 	}
 	ok = true

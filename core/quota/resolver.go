@@ -209,7 +209,7 @@ func WithOverrides(o Overrides) Option {
 // positive. Default 45 s.
 func WithCacheTTL(d time.Duration) Option {
 	return resolverOptionFunc(func(r *TieredResolver) error {
-		return errs.SetPositive(&r.ttl, "WithCacheTTL", "ttl", d)
+		return errs.SetPositive(&r.ttl, "quota.WithCacheTTL", "ttl", d)
 	})
 }
 
@@ -220,7 +220,7 @@ func WithCacheTTL(d time.Duration) Option {
 // under a Limiter, the limiter's check timeout).
 func WithTimeout(d time.Duration) Option {
 	return resolverOptionFunc(func(r *TieredResolver) error {
-		return errs.SetPositive(&r.timeout, "WithTimeout", "timeout", d)
+		return errs.SetPositive(&r.timeout, "quota.WithTimeout", "timeout", d)
 	})
 }
 
@@ -229,7 +229,7 @@ func WithTimeout(d time.Duration) Option {
 // dropped first, then arbitrary ones (they are reloaded on their next use).
 func WithCacheSize(n int) Option {
 	return resolverOptionFunc(func(r *TieredResolver) error {
-		return errs.SetPositive(&r.maxCache, "WithCacheSize", "size", n)
+		return errs.SetPositive(&r.maxCache, "quota.WithCacheSize", "size", n)
 	})
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/render"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 )
 
@@ -67,7 +68,7 @@ func TestConcurrencySlots(t *testing.T) {
 			t.Fatalf("in flight %d, %d; want 1, 2", a.Buckets[0].InFlight, bb.Buckets[0].InFlight)
 		}
 		d := checkClass(t, l, "t1", "reports", 1)
-		if d.Allowed || d.Reason != core.ReasonConcurrencyLimit || d.Slot != nil || d.Status() != 429 {
+		if d.Allowed || d.Reason != core.ReasonConcurrencyLimit || d.Slot != nil || render.Status(d) != 429 {
 			t.Fatalf("third: %+v; want a concurrency denial, 429, no slot", d)
 		}
 		if !near(d.Tokens, bb.Tokens, 0.5) || d.Buckets[0].InFlight != 2 {

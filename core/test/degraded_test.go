@@ -12,6 +12,7 @@ import (
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/render"
 )
 
 // TestCircuitBreaker: after the threshold of failures the store is not called
@@ -165,22 +166,22 @@ func TestLocalFallbackJudgesNeverByTheRealQuota(t *testing.T) {
 		t.Fatalf("%+v, %v", d, err)
 	}
 	retryAfter := ""
-	for _, h := range d.Headers(core.HeaderNone, time.Now()) {
+	for _, h := range render.Headers(d, render.HeaderNone, time.Now()) {
 		if h.Name == "Retry-After" {
 			retryAfter = h.Value
 		}
 	}
-	if d.Reason != core.ReasonOverLimit || d.RetryAfter <= 0 || retryAfter == "" || retryAfter == "0" || d.PushbackMillis() <= 0 {
-		t.Fatalf("cost 5 of 10 while degraded: reason %v, retry %v, Retry-After %q, pushback %d", d.Reason, d.RetryAfter, retryAfter, d.PushbackMillis())
+	if d.Reason != core.ReasonOverLimit || d.RetryAfter <= 0 || retryAfter == "" || retryAfter == "0" || render.PushbackMillis(d) <= 0 {
+		t.Fatalf("cost 5 of 10 while degraded: reason %v, retry %v, Retry-After %q, pushback %d", d.Reason, d.RetryAfter, retryAfter, render.PushbackMillis(d))
 	}
 	if d.Limit != 10 || d.Quota != real {
 		t.Fatalf("decision describes the shrunken quota: limit %d quota %v", d.Limit, d.Quota)
 	}
-	h := headerMap(d.Headers(core.DefaultHeaderStyle, time.Now()))
+	h := headerMap(render.Headers(d, render.DefaultHeaderStyle, time.Now()))
 	if h["X-RateLimit-Limit"] != "10" || h["Retry-After"] == "" || !strings.Contains(h["RateLimit-Policy"], "q=10") {
 		t.Fatalf("headers %v", h)
 	}
-	if p := d.Problem(); strings.Contains(p.Detail, "never") {
+	if p := render.ProblemOf(d); strings.Contains(p.Detail, "never") {
 		t.Fatalf("body: %s", p.Detail)
 	}
 	// above the real capacity is still "never", judged against it

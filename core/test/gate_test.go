@@ -12,11 +12,13 @@ import (
 
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 	tgkeys "github.com/tollgate-go/tollgate/core/keys"
 	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/render"
 )
 
-func headerMap(hs []core.Header) map[string]string {
+func headerMap(hs []render.Header) map[string]string {
 	m := map[string]string{}
 	for _, h := range hs {
 		m[h.Name] = h.Value
@@ -35,34 +37,34 @@ func TestGate(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := newLimiter(t, c, res)
-	g, err := core.NewGate(l, core.WithRoutes(core.Routes{
+	g, err := gate.New(l, gate.WithRoutes(gate.Routes{
 		"POST /v1/reports/export": {Class: "export", Cost: 5},
 		"/healthz":                {Exempt: true},
 	}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := core.ContextWithTenant(context.Background(), quota.Tenant{ID: "t42", Tier: "free"})
+	ctx := gate.ContextWithTenant(context.Background(), quota.Tenant{ID: "t42", Tier: "free"})
 
 	t.Run("no tenant is 401", func(t *testing.T) {
-		v := g.Decide(context.Background(), core.Endpoint{Method: "GET", Pattern: "/v1/profile", ClientIP: "10.0.0.1"})
-		if v.Proceed || v.Status != 401 || !v.Unauthenticated || v.ContentType != core.ProblemContentType || v.Checked {
+		v := g.Decide(context.Background(), gate.Endpoint{Method: "GET", Pattern: "/v1/profile", ClientIP: "10.0.0.1"})
+		if v.Proceed || v.Status != 401 || !v.Unauthenticated || v.ContentType != render.ProblemContentType || v.Checked {
 			t.Fatalf("%+v", v)
 		}
 	})
 	t.Run("exempt route is not checked", func(t *testing.T) {
-		v := g.Decide(ctx, core.Endpoint{Method: "GET", Pattern: "/healthz"})
+		v := g.Decide(ctx, gate.Endpoint{Method: "GET", Pattern: "/healthz"})
 		if !v.Proceed || v.Checked || len(v.Headers) != 0 {
 			t.Fatalf("%+v", v)
 		}
 		// and needs no identity
-		v = g.Decide(context.Background(), core.Endpoint{Method: "GET", Pattern: "/healthz"})
+		v = g.Decide(context.Background(), gate.Endpoint{Method: "GET", Pattern: "/healthz"})
 		if !v.Proceed || v.Unauthenticated {
 			t.Fatalf("exempt route without a tenant: %+v", v)
 		}
 	})
 	t.Run("route table sets class and cost", func(t *testing.T) {
-		v := g.Decide(ctx, core.Endpoint{Method: "POST", Pattern: "/v1/reports/export"})
+		v := g.Decide(ctx, gate.Endpoint{Method: "POST", Pattern: "/v1/reports/export"})
 		if !v.Proceed || v.Route.Class != "export" || v.Decision.Remaining != 5 {
 			t.Fatalf("%+v", v)
 		}
@@ -70,46 +72,46 @@ func TestGate(t *testing.T) {
 		if h["RateLimit-Policy"] != `"export";q=10;w=100` || h["X-RateLimit-Remaining"] != "5" || h["RateLimit"] != `"export";r=5;t=10` {
 			t.Fatalf("headers %v", h)
 		}
-		v = g.Decide(ctx, core.Endpoint{Method: "GET", Pattern: "/v1/reports/export"}) // other method: default
+		v = g.Decide(ctx, gate.Endpoint{Method: "GET", Pattern: "/v1/reports/export"}) // other method: default
 		if v.Route.Class != "default" || v.Route.Cost != 1 {
 			t.Fatalf("GET export route = %+v", v.Route)
 		}
 	})
 	t.Run("HEAD is charged as its GET route", func(t *testing.T) {
-		gh, err := core.NewGate(l, core.WithRoutes(core.Routes{"GET /v1/report": {Class: "export", Cost: 5}, "GET /healthz": {Exempt: true}}))
+		gh, err := gate.New(l, gate.WithRoutes(gate.Routes{"GET /v1/report": {Class: "export", Cost: 5}, "GET /healthz": {Exempt: true}}))
 		if err != nil {
 			t.Fatal(err)
 		}
-		hctx := core.ContextWithTenant(context.Background(), quota.Tenant{ID: "t-head", Tier: "free"})
-		v := gh.Decide(hctx, core.Endpoint{Method: "HEAD", Pattern: "/v1/report"})
+		hctx := gate.ContextWithTenant(context.Background(), quota.Tenant{ID: "t-head", Tier: "free"})
+		v := gh.Decide(hctx, gate.Endpoint{Method: "HEAD", Pattern: "/v1/report"})
 		if !v.Proceed || v.Route.Class != "export" || v.Route.Cost != 5 || v.Decision.Remaining != 5 {
 			t.Fatalf("HEAD = %+v", v)
 		}
-		if v := gh.Decide(hctx, core.Endpoint{Method: "GET", Pattern: "/v1/report"}); !v.Proceed || v.Decision.Remaining != 0 {
+		if v := gh.Decide(hctx, gate.Endpoint{Method: "GET", Pattern: "/v1/report"}); !v.Proceed || v.Decision.Remaining != 0 {
 			t.Fatalf("GET after HEAD = %+v", v)
 		}
-		if v := gh.Decide(hctx, core.Endpoint{Method: "HEAD", Pattern: "/v1/report"}); v.Proceed || v.Status != 429 {
+		if v := gh.Decide(hctx, gate.Endpoint{Method: "HEAD", Pattern: "/v1/report"}); v.Proceed || v.Status != 429 {
 			t.Fatalf("HEAD on an empty bucket = %+v", v)
 		}
-		if v := gh.Decide(context.Background(), core.Endpoint{Method: "HEAD", Pattern: "/healthz"}); !v.Proceed || v.Checked || v.Unauthenticated {
+		if v := gh.Decide(context.Background(), gate.Endpoint{Method: "HEAD", Pattern: "/healthz"}); !v.Proceed || v.Checked || v.Unauthenticated {
 			t.Fatalf("HEAD of an exempt GET route = %+v", v)
 		}
 	})
 	t.Run("unmatched requests are charged nothing", func(t *testing.T) {
-		uctx := core.ContextWithTenant(context.Background(), quota.Tenant{ID: "t-unmatched", Tier: "free"})
+		uctx := gate.ContextWithTenant(context.Background(), quota.Tenant{ID: "t-unmatched", Tier: "free"})
 		for _, c := range []context.Context{uctx, uctx, uctx, context.Background()} {
-			v := g.Decide(c, core.Endpoint{Method: "GET", Pattern: "", Unmatched: true})
+			v := g.Decide(c, gate.Endpoint{Method: "GET", Pattern: "", Unmatched: true})
 			if !v.Proceed || !v.Unmatched || v.Checked || v.Unauthenticated || len(v.Headers) != 0 || v.Err != nil {
 				t.Fatalf("unmatched = %+v", v)
 			}
 		}
 		// the bucket is untouched: the next real request sees it full
-		if v := g.Decide(uctx, core.Endpoint{Method: "GET", Pattern: "/v1/untouched"}); v.Decision.Remaining != 1 {
+		if v := g.Decide(uctx, gate.Endpoint{Method: "GET", Pattern: "/v1/untouched"}); v.Decision.Remaining != 1 {
 			t.Fatalf("after unmatched requests: %+v", v)
 		}
 	})
 	t.Run("denial renders 429", func(t *testing.T) {
-		ep := core.Endpoint{Method: "POST", Pattern: "/v1/reports/export"}
+		ep := gate.Endpoint{Method: "POST", Pattern: "/v1/reports/export"}
 		g.Decide(ctx, ep)
 		v := g.Decide(ctx, ep) // 0 left, cost 5: 50 s at 0.1/s
 		if v.Proceed || v.Status != 429 {
@@ -128,11 +130,11 @@ func TestGate(t *testing.T) {
 		}
 	})
 	t.Run("anonymous callers keyed by IP", func(t *testing.T) {
-		ga, err := core.NewGate(l, core.WithAnonymous(""))
+		ga, err := gate.New(l, gate.WithAnonymous(""))
 		if err != nil {
 			t.Fatal(err)
 		}
-		ep := core.Endpoint{Method: "GET", Pattern: "/x", ClientIP: "192.0.2.7"}
+		ep := gate.Endpoint{Method: "GET", Pattern: "/x", ClientIP: "192.0.2.7"}
 		if v := ga.Decide(context.Background(), ep); !v.Proceed || v.Tenant.ID != "anonymous:192.0.2.7" {
 			t.Fatalf("%+v", v)
 		}
@@ -145,10 +147,10 @@ func TestGate(t *testing.T) {
 		}
 	})
 	t.Run("bad routes are refused", func(t *testing.T) {
-		if _, err := core.NewGate(l, core.WithRoutes(core.Routes{"/x": {Class: "a b", Cost: 1}})); err == nil {
+		if _, err := gate.New(l, gate.WithRoutes(gate.Routes{"/x": {Class: "a b", Cost: 1}})); err == nil {
 			t.Fatal("bad class accepted")
 		}
-		if _, err := core.NewGate(l, core.WithRoutes(core.Routes{"/x": {Class: "a", Cost: 0}})); err == nil {
+		if _, err := gate.New(l, gate.WithRoutes(gate.Routes{"/x": {Class: "a", Cost: 0}})); err == nil {
 			t.Fatal("cost 0 accepted")
 		}
 	})
@@ -166,18 +168,18 @@ func TestGateCostFuncValidated(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := newLimiter(t, c, res)
-	ctx := core.ContextWithTenant(context.Background(), quota.Tenant{ID: "t1"})
-	for _, bad := range []core.Route{{Class: "default", Cost: 0}, {Class: "default", Cost: -1},
+	ctx := gate.ContextWithTenant(context.Background(), quota.Tenant{ID: "t1"})
+	for _, bad := range []gate.Route{{Class: "default", Cost: 0}, {Class: "default", Cost: -1},
 		{Class: "default", Cost: quota.MaxCost + 1}, {Class: "a b", Cost: 1}, {Class: "", Cost: 1}} {
-		g, err := core.NewGate(l, core.WithCostFunc(func(context.Context, quota.Tenant, core.Endpoint) (core.Route, bool) {
+		g, err := gate.New(l, gate.WithCostFunc(func(context.Context, quota.Tenant, gate.Endpoint) (gate.Route, bool) {
 			return bad, true
 		}))
 		if err != nil {
 			t.Fatal(err)
 		}
 		for range 3 {
-			v := g.Decide(ctx, core.Endpoint{Method: "GET", Pattern: "/x"})
-			if v.Proceed || v.Status != 500 || !errors.Is(v.Err, core.ErrInvalidConfig) || v.ContentType != core.ProblemContentType {
+			v := g.Decide(ctx, gate.Endpoint{Method: "GET", Pattern: "/x"})
+			if v.Proceed || v.Status != 500 || !errors.Is(v.Err, core.ErrInvalidConfig) || v.ContentType != render.ProblemContentType {
 				t.Fatalf("cost func %+v: proceed %v status %d err %v", bad, v.Proceed, v.Status, v.Err)
 			}
 			if strings.Contains(string(v.Body), "t1") {
@@ -190,10 +192,10 @@ func TestGateCostFuncValidated(t *testing.T) {
 		t.Fatalf("bucket charged by a rejected cost func: %+v", d)
 	}
 	// an exempt answer stays exempt
-	g, _ := core.NewGate(l, core.WithCostFunc(func(context.Context, quota.Tenant, core.Endpoint) (core.Route, bool) {
-		return core.Route{Exempt: true}, true
+	g, _ := gate.New(l, gate.WithCostFunc(func(context.Context, quota.Tenant, gate.Endpoint) (gate.Route, bool) {
+		return gate.Route{Exempt: true}, true
 	}))
-	if v := g.Decide(ctx, core.Endpoint{Pattern: "/x"}); !v.Proceed || v.Checked {
+	if v := g.Decide(ctx, gate.Endpoint{Pattern: "/x"}); !v.Proceed || v.Checked {
 		t.Fatalf("exempt: %+v", v)
 	}
 }
@@ -202,11 +204,11 @@ func TestGateCostFuncValidated(t *testing.T) {
 // §11.6.1 requires WWW-Authenticate on a 401).
 func TestGateUnauthenticatedChallenge(t *testing.T) {
 	l := newLimiter(t, redistest.Client(t), staticResolver(quota.Bucket{Name: "default", Quota: quota.PerSecond(1)}))
-	g, err := core.NewGate(l)
+	g, err := gate.New(l)
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := g.Decide(context.Background(), core.Endpoint{Method: "GET", Pattern: "/x"})
+	v := g.Decide(context.Background(), gate.Endpoint{Method: "GET", Pattern: "/x"})
 	if v.Status != 401 || headerMap(v.Headers)["WWW-Authenticate"] != "Bearer" {
 		t.Fatalf("401 headers %v", v.Headers)
 	}
@@ -217,7 +219,7 @@ func TestGateUnauthenticatedChallenge(t *testing.T) {
 // its own addresses earns no extra quota.
 func TestGateAnonymousIPv6Grouped(t *testing.T) {
 	l := newLimiter(t, redistest.Client(t), staticResolver(quota.Bucket{Name: "default", Quota: quota.Quota{Capacity: 1, RefillPerSecond: 0.01}}))
-	g, err := core.NewGate(l, core.WithAnonymous(""))
+	g, err := gate.New(l, gate.WithAnonymous(""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,12 +232,12 @@ func TestGateAnonymousIPv6Grouped(t *testing.T) {
 		{"fe80::1%eth0", "anonymous:fe80::/64"},
 		{"not an ip", "anonymous:not an ip"},
 	} {
-		v := g.Decide(context.Background(), core.Endpoint{Pattern: "/x", ClientIP: c.ip})
+		v := g.Decide(context.Background(), gate.Endpoint{Pattern: "/x", ClientIP: c.ip})
 		if v.Tenant.ID != c.tenant {
 			t.Errorf("%s: tenant %q, want %q", c.ip, v.Tenant.ID, c.tenant)
 		}
 	}
-	v := g.Decide(context.Background(), core.Endpoint{Pattern: "/x", ClientIP: "2001:db8:1:2::42"})
+	v := g.Decide(context.Background(), gate.Endpoint{Pattern: "/x", ClientIP: "2001:db8:1:2::42"})
 	if v.Proceed || v.Status != 429 {
 		t.Fatalf("a second address of the same /64 got a fresh quota: %+v", v)
 	}
@@ -256,12 +258,12 @@ func TestGateAnonymousSkipsOverrides(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := newLimiter(t, redistest.Client(t), res)
-	g, err := core.NewGate(l, core.WithAnonymous(""))
+	g, err := gate.New(l, gate.WithAnonymous(""))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range 20 {
-		v := g.Decide(context.Background(), core.Endpoint{Pattern: "/x", ClientIP: fmt.Sprintf("192.0.2.%d", i)})
+		v := g.Decide(context.Background(), gate.Endpoint{Pattern: "/x", ClientIP: fmt.Sprintf("192.0.2.%d", i)})
 		if !v.Proceed {
 			t.Fatalf("%+v", v)
 		}
@@ -270,7 +272,7 @@ func TestGateAnonymousSkipsOverrides(t *testing.T) {
 		t.Fatalf("anonymous callers made %d override lookups", n)
 	}
 	// an authenticated tenant still gets its overrides looked up
-	g.Decide(core.ContextWithTenant(context.Background(), quota.Tenant{ID: "acme"}), core.Endpoint{Pattern: "/x"})
+	g.Decide(gate.ContextWithTenant(context.Background(), quota.Tenant{ID: "acme"}), gate.Endpoint{Pattern: "/x"})
 	if n := calls.Load(); n != 1 {
 		t.Fatalf("authenticated tenant: %d lookups, want 1", n)
 	}
@@ -293,7 +295,7 @@ func TestGateAnonymousKeySpaceApart(t *testing.T) {
 		}
 		prefix := redistest.Prefix(t)
 		l := vr.newLimiter(t, c, res, core.WithPrefix(prefix))
-		g, err := core.NewGate(l, core.WithAnonymous(""))
+		g, err := gate.New(l, gate.WithAnonymous(""))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -307,8 +309,8 @@ func TestGateAnonymousKeySpaceApart(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		ep := core.Endpoint{Method: "GET", Pattern: "/x", ClientIP: "203.0.113.9"}
-		impostor := core.ContextWithTenant(ctx, quota.Tenant{ID: "anonymous:203.0.113.9", Tier: "free"})
+		ep := gate.Endpoint{Method: "GET", Pattern: "/x", ClientIP: "203.0.113.9"}
+		impostor := gate.ContextWithTenant(ctx, quota.Tenant{ID: "anonymous:203.0.113.9", Tier: "free"})
 
 		// the verified tenant first: it must not spend the anonymous quota
 		for i := range 3 {
@@ -337,7 +339,7 @@ func TestGateAnonymousKeySpaceApart(t *testing.T) {
 		}
 		// a tenant ID that only looks similar keeps working, on its own key
 		for _, id := range []string{"anonymous", "anonymous203.0.113.9", "Anonymous:203.0.113.9", "anonymous%3A203.0.113.9"} {
-			tctx := core.ContextWithTenant(ctx, quota.Tenant{ID: id, Tier: "free"})
+			tctx := gate.ContextWithTenant(ctx, quota.Tenant{ID: id, Tier: "free"})
 			if v := g.Decide(tctx, ep); !v.Proceed || v.Err != nil {
 				t.Fatalf("tenant %q: %+v", id, v)
 			}

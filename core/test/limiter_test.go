@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	tgquota "github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/render"
 )
 
 // step is one call in an arithmetic scenario: advance the clock, then check.
@@ -401,10 +402,10 @@ func TestRedisDown(t *testing.T) {
 				start := time.Now()
 				d, err := l.Allow(context.Background(), tgquota.Tenant{ID: "t1"}, "default", 1)
 				took := time.Since(start)
-				if !errors.Is(err, core.ErrStore) || d.Reason != tc.reason || d.Status() != tc.status || !d.Degraded() {
-					t.Fatalf("decision %+v (status %d), err %v; want %v, %d, ErrStore", d, d.Status(), err, tc.reason, tc.status)
+				if !errors.Is(err, core.ErrStore) || d.Reason != tc.reason || render.Status(d) != tc.status || !d.Degraded() {
+					t.Fatalf("decision %+v (status %d), err %v; want %v, %d, ErrStore", d, render.Status(d), err, tc.reason, tc.status)
 				}
-				if len(d.Headers(core.DefaultHeaderStyle, time.Now())) != 0 {
+				if len(render.Headers(d, render.DefaultHeaderStyle, time.Now())) != 0 {
 					t.Fatal("a degraded decision carries rate-limit headers")
 				}
 				if took > time.Second {
@@ -471,7 +472,7 @@ func TestShadow(t *testing.T) {
 	l := newLimiter(t, c, staticResolver(tgquota.Bucket{Name: "default", Quota: tgquota.Quota{Capacity: 1, RefillPerSecond: 0.01}}), core.WithShadow(true))
 	check(t, l, "t1", 1)
 	d := check(t, l, "t1", 1)
-	if !d.Allowed || d.Reason != core.ReasonShadowDenied || d.Status() != 200 {
+	if !d.Allowed || d.Reason != core.ReasonShadowDenied || render.Status(d) != 200 {
 		t.Fatalf("shadow: %+v", d)
 	}
 }
@@ -519,7 +520,7 @@ func TestInvalidInput(t *testing.T) {
 	// rejected (500), never let through unlimited, even when failing open
 	bad := newLimiter(t, c, staticResolver(tgquota.Bucket{Name: "default", Quota: tgquota.Quota{Capacity: 1, RefillPerSecond: math.NaN()}}))
 	d, err := bad.Allow(ctx, tgquota.Tenant{ID: "t"}, "default", 1)
-	if !errors.Is(err, tgquota.ErrInvalid) || !strings.Contains(err.Error(), "refill rate") || d.Reason != core.ReasonUnresolved || d.Allowed || d.Status() != 500 {
+	if !errors.Is(err, tgquota.ErrInvalid) || !strings.Contains(err.Error(), "refill rate") || d.Reason != core.ReasonUnresolved || d.Allowed || render.Status(d) != 500 {
 		t.Fatalf("NaN rate: %+v, %v", d, err)
 	}
 	// so is an unknown tier or class

@@ -18,6 +18,7 @@ import (
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/config"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 )
 
@@ -366,10 +367,10 @@ func TestOpenedServiceReloads(t *testing.T) {
 		_, pattern := mux.Handler(r)
 		ctx := r.Context()
 		if id := r.Header.Get("X-Test-Tenant"); id != "" { // a test's stand-in for verified auth
-			ctx = core.ContextWithTenant(ctx, quota.Tenant{ID: id})
+			ctx = gate.ContextWithTenant(ctx, quota.Tenant{ID: id})
 		}
 		method, pat, _ := strings.Cut(pattern, " ")
-		v := svc.Gate.Decide(ctx, core.Endpoint{Method: method, Pattern: pat})
+		v := svc.Gate.Decide(ctx, gate.Endpoint{Method: method, Pattern: pat})
 		if !v.Proceed {
 			w.WriteHeader(v.Status)
 			return

@@ -10,7 +10,9 @@ import (
 
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/render"
 )
 
 // llm is the examples' class: capacity 1000, refill 10/s.
@@ -110,7 +112,7 @@ func TestSettleDebt(t *testing.T) {
 		if want := 50100 * time.Millisecond; d.RetryAfter != want {
 			t.Fatalf("RetryAfter %v, want %v ((1 + 500 debt) / 10 per second)", d.RetryAfter, want)
 		}
-		if hs := d.Headers(core.HeaderXRateLimit, clock.Now()); len(hs) == 0 {
+		if hs := render.Headers(d, render.HeaderXRateLimit, clock.Now()); len(hs) == 0 {
 			t.Fatal("no headers for a denial in debt")
 		}
 		clock.Advance(50 * time.Second) // repaid to 0: still short of 1
@@ -144,7 +146,7 @@ func TestSettleUnsettledStaysCharged(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend, vr variant) {
 		clock := conformance.NewFakeClock()
 		l := vr.newLimiter(t, be.client(t), staticResolver(quota.Bucket{Name: "default", Quota: llm}), core.WithClock(clock.Now))
-		g, err := core.NewGate(l, core.WithCostReports(), core.WithDefaultRoute(core.Route{Class: "default", Cost: 100}))
+		g, err := gate.New(l, gate.WithCostReports(), gate.WithDefaultRoute(gate.Route{Class: "default", Cost: 100}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -154,8 +156,8 @@ func TestSettleUnsettledStaysCharged(t *testing.T) {
 		if got := balance(t, l, "lost", "default"); got != 900 {
 			t.Fatalf("unsettled: %v tokens, want 900", got)
 		}
-		ctx := core.ContextWithTenant(context.Background(), quota.Tenant{ID: "quiet"})
-		v := g.Decide(ctx, core.Endpoint{Method: "POST", Pattern: "/v1/complete"})
+		ctx := gate.ContextWithTenant(context.Background(), quota.Tenant{ID: "quiet"})
+		v := g.Decide(ctx, gate.Endpoint{Method: "POST", Pattern: "/v1/complete"})
 		if _, ok := v.CostContext(ctx); !ok { // the handler reports nothing
 			t.Fatal("an admission with a cost has no reservation to settle")
 		}
@@ -172,20 +174,20 @@ func TestGateReportCost(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend, vr variant) {
 		clock := conformance.NewFakeClock()
 		l := vr.newLimiter(t, be.client(t), staticResolver(quota.Bucket{Name: "default", Quota: llm}), core.WithClock(clock.Now))
-		g, err := core.NewGate(l, core.WithCostReports(), core.WithDefaultRoute(core.Route{Class: "default", Cost: 100}))
+		g, err := gate.New(l, gate.WithCostReports(), gate.WithDefaultRoute(gate.Route{Class: "default", Cost: 100}))
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx := core.ContextWithTenant(context.Background(), quota.Tenant{ID: "rep"})
-		v := g.Decide(ctx, core.Endpoint{Method: "POST", Pattern: "/v1/complete"})
+		ctx := gate.ContextWithTenant(context.Background(), quota.Tenant{ID: "rep"})
+		v := g.Decide(ctx, gate.Endpoint{Method: "POST", Pattern: "/v1/complete"})
 		hctx, _ := v.CostContext(ctx)
-		if err := core.ReportCost(hctx, 999); err != nil {
+		if err := gate.ReportCost(hctx, 999); err != nil {
 			t.Fatal(err)
 		}
-		if err := core.ReportCost(hctx, 250); err != nil {
+		if err := gate.ReportCost(hctx, 250); err != nil {
 			t.Fatal(err)
 		}
-		if err := core.ReportCost(hctx, -1); !errors.Is(err, core.ErrInvalidRequest) {
+		if err := gate.ReportCost(hctx, -1); !errors.Is(err, core.ErrInvalidRequest) {
 			t.Fatalf("ReportCost(-1) = %v, want ErrInvalidRequest", err)
 		}
 		v.Done()
@@ -193,7 +195,7 @@ func TestGateReportCost(t *testing.T) {
 		if got := balance(t, l, "rep", "default"); got != 750 {
 			t.Fatalf("reported 250 on an estimate of 100: %v tokens, want 750", got)
 		}
-		if err := core.ReportCost(ctx, 5); !errors.Is(err, core.ErrInvalidRequest) {
+		if err := gate.ReportCost(ctx, 5); !errors.Is(err, core.ErrInvalidRequest) {
 			t.Fatalf("ReportCost without a reservation = %v, want ErrInvalidRequest", err)
 		}
 	})
@@ -267,12 +269,12 @@ func TestGateWithoutCostReports(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend, vr variant) {
 		clock := conformance.NewFakeClock()
 		l := vr.newLimiter(t, be.client(t), staticResolver(quota.Bucket{Name: "default", Quota: llm}), core.WithClock(clock.Now))
-		g, err := core.NewGate(l, core.WithDefaultRoute(core.Route{Class: "default", Cost: 100}))
+		g, err := gate.New(l, gate.WithDefaultRoute(gate.Route{Class: "default", Cost: 100}))
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx := core.ContextWithTenant(context.Background(), quota.Tenant{ID: "plain"})
-		v := g.Decide(ctx, core.Endpoint{Method: "POST", Pattern: "/v1/complete"})
+		ctx := gate.ContextWithTenant(context.Background(), quota.Tenant{ID: "plain"})
+		v := g.Decide(ctx, gate.Endpoint{Method: "POST", Pattern: "/v1/complete"})
 		if !v.Proceed {
 			t.Fatalf("Decide: %+v", v)
 		}
@@ -280,7 +282,7 @@ func TestGateWithoutCostReports(t *testing.T) {
 		if ok || hctx != ctx {
 			t.Fatal("a gate without WithCostReports handed out a context to report a cost to")
 		}
-		if err := core.ReportCost(hctx, 5); !errors.Is(err, core.ErrInvalidRequest) {
+		if err := gate.ReportCost(hctx, 5); !errors.Is(err, core.ErrInvalidRequest) {
 			t.Fatalf("ReportCost = %v, want ErrInvalidRequest", err)
 		}
 		v.Done()

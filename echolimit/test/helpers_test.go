@@ -5,7 +5,7 @@ import (
 	"net/http/httptest"
 
 	"github.com/labstack/echo/v4"
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 )
 
@@ -13,7 +13,7 @@ import (
 func tenant(id string) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			c.SetRequest(c.Request().WithContext(core.ContextWithTenant(c.Request().Context(), quota.Tenant{ID: id})))
+			c.SetRequest(c.Request().WithContext(gate.ContextWithTenant(c.Request().Context(), quota.Tenant{ID: id})))
 			return next(c)
 		}
 	}

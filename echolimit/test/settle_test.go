@@ -7,7 +7,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/core"
+	tggate "github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/echolimit"
 )
@@ -17,7 +17,7 @@ import (
 // returns; without a report the estimate stands.
 func TestSettle(t *testing.T) {
 	lim := conformance.NewUnitLimiter(t)
-	gate := conformance.NewUnitGate(t, lim, core.WithCostReports(), core.WithDefaultRoute(core.Route{Class: "export", Cost: 4}))
+	gate := conformance.NewUnitGate(t, lim, tggate.WithCostReports(), tggate.WithDefaultRoute(tggate.Route{Class: "export", Cost: 4}))
 	for _, c := range []struct {
 		tenant string
 		report int64 // -1: none
@@ -27,7 +27,7 @@ func TestSettle(t *testing.T) {
 		r.Use(tenant(c.tenant), echolimit.Middleware(gate))
 		r.POST("/v1/complete", func(ec echo.Context) error {
 			if c.report >= 0 {
-				if err := core.ReportCost(ec.Request().Context(), c.report); err != nil {
+				if err := tggate.ReportCost(ec.Request().Context(), c.report); err != nil {
 					t.Error(err)
 				}
 			}

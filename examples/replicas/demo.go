@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
+	tggate "github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/examples/internal/app"
 	"github.com/tollgate-go/tollgate/httplimit"
@@ -117,7 +118,7 @@ func Run(ctx context.Context, client redis.UniversalClient, o Options) ([]Result
 		buckets := map[string]*rate.Limiter{}
 		limit := func(next http.Handler) http.Handler {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				t, _ := core.TenantFromContext(r.Context())
+				t, _ := tggate.TenantFromContext(r.Context())
 				mu.Lock()
 				b, ok := buckets[t.ID]
 				if !ok {
@@ -144,7 +145,7 @@ func Run(ctx context.Context, client redis.UniversalClient, o Options) ([]Result
 		if err != nil {
 			return nil, nil, err
 		}
-		gate, err := core.NewGate(lim)
+		gate, err := tggate.New(lim)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -421,7 +422,7 @@ func RunConcurrency(ctx context.Context, client redis.UniversalClient, o Concurr
 			if err != nil {
 				return nil, nil, err
 			}
-			gate, err := core.NewGate(lim)
+			gate, err := tggate.New(lim)
 			if err != nil {
 				_ = lim.Close()
 				return nil, nil, err

@@ -9,7 +9,9 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
+	tggate "github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/render"
 	"github.com/tollgate-go/tollgate/ginlimit"
 )
 
@@ -17,7 +19,7 @@ func ok(c *gin.Context) { c.Status(http.StatusOK) }
 
 func TestMounting(t *testing.T) {
 	lim := conformance.NewUnitLimiter(t)
-	gate := conformance.NewUnitGate(t, lim, core.WithRoutes(core.Routes{"GET /v1/items/:id": {Class: "export", Cost: 1}}))
+	gate := conformance.NewUnitGate(t, lim, tggate.WithRoutes(tggate.Routes{"GET /v1/items/:id": {Class: "export", Cost: 1}}))
 	t.Run("group", func(t *testing.T) {
 		r := gin.New()
 		r.Use(tenant("group"))
@@ -65,11 +67,11 @@ func TestOptions(t *testing.T) {
 	})
 	t.Run("route func before the gate's cost func", func(t *testing.T) {
 		r := gin.New()
-		costly := conformance.NewUnitGate(t, lim, core.WithCostFunc(func(context.Context, quota.Tenant, core.Endpoint) (core.Route, bool) {
-			return core.Route{Class: "export", Cost: 3}, true
+		costly := conformance.NewUnitGate(t, lim, tggate.WithCostFunc(func(context.Context, quota.Tenant, tggate.Endpoint) (tggate.Route, bool) {
+			return tggate.Route{Class: "export", Cost: 3}, true
 		}))
-		r.Use(tenant("cost"), ginlimit.Middleware(costly, ginlimit.WithRouteFunc(func(c *gin.Context) (core.Route, bool) {
-			return core.Route{Class: "export", Cost: 2}, c.Query("big") != ""
+		r.Use(tenant("cost"), ginlimit.Middleware(costly, ginlimit.WithRouteFunc(func(c *gin.Context) (tggate.Route, bool) {
+			return tggate.Route{Class: "export", Cost: 2}, c.Query("big") != ""
 		})))
 		r.GET("/x", ok)
 		if got := get(r, "GET", "/x?big=1").Header().Get("X-RateLimit-Remaining"); got != "8" {
@@ -84,7 +86,7 @@ func TestOptions(t *testing.T) {
 		reached := 0
 		r := gin.New()
 		r.Use(tenant("zero"), ginlimit.Middleware(gate, ginlimit.WithErrorHandler(func(_ *gin.Context, err error) { hooked = err }),
-			ginlimit.WithRouteFunc(func(*gin.Context) (core.Route, bool) { return core.Route{Class: "default", Cost: 0}, true })))
+			ginlimit.WithRouteFunc(func(*gin.Context) (tggate.Route, bool) { return tggate.Route{Class: "default", Cost: 0}, true })))
 		r.GET("/x", func(c *gin.Context) { reached++ })
 		w := get(r, "GET", "/x")
 		if w.Code != 500 || reached != 0 || !errors.Is(hooked, core.ErrInvalidConfig) || w.Body.String() != misconfiguredBody {
@@ -94,7 +96,7 @@ func TestOptions(t *testing.T) {
 	t.Run("deny handler, chain aborted", func(t *testing.T) {
 		reached := 0
 		r := gin.New()
-		r.Use(tenant("deny"), ginlimit.Middleware(gate, ginlimit.WithDenyHandler(func(c *gin.Context, v core.Verdict) {
+		r.Use(tenant("deny"), ginlimit.Middleware(gate, ginlimit.WithDenyHandler(func(c *gin.Context, v tggate.Verdict) {
 			if !c.IsAborted() || c.Writer.Header().Get("Retry-After") == "" {
 				t.Error("deny handler called before abort or before the headers")
 			}
@@ -123,7 +125,7 @@ func TestMisconfigured(t *testing.T) {
 		ginlimit.WithRouteFunc(nil), ginlimit.WithSkipper(nil), ginlimit.WithDenyHandler(nil), ginlimit.WithErrorHandler(nil)))
 	r.GET("/", ok)
 	w := get(r, "GET", "/")
-	if w.Code != 500 || w.Header().Get("Content-Type") != core.ProblemContentType || w.Body.String() != misconfiguredBody || !errors.Is(hooked, core.ErrInvalidConfig) {
+	if w.Code != 500 || w.Header().Get("Content-Type") != render.ProblemContentType || w.Body.String() != misconfiguredBody || !errors.Is(hooked, core.ErrInvalidConfig) {
 		t.Fatalf("misconfigured: %d %v %q, hook got %v", w.Code, w.Header(), w.Body, hooked)
 	}
 }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/core"
+	tggate "github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/ginlimit"
 )
@@ -17,7 +17,7 @@ import (
 // returns; without a report the estimate stands.
 func TestSettle(t *testing.T) {
 	lim := conformance.NewUnitLimiter(t)
-	gate := conformance.NewUnitGate(t, lim, core.WithCostReports(), core.WithDefaultRoute(core.Route{Class: "export", Cost: 4}))
+	gate := conformance.NewUnitGate(t, lim, tggate.WithCostReports(), tggate.WithDefaultRoute(tggate.Route{Class: "export", Cost: 4}))
 	for _, c := range []struct {
 		tenant string
 		report int64 // -1: none
@@ -27,7 +27,7 @@ func TestSettle(t *testing.T) {
 		r.Use(tenant(c.tenant), ginlimit.Middleware(gate))
 		r.POST("/v1/complete", func(gc *gin.Context) {
 			if c.report >= 0 {
-				if err := core.ReportCost(gc.Request.Context(), c.report); err != nil {
+				if err := tggate.ReportCost(gc.Request.Context(), c.report); err != nil {
 					t.Error(err)
 				}
 			}

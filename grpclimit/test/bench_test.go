@@ -6,6 +6,7 @@ import (
 
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/grpclimit"
 	"google.golang.org/grpc"
@@ -40,16 +41,16 @@ func BenchmarkOverhead(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	g, err := core.NewGate(lim)
+	g, err := gate.New(lim)
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx := core.ContextWithTenant(context.Background(), quota.Tenant{ID: "bench"})
+	ctx := gate.ContextWithTenant(context.Background(), quota.Tenant{ID: "bench"})
 	ctx = peer.NewContext(ctx, &peer.Peer{Addr: &benchAddr{}})
 	ctx = grpc.NewContextWithServerTransportStream(ctx, benchTransportStream{})
 	b.Run("core", func(b *testing.B) {
 		for b.Loop() {
-			if v := g.Decide(ctx, core.Endpoint{Pattern: mProfile}); !v.Proceed {
+			if v := g.Decide(ctx, gate.Endpoint{Pattern: mProfile}); !v.Proceed {
 				b.Fatal(v.Err)
 			}
 		}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/core"
+	tggate "github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/grpclimit"
 	"github.com/tollgate-go/tollgate/grpclimit/internal/testpb"
 	"google.golang.org/grpc"
@@ -37,13 +37,13 @@ type grpcTarget struct{}
 func (grpcTarget) Protocol() conformance.Protocol { return conformance.ProtocolGRPC }
 
 func (grpcTarget) NewInstance(t testing.TB, s conformance.Setup) (conformance.Instance, error) {
-	routes := core.Routes{}
+	routes := tggate.Routes{}
 	for name, r := range s.Routes {
 		if m, ok := grpcMethods[name]; ok {
 			routes[m] = r
 		}
 	}
-	gate, err := core.NewGate(s.Limiter, s.GateOptions(routes)...)
+	gate, err := tggate.New(s.Limiter, s.GateOptions(routes)...)
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	tggate "github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/grpclimit"
 	"github.com/tollgate-go/tollgate/grpclimit/internal/testpb"
@@ -106,7 +107,7 @@ func (s *service) GetProfile(ctx context.Context, _ *testpb.GetProfileRequest) (
 	if err := reportCost(ctx); err != nil {
 		return nil, err
 	}
-	t, _ := core.TenantFromContext(ctx)
+	t, _ := tggate.TenantFromContext(ctx)
 	return &testpb.Profile{Tenant: t.ID}, nil
 }
 
@@ -142,7 +143,7 @@ func (s *service) Upload(st grpc.BidiStreamingServer[testpb.UploadChunk, testpb.
 }
 
 // reportCost reports the actual cost the client asked for in the
-// "x-actual-cost" metadata (core.ReportCost), if any.
+// "x-actual-cost" metadata (gate.ReportCost), if any.
 func reportCost(ctx context.Context) error {
 	md, _ := metadata.FromIncomingContext(ctx)
 	v := md.Get("x-actual-cost")
@@ -151,7 +152,7 @@ func reportCost(ctx context.Context) error {
 	}
 	n, err := strconv.ParseInt(v[0], 10, 64)
 	if err == nil {
-		err = core.ReportCost(ctx, n)
+		err = tggate.ReportCost(ctx, n)
 	}
 	return err
 }
@@ -163,7 +164,7 @@ func authenticate(ctx context.Context) context.Context {
 	md, _ := metadata.FromIncomingContext(ctx)
 	if vs := md.Get("authorization"); len(vs) > 0 {
 		if t, ok := conformance.Authenticate(vs[0]); ok {
-			return core.ContextWithTenant(ctx, t)
+			return tggate.ContextWithTenant(ctx, t)
 		}
 	}
 	return ctx
@@ -228,7 +229,7 @@ type env struct {
 
 // serverOpts are extra server options (interceptors run after auth and
 // before grpclimit's).
-func newEnv(t testing.TB, gate *core.Gate, opts ...grpclimit.Option) *env {
+func newEnv(t testing.TB, gate *tggate.Gate, opts ...grpclimit.Option) *env {
 	t.Helper()
 	e := &env{svc: &service{}, lis: peerListener{bufconn.Listen(1 << 20)}}
 	count := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
+	tggate "github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/httplimit"
 )
@@ -30,7 +31,7 @@ func exportTokens(t *testing.T, lim *core.Limiter, tenant string) float64 {
 // report the estimate stands.
 func TestSettle(t *testing.T) {
 	lim := conformance.NewUnitLimiter(t)
-	gate := conformance.NewUnitGate(t, lim, core.WithCostReports(), core.WithDefaultRoute(core.Route{Class: "export", Cost: 4}))
+	gate := conformance.NewUnitGate(t, lim, tggate.WithCostReports(), tggate.WithDefaultRoute(tggate.Route{Class: "export", Cost: 4}))
 	var hooked error
 	mw := httplimit.Middleware(gate, httplimit.WithCostHeader("tollgate-cost"), httplimit.WithErrorHandler(func(_ *http.Request, err error) { hooked = err }))
 	cases := []struct {
@@ -40,7 +41,7 @@ func TestSettle(t *testing.T) {
 		hooked  bool
 	}{
 		{"context", func(w http.ResponseWriter, r *http.Request) {
-			if err := core.ReportCost(r.Context(), 7); err != nil {
+			if err := tggate.ReportCost(r.Context(), 7); err != nil {
 				t.Error(err)
 			}
 		}, 3, false},

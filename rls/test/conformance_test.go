@@ -11,7 +11,7 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/rls"
 	"google.golang.org/grpc/codes"
@@ -42,7 +42,7 @@ func (gatewayTarget) NewInstance(t testing.TB, s conformance.Setup) (conformance
 
 type gateway struct {
 	client    rlsv3.RateLimitServiceClient
-	routes    map[string]core.Route
+	routes    map[string]gate.Route
 	anonymous bool
 	calls     atomic.Int64
 }

@@ -16,7 +16,9 @@ import (
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/render"
 	"github.com/tollgate-go/tollgate/httplimit"
 	"github.com/tollgate-go/tollgate/rls"
 	"google.golang.org/grpc/codes"
@@ -105,7 +107,7 @@ func TestBurstThenOverLimit(t *testing.T) {
 			t.Errorf("current_limit = %v, want default 1/SECOND", l)
 		}
 		h := headerMap(res)
-		if h["Retry-After"] != "1" || h["RateLimit"] != `"default";r=0;t=1` || h["Content-Type"] != core.ProblemContentType {
+		if h["Retry-After"] != "1" || h["RateLimit"] != `"default";r=0;t=1` || h["Content-Type"] != render.ProblemContentType {
 			t.Errorf("denial headers = %v", h)
 		}
 		if !strings.Contains(string(res.GetRawBody()), `"status":429`) {
@@ -193,7 +195,7 @@ func TestGatewayAndServiceShareABucket(t *testing.T) {
 
 func serveHTTP(h http.Handler, tenant string) *httptest.ResponseRecorder {
 	r := httptest.NewRequest("GET", "/v1/profile", nil)
-	r = r.WithContext(core.ContextWithTenant(r.Context(), quota.Tenant{ID: tenant}))
+	r = r.WithContext(gate.ContextWithTenant(r.Context(), quota.Tenant{ID: tenant}))
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, r)
 	return rec
@@ -203,11 +205,11 @@ func serveHTTP(h http.Handler, tenant string) *httptest.ResponseRecorder {
 // decision, in every style, admitted and denied.
 func TestHeadersMatchHTTPAdapter(t *testing.T) {
 	c := redistest.Client(t)
-	styles := map[string]core.HeaderStyle{
-		"default": core.DefaultHeaderStyle,
-		"epoch":   core.HeaderIETF | core.HeaderXRateLimitEpoch,
-		"draft06": core.HeaderDraft06,
-		"none":    core.HeaderNone,
+	styles := map[string]render.HeaderStyle{
+		"default": render.DefaultHeaderStyle,
+		"epoch":   render.HeaderIETF | render.HeaderXRateLimitEpoch,
+		"draft06": render.HeaderDraft06,
+		"none":    render.HeaderNone,
 	}
 	for name, style := range styles {
 		t.Run(name, func(t *testing.T) {
@@ -215,7 +217,7 @@ func TestHeadersMatchHTTPAdapter(t *testing.T) {
 			clock.Advance(1234567 * time.Microsecond) // fractional seconds
 			lim := newLimiter(t, c, core.WithClock(clock.Now))
 			client := serve(t, lim, rls.WithHeaderStyle(style), rls.WithClock(clock.Now))
-			svc := httplimit.Middleware(conformance.NewUnitGate(t, lim, core.WithHeaderStyle(style), core.WithClock(clock.Now)))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			svc := httplimit.Middleware(conformance.NewUnitGate(t, lim, gate.WithHeaderStyle(style), gate.WithClock(clock.Now)))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 			for i := range 5 {
 				if i == 4 {
 					clock.Advance(700 * time.Millisecond)

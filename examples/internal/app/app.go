@@ -27,6 +27,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/config"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/examples"
 	"github.com/tollgate-go/tollgate/sqlquota"
@@ -126,7 +127,7 @@ type App struct {
 	File *config.Config
 	// Gate is the request flow every adapter takes, built once from File's
 	// gate options (routes, header style, anonymous tier).
-	Gate *core.Gate
+	Gate *gate.Gate
 	// Metrics serves the Prometheus text format.
 	Metrics http.Handler
 	// Log is the logger.

@@ -8,8 +8,9 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/render"
 )
 
 // DevSecret signs and verifies tokens when TOLLGATE_JWT_SECRET is not set.
@@ -106,18 +107,18 @@ func Mint(secret []byte, tenant, tier string, ttl time.Duration) (string, error)
 // Unauthorized is the 401 answer to a request whose token failed: a
 // problem+json body saying why. Every example sends it the same way.
 func Unauthorized(err error) (status int, contentType string, body []byte) {
-	p := core.UnauthenticatedProblem()
+	p := render.UnauthenticatedProblem()
 	if err != nil {
 		p.Detail = err.Error()
 	}
-	return p.Status, core.ProblemContentType, p.JSON()
+	return p.Status, render.ProblemContentType, p.JSON()
 }
 
 // WWWAuthenticate is the challenge sent with every 401.
 const WWWAuthenticate = `Bearer realm="tollgate-example"`
 
 // RequireTenant is net/http authentication middleware: it verifies the
-// bearer token and stores the tenant with core.ContextWithTenant, or
+// bearer token and stores the tenant with gate.ContextWithTenant, or
 // answers 401.
 func (v *Verifier) RequireTenant(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -130,6 +131,6 @@ func (v *Verifier) RequireTenant(next http.Handler) http.Handler {
 			_, _ = w.Write(body)
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(core.ContextWithTenant(r.Context(), t)))
+		next.ServeHTTP(w, r.WithContext(gate.ContextWithTenant(r.Context(), t)))
 	})
 }

@@ -1,4 +1,4 @@
-package core_test
+package gate_test
 
 import (
 	"context"
@@ -9,13 +9,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // offlineGate is a gate over a limiter whose store is never reached:
 // Gate.Route consults no store, and a misconfigured route fails before
 // the check.
-func offlineGate(t *testing.T, opts ...core.GateOption) *core.Gate {
+func offlineGate(t *testing.T, opts ...gate.Option) *gate.Gate {
 	t.Helper()
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
 	t.Cleanup(func() { _ = client.Close() })
@@ -27,7 +28,7 @@ func offlineGate(t *testing.T, opts ...core.GateOption) *core.Gate {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := core.NewGate(lim, opts...)
+	g, err := gate.New(lim, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,19 +38,19 @@ func offlineGate(t *testing.T, opts ...core.GateOption) *core.Gate {
 // An Endpoint.Route the adapter resolved wins over the cost function and
 // the route table; the zero Route leaves them to decide.
 func TestGateEndpointRoute(t *testing.T) {
-	g := offlineGate(t,
-		core.WithRoutes(core.Routes{"/t": {Class: "table", Cost: 1}}),
-		core.WithCostFunc(func(_ context.Context, _ quota.Tenant, e core.Endpoint) (core.Route, bool) {
-			return core.Route{Class: "costfunc", Cost: 2}, e.Method == http.MethodPost
+	g := offlineGate(t, gate.
+		WithRoutes(gate.Routes{"/t": {Class: "table", Cost: 1}}), gate.
+		WithCostFunc(func(_ context.Context, _ quota.Tenant, e gate.Endpoint) (gate.Route, bool) {
+			return gate.Route{Class: "costfunc", Cost: 2}, e.Method == http.MethodPost
 		}))
 	for _, c := range []struct {
-		e    core.Endpoint
+		e    gate.Endpoint
 		want string
 	}{
-		{core.Endpoint{Method: http.MethodPost, Pattern: "/t", Route: core.Route{Class: "resolved", Cost: 3}}, "resolved"},
-		{core.Endpoint{Method: http.MethodGet, Pattern: "/t", Route: core.Route{Class: "resolved", Cost: 3}}, "resolved"},
-		{core.Endpoint{Method: http.MethodPost, Pattern: "/t"}, "costfunc"},
-		{core.Endpoint{Method: http.MethodGet, Pattern: "/t"}, "table"},
+		{gate.Endpoint{Method: http.MethodPost, Pattern: "/t", Route: gate.Route{Class: "resolved", Cost: 3}}, "resolved"},
+		{gate.Endpoint{Method: http.MethodGet, Pattern: "/t", Route: gate.Route{Class: "resolved", Cost: 3}}, "resolved"},
+		{gate.Endpoint{Method: http.MethodPost, Pattern: "/t"}, "costfunc"},
+		{gate.Endpoint{Method: http.MethodGet, Pattern: "/t"}, "table"},
 	} {
 		if r := g.Route(context.Background(), quota.Tenant{ID: "t"}, c.e); r.Class != c.want {
 			t.Errorf("%+v: class %q, want %q", c.e, r.Class, c.want)
@@ -61,8 +62,8 @@ func TestGateEndpointRoute(t *testing.T) {
 // misconfiguration (500, the error for the hook), never a free pass.
 func TestGateEndpointRouteInvalid(t *testing.T) {
 	g := offlineGate(t)
-	ctx := core.ContextWithTenant(context.Background(), quota.Tenant{ID: "t", Tier: "free"})
-	v := g.Decide(ctx, core.Endpoint{Method: http.MethodGet, Pattern: "/t", Route: core.Route{Class: "default", Cost: -1}})
+	ctx := gate.ContextWithTenant(context.Background(), quota.Tenant{ID: "t", Tier: "free"})
+	v := g.Decide(ctx, gate.Endpoint{Method: http.MethodGet, Pattern: "/t", Route: gate.Route{Class: "default", Cost: -1}})
 	if v.Proceed || v.Status != http.StatusInternalServerError || !errors.Is(v.Err, core.ErrInvalidConfig) {
 		t.Fatalf("verdict %+v, want a 500 misconfiguration", v)
 	}
