@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/tollgate-go/tollgate/conformance/redistest"
-	tggate "github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 )
 
@@ -48,7 +48,7 @@ const (
 // deliberately wrong adapter the suite must reject.
 func reference(f fault) Target {
 	return HTTPTarget(func(t testing.TB, s Setup) (Instance, error) {
-		gate, err := tggate.New(s.Limiter, s.GateOptions(HTTPRoutes(s.Routes, nil))...)
+		g, err := gate.New(s.Limiter, s.GateOptions(HTTPRoutes(s.Routes, nil))...)
 		if err != nil {
 			return nil, err
 		}
@@ -69,7 +69,7 @@ func reference(f fault) Target {
 			ip, _, _ := net.SplitHostPort(r.RemoteAddr)
 			// no pattern: the mux answers 404 or 405 itself
 			unmatched := pattern == "" && f != chargesUnmatched
-			v := gate.Decide(r.Context(), tggate.Endpoint{Method: r.Method, Pattern: pattern, ClientIP: ip, Unmatched: unmatched})
+			v := g.Decide(r.Context(), gate.Endpoint{Method: r.Method, Pattern: pattern, ClientIP: ip, Unmatched: unmatched})
 			if v.Err != nil {
 				s.OnError(v.Err)
 			}
@@ -105,10 +105,10 @@ func reference(f fault) Target {
 		})
 		auth := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if tn, ok := Authenticate(r.Header.Get("Authorization")); ok {
-				r = r.WithContext(tggate.ContextWithTenant(r.Context(), tn))
+				r = r.WithContext(gate.ContextWithTenant(r.Context(), tn))
 			}
 			if id := r.Header.Get("X-Tenant-Id"); id != "" && f == tenantFromHeader {
-				r = r.WithContext(tggate.ContextWithTenant(r.Context(), quota.Tenant{ID: id}))
+				r = r.WithContext(gate.ContextWithTenant(r.Context(), quota.Tenant{ID: id}))
 			}
 			limit.ServeHTTP(w, r)
 		})

@@ -7,7 +7,7 @@ import (
 	"slices"
 
 	"github.com/tollgate-go/tollgate/core/internal/names"
-	tgkeys "github.com/tollgate-go/tollgate/core/keys"
+	"github.com/tollgate-go/tollgate/core/keys"
 	"github.com/tollgate-go/tollgate/core/quota"
 )
 
@@ -91,27 +91,27 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 			return l.callerGone(req, ctx.Err())
 		}
 		if errors.Is(err, ErrResolve) || errors.Is(err, quota.ErrInvalid) {
-			l.logDegraded("tollgate: no quota configured for this request; rejected", req, err, "tier", tgkeys.EscapeID(req.Tenant.Tier))
+			l.logDegraded("tollgate: no quota configured for this request; rejected", req, err, "tier", keys.EscapeID(req.Tenant.Tier))
 			return Decision{Reason: ReasonUnresolved, Cost: req.Cost}, err
 		}
 		// a custom resolver's own backend failed: a store failure
 		err = fmt.Errorf("%w: resolve: %w", ErrStore, err)
 		return l.degrade(req, nil, nil, err), err
 	}
-	keys := make([]string, len(buckets))
+	ks := make([]string, len(buckets))
 	for i, b := range buckets {
-		if keys[i], err = l.keys.Bucket(req.Tenant.ID, b.Name); err != nil {
+		if ks[i], err = l.keys.Bucket(req.Tenant.ID, b.Name); err != nil {
 			return Decision{Reason: ReasonInvalid, Cost: req.Cost}, err
 		}
 	}
-	c := checkCall{req: req, keys: keys, buckets: buckets, cost: req.Cost, sent: l.now()}
+	c := checkCall{req: req, keys: ks, buckets: buckets, cost: req.Cost, sent: l.now()}
 	if ci, err := concurrentBucket(buckets); err != nil {
-		l.logDegraded("tollgate: no quota configured for this request; rejected", req, err, "tier", tgkeys.EscapeID(req.Tenant.Tier))
+		l.logDegraded("tollgate: no quota configured for this request; rejected", req, err, "tier", keys.EscapeID(req.Tenant.Tier))
 		return Decision{Reason: ReasonUnresolved, Cost: req.Cost}, err
 	} else if ci >= 0 {
 		// the concurrency script: no token lease (a slot is taken per
 		// request), the deny cache still proves a bucket's denial
-		c.slot = &slotCall{index: ci, key: keys[ci] + ":slots", id: newSlotID()}
+		c.slot = &slotCall{index: ci, key: ks[ci] + ":slots", id: newSlotID()}
 	}
 	return l.layers.decide(ctx, c)
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/tollgate-go/tollgate/core/internal/shard"
 	"github.com/tollgate-go/tollgate/core/internal/transport"
-	tgkeys "github.com/tollgate-go/tollgate/core/keys"
+	"github.com/tollgate-go/tollgate/core/keys"
 	"github.com/tollgate-go/tollgate/core/quota"
 )
 
@@ -58,7 +58,7 @@ func (bl *breakerLayer) decide(ctx context.Context, c checkCall) (Decision, erro
 // Only the store's own failures count toward the breaker of the shard sh.
 // start is when the call began, wrote when its command was sent; probe:
 // this call was the breaker's probe.
-func (l *Limiter) failed(ctx context.Context, req Request, keys []string, buckets []quota.Bucket, err error, sh *shard.Shard, start, wrote time.Time, probe bool) (Decision, error) {
+func (l *Limiter) failed(ctx context.Context, req Request, ks []string, buckets []quota.Bucket, err error, sh *shard.Shard, start, wrote time.Time, probe bool) (Decision, error) {
 	var gone *callerGone
 	if errors.As(err, &gone) {
 		sh.Abandon(probe)
@@ -87,16 +87,16 @@ func (l *Limiter) failed(ctx context.Context, req Request, keys []string, bucket
 	if errors.As(err, &re) {
 		sh.Success(wrote)
 		err = fmt.Errorf("%w: %w", ErrStore, err)
-		d := l.degradeQuiet(req, keys, buckets)
+		d := l.degradeQuiet(req, ks, buckets)
 		l.logDegraded("tollgate: the store refused this request; answered by the failure policy", req, err,
-			"decision", outcome(d), "key", strings.Join(keys, " "))
+			"decision", outcome(d), "key", strings.Join(ks, " "))
 		return d, err
 	}
 	err = fmt.Errorf("%w: %w", ErrStore, err)
 	if sh.Failure(l.now()) {
 		l.logDegraded("tollgate: circuit breaker opened: store calls paused", req, err)
 	}
-	return l.degrade(req, keys, buckets, err), err
+	return l.degrade(req, ks, buckets, err), err
 }
 
 // shed is the answer to a check this process could not make in time: not
@@ -114,17 +114,17 @@ func (l *Limiter) callerGone(req Request, err error) (Decision, error) {
 // degrade answers without the store: from the local fallback buckets when
 // configured (and the quota is known), else by the failure policy. It logs,
 // at most once a second: a degraded decision is never silent.
-func (l *Limiter) degrade(req Request, keys []string, buckets []quota.Bucket, err error) Decision {
-	d := l.degradeQuiet(req, keys, buckets)
+func (l *Limiter) degrade(req Request, ks []string, buckets []quota.Bucket, err error) Decision {
+	d := l.degradeQuiet(req, ks, buckets)
 	l.logDegraded("tollgate: rate limit check degraded", req, err, "decision", outcome(d))
 	return d
 }
 
 // degradeQuiet is degrade's answer, without the log.
-func (l *Limiter) degradeQuiet(req Request, keys []string, buckets []quota.Bucket) Decision {
+func (l *Limiter) degradeQuiet(req Request, ks []string, buckets []quota.Bucket) Decision {
 	switch {
 	case l.fallback != nil && buckets != nil:
-		d := l.fallback.takeShare(keys, buckets, l.cfg.fallbackShare, req.Cost, l.now())
+		d := l.fallback.takeShare(ks, buckets, l.cfg.fallbackShare, req.Cost, l.now())
 		d.Fallback = true
 		return d
 	case l.cfg.policy == FailClosed:
@@ -136,7 +136,7 @@ func (l *Limiter) degradeQuiet(req Request, keys []string, buckets []quota.Bucke
 func (l *Limiter) logDegraded(msg string, req Request, err error, attrs ...any) {
 	now := time.Now().UnixNano()
 	if last := l.lastLog.Load(); now-last >= int64(time.Second) && l.lastLog.CompareAndSwap(last, now) {
-		attrs = append(attrs, "tenant", tgkeys.EscapeID(req.Tenant.ID), "class", req.Class, "policy", l.cfg.policy.String(), "err", err)
+		attrs = append(attrs, "tenant", keys.EscapeID(req.Tenant.ID), "class", req.Class, "policy", l.cfg.policy.String(), "err", err)
 		l.cfg.log.Warn(msg, attrs...)
 	}
 }

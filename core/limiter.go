@@ -14,7 +14,7 @@ import (
 	"github.com/tollgate-go/tollgate/core/internal/lease"
 	"github.com/tollgate-go/tollgate/core/internal/shard"
 	"github.com/tollgate-go/tollgate/core/internal/transport"
-	tgkeys "github.com/tollgate-go/tollgate/core/keys"
+	"github.com/tollgate-go/tollgate/core/keys"
 	"github.com/tollgate-go/tollgate/core/lua"
 	"github.com/tollgate-go/tollgate/core/quota"
 )
@@ -48,7 +48,7 @@ const maxClasses = 16
 type Limiter struct {
 	client   redis.UniversalClient
 	resolver quota.Resolver
-	keys     tgkeys.Keys
+	keys     keys.Keys
 	cfg      config
 	// scripts is the client the script calls go through, bounded by the
 	// timeout (see transport.Client); owned is closed by Close when the limiter
@@ -102,11 +102,11 @@ func New(client redis.UniversalClient, r quota.Resolver, opts ...Option) (*Limit
 	if cfg.policy > FailClosed {
 		return nil, fmt.Errorf("%w: unknown failure policy %d", ErrInvalidConfig, cfg.policy)
 	}
-	keys, err := tgkeys.New(cfg.prefix)
+	ks, err := keys.New(cfg.prefix)
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{client: client, resolver: r, keys: keys, cfg: cfg,
+	l := &Limiter{client: client, resolver: r, keys: ks, cfg: cfg,
 		metrics: newMetrics(cfg.meterProvider, cfg.tenantTopK), now: time.Now, slotsClosing: make(chan struct{})}
 	l.slotSettings()
 	var ctxTimeout time.Duration
@@ -155,4 +155,4 @@ func (l *Limiter) Close() error {
 }
 
 // Keys returns the limiter's key scheme.
-func (l *Limiter) Keys() tgkeys.Keys { return l.keys }
+func (l *Limiter) Keys() keys.Keys { return l.keys }

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	tgquota "github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // localBuckets is an in-process token bucket per key, used as the fallback
@@ -18,7 +18,7 @@ type localBuckets struct {
 }
 
 type localBucket struct {
-	quota  tgquota.Quota
+	quota  quota.Quota
 	tokens float64
 	last   time.Time
 }
@@ -29,7 +29,7 @@ func newLocalBuckets(max int) *localBuckets {
 
 // take checks and charges cost against every (key, quota) pair, all or
 // nothing, and returns the decision the script would have made.
-func (lb *localBuckets) take(keys []string, buckets []tgquota.Bucket, cost int64, now time.Time) Decision {
+func (lb *localBuckets) take(keys []string, buckets []quota.Bucket, cost int64, now time.Time) Decision {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
 	if len(lb.buckets) >= lb.max {
@@ -72,11 +72,11 @@ func (lb *localBuckets) take(keys []string, buckets []tgquota.Bucket, cost int64
 // over-limit denial whose retry hint is the time the real bucket takes to
 // earn the cost (the store is expected back by then). Balances are the
 // local ones scaled back by 1/share: this replica's estimate of the whole.
-func (lb *localBuckets) takeShare(keys []string, buckets []tgquota.Bucket, share float64, cost int64, now time.Time) Decision {
-	local := make([]tgquota.Bucket, len(buckets))
+func (lb *localBuckets) takeShare(keys []string, buckets []quota.Bucket, share float64, cost int64, now time.Time) Decision {
+	local := make([]quota.Bucket, len(buckets))
 	for i, b := range buckets {
-		q := tgquota.Quota{Capacity: max(1, int64(float64(b.Quota.Capacity)*share)), RefillPerSecond: b.Quota.RefillPerSecond * share}
-		local[i] = tgquota.Bucket{Name: b.Name, Quota: q}
+		q := quota.Quota{Capacity: max(1, int64(float64(b.Quota.Capacity)*share)), RefillPerSecond: b.Quota.RefillPerSecond * share}
+		local[i] = quota.Bucket{Name: b.Name, Quota: q}
 	}
 	ld := lb.take(keys, local, cost, now)
 	states := make([]BucketState, len(buckets))

@@ -4,7 +4,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
-	tggate "github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/echolimit"
 )
@@ -15,7 +15,7 @@ import (
 func authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		if t, ok := verify(c.Request().Header.Get("Authorization")); ok {
-			c.SetRequest(c.Request().WithContext(tggate.ContextWithTenant(c.Request().Context(), t)))
+			c.SetRequest(c.Request().WithContext(gate.ContextWithTenant(c.Request().Context(), t)))
 		}
 		return next(c)
 	}
@@ -35,11 +35,11 @@ func Example() {
 	e := echo.New()
 	e.IPExtractor = echo.ExtractIPDirect()
 	// the gate is built, and its configuration checked, once
-	gate, err := tggate.New(lim, tggate.WithRoutes(tggate.Routes{"POST /v1/reports/export": {Class: "export", Cost: 5}}))
+	g, err := gate.New(lim, gate.WithRoutes(gate.Routes{"POST /v1/reports/export": {Class: "export", Cost: 5}}))
 	if err != nil {
 		panic(err)
 	}
-	e.Use(authenticate, echolimit.Middleware(gate,
+	e.Use(authenticate, echolimit.Middleware(g,
 		echolimit.WithSkipper(func(c echo.Context) bool { return c.Path() == "/healthz" }),
 	))
 	e.GET("/v1/profile", func(c echo.Context) error { return c.NoContent(200) })

@@ -2,7 +2,7 @@ package echolimit
 
 import (
 	"github.com/labstack/echo/v4"
-	tggate "github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/httplimit/adapt"
 )
 
@@ -33,8 +33,8 @@ import (
 // A nil gate does not panic: every request is answered as misconfigured
 // (500 with a fixed problem+json body, by the deny handler), the cause
 // reported to the error handler only.
-func Middleware(gate *tggate.Gate, opts ...Option) echo.MiddlewareFunc {
-	c := adapt.New(gate, DefaultDenyHandler, opts)
+func Middleware(g *gate.Gate, opts ...Option) echo.MiddlewareFunc {
+	c := adapt.New(g, DefaultDenyHandler, opts)
 	var routes routeTable
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(ec echo.Context) error {
@@ -43,7 +43,7 @@ func Middleware(gate *tggate.Gate, opts ...Option) echo.MiddlewareFunc {
 			}
 			req := ec.Request()
 			path, matched := routes.matched(ec)
-			v := c.Decide(req.Context(), ec, tggate.Endpoint{Method: req.Method, Pattern: path, ClientIP: ec.RealIP(), Unmatched: !matched})
+			v := c.Decide(req.Context(), ec, gate.Endpoint{Method: req.Method, Pattern: path, ClientIP: ec.RealIP(), Unmatched: !matched})
 			adapt.SetHeaders(ec.Response().Header(), v.Headers)
 			if v.Proceed {
 				defer v.Done() // frees a concurrency slot and settles the reported cost, panics included
@@ -59,6 +59,6 @@ func Middleware(gate *tggate.Gate, opts ...Option) echo.MiddlewareFunc {
 
 // DefaultDenyHandler writes core's answer: v.Status with the RFC 9457
 // problem+json body.
-func DefaultDenyHandler(c echo.Context, v tggate.Verdict) error {
+func DefaultDenyHandler(c echo.Context, v gate.Verdict) error {
 	return c.Blob(v.Status, v.ContentType, v.Body)
 }

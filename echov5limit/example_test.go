@@ -7,7 +7,7 @@ import (
 	"github.com/labstack/echo/v5/middleware"
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
-	tggate "github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/echov5limit"
 )
@@ -21,7 +21,7 @@ func authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		if !ok {
 			return echo.ErrUnauthorized
 		}
-		c.SetRequest(c.Request().WithContext(tggate.ContextWithTenant(c.Request().Context(), t)))
+		c.SetRequest(c.Request().WithContext(gate.ContextWithTenant(c.Request().Context(), t)))
 		return next(c)
 	}
 }
@@ -41,11 +41,11 @@ func Example() {
 	e.Use(middleware.Recover())
 	e.GET("/healthz", func(c *echo.Context) error { return c.NoContent(http.StatusOK) }) // no auth, no limit
 	// the gate is built, and its configuration checked, once
-	gate, err := tggate.New(lim, tggate.WithRoutes(tggate.Routes{"POST /v1/reports/export": {Class: "export", Cost: 5}}))
+	g, err := gate.New(lim, gate.WithRoutes(gate.Routes{"POST /v1/reports/export": {Class: "export", Cost: 5}}))
 	if err != nil {
 		panic(err)
 	}
-	v1 := e.Group("/v1", authenticate, echov5limit.Middleware(gate))
+	v1 := e.Group("/v1", authenticate, echov5limit.Middleware(g))
 	v1.GET("/profile", func(c *echo.Context) error { return c.NoContent(http.StatusOK) })
 	v1.POST("/reports/export", func(c *echo.Context) error { return c.NoContent(http.StatusOK) })
 	_ = e.Start(":8080")

@@ -2,7 +2,7 @@ package echov5limit
 
 import (
 	"github.com/labstack/echo/v5"
-	tggate "github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/httplimit/adapt"
 )
 
@@ -33,15 +33,15 @@ import (
 // A nil gate does not panic: every request is answered as misconfigured
 // (500 with a fixed problem+json body, by the deny handler), the cause
 // reported to the error handler only.
-func Middleware(gate *tggate.Gate, opts ...Option) echo.MiddlewareFunc {
-	c := adapt.New(gate, DefaultDenyHandler, opts)
+func Middleware(g *gate.Gate, opts ...Option) echo.MiddlewareFunc {
+	c := adapt.New(g, DefaultDenyHandler, opts)
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(ec *echo.Context) error {
 			if c.Skipped(ec) {
 				return next(ec)
 			}
 			req := ec.Request()
-			v := c.Decide(req.Context(), ec, tggate.Endpoint{Method: req.Method, Pattern: ec.Path(), ClientIP: ec.RealIP(), Unmatched: unmatched(ec)})
+			v := c.Decide(req.Context(), ec, gate.Endpoint{Method: req.Method, Pattern: ec.Path(), ClientIP: ec.RealIP(), Unmatched: unmatched(ec)})
 			adapt.SetHeaders(ec.Response().Header(), v.Headers)
 			if v.Proceed {
 				defer v.Done() // frees a concurrency slot and settles the reported cost, panics included
@@ -66,6 +66,6 @@ func unmatched(ec *echo.Context) bool {
 // DefaultDenyHandler writes core's answer: v.Status with the RFC 9457
 // problem+json body (the body of every tollgate adapter, richer than
 // echo.ProblemError: it names the violated policies).
-func DefaultDenyHandler(c *echo.Context, v tggate.Verdict) error {
+func DefaultDenyHandler(c *echo.Context, v gate.Verdict) error {
 	return c.Blob(v.Status, v.ContentType, v.Body)
 }

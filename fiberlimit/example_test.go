@@ -4,7 +4,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
-	tggate "github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/fiberlimit"
 )
@@ -33,13 +33,13 @@ func Example() {
 	app := fiber.New()
 	app.Use(authenticate)
 	// the gate is built, and its configuration checked, once
-	gate, err := tggate.New(lim, tggate.WithRoutes(tggate.Routes{
+	g, err := gate.New(lim, gate.WithRoutes(gate.Routes{
 		"POST /v1/reports/export": {Class: "export", Cost: 5},
 	}))
 	if err != nil {
 		panic(err)
 	}
-	limit := fiberlimit.New(gate)
+	limit := fiberlimit.New(g)
 	app.Get("/v1/profile", limit, func(c *fiber.Ctx) error { return c.SendStatus(200) })
 	app.Post("/v1/reports/export", limit, func(c *fiber.Ctx) error { return c.SendStatus(200) })
 	app.Get("/healthz", func(c *fiber.Ctx) error { return c.SendStatus(200) }) // not limited

@@ -3,7 +3,7 @@ package fiberlimit
 import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/utils"
-	tggate "github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/httplimit/adapt"
 )
@@ -37,14 +37,14 @@ import (
 // A nil gate does not panic: every request is answered as misconfigured
 // (500 with a fixed problem+json body, by the deny handler), the cause
 // reported to the error handler only.
-func New(gate *tggate.Gate, opts ...Option) fiber.Handler {
-	c := adapt.New(gate, DefaultDenyHandler, opts)
+func New(g *gate.Gate, opts ...Option) fiber.Handler {
+	c := adapt.New(g, DefaultDenyHandler, opts)
 	return func(fc *fiber.Ctx) error {
 		if c.Skipped(fc) {
 			return fc.Next()
 		}
 		pattern := c.Pattern(fc, fc.Route().Path) // the app's own string: safe to keep
-		v := c.Decide(fc.UserContext(), fc, tggate.Endpoint{Method: method(fc.Method()), Pattern: pattern, ClientIP: utils.CopyString(fc.IP())})
+		v := c.Decide(fc.UserContext(), fc, gate.Endpoint{Method: method(fc.Method()), Pattern: pattern, ClientIP: utils.CopyString(fc.IP())})
 		for _, h := range v.Headers {
 			fc.Set(h.Name, h.Value)
 		}
@@ -78,12 +78,12 @@ func method(m string) string {
 // user context (c.SetUserContext). Call it in the authentication
 // middleware, after the credential has been verified.
 func SetTenant(c *fiber.Ctx, t quota.Tenant) {
-	c.SetUserContext(tggate.ContextWithTenant(c.UserContext(), t))
+	c.SetUserContext(gate.ContextWithTenant(c.UserContext(), t))
 }
 
 // DefaultDenyHandler writes core's answer: v.Status with the RFC 9457
 // problem+json body.
-func DefaultDenyHandler(c *fiber.Ctx, v tggate.Verdict) error {
+func DefaultDenyHandler(c *fiber.Ctx, v gate.Verdict) error {
 	c.Status(v.Status).Set(fiber.HeaderContentType, v.ContentType)
 	return c.Send(v.Body)
 }

@@ -5,7 +5,7 @@ import (
 	"github.com/gofiber/fiber/v3/middleware/recover"
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
-	tggate "github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/fiberv3limit"
 )
@@ -37,13 +37,13 @@ func Example() {
 	app.Use(recover.New())
 	app.Get("/healthz", func(c fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) }) // no auth, no limit
 	// the gate is built, and its configuration checked, once
-	gate, err := tggate.New(lim, tggate.WithRoutes(tggate.Routes{
+	g, err := gate.New(lim, gate.WithRoutes(gate.Routes{
 		"POST /v1/reports/export": {Class: "export", Cost: 5},
 	}))
 	if err != nil {
 		panic(err)
 	}
-	limit := fiberv3limit.New(gate)
+	limit := fiberv3limit.New(g)
 	v1 := app.Group("/v1", authenticate)
 	v1.Get("/profile", limit, func(c fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
 	v1.Post("/reports/export", limit, func(c fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })

@@ -3,7 +3,7 @@ package fiberv3limit
 import (
 	"github.com/gofiber/fiber/v3"
 	"github.com/gofiber/utils/v2"
-	tggate "github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/httplimit/adapt"
 )
@@ -37,13 +37,13 @@ import (
 // A nil gate does not panic: every request is answered as misconfigured
 // (500 with a fixed problem+json body, by the deny handler), the cause
 // reported to the error handler only.
-func New(gate *tggate.Gate, opts ...Option) fiber.Handler {
-	c := adapt.New(gate, DefaultDenyHandler, opts)
+func New(g *gate.Gate, opts ...Option) fiber.Handler {
+	c := adapt.New(g, DefaultDenyHandler, opts)
 	return func(fc fiber.Ctx) error {
 		if c.Skipped(fc) {
 			return fc.Next()
 		}
-		v := c.Decide(fc.Context(), fc, tggate.Endpoint{Method: fc.Method(), Pattern: c.Pattern(fc, fc.Route().Path), ClientIP: utils.CopyString(fc.IP())})
+		v := c.Decide(fc.Context(), fc, gate.Endpoint{Method: fc.Method(), Pattern: c.Pattern(fc, fc.Route().Path), ClientIP: utils.CopyString(fc.IP())})
 		for _, h := range v.Headers {
 			fc.Set(h.Name, h.Value)
 		}
@@ -63,12 +63,12 @@ func New(gate *tggate.Gate, opts ...Option) fiber.Handler {
 // in the authentication middleware, after the credential has been
 // verified; handlers read it back with gate.TenantFromContext(c.Context()).
 func SetTenant(c fiber.Ctx, t quota.Tenant) {
-	c.SetContext(tggate.ContextWithTenant(c.Context(), t))
+	c.SetContext(gate.ContextWithTenant(c.Context(), t))
 }
 
 // DefaultDenyHandler writes core's answer: v.Status with the RFC 9457
 // problem+json body.
-func DefaultDenyHandler(c fiber.Ctx, v tggate.Verdict) error {
+func DefaultDenyHandler(c fiber.Ctx, v gate.Verdict) error {
 	c.Set(fiber.HeaderContentType, v.ContentType)
 	return c.Status(v.Status).Send(v.Body)
 }

@@ -4,7 +4,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
-	tggate "github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/ginlimit"
 )
@@ -14,7 +14,7 @@ import (
 // never reads the tenant from a header.
 func authenticate(c *gin.Context) {
 	if t, ok := verify(c.GetHeader("Authorization")); ok {
-		c.Request = c.Request.WithContext(tggate.ContextWithTenant(c.Request.Context(), t))
+		c.Request = c.Request.WithContext(gate.ContextWithTenant(c.Request.Context(), t))
 	}
 	c.Next()
 }
@@ -34,13 +34,13 @@ func Example() {
 	_ = r.SetTrustedProxies(nil)
 	r.GET("/healthz", func(c *gin.Context) { c.Status(200) }) // before the limiter: never limited
 	// the gate is built, and its configuration checked, once
-	gate, err := tggate.New(lim, tggate.WithRoutes(tggate.Routes{
+	g, err := gate.New(lim, gate.WithRoutes(gate.Routes{
 		"POST /v1/reports/export": {Class: "export", Cost: 5},
 	}))
 	if err != nil {
 		panic(err)
 	}
-	r.Use(authenticate, ginlimit.Middleware(gate))
+	r.Use(authenticate, ginlimit.Middleware(g))
 	r.GET("/v1/profile", func(c *gin.Context) { c.Status(200) })
 	r.POST("/v1/reports/export", func(c *gin.Context) { c.Status(200) })
 	_ = r.Run(":8080")
@@ -48,11 +48,11 @@ func Example() {
 
 // Limit only one group, naming the route's cost from the request.
 func ExampleMiddleware_group() {
-	var gate *tggate.Gate // built as in Example
+	var g *gate.Gate // built as in Example
 	r := gin.New()
-	api := r.Group("/v1", authenticate, ginlimit.Middleware(gate, ginlimit.WithRouteFunc(func(c *gin.Context) (tggate.Route, bool) {
+	api := r.Group("/v1", authenticate, ginlimit.Middleware(g, ginlimit.WithRouteFunc(func(c *gin.Context) (gate.Route, bool) {
 		// a bulk request costs what it asks for, within the route table's rules
-		return tggate.Route{Class: "default", Cost: 5}, c.Query("bulk") != ""
+		return gate.Route{Class: "default", Cost: 5}, c.Query("bulk") != ""
 	})))
 	api.GET("/profile", func(c *gin.Context) { c.Status(200) })
 }

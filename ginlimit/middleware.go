@@ -2,7 +2,7 @@ package ginlimit
 
 import (
 	"github.com/gin-gonic/gin"
-	tggate "github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/httplimit/adapt"
 )
 
@@ -30,15 +30,15 @@ import (
 // A nil gate does not panic: every request is answered as misconfigured
 // (500 with a fixed problem+json body), the cause reported to the error
 // handler only.
-func Middleware(gate *tggate.Gate, opts ...Option) gin.HandlerFunc {
-	c := adapt.New(gate, DefaultDenyHandler, opts)
+func Middleware(g *gate.Gate, opts ...Option) gin.HandlerFunc {
+	c := adapt.New(g, DefaultDenyHandler, opts)
 	return func(gc *gin.Context) {
 		if c.Skipped(gc) {
 			gc.Next()
 			return
 		}
 		path := gc.FullPath()
-		v := c.Decide(gc.Request.Context(), gc, tggate.Endpoint{Method: gc.Request.Method, Pattern: path, ClientIP: gc.ClientIP(), Unmatched: path == ""})
+		v := c.Decide(gc.Request.Context(), gc, gate.Endpoint{Method: gc.Request.Method, Pattern: path, ClientIP: gc.ClientIP(), Unmatched: path == ""})
 		adapt.SetHeaders(gc.Writer.Header(), v.Headers)
 		if v.Proceed {
 			defer v.Done() // frees a concurrency slot and settles the reported cost, panics included
@@ -55,6 +55,6 @@ func Middleware(gate *tggate.Gate, opts ...Option) gin.HandlerFunc {
 
 // DefaultDenyHandler writes core's answer: v.Status with the RFC 9457
 // problem+json body.
-func DefaultDenyHandler(c *gin.Context, v tggate.Verdict) {
+func DefaultDenyHandler(c *gin.Context, v gate.Verdict) {
 	c.Data(v.Status, v.ContentType, v.Body)
 }

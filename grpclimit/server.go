@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/tollgate-go/tollgate/core"
-	tggate "github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/core/render"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -50,14 +50,14 @@ const misconfiguredMessage = "The rate limiter is misconfigured."
 // err, when set, is a misconfiguration: every call is answered Internal
 // with the fixed message, err reported to the error handler.
 type interceptors struct {
-	gate *tggate.Gate
+	gate *gate.Gate
 	cfg  config
 	err  error
 }
 
-func newInterceptors(gate *tggate.Gate, opts []Option) *interceptors {
-	i := &interceptors{gate: gate, cfg: newConfig(opts)}
-	if gate == nil {
+func newInterceptors(g *gate.Gate, opts []Option) *interceptors {
+	i := &interceptors{gate: g, cfg: newConfig(opts)}
+	if g == nil {
 		i.err = fmt.Errorf("%w: grpclimit: nil *core.Gate (build one with core.NewGate)", core.ErrInvalidConfig)
 	} else {
 		i.err = i.cfg.validate()
@@ -77,16 +77,16 @@ func newInterceptors(gate *tggate.Gate, opts []Option) *interceptors {
 // ResourceExhausted or Unavailable, a bad WithMessageCost) does not panic:
 // every call then fails with codes.Internal and a fixed message, the cause
 // reported to the error handler only, never to the client.
-func UnaryServerInterceptor(gate *tggate.Gate, opts ...Option) grpc.UnaryServerInterceptor {
-	return newInterceptors(gate, opts).unary()
+func UnaryServerInterceptor(g *gate.Gate, opts ...Option) grpc.UnaryServerInterceptor {
+	return newInterceptors(g, opts).unary()
 }
 
 // StreamServerInterceptor limits streams with gate: each stream is charged
 // once when it opens, before the handler runs, and with [WithMessageCost]
 // each message a client or bidi stream receives is charged too. See
 // [UnaryServerInterceptor] for the rest, including misconfigurations.
-func StreamServerInterceptor(gate *tggate.Gate, opts ...Option) grpc.StreamServerInterceptor {
-	return newInterceptors(gate, opts).stream()
+func StreamServerInterceptor(g *gate.Gate, opts ...Option) grpc.StreamServerInterceptor {
+	return newInterceptors(g, opts).stream()
 }
 
 // misconfigured reports i.err and returns the fixed Internal answer.
@@ -184,7 +184,7 @@ func (s *chargedStream) RecvMsg(m any) error {
 // answer reports v's error (WithErrorHandler) and, when v does not
 // proceed, sets the trailer with setTrailer and returns the status error;
 // nil: the call or message proceeds.
-func (i *interceptors) answer(ctx context.Context, method string, v tggate.Verdict, setTrailer func(metadata.MD)) error {
+func (i *interceptors) answer(ctx context.Context, method string, v gate.Verdict, setTrailer func(metadata.MD)) error {
 	i.report(ctx, method, v)
 	if v.Proceed {
 		return nil
@@ -206,11 +206,11 @@ func (i *interceptors) limited(ctx context.Context, method string) bool {
 
 // endpoint is the call as core sees it. The peer IP is always filled in:
 // the gate uses it only for anonymous callers (gate.WithAnonymous).
-func (i *interceptors) endpoint(ctx context.Context, method string) tggate.Endpoint {
-	return tggate.Endpoint{Pattern: method, ClientIP: peerIP(ctx)}
+func (i *interceptors) endpoint(ctx context.Context, method string) gate.Endpoint {
+	return gate.Endpoint{Pattern: method, ClientIP: peerIP(ctx)}
 }
 
-func (i *interceptors) report(ctx context.Context, method string, v tggate.Verdict) {
+func (i *interceptors) report(ctx context.Context, method string, v gate.Verdict) {
 	if v.Err != nil && i.cfg.onError != nil {
 		i.cfg.onError(ctx, method, v.Err)
 	}
@@ -250,7 +250,7 @@ func headerMD(hs []render.Header) metadata.MD {
 
 // trailer is the trailer metadata of an answer that does not proceed: the
 // rate-limit headers and, for a denial, the pushback.
-func (i *interceptors) trailer(v tggate.Verdict) metadata.MD {
+func (i *interceptors) trailer(v gate.Verdict) metadata.MD {
 	md := headerMD(v.Headers)
 	if v.Decision.Denied() || v.Decision.Reason == core.ReasonOverloaded {
 		if md == nil {
@@ -262,7 +262,7 @@ func (i *interceptors) trailer(v tggate.Verdict) metadata.MD {
 }
 
 // statusOf maps a Verdict that does not proceed to a gRPC status.
-func (i *interceptors) statusOf(v tggate.Verdict) *status.Status {
+func (i *interceptors) statusOf(v gate.Verdict) *status.Status {
 	d := v.Decision
 	switch {
 	case v.Unauthenticated:
@@ -292,7 +292,7 @@ func (i *interceptors) statusOf(v tggate.Verdict) *status.Status {
 // denial is the status of a denied call: the configured code, with one
 // ErrorInfo, one QuotaFailure and, unless the cost can never be met, one
 // RetryInfo with the exact delay.
-func (i *interceptors) denial(v tggate.Verdict) *status.Status {
+func (i *interceptors) denial(v gate.Verdict) *status.Status {
 	d := v.Decision
 	st := status.New(i.cfg.deniedCode, v.Problem.Detail)
 	details := make([]protoadapt.MessageV1, 0, 3)

@@ -5,7 +5,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
-	tggate "github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/httplimit"
 )
@@ -17,7 +17,7 @@ func authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tenant, ok := verify(r.Header.Get("Authorization"))
 		if ok {
-			r = r.WithContext(tggate.ContextWithTenant(r.Context(), tenant))
+			r = r.WithContext(gate.ContextWithTenant(r.Context(), tenant))
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -40,13 +40,13 @@ func Example() {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {})
 
 	// the gate is built, and its configuration checked, once
-	gate, err := tggate.New(lim, tggate.WithRoutes(tggate.Routes{
+	g, err := gate.New(lim, gate.WithRoutes(gate.Routes{
 		"POST /v1/reports/export": {Class: "export", Cost: 5},
 		"/healthz":                {Exempt: true},
 	}))
 	if err != nil {
 		panic(err)
 	}
-	limit := httplimit.Middleware(gate)
+	limit := httplimit.Middleware(g)
 	_ = http.ListenAndServe(":8080", authenticate(limit(mux)))
 }

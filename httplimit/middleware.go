@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"strings"
 
-	tggate "github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/httplimit/adapt"
 )
 
@@ -26,8 +26,8 @@ import (
 // A nil gate does not panic: every request is answered as misconfigured
 // (500 with a fixed problem+json body), the cause reported to the error
 // handler only.
-func Middleware(gate *tggate.Gate, opts ...Option) func(http.Handler) http.Handler {
-	c := adapt.New(gate, DefaultDenyHandler, opts)
+func Middleware(g *gate.Gate, opts ...Option) func(http.Handler) http.Handler {
+	c := adapt.New(g, DefaultDenyHandler, opts)
 	return func(next http.Handler) http.Handler {
 		mux, _ := next.(*http.ServeMux)
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -36,7 +36,7 @@ func Middleware(gate *tggate.Gate, opts ...Option) func(http.Handler) http.Handl
 				return
 			}
 			pattern, unmatched := patternOf(c, r, mux)
-			v := c.Decide(r.Context(), r, tggate.Endpoint{Method: r.Method, Pattern: pattern, ClientIP: clientIP(r), Unmatched: unmatched})
+			v := c.Decide(r.Context(), r, gate.Endpoint{Method: r.Method, Pattern: pattern, ClientIP: clientIP(r), Unmatched: unmatched})
 			adapt.SetHeaders(w.Header(), v.Headers)
 			if v.Proceed {
 				defer v.Done() // frees a concurrency slot and settles the reported cost, panics included
@@ -58,7 +58,7 @@ func Middleware(gate *tggate.Gate, opts ...Option) func(http.Handler) http.Handl
 
 // DefaultDenyHandler writes core's answer: v.Status with the RFC 9457
 // problem+json body.
-func DefaultDenyHandler(w http.ResponseWriter, _ *http.Request, v tggate.Verdict) {
+func DefaultDenyHandler(w http.ResponseWriter, _ *http.Request, v gate.Verdict) {
 	w.Header().Set("Content-Type", v.ContentType)
 	w.WriteHeader(v.Status)
 	_, _ = w.Write(v.Body)

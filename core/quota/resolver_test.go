@@ -12,20 +12,20 @@ import (
 	"time"
 
 	"github.com/tollgate-go/tollgate/core"
-	tgquota "github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // overrideSource is a real in-memory Overrides implementation whose answers
 // and failures the test controls; it counts lookups.
 type overrideSource struct {
 	mu    sync.Mutex
-	data  map[string]map[string]tgquota.Quota
+	data  map[string]map[string]quota.Quota
 	fail  bool
 	calls atomic.Int64
 	delay time.Duration
 }
 
-func (o *overrideSource) Overrides(ctx context.Context, tenantID string) (map[string]tgquota.Quota, error) {
+func (o *overrideSource) Overrides(ctx context.Context, tenantID string) (map[string]quota.Quota, error) {
 	o.calls.Add(1)
 	o.mu.Lock()
 	delay := o.delay
@@ -39,23 +39,23 @@ func (o *overrideSource) Overrides(ctx context.Context, tenantID string) (map[st
 	return o.data[tenantID], nil
 }
 
-func (o *overrideSource) set(tenant, bucket string, q tgquota.Quota, fail bool) {
+func (o *overrideSource) set(tenant, bucket string, q quota.Quota, fail bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.data == nil {
-		o.data = map[string]map[string]tgquota.Quota{}
+		o.data = map[string]map[string]quota.Quota{}
 	}
 	if bucket != "" {
-		o.data[tenant] = map[string]tgquota.Quota{bucket: q}
+		o.data[tenant] = map[string]quota.Quota{bucket: q}
 	} else {
 		delete(o.data, tenant)
 	}
 	o.fail = fail
 }
 
-var testTiers = tgquota.Tiers{Default: "free", Tiers: map[string]tgquota.Tier{
-	"free": {Classes: map[string]tgquota.Quota{"default": {Capacity: 20, RefillPerSecond: 2}}, Ceiling: &tgquota.Quota{Capacity: 100, RefillPerSecond: 10}},
-	"pro":  {Classes: map[string]tgquota.Quota{"default": {Capacity: 200, RefillPerSecond: 50}}},
+var testTiers = quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{
+	"free": {Classes: map[string]quota.Quota{"default": {Capacity: 20, RefillPerSecond: 2}}, Ceiling: &quota.Quota{Capacity: 100, RefillPerSecond: 10}},
+	"pro":  {Classes: map[string]quota.Quota{"default": {Capacity: 200, RefillPerSecond: 50}}},
 }}
 
 func TestResolverTiersAndOverrides(t *testing.T) {
@@ -64,12 +64,12 @@ func TestResolverTiersAndOverrides(t *testing.T) {
 	var mu sync.Mutex
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
-	r, err := tgquota.NewResolver(testTiers, tgquota.WithOverrides(src), tgquota.WithCacheTTL(30*time.Second), tgquota.WithClock(clock))
+	r, err := quota.NewResolver(testTiers, quota.WithOverrides(src), quota.WithCacheTTL(30*time.Second), quota.WithClock(clock))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	quota := func(tn tgquota.Tenant) tgquota.Quota {
+	qt := func(tn quota.Tenant) quota.Quota {
 		t.Helper()
 		bs, err := r.Buckets(ctx, tn, "default")
 		if err != nil {
@@ -77,29 +77,29 @@ func TestResolverTiersAndOverrides(t *testing.T) {
 		}
 		return bs[0].Quota
 	}
-	t42 := tgquota.Tenant{ID: "t42", Tier: "free"}
-	if q := quota(t42); q.Capacity != 20 {
+	t42 := quota.Tenant{ID: "t42", Tier: "free"}
+	if q := qt(t42); q.Capacity != 20 {
 		t.Fatalf("tier default = %v", q)
 	}
-	if bs, _ := r.Buckets(ctx, t42, "default"); len(bs) != 2 || bs[1].Name != tgquota.CeilingBucket {
+	if bs, _ := r.Buckets(ctx, t42, "default"); len(bs) != 2 || bs[1].Name != quota.CeilingBucket {
 		t.Fatalf("free tier has a ceiling: %+v", bs)
 	}
-	if q := quota(tgquota.Tenant{ID: "x"}); q.Capacity != 20 {
+	if q := qt(quota.Tenant{ID: "x"}); q.Capacity != 20 {
 		t.Fatalf("empty tier uses the default tier: %v", q)
 	}
-	if q := quota(tgquota.Tenant{ID: "p", Tier: "pro"}); q.Capacity != 200 {
+	if q := qt(quota.Tenant{ID: "p", Tier: "pro"}); q.Capacity != 200 {
 		t.Fatalf("pro = %v", q)
 	}
-	if _, err := r.Buckets(ctx, tgquota.Tenant{ID: "x", Tier: "gold"}, "default"); !errors.Is(err, core.ErrResolve) {
+	if _, err := r.Buckets(ctx, quota.Tenant{ID: "x", Tier: "gold"}, "default"); !errors.Is(err, core.ErrResolve) {
 		t.Fatalf("unknown tier: %v", err)
 	}
 	if _, err := r.Buckets(ctx, t42, "nope"); !errors.Is(err, core.ErrResolve) {
 		t.Fatalf("unknown class: %v", err)
 	}
 
-	src.set("t42", "default", tgquota.Quota{Capacity: 500, RefillPerSecond: 5}, false)
+	src.set("t42", "default", quota.Quota{Capacity: 500, RefillPerSecond: 5}, false)
 	advance(29 * time.Second)
-	if q := quota(t42); q.Capacity != 20 {
+	if q := qt(t42); q.Capacity != 20 {
 		t.Fatalf("override applied before the TTL: %v", q)
 	}
 	advance(2 * time.Second)
@@ -107,13 +107,13 @@ func TestResolverTiersAndOverrides(t *testing.T) {
 	// background, then the override applies
 	eventually(t, r, t42, 500)
 	// the source fails: the last known override keeps serving
-	src.set("t42", "default", tgquota.Quota{}, true)
+	src.set("t42", "default", quota.Quota{}, true)
 	advance(31 * time.Second)
-	if q := quota(t42); q.Capacity != 500 {
+	if q := qt(t42); q.Capacity != 500 {
 		t.Fatalf("stale-on-error: %v", q)
 	}
 	waitStat(t, &r.Stats().LoadErrors, 1)
-	if q := quota(t42); q.Capacity != 500 {
+	if q := qt(t42); q.Capacity != 500 {
 		t.Fatalf("stale-on-error after the failed refresh: %v", q)
 	}
 	if r.Stats().StaleServed.Load() == 0 {
@@ -121,30 +121,30 @@ func TestResolverTiersAndOverrides(t *testing.T) {
 	}
 	// a failing source is retried after a short pause, not on every request
 	calls := src.calls.Load()
-	quota(t42)
-	quota(t42)
+	qt(t42)
+	qt(t42)
 	if src.calls.Load() != calls {
 		t.Fatalf("a failing source was called on every request")
 	}
 	// a tenant never loaded gets the tier default while the source fails
-	if q := quota(tgquota.Tenant{ID: "new", Tier: "pro"}); q.Capacity != 200 {
+	if q := qt(quota.Tenant{ID: "new", Tier: "pro"}); q.Capacity != 200 {
 		t.Fatalf("never loaded + failing source: %v", q)
 	}
 	// the source recovers, the override is deleted: back to the tier
-	src.set("t42", "", tgquota.Quota{}, false)
+	src.set("t42", "", quota.Quota{}, false)
 	advance(31 * time.Second)
 	eventually(t, r, t42, 20)
 	// an invalid override is ignored, never enforced
-	src.set("t42", "default", tgquota.Quota{Capacity: -1, RefillPerSecond: 1}, false)
+	src.set("t42", "default", quota.Quota{Capacity: -1, RefillPerSecond: 1}, false)
 	r.Invalidate("t42")
-	if q := quota(t42); q.Capacity != 20 {
+	if q := qt(t42); q.Capacity != 20 {
 		t.Fatalf("invalid override used: %v", q)
 	}
 }
 
 // eventually polls r until tn's default quota has capacity want (an
 // expired entry is refreshed in the background).
-func eventually(t *testing.T, r *tgquota.TieredResolver, tn tgquota.Tenant, want int64) {
+func eventually(t *testing.T, r *quota.TieredResolver, tn quota.Tenant, want int64) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -177,14 +177,14 @@ func waitStat(t *testing.T, c *atomic.Int64, n int64) {
 // A first lookup waits no longer than the caller's deadline, then fails.
 func TestResolverStaleWhileRevalidate(t *testing.T) {
 	src := &overrideSource{}
-	src.set("t1", "default", tgquota.Quota{Capacity: 500, RefillPerSecond: 5}, false)
+	src.set("t1", "default", quota.Quota{Capacity: 500, RefillPerSecond: 5}, false)
 	var now atomic.Int64
 	clock := func() time.Time { return time.Unix(0, now.Load()) }
-	r, err := tgquota.NewResolver(testTiers, tgquota.WithOverrides(src), tgquota.WithCacheTTL(time.Second), tgquota.WithClock(clock))
+	r, err := quota.NewResolver(testTiers, quota.WithOverrides(src), quota.WithCacheTTL(time.Second), quota.WithClock(clock))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t1 := tgquota.Tenant{ID: "t1"}
+	t1 := quota.Tenant{ID: "t1"}
 	eventually(t, r, t1, 500)
 	src.mu.Lock()
 	src.delay = 1500 * time.Millisecond // the database hangs
@@ -208,7 +208,7 @@ func TestResolverStaleWhileRevalidate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	start = time.Now()
-	if _, err := r.Buckets(ctx, tgquota.Tenant{ID: "new"}, "default"); err == nil || errors.Is(err, core.ErrResolve) {
+	if _, err := r.Buckets(ctx, quota.Tenant{ID: "new"}, "default"); err == nil || errors.Is(err, core.ErrResolve) {
 		t.Fatalf("first lookup past the deadline: %v", err)
 	}
 	if took := time.Since(start); took > 700*time.Millisecond {
@@ -220,7 +220,7 @@ func TestResolverStaleWhileRevalidate(t *testing.T) {
 
 func TestResolverSingleflight(t *testing.T) {
 	src := &overrideSource{delay: 50 * time.Millisecond}
-	r, err := tgquota.NewResolver(testTiers, tgquota.WithOverrides(src))
+	r, err := quota.NewResolver(testTiers, quota.WithOverrides(src))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +229,7 @@ func TestResolverSingleflight(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := r.Buckets(context.Background(), tgquota.Tenant{ID: "t1"}, "default"); err != nil {
+			if _, err := r.Buckets(context.Background(), quota.Tenant{ID: "t1"}, "default"); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -241,12 +241,12 @@ func TestResolverSingleflight(t *testing.T) {
 }
 
 func TestResolverSetTiers(t *testing.T) {
-	r, err := tgquota.NewResolver(testTiers)
+	r, err := quota.NewResolver(testTiers)
 	if err != nil {
 		t.Fatal(err)
 	}
-	bad := tgquota.Tiers{Tiers: map[string]tgquota.Tier{"free": {Classes: map[string]tgquota.Quota{"default": {Capacity: 0, RefillPerSecond: 1}}}}}
-	if err := r.SetTiers(bad); !errors.Is(err, tgquota.ErrInvalid) {
+	bad := quota.Tiers{Tiers: map[string]quota.Tier{"free": {Classes: map[string]quota.Quota{"default": {Capacity: 0, RefillPerSecond: 1}}}}}
+	if err := r.SetTiers(bad); !errors.Is(err, quota.ErrInvalid) {
 		t.Fatalf("invalid tiers accepted: %v", err)
 	}
 	if r.Tiers().Tiers["free"].Classes["default"].Capacity != 20 {
@@ -254,16 +254,16 @@ func TestResolverSetTiers(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name  string
-		tiers tgquota.Tiers
+		tiers quota.Tiers
 	}{
-		{"no tiers", tgquota.Tiers{}},
-		{"missing default", tgquota.Tiers{Default: "x", Tiers: testTiers.Tiers}},
-		{"reserved class", tgquota.Tiers{Tiers: map[string]tgquota.Tier{"a": {Classes: map[string]tgquota.Quota{tgquota.CeilingBucket: tgquota.PerSecond(1)}}}}},
-		{"bad class name", tgquota.Tiers{Tiers: map[string]tgquota.Tier{"a": {Classes: map[string]tgquota.Quota{"a b": tgquota.PerSecond(1)}}}}},
-		{"no classes", tgquota.Tiers{Tiers: map[string]tgquota.Tier{"a": {}}}},
-		{"bad ceiling", tgquota.Tiers{Tiers: map[string]tgquota.Tier{"a": {Classes: map[string]tgquota.Quota{"d": tgquota.PerSecond(1)}, Ceiling: &tgquota.Quota{}}}}},
+		{"no tiers", quota.Tiers{}},
+		{"missing default", quota.Tiers{Default: "x", Tiers: testTiers.Tiers}},
+		{"reserved class", quota.Tiers{Tiers: map[string]quota.Tier{"a": {Classes: map[string]quota.Quota{quota.CeilingBucket: quota.PerSecond(1)}}}}},
+		{"bad class name", quota.Tiers{Tiers: map[string]quota.Tier{"a": {Classes: map[string]quota.Quota{"a b": quota.PerSecond(1)}}}}},
+		{"no classes", quota.Tiers{Tiers: map[string]quota.Tier{"a": {}}}},
+		{"bad ceiling", quota.Tiers{Tiers: map[string]quota.Tier{"a": {Classes: map[string]quota.Quota{"d": quota.PerSecond(1)}, Ceiling: &quota.Quota{}}}}},
 	} {
-		if _, err := tgquota.NewResolver(tc.tiers); err == nil {
+		if _, err := quota.NewResolver(tc.tiers); err == nil {
 			t.Errorf("%s: accepted", tc.name)
 		}
 	}
@@ -273,36 +273,36 @@ func TestResolverLogsAndBounds(t *testing.T) {
 	var logs syncBuffer
 	src := &overrideSource{}
 	var now atomic.Int64
-	r, err := tgquota.NewResolver(testTiers, tgquota.WithOverrides(src), tgquota.WithCacheTTL(time.Second), tgquota.WithCacheSize(10), tgquota.
-		WithClock(func() time.Time { return time.Unix(0, now.Load()) }), tgquota.
+	r, err := quota.NewResolver(testTiers, quota.WithOverrides(src), quota.WithCacheTTL(time.Second), quota.WithCacheSize(10), quota.
+		WithClock(func() time.Time { return time.Unix(0, now.Load()) }), quota.
 		WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	src.set("t{1}", "default", tgquota.Quota{Capacity: 50, RefillPerSecond: 5}, false)
-	_, _ = r.Buckets(ctx, tgquota.Tenant{ID: "t{1}"}, "default")
-	src.set("t{1}", "default", tgquota.Quota{Capacity: 70, RefillPerSecond: 5}, false)
+	src.set("t{1}", "default", quota.Quota{Capacity: 50, RefillPerSecond: 5}, false)
+	_, _ = r.Buckets(ctx, quota.Tenant{ID: "t{1}"}, "default")
+	src.set("t{1}", "default", quota.Quota{Capacity: 70, RefillPerSecond: 5}, false)
 	now.Add(int64(2 * time.Second))
-	eventually(t, r, tgquota.Tenant{ID: "t{1}"}, 70)
+	eventually(t, r, quota.Tenant{ID: "t{1}"}, 70)
 	out := logs.String()
 	if !strings.Contains(out, "quota override changed") || !strings.Contains(out, "t%7B1%7D") || strings.Contains(out, "t{1}") {
 		t.Fatalf("quota change not logged, or the tenant not escaped:\n%s", out)
 	}
-	src.set("t2", "default", tgquota.Quota{Capacity: -5, RefillPerSecond: 1}, false)
-	_, _ = r.Buckets(ctx, tgquota.Tenant{ID: "t2"}, "default")
+	src.set("t2", "default", quota.Quota{Capacity: -5, RefillPerSecond: 1}, false)
+	_, _ = r.Buckets(ctx, quota.Tenant{ID: "t2"}, "default")
 	if !strings.Contains(logs.String(), "ignoring an invalid override") {
 		t.Fatalf("invalid override not logged:\n%s", logs.String())
 	}
 	// the cache stays bounded
 	for i := range 100 {
-		_, _ = r.Buckets(ctx, tgquota.Tenant{ID: "many-" + strconv.Itoa(i)}, "default")
+		_, _ = r.Buckets(ctx, quota.Tenant{ID: "many-" + strconv.Itoa(i)}, "default")
 	}
 	if n := src.calls.Load(); n < 100 {
 		t.Fatalf("lookups %d", n)
 	}
 	calls := src.calls.Load()
-	_, _ = r.Buckets(ctx, tgquota.Tenant{ID: "many-99"}, "default") // the newest is still cached
+	_, _ = r.Buckets(ctx, quota.Tenant{ID: "many-99"}, "default") // the newest is still cached
 	if src.calls.Load() != calls {
 		t.Fatal("the newest entry was evicted")
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/gate"
-	tgkeys "github.com/tollgate-go/tollgate/core/keys"
+	"github.com/tollgate-go/tollgate/core/keys"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/core/render"
 )
@@ -299,11 +299,11 @@ func TestGateAnonymousKeySpaceApart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		keys, err := tgkeys.New(prefix)
+		ks, err := keys.New(prefix)
 		if err != nil {
 			t.Fatal(err)
 		}
-		anonKey, err := keys.Bucket("anonymous:203.0.113.9", "default")
+		anonKey, err := ks.Bucket("anonymous:203.0.113.9", "default")
 		if err != nil {
 			t.Fatal(err)
 		}

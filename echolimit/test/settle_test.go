@@ -7,7 +7,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/tollgate-go/tollgate/conformance"
-	tggate "github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/echolimit"
 )
@@ -17,17 +17,17 @@ import (
 // returns; without a report the estimate stands.
 func TestSettle(t *testing.T) {
 	lim := conformance.NewUnitLimiter(t)
-	gate := conformance.NewUnitGate(t, lim, tggate.WithCostReports(), tggate.WithDefaultRoute(tggate.Route{Class: "export", Cost: 4}))
+	g := conformance.NewUnitGate(t, lim, gate.WithCostReports(), gate.WithDefaultRoute(gate.Route{Class: "export", Cost: 4}))
 	for _, c := range []struct {
 		tenant string
 		report int64 // -1: none
 		want   float64
 	}{{"echo-up", 9, 1}, {"echo-down", 1, 9}, {"echo-none", -1, 6}} {
 		r := echo.New()
-		r.Use(tenant(c.tenant), echolimit.Middleware(gate))
+		r.Use(tenant(c.tenant), echolimit.Middleware(g))
 		r.POST("/v1/complete", func(ec echo.Context) error {
 			if c.report >= 0 {
-				if err := tggate.ReportCost(ec.Request().Context(), c.report); err != nil {
+				if err := gate.ReportCost(ec.Request().Context(), c.report); err != nil {
 					t.Error(err)
 				}
 			}

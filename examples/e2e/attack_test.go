@@ -13,7 +13,7 @@ import (
 
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
-	tgkeys "github.com/tollgate-go/tollgate/core/keys"
+	"github.com/tollgate-go/tollgate/core/keys"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/examples"
 	"github.com/tollgate-go/tollgate/examples/internal/app"
@@ -33,11 +33,11 @@ const attackFor = 1500 * time.Millisecond
 // default class then gets WRONGTYPE from the script.
 func poison(t *testing.T, tenant string) {
 	t.Helper()
-	keys, err := tgkeys.New(core.DefaultPrefix)
+	ks, err := keys.New(core.DefaultPrefix)
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, err := keys.Bucket(tenant, quota.DefaultClass)
+	key, err := ks.Bucket(tenant, quota.DefaultClass)
 	if err != nil {
 		t.Fatal(err)
 	}

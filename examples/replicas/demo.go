@@ -16,7 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
-	tggate "github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/examples/internal/app"
 	"github.com/tollgate-go/tollgate/httplimit"
@@ -118,7 +118,7 @@ func Run(ctx context.Context, client redis.UniversalClient, o Options) ([]Result
 		buckets := map[string]*rate.Limiter{}
 		limit := func(next http.Handler) http.Handler {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				t, _ := tggate.TenantFromContext(r.Context())
+				t, _ := gate.TenantFromContext(r.Context())
 				mu.Lock()
 				b, ok := buckets[t.ID]
 				if !ok {
@@ -145,11 +145,11 @@ func Run(ctx context.Context, client redis.UniversalClient, o Options) ([]Result
 		if err != nil {
 			return nil, nil, err
 		}
-		gate, err := tggate.New(lim)
+		g, err := gate.New(lim)
 		if err != nil {
 			return nil, nil, err
 		}
-		mw := httplimit.Middleware(gate)
+		mw := httplimit.Middleware(g)
 		return verifier.RequireTenant(mw(service())), func() { _ = lim.Close() }, nil
 	}
 
@@ -422,12 +422,12 @@ func RunConcurrency(ctx context.Context, client redis.UniversalClient, o Concurr
 			if err != nil {
 				return nil, nil, err
 			}
-			gate, err := tggate.New(lim)
+			g, err := gate.New(lim)
 			if err != nil {
 				_ = lim.Close()
 				return nil, nil, err
 			}
-			return verifier.RequireTenant(httplimit.Middleware(gate)(f.handler(o.Hold))), func() { _ = lim.Close() }, nil
+			return verifier.RequireTenant(httplimit.Middleware(g)(f.handler(o.Hold))), func() { _ = lim.Close() }, nil
 		}
 		sent, admitted, err := driveConcurrent(ctx, mk, "Bearer "+token, o)
 		if err != nil {

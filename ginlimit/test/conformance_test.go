@@ -6,7 +6,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/tollgate-go/tollgate/conformance"
-	tggate "github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/ginlimit"
 )
 
@@ -16,7 +16,7 @@ func init() { gin.SetMode(gin.TestMode) }
 // credential and stores the tenant in the request context.
 func auth(c *gin.Context) {
 	if t, ok := conformance.Authenticate(c.GetHeader("Authorization")); ok {
-		c.Request = c.Request.WithContext(tggate.ContextWithTenant(c.Request.Context(), t))
+		c.Request = c.Request.WithContext(gate.ContextWithTenant(c.Request.Context(), t))
 	}
 	c.Next()
 }
@@ -31,11 +31,11 @@ const (
 
 func target(m mount) conformance.Target {
 	return conformance.HTTPTarget(func(t testing.TB, s conformance.Setup) (conformance.Instance, error) {
-		gate, err := tggate.New(s.Limiter, s.GateOptions(conformance.HTTPRoutes(s.Routes, conformance.HTTPEndpoint.ColonPath))...)
+		g, err := gate.New(s.Limiter, s.GateOptions(conformance.HTTPRoutes(s.Routes, conformance.HTTPEndpoint.ColonPath))...)
 		if err != nil {
 			return nil, err
 		}
-		mw := ginlimit.Middleware(gate, ginlimit.WithErrorHandler(func(_ *gin.Context, err error) { s.OnError(err) }))
+		mw := ginlimit.Middleware(g, ginlimit.WithErrorHandler(func(_ *gin.Context, err error) { s.OnError(err) }))
 		var calls conformance.Counter
 		handler := func(c *gin.Context) { calls.Inc(); c.Status(http.StatusOK) }
 		r := gin.New()

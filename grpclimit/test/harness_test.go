@@ -15,7 +15,7 @@ import (
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
-	tggate "github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/grpclimit"
 	"github.com/tollgate-go/tollgate/grpclimit/internal/testpb"
@@ -107,7 +107,7 @@ func (s *service) GetProfile(ctx context.Context, _ *testpb.GetProfileRequest) (
 	if err := reportCost(ctx); err != nil {
 		return nil, err
 	}
-	t, _ := tggate.TenantFromContext(ctx)
+	t, _ := gate.TenantFromContext(ctx)
 	return &testpb.Profile{Tenant: t.ID}, nil
 }
 
@@ -152,7 +152,7 @@ func reportCost(ctx context.Context) error {
 	}
 	n, err := strconv.ParseInt(v[0], 10, 64)
 	if err == nil {
-		err = tggate.ReportCost(ctx, n)
+		err = gate.ReportCost(ctx, n)
 	}
 	return err
 }
@@ -164,7 +164,7 @@ func authenticate(ctx context.Context) context.Context {
 	md, _ := metadata.FromIncomingContext(ctx)
 	if vs := md.Get("authorization"); len(vs) > 0 {
 		if t, ok := conformance.Authenticate(vs[0]); ok {
-			return tggate.ContextWithTenant(ctx, t)
+			return gate.ContextWithTenant(ctx, t)
 		}
 	}
 	return ctx
@@ -229,7 +229,7 @@ type env struct {
 
 // serverOpts are extra server options (interceptors run after auth and
 // before grpclimit's).
-func newEnv(t testing.TB, gate *tggate.Gate, opts ...grpclimit.Option) *env {
+func newEnv(t testing.TB, g *gate.Gate, opts ...grpclimit.Option) *env {
 	t.Helper()
 	e := &env{svc: &service{}, lis: peerListener{bufconn.Listen(1 << 20)}}
 	count := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
@@ -241,8 +241,8 @@ func newEnv(t testing.TB, gate *tggate.Gate, opts ...grpclimit.Option) *env {
 		return h(srv, ss)
 	}
 	srv := grpc.NewServer(
-		grpc.ChainUnaryInterceptor(count, authUnary, grpclimit.UnaryServerInterceptor(gate, opts...)),
-		grpc.ChainStreamInterceptor(countStream, authStreamInt, grpclimit.StreamServerInterceptor(gate, opts...)),
+		grpc.ChainUnaryInterceptor(count, authUnary, grpclimit.UnaryServerInterceptor(g, opts...)),
+		grpc.ChainStreamInterceptor(countStream, authStreamInt, grpclimit.StreamServerInterceptor(g, opts...)),
 	)
 	testpb.RegisterTestServiceServer(srv, e.svc)
 	healthpb.RegisterHealthServer(srv, health{svc: e.svc})

@@ -18,7 +18,7 @@ import (
 	"sync/atomic"
 
 	"github.com/tollgate-go/tollgate/core"
-	tggate "github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/render"
 )
 
@@ -31,11 +31,11 @@ import (
 type Config[F, D any] struct {
 	// Gate decides every request; nil answers every request as
 	// misconfigured (see Decide).
-	Gate *tggate.Gate
+	Gate *gate.Gate
 	// RouteFunc names the request's class and cost from the framework's
 	// context (an adapter's WithRouteFunc); ok false leaves it to the gate
 	// (its cost function, then its route table).
-	RouteFunc func(F) (tggate.Route, bool)
+	RouteFunc func(F) (gate.Route, bool)
 	// PatternFunc finds the request's route template, for adapters whose
 	// framework cannot always say (an adapter's WithPatternFunc).
 	PatternFunc func(F) string
@@ -61,8 +61,8 @@ type Option[F, D any] func(*Config[F, D])
 // New returns the Config of an adapter over gate, with deny as the deny
 // handler until an option replaces it, and opts applied in order (nil ones
 // skipped).
-func New[O ~func(*Config[F, D]), F, D any](gate *tggate.Gate, deny D, opts []O) *Config[F, D] {
-	c := &Config[F, D]{Gate: gate, Deny: deny}
+func New[O ~func(*Config[F, D]), F, D any](g *gate.Gate, deny D, opts []O) *Config[F, D] {
+	c := &Config[F, D]{Gate: g, Deny: deny}
 	for _, o := range opts {
 		if o != nil {
 			o(c)
@@ -81,7 +81,7 @@ func Skipper[O ~func(*Config[F, D]), F, D any](f func(F) bool) O {
 }
 
 // RouteFunc sets Config.RouteFunc; nil is ignored.
-func RouteFunc[O ~func(*Config[F, D]), F, D any](f func(F) (tggate.Route, bool)) O {
+func RouteFunc[O ~func(*Config[F, D]), F, D any](f func(F) (gate.Route, bool)) O {
 	return func(c *Config[F, D]) {
 		if f != nil {
 			c.RouteFunc = f
@@ -152,14 +152,14 @@ var errZeroRoute = fmt.Errorf("%w: route function: ok with the zero Route", core
 // the verdict is the misconfiguration answer: 500 with the fixed
 // Misconfigured problem+json body, that does not proceed, the cause in
 // Verdict.Err (for the hook and the log, never for the client).
-func (c *Config[F, D]) Decide(ctx context.Context, f F, e tggate.Endpoint) tggate.Verdict {
-	var v tggate.Verdict
+func (c *Config[F, D]) Decide(ctx context.Context, f F, e gate.Endpoint) gate.Verdict {
+	var v gate.Verdict
 	switch {
 	case c.Gate == nil:
 		v = MisconfiguredVerdict(ErrNilGate)
 	case c.RouteFunc != nil && !e.Unmatched:
 		r, ok := c.RouteFunc(f)
-		if ok && r == (tggate.Route{}) {
+		if ok && r == (gate.Route{}) {
 			v = MisconfiguredVerdict(errZeroRoute)
 			break
 		}
@@ -178,8 +178,8 @@ func (c *Config[F, D]) Decide(ctx context.Context, f F, e tggate.Endpoint) tggat
 
 // MisconfiguredVerdict is the verdict of a misconfigured adapter: 500,
 // the Misconfigured problem+json body, not proceeding, err in Verdict.Err.
-func MisconfiguredVerdict(err error) tggate.Verdict {
-	return tggate.Verdict{Status: http.StatusInternalServerError, ContentType: render.ProblemContentType,
+func MisconfiguredVerdict(err error) gate.Verdict {
+	return gate.Verdict{Status: http.StatusInternalServerError, ContentType: render.ProblemContentType,
 		Body: Misconfigured.JSON(), Problem: Misconfigured, Decision: core.Decision{Reason: core.ReasonUnresolved}, Err: err}
 }
 

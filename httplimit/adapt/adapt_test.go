@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
-	tggate "github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/core/render"
 	"github.com/tollgate-go/tollgate/httplimit/adapt"
@@ -16,7 +16,7 @@ import (
 
 type frameworkCtx struct{ big bool }
 
-type deny func(*frameworkCtx, tggate.Verdict)
+type deny func(*frameworkCtx, gate.Verdict)
 
 // option is an adapter's Option: the underlying type of adapt.Option.
 type option func(*adapt.Config[*frameworkCtx, deny])
@@ -44,27 +44,27 @@ func offlineLimiter(t *testing.T, opts ...core.Option) *core.Limiter {
 // over the gate's cost function and route table; ok false leaves them to
 // decide. The framework's context reaches it directly.
 func TestDecideRouteFunc(t *testing.T) {
-	gate, err := tggate.New(offlineLimiter(t), tggate.WithRoutes(tggate.Routes{"/t": {Exempt: true}, "/u": {Class: "table", Cost: 1}}))
+	g, err := gate.New(offlineLimiter(t), gate.WithRoutes(gate.Routes{"/t": {Exempt: true}, "/u": {Class: "table", Cost: 1}}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var seen *frameworkCtx
-	c := adapt.New(gate, deny(nil), []option{nil, adapt.RouteFunc[option](func(f *frameworkCtx) (tggate.Route, bool) {
+	c := adapt.New(g, deny(nil), []option{nil, adapt.RouteFunc[option](func(f *frameworkCtx) (gate.Route, bool) {
 		seen = f
-		return tggate.Route{Exempt: true}, f.big
+		return gate.Route{Exempt: true}, f.big
 	})})
-	ctx := tggate.ContextWithTenant(context.Background(), quota.Tenant{ID: "t", Tier: "free"})
+	ctx := gate.ContextWithTenant(context.Background(), quota.Tenant{ID: "t", Tier: "free"})
 	big := &frameworkCtx{big: true}
-	if v := c.Decide(ctx, big, tggate.Endpoint{Method: "GET", Pattern: "/u"}); !v.Proceed || !v.Route.Exempt || seen != big {
+	if v := c.Decide(ctx, big, gate.Endpoint{Method: "GET", Pattern: "/u"}); !v.Proceed || !v.Route.Exempt || seen != big {
 		t.Fatalf("route func's exempt route: verdict %+v, saw %p want %p", v, seen, big)
 	}
 	// ok false: the table's route, checked (the store is down: fail-open)
-	if v := c.Decide(ctx, &frameworkCtx{}, tggate.Endpoint{Method: "GET", Pattern: "/u"}); v.Route.Class != "table" {
+	if v := c.Decide(ctx, &frameworkCtx{}, gate.Endpoint{Method: "GET", Pattern: "/u"}); v.Route.Class != "table" {
 		t.Fatalf("fallback to the table: route %+v", v.Route)
 	}
 	// unmatched: not asked
 	seen = nil
-	if v := c.Decide(ctx, big, tggate.Endpoint{Method: "GET", Pattern: "", Unmatched: true}); !v.Unmatched || seen != nil {
+	if v := c.Decide(ctx, big, gate.Endpoint{Method: "GET", Pattern: "", Unmatched: true}); !v.Unmatched || seen != nil {
 		t.Fatalf("unmatched: verdict %+v, route func asked: %v", v, seen != nil)
 	}
 }
@@ -85,17 +85,17 @@ func TestSetHeaders(t *testing.T) {
 // Decide reports a store failure to the typed error hook, with the
 // framework's context; nil hooks are ignored by the setters.
 func TestDecideReportsErrors(t *testing.T) {
-	gate, err := tggate.New(offlineLimiter(t, core.WithFailurePolicy(core.FailOpen)))
+	g, err := gate.New(offlineLimiter(t, core.WithFailurePolicy(core.FailOpen)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var got *frameworkCtx
 	var reported error
 	hook := func(f *frameworkCtx, err error) { got, reported = f, err }
-	c := adapt.New(gate, deny(nil), []option{adapt.ErrorHandler[option](hook), adapt.ErrorHandler[option](nil)})
+	c := adapt.New(g, deny(nil), []option{adapt.ErrorHandler[option](hook), adapt.ErrorHandler[option](nil)})
 	fc := &frameworkCtx{}
-	ctx := tggate.ContextWithTenant(context.Background(), quota.Tenant{ID: "t"})
-	v := c.Decide(ctx, fc, tggate.Endpoint{Method: "GET", Pattern: "/"})
+	ctx := gate.ContextWithTenant(context.Background(), quota.Tenant{ID: "t"})
+	v := c.Decide(ctx, fc, gate.Endpoint{Method: "GET", Pattern: "/"})
 	if !v.Proceed || v.Err == nil || reported != v.Err || got != fc {
 		t.Fatalf("verdict %+v, hook got %v with %p (want %p)", v, reported, got, fc)
 	}
@@ -105,20 +105,20 @@ func TestDecideReportsErrors(t *testing.T) {
 // misconfiguration answer: a 500 that does not proceed, with the fixed
 // body, and the cause only in Verdict.Err (and so the hook).
 func TestDecideMisconfigured(t *testing.T) {
-	gate, err := tggate.New(offlineLimiter(t))
+	g, err := gate.New(offlineLimiter(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var reported error
 	hook := adapt.ErrorHandler[option](func(_ *frameworkCtx, err error) { reported = err })
-	zero := adapt.RouteFunc[option](func(*frameworkCtx) (tggate.Route, bool) { return tggate.Route{}, true })
-	ctx := tggate.ContextWithTenant(context.Background(), quota.Tenant{ID: "t"})
+	zero := adapt.RouteFunc[option](func(*frameworkCtx) (gate.Route, bool) { return gate.Route{}, true })
+	ctx := gate.ContextWithTenant(context.Background(), quota.Tenant{ID: "t"})
 	for name, c := range map[string]*adapt.Config[*frameworkCtx, deny]{
 		"nil gate":   adapt.New(nil, deny(nil), []option{hook}),
-		"zero route": adapt.New(gate, deny(nil), []option{hook, zero}),
+		"zero route": adapt.New(g, deny(nil), []option{hook, zero}),
 	} {
 		reported = nil
-		v := c.Decide(ctx, &frameworkCtx{}, tggate.Endpoint{Method: "GET", Pattern: "/"})
+		v := c.Decide(ctx, &frameworkCtx{}, gate.Endpoint{Method: "GET", Pattern: "/"})
 		if v.Proceed || v.Status != http.StatusInternalServerError || v.ContentType != render.ProblemContentType ||
 			!errors.Is(reported, core.ErrInvalidConfig) || string(v.Body) != string(adapt.Misconfigured.JSON()) {
 			t.Errorf("%s: verdict %+v, hook got %v", name, v, reported)
@@ -134,7 +134,7 @@ func TestOptions(t *testing.T) {
 		t.Fatal("skipped with no skip function")
 	}
 	var denied bool
-	c := adapt.New(nil, deny(func(*frameworkCtx, tggate.Verdict) { denied = true }), []option{
+	c := adapt.New(nil, deny(func(*frameworkCtx, gate.Verdict) { denied = true }), []option{
 		adapt.Skipper[option](func(f *frameworkCtx) bool { return f == skip }),
 		adapt.Skipper[option](nil),
 		adapt.DenyHandler[option](deny(nil)),
@@ -146,7 +146,7 @@ func TestOptions(t *testing.T) {
 	if c.Deny == nil {
 		t.Fatal("a nil deny handler replaced the default")
 	}
-	c.Deny(keep, tggate.Verdict{})
+	c.Deny(keep, gate.Verdict{})
 	if !denied {
 		t.Fatal("the default deny handler did not run")
 	}

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/tollgate-go/tollgate/conformance"
-	tggate "github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/httplimit"
 )
 
@@ -14,7 +14,7 @@ import (
 func auth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if t, ok := conformance.Authenticate(r.Header.Get("Authorization")); ok {
-			r = r.WithContext(tggate.ContextWithTenant(r.Context(), t))
+			r = r.WithContext(gate.ContextWithTenant(r.Context(), t))
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -33,11 +33,11 @@ const (
 // says.
 func target(m mount) conformance.Target {
 	return conformance.HTTPTarget(func(t testing.TB, s conformance.Setup) (conformance.Instance, error) {
-		gate, err := tggate.New(s.Limiter, s.GateOptions(conformance.HTTPRoutes(s.Routes, nil))...)
+		g, err := gate.New(s.Limiter, s.GateOptions(conformance.HTTPRoutes(s.Routes, nil))...)
 		if err != nil {
 			return nil, err
 		}
-		mw := httplimit.Middleware(gate, httplimit.WithErrorHandler(func(_ *http.Request, err error) { s.OnError(err) }))
+		mw := httplimit.Middleware(g, httplimit.WithErrorHandler(func(_ *http.Request, err error) { s.OnError(err) }))
 		var calls conformance.Counter
 		handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls.Inc() })
 		mux := http.NewServeMux()

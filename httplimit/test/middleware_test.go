@@ -10,7 +10,7 @@ import (
 
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
-	tggate "github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/core/render"
 	"github.com/tollgate-go/tollgate/httplimit"
@@ -49,16 +49,16 @@ func TestOptions(t *testing.T) {
 		}
 	})
 	t.Run("a cost func answering cost 0 is a 500, not a free pass", func(t *testing.T) {
-		zero := func(context.Context, quota.Tenant, tggate.Endpoint) (tggate.Route, bool) {
-			return tggate.Route{Class: "default", Cost: 0}, true
+		zero := func(context.Context, quota.Tenant, gate.Endpoint) (gate.Route, bool) {
+			return gate.Route{Class: "default", Cost: 0}, true
 		}
 		for name, h := range map[string]func(http.Handler, func(error)) http.Handler{
 			"gate cost func": func(next http.Handler, hook func(error)) http.Handler {
-				return httplimit.Middleware(conformance.NewUnitGate(t, lim, tggate.WithCostFunc(zero)), httplimit.WithErrorHandler(func(_ *http.Request, err error) { hook(err) }))(next)
+				return httplimit.Middleware(conformance.NewUnitGate(t, lim, gate.WithCostFunc(zero)), httplimit.WithErrorHandler(func(_ *http.Request, err error) { hook(err) }))(next)
 			},
 			"route func": func(next http.Handler, hook func(error)) http.Handler {
 				return httplimit.Middleware(conformance.NewUnitGate(t, lim), httplimit.WithErrorHandler(func(_ *http.Request, err error) { hook(err) }),
-					httplimit.WithRouteFunc(func(*http.Request) (tggate.Route, bool) { return tggate.Route{Class: "default", Cost: 0}, true }))(next)
+					httplimit.WithRouteFunc(func(*http.Request) (gate.Route, bool) { return gate.Route{Class: "default", Cost: 0}, true }))(next)
 			},
 		} {
 			var hooked error
@@ -70,12 +70,12 @@ func TestOptions(t *testing.T) {
 		}
 	})
 	t.Run("route func comes before the gate's cost func and table", func(t *testing.T) {
-		gate := conformance.NewUnitGate(t, lim, tggate.WithRoutes(tggate.Routes{"/x": {Class: "default", Cost: 1}}), tggate.
-			WithCostFunc(func(context.Context, quota.Tenant, tggate.Endpoint) (tggate.Route, bool) {
-				return tggate.Route{Class: "export", Cost: 3}, true
+		g := conformance.NewUnitGate(t, lim, gate.WithRoutes(gate.Routes{"/x": {Class: "default", Cost: 1}}), gate.
+			WithCostFunc(func(context.Context, quota.Tenant, gate.Endpoint) (gate.Route, bool) {
+				return gate.Route{Class: "export", Cost: 3}, true
 			}))
-		h := httplimit.Middleware(gate, httplimit.WithRouteFunc(func(r *http.Request) (tggate.Route, bool) {
-			return tggate.Route{Class: "export", Cost: 2}, r.Header.Get("X-Big") != ""
+		h := httplimit.Middleware(g, httplimit.WithRouteFunc(func(r *http.Request) (gate.Route, bool) {
+			return gate.Route{Class: "export", Cost: 2}, r.Header.Get("X-Big") != ""
 		}))(ok)
 		r := req("GET", "/x", "costs")
 		r.Header.Set("X-Big", "1")
@@ -87,8 +87,8 @@ func TestOptions(t *testing.T) {
 		}
 	})
 	t.Run("deny handler sees the verdict, headers already set", func(t *testing.T) {
-		var got tggate.Verdict
-		h := httplimit.Middleware(conformance.NewUnitGate(t, lim), httplimit.WithDenyHandler(func(w http.ResponseWriter, r *http.Request, v tggate.Verdict) {
+		var got gate.Verdict
+		h := httplimit.Middleware(conformance.NewUnitGate(t, lim), httplimit.WithDenyHandler(func(w http.ResponseWriter, r *http.Request, v gate.Verdict) {
 			got = v
 			if w.Header().Get("Retry-After") == "" {
 				t.Error("Retry-After not set before the deny handler")
@@ -103,14 +103,14 @@ func TestOptions(t *testing.T) {
 		}
 	})
 	t.Run("pattern func", func(t *testing.T) {
-		h := httplimit.Middleware(conformance.NewUnitGate(t, lim, tggate.WithRoutes(tggate.Routes{"/items/:id": {Class: "export", Cost: 1}})),
+		h := httplimit.Middleware(conformance.NewUnitGate(t, lim, gate.WithRoutes(gate.Routes{"/items/:id": {Class: "export", Cost: 1}})),
 			httplimit.WithPatternFunc(func(*http.Request) string { return "/items/:id" }))(ok)
 		if got := serve(h, req("GET", "/items/7", "pattern")).Header().Get("RateLimit-Policy"); got != `"export";q=10;w=1000` {
 			t.Fatalf("policy %q", got)
 		}
 	})
 	t.Run("ServeMux pattern, wrapped or inside", func(t *testing.T) {
-		mw := httplimit.Middleware(conformance.NewUnitGate(t, lim, tggate.WithRoutes(tggate.Routes{"GET /items/{id}": {Class: "export", Cost: 1}})))
+		mw := httplimit.Middleware(conformance.NewUnitGate(t, lim, gate.WithRoutes(gate.Routes{"GET /items/{id}": {Class: "export", Cost: 1}})))
 		mux := http.NewServeMux()
 		mux.Handle("GET /items/{id}", ok)
 		inner := http.NewServeMux()

@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
-	tgkeys "github.com/tollgate-go/tollgate/core/keys"
+	"github.com/tollgate-go/tollgate/core/keys"
 	"github.com/tollgate-go/tollgate/core/quota"
 )
 
@@ -45,14 +45,14 @@ func TestConcurrencyClusterMasterDown(t *testing.T) {
 				cl := redistest.NewCluster(t, 3, 0)
 				cc := cl.Client(t)
 				victim := cl.Master(t, 0)
-				keys, err := tgkeys.New(redistest.Prefix(t))
+				ks, err := keys.New(redistest.Prefix(t))
 				if err != nil {
 					t.Fatal(err)
 				}
 				var onDead, onLive string
 				for i := 0; onDead == "" || onLive == ""; i++ {
 					tenant := "t" + strconv.Itoa(i)
-					key, err := keys.Slots(tenant, "default")
+					key, err := ks.Slots(tenant, "default")
 					if err != nil {
 						t.Fatal(err)
 					}
