@@ -20,7 +20,9 @@
 //     middleware would. It rejects nothing.
 //   - your adapter, configured from the Setup.
 //   - one handler per endpoint of [HTTPEndpoints] that counts its calls
-//     ([Counter]) and answers 200.
+//     ([Counter]), reports the actual cost a settle scenario names in
+//     [ActualCostHeader] with [ReportActualCost] on the context it got from
+//     your adapter, and answers 200.
 //
 // Then, in a test of your adapter's package:
 //

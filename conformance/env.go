@@ -93,6 +93,8 @@ type config struct {
 	anonymous bool
 	// serverClock runs the limiter on Redis TIME instead of the fake clock.
 	serverClock bool
+	// costReports: the handlers report actual costs (Setup.CostReports).
+	costReports bool
 }
 
 // env is one run of one scenario on one backend.
@@ -193,6 +195,7 @@ func (e *env) instance() Instance {
 		HeaderStyle: style,
 		Anonymous:   e.cfg.anonymous,
 		Clock:       e.clock.Now,
+		CostReports: e.cfg.costReports,
 		OnError: func(err error) {
 			e.mu.Lock()
 			e.errs = append(e.errs, err)
@@ -200,6 +203,9 @@ func (e *env) instance() Instance {
 		},
 	}
 	inst, err := e.target.NewInstance(e.t, s)
+	if s.CostReports && errors.Is(err, ErrNoCostReports) {
+		e.t.Skip(err.Error())
+	}
 	if err != nil {
 		e.t.Fatalf("conformance: NewInstance: %v", err)
 	}
@@ -413,7 +419,7 @@ func (e *env) checkInvariants(en entry) {
 			fail("WWW-Authenticate on a %d (no route matched)", en.status)
 		}
 	default:
-		fail("unexpected status (want 200, 401, 429, 503, or 404/405 for no route)")
+		fail("unexpected status (want 200, 401, 429, 503, or 404/405 for no route); body %q", en.body)
 	}
 }
 

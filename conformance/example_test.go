@@ -21,11 +21,17 @@ func ExampleRun() {
 		if err != nil {
 			return nil, err
 		}
-		// 3. the service's handlers, counting their calls
+		// 3. the service's handlers, counting their calls and reporting
+		// the actual cost a settle scenario asks for
 		var calls conformance.Counter
 		mux := http.NewServeMux()
 		for _, e := range conformance.HTTPEndpoints {
-			mux.HandleFunc(e.Method+" "+e.Path, func(http.ResponseWriter, *http.Request) { calls.Inc() })
+			mux.HandleFunc(e.Method+" "+e.Path, func(w http.ResponseWriter, r *http.Request) {
+				calls.Inc()
+				if err := conformance.ReportActualCost(r.Context(), r.Header.Get(conformance.ActualCostHeader)); err != nil {
+					http.Error(w, err.Error(), http.StatusInternalServerError)
+				}
+			})
 		}
 		limited := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			_, pattern := mux.Handler(r)
@@ -42,6 +48,10 @@ func ExampleRun() {
 				w.WriteHeader(v.Status)
 				_, _ = w.Write(v.Body)
 				return
+			}
+			defer v.Done() // frees a concurrency slot, settles a reported cost
+			if ctx, ok := v.CostContext(r.Context()); ok {
+				r = r.WithContext(ctx) // the handler reports its cost on it
 			}
 			mux.ServeHTTP(w, r)
 		})

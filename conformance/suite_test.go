@@ -41,6 +41,7 @@ const (
 	chargesUnmatched   fault = "charges-unmatched"
 	releaseMissing     fault = "release-missing"
 	releaseTwice       fault = "release-twice"
+	costContextLost    fault = "cost-context-lost"
 )
 
 // reference is the thinnest possible adapter: net/http calling the Gate
@@ -57,6 +58,10 @@ func reference(f fault) Target {
 		for _, e := range HTTPEndpoints {
 			mux.HandleFunc(e.Method+" "+e.Path, func(w http.ResponseWriter, r *http.Request) {
 				calls.Inc()
+				if err := ReportActualCost(r.Context(), r.Header.Get(ActualCostHeader)); err != nil {
+					http.Error(w, err.Error(), http.StatusInternalServerError)
+					return
+				}
 				w.WriteHeader(http.StatusOK)
 			})
 		}
@@ -91,6 +96,9 @@ func reference(f fault) Target {
 					defer v.Done()
 				default:
 					defer v.Done()
+				}
+				if ctx, ok := v.CostContext(r.Context()); ok && f != costContextLost {
+					r = r.WithContext(ctx)
 				}
 				mux.ServeHTTP(w, r)
 				return
@@ -131,7 +139,7 @@ func TestWrongTargets(t *testing.T) {
 	if os.Getenv(envWrong) == "" {
 		t.Skip("run by TestSuiteCatchesDivergence in a child process")
 	}
-	for _, f := range []fault{dropsRetryAfter, tenantFromHeader, rawURL, handlerOnDeny, storeFailureIs429, headersOnlyOnAllow, chargesUnmatched, releaseMissing, releaseTwice} {
+	for _, f := range []fault{dropsRetryAfter, tenantFromHeader, rawURL, handlerOnDeny, storeFailureIs429, headersOnlyOnAllow, chargesUnmatched, releaseMissing, releaseTwice, costContextLost} {
 		t.Run(string(f), func(t *testing.T) { Run(t, reference(f)) })
 	}
 }
@@ -164,8 +172,11 @@ func TestSuiteCatchesDivergence(t *testing.T) {
 		storeFailureIs429:  {"fail-closed", "hung-redis-fail-closed"},
 		headersOnlyOnAllow: {"burst-then-deny", "multi-bucket"},
 		chargesUnmatched:   {"unmatched-route"},
-		releaseMissing:     {"concurrency-limit"},
-		releaseTwice:       {"concurrency-limit"},
+		// no Done: nothing is settled; Done before the handler: settled
+		// before the handler reported
+		releaseMissing:  {"concurrency-limit", "settle-refund", "settle-debt"},
+		releaseTwice:    {"concurrency-limit", "settle-refund", "settle-debt"},
+		costContextLost: {"settle-refund", "settle-debt"},
 	}
 	for f, scenarios := range expect {
 		for _, s := range scenarios {

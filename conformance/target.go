@@ -57,7 +57,8 @@ type Target interface {
 	//  2. the adapter, built over s.Limiter with s's routes, header style,
 	//     anonymous option, clock and error hook;
 	//  3. one handler per endpoint of [Endpoints] that counts its calls
-	//     (Instance.HandlerCalls) and answers 200.
+	//     (Instance.HandlerCalls), reports the request's actual cost when
+	//     the request asks for it ([ReportActualCost]) and answers 200.
 	//
 	// The scenario may call it several times with the same limiter
 	// configuration (simulated replicas). Release resources with
@@ -100,6 +101,13 @@ type Setup struct {
 	// Verdict.Err whenever the limiter reports an error (store failure).
 	// Never nil.
 	OnError func(error)
+	// CostReports is set for the settle scenarios: the handlers report
+	// what a request really cost ([ActualCostHeader]), so the gate must
+	// take reports (gate.WithCostReports(); GateOptions adds it). A target
+	// that cannot settle a reservation (a gateway that only checks) returns
+	// [ErrNoCostReports] from NewInstance, and those scenarios are skipped
+	// for it.
+	CostReports bool
 }
 
 // GateOptions returns s as core gate options, with routes as the route
@@ -108,6 +116,9 @@ func (s Setup) GateOptions(routes gate.Routes) []gate.Option {
 	opts := []gate.Option{gate.WithRoutes(routes), gate.WithHeaderStyle(s.HeaderStyle), gate.WithClock(s.Clock)}
 	if s.Anonymous {
 		opts = append(opts, gate.WithAnonymous(""))
+	}
+	if s.CostReports {
+		opts = append(opts, gate.WithCostReports())
 	}
 	return opts
 }

@@ -66,7 +66,7 @@ func (l *Limiter) quotaArgs(q quota.Quota) [3]any {
 	if v, ok := l.args.Load(q); ok {
 		return v.([3]any)
 	}
-	a := [3]any{strconv.FormatInt(q.Capacity, 10), strconv.FormatFloat(q.RefillPerSecond, 'g', -1, 64), ttlMillis(q)}
+	a := [3]any{strconv.FormatInt(q.Capacity, 10), strconv.FormatFloat(q.RefillPerSecond, 'f', -1, 64), ttlMillis(q)}
 	if l.nargs.Load() < maxCachedSets {
 		if _, loaded := l.args.LoadOrStore(q, a); !loaded {
 			l.nargs.Add(1)

@@ -63,6 +63,13 @@ const (
 	// could not be reached within the lease time), lost (a renewal found
 	// the slot gone: reset, or expired while the store was unreachable).
 	metricSlotsExpired = "tollgate.slots.expired"
+	// metricSettlesFailed counts reservations whose settle failed
+	// (Limiter.Settle, Verdict.Done), by kind as the store errors': the
+	// estimate stays charged (a refund not given, a debt not taken), or,
+	// when the reply was lost after the script ran, the settle applied
+	// unseen. Not a check: neither the decisions nor the store errors
+	// count it.
+	metricSettlesFailed = "tollgate.settles.failed"
 )
 
 // otherTenant is the tenant label of every tenant outside the top K
@@ -78,6 +85,7 @@ type metrics struct {
 	batches       metric.Int64Histogram
 	slotsHeld     metric.Int64UpDownCounter
 	slotsExpired  metric.Int64Counter
+	settlesFailed metric.Int64Counter
 	tenants       *topK // nil: no tenant label
 	tracing       bool
 
@@ -133,6 +141,9 @@ func newMetrics(mp metric.MeterProvider, k int) *metrics {
 	if m.slotsExpired, err = meter.Int64Counter(metricSlotsExpired, metric.WithDescription("Concurrency slots left to expire instead of released."), metric.WithUnit("{slot}")); err != nil {
 		otel.Handle(err)
 	}
+	if m.settlesFailed, err = meter.Int64Counter(metricSettlesFailed, metric.WithDescription("Reservations whose settle failed: the estimate stands."), metric.WithUnit("{settle}")); err != nil {
+		otel.Handle(err)
+	}
 	if k > 0 {
 		m.tenants = newTopK(k)
 	}
@@ -150,6 +161,10 @@ func (m *metrics) slotSet(req Request, bucket string) metric.AddOption {
 
 func (m *metrics) slotExpired(labels metric.AddOption, cause string) {
 	m.slotsExpired.Add(context.Background(), 1, labels, metric.WithAttributes(attribute.String("cause", cause)))
+}
+
+func (m *metrics) settleFailed(err error) {
+	m.settlesFailed.Add(context.Background(), 1, metric.WithAttributes(attribute.String("kind", errorKind(err))))
 }
 
 func (m *metrics) batchSize(n int) { m.batches.Record(context.Background(), int64(n)) }

@@ -64,18 +64,16 @@ func (l *Limiter) Settle(ctx context.Context, t quota.Tenant, d Decision, actual
 	defer cancel()
 	v, err := settleScript.Run(cctx, l.scripts, settleScript.Line(keys, args...))
 	if err != nil {
-		err = storeError(cctx, l.cfg.timeout, err)
-		l.logDegraded("tollgate: a reservation could not be settled; its estimate stands", Request{Tenant: t}, err)
-		return 0, err
+		return 0, l.settleFailed(t, storeError(cctx, l.cfg.timeout, err))
 	}
 	a, ok := v.([]any)
 	if !ok || len(a) != 2*len(keys) {
-		return 0, fmt.Errorf("%w: settle script reply %T of length %d", errProtocol, v, len(a))
+		return 0, l.settleFailed(t, fmt.Errorf("%w: settle script reply %T of length %d", errProtocol, v, len(a)))
 	}
 	for i := range keys {
 		f, ok := a[i].(int64)
 		if !ok || f < 0 {
-			return 0, fmt.Errorf("%w: settle script reply element %v", errProtocol, a[i])
+			return 0, l.settleFailed(t, fmt.Errorf("%w: settle script reply element %v", errProtocol, a[i]))
 		}
 		forgiven = max(forgiven, f)
 	}
@@ -84,4 +82,12 @@ func (l *Limiter) Settle(ctx context.Context, t quota.Tenant, d Decision, actual
 		l.deny.Delete(keys[0])
 	}
 	return forgiven, nil
+}
+
+// settleFailed logs (at most once a second, as degraded checks) and counts
+// a failed settle of tenant t's reservation, and returns err.
+func (l *Limiter) settleFailed(t quota.Tenant, err error) error {
+	l.metrics.settleFailed(err)
+	l.logDegraded("tollgate: a reservation could not be settled; its estimate stands", Request{Tenant: t}, err)
+	return err
 }

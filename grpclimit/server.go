@@ -58,7 +58,7 @@ type interceptors struct {
 func newInterceptors(g *gate.Gate, opts []Option) *interceptors {
 	i := &interceptors{gate: g, cfg: newConfig(opts)}
 	if g == nil {
-		i.err = fmt.Errorf("%w: grpclimit: nil *core.Gate (build one with core.NewGate)", core.ErrInvalidConfig)
+		i.err = fmt.Errorf("%w: grpclimit: nil *gate.Gate (build one with gate.New)", core.ErrInvalidConfig)
 	} else {
 		i.err = i.cfg.validate()
 	}

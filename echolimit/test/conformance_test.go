@@ -39,7 +39,13 @@ func target(m mount) conformance.Target {
 		}
 		mw := echolimit.Middleware(g, echolimit.WithErrorHandler(func(_ echo.Context, err error) { s.OnError(err) }))
 		var calls conformance.Counter
-		handler := func(c echo.Context) error { calls.Inc(); return c.NoContent(http.StatusOK) }
+		handler := func(c echo.Context) error {
+			calls.Inc()
+			if err := conformance.ReportActualCost(c.Request().Context(), c.Request().Header.Get(conformance.ActualCostHeader)); err != nil {
+				return c.String(http.StatusInternalServerError, err.Error())
+			}
+			return c.NoContent(http.StatusOK)
+		}
 		e := echo.New()
 		e.IPExtractor = echo.ExtractIPDirect() // c.RealIP() is the peer's address
 		e.Use(auth)

@@ -46,7 +46,13 @@ func target(m mount, mistake func(*echo.Echo, *[]echov5limit.Option)) conformanc
 		}
 		mw := echov5limit.Middleware(g, opts...)
 		var calls conformance.Counter
-		handler := func(c *echo.Context) error { calls.Inc(); return c.NoContent(http.StatusOK) }
+		handler := func(c *echo.Context) error {
+			calls.Inc()
+			if err := conformance.ReportActualCost(c.Request().Context(), c.Request().Header.Get(conformance.ActualCostHeader)); err != nil {
+				return c.String(http.StatusInternalServerError, err.Error())
+			}
+			return c.NoContent(http.StatusOK)
+		}
 		e.Use(auth)
 		if m == global {
 			e.Use(mw)

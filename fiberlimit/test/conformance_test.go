@@ -37,6 +37,9 @@ var target = conformance.HTTPTarget(func(t testing.TB, s conformance.Setup) (con
 	app.Use(auth)
 	handler := func(c *fiber.Ctx) error {
 		inst.calls.Inc()
+		if err := conformance.ReportActualCost(c.UserContext(), c.Get(conformance.ActualCostHeader)); err != nil {
+			return c.Status(http.StatusInternalServerError).SendString(err.Error())
+		}
 		return c.SendStatus(http.StatusOK)
 	}
 	for _, e := range conformance.HTTPEndpoints {

@@ -48,7 +48,13 @@ func target(m mount, more ...fiberv3limit.Option) conformance.Target {
 		opts := append([]fiberv3limit.Option{fiberv3limit.WithErrorHandler(func(_ fiber.Ctx, err error) { s.OnError(err) })}, more...)
 		limit := fiberv3limit.New(g, opts...)
 		var calls conformance.Counter
-		handler := func(c fiber.Ctx) error { calls.Inc(); return c.SendStatus(http.StatusOK) }
+		handler := func(c fiber.Ctx) error {
+			calls.Inc()
+			if err := conformance.ReportActualCost(c.Context(), c.Get(conformance.ActualCostHeader)); err != nil {
+				return c.Status(http.StatusInternalServerError).SendString(err.Error())
+			}
+			return c.SendStatus(http.StatusOK)
+		}
 		app := fiber.New()
 		app.Use(auth)
 		if m == use {

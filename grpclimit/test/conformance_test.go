@@ -3,7 +3,10 @@ package grpclimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +16,7 @@ import (
 	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/grpclimit"
 	"github.com/tollgate-go/tollgate/grpclimit/internal/testpb"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -112,7 +116,39 @@ func (in *grpcInstance) Do(r conformance.Request) (conformance.Response, error) 
 	if res.Status == 500 {
 		return res, errors.New("grpc target: unexpected status " + st.String())
 	}
+	if err := retryInfoMatches(st, res.Header.Get("Retry-After")); err != nil {
+		return res, err
+	}
 	return res, nil
+}
+
+// retryInfoMatches holds a RESOURCE_EXHAUSTED status to its retry-after
+// metadata, which the suite compares: a RetryInfo detail whose exact delay
+// rounds up to it (whole seconds, at least 1), and none without it (a cost
+// above capacity can never be met).
+func retryInfoMatches(st *status.Status, retryAfter string) error {
+	if st.Code() != codes.ResourceExhausted {
+		return nil
+	}
+	var info *errdetails.RetryInfo
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			info = ri
+		}
+	}
+	switch {
+	case info == nil && retryAfter == "":
+		return nil
+	case info == nil:
+		return errors.New("grpc target: RESOURCE_EXHAUSTED with retry-after " + retryAfter + " but no RetryInfo")
+	case retryAfter == "":
+		return errors.New("grpc target: RESOURCE_EXHAUSTED with a RetryInfo but no retry-after")
+	}
+	delay := info.GetRetryDelay().AsDuration()
+	if want := strconv.FormatInt(max(1, int64(math.Ceil(delay.Seconds()))), 10); want != retryAfter {
+		return fmt.Errorf("grpc target: RetryInfo delay %v rounds up to %s s, retry-after says %s", delay, want, retryAfter)
+	}
+	return nil
 }
 
 func httpStatus(c codes.Code) int {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -123,7 +124,7 @@ func (s *service) ExportReport(r *testpb.ExportReportRequest, st grpc.ServerStre
 			return err
 		}
 	}
-	return nil
+	return reportCost(st.Context()) // at the stream's end, when its cost is known
 }
 
 func (s *service) Upload(st grpc.BidiStreamingServer[testpb.UploadChunk, testpb.UploadAck]) error {
@@ -143,18 +144,11 @@ func (s *service) Upload(st grpc.BidiStreamingServer[testpb.UploadChunk, testpb.
 }
 
 // reportCost reports the actual cost the client asked for in the
-// "x-actual-cost" metadata (gate.ReportCost), if any.
+// "x-actual-cost" metadata (conformance.ActualCostHeader), if any, with
+// gate.ReportCost on ctx; a failed report is the call's error.
 func reportCost(ctx context.Context) error {
 	md, _ := metadata.FromIncomingContext(ctx)
-	v := md.Get("x-actual-cost")
-	if len(v) == 0 {
-		return nil
-	}
-	n, err := strconv.ParseInt(v[0], 10, 64)
-	if err == nil {
-		err = gate.ReportCost(ctx, n)
-	}
-	return err
+	return conformance.ReportActualCost(ctx, first(md, strings.ToLower(conformance.ActualCostHeader)))
 }
 
 // authenticate is the test authentication layer: it puts the identity of

@@ -138,7 +138,7 @@ func (c *Config[F, D]) Pattern(f F, framework string) string {
 }
 
 // ErrNilGate is the configuration error of an adapter given a nil gate.
-var ErrNilGate = fmt.Errorf("%w: nil *core.Gate (build one with core.NewGate)", core.ErrInvalidConfig)
+var ErrNilGate = fmt.Errorf("%w: nil *gate.Gate (build one with gate.New)", core.ErrInvalidConfig)
 
 // errZeroRoute is the error of a route function that answered ok with the
 // zero Route.

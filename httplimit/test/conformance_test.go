@@ -27,6 +27,9 @@ const (
 	global   mount = iota // around the whole ServeMux
 	perRoute              // around each route's handler
 	nested                // around a ServeMux mounted in an outer ServeMux ("/")
+	// around the whole ServeMux, the handlers reporting their cost in a
+	// response header (WithCostHeader) instead of on their context
+	costHeader
 )
 
 // target serves the endpoints from a ServeMux, with the middleware where m
@@ -37,9 +40,24 @@ func target(m mount) conformance.Target {
 		if err != nil {
 			return nil, err
 		}
-		mw := httplimit.Middleware(g, httplimit.WithErrorHandler(func(_ *http.Request, err error) { s.OnError(err) }))
+		opts := []httplimit.Option{httplimit.WithErrorHandler(func(_ *http.Request, err error) { s.OnError(err) })}
+		if m == costHeader {
+			opts = append(opts, httplimit.WithCostHeader("Tollgate-Cost"))
+		}
+		mw := httplimit.Middleware(g, opts...)
 		var calls conformance.Counter
-		handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls.Inc() })
+		handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			calls.Inc()
+			if m == costHeader {
+				if n := r.Header.Get(conformance.ActualCostHeader); n != "" {
+					w.Header().Set("Tollgate-Cost", n) // the middleware reads and removes it
+				}
+				return
+			}
+			if err := conformance.ReportActualCost(r.Context(), r.Header.Get(conformance.ActualCostHeader)); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+			}
+		})
 		mux := http.NewServeMux()
 		for _, e := range conformance.HTTPEndpoints {
 			if m == perRoute {
@@ -66,4 +84,5 @@ func TestConformance(t *testing.T) {
 	t.Run("global", func(t *testing.T) { conformance.Run(t, target(global)) })
 	t.Run("per-route", func(t *testing.T) { conformance.Run(t, target(perRoute)) })
 	t.Run("nested", func(t *testing.T) { conformance.Run(t, target(nested)) })
+	t.Run("cost-header", func(t *testing.T) { conformance.Run(t, target(costHeader)) })
 }

@@ -31,6 +31,12 @@ type gatewayTarget struct{}
 func (gatewayTarget) Protocol() conformance.Protocol { return conformance.ProtocolGRPC }
 
 func (gatewayTarget) NewInstance(t testing.TB, s conformance.Setup) (conformance.Instance, error) {
+	if s.CostReports {
+		// Envoy asks before the request and, with apply_on_stream_done,
+		// charges again at its end: a second check, never a settle (no
+		// refund, no debt; docs/envoy.md, "Charging at stream end")
+		return nil, conformance.ErrNoCostReports
+	}
 	c := serve(t, s.Limiter,
 		rls.WithHeaderStyle(s.HeaderStyle),
 		rls.WithClock(s.Clock),

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 
+	"go.yaml.in/yaml/v3"
 	"golang.org/x/exp/apidiff"
 	"golang.org/x/mod/semver"
 	"golang.org/x/tools/go/packages"
@@ -23,7 +24,8 @@ import (
 // (a new major version; from v0, a new minor one).
 //
 // The last release is versions.yaml's version if it is out already (a
-// local tag <module>/<version>, or the module proxy serves it), else its
+// local tag <module>/<version>, the commit versions.yaml's released list
+// names for it, or the module proxy serves it), else its
 // previous; with neither, this is the first release and there is nothing
 // to compare.
 func runAPIDiff(ctx context.Context, root string, v *Versions, w io.Writer) error {
@@ -32,7 +34,7 @@ func runAPIDiff(ctx context.Context, root string, v *Versions, w io.Writer) erro
 		if cand == "" {
 			continue
 		}
-		ok, err := released(ctx, root, v.Modules[0], cand)
+		ok, err := released(ctx, root, v, v.Modules[0], cand)
 		if err != nil {
 			return err
 		}
@@ -41,7 +43,7 @@ func runAPIDiff(ctx context.Context, root string, v *Versions, w io.Writer) erro
 			break
 		}
 		if cand == v.Previous {
-			return fmt.Errorf("apidiff: %s names previous release %s, but neither a tag %s/%s nor the module proxy has it", versionsFile, cand, v.Modules[0], cand)
+			return fmt.Errorf("apidiff: %s names previous release %s, but neither a tag %s/%s, nor a commit under released in %s, nor the module proxy has it", versionsFile, cand, v.Modules[0], cand, versionsFile)
 		}
 	}
 	if base == "" {
@@ -58,9 +60,9 @@ func runAPIDiff(ctx context.Context, root string, v *Versions, w io.Writer) erro
 	defer os.RemoveAll(tmp)
 	proxyDir := filepath.Join(tmp, "proxy")
 	for _, m := range v.Modules {
-		if tag := m + "/" + base; tagExists(root, tag) {
-			if err := addToProxy(root, proxyDir, m, base, tag); err != nil {
-				return fmt.Errorf("apidiff: %s: %w", tag, err)
+		if ref := releaseRef(root, v, m, base); ref != "" && hasModule(root, ref, m) {
+			if err := addToProxy(root, proxyDir, m, base, ref); err != nil {
+				return fmt.Errorf("apidiff: %s at %s (%s): %w", m, base, ref, err)
 			}
 		}
 	}
@@ -81,7 +83,7 @@ func runAPIDiff(ctx context.Context, root string, v *Versions, w io.Writer) erro
 		"GOMODCACHE=" + filepath.Join(tmp, "modcache"), "GOPROXY=" + chain + "," + goproxy}
 	var refused []string
 	for _, m := range v.Modules {
-		ok, err := released(ctx, root, m, base)
+		ok, err := released(ctx, root, v, m, base)
 		if err != nil {
 			return err
 		}
@@ -89,7 +91,7 @@ func runAPIDiff(ctx context.Context, root string, v *Versions, w io.Writer) erro
 			fmt.Fprintf(w, "apidiff: %s: new since %s, nothing to compare\n", m, base)
 			continue
 		}
-		changes, err := moduleChanges(ctx, root, m, base, oldEnv)
+		changes, err := moduleChanges(ctx, root, releaseRef(root, v, m, base), m, base, oldEnv)
 		if err != nil {
 			return fmt.Errorf("apidiff %s: %w", m, err)
 		}
@@ -132,9 +134,44 @@ func tagExists(root, tag string) bool {
 	return err == nil
 }
 
-// released reports whether module m is out at version: tagged here, or
-// served by the module proxy. Not reaching the proxy is an error.
-func released(ctx context.Context, root, m, version string) (bool, error) {
+// releaseRef is the git revision module m was released from at version:
+// its tag, else the commit versions.yaml's released list names (a clone
+// may carry no tags), when this repository has it; "" when neither.
+func releaseRef(root string, v *Versions, m, version string) string {
+	if tag := m + "/" + version; tagExists(root, tag) {
+		return tag
+	}
+	if c := v.Released[version]; c != "" {
+		if _, err := git(root, "cat-file", "-e", c+"^{commit}"); err == nil {
+			return c
+		}
+	}
+	return ""
+}
+
+// hasModule reports whether module m was published at the git revision
+// ref: listed under modules in that revision's versions.yaml (a module
+// could exist then without being released).
+func hasModule(root, ref, m string) bool {
+	b, err := git(root, "show", ref+":"+versionsFile)
+	if err != nil {
+		return false
+	}
+	var old Versions
+	if yaml.Unmarshal(b, &old) != nil {
+		return false
+	}
+	return slices.Contains(old.Modules, m)
+}
+
+// released reports whether module m is out at version: tagged here,
+// recorded in versions.yaml at a commit this repository has (and m existed
+// there), or served by the module proxy. Not reaching the proxy is an
+// error.
+func released(ctx context.Context, root string, v *Versions, m, version string) (bool, error) {
+	if ref := releaseRef(root, v, m, version); ref != "" {
+		return hasModule(root, ref, m), nil
+	}
 	if tagExists(root, m+"/"+version) {
 		return true, nil
 	}
@@ -203,24 +240,24 @@ func notFound(err error) bool {
 	return false
 }
 
-// moduleChanges compares module m at release base (from its tag, else the
-// module proxy) with the working tree.
-func moduleChanges(ctx context.Context, root, m, base string, oldEnv []string) (apidiff.Report, error) {
+// moduleChanges compares module m at release base (from the git revision
+// ref when there is one, else the module proxy) with the working tree.
+func moduleChanges(ctx context.Context, root, ref, m, base string, oldEnv []string) (apidiff.Report, error) {
 	tmp, err := os.MkdirTemp("", "tollgate-apidiff-")
 	if err != nil {
 		return apidiff.Report{}, err
 	}
 	defer os.RemoveAll(tmp)
 	oldDir := filepath.Join(tmp, "old")
-	if tag := m + "/" + base; tagExists(root, tag) {
+	if ref != "" {
 		if err := os.MkdirAll(oldDir, 0o755); err != nil {
 			return apidiff.Report{}, err
 		}
 		archive := exec.CommandContext(ctx, "sh", "-c", `git archive "$1" "$2" | tar -x -C "$3" --strip-components="$4"`, "sh",
-			tag, m, oldDir, fmt.Sprint(strings.Count(m, "/")+1))
+			ref, m, oldDir, fmt.Sprint(strings.Count(m, "/")+1))
 		archive.Dir = root
 		if out, err := archive.CombinedOutput(); err != nil {
-			return apidiff.Report{}, fmt.Errorf("git archive %s: %v: %s", tag, err, out)
+			return apidiff.Report{}, fmt.Errorf("git archive %s: %v: %s", ref, err, out)
 		}
 	} else {
 		d, err := download(ctx, m, base)

@@ -86,5 +86,6 @@ func cut(ctx context.Context, root, version string, retag bool) error {
 		}
 	}
 	fmt.Printf("\nrelease %s is ready. Publish it (the branch first, then the tags):\n  git push origin HEAD\n  git push origin %s\n", version, strings.Join(tags, " "))
+	fmt.Printf("Then record it for clones without tags: under released in %s, add\n  %s: %s\n", versionsFile, version, rev)
 	return nil
 }

@@ -50,9 +50,9 @@ func ours(path string) bool { return strings.HasPrefix(path, modulePrefix+"/") }
 //     go.mod of the tree (published, test-only, examples, bench);
 //   - published modules carry no replace directive for this repository's
 //     modules (their users never see replaces; go.work serves local work);
-//   - go.work uses every published module and replaces each at v.Version
-//     with its directory, so a workspace build never asks the module proxy
-//     for a version that is not released yet.
+//   - go.work uses every published module and replaces none of ours: a
+//     workspace module stands in for every version of itself, so a
+//     workspace build never asks the module proxy for one.
 //
 // It returns the files it changed (relative to root). Only requirement
 // versions and replace lines are touched.
@@ -175,10 +175,7 @@ func syncGoWork(p string, old []byte, v *Versions) ([]byte, error) {
 			return nil, fmt.Errorf("go.work does not use published module %s: run go work use ./%s", m, m)
 		}
 	}
-	// drop our modules' replaces, then add one per published module at
-	// the current version: a workspace module does not stand in for a
-	// released version of itself, so without them a workspace build would
-	// ask the module proxy for versions go.mod files require
+	// drop our modules' replaces, which a workspace does not need
 	for _, r := range slices.Clone(w.Replace) {
 		if ours(r.Old.Path) {
 			if err := w.DropReplace(r.Old.Path, r.Old.Version); err != nil {
@@ -187,13 +184,7 @@ func syncGoWork(p string, old []byte, v *Versions) ([]byte, error) {
 		}
 	}
 	w.Cleanup()
-	var block strings.Builder
-	block.WriteString("\nreplace (\n")
-	for _, m := range v.Modules {
-		fmt.Fprintf(&block, "\t%s %s => ./%s\n", modulePath(m), v.Version, filepath.ToSlash(m))
-	}
-	block.WriteString(")\n")
-	out := tidyBlankLines(append(modfile.Format(w.Syntax), block.String()...))
+	out := tidyBlankLines(modfile.Format(w.Syntax))
 	if _, err := modfile.ParseWork(p, out, nil); err != nil {
 		return nil, fmt.Errorf("rewriting go.work: %w", err)
 	}

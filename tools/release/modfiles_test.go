@@ -88,15 +88,10 @@ func TestCutRewritesVersionsAndModFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var replaced []string
 	for _, r := range w.Replace {
-		if r.Old.Version != next || r.New.Path != "./"+strings.TrimPrefix(r.Old.Path, modulePrefix+"/") {
-			t.Errorf("go.work: replace %s %s => %s", r.Old.Path, r.Old.Version, r.New.Path)
+		if ours(r.Old.Path) {
+			t.Errorf("go.work: replace %s %s => %s: a workspace needs none", r.Old.Path, r.Old.Version, r.New.Path)
 		}
-		replaced = append(replaced, strings.TrimPrefix(r.Old.Path, modulePrefix+"/"))
-	}
-	if !slices.Equal(replaced, v.Modules) {
-		t.Errorf("go.work replaces %v, want %v", replaced, v.Modules)
 	}
 	// a second run is a no-op
 	again, err := syncModFiles(root, v)

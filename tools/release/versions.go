@@ -15,6 +15,9 @@ import (
 // path is modulePrefix + "/" + its directory.
 const modulePrefix = "github.com/tollgate-go/tollgate"
 
+// fullCommit is a git commit hash spelled out.
+var fullCommit = regexp.MustCompile(`^[0-9a-f]{40}$`)
+
 // versionsFile is versions.yaml at the repository root.
 const versionsFile = "versions.yaml"
 
@@ -24,6 +27,9 @@ type Versions struct {
 	Previous          string   `yaml:"previous"`
 	Modules           []string `yaml:"modules"`
 	AllowIncompatible []string `yaml:"allow-incompatible"`
+	// Released maps each release cut to the commit it was cut from: the
+	// API check's baseline in a clone that carries no tags.
+	Released map[string]string `yaml:"released"`
 }
 
 func readVersions(root string) (*Versions, error) {
@@ -61,6 +67,14 @@ func (v *Versions) validate() error {
 		}
 		if semver.Compare(v.Previous, v.Version) >= 0 {
 			return fmt.Errorf("previous %s is not older than version %s", v.Previous, v.Version)
+		}
+	}
+	for rel, c := range v.Released {
+		if err := checkVersion(rel); err != nil {
+			return fmt.Errorf("released: %w", err)
+		}
+		if !fullCommit.MatchString(c) {
+			return fmt.Errorf("released: %s: %q is not a full commit hash (40 hex digits)", rel, c)
 		}
 	}
 	if len(v.Modules) == 0 {
