@@ -69,7 +69,7 @@ check-redis: ## fail fast, and say why, when no real Redis can be had
 # deadline exceeded" as a duration's deadline fires (golang/go#75804, fixed
 # in Go 1.27); a count has no deadline, and a busy machine only takes longer.
 FUZZTIME ?= 40000x
-FUZZ_TARGETS := core:FuzzKeys core:FuzzQuoteSFString core/test:FuzzCheck core/config:FuzzParse
+FUZZ_TARGETS := core/keys:FuzzKeys core/render:FuzzQuoteSFString core/test:FuzzCheck core/config:FuzzParse
 
 fuzz: check-redis ## run every fuzz target for FUZZTIME calls (default 40000x, a few seconds each) from its committed seed corpus
 	@for t in $(FUZZ_TARGETS); do \

@@ -9,16 +9,18 @@ import (
 
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // BenchTenant is the tenant an overhead benchmark's handlers must charge:
-// their auth middleware puts core.Tenant{ID: BenchTenant} in the context.
+// their auth middleware puts quota.Tenant{ID: BenchTenant} in the context.
 const BenchTenant = "bench"
 
 // BenchRoutes is the route table an overhead benchmark's adapter must use:
 // GET /v1/profile is charged (a Redis round trip), GET /healthz is exempt
 // (answered by core without Redis).
-var BenchRoutes = core.Routes{"/healthz": {Exempt: true}}
+var BenchRoutes = gate.Routes{"/healthz": {Exempt: true}}
 
 // BenchmarkOverhead measures what an HTTP adapter adds to a request beyond
 // core's Gate.Decide, against a real Redis:
@@ -27,13 +29,13 @@ var BenchRoutes = core.Routes{"/healthz": {Exempt: true}}
 //
 // build returns two handlers serving GET /v1/profile and GET /healthz behind
 // an auth middleware that sets BenchTenant: bare without the limiter, limited
-// with the adapter over gate (a core.Gate with BenchRoutes as its route
+// with the adapter over gate (a gate.Gate with BenchRoutes as its route
 // table, the one the decide cases ask). The "redis" cases include the
 // round trip; the "exempt" cases isolate the adapter's own cost from the
 // network's noise.
-func BenchmarkOverhead(b *testing.B, build func(gate *core.Gate) (bare, limited http.Handler)) {
-	BenchmarkServerOverhead(b, func(gate *core.Gate) (BenchServer, BenchServer) {
-		bare, limited := build(gate)
+func BenchmarkOverhead(b *testing.B, build func(g *gate.Gate) (bare, limited http.Handler)) {
+	BenchmarkServerOverhead(b, func(g *gate.Gate) (BenchServer, BenchServer) {
+		bare, limited := build(g)
 		return handlerServer(bare), handlerServer(limited)
 	})
 }
@@ -57,9 +59,9 @@ func handlerServer(h http.Handler) BenchServer {
 
 // BenchmarkServerOverhead is BenchmarkOverhead for services that are not an
 // http.Handler (Fiber's fasthttp handler, served without a network).
-func BenchmarkServerOverhead(b *testing.B, build func(gate *core.Gate) (bare, limited BenchServer)) {
-	res, err := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{"free": {Classes: map[string]core.Quota{
-		core.DefaultClass: {Capacity: core.MaxCapacity, RefillPerSecond: core.MaxRefillPerSecond},
+func BenchmarkServerOverhead(b *testing.B, build func(g *gate.Gate) (bare, limited BenchServer)) {
+	res, err := quota.NewResolver(quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{"free": {Classes: map[string]quota.Quota{quota.
+		DefaultClass: {Capacity: quota.MaxCapacity, RefillPerSecond: quota.MaxRefillPerSecond},
 	}}}})
 	if err != nil {
 		b.Fatal(err)
@@ -68,18 +70,18 @@ func BenchmarkServerOverhead(b *testing.B, build func(gate *core.Gate) (bare, li
 	if err != nil {
 		b.Fatal(err)
 	}
-	gate, err := core.NewGate(lim, core.WithRoutes(BenchRoutes))
+	g, err := gate.New(lim, gate.WithRoutes(BenchRoutes))
 	if err != nil {
 		b.Fatal(err)
 	}
-	bare, limited := build(gate)
+	bare, limited := build(g)
 	for name, path := range map[string]string{"redis": "/v1/profile", "exempt": "/healthz"} {
-		ctx := core.ContextWithTenant(context.Background(), core.Tenant{ID: BenchTenant})
-		ep := core.Endpoint{Method: "GET", Pattern: path, ClientIP: "192.0.2.1"}
+		ctx := gate.ContextWithTenant(context.Background(), quota.Tenant{ID: BenchTenant})
+		ep := gate.Endpoint{Method: "GET", Pattern: path, ClientIP: "192.0.2.1"}
 		b.Run(name+"/decide", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if v := gate.Decide(ctx, ep); !v.Proceed {
+				if v := g.Decide(ctx, ep); !v.Proceed {
 					b.Fatal(v.Status)
 				}
 			}

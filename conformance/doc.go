@@ -16,7 +16,7 @@
 //
 //   - a test authentication layer: it reads the Authorization header
 //     (gRPC: metadata) the suite sends, decodes it with [Authenticate] and
-//     stores the tenant with core.ContextWithTenant, as your real auth
+//     stores the tenant with gate.ContextWithTenant, as your real auth
 //     middleware would. It rejects nothing.
 //   - your adapter, configured from the Setup.
 //   - one handler per endpoint of [HTTPEndpoints] that counts its calls

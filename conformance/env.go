@@ -19,37 +19,40 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
+	tgrender "github.com/tollgate-go/tollgate/core/render"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
 // Quotas of the scenarios (C burst, ρ tokens/s).
-var scenarioTiers = core.Tiers{Default: "free", Tiers: map[string]core.Tier{
-	"free": {Classes: map[string]core.Quota{
+var scenarioTiers = quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{
+	"free": {Classes: map[string]quota.Quota{
 		"default": {Capacity: 3, RefillPerSecond: 1},
 		"export":  {Capacity: 10, RefillPerSecond: 0.4},
 		"items":   {Capacity: 2, RefillPerSecond: 0.5},
 	}},
 	// pro has a tenant-wide ceiling beside its classes (multi-bucket).
-	"pro": {Classes: map[string]core.Quota{
+	"pro": {Classes: map[string]quota.Quota{
 		"default": {Capacity: 5, RefillPerSecond: 1},
 		"export":  {Capacity: 10, RefillPerSecond: 1},
 		"items":   {Capacity: 2, RefillPerSecond: 0.5},
-	}, Ceiling: &core.Quota{Capacity: 6, RefillPerSecond: 0.5}},
+	}, Ceiling: &quota.Quota{Capacity: 6, RefillPerSecond: 0.5}},
 	// small's export bucket is smaller than an export's cost.
-	"small": {Classes: map[string]core.Quota{
+	"small": {Classes: map[string]quota.Quota{
 		"default": {Capacity: 3, RefillPerSecond: 1},
 		"export":  {Capacity: 3, RefillPerSecond: 0.4},
 		"items":   {Capacity: 2, RefillPerSecond: 0.5},
 	}},
 	// team's export class allows one request in flight per tenant.
-	"team": {Classes: map[string]core.Quota{
+	"team": {Classes: map[string]quota.Quota{
 		"default": {Capacity: 3, RefillPerSecond: 1},
 		"export":  {Capacity: 40, RefillPerSecond: 1, Concurrency: 1},
 		"items":   {Capacity: 2, RefillPerSecond: 0.5},
 	}},
-	"anonymous": {Classes: map[string]core.Quota{
+	"anonymous": {Classes: map[string]quota.Quota{
 		"default": {Capacity: 2, RefillPerSecond: 0.1},
 		"export":  {Capacity: 4, RefillPerSecond: 0.1},
 		"items":   {Capacity: 2, RefillPerSecond: 0.1},
@@ -57,8 +60,8 @@ var scenarioTiers = core.Tiers{Default: "free", Tiers: map[string]core.Tier{
 }}
 
 // scenarioRoutes is every scenario's route table, by endpoint name.
-func scenarioRoutes() map[string]core.Route {
-	return map[string]core.Route{
+func scenarioRoutes() map[string]gate.Route {
+	return map[string]gate.Route{
 		EndpointProfile: {Class: "default", Cost: 1},
 		EndpointExport:  {Class: "export", Cost: 4},
 		EndpointHealth:  {Exempt: true},
@@ -86,7 +89,7 @@ type config struct {
 	policy    core.FailurePolicy
 	timeout   time.Duration
 	shadow    bool
-	style     *core.HeaderStyle
+	style     *tgrender.HeaderStyle
 	anonymous bool
 	// serverClock runs the limiter on Redis TIME instead of the fake clock.
 	serverClock bool
@@ -153,7 +156,7 @@ func deadAddr(t *testing.T) string {
 // limiter builds a limiter over the env's Redis, as a replica would.
 func (e *env) limiter() *core.Limiter {
 	e.t.Helper()
-	res, err := core.NewResolver(scenarioTiers)
+	res, err := quota.NewResolver(scenarioTiers)
 	if err != nil {
 		e.t.Fatalf("conformance: resolver: %v", err)
 	}
@@ -182,7 +185,7 @@ func (e *env) limiter() *core.Limiter {
 // instance builds one instance of the target (one replica).
 func (e *env) instance() Instance {
 	e.t.Helper()
-	style := core.DefaultHeaderStyle
+	style := tgrender.DefaultHeaderStyle
 	if e.cfg.style != nil {
 		style = *e.cfg.style
 	}
@@ -425,13 +428,13 @@ func (e *env) checkProblem(en entry, status int) {
 	if e.proto != ProtocolHTTP {
 		return
 	}
-	if ct := en.header("Content-Type"); ct != core.ProblemContentType {
-		e.t.Errorf("conformance: %s -> %d: Content-Type %q, want %q", en.request, en.status, ct, core.ProblemContentType)
+	if ct := en.header("Content-Type"); ct != tgrender.ProblemContentType {
+		e.t.Errorf("conformance: %s -> %d: Content-Type %q, want %q", en.request, en.status, ct, tgrender.ProblemContentType)
 	}
 	if en.head {
 		return // no content to check
 	}
-	var p core.Problem
+	var p tgrender.Problem
 	if err := json.Unmarshal([]byte(en.body), &p); err != nil || p.Status != status || p.Type == "" || p.Title == "" {
 		e.t.Errorf("conformance: %s -> %d: body is not an RFC 9457 problem with status %d: %q (%v)", en.request, en.status, status, en.body, err)
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 )
 
 // An in-house adapter runs the suite from its own tests. Here the
@@ -17,7 +17,7 @@ import (
 func ExampleRun() {
 	target := conformance.HTTPTarget(func(t testing.TB, s conformance.Setup) (conformance.Instance, error) {
 		// 2. the adapter under test, configured from the Setup
-		gate, err := core.NewGate(s.Limiter, s.GateOptions(conformance.HTTPRoutes(s.Routes, nil))...)
+		g, err := gate.New(s.Limiter, s.GateOptions(conformance.HTTPRoutes(s.Routes, nil))...)
 		if err != nil {
 			return nil, err
 		}
@@ -36,7 +36,7 @@ func ExampleRun() {
 		limited := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			_, pattern := mux.Handler(r)
 			ip, _ := netip.ParseAddrPort(r.RemoteAddr)
-			v := gate.Decide(r.Context(), core.Endpoint{Method: r.Method, Pattern: pattern[len(r.Method)+1:], ClientIP: ip.Addr().String()})
+			v := g.Decide(r.Context(), gate.Endpoint{Method: r.Method, Pattern: pattern[len(r.Method)+1:], ClientIP: ip.Addr().String()})
 			if v.Err != nil {
 				s.OnError(v.Err)
 			}
@@ -58,7 +58,7 @@ func ExampleRun() {
 		// 1. the test authentication layer, in front
 		auth := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if tn, ok := conformance.Authenticate(r.Header.Get("Authorization")); ok {
-				r = r.WithContext(core.ContextWithTenant(r.Context(), tn))
+				r = r.WithContext(gate.ContextWithTenant(r.Context(), tn))
 			}
 			limited.ServeHTTP(w, r)
 		})
@@ -86,7 +86,7 @@ func ExampleAuthenticate() {
 
 // The route table a Gin, Echo or Fiber target configures.
 func ExampleHTTPRoutes() {
-	rs := conformance.HTTPRoutes(map[string]core.Route{
+	rs := conformance.HTTPRoutes(map[string]gate.Route{
 		conformance.EndpointExport: {Class: "export", Cost: 4},
 		conformance.EndpointItem:   {Class: "items", Cost: 1},
 	}, conformance.HTTPEndpoint.ColonPath)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
+	tgrender "github.com/tollgate-go/tollgate/core/render"
 )
 
 // scenario is one named behaviour of the standard.
@@ -32,7 +34,7 @@ var redisBackends = []backend{standalone, cluster}
 // scenarios run on, by name.
 var onlyBackends []string
 
-func style(s core.HeaderStyle) *core.HeaderStyle { return &s }
+func style(s tgrender.HeaderStyle) *tgrender.HeaderStyle { return &s }
 
 // scenarios returns the suite, in a fixed order.
 func scenarios() []scenario {
@@ -52,9 +54,9 @@ func scenarios() []scenario {
 		{name: "forged-tenant-header", golden: true, run: forgedTenantHeader},
 		{name: "no-tenant", golden: true, run: noTenant},
 		{name: "anonymous", golden: true, cfg: config{anonymous: true}, run: anonymous},
-		{name: "header-style-epoch", golden: true, cfg: config{style: style(core.HeaderIETF | core.HeaderXRateLimitEpoch)}, run: headerStyle},
-		{name: "header-style-draft06", golden: true, cfg: config{style: style(core.HeaderDraft06)}, run: headerStyle},
-		{name: "header-style-none", golden: true, cfg: config{style: style(core.HeaderNone)}, run: headerStyle},
+		{name: "header-style-epoch", golden: true, cfg: config{style: style(tgrender.HeaderIETF | tgrender.HeaderXRateLimitEpoch)}, run: headerStyle},
+		{name: "header-style-draft06", golden: true, cfg: config{style: style(tgrender.HeaderDraft06)}, run: headerStyle},
+		{name: "header-style-none", golden: true, cfg: config{style: style(tgrender.HeaderNone)}, run: headerStyle},
 		{name: "shadow", golden: true, cfg: config{shadow: true}, run: shadow},
 		{name: "settle-refund", golden: true, cfg: config{costReports: true}, run: settleRefund},
 		{name: "settle-debt", golden: true, cfg: config{costReports: true}, run: settleDebt},
@@ -339,7 +341,7 @@ func concurrencyLimit(e *env) {
 	watch(false)
 	e.slotsFreed(key)
 	other := e.limiter()
-	d, err := other.Check(ctx, core.Request{Tenant: core.Tenant{ID: "umbrella", Tier: "team"}, Class: "export", Cost: 4})
+	d, err := other.Check(ctx, core.Request{Tenant: quota.Tenant{ID: "umbrella", Tier: "team"}, Class: "export", Cost: 4})
 	if err != nil || d.Slot == nil {
 		e.t.Fatalf("conformance: another replica's export: %v, %v", d.Reason, err)
 	}

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 )
 
 // ActualCostHeader is the request header (gRPC: metadata, in lower case)
@@ -18,7 +18,7 @@ const ActualCostHeader = "X-Actual-Cost"
 
 // ReportActualCost is what every handler of a target does with the value
 // of [ActualCostHeader] (empty when the request has none): it reports it as
-// the request's actual cost with core.ReportCost on ctx, the context the
+// the request's actual cost with gate.ReportCost on ctx, the context the
 // handler got from the adapter (r.Context(), c.Request.Context(),
 // c.UserContext(), a stream's Context(), ...), so that the adapter settles
 // the reservation when the handler returns. An error (a malformed value, or
@@ -33,7 +33,7 @@ func ReportActualCost(ctx context.Context, value string) error {
 	if err != nil {
 		return fmt.Errorf("conformance: %s %q: %w", ActualCostHeader, value, err)
 	}
-	if err := core.ReportCost(ctx, n); err != nil {
+	if err := gate.ReportCost(ctx, n); err != nil {
 		return fmt.Errorf("conformance: the handler could not report its actual cost: %w", err)
 	}
 	return nil

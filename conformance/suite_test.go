@@ -12,7 +12,8 @@ import (
 	"testing"
 
 	"github.com/tollgate-go/tollgate/conformance/redistest"
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the reference target")
@@ -48,7 +49,7 @@ const (
 // deliberately wrong adapter the suite must reject.
 func reference(f fault) Target {
 	return HTTPTarget(func(t testing.TB, s Setup) (Instance, error) {
-		gate, err := core.NewGate(s.Limiter, s.GateOptions(HTTPRoutes(s.Routes, nil))...)
+		g, err := gate.New(s.Limiter, s.GateOptions(HTTPRoutes(s.Routes, nil))...)
 		if err != nil {
 			return nil, err
 		}
@@ -73,7 +74,7 @@ func reference(f fault) Target {
 			ip, _, _ := net.SplitHostPort(r.RemoteAddr)
 			// no pattern: the mux answers 404 or 405 itself
 			unmatched := pattern == "" && f != chargesUnmatched
-			v := gate.Decide(r.Context(), core.Endpoint{Method: r.Method, Pattern: pattern, ClientIP: ip, Unmatched: unmatched})
+			v := g.Decide(r.Context(), gate.Endpoint{Method: r.Method, Pattern: pattern, ClientIP: ip, Unmatched: unmatched})
 			if v.Err != nil {
 				s.OnError(v.Err)
 			}
@@ -112,10 +113,10 @@ func reference(f fault) Target {
 		})
 		auth := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if tn, ok := Authenticate(r.Header.Get("Authorization")); ok {
-				r = r.WithContext(core.ContextWithTenant(r.Context(), tn))
+				r = r.WithContext(gate.ContextWithTenant(r.Context(), tn))
 			}
 			if id := r.Header.Get("X-Tenant-Id"); id != "" && f == tenantFromHeader {
-				r = r.WithContext(core.ContextWithTenant(r.Context(), core.Tenant{ID: id}))
+				r = r.WithContext(gate.ContextWithTenant(r.Context(), quota.Tenant{ID: id}))
 			}
 			limit.ServeHTTP(w, r)
 		})

@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
+	tgrender "github.com/tollgate-go/tollgate/core/render"
 )
 
 // Protocol says which of the suite's checks apply to a target.
@@ -48,7 +51,7 @@ type Target interface {
 	//
 	//  1. a test authentication layer that reads the identity the suite
 	//     sends (see [Request.Authorization] and [Authenticate]) and puts
-	//     it in the request context with core.ContextWithTenant, exactly
+	//     it in the request context with gate.ContextWithTenant, exactly
 	//     where a real auth middleware would; it rejects nothing, so a
 	//     request without identity reaches the limiter without a tenant;
 	//  2. the adapter, built over s.Limiter with s's routes, header style,
@@ -84,15 +87,15 @@ type Setup struct {
 	// EndpointHealth, EndpointItem) to their class and cost. The target
 	// turns them into the adapter's route table under its own route
 	// templates (see [HTTPRoutes]).
-	Routes map[string]core.Route
-	// HeaderStyle is the header style to configure (core.WithHeaderStyle).
-	HeaderStyle core.HeaderStyle
+	Routes map[string]gate.Route
+	// HeaderStyle is the header style to configure (gate.WithHeaderStyle).
+	HeaderStyle tgrender.HeaderStyle
 	// Anonymous, when set, admits callers without identity as anonymous
 	// tenants keyed by the client address the framework resolves
-	// (core.WithAnonymous("")), instead of answering 401.
+	// (gate.WithAnonymous("")), instead of answering 401.
 	Anonymous bool
 	// Clock is the time of day used for time-of-day header values (the
-	// epoch X-RateLimit-Reset); pass it to the adapter (core.WithClock).
+	// epoch X-RateLimit-Reset); pass it to the adapter (gate.WithClock).
 	Clock func() time.Time
 	// OnError is the adapter's error hook: wire it so that it receives
 	// Verdict.Err whenever the limiter reports an error (store failure).
@@ -100,7 +103,7 @@ type Setup struct {
 	OnError func(error)
 	// CostReports is set for the settle scenarios: the handlers report
 	// what a request really cost ([ActualCostHeader]), so the gate must
-	// take reports (core.WithCostReports(); GateOptions adds it). A target
+	// take reports (gate.WithCostReports(); GateOptions adds it). A target
 	// that cannot settle a reservation (a gateway that only checks) returns
 	// [ErrNoCostReports] from NewInstance, and those scenarios are skipped
 	// for it.
@@ -109,13 +112,13 @@ type Setup struct {
 
 // GateOptions returns s as core gate options, with routes as the route
 // table: what most adapters' "pass gate options through" option takes.
-func (s Setup) GateOptions(routes core.Routes) []core.GateOption {
-	opts := []core.GateOption{core.WithRoutes(routes), core.WithHeaderStyle(s.HeaderStyle), core.WithClock(s.Clock)}
+func (s Setup) GateOptions(routes gate.Routes) []gate.Option {
+	opts := []gate.Option{gate.WithRoutes(routes), gate.WithHeaderStyle(s.HeaderStyle), gate.WithClock(s.Clock)}
 	if s.Anonymous {
-		opts = append(opts, core.WithAnonymous(""))
+		opts = append(opts, gate.WithAnonymous(""))
 	}
 	if s.CostReports {
-		opts = append(opts, core.WithCostReports())
+		opts = append(opts, gate.WithCostReports())
 	}
 	return opts
 }
@@ -197,11 +200,11 @@ func httpEndpoint(name string) (HTTPEndpoint, bool) {
 // the framework's syntax (HTTPEndpoint.ColonPath for Gin, Echo and Fiber;
 // nil keeps the ServeMux syntax). Names that are not HTTP endpoints are
 // ignored.
-func HTTPRoutes(routes map[string]core.Route, template func(HTTPEndpoint) string) core.Routes {
+func HTTPRoutes(routes map[string]gate.Route, template func(HTTPEndpoint) string) gate.Routes {
 	if template == nil {
 		template = func(e HTTPEndpoint) string { return e.Path }
 	}
-	rs := core.Routes{}
+	rs := gate.Routes{}
 	for name, r := range routes {
 		if e, ok := HTTPEndpoints[name]; ok {
 			rs[e.Method+" "+template(e)] = r
@@ -258,22 +261,22 @@ func (r Request) Authorization() string {
 // Authenticate is the test authentication layer's verifier: it decodes an
 // Authorization value made by Request.Authorization. A target's auth
 // middleware calls it and, when ok, stores the tenant with
-// core.ContextWithTenant.
-func Authenticate(authorization string) (core.Tenant, bool) {
+// gate.ContextWithTenant.
+func Authenticate(authorization string) (quota.Tenant, bool) {
 	rest, ok := strings.CutPrefix(authorization, AuthorizationPrefix)
 	if !ok {
-		return core.Tenant{}, false
+		return quota.Tenant{}, false
 	}
 	id, tier, ok := strings.Cut(rest, ":")
 	if !ok {
-		return core.Tenant{}, false
+		return quota.Tenant{}, false
 	}
 	var err1, err2 error
-	t := core.Tenant{}
+	t := quota.Tenant{}
 	t.ID, err1 = url.QueryUnescape(id)
 	t.Tier, err2 = url.QueryUnescape(tier)
 	if err1 != nil || err2 != nil || t.ID == "" {
-		return core.Tenant{}, false
+		return quota.Tenant{}, false
 	}
 	return t, true
 }

@@ -7,6 +7,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // UnitTiers are the quotas of an adapter's own unit tests (beside the
@@ -14,7 +16,7 @@ import (
 // class of 10, both refilling at 0.01/s, so that a test never sees a
 // refill. Its headers are then RateLimit-Policy "default";q=2;w=200 and a
 // denial's Retry-After is 100.
-var UnitTiers = core.Tiers{Default: "free", Tiers: map[string]core.Tier{"free": {Classes: map[string]core.Quota{
+var UnitTiers = quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{"free": {Classes: map[string]quota.Quota{
 	"default": {Capacity: 2, RefillPerSecond: 0.01},
 	"export":  {Capacity: 10, RefillPerSecond: 0.01},
 }}}}
@@ -30,9 +32,9 @@ func NewUnitLimiter(t testing.TB, opts ...core.Option) *core.Limiter {
 // prefix of its own, with a 5 s timeout so that a loaded machine does not
 // turn a test into a store failure. opts come after those. A configuration
 // error fails t.
-func NewLimiter(t testing.TB, c redis.UniversalClient, tiers core.Tiers, opts ...core.Option) *core.Limiter {
+func NewLimiter(t testing.TB, c redis.UniversalClient, tiers quota.Tiers, opts ...core.Option) *core.Limiter {
 	t.Helper()
-	res, err := core.NewResolver(tiers)
+	res, err := quota.NewResolver(tiers)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,9 +48,9 @@ func NewLimiter(t testing.TB, c redis.UniversalClient, tiers core.Tiers, opts ..
 
 // NewUnitGate returns a gate over lim (see NewUnitLimiter) with opts, for
 // an adapter's own unit tests; a configuration error fails t.
-func NewUnitGate(t testing.TB, lim *core.Limiter, opts ...core.GateOption) *core.Gate {
+func NewUnitGate(t testing.TB, lim *core.Limiter, opts ...gate.Option) *gate.Gate {
 	t.Helper()
-	g, err := core.NewGate(lim, opts...)
+	g, err := gate.New(lim, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,9 @@
 package core
 
-import "github.com/tollgate-go/tollgate/core/internal/bucketmath"
+import (
+	"github.com/tollgate-go/tollgate/core/internal/bucketmath"
+	"github.com/tollgate-go/tollgate/core/quota"
+)
 
 // The token-bucket arithmetic of the script (lua/tokenbucket.lua), for the
 // answers the limiter works out without it: the local fallback, the deny
@@ -12,13 +15,13 @@ import "github.com/tollgate-go/tollgate/core/internal/bucketmath"
 // refill returns the balance of a bucket of quota q that held tokens
 // elapsed seconds ago: refilled at q's rate, capped at its capacity. A
 // non-positive elapsed time (a clock step back) refills nothing.
-func refill(q Quota, tokens, elapsed float64) float64 {
+func refill(q quota.Quota, tokens, elapsed float64) float64 {
 	return bucketmath.Refill(q.Capacity, q.RefillPerSecond, tokens, elapsed)
 }
 
 // waitFor is how many seconds a bucket of quota q holding tokens takes to
 // hold cost: the retry time of a denial by that bucket.
-func waitFor(q Quota, tokens float64, cost int64) float64 {
+func waitFor(q quota.Quota, tokens float64, cost int64) float64 {
 	return bucketmath.WaitFor(q.RefillPerSecond, tokens, cost)
 }
 

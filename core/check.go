@@ -4,17 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tollgate-go/tollgate/core/keys"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"slices"
 )
 
 // Allow checks and charges cost tokens of tenant t's class buckets. See
 // [Limiter.Check].
-func (l *Limiter) Allow(ctx context.Context, t Tenant, class string, cost int64) (Decision, error) {
+func (l *Limiter) Allow(ctx context.Context, t quota.Tenant, class string, cost int64) (Decision, error) {
 	return l.Check(ctx, Request{Tenant: t, Class: class, Cost: cost})
 }
 
 // Peek reports the state of tenant t's class buckets without charging them.
-func (l *Limiter) Peek(ctx context.Context, t Tenant, class string) (Decision, error) {
+func (l *Limiter) Peek(ctx context.Context, t quota.Tenant, class string) (Decision, error) {
 	return l.Check(ctx, Request{Tenant: t, Class: class})
 }
 
@@ -72,40 +74,42 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 		if err != nil {
 			break
 		}
-		var more []Bucket
+		var more []quota.Bucket
 		if more, err = l.resolver.Buckets(ctx, req.Tenant, class); err == nil {
 			err = validateBuckets(more)
 		}
 		for _, b := range more {
-			if !slices.ContainsFunc(buckets, func(have Bucket) bool { return have.Name == b.Name }) {
+			if !slices.ContainsFunc(buckets, func(have quota.Bucket) bool { return have.Name == b.Name }) {
 				buckets = append(buckets, b)
 			}
 		}
 	}
 	if err != nil {
-		if ctx.Err() != nil && !errors.Is(err, ErrResolve) && !errors.Is(err, ErrInvalidQuota) {
+		if ctx.Err() != nil && !errors.Is(err, ErrResolve) && !errors.Is(err, quota.ErrInvalid) {
 			return canceled(req, ctx.Err())
 		}
-		if errors.Is(err, ErrResolve) || errors.Is(err, ErrInvalidQuota) {
-			l.logDegraded("tollgate: no quota configured for this request; rejected", req, err, "tier", EscapeID(req.Tenant.Tier))
+		if errors.Is(err, ErrResolve) || errors.Is(err, quota.ErrInvalid) {
+			l.logDegraded("tollgate: no quota configured for this request; rejected", req, err, "tier", keys.EscapeID(req.Tenant.Tier))
 			return Decision{Reason: ReasonUnresolved, Cost: req.Cost}, err
 		}
 		// a custom resolver's own backend failed: a store failure
 		err = fmt.Errorf("%w: resolve: %w", ErrStore, err)
 		return l.breaker.degrade(req, nil, nil, err), err
 	}
-	keys, err := l.keys.buckets(req.Tenant.ID, buckets)
-	if err != nil {
-		return Decision{Reason: ReasonInvalid, Cost: req.Cost}, err
+	ks := make([]string, len(buckets))
+	for i, b := range buckets {
+		if ks[i], err = l.keys.Bucket(req.Tenant.ID, b.Name); err != nil {
+			return Decision{Reason: ReasonInvalid, Cost: req.Cost}, err
+		}
 	}
-	c := checkCall{req: req, keys: keys, buckets: buckets, cost: req.Cost, sent: l.now()}
+	c := checkCall{req: req, keys: ks, buckets: buckets, cost: req.Cost, sent: l.now()}
 	if ci, err := concurrentBucket(buckets); err != nil {
-		l.logDegraded("tollgate: no quota configured for this request; rejected", req, err, "tier", EscapeID(req.Tenant.Tier))
+		l.logDegraded("tollgate: no quota configured for this request; rejected", req, err, "tier", keys.EscapeID(req.Tenant.Tier))
 		return Decision{Reason: ReasonUnresolved, Cost: req.Cost}, err
 	} else if ci >= 0 {
 		// the concurrency script: no token lease (a slot is taken per
 		// request), the deny cache still proves a bucket's denial
-		c.slot = &slotCall{index: ci, key: keys[ci] + slotsSuffix, id: newSlotID()}
+		c.slot = &slotCall{index: ci, key: ks[ci] + ":slots", id: newSlotID()}
 	}
 	return l.layers.decide(ctx, c)
 }
@@ -114,7 +118,7 @@ func (l *Limiter) validate(req Request) error {
 	if err := validateTenantID(req.Tenant.ID); err != nil {
 		return err
 	}
-	if err := ValidateName(req.Class); err != nil {
+	if err := quota.ValidateName(req.Class); err != nil {
 		return err
 	}
 	if req.Cost < 0 || req.Cost > MaxCost {
@@ -124,7 +128,7 @@ func (l *Limiter) validate(req Request) error {
 		return fmt.Errorf("%w: %d classes in one request, more than %d", ErrInvalidRequest, 1+len(req.Also), maxClasses)
 	}
 	for _, class := range req.Also {
-		if err := ValidateName(class); err != nil {
+		if err := quota.ValidateName(class); err != nil {
 			return err
 		}
 	}
@@ -144,20 +148,20 @@ func validateTenantID(id string) error {
 	if id == "" {
 		return fmt.Errorf("%w: tenant ID is empty", ErrInvalidRequest)
 	}
-	if len(id) > MaxTenantIDLen {
-		return fmt.Errorf("%w: tenant ID is %d bytes, longer than %d", ErrInvalidRequest, len(id), MaxTenantIDLen)
+	if len(id) > quota.MaxTenantIDLen {
+		return fmt.Errorf("%w: tenant ID is %d bytes, longer than %d", ErrInvalidRequest, len(id), quota.MaxTenantIDLen)
 	}
 	return nil
 }
 
 // concurrentBucket returns the index of the bucket with a concurrency
 // limit, or -1; two are a configuration mistake.
-func concurrentBucket(buckets []Bucket) (int, error) {
+func concurrentBucket(buckets []quota.Bucket) (int, error) {
 	ci := -1
 	for i, b := range buckets {
 		if b.Quota.Concurrency > 0 {
 			if ci >= 0 {
-				return -1, fmt.Errorf("%w: buckets %q and %q both have a concurrency limit; a request may have one", ErrInvalidQuota, buckets[ci].Name, b.Name)
+				return -1, fmt.Errorf("%w: buckets %q and %q both have a concurrency limit; a request may have one", quota.ErrInvalid, buckets[ci].Name, b.Name)
 			}
 			ci = i
 		}
@@ -165,33 +169,14 @@ func concurrentBucket(buckets []Bucket) (int, error) {
 	return ci, nil
 }
 
-// ValidateName reports whether name can name a bucket: 1 to 64 bytes of
-// ASCII letters, digits, '_', '-' and '.'. Names travel into keys, headers
-// and metric labels, so they are kept plain.
-func ValidateName(name string) error {
-	if name == "" {
-		return fmt.Errorf("%w: bucket name is empty", ErrInvalidRequest)
-	}
-	if len(name) > maxNameLen {
-		return fmt.Errorf("%w: bucket name is %d bytes, longer than %d", ErrInvalidRequest, len(name), maxNameLen)
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
-			return fmt.Errorf("%w: bucket name %q has byte %q at %d; use letters, digits, '_', '-', '.'", ErrInvalidRequest, name, c, i)
-		}
-	}
-	return nil
-}
-
 // validateBuckets reports the first thing wrong with a resolver's answer:
 // no bucket, a bad name or quota, a name twice.
-func validateBuckets(bs []Bucket) error {
+func validateBuckets(bs []quota.Bucket) error {
 	if len(bs) == 0 {
 		return fmt.Errorf("%w: resolver returned no buckets", ErrResolve)
 	}
 	for i, b := range bs {
-		if err := ValidateName(b.Name); err != nil {
+		if err := quota.ValidateName(b.Name); err != nil {
 			return fmt.Errorf("%w: bucket %d: %v", ErrResolve, i, err)
 		}
 		if err := b.Quota.Validate(); err != nil {

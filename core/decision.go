@@ -3,6 +3,8 @@ package core
 import (
 	"math"
 	"time"
+
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // Reason says why a Decision came out as it did.
@@ -72,7 +74,7 @@ func (r Reason) String() string {
 // BucketState is one bucket's state after a check.
 type BucketState struct {
 	Name  string
-	Quota Quota
+	Quota quota.Quota
 	// Tokens is the balance after this check, fractional.
 	Tokens float64
 	// Stamp is the time the store keeps with the balance, to the
@@ -89,8 +91,8 @@ type BucketState struct {
 }
 
 // Decision is the limiter's answer to one request. Every number an adapter
-// renders (headers, status, body, gRPC details) is derived from it by methods
-// in this package, so every adapter renders the same answer.
+// renders (headers, status, body, gRPC details) is derived from it by
+// package render, so every adapter renders the same answer.
 type Decision struct {
 	// Allowed reports whether the request may proceed. It is true for
 	// ReasonOK, ReasonFailedOpen and ReasonShadowDenied.
@@ -100,7 +102,7 @@ type Decision struct {
 	// when it was admitted, the one left with the fewest tokens.
 	Bucket string
 	// Quota is the binding bucket's quota.
-	Quota Quota
+	Quota quota.Quota
 	// Limit is the binding bucket's capacity.
 	Limit int64
 	// Remaining is the binding bucket's balance after this check, rounded

@@ -13,7 +13,7 @@
 // classes of the same tenant to one check (the Envoy adapter decides a
 // request's descriptors so).
 //
-// Keys are rl:{tenant}:bucket (see [Keys]); the braces are a Redis Cluster
+// Keys are rl:{tenant}:bucket (see package keys); the braces are a Redis Cluster
 // hash tag, so all of a tenant's buckets live in one slot.
 //
 // # Decisions and errors
@@ -21,41 +21,26 @@
 // [Limiter.Check] returns a [Decision]: over quota is a value (Allowed false,
 // ReasonOverLimit or ReasonCostExceedsCapacity), not an error. An error means
 // the request was invalid or the store failed; the Decision then carries the
-// failure policy's answer (fail-open or fail-closed). Adapters render a
-// Decision with [Decision.Headers], [Decision.Status] and [Decision.Problem],
-// and compute nothing themselves.
+// failure policy's answer (fail-open or fail-closed). Package render turns a
+// Decision into headers, a status and a problem body, so adapters compute
+// nothing themselves.
 //
-// # Identity
+// # The packages
 //
-// The tenant comes from the verified token: an auth middleware calls
-// [ContextWithTenant], and the adapters read it with [TenantFromContext].
+// This package is the limiter and only the limiter (docs/api.md says what
+// each name is for):
 //
-// # The API, group by group
+//   - [Limiter], [New], [Request], [Decision], [BucketState], [Slot],
+//     [Reason]: the check itself and its answer, for services that call the
+//     limiter directly (jobs, queues) and for the adapters.
+//   - [Option] and the With* functions: configuration; each option
+//     validates its value and states its default.
+//   - The Err* sentinels, [FailurePolicy], [DefaultPrefix] and
+//     [DefaultTimeout]: what callers test with errors.Is and configure from.
 //
-// Every exported name is here because a service, an adapter or a tool
-// needs it (docs/api.md says what each one is for):
-//
-//   - [Limiter], [New], [Request], [Decision], [BucketState], [Reason]:
-//     the check itself and its answer, for services that call the limiter
-//     directly (jobs, queues) and for the adapters.
-//   - [Gate], [NewGate], [Endpoint], [Route], [Routes], [CostFunc],
-//     [Verdict], [Header], [Problem]: the request flow every adapter shares,
-//     so that HTTP and gRPC adapters only translate a Verdict.
-//   - [HeaderStyle] and its values, [ProblemContentType],
-//     [UnauthenticatedProblem]: what clients see. Header names, metric
-//     names and labels are wire contracts, written as literals and listed
-//     in docs/semantics.md and docs/observability.md, not exported names.
-//   - [Resolver], [TieredResolver], [NewResolver], [Tiers], [Tier], [Quota],
-//     [Bucket], [Overrides], [ResolverStats]: where quotas come from (tier
-//     defaults plus per-tenant overrides, for example the sqlquota module).
-//   - [Tenant], [ContextWithTenant], [TenantFromContext]: identity, set by
-//     the auth middleware.
-//   - [Option], [GateOption], [ResolverOption] and the With* functions:
-//     configuration; each option validates its value and states its
-//     default, and [WithClock] is the one clock for all three constructors.
-//   - [Keys], [EscapeID], [ValidateName], [ScriptSource]: the key scheme and
-//     escaping, shared with the tollgate CLI and the override store so there
-//     is one definition of a key.
-//   - The Err* sentinels, the Max* limits and the Default* values: what
-//     callers test with errors.Is, validate against and configure from.
+// Beside it: package quota says who gets what (tenants, quotas, tiers, the
+// tiered resolver, override sources); package gate is the request flow the
+// HTTP and gRPC adapters share (tenant from the context, route, check,
+// verdict); package render is the wire form of a decision; package keys is
+// the Redis key scheme; package lua holds the scripts' sources.
 package core

@@ -4,20 +4,18 @@ import (
 	"errors"
 	"time"
 
+	"github.com/tollgate-go/tollgate/core/internal/errs"
 	"github.com/tollgate-go/tollgate/core/internal/transport"
 )
 
-// Sentinel errors. Errors returned by this package wrap one of them, so test
-// with [errors.Is].
+// Sentinel errors. Errors returned by this package and its subpackages wrap
+// one of them (or quota.ErrInvalid), so test with [errors.Is].
 var (
-	// ErrInvalidQuota reports a quota that cannot be enforced: a capacity or
-	// rate that is not positive, not finite, or absurdly large.
-	ErrInvalidQuota = errors.New("tollgate: invalid quota")
 	// ErrInvalidRequest reports a request the limiter cannot key or charge:
 	// an empty or over-long tenant ID, a bad bucket name, a negative cost.
-	ErrInvalidRequest = errors.New("tollgate: invalid request")
+	ErrInvalidRequest = errs.InvalidRequest
 	// ErrInvalidConfig reports a bad option or constructor argument.
-	ErrInvalidConfig = errors.New("tollgate: invalid configuration")
+	ErrInvalidConfig = errs.InvalidConfig
 	// ErrStore reports that the store (Redis) failed or did not answer in
 	// time. The Decision returned with it says how the failure policy
 	// answered (ReasonFailedOpen or ReasonFailedClosed).
@@ -28,7 +26,7 @@ var (
 	ErrOverloaded = transport.ErrOverloaded
 	// ErrResolve reports that the buckets for a request could not be
 	// resolved (for example an unknown tier or class).
-	ErrResolve = errors.New("tollgate: cannot resolve quota")
+	ErrResolve = errs.Resolve
 )
 
 // Breaker defaults (WithCircuitBreaker states them): after

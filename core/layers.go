@@ -9,6 +9,7 @@ import (
 	"github.com/tollgate-go/tollgate/core/internal/fallback"
 	"github.com/tollgate-go/tollgate/core/internal/shard"
 	"github.com/tollgate-go/tollgate/core/internal/transport"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // The check path is a stack of layers, composed once in New: token leases
@@ -32,7 +33,7 @@ type layer interface {
 type checkCall struct {
 	req     Request
 	keys    []string // the buckets' keys, in the order of buckets
-	buckets []Bucket
+	buckets []quota.Bucket
 	// cost is the number of tokens to charge in the store: req.Cost, or a
 	// lease's size (the answer is still stated for req.Cost)
 	cost int64
@@ -108,14 +109,14 @@ func (bl *breakerLayer) decide(ctx context.Context, c checkCall) (Decision, erro
 // degrade answers without the store: from the local fallback when
 // configured (and the quota is known), else by the failure policy. It
 // logs, at most once a second: a degraded decision is never silent.
-func (bl *breakerLayer) degrade(req Request, keys []string, buckets []Bucket, err error) Decision {
+func (bl *breakerLayer) degrade(req Request, keys []string, buckets []quota.Bucket, err error) Decision {
 	d := bl.degradeQuiet(req, keys, buckets)
 	bl.log("tollgate: rate limit check degraded", req, err, "decision", outcomeLabel(d))
 	return d
 }
 
 // degradeQuiet is degrade's answer, without the log.
-func (bl *breakerLayer) degradeQuiet(req Request, keys []string, buckets []Bucket) Decision {
+func (bl *breakerLayer) degradeQuiet(req Request, keys []string, buckets []quota.Bucket) Decision {
 	switch {
 	case bl.fallback != nil && buckets != nil:
 		quotas := make([]fallback.Quota, len(buckets))

@@ -1,12 +1,13 @@
 package core
 
 import (
-	"github.com/tollgate-go/tollgate/core/internal/lease"
-	"github.com/tollgate-go/tollgate/core/internal/transport"
-
 	"context"
 	"errors"
 	"time"
+
+	"github.com/tollgate-go/tollgate/core/internal/lease"
+	"github.com/tollgate-go/tollgate/core/internal/transport"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // leaseLayer answers a check of a leased class: from this replica's lease
@@ -37,8 +38,8 @@ func (ll *leaseLayer) decide(ctx context.Context, c checkCall) (Decision, error)
 	if req.Cost > size || size <= 1 {
 		return ll.next.decide(ctx, c)
 	}
-	quota := func(i int) lease.Quota { return lease.Quota(buckets[i].Quota) }
-	tokens, ok, wait, acquiring := ll.leases.Spend(keys, quota, req.Cost, sent, true)
+	q := func(i int) lease.Quota { return lease.Quota(buckets[i].Quota) }
+	tokens, ok, wait, acquiring := ll.leases.Spend(keys, q, req.Cost, sent, true)
 	if ok {
 		return leased(buckets, tokens, req.Cost), nil
 	}
@@ -48,7 +49,7 @@ func (ll *leaseLayer) decide(ctx context.Context, c checkCall) (Decision, error)
 		case <-ctx.Done():
 			return canceled(req, ctx.Err())
 		}
-		if tokens, ok, _, _ := ll.leases.Spend(keys, quota, req.Cost, l.now(), false); ok {
+		if tokens, ok, _, _ := ll.leases.Spend(keys, q, req.Cost, l.now(), false); ok {
 			return leased(buckets, tokens, req.Cost), nil
 		}
 		var why *transport.ShedError
@@ -105,7 +106,7 @@ func (ll *leaseLayer) decide(ctx context.Context, c checkCall) (Decision, error)
 
 // leased is a local admission from a lease: tokens holds each bucket's
 // balance as the lease states it.
-func leased(buckets []Bucket, tokens []float64, cost int64) Decision {
+func leased(buckets []quota.Bucket, tokens []float64, cost int64) Decision {
 	states := make([]BucketState, len(buckets))
 	for i, b := range buckets {
 		states[i] = BucketState{Name: b.Name, Quota: b.Quota, Tokens: tokens[i]}

@@ -3,6 +3,7 @@ package core
 import (
 	_ "embed"
 	"fmt"
+	"github.com/tollgate-go/tollgate/core/internal/hooks"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -14,6 +15,8 @@ import (
 	"github.com/tollgate-go/tollgate/core/internal/lease"
 	"github.com/tollgate-go/tollgate/core/internal/shard"
 	"github.com/tollgate-go/tollgate/core/internal/transport"
+	"github.com/tollgate-go/tollgate/core/keys"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 //go:embed lua/tokenbucket.lua
@@ -26,12 +29,12 @@ var tokenBucket = transport.NewScript(tokenBucketSource)
 func ScriptSource() string { return tokenBucketSource }
 
 // MaxCost is the largest cost one request may take.
-const MaxCost = MaxCapacity
+const MaxCost = quota.MaxCapacity
 
 // Request is one request to check.
 type Request struct {
 	// Tenant is the verified identity the request is charged to.
-	Tenant Tenant
+	Tenant quota.Tenant
 	// Class selects the bucket (a cost class such as "default" or
 	// "export"). Empty means "default".
 	Class string
@@ -57,8 +60,8 @@ const DefaultClass = "default"
 // It is safe for concurrent use; create one per process and share it.
 type Limiter struct {
 	client   redis.UniversalClient
-	resolver Resolver
-	keys     Keys
+	resolver quota.Resolver
+	keys     keys.Keys
 	cfg      config
 	// scripts is the client the script calls go through, bounded by the
 	// timeout (see transport.Client); owned is closed by Close when the limiter
@@ -89,7 +92,7 @@ type Limiter struct {
 // New returns a limiter that keeps its buckets in client (any go-redis v9
 // client: standalone, Cluster, failover/Sentinel, Ring) and takes quotas from
 // r. It makes no network call, so it succeeds while Redis is down.
-func New(client redis.UniversalClient, r Resolver, opts ...Option) (*Limiter, error) {
+func New(client redis.UniversalClient, r quota.Resolver, opts ...Option) (*Limiter, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: nil Redis client", ErrInvalidConfig)
 	}
@@ -112,11 +115,11 @@ func New(client redis.UniversalClient, r Resolver, opts ...Option) (*Limiter, er
 	if cfg.policy > FailClosed {
 		return nil, fmt.Errorf("%w: unknown failure policy %d", ErrInvalidConfig, cfg.policy)
 	}
-	keys, err := NewKeys(cfg.prefix)
+	ks, err := keys.New(cfg.prefix)
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{client: client, resolver: r, keys: keys, cfg: cfg,
+	l := &Limiter{client: client, resolver: r, keys: ks, cfg: cfg,
 		metrics: newMetrics(cfg.meterProvider, cfg.tenantTopK), now: time.Now, slotsClosing: make(chan struct{})}
 	l.slotSettings()
 	var ctxTimeout time.Duration
@@ -124,8 +127,8 @@ func New(client redis.UniversalClient, r Resolver, opts ...Option) (*Limiter, er
 	if cfg.clock != nil {
 		l.now = cfg.clock
 	}
-	if tr, ok := r.(*TieredResolver); ok {
-		tr.boundWait(cfg.timeout) // a first override lookup waits no longer than a check
+	if hooks.BoundWait != nil {
+		hooks.BoundWait(r, cfg.timeout) // a first override lookup waits no longer than a check
 	}
 	l.shards = shard.New(cfg.breakerThreshold, cfg.breakerCooldown, cfg.timeout, l.scripts, l.now,
 		shard.Metrics{Durations: l.metrics.storeDur, Errors: l.metrics.storeErrs, Policy: cfg.policy.String()})
@@ -167,14 +170,14 @@ func (l *Limiter) Close() error {
 }
 
 // Keys returns the limiter's key scheme.
-func (l *Limiter) Keys() Keys { return l.keys }
+func (l *Limiter) Keys() keys.Keys { return l.keys }
 
 // logDegraded logs a degraded or refused check, at most once a second: a
 // degraded decision is never silent, and an outage does not flood the log.
 func (l *Limiter) logDegraded(msg string, req Request, err error, attrs ...any) {
 	now := time.Now().UnixNano()
 	if last := l.lastLog.Load(); now-last >= int64(time.Second) && l.lastLog.CompareAndSwap(last, now) {
-		attrs = append(attrs, "tenant", EscapeID(req.Tenant.ID), "class", req.Class, "policy", l.cfg.policy.String(), "err", err)
+		attrs = append(attrs, "tenant", keys.EscapeID(req.Tenant.ID), "class", req.Class, "policy", l.cfg.policy.String(), "err", err)
 		l.cfg.log.Warn(msg, attrs...)
 	}
 }

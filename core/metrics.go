@@ -3,6 +3,8 @@ package core
 import (
 	"github.com/tollgate-go/tollgate/core/internal/shard"
 	"github.com/tollgate-go/tollgate/core/internal/transport"
+	"github.com/tollgate-go/tollgate/core/keys"
+	"github.com/tollgate-go/tollgate/core/quota"
 
 	"context"
 	"sync"
@@ -178,7 +180,7 @@ func label(s, empty string) string {
 	if s == "" {
 		return empty
 	}
-	if ValidateName(s) != nil {
+	if quota.ValidateName(s) != nil {
 		return "invalid"
 	}
 	return s
@@ -271,7 +273,7 @@ func (h *topK) label(tenant string, denied bool) string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.labelled[tenant] {
-		return EscapeID(tenant)
+		return keys.EscapeID(tenant)
 	}
 	if !denied {
 		return otherTenant
@@ -299,7 +301,7 @@ func (h *topK) label(tenant string, denied bool) string {
 	// count - err
 	if c.count-c.err >= heavyHitterThreshold && len(h.labelled) < h.k {
 		h.labelled[tenant] = true
-		return EscapeID(tenant)
+		return keys.EscapeID(tenant)
 	}
 	return otherTenant
 }

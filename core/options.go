@@ -1,14 +1,16 @@
 package core
 
 import (
-	"fmt"
 	"log/slog"
 	"math"
-	"strings"
 	"time"
 
-	"github.com/tollgate-go/tollgate/core/internal/lease"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/tollgate-go/tollgate/core/internal/errs"
+	"github.com/tollgate-go/tollgate/core/internal/lease"
+	"github.com/tollgate-go/tollgate/core/keys"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // FailurePolicy says what a check answers when the store fails.
@@ -31,6 +33,9 @@ func (p FailurePolicy) String() string {
 	return "open"
 }
 
+// DefaultPrefix is the key prefix used unless [WithPrefix] says otherwise.
+const DefaultPrefix = "rl"
+
 // DefaultTimeout bounds one check's store call.
 const DefaultTimeout = 100 * time.Millisecond
 
@@ -43,41 +48,11 @@ type optionFunc func(*config) error
 
 func (f optionFunc) apply(c *config) error { return f(c) }
 
-// optionError is a value an option cannot use. It names the option, so the
-// error points at the call to fix, and wraps ErrInvalidConfig (and the
-// validation error behind it, if any).
-type optionError struct {
-	option, msg string
-	cause       error
-}
-
-func (e *optionError) Error() string { return "tollgate: " + e.option + ": " + e.msg }
-
-func (e *optionError) Unwrap() []error {
-	if e.cause != nil {
-		return []error{ErrInvalidConfig, e.cause}
-	}
-	return []error{ErrInvalidConfig}
-}
-
 func badOption(option, format string, args ...any) error {
-	return &optionError{option: option, msg: fmt.Sprintf(format, args...)}
+	return errs.BadOption(option, format, args...)
 }
 
-// setPositive sets *dst to v, the value of option (what names it in the
-// error), which must be positive.
-func setPositive[T int | time.Duration](dst *T, option, what string, v T) error {
-	if v <= 0 {
-		return badOption(option, "%s must be positive, got %v", what, v)
-	}
-	*dst = v
-	return nil
-}
-
-// badValue is badOption for a value that failed its own validation.
-func badValue(option string, err error) error {
-	return &optionError{option: option, msg: strings.TrimPrefix(err.Error(), "tollgate: "), cause: err}
-}
+func badValue(option string, err error) error { return errs.BadValue(option, err) }
 
 type config struct {
 	prefix  string
@@ -217,10 +192,10 @@ func WithDenyCache(on bool) Option {
 func WithLeases(class string, size int64, ttl time.Duration) Option {
 	return optionFunc(func(c *config) error {
 		if class == "" {
-			class = DefaultClass
+			class = quota.DefaultClass
 		}
-		if err := ValidateName(class); err != nil {
-			return &optionError{option: "WithLeases", msg: "class " + strings.TrimPrefix(err.Error(), "tollgate: "), cause: err}
+		if err := quota.ValidateName(class); err != nil {
+			return errs.BadPart("WithLeases", "class ", err)
 		}
 		if size < 2 {
 			return badOption("WithLeases", "size must be at least 2, got %d", size)
@@ -266,7 +241,7 @@ func WithTenantLabel(k int) Option {
 // WithPrefix sets the key prefix. Default "rl". See [Keys].
 func WithPrefix(prefix string) Option {
 	return optionFunc(func(c *config) error {
-		if _, err := NewKeys(prefix); err != nil {
+		if _, err := keys.New(prefix); err != nil {
 			return badValue("WithPrefix", err)
 		}
 		c.prefix = prefix
@@ -292,15 +267,7 @@ func WithFailurePolicy(p FailurePolicy) Option {
 // a client of its own, built from the same options with
 // ContextTimeoutEnabled set (see Limiter.Close and docs/reliability.md).
 func WithTimeout(d time.Duration) Option {
-	return optionFunc(func(c *config) error { return setPositive(&c.timeout, "WithTimeout", "timeout", d) })
-}
-
-// ClockOption is the option WithClock returns: one clock for a Limiter
-// (New), a Gate (NewGate) and a TieredResolver (NewResolver) alike.
-type ClockOption interface {
-	Option
-	GateOption
-	ResolverOption
+	return optionFunc(func(c *config) error { return errs.SetPositive(&c.timeout, "WithTimeout", "timeout", d) })
 }
 
 type clockOption func() time.Time
@@ -312,32 +279,15 @@ func (now clockOption) apply(c *config) error {
 	return nil
 }
 
-func (now clockOption) applyGate(g *Gate) error {
-	if now != nil {
-		g.now = now
-	}
-	return nil
-}
-
-func (now clockOption) applyResolver(r *TieredResolver) error {
-	if now != nil {
-		r.now = now
-	}
-	return nil
-}
-
-// WithClock takes the time from now instead of the system clock. Pass the
-// same WithClock to New, NewGate and NewResolver to run all three on one
-// clock (tests, simulations). nil is ignored. Default: time.Now, and for a
-// Limiter the Redis server's clock.
-//
-// On a Limiter it also makes the script take the time from now instead of
-// calling TIME on the server: use it in production only for a managed Redis
-// that forbids TIME in scripts (WithClock(time.Now)); replicas whose clocks
-// disagree then see slightly different buckets. A clock that steps
-// backwards neither mints nor burns tokens. On a Gate it dates epoch-style
-// headers; on a TieredResolver it expires cached overrides.
-func WithClock(now func() time.Time) ClockOption { return clockOption(now) }
+// WithClock takes the time from now instead of the system clock, and makes
+// the script take it from now instead of calling TIME on the server: use it
+// in tests and simulations (pass the same clock to quota.WithClock and
+// gate.WithClock to run a resolver and a gate on it too), and in production
+// only for a managed Redis that forbids TIME in scripts
+// (WithClock(time.Now)); replicas whose clocks disagree then see slightly
+// different buckets. A clock that steps backwards neither mints nor burns
+// tokens. nil is ignored. Default: the Redis server's clock.
+func WithClock(now func() time.Time) Option { return clockOption(now) }
 
 // WithShadow turns on shadow (dry-run) mode: decisions are computed,
 // charged and reported as usual, but a request that would be denied is let
@@ -354,7 +304,7 @@ func WithShadow(on bool) Option {
 func WithShadowClasses(classes ...string) Option {
 	return optionFunc(func(c *config) error {
 		for _, cl := range classes {
-			if err := ValidateName(cl); err != nil {
+			if err := quota.ValidateName(cl); err != nil {
 				return badValue("WithShadowClasses", err)
 			}
 		}

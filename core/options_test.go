@@ -11,6 +11,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/render"
 )
 
 // optionCase is one option value: bad ones must make the constructor fail
@@ -75,40 +78,40 @@ func TestGateOptionsValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = l.Close() })
-	cases := []optionCase[core.GateOption]{
-		{"header style unknown bit", core.WithHeaderStyle(core.HeaderStyle(1 << 20)), "WithHeaderStyle: unknown header style bits"},
-		{"header style none", core.WithHeaderStyle(core.HeaderNone), ""},
-		{"default route cost -1", core.WithDefaultRoute(core.Route{Class: "default", Cost: -1}), "WithDefaultRoute"},
-		{"default route bad class", core.WithDefaultRoute(core.Route{Class: "a b", Cost: 1}), "WithDefaultRoute"},
-		{"default route ok", core.WithDefaultRoute(core.Route{Class: "default", Cost: 2}), ""},
-		{"routes bad", core.WithRoutes(core.Routes{"GET /x": {Class: "a b", Cost: 1}}), "WithRoutes"},
-		{"routes ok", core.WithRoutes(core.Routes{"GET /x": {Class: "x", Cost: 1}}), ""},
-		{"anonymous default tier", core.WithAnonymous(""), ""},
+	cases := []optionCase[gate.Option]{
+		{"header style unknown bit", gate.WithHeaderStyle(render.HeaderStyle(1 << 20)), "gate.WithHeaderStyle: unknown header style bits"},
+		{"header style none", gate.WithHeaderStyle(render.HeaderNone), ""},
+		{"default route cost -1", gate.WithDefaultRoute(gate.Route{Class: "default", Cost: -1}), "WithDefaultRoute"},
+		{"default route bad class", gate.WithDefaultRoute(gate.Route{Class: "a b", Cost: 1}), "WithDefaultRoute"},
+		{"default route ok", gate.WithDefaultRoute(gate.Route{Class: "default", Cost: 2}), ""},
+		{"routes bad", gate.WithRoutes(gate.Routes{"GET /x": {Class: "a b", Cost: 1}}), "WithRoutes"},
+		{"routes ok", gate.WithRoutes(gate.Routes{"GET /x": {Class: "x", Cost: 1}}), ""},
+		{"anonymous default tier", gate.WithAnonymous(""), ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := core.NewGate(l, tc.opt)
+			_, err := gate.New(l, tc.opt)
 			checkOptionErr(t, err, tc.want)
 		})
 	}
 }
 
 func TestResolverOptionsValidate(t *testing.T) {
-	tiers := core.Tiers{Default: "free", Tiers: map[string]core.Tier{
-		"free": {Classes: map[string]core.Quota{"default": core.PerSecond(1)}},
+	tiers := quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{
+		"free": {Classes: map[string]quota.Quota{"default": quota.PerSecond(1)}},
 	}}
-	cases := []optionCase[core.ResolverOption]{
-		{"cache size 0", core.WithOverrideCacheSize(0), "WithOverrideCacheSize: size must be positive, got 0"},
-		{"cache size -3", core.WithOverrideCacheSize(-3), "got -3"},
-		{"cache size ok", core.WithOverrideCacheSize(10), ""},
-		{"cache ttl 0", core.WithOverrideCacheTTL(0), "WithOverrideCacheTTL: ttl must be positive, got 0s"},
-		{"cache ttl ok", core.WithOverrideCacheTTL(time.Second), ""},
-		{"override timeout 0", core.WithOverrideTimeout(0), "WithOverrideTimeout: timeout must be positive, got 0s"},
-		{"override timeout ok", core.WithOverrideTimeout(time.Second), ""},
+	cases := []optionCase[quota.Option]{
+		{"cache size 0", quota.WithCacheSize(0), "quota.WithCacheSize: size must be positive, got 0"},
+		{"cache size -3", quota.WithCacheSize(-3), "got -3"},
+		{"cache size ok", quota.WithCacheSize(10), ""},
+		{"cache ttl 0", quota.WithCacheTTL(0), "quota.WithCacheTTL: ttl must be positive, got 0s"},
+		{"cache ttl ok", quota.WithCacheTTL(time.Second), ""},
+		{"override timeout 0", quota.WithTimeout(0), "quota.WithTimeout: timeout must be positive, got 0s"},
+		{"override timeout ok", quota.WithTimeout(time.Second), ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := core.NewResolver(tiers, tc.opt)
+			_, err := quota.NewResolver(tiers, tc.opt)
 			checkOptionErr(t, err, tc.want)
 		})
 	}
@@ -135,8 +138,8 @@ func checkOptionErr(t *testing.T, err error, want string) {
 
 // oneBucket resolves every request to one bucket; option validation needs
 // no more.
-func oneBucket() core.Resolver {
-	return core.ResolverFunc(func(context.Context, core.Tenant, string) ([]core.Bucket, error) {
-		return []core.Bucket{{Name: "default", Quota: core.PerSecond(1)}}, nil
+func oneBucket() quota.Resolver {
+	return quota.ResolverFunc(func(context.Context, quota.Tenant, string) ([]quota.Bucket, error) {
+		return []quota.Bucket{{Name: "default", Quota: quota.PerSecond(1)}}, nil
 	})
 }

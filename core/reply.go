@@ -7,12 +7,13 @@ import (
 	"time"
 
 	"github.com/tollgate-go/tollgate/core/internal/transport"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // parseReply decodes the script's reply (see the script's header), checking
 // every element's type, and works out what the script leaves to the caller:
 // "cost exceeds capacity" and the retry time.
-func parseReply(v any, buckets []Bucket, cost int64) (Decision, error) {
+func parseReply(v any, buckets []quota.Bucket, cost int64) (Decision, error) {
 	if s, ok := v.(string); ok && len(buckets) == 1 {
 		// one bucket: the state after an admission, or the balance after a
 		// denial (no space)
@@ -57,7 +58,7 @@ func parseReply(v any, buckets []Bucket, cost int64) (Decision, error) {
 // by a bucket whose capacity is below the cost is "cost exceeds capacity").
 // stamps holds each state's stamp in microseconds, -1 where the reply had
 // none.
-func decide(buckets []Bucket, toks []float64, stamps []int64, binding int, reason, cost int64) Decision {
+func decide(buckets []quota.Bucket, toks []float64, stamps []int64, binding int, reason, cost int64) Decision {
 	states := make([]BucketState, len(buckets))
 	for i, b := range buckets {
 		states[i] = BucketState{Name: b.Name, Quota: b.Quota, Tokens: toks[i]}

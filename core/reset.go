@@ -5,6 +5,9 @@ import (
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-go/tollgate/core/internal/names"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // Reset deletes tenant t's buckets, which then start full, and their
@@ -13,16 +16,16 @@ import (
 // bucket names it deletes just those; with none, every bucket of the tenant
 // (a SCAN over the tenant's keys; on a Cluster, on the one master that holds
 // the tenant's slot).
-func (l *Limiter) Reset(ctx context.Context, t Tenant, buckets ...string) (int64, error) {
+func (l *Limiter) Reset(ctx context.Context, t quota.Tenant, buckets ...string) (int64, error) {
 	var keys []string
 	for _, b := range buckets {
 		k, err := l.keys.Bucket(t.ID, b)
 		if err != nil {
 			return 0, err
 		}
-		keys = append(keys, k, k+slotsSuffix)
+		keys = append(keys, k, k+":slots") // keys.Keys.Slots
 	}
-	pattern, err := l.keys.tenantPattern(t.ID)
+	pattern, err := names.TenantPattern(l.keys.Prefix(), t.ID)
 	if err != nil {
 		return 0, err
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tollgate-go/tollgate/core/internal/transport"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // scriptLayer is the bottom of the check path: it charges c.cost tokens
@@ -61,11 +62,11 @@ func (s *scriptLayer) call(ctx context.Context, c *checkCall) (d Decision, wrote
 
 // quotaArgs returns a quota's script arguments (capacity, rate, TTL),
 // formatted once per quota: quotas are few, checks many.
-func (l *Limiter) quotaArgs(q Quota) [3]any {
+func (l *Limiter) quotaArgs(q quota.Quota) [3]any {
 	if v, ok := l.args.Load(q); ok {
 		return v.([3]any)
 	}
-	a := [3]any{strconv.FormatInt(q.Capacity, 10), strconv.FormatFloat(q.RefillPerSecond, 'f', -1, 64), q.ttlMillis()}
+	a := [3]any{strconv.FormatInt(q.Capacity, 10), strconv.FormatFloat(q.RefillPerSecond, 'f', -1, 64), ttlMillis(q)}
 	if l.nargs.Load() < maxCachedSets {
 		if _, loaded := l.args.LoadOrStore(q, a); !loaded {
 			l.nargs.Add(1)

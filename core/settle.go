@@ -2,27 +2,18 @@ package core
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
 	"strconv"
-	"sync"
-	"sync/atomic"
 
 	"github.com/tollgate-go/tollgate/core/internal/transport"
+	"github.com/tollgate-go/tollgate/core/lua"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
-
-//go:embed lua/settle.lua
-var settleSource string
 
 // settleScript settles reservations. Only a settle sends it, straight
 // through the limiter's client: the check path's scripts, leases, deny cache
 // and batcher are untouched.
-var settleScript = transport.NewScript(settleSource)
-
-// SettleScriptSource returns the Lua source of the script that settles
-// reservations (Limiter.Settle), for tools that preload it (SCRIPT LOAD) or
-// audit it.
-func SettleScriptSource() string { return settleSource }
+var settleScript = transport.NewScript(lua.Settle())
 
 // settleable reports whether d is a reservation that Limiter.Settle can settle:
 // admitted and charged by the store (ReasonOK, not by the local fallback)
@@ -52,9 +43,9 @@ func (d Decision) settleable() bool {
 // wrapping ErrStore: the estimate stands. The call is bounded by the check
 // timeout and not by ctx's cancellation (the caller may be gone by the time
 // its cost is known), only by its values.
-func (l *Limiter) Settle(ctx context.Context, t Tenant, d Decision, actual int64) (forgiven int64, err error) {
-	if actual < 0 || actual > MaxCost {
-		return 0, fmt.Errorf("%w: actual cost must be 0 to %d, got %d", ErrInvalidRequest, int64(MaxCost), actual)
+func (l *Limiter) Settle(ctx context.Context, t quota.Tenant, d Decision, actual int64) (forgiven int64, err error) {
+	if actual < 0 || actual > quota.MaxCost {
+		return 0, fmt.Errorf("%w: actual cost must be 0 to %d, got %d", ErrInvalidRequest, int64(quota.MaxCost), actual)
 	}
 	if !d.settleable() || actual == d.Cost {
 		return 0, nil
@@ -95,64 +86,8 @@ func (l *Limiter) Settle(ctx context.Context, t Tenant, d Decision, actual int64
 
 // settleFailed logs (at most once a second, as degraded checks) and counts
 // a failed settle of tenant t's reservation, and returns err.
-func (l *Limiter) settleFailed(t Tenant, err error) error {
+func (l *Limiter) settleFailed(t quota.Tenant, err error) error {
 	l.metrics.settleFailed(err)
 	l.logDegraded("tollgate: a reservation could not be settled; its estimate stands", Request{Tenant: t}, err)
 	return err
-}
-
-// costReport is what a Verdict's context carries for its handler to report
-// the request's actual cost (ReportCost); Verdict.Done settles it.
-type costReport struct {
-	lim    *Limiter
-	actual atomic.Int64 // the reported cost + 1; 0: none
-	once   sync.Once
-}
-
-type costReportKey struct{}
-
-// CostContext returns ctx carrying v's reservation, for the handler to
-// report the request's actual cost with ReportCost, and true; v.Done then
-// settles it (Limiter.Settle). An adapter passes that context to the
-// handler. A Verdict with nothing to settle (not admitted by the store with
-// a cost) returns ctx as it is and false, so that the adapter need not
-// replace the request's context.
-func (v Verdict) CostContext(ctx context.Context) (context.Context, bool) {
-	if v.report == nil {
-		return ctx, false
-	}
-	return context.WithValue(ctx, costReportKey{}, v.report), true
-}
-
-// ReportCost reports the actual cost of the request whose context ctx is
-// (or derives from): when the handler returns, the adapter settles the
-// reservation its route's cost made (the estimate) to n. The last report
-// wins; without one the estimate stands. It returns an error wrapping
-// ErrInvalidRequest when n is outside 0 to MaxCost, or when ctx carries no
-// reservation (no middleware, an exempt route, or a request admitted
-// without charging the store: failed open, shadow mode, local fallback),
-// and then reports nothing.
-func ReportCost(ctx context.Context, n int64) error {
-	if n < 0 || n > MaxCost {
-		return fmt.Errorf("%w: cost must be 0 to %d, got %d", ErrInvalidRequest, int64(MaxCost), n)
-	}
-	r, _ := ctx.Value(costReportKey{}).(*costReport)
-	if r == nil {
-		return fmt.Errorf("%w: no reservation in the context to report a cost to", ErrInvalidRequest)
-	}
-	r.actual.Store(n + 1)
-	return nil
-}
-
-// settle settles v's reservation with the reported cost, once.
-func (v Verdict) settle() {
-	r := v.report
-	if r == nil {
-		return
-	}
-	r.once.Do(func() {
-		if n := r.actual.Load(); n > 0 {
-			_, _ = r.lim.Settle(context.Background(), v.Tenant, v.Decision, n-1)
-		}
-	})
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core/internal/transport"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"go.opentelemetry.io/otel/metric"
 )
 
@@ -97,7 +98,7 @@ func newSlotID() string {
 }
 
 // slotLine is the concurrency script's command line for a check.
-func (l *Limiter) slotLine(keys []string, buckets []Bucket, now string, cost int64, quotas [][3]any, s *slotCall) []any {
+func (l *Limiter) slotLine(keys []string, buckets []quota.Bucket, now string, cost int64, quotas [][3]any, s *slotCall) []any {
 	all := make([]string, 0, len(keys)+1)
 	all = append(append(all, keys...), s.key)
 	args := make([]any, 0, 2+3*len(quotas)+4)
@@ -110,7 +111,7 @@ func (l *Limiter) slotLine(keys []string, buckets []Bucket, now string, cost int
 }
 
 // parseSlotReply decodes the concurrency script's reply (see its header).
-func (l *Limiter) parseSlotReply(v any, buckets []Bucket, cost int64, ci int) (Decision, error) {
+func (l *Limiter) parseSlotReply(v any, buckets []quota.Bucket, cost int64, ci int) (Decision, error) {
 	a, ok := v.([]any)
 	if !ok || len(a) != 5+len(buckets) {
 		return Decision{}, fmt.Errorf("%w: concurrency script reply %T of length %d", errProtocol, v, len(a))
@@ -158,7 +159,7 @@ func (l *Limiter) parseSlotReply(v any, buckets []Bucket, cost int64, ci int) (D
 // newSlot starts holding the slot a check took: renewed until released.
 // sent is when the check started: the slot's deadline is no later than
 // sent plus the lease.
-func (l *Limiter) newSlot(req Request, b Bucket, key, id string, sent time.Time) *Slot {
+func (l *Limiter) newSlot(req Request, b quota.Bucket, key, id string, sent time.Time) *Slot {
 	s := &Slot{l: l, key: key, id: id, stop: make(chan struct{}), tried: make(chan struct{}),
 		labels: l.metrics.slotSet(req, b.Name)}
 	l.slotMu.Lock()

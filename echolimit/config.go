@@ -3,24 +3,24 @@ package echolimit
 import (
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/httplimit/adapt"
 )
 
 // Option configures the middleware. Options are applied in order; a nil
 // Option, and an option given a nil value, is ignored. Everything core
 // decides (routes, default route, cost function, header style, anonymous
-// callers, clock) is configured on the core.Gate instead.
+// callers, clock) is configured on the gate.Gate instead.
 type Option func(*config)
 
-type config = adapt.Config[echo.Context, func(echo.Context, core.Verdict) error]
+type config = adapt.Config[echo.Context, func(echo.Context, gate.Verdict) error]
 
 // WithRouteFunc sets how a request's class and cost are named from the
 // echo.Context (c.Param values, a key the authentication middleware set),
 // consulted before the gate's cost function and route table (ok false
 // falls back to them). Its answer is held to the route table's rules: a
 // bad one is answered as a misconfiguration. Default: none. nil is ignored.
-func WithRouteFunc(f func(echo.Context) (core.Route, bool)) Option {
+func WithRouteFunc(f func(echo.Context) (gate.Route, bool)) Option {
 	return adapt.RouteFunc[Option](f)
 }
 
@@ -35,7 +35,7 @@ func WithSkipper(s middleware.Skipper) Option { return adapt.Skipper[Option](s) 
 // an error instead of writing (an *echo.HTTPError rendered by Echo's
 // HTTPErrorHandler). Default: DefaultDenyHandler (core's RFC 9457
 // problem+json, the body every tollgate adapter writes). nil is ignored.
-func WithDenyHandler(f func(c echo.Context, v core.Verdict) error) Option {
+func WithDenyHandler(f func(c echo.Context, v gate.Verdict) error) Option {
 	return adapt.DenyHandler[Option](f)
 }
 

@@ -8,11 +8,11 @@
 // headers to report.
 //
 // Wiring: authentication first (it stores the verified tenant in the
-// request context with core.ContextWithTenant), then the limiter:
+// request context with gate.ContextWithTenant), then the limiter:
 //
 //	e := echo.New()
 //	e.IPExtractor = echo.ExtractIPDirect() // or your proxies: c.RealIP() keys anonymous callers
-//	gate, err := core.NewGate(lim, core.WithRoutes(core.Routes{
+//	gate, err := gate.New(lim, gate.WithRoutes(gate.Routes{
 //		"POST /v1/reports/export": {Class: "export", Cost: 5},
 //		"/healthz":                {Exempt: true},
 //	}))

@@ -2,12 +2,12 @@ package echolimit
 
 import (
 	"github.com/labstack/echo/v4"
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/httplimit/adapt"
 )
 
 // Middleware returns Echo middleware that rate-limits requests with gate,
-// built and validated once with core.NewGate (routes keyed by Echo's
+// built and validated once with gate.New (routes keyed by Echo's
 // c.Path(), "METHOD /path/:param" or "/path/:param"; cost function; header
 // style; anonymous callers, keyed by c.RealIP(): set e.IPExtractor
 // (echo.ExtractIPDirect(), or ExtractIPFromXFFHeader with your trusted
@@ -16,7 +16,7 @@ import (
 // route is found, so c.Path() is the route template), on a group, or on a
 // route; after the authentication middleware, which stores the verified
 // tenant in the request context
-// (c.SetRequest(c.Request().WithContext(core.ContextWithTenant(...)))):
+// (c.SetRequest(c.Request().WithContext(gate.ContextWithTenant(...)))):
 // the tenant is never read from a header. It does not use Echo's
 // RateLimiterStore, which has neither a context nor headers.
 //
@@ -33,8 +33,8 @@ import (
 // A nil gate does not panic: every request is answered as misconfigured
 // (500 with a fixed problem+json body, by the deny handler), the cause
 // reported to the error handler only.
-func Middleware(gate *core.Gate, opts ...Option) echo.MiddlewareFunc {
-	c := adapt.New(gate, DefaultDenyHandler, opts)
+func Middleware(g *gate.Gate, opts ...Option) echo.MiddlewareFunc {
+	c := adapt.New(g, DefaultDenyHandler, opts)
 	var routes routeTable
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(ec echo.Context) error {
@@ -43,12 +43,12 @@ func Middleware(gate *core.Gate, opts ...Option) echo.MiddlewareFunc {
 			}
 			req := ec.Request()
 			path, matched := routes.matched(ec)
-			v := c.Decide(req.Context(), ec, core.Endpoint{Method: req.Method, Pattern: path, ClientIP: ec.RealIP(), Unmatched: !matched})
+			v := c.Decide(req.Context(), ec, gate.Endpoint{Method: req.Method, Pattern: path, ClientIP: ec.RealIP(), Unmatched: !matched})
 			adapt.SetHeaders(ec.Response().Header(), v.Headers)
 			if v.Proceed {
 				defer v.Done() // frees a concurrency slot and settles the reported cost, panics included
 				if ctx, ok := v.CostContext(req.Context()); ok {
-					ec.SetRequest(req.WithContext(ctx)) // the handler may core.ReportCost its actual cost
+					ec.SetRequest(req.WithContext(ctx)) // the handler may gate.ReportCost its actual cost
 				}
 				return next(ec)
 			}
@@ -59,6 +59,6 @@ func Middleware(gate *core.Gate, opts ...Option) echo.MiddlewareFunc {
 
 // DefaultDenyHandler writes core's answer: v.Status with the RFC 9457
 // problem+json body.
-func DefaultDenyHandler(c echo.Context, v core.Verdict) error {
+func DefaultDenyHandler(c echo.Context, v gate.Verdict) error {
 	return c.Blob(v.Status, v.ContentType, v.Body)
 }

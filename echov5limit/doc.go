@@ -9,10 +9,10 @@
 // bodies, so services can move from one major to the other one at a time.
 //
 // Wiring: authentication first (it stores the verified tenant in the
-// request context with core.ContextWithTenant), then the limiter:
+// request context with gate.ContextWithTenant), then the limiter:
 //
 //	e := echo.New() // Echo v5 keys c.RealIP() on the peer address unless you set an IPExtractor
-//	gate, err := core.NewGate(lim, core.WithRoutes(core.Routes{
+//	gate, err := gate.New(lim, gate.WithRoutes(gate.Routes{
 //		"POST /v1/reports/export": {Class: "export", Cost: 5},
 //		"/healthz":                {Exempt: true},
 //	}))

@@ -7,6 +7,8 @@ import (
 	"github.com/labstack/echo/v5/middleware"
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/echov5limit"
 )
 
@@ -19,16 +21,16 @@ func authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		if !ok {
 			return echo.ErrUnauthorized
 		}
-		c.SetRequest(c.Request().WithContext(core.ContextWithTenant(c.Request().Context(), t)))
+		c.SetRequest(c.Request().WithContext(gate.ContextWithTenant(c.Request().Context(), t)))
 		return next(c)
 	}
 }
 
-func verify(string) (core.Tenant, bool) { return core.Tenant{ID: "t42", Tier: "free"}, true }
+func verify(string) (quota.Tenant, bool) { return quota.Tenant{ID: "t42", Tier: "free"}, true }
 
 func Example() {
-	resolver, _ := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{
-		"free": {Classes: map[string]core.Quota{
+	resolver, _ := quota.NewResolver(quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{
+		"free": {Classes: map[string]quota.Quota{
 			"default": {Capacity: 20, RefillPerSecond: 2},
 			"export":  {Capacity: 10, RefillPerSecond: 0.1},
 		}},
@@ -39,11 +41,11 @@ func Example() {
 	e.Use(middleware.Recover())
 	e.GET("/healthz", func(c *echo.Context) error { return c.NoContent(http.StatusOK) }) // no auth, no limit
 	// the gate is built, and its configuration checked, once
-	gate, err := core.NewGate(lim, core.WithRoutes(core.Routes{"POST /v1/reports/export": {Class: "export", Cost: 5}}))
+	g, err := gate.New(lim, gate.WithRoutes(gate.Routes{"POST /v1/reports/export": {Class: "export", Cost: 5}}))
 	if err != nil {
 		panic(err)
 	}
-	v1 := e.Group("/v1", authenticate, echov5limit.Middleware(gate))
+	v1 := e.Group("/v1", authenticate, echov5limit.Middleware(g))
 	v1.GET("/profile", func(c *echo.Context) error { return c.NoContent(http.StatusOK) })
 	v1.POST("/reports/export", func(c *echo.Context) error { return c.NoContent(http.StatusOK) })
 	_ = e.Start(":8080")

@@ -2,12 +2,12 @@ package echov5limit
 
 import (
 	"github.com/labstack/echo/v5"
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/httplimit/adapt"
 )
 
 // Middleware returns Echo v5 middleware that rate-limits requests with
-// gate, built and validated once with core.NewGate (routes keyed by Echo's
+// gate, built and validated once with gate.New (routes keyed by Echo's
 // c.Path(), "METHOD /path/:param" or "/path/:param"; cost function; header
 // style; anonymous callers, keyed by c.RealIP(), which in Echo v5 is the
 // peer address unless e.IPExtractor says otherwise: use
@@ -17,7 +17,7 @@ import (
 // found, so c.Path() is the route template; not e.Pre, which runs before
 // routing), on a group, or on a route; after the authentication
 // middleware, which stores the verified tenant in the request context
-// (c.SetRequest(c.Request().WithContext(core.ContextWithTenant(...)))):
+// (c.SetRequest(c.Request().WithContext(gate.ContextWithTenant(...)))):
 // the tenant is never read from a header.
 //
 // For each request: skip (WithSkipper)? Otherwise ask the gate for a Verdict
@@ -33,20 +33,20 @@ import (
 // A nil gate does not panic: every request is answered as misconfigured
 // (500 with a fixed problem+json body, by the deny handler), the cause
 // reported to the error handler only.
-func Middleware(gate *core.Gate, opts ...Option) echo.MiddlewareFunc {
-	c := adapt.New(gate, DefaultDenyHandler, opts)
+func Middleware(g *gate.Gate, opts ...Option) echo.MiddlewareFunc {
+	c := adapt.New(g, DefaultDenyHandler, opts)
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(ec *echo.Context) error {
 			if c.Skipped(ec) {
 				return next(ec)
 			}
 			req := ec.Request()
-			v := c.Decide(req.Context(), ec, core.Endpoint{Method: req.Method, Pattern: ec.Path(), ClientIP: ec.RealIP(), Unmatched: unmatched(ec)})
+			v := c.Decide(req.Context(), ec, gate.Endpoint{Method: req.Method, Pattern: ec.Path(), ClientIP: ec.RealIP(), Unmatched: unmatched(ec)})
 			adapt.SetHeaders(ec.Response().Header(), v.Headers)
 			if v.Proceed {
 				defer v.Done() // frees a concurrency slot and settles the reported cost, panics included
 				if ctx, ok := v.CostContext(req.Context()); ok {
-					ec.SetRequest(req.WithContext(ctx)) // the handler may core.ReportCost its actual cost
+					ec.SetRequest(req.WithContext(ctx)) // the handler may gate.ReportCost its actual cost
 				}
 				return next(ec)
 			}
@@ -66,6 +66,6 @@ func unmatched(ec *echo.Context) bool {
 // DefaultDenyHandler writes core's answer: v.Status with the RFC 9457
 // problem+json body (the body of every tollgate adapter, richer than
 // echo.ProblemError: it names the violated policies).
-func DefaultDenyHandler(c *echo.Context, v core.Verdict) error {
+func DefaultDenyHandler(c *echo.Context, v gate.Verdict) error {
 	return c.Blob(v.Status, v.ContentType, v.Body)
 }

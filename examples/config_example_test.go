@@ -13,6 +13,8 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/config"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/ginlimit"
 )
 
@@ -77,7 +79,7 @@ func Example_configFile() {
 func authenticate(c *gin.Context) {
 	var id string
 	if _, err := fmt.Sscanf(c.GetHeader("Authorization"), "Bearer %s", &id); err == nil {
-		c.Request = c.Request.WithContext(core.ContextWithTenant(c.Request.Context(), core.Tenant{ID: id, Tier: "free"}))
+		c.Request = c.Request.WithContext(gate.ContextWithTenant(c.Request.Context(), quota.Tenant{ID: id, Tier: "free"}))
 	}
 	c.Next()
 }

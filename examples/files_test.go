@@ -8,8 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/config"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/examples"
 	"github.com/tollgate-go/tollgate/examples/internal/app"
 	"github.com/tollgate-go/tollgate/examples/internal/demopb"
@@ -103,15 +104,15 @@ func TestDefaultConfigPricesTheService(t *testing.T) {
 	}
 	for _, c := range []struct {
 		method, pattern string
-		want            core.Route
+		want            gate.Route
 	}{
-		{http.MethodGet, app.PathProfile, core.Route{Class: core.DefaultClass, Cost: 1}},
-		{http.MethodPost, app.PathExport, core.Route{Class: app.ClassExport, Cost: 5}},
-		{http.MethodPost, app.PathComplete, core.Route{Class: app.ClassLLM, Cost: 100}},
-		{http.MethodGet, app.PathHealth, core.Route{Exempt: true}},
-		{http.MethodGet, app.PathMetrics, core.Route{Exempt: true}},
-		{"", demopb.Demo_GetProfile_FullMethodName, core.Route{Class: core.DefaultClass, Cost: 1}},
-		{"", demopb.Demo_ExportReport_FullMethodName, core.Route{Class: app.ClassExport, Cost: 5}},
+		{http.MethodGet, app.PathProfile, gate.Route{Class: quota.DefaultClass, Cost: 1}},
+		{http.MethodPost, app.PathExport, gate.Route{Class: app.ClassExport, Cost: 5}},
+		{http.MethodPost, app.PathComplete, gate.Route{Class: app.ClassLLM, Cost: 100}},
+		{http.MethodGet, app.PathHealth, gate.Route{Exempt: true}},
+		{http.MethodGet, app.PathMetrics, gate.Route{Exempt: true}},
+		{"", demopb.Demo_GetProfile_FullMethodName, gate.Route{Class: quota.DefaultClass, Cost: 1}},
+		{"", demopb.Demo_ExportReport_FullMethodName, gate.Route{Class: app.ClassExport, Cost: 5}},
 	} {
 		table := cfg.Routes
 		if c.method == "" {
@@ -129,7 +130,7 @@ func TestDefaultConfigPricesTheService(t *testing.T) {
 	// POST /v1/complete reserves 100 of these and settles to what the
 	// handler reports: README.md shows the free tier's numbers.
 	free, pro := cfg.Tiers.Tiers["free"].Classes[app.ClassLLM], cfg.Tiers.Tiers["pro"].Classes[app.ClassLLM]
-	if free != (core.Quota{Capacity: 1000, RefillPerSecond: 10}) {
+	if free != (quota.Quota{Capacity: 1000, RefillPerSecond: 10}) {
 		t.Errorf("free llm = %+v, want capacity 1000, refill 10/s", free)
 	}
 	if pro.Capacity <= free.Capacity || pro.RefillPerSecond <= free.RefillPerSecond {
@@ -201,7 +202,7 @@ func TestReportsConcurrency(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if q := cfg.Tiers.Tiers["free"].Classes["reports"]; q != (core.Quota{Capacity: 100, RefillPerSecond: 10, Concurrency: 2}) {
+	if q := cfg.Tiers.Tiers["free"].Classes["reports"]; q != (quota.Quota{Capacity: 100, RefillPerSecond: 10, Concurrency: 2}) {
 		t.Errorf("free reports = %+v", q)
 	}
 	rls, err := config.Load("tollgate-rls.yaml")

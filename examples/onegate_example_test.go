@@ -12,6 +12,8 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/config"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/examples/internal/demopb"
 	"github.com/tollgate-go/tollgate/ginlimit"
 	"github.com/tollgate-go/tollgate/grpclimit"
@@ -36,12 +38,12 @@ func Example_oneGate() {
 		return
 	}
 	defer svc.Close()
-	gate := svc.Gate // the file's routes, header style, anonymous tier
+	g := svc.Gate // the file's routes, header style, anonymous tier
 
 	// Gin serves the profile...
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
-	r.Use(authenticate, ginlimit.Middleware(gate))
+	r.Use(authenticate, ginlimit.Middleware(g))
 	r.GET("/v1/profile", func(c *gin.Context) { c.String(http.StatusOK, "profile") })
 	ginSrv := httptest.NewServer(r)
 	defer ginSrv.Close()
@@ -49,7 +51,7 @@ func Example_oneGate() {
 	// ...net/http the exports...
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/reports/export", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("exported")) })
-	httpSrv := httptest.NewServer(httpAuth(httplimit.Middleware(gate)(mux)))
+	httpSrv := httptest.NewServer(httpAuth(httplimit.Middleware(g)(mux)))
 	defer httpSrv.Close()
 
 	// ...and gRPC both.
@@ -59,8 +61,8 @@ func Example_oneGate() {
 		return
 	}
 	grpcSrv := grpc.NewServer(
-		grpc.ChainUnaryInterceptor(authenticateUnary, grpclimit.UnaryServerInterceptor(gate)),
-		grpc.ChainStreamInterceptor(authenticateStream, grpclimit.StreamServerInterceptor(gate)),
+		grpc.ChainUnaryInterceptor(authenticateUnary, grpclimit.UnaryServerInterceptor(g)),
+		grpc.ChainStreamInterceptor(authenticateStream, grpclimit.StreamServerInterceptor(g)),
 	)
 	demopb.RegisterDemoServer(grpcSrv, demoServer{})
 	go func() { _ = grpcSrv.Serve(lis) }()
@@ -113,7 +115,7 @@ func Example_oneGate() {
 func httpAuth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if id, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
-			r = r.WithContext(core.ContextWithTenant(r.Context(), core.Tenant{ID: id, Tier: "free"}))
+			r = r.WithContext(gate.ContextWithTenant(r.Context(), quota.Tenant{ID: id, Tier: "free"}))
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -123,7 +125,7 @@ func tenantContext(ctx context.Context) context.Context {
 	md, _ := metadata.FromIncomingContext(ctx)
 	for _, v := range md.Get("authorization") {
 		if id, ok := strings.CutPrefix(v, "Bearer "); ok {
-			return core.ContextWithTenant(ctx, core.Tenant{ID: id, Tier: "free"})
+			return gate.ContextWithTenant(ctx, quota.Tenant{ID: id, Tier: "free"})
 		}
 	}
 	return ctx
@@ -147,7 +149,7 @@ func (s tenantStream) Context() context.Context { return s.ctx }
 type demoServer struct{ demopb.UnimplementedDemoServer }
 
 func (demoServer) GetProfile(ctx context.Context, _ *demopb.GetProfileRequest) (*demopb.Profile, error) {
-	t, _ := core.TenantFromContext(ctx)
+	t, _ := gate.TenantFromContext(ctx)
 	return &demopb.Profile{Tenant: t.ID, Tier: t.Tier}, nil
 }
 

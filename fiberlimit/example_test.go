@@ -4,6 +4,8 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/fiberlimit"
 )
 
@@ -17,11 +19,11 @@ func authenticate(c *fiber.Ctx) error {
 	return c.Next()
 }
 
-func verify(string) (core.Tenant, bool) { return core.Tenant{ID: "t42", Tier: "free"}, true }
+func verify(string) (quota.Tenant, bool) { return quota.Tenant{ID: "t42", Tier: "free"}, true }
 
 func Example() {
-	resolver, _ := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{
-		"free": {Classes: map[string]core.Quota{
+	resolver, _ := quota.NewResolver(quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{
+		"free": {Classes: map[string]quota.Quota{
 			"default": {Capacity: 20, RefillPerSecond: 2},
 			"export":  {Capacity: 10, RefillPerSecond: 0.1},
 		}},
@@ -31,13 +33,13 @@ func Example() {
 	app := fiber.New()
 	app.Use(authenticate)
 	// the gate is built, and its configuration checked, once
-	gate, err := core.NewGate(lim, core.WithRoutes(core.Routes{
+	g, err := gate.New(lim, gate.WithRoutes(gate.Routes{
 		"POST /v1/reports/export": {Class: "export", Cost: 5},
 	}))
 	if err != nil {
 		panic(err)
 	}
-	limit := fiberlimit.New(gate)
+	limit := fiberlimit.New(g)
 	app.Get("/v1/profile", limit, func(c *fiber.Ctx) error { return c.SendStatus(200) })
 	app.Post("/v1/reports/export", limit, func(c *fiber.Ctx) error { return c.SendStatus(200) })
 	app.Get("/healthz", func(c *fiber.Ctx) error { return c.SendStatus(200) }) // not limited

@@ -3,12 +3,13 @@ package fiberlimit
 import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/utils"
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/httplimit/adapt"
 )
 
 // New returns a Fiber handler that rate-limits requests with gate, built
-// and validated once with core.NewGate (routes keyed by c.Route().Path,
+// and validated once with gate.New (routes keyed by c.Route().Path,
 // "METHOD /path/:param" or "/path/:param"; cost function; header style;
 // anonymous callers, keyed by c.IP(): when Config.ProxyHeader is set, also
 // set EnableTrustedProxyCheck and TrustedProxies, or a client can choose
@@ -36,21 +37,21 @@ import (
 // A nil gate does not panic: every request is answered as misconfigured
 // (500 with a fixed problem+json body, by the deny handler), the cause
 // reported to the error handler only.
-func New(gate *core.Gate, opts ...Option) fiber.Handler {
-	c := adapt.New(gate, DefaultDenyHandler, opts)
+func New(g *gate.Gate, opts ...Option) fiber.Handler {
+	c := adapt.New(g, DefaultDenyHandler, opts)
 	return func(fc *fiber.Ctx) error {
 		if c.Skipped(fc) {
 			return fc.Next()
 		}
 		pattern := c.Pattern(fc, fc.Route().Path) // the app's own string: safe to keep
-		v := c.Decide(fc.UserContext(), fc, core.Endpoint{Method: method(fc.Method()), Pattern: pattern, ClientIP: utils.CopyString(fc.IP())})
+		v := c.Decide(fc.UserContext(), fc, gate.Endpoint{Method: method(fc.Method()), Pattern: pattern, ClientIP: utils.CopyString(fc.IP())})
 		for _, h := range v.Headers {
 			fc.Set(h.Name, h.Value)
 		}
 		if v.Proceed {
 			defer v.Done() // frees a concurrency slot and settles the reported cost, panics included
 			if ctx, ok := v.CostContext(fc.UserContext()); ok {
-				fc.SetUserContext(ctx) // the handler may core.ReportCost(c.UserContext(), n)
+				fc.SetUserContext(ctx) // the handler may gate.ReportCost(c.UserContext(), n)
 			}
 			return fc.Next()
 		}
@@ -76,13 +77,13 @@ func method(m string) string {
 // SetTenant stores the verified tenant t for the limiter, in the request's
 // user context (c.SetUserContext). Call it in the authentication
 // middleware, after the credential has been verified.
-func SetTenant(c *fiber.Ctx, t core.Tenant) {
-	c.SetUserContext(core.ContextWithTenant(c.UserContext(), t))
+func SetTenant(c *fiber.Ctx, t quota.Tenant) {
+	c.SetUserContext(gate.ContextWithTenant(c.UserContext(), t))
 }
 
 // DefaultDenyHandler writes core's answer: v.Status with the RFC 9457
 // problem+json body.
-func DefaultDenyHandler(c *fiber.Ctx, v core.Verdict) error {
+func DefaultDenyHandler(c *fiber.Ctx, v gate.Verdict) error {
 	c.Status(v.Status).Set(fiber.HeaderContentType, v.ContentType)
 	return c.Send(v.Body)
 }

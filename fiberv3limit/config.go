@@ -2,17 +2,17 @@ package fiberv3limit
 
 import (
 	"github.com/gofiber/fiber/v3"
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/httplimit/adapt"
 )
 
 // Option configures the handler. Options are applied in order; a nil
 // Option, and an option given a nil value, is ignored. Everything core
 // decides (routes, default route, cost function, header style, anonymous
-// callers, clock) is configured on the core.Gate instead.
+// callers, clock) is configured on the gate.Gate instead.
 type Option func(*config)
 
-type config = adapt.Config[fiber.Ctx, func(fiber.Ctx, core.Verdict) error]
+type config = adapt.Config[fiber.Ctx, func(fiber.Ctx, gate.Verdict) error]
 
 // WithRouteFunc sets how a request's class and cost are named from the
 // fiber.Ctx (c.Params values, a local the authentication middleware set),
@@ -20,7 +20,7 @@ type config = adapt.Config[fiber.Ctx, func(fiber.Ctx, core.Verdict) error]
 // falls back to them). It must not keep the context or strings from it.
 // Its answer is held to the route table's rules: a bad one is answered as
 // a misconfiguration. Default: none. nil is ignored.
-func WithRouteFunc(f func(fiber.Ctx) (core.Route, bool)) Option {
+func WithRouteFunc(f func(fiber.Ctx) (gate.Route, bool)) Option {
 	return adapt.RouteFunc[Option](f)
 }
 
@@ -41,7 +41,7 @@ func WithPatternFunc(f func(c fiber.Ctx) string) Option { return adapt.PatternFu
 // writing (a *fiber.Error such as fiber.ErrTooManyRequests), which the
 // app's ErrorHandler renders. Default: DefaultDenyHandler (core's RFC 9457
 // problem+json, the body every tollgate adapter writes). nil is ignored.
-func WithDenyHandler(f func(c fiber.Ctx, v core.Verdict) error) Option {
+func WithDenyHandler(f func(c fiber.Ctx, v gate.Verdict) error) Option {
 	return adapt.DenyHandler[Option](f)
 }
 

@@ -15,7 +15,7 @@
 //
 //	app := fiber.New()
 //	app.Use(authenticate) // calls fiberv3limit.SetTenant(c, tenant) after verifying the credential
-//	gate, err := core.NewGate(lim, core.WithRoutes(core.Routes{
+//	gate, err := gate.New(lim, gate.WithRoutes(gate.Routes{
 //		"POST /v1/reports/export": {Class: "export", Cost: 5},
 //	}))
 //	if err != nil { ... } // a bad route table, named

@@ -5,6 +5,8 @@ import (
 	"github.com/gofiber/fiber/v3/middleware/recover"
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/fiberv3limit"
 )
 
@@ -20,11 +22,11 @@ func authenticate(c fiber.Ctx) error {
 	return c.Next()
 }
 
-func verify(string) (core.Tenant, bool) { return core.Tenant{ID: "t42", Tier: "free"}, true }
+func verify(string) (quota.Tenant, bool) { return quota.Tenant{ID: "t42", Tier: "free"}, true }
 
 func Example() {
-	resolver, _ := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{
-		"free": {Classes: map[string]core.Quota{
+	resolver, _ := quota.NewResolver(quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{
+		"free": {Classes: map[string]quota.Quota{
 			"default": {Capacity: 20, RefillPerSecond: 2},
 			"export":  {Capacity: 10, RefillPerSecond: 0.1},
 		}},
@@ -35,13 +37,13 @@ func Example() {
 	app.Use(recover.New())
 	app.Get("/healthz", func(c fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) }) // no auth, no limit
 	// the gate is built, and its configuration checked, once
-	gate, err := core.NewGate(lim, core.WithRoutes(core.Routes{
+	g, err := gate.New(lim, gate.WithRoutes(gate.Routes{
 		"POST /v1/reports/export": {Class: "export", Cost: 5},
 	}))
 	if err != nil {
 		panic(err)
 	}
-	limit := fiberv3limit.New(gate)
+	limit := fiberv3limit.New(g)
 	v1 := app.Group("/v1", authenticate)
 	v1.Get("/profile", limit, func(c fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
 	v1.Post("/reports/export", limit, func(c fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })

@@ -3,12 +3,13 @@ package fiberv3limit
 import (
 	"github.com/gofiber/fiber/v3"
 	"github.com/gofiber/utils/v2"
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/httplimit/adapt"
 )
 
 // New returns a Fiber v3 handler that rate-limits requests with gate,
-// built and validated once with core.NewGate (routes keyed by
+// built and validated once with gate.New (routes keyed by
 // c.Route().Path, "METHOD /path/:param" or "/path/:param"; cost function;
 // header style; anonymous callers, keyed by c.IP(): when
 // Config.ProxyHeader is set, also set Config.TrustProxy and
@@ -36,20 +37,20 @@ import (
 // A nil gate does not panic: every request is answered as misconfigured
 // (500 with a fixed problem+json body, by the deny handler), the cause
 // reported to the error handler only.
-func New(gate *core.Gate, opts ...Option) fiber.Handler {
-	c := adapt.New(gate, DefaultDenyHandler, opts)
+func New(g *gate.Gate, opts ...Option) fiber.Handler {
+	c := adapt.New(g, DefaultDenyHandler, opts)
 	return func(fc fiber.Ctx) error {
 		if c.Skipped(fc) {
 			return fc.Next()
 		}
-		v := c.Decide(fc.Context(), fc, core.Endpoint{Method: fc.Method(), Pattern: c.Pattern(fc, fc.Route().Path), ClientIP: utils.CopyString(fc.IP())})
+		v := c.Decide(fc.Context(), fc, gate.Endpoint{Method: fc.Method(), Pattern: c.Pattern(fc, fc.Route().Path), ClientIP: utils.CopyString(fc.IP())})
 		for _, h := range v.Headers {
 			fc.Set(h.Name, h.Value)
 		}
 		if v.Proceed {
 			defer v.Done() // frees a concurrency slot and settles the reported cost, panics included
 			if ctx, ok := v.CostContext(fc.Context()); ok {
-				fc.SetContext(ctx) // the handler may core.ReportCost(c.Context(), n)
+				fc.SetContext(ctx) // the handler may gate.ReportCost(c.Context(), n)
 			}
 			return fc.Next()
 		}
@@ -58,16 +59,16 @@ func New(gate *core.Gate, opts ...Option) fiber.Handler {
 }
 
 // SetTenant stores the verified tenant t for the limiter in the request's
-// context (c.SetContext(core.ContextWithTenant(c.Context(), t))). Call it
+// context (c.SetContext(gate.ContextWithTenant(c.Context(), t))). Call it
 // in the authentication middleware, after the credential has been
-// verified; handlers read it back with core.TenantFromContext(c.Context()).
-func SetTenant(c fiber.Ctx, t core.Tenant) {
-	c.SetContext(core.ContextWithTenant(c.Context(), t))
+// verified; handlers read it back with gate.TenantFromContext(c.Context()).
+func SetTenant(c fiber.Ctx, t quota.Tenant) {
+	c.SetContext(gate.ContextWithTenant(c.Context(), t))
 }
 
 // DefaultDenyHandler writes core's answer: v.Status with the RFC 9457
 // problem+json body.
-func DefaultDenyHandler(c fiber.Ctx, v core.Verdict) error {
+func DefaultDenyHandler(c fiber.Ctx, v gate.Verdict) error {
 	c.Set(fiber.HeaderContentType, v.ContentType)
 	return c.Status(v.Status).Send(v.Body)
 }

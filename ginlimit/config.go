@@ -2,24 +2,24 @@ package ginlimit
 
 import (
 	"github.com/gin-gonic/gin"
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/httplimit/adapt"
 )
 
 // Option configures the middleware. Options are applied in order; a nil
 // Option, and an option given a nil value, is ignored. Everything core
 // decides (routes, default route, cost function, header style, anonymous
-// callers, clock) is configured on the core.Gate instead.
+// callers, clock) is configured on the gate.Gate instead.
 type Option func(*config)
 
-type config = adapt.Config[*gin.Context, func(*gin.Context, core.Verdict)]
+type config = adapt.Config[*gin.Context, func(*gin.Context, gate.Verdict)]
 
 // WithRouteFunc sets how a request's class and cost are named from the
 // *gin.Context (c.Param values, a key the authentication middleware set),
 // consulted before the gate's cost function and route table (ok false
 // falls back to them). Its answer is held to the route table's rules: a
 // bad one is answered as a misconfiguration. Default: none. nil is ignored.
-func WithRouteFunc(f func(*gin.Context) (core.Route, bool)) Option {
+func WithRouteFunc(f func(*gin.Context) (gate.Route, bool)) Option {
 	return adapt.RouteFunc[Option](f)
 }
 
@@ -31,7 +31,7 @@ func WithSkipper(f func(*gin.Context) bool) Option { return adapt.Skipper[Option
 // 503, 401, 400; 500 when misconfigured). The rate-limit headers are
 // already set, and the chain is already aborted. Default:
 // DefaultDenyHandler (core's RFC 9457 problem+json). nil is ignored.
-func WithDenyHandler(f func(c *gin.Context, v core.Verdict)) Option {
+func WithDenyHandler(f func(c *gin.Context, v gate.Verdict)) Option {
 	return adapt.DenyHandler[Option](f)
 }
 

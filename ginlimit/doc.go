@@ -7,11 +7,11 @@
 // ([github.com/tollgate-go/tollgate/conformance]).
 //
 // Wiring: authentication first (it stores the verified tenant in the
-// request context with core.ContextWithTenant), then the limiter:
+// request context with gate.ContextWithTenant), then the limiter:
 //
 //	r := gin.New()
 //	_ = r.SetTrustedProxies(nil) // or your proxies: c.ClientIP() keys anonymous callers
-//	gate, err := core.NewGate(lim, core.WithRoutes(core.Routes{
+//	gate, err := gate.New(lim, gate.WithRoutes(gate.Routes{
 //		"POST /v1/reports/export": {Class: "export", Cost: 5},
 //		"/healthz":                {Exempt: true},
 //	}))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"google.golang.org/grpc/codes"
 )
 
@@ -14,14 +15,14 @@ const defaultDomain = "tollgate.dev"
 // Option configures the server interceptors. Options are applied in order;
 // a nil Option, and an option given a nil value, is ignored. Everything
 // core decides (the method table, default route, cost function, header
-// style, anonymous callers, clock) is configured on the core.Gate instead.
+// style, anonymous callers, clock) is configured on the gate.Gate instead.
 type Option func(*config)
 
 type config struct {
 	filters    []func(ctx context.Context, fullMethod string) bool
 	deniedCode codes.Code
 	domain     string
-	message    *core.Route
+	message    *gate.Route
 	onError    func(ctx context.Context, fullMethod string, err error)
 }
 
@@ -40,7 +41,7 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: grpclimit: WithDeniedCode: must be ResourceExhausted or Unavailable, got %v", core.ErrInvalidConfig, c.deniedCode)
 	}
 	if c.message != nil {
-		if err := (core.Routes{"message cost": *c.message}).Validate(); err != nil {
+		if err := (gate.Routes{"message cost": *c.message}).Validate(); err != nil {
 			return fmt.Errorf("grpclimit: WithMessageCost: %w", err)
 		}
 	}
@@ -84,7 +85,7 @@ func WithDomain(domain string) Option {
 // the handler should return. A class or cost the route table would refuse
 // is a misconfiguration. Default: messages are not charged.
 func WithMessageCost(class string, cost int64) Option {
-	return func(c *config) { c.message = &core.Route{Class: class, Cost: cost} }
+	return func(c *config) { c.message = &gate.Route{Class: class, Cost: cost} }
 }
 
 // WithErrorHandler sets a hook that receives the limiter's errors (store

@@ -5,13 +5,13 @@
 //
 // # Server
 //
-// [UnaryServerInterceptor] and [StreamServerInterceptor] take a core.Gate,
-// built and validated once with core.NewGate, and go after the
+// [UnaryServerInterceptor] and [StreamServerInterceptor] take a gate.Gate,
+// built and validated once with gate.New, and go after the
 // authentication interceptor, which stores the verified tenant with
-// core.ContextWithTenant. Metadata the client sets is never a tenant
+// gate.ContextWithTenant. Metadata the client sets is never a tenant
 // source.
 //
-//	gate, err := core.NewGate(lim, core.WithRoutes(core.Routes{
+//	gate, err := gate.New(lim, gate.WithRoutes(gate.Routes{
 //		"/reports.v1.Reports/Export": {Class: "export", Cost: 10},
 //	}))
 //	if err != nil { ... } // a bad method table, named
@@ -30,14 +30,14 @@
 //   - Allowed (or shadow-denied, core.WithShadow): the handler runs; the
 //     header metadata carries ratelimit and ratelimit-policy (IETF draft-11
 //     values) and x-ratelimit-limit/-remaining/-reset, as selected by
-//     core.WithHeaderStyle.
+//     gate.WithHeaderStyle.
 //   - Denied: codes.ResourceExhausted ([WithDeniedCode]: Unavailable), the
 //     handler not called, with status details: one errdetails.ErrorInfo
 //     (Reason "RATE_LIMIT_EXCEEDED", Domain "tollgate.dev" ([WithDomain]),
 //     Metadata policy, limit, remaining, cost and reason), one
 //     errdetails.RetryInfo with the exact delay (not rounded), and one
 //     errdetails.QuotaFailure whose violation's Subject is
-//     core.Tenant.Subject ("tenant:<escaped id>"). The trailers carry the
+//     quota.Tenant.Subject ("tenant:<escaped id>"). The trailers carry the
 //     rate-limit values, retry-after (whole seconds, at least 1) and
 //     grpc-retry-pushback-ms (the delay in milliseconds, rounded up).
 //     Nothing is sent before the status, so the response is Trailers-Only:
@@ -59,7 +59,7 @@
 //     with no rate-limit metadata; fail-closed answers codes.Unavailable
 //     with no details, never ResourceExhausted.
 //   - No tenant in the context: codes.Unauthenticated, unless
-//     core.WithAnonymous keys such callers by their peer IP.
+//     gate.WithAnonymous keys such callers by their peer IP.
 //   - An invalid request (a tenant ID core cannot key): InvalidArgument.
 //   - A misconfiguration (a nil gate, a bad option, a cost function's bad
 //     route): codes.Internal with the fixed message "The rate limiter is

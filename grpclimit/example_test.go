@@ -6,6 +6,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/core/retry"
 	"github.com/tollgate-go/tollgate/grpclimit"
 	"google.golang.org/grpc"
@@ -16,7 +18,7 @@ import (
 // auth stands for your authentication interceptor: after verifying the
 // caller's token it stores the tenant in the context.
 func auth(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	return h(core.ContextWithTenant(ctx, core.Tenant{ID: "acme", Tier: "pro"}), req)
+	return h(gate.ContextWithTenant(ctx, quota.Tenant{ID: "acme", Tier: "pro"}), req)
 }
 
 // A server whose exports cost 10 tokens of their own class, with the
@@ -24,8 +26,8 @@ func auth(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHan
 // ResourceExhausted.
 func ExampleUnaryServerInterceptor() {
 	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
-	res, err := core.NewResolver(core.Tiers{Default: "pro", Tiers: map[string]core.Tier{
-		"pro": {Classes: map[string]core.Quota{"default": core.PerSecond(50), "export": core.PerMinute(60)}},
+	res, err := quota.NewResolver(quota.Tiers{Default: "pro", Tiers: map[string]quota.Tier{
+		"pro": {Classes: map[string]quota.Quota{"default": quota.PerSecond(50), "export": quota.PerMinute(60)}},
 	}})
 	if err != nil {
 		panic(err)
@@ -35,7 +37,7 @@ func ExampleUnaryServerInterceptor() {
 		panic(err)
 	}
 	// the gate is built, and its configuration checked, once
-	gate, err := core.NewGate(lim, core.WithRoutes(core.Routes{
+	g, err := gate.New(lim, gate.WithRoutes(gate.Routes{
 		"/reports.v1.Reports/Export":   {Class: "export", Cost: 10},
 		"/grpc.health.v1.Health/Check": {Exempt: true},
 	}))
@@ -43,9 +45,9 @@ func ExampleUnaryServerInterceptor() {
 		panic(err) // a bad route table, named
 	}
 	srv := grpc.NewServer(
-		grpc.ChainUnaryInterceptor(auth, grpclimit.UnaryServerInterceptor(gate, grpclimit.WithDeniedCode(codes.Unavailable))),
+		grpc.ChainUnaryInterceptor(auth, grpclimit.UnaryServerInterceptor(g, grpclimit.WithDeniedCode(codes.Unavailable))),
 		// after your stream auth interceptor
-		grpc.ChainStreamInterceptor(grpclimit.StreamServerInterceptor(gate, grpclimit.WithDeniedCode(codes.Unavailable))),
+		grpc.ChainStreamInterceptor(grpclimit.StreamServerInterceptor(g, grpclimit.WithDeniedCode(codes.Unavailable))),
 	)
 	_ = srv // register services, then srv.Serve(listener)
 }

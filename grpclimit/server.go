@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/render"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -47,15 +50,15 @@ const misconfiguredMessage = "The rate limiter is misconfigured."
 // err, when set, is a misconfiguration: every call is answered Internal
 // with the fixed message, err reported to the error handler.
 type interceptors struct {
-	gate *core.Gate
+	gate *gate.Gate
 	cfg  config
 	err  error
 }
 
-func newInterceptors(gate *core.Gate, opts []Option) *interceptors {
-	i := &interceptors{gate: gate, cfg: newConfig(opts)}
-	if gate == nil {
-		i.err = fmt.Errorf("%w: grpclimit: nil *core.Gate (build one with core.NewGate)", core.ErrInvalidConfig)
+func newInterceptors(g *gate.Gate, opts []Option) *interceptors {
+	i := &interceptors{gate: g, cfg: newConfig(opts)}
+	if g == nil {
+		i.err = fmt.Errorf("%w: grpclimit: nil *gate.Gate (build one with gate.New)", core.ErrInvalidConfig)
 	} else {
 		i.err = i.cfg.validate()
 	}
@@ -63,10 +66,10 @@ func newInterceptors(gate *core.Gate, opts []Option) *interceptors {
 }
 
 // UnaryServerInterceptor limits unary calls with gate, built and validated
-// once with core.NewGate (the method table keyed by full method, cost
+// once with gate.New (the method table keyed by full method, cost
 // function, header style, anonymous callers keyed by the peer IP): it finds
 // the tenant that an earlier (authentication) interceptor stored with
-// core.ContextWithTenant, charges the method's class and cost, and either
+// gate.ContextWithTenant, charges the method's class and cost, and either
 // calls the handler with the rate-limit values in header metadata, or
 // answers the denial (see the package documentation) without calling it.
 //
@@ -74,16 +77,16 @@ func newInterceptors(gate *core.Gate, opts []Option) *interceptors {
 // ResourceExhausted or Unavailable, a bad WithMessageCost) does not panic:
 // every call then fails with codes.Internal and a fixed message, the cause
 // reported to the error handler only, never to the client.
-func UnaryServerInterceptor(gate *core.Gate, opts ...Option) grpc.UnaryServerInterceptor {
-	return newInterceptors(gate, opts).unary()
+func UnaryServerInterceptor(g *gate.Gate, opts ...Option) grpc.UnaryServerInterceptor {
+	return newInterceptors(g, opts).unary()
 }
 
 // StreamServerInterceptor limits streams with gate: each stream is charged
 // once when it opens, before the handler runs, and with [WithMessageCost]
 // each message a client or bidi stream receives is charged too. See
 // [UnaryServerInterceptor] for the rest, including misconfigurations.
-func StreamServerInterceptor(gate *core.Gate, opts ...Option) grpc.StreamServerInterceptor {
-	return newInterceptors(gate, opts).stream()
+func StreamServerInterceptor(g *gate.Gate, opts ...Option) grpc.StreamServerInterceptor {
+	return newInterceptors(g, opts).stream()
 }
 
 // misconfigured reports i.err and returns the fixed Internal answer.
@@ -112,7 +115,7 @@ func (i *interceptors) unary() grpc.UnaryServerInterceptor {
 		if md := headerMD(v.Headers); md != nil {
 			_ = grpc.SetHeader(ctx, md)
 		}
-		ctx, _ = v.CostContext(ctx) // the handler may core.ReportCost its actual cost; Done settles it
+		ctx, _ = v.CostContext(ctx) // the handler may gate.ReportCost its actual cost; Done settles it
 		return handler(ctx, req)
 	}
 }
@@ -141,7 +144,7 @@ func (i *interceptors) stream() grpc.StreamServerInterceptor {
 			}
 		}
 		if cctx, ok := v.CostContext(ctx); ok {
-			ss = &costStream{ServerStream: ss, ctx: cctx} // the handler may core.ReportCost(ss.Context(), n) before it returns
+			ss = &costStream{ServerStream: ss, ctx: cctx} // the handler may gate.ReportCost(ss.Context(), n) before it returns
 		}
 		if i.cfg.message != nil && info.IsClientStream && v.Checked {
 			ss = &chargedStream{ServerStream: ss, i: i, method: info.FullMethod, tenant: v.Tenant}
@@ -163,7 +166,7 @@ type chargedStream struct {
 	grpc.ServerStream
 	i      *interceptors
 	method string
-	tenant core.Tenant
+	tenant quota.Tenant
 }
 
 // RecvMsg receives a message and charges it; a denied message is dropped
@@ -181,7 +184,7 @@ func (s *chargedStream) RecvMsg(m any) error {
 // answer reports v's error (WithErrorHandler) and, when v does not
 // proceed, sets the trailer with setTrailer and returns the status error;
 // nil: the call or message proceeds.
-func (i *interceptors) answer(ctx context.Context, method string, v core.Verdict, setTrailer func(metadata.MD)) error {
+func (i *interceptors) answer(ctx context.Context, method string, v gate.Verdict, setTrailer func(metadata.MD)) error {
 	i.report(ctx, method, v)
 	if v.Proceed {
 		return nil
@@ -202,12 +205,12 @@ func (i *interceptors) limited(ctx context.Context, method string) bool {
 }
 
 // endpoint is the call as core sees it. The peer IP is always filled in:
-// the gate uses it only for anonymous callers (core.WithAnonymous).
-func (i *interceptors) endpoint(ctx context.Context, method string) core.Endpoint {
-	return core.Endpoint{Pattern: method, ClientIP: peerIP(ctx)}
+// the gate uses it only for anonymous callers (gate.WithAnonymous).
+func (i *interceptors) endpoint(ctx context.Context, method string) gate.Endpoint {
+	return gate.Endpoint{Pattern: method, ClientIP: peerIP(ctx)}
 }
 
-func (i *interceptors) report(ctx context.Context, method string, v core.Verdict) {
+func (i *interceptors) report(ctx context.Context, method string, v gate.Verdict) {
 	if v.Err != nil && i.cfg.onError != nil {
 		i.cfg.onError(ctx, method, v.Err)
 	}
@@ -233,7 +236,7 @@ func peerIP(ctx context.Context) string {
 }
 
 // headerMD is the rate-limit headers as gRPC metadata (lower-case keys).
-func headerMD(hs []core.Header) metadata.MD {
+func headerMD(hs []render.Header) metadata.MD {
 	if len(hs) == 0 {
 		return nil
 	}
@@ -247,19 +250,19 @@ func headerMD(hs []core.Header) metadata.MD {
 
 // trailer is the trailer metadata of an answer that does not proceed: the
 // rate-limit headers and, for a denial, the pushback.
-func (i *interceptors) trailer(v core.Verdict) metadata.MD {
+func (i *interceptors) trailer(v gate.Verdict) metadata.MD {
 	md := headerMD(v.Headers)
 	if v.Decision.Denied() || v.Decision.Reason == core.ReasonOverloaded {
 		if md == nil {
 			md = metadata.MD{}
 		}
-		md[pushbackKey] = []string{strconv.FormatInt(v.Decision.PushbackMillis(), 10)}
+		md[pushbackKey] = []string{strconv.FormatInt(render.PushbackMillis(v.Decision), 10)}
 	}
 	return md
 }
 
 // statusOf maps a Verdict that does not proceed to a gRPC status.
-func (i *interceptors) statusOf(v core.Verdict) *status.Status {
+func (i *interceptors) statusOf(v gate.Verdict) *status.Status {
 	d := v.Decision
 	switch {
 	case v.Unauthenticated:
@@ -271,7 +274,7 @@ func (i *interceptors) statusOf(v core.Verdict) *status.Status {
 	case d.Reason == core.ReasonOverloaded:
 		// shed: retry later, with a hint (RetryInfo and the pushback trailer)
 		st := status.New(codes.Unavailable, v.Problem.Detail)
-		if withRetry, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(d.PushbackMillis()) * time.Millisecond)}); err == nil {
+		if withRetry, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(render.PushbackMillis(d)) * time.Millisecond)}); err == nil {
 			return withRetry
 		}
 		return st
@@ -289,7 +292,7 @@ func (i *interceptors) statusOf(v core.Verdict) *status.Status {
 // denial is the status of a denied call: the configured code, with one
 // ErrorInfo, one QuotaFailure and, unless the cost can never be met, one
 // RetryInfo with the exact delay.
-func (i *interceptors) denial(v core.Verdict) *status.Status {
+func (i *interceptors) denial(v gate.Verdict) *status.Status {
 	d := v.Decision
 	st := status.New(i.cfg.deniedCode, v.Problem.Detail)
 	details := make([]protoadapt.MessageV1, 0, 3)

@@ -3,19 +3,19 @@ package httplimit
 import (
 	"net/http"
 
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/httplimit/adapt"
 )
 
 // Option configures the middleware. Options are applied in order; a nil
 // Option, and an option given a nil value, is ignored. Everything core
 // decides (routes, default route, cost function, header style, anonymous
-// callers, clock) is configured on the core.Gate instead.
+// callers, clock) is configured on the gate.Gate instead.
 type Option func(*config)
 
 type (
 	config      = adapt.Config[*http.Request, denyHandler]
-	denyHandler = func(http.ResponseWriter, *http.Request, core.Verdict)
+	denyHandler = func(http.ResponseWriter, *http.Request, gate.Verdict)
 )
 
 // WithRouteFunc sets how a request's class and cost are named from the
@@ -23,7 +23,7 @@ type (
 // consulted before the gate's cost function and route table (ok false
 // falls back to them). Its answer is held to the route table's rules: a
 // bad one is answered as a misconfiguration. Default: none. nil is ignored.
-func WithRouteFunc(f func(*http.Request) (core.Route, bool)) Option {
+func WithRouteFunc(f func(*http.Request) (gate.Route, bool)) Option {
 	return adapt.RouteFunc[Option](f)
 }
 
@@ -44,7 +44,7 @@ func WithPatternFunc(f func(*http.Request) string) Option { return adapt.Pattern
 // 503, 401, 400; 500 when misconfigured). The rate-limit headers are
 // already set on w. Default: DefaultDenyHandler (core's RFC 9457
 // problem+json). nil is ignored.
-func WithDenyHandler(f func(w http.ResponseWriter, r *http.Request, v core.Verdict)) Option {
+func WithDenyHandler(f func(w http.ResponseWriter, r *http.Request, v gate.Verdict)) Option {
 	return adapt.DenyHandler[Option](f)
 }
 
@@ -60,12 +60,12 @@ func WithErrorHandler(f func(r *http.Request, err error)) Option {
 
 // WithCostHeader names a response header (such as "Tollgate-Cost") in which
 // the handler may report the request's actual cost, a decimal integer, as
-// an alternative to core.ReportCost on the request's context: the
+// an alternative to gate.ReportCost on the request's context: the
 // middleware reads and removes it before the response header is written
 // (at the first WriteHeader, Write or Flush, or when the handler returns),
 // so the client never sees it, and the request's reservation is settled to
 // that cost when the handler returns. A value that is not an integer from 0
-// to core.MaxCost is removed and ignored (the estimate, or an earlier
+// to quota.MaxCost is removed and ignored (the estimate, or an earlier
 // ReportCost, stands) and reported to the error handler. With it the
 // handler's ResponseWriter is wrapped (Flush and http.ResponseController
 // reach the original; a type assertion to http.Hijacker does not). Default:

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 )
 
 // costWriter takes the handler's cost header (WithCostHeader) off the
@@ -32,7 +33,7 @@ func (w *costWriter) take() {
 	h.Del(w.c.CostHeader)
 	n, err := strconv.ParseInt(strings.TrimSpace(vs[len(vs)-1]), 10, 64)
 	if err == nil {
-		err = core.ReportCost(w.r.Context(), n)
+		err = gate.ReportCost(w.r.Context(), n)
 	}
 	if err != nil && w.c.OnError != nil {
 		w.c.OnError(w.r, fmt.Errorf("%w: response header %s: %w", core.ErrInvalidRequest, w.c.CostHeader, err))

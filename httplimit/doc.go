@@ -7,12 +7,12 @@
 // ([github.com/tollgate-go/tollgate/conformance]).
 //
 // Wiring: authentication first (it stores the verified tenant with
-// core.ContextWithTenant), then the limiter, then the routes:
+// gate.ContextWithTenant), then the limiter, then the routes:
 //
 //	mux := http.NewServeMux()
 //	mux.HandleFunc("GET /v1/profile", profile)
 //	mux.HandleFunc("POST /v1/reports/export", export)
-//	gate, err := core.NewGate(lim, core.WithRoutes(core.Routes{
+//	gate, err := gate.New(lim, gate.WithRoutes(gate.Routes{
 //		"POST /v1/reports/export": {Class: "export", Cost: 5},
 //		"/healthz":                {Exempt: true},
 //	}))

@@ -5,6 +5,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/httplimit"
 )
 
@@ -15,17 +17,17 @@ func authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tenant, ok := verify(r.Header.Get("Authorization"))
 		if ok {
-			r = r.WithContext(core.ContextWithTenant(r.Context(), tenant))
+			r = r.WithContext(gate.ContextWithTenant(r.Context(), tenant))
 		}
 		next.ServeHTTP(w, r)
 	})
 }
 
-func verify(string) (core.Tenant, bool) { return core.Tenant{ID: "t42", Tier: "free"}, true }
+func verify(string) (quota.Tenant, bool) { return quota.Tenant{ID: "t42", Tier: "free"}, true }
 
 func Example() {
-	resolver, _ := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{
-		"free": {Classes: map[string]core.Quota{
+	resolver, _ := quota.NewResolver(quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{
+		"free": {Classes: map[string]quota.Quota{
 			"default": {Capacity: 20, RefillPerSecond: 2},
 			"export":  {Capacity: 10, RefillPerSecond: 0.1},
 		}},
@@ -38,13 +40,13 @@ func Example() {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {})
 
 	// the gate is built, and its configuration checked, once
-	gate, err := core.NewGate(lim, core.WithRoutes(core.Routes{
+	g, err := gate.New(lim, gate.WithRoutes(gate.Routes{
 		"POST /v1/reports/export": {Class: "export", Cost: 5},
 		"/healthz":                {Exempt: true},
 	}))
 	if err != nil {
 		panic(err)
 	}
-	limit := httplimit.Middleware(gate)
+	limit := httplimit.Middleware(g)
 	_ = http.ListenAndServe(":8080", authenticate(limit(mux)))
 }

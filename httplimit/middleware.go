@@ -5,14 +5,14 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/httplimit/adapt"
 )
 
 // Middleware returns net/http middleware that rate-limits requests with
-// gate, built and validated once with core.NewGate (routes, cost function,
+// gate, built and validated once with gate.New (routes, cost function,
 // header style, anonymous callers). Mount it after the authentication
-// middleware, which stores the verified tenant with core.ContextWithTenant:
+// middleware, which stores the verified tenant with gate.ContextWithTenant:
 // the tenant is read from the request's context, never from a header.
 //
 // For each request: skip (WithSkipper)? Otherwise find the route template
@@ -26,8 +26,8 @@ import (
 // A nil gate does not panic: every request is answered as misconfigured
 // (500 with a fixed problem+json body), the cause reported to the error
 // handler only.
-func Middleware(gate *core.Gate, opts ...Option) func(http.Handler) http.Handler {
-	c := adapt.New(gate, DefaultDenyHandler, opts)
+func Middleware(g *gate.Gate, opts ...Option) func(http.Handler) http.Handler {
+	c := adapt.New(g, DefaultDenyHandler, opts)
 	return func(next http.Handler) http.Handler {
 		mux, _ := next.(*http.ServeMux)
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -36,12 +36,12 @@ func Middleware(gate *core.Gate, opts ...Option) func(http.Handler) http.Handler
 				return
 			}
 			pattern, unmatched := patternOf(c, r, mux)
-			v := c.Decide(r.Context(), r, core.Endpoint{Method: r.Method, Pattern: pattern, ClientIP: clientIP(r), Unmatched: unmatched})
+			v := c.Decide(r.Context(), r, gate.Endpoint{Method: r.Method, Pattern: pattern, ClientIP: clientIP(r), Unmatched: unmatched})
 			adapt.SetHeaders(w.Header(), v.Headers)
 			if v.Proceed {
 				defer v.Done() // frees a concurrency slot and settles the reported cost, panics included
 				if ctx, ok := v.CostContext(r.Context()); ok {
-					r = r.WithContext(ctx) // the handler may core.ReportCost its actual cost
+					r = r.WithContext(ctx) // the handler may gate.ReportCost its actual cost
 					if c.CostHeader != "" {
 						cw := &costWriter{ResponseWriter: w, c: c, r: r}
 						defer cw.take() // before Done: a handler that wrote nothing
@@ -58,7 +58,7 @@ func Middleware(gate *core.Gate, opts ...Option) func(http.Handler) http.Handler
 
 // DefaultDenyHandler writes core's answer: v.Status with the RFC 9457
 // problem+json body.
-func DefaultDenyHandler(w http.ResponseWriter, _ *http.Request, v core.Verdict) {
+func DefaultDenyHandler(w http.ResponseWriter, _ *http.Request, v gate.Verdict) {
 	w.Header().Set("Content-Type", v.ContentType)
 	w.WriteHeader(v.Status)
 	_, _ = w.Write(v.Body)

@@ -11,6 +11,7 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -18,7 +19,7 @@ import (
 // ruleDescriptor is one request descriptor matched against the rules.
 type ruleDescriptor struct {
 	r       *rule // nil: no rule (unmatched, replaced)
-	tenant  core.Tenant
+	tenant  quota.Tenant
 	class   string
 	cost    int64
 	invalid string
@@ -122,7 +123,7 @@ func (s *Server) shouldRateLimitRules(ctx context.Context, req *rlsv3.RateLimitR
 const maxClassesPerCall = 16
 
 type groupKey struct {
-	t      core.Tenant
+	t      quota.Tenant
 	cost   int64
 	shadow bool
 }
@@ -198,7 +199,7 @@ func (s *Server) readRule(cfg *Config, req *rlsv3.RateLimitRequest, d *ratelimit
 		return out
 	}
 	if r.tenantKey == "" {
-		out.tenant = core.Tenant{ID: bucketID(req.GetDomain(), d, shared)}
+		out.tenant = quota.Tenant{ID: bucketID(req.GetDomain(), d, shared)}
 		out.class = r.class
 		return out
 	}
@@ -238,7 +239,7 @@ func (s *Server) readRule(cfg *Config, req *rlsv3.RateLimitRequest, d *ratelimit
 // bucketID is the hash tag of a rule's bucket: the domain and the
 // descriptor's entries (a share_threshold entry by its wildcard), as the
 // reference's cache key, escaped so that different descriptors never
-// share one; a long one is hashed to fit core.MaxTenantIDLen.
+// share one; a long one is hashed to fit quota.MaxTenantIDLen.
 func bucketID(domain string, d *ratelimitv3.RateLimitDescriptor, shared []string) string {
 	var b strings.Builder
 	b.WriteString(escapeEntry(domain))
@@ -252,7 +253,7 @@ func bucketID(domain string, d *ratelimitv3.RateLimitDescriptor, shared []string
 		b.WriteByte('=')
 		b.WriteString(escapeEntry(v))
 	}
-	if b.Len() <= core.MaxTenantIDLen {
+	if b.Len() <= quota.MaxTenantIDLen {
 		return b.String()
 	}
 	sum := sha256.Sum256([]byte(b.String()))

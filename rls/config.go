@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/render"
 )
 
 // Descriptor entry keys the server reads. Other entries are ignored.
@@ -16,7 +18,7 @@ const (
 	// WithTrustedTier (else, and without it, the resolver's default tier;
 	// the tenant's overrides apply either way).
 	KeyTier = "tier"
-	// KeyClass is the entry holding the class (optional: core.DefaultClass).
+	// KeyClass is the entry holding the class (optional: quota.DefaultClass).
 	KeyClass = "class"
 )
 
@@ -37,7 +39,7 @@ type optionFunc func(*config)
 func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
-	style     core.HeaderStyle
+	style     render.HeaderStyle
 	now       func() time.Time
 	maxCost   int64
 	onError   ErrorHandler
@@ -45,11 +47,11 @@ type config struct {
 	limits    bool
 	shadow    bool
 	trustTier bool
-	tiers     *core.TieredResolver
+	tiers     *quota.TieredResolver
 }
 
 func newConfig(opts []Option) config {
-	c := config{style: core.DefaultHeaderStyle, now: time.Now, maxCost: core.MaxCost}
+	c := config{style: render.DefaultHeaderStyle, now: time.Now, maxCost: quota.MaxCost}
 	for _, o := range opts {
 		if o != nil {
 			o.apply(&c)
@@ -65,16 +67,16 @@ func (c *config) validate() error {
 	if c.rules != nil && (c.trustTier || c.tiers != nil) {
 		return fmt.Errorf("%w: rls: WithTrustedTier and WithTiers are for the tenant mapping, not WithRules (a rule names its tier entry)", core.ErrInvalidConfig)
 	}
-	if c.maxCost < 1 || c.maxCost > core.MaxCost {
-		return fmt.Errorf("%w: rls: max cost must be 1 to %d, got %d", core.ErrInvalidConfig, int64(core.MaxCost), c.maxCost)
+	if c.maxCost < 1 || c.maxCost > quota.MaxCost {
+		return fmt.Errorf("%w: rls: max cost must be 1 to %d, got %d", core.ErrInvalidConfig, int64(quota.MaxCost), c.maxCost)
 	}
 	return nil
 }
 
 // WithHeaderStyle selects the rate-limit header families put in
-// response_headers_to_add, as core.WithHeaderStyle does for the HTTP
-// adapters. Default core.DefaultHeaderStyle.
-func WithHeaderStyle(s core.HeaderStyle) Option {
+// response_headers_to_add, as gate.WithHeaderStyle does for the HTTP
+// adapters. Default render.DefaultHeaderStyle.
+func WithHeaderStyle(s render.HeaderStyle) Option {
 	return optionFunc(func(c *config) { c.style = s })
 }
 
@@ -90,7 +92,7 @@ func WithClock(now func() time.Time) Option {
 }
 
 // WithMaxCost bounds the cost (hits_addend) of one descriptor: a larger one
-// is answered invalid and charges nothing. Default and most core.MaxCost.
+// is answered invalid and charges nothing. Default and most quota.MaxCost.
 func WithMaxCost(n int64) Option {
 	return optionFunc(func(c *config) { c.maxCost = n })
 }
@@ -148,7 +150,7 @@ func WithTrustedTier(on bool) Option {
 // invalid without a check, so that descriptor values never become metric
 // labels or resolver lookups of their own. Without WithRules only (the
 // rules bound their names themselves). nil is ignored.
-func WithTiers(t *core.TieredResolver) Option {
+func WithTiers(t *quota.TieredResolver) Option {
 	return optionFunc(func(c *config) {
 		if t != nil {
 			c.tiers = t

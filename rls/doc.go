@@ -25,7 +25,7 @@
 // quota and the overrides store:
 //
 //	cfg, err := rls.LoadConfig("/etc/ratelimit/config")
-//	rules, err := rls.NewRules(cfg, tiers) // tiers: the services' *core.TieredResolver
+//	rules, err := rls.NewRules(cfg, tiers) // tiers: the services' *quota.TieredResolver
 //	lim, err := core.New(client, rules)
 //	srv, err := rls.New(lim, rls.WithRules(rules))
 //	done := rules.Watch(ctx, "/etc/ratelimit/config", time.Second, logger)

@@ -7,6 +7,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/rls"
 	"google.golang.org/grpc"
 )
@@ -15,8 +16,8 @@ import (
 // options as the services behind the gateway.
 func ExampleNew() {
 	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
-	res, err := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{
-		"free": {Classes: map[string]core.Quota{"default": {Capacity: 20, RefillPerSecond: 2}, "export": core.PerMinute(10)}},
+	res, err := quota.NewResolver(quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{
+		"free": {Classes: map[string]quota.Quota{"default": {Capacity: 20, RefillPerSecond: 2}, "export": quota.PerMinute(10)}},
 	}})
 	if err != nil {
 		log.Fatal(err)

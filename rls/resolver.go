@@ -13,10 +13,11 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // Rules holds the current [Config] of a Server (see [WithRules]) and
-// resolves its buckets: it is the core.Resolver of the limiter given to
+// resolves its buckets: it is the quota.Resolver of the limiter given to
 // [New]. Classes beginning with [ruleClassPrefix] are the rules' own
 // buckets; every other class (a rule's tollgate.class, or a request
 // without a configuration) goes to the tier resolver, tiers and
@@ -24,13 +25,13 @@ import (
 // configuration atomically.
 type Rules struct {
 	cur   atomic.Pointer[Config]
-	tiers *core.TieredResolver
+	tiers *quota.TieredResolver
 }
 
 // NewRules returns Rules over cfg, falling back to tiers for the services'
 // classes. tiers may be nil when no rule names a tenant (tollgate.tenant);
 // such a rule then answers "no quota configured".
-func NewRules(cfg *Config, tiers *core.TieredResolver) (*Rules, error) {
+func NewRules(cfg *Config, tiers *quota.TieredResolver) (*Rules, error) {
 	if cfg == nil {
 		return nil, fmt.Errorf("%w: rls: nil configuration", core.ErrInvalidConfig)
 	}
@@ -52,8 +53,8 @@ func (r *Rules) current() *Config { return r.cur.Load() }
 
 type snapshotKey struct{}
 
-// Buckets implements core.Resolver.
-func (r *Rules) Buckets(ctx context.Context, t core.Tenant, class string) ([]core.Bucket, error) {
+// Buckets implements quota.Resolver.
+func (r *Rules) Buckets(ctx context.Context, t quota.Tenant, class string) ([]quota.Bucket, error) {
 	if !strings.HasPrefix(class, ruleClassPrefix) {
 		if r.tiers == nil {
 			return nil, fmt.Errorf("%w: class %q: no tier file configured", core.ErrResolve, class)
@@ -61,14 +62,14 @@ func (r *Rules) Buckets(ctx context.Context, t core.Tenant, class string) ([]cor
 		return r.tiers.Buckets(ctx, t, class)
 	}
 	if q, ok := overrideQuota(class); ok {
-		return []core.Bucket{{Name: class, Quota: q}}, nil
+		return []quota.Bucket{{Name: class, Quota: q}}, nil
 	}
 	cfg, _ := ctx.Value(snapshotKey{}).(*Config)
 	if cfg == nil {
 		cfg = r.cur.Load()
 	}
 	if ru := cfg.rules[class]; ru != nil && ru.tenantKey == "" && !ru.unlimited && !ru.zero {
-		return []core.Bucket{{Name: class, Quota: ru.quota}}, nil
+		return []quota.Bucket{{Name: class, Quota: ru.quota}}, nil
 	}
 	return nil, fmt.Errorf("%w: no rule has the class %q", core.ErrResolve, class)
 }
@@ -90,19 +91,19 @@ func overrideClass(n uint32, u rlsv3.RateLimitResponse_RateLimit_Unit) string {
 	return overridePrefix + strconv.FormatUint(uint64(n), 10) + "." + strings.ToLower(u.String())
 }
 
-func overrideQuota(class string) (core.Quota, bool) {
+func overrideQuota(class string) (quota.Quota, bool) {
 	rest, ok := strings.CutPrefix(class, overridePrefix)
 	if !ok {
-		return core.Quota{}, false
+		return quota.Quota{}, false
 	}
 	ns, us, ok := strings.Cut(rest, ".")
 	if !ok {
-		return core.Quota{}, false
+		return quota.Quota{}, false
 	}
 	n, err := strconv.ParseUint(ns, 10, 32)
 	u, known := rlsv3.RateLimitResponse_RateLimit_Unit_value[strings.ToUpper(us)]
 	if err != nil || n == 0 || !known {
-		return core.Quota{}, false
+		return quota.Quota{}, false
 	}
 	q, err := unitQuota(uint32(n), rlsv3.RateLimitResponse_RateLimit_Unit(u))
 	return q, err == nil

@@ -14,6 +14,7 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -51,7 +52,7 @@ type ruleNode struct {
 type rule struct {
 	path      string // the reference's full key: domain.key_value.key...
 	class     string // bucket name, ruleClassPrefix...
-	quota     core.Quota
+	quota     quota.Quota
 	limit     *rlsv3.RateLimitResponse_RateLimit // as the reference answers it
 	unlimited bool
 	zero      bool // requests_per_unit 0: every request is over limit
@@ -368,9 +369,9 @@ func (c *Config) rule(file, domain, path string, d yamlDescriptor) (*rule, error
 		}
 		r.tenantKey, r.tierKey, r.tenantClass = t.Tenant, t.Tier, t.Class
 		if r.tenantClass == "" {
-			r.tenantClass = core.DefaultClass
+			r.tenantClass = quota.DefaultClass
 		}
-		if err := core.ValidateName(r.tenantClass); err != nil {
+		if err := quota.ValidateName(r.tenantClass); err != nil {
 			return nil, configError(file, d.line, "tollgate: class: %v", err)
 		}
 		if strings.HasPrefix(r.tenantClass, ruleClassPrefix) {
@@ -417,12 +418,12 @@ func (c *Config) rule(file, domain, path string, d yamlDescriptor) (*rule, error
 
 // unitQuota is the token bucket of n requests per unit: capacity n, refilled
 // evenly over the unit.
-func unitQuota(n uint32, u rlsv3.RateLimitResponse_RateLimit_Unit) (core.Quota, error) {
+func unitQuota(n uint32, u rlsv3.RateLimitResponse_RateLimit_Unit) (quota.Quota, error) {
 	secs, ok := unitSeconds[u]
 	if !ok {
-		return core.Quota{}, fmt.Errorf("invalid rate limit unit %v", u)
+		return quota.Quota{}, fmt.Errorf("invalid rate limit unit %v", u)
 	}
-	q := core.Quota{Capacity: int64(n), RefillPerSecond: float64(n) / secs}
+	q := quota.Quota{Capacity: int64(n), RefillPerSecond: float64(n) / secs}
 	return q, q.Validate()
 }
 

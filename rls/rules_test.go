@@ -10,6 +10,7 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 func entries(kv ...string) *ratelimitv3.RateLimitDescriptor {
@@ -69,14 +70,14 @@ func TestConfigMatchesAsTheReference(t *testing.T) {
 	}
 	// units and quotas: capacity = requests_per_unit, refilled over the unit
 	r, _ := cfg.match("readme", entries("azure", "x"))
-	if r.quota != (core.Quota{Capacity: 100, RefillPerSecond: 100.0 / 60}) || r.limit.Unit != rlsv3.RateLimitResponse_RateLimit_MINUTE {
+	if r.quota != (quota.Quota{Capacity: 100, RefillPerSecond: 100.0 / 60}) || r.limit.Unit != rlsv3.RateLimitResponse_RateLimit_MINUTE {
 		t.Errorf("azure: %+v %v", r.quota, r.limit)
 	}
 	if r, _ := cfg.match("readme", entries("ldap", "x")); r == nil || !r.unlimited {
 		t.Errorf("ldap: want unlimited, got %+v", r)
 	}
 	for class, ru := range cfg.rules {
-		if err := core.ValidateName(class); err != nil || !strings.HasPrefix(class, ruleClassPrefix) || ru.class != class {
+		if err := quota.ValidateName(class); err != nil || !strings.HasPrefix(class, ruleClassPrefix) || ru.class != class {
 			t.Errorf("class %q: %v", class, err)
 		}
 	}
@@ -89,7 +90,7 @@ func TestBucketIDIsInjectiveAndBounded(t *testing.T) {
 		t.Errorf("%q: two descriptors share a bucket", a)
 	}
 	long := bucketID("d", entries("k", strings.Repeat("x", 1000)), nil)
-	if len(long) > core.MaxTenantIDLen || long == bucketID("d", entries("k", strings.Repeat("x", 999)), nil) {
+	if len(long) > quota.MaxTenantIDLen || long == bucketID("d", entries("k", strings.Repeat("x", 999)), nil) {
 		t.Errorf("long value: %q", long)
 	}
 }
@@ -136,10 +137,10 @@ func TestConfigRefusesWhatTheReferenceRefuses(t *testing.T) {
 func TestGrouperBoundsCallsAndNeverSplitsABucket(t *testing.T) {
 	var gr grouper[string]
 	for i := range 20 {
-		gr.add("t", core.Tenant{ID: "t"}, 1, "c"+string(rune('a'+i)), i)
+		gr.add("t", quota.Tenant{ID: "t"}, 1, "c"+string(rune('a'+i)), i)
 	}
-	gr.add("t", core.Tenant{ID: "t"}, 1, "ca", 20) // a class of the first call again
-	gr.add("u", core.Tenant{ID: "u"}, 1, "ca", 21)
+	gr.add("t", quota.Tenant{ID: "t"}, 1, "ca", 20) // a class of the first call again
+	gr.add("u", quota.Tenant{ID: "u"}, 1, "ca", 21)
 	if len(gr.groups) != 3 || len(gr.groups[0].classes) != maxClassesPerCall || len(gr.groups[1].classes) != 4 {
 		t.Fatalf("groups: %d, classes %d and %d; want 16 + 4 for t, one for u", len(gr.groups), len(gr.groups[0].classes), len(gr.groups[1].classes))
 	}

@@ -11,6 +11,8 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/render"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -40,7 +42,7 @@ func New(lim *core.Limiter, opts ...Option) (*Server, error) {
 
 // descriptor is one request descriptor, read.
 type descriptor struct {
-	tenant core.Tenant
+	tenant quota.Tenant
 	class  string
 	cost   int64
 	// invalid, when set, is why the descriptor cannot be checked.
@@ -50,7 +52,7 @@ type descriptor struct {
 // group is the descriptors of one (tenant, tier, cost), decided in one
 // script call.
 type group struct {
-	tenant  core.Tenant
+	tenant  quota.Tenant
 	cost    int64
 	classes []string // distinct, in first-seen order
 	members []int    // descriptor indexes
@@ -121,12 +123,12 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 // addHeaders adds the headers (and on a denial the body) the HTTP adapters
 // send for d.
 func (s *Server) addHeaders(res *rlsv3.RateLimitResponse, d core.Decision) {
-	for _, h := range d.Headers(s.cfg.style, s.cfg.now()) {
+	for _, h := range render.Headers(d, s.cfg.style, s.cfg.now()) {
 		res.ResponseHeadersToAdd = append(res.ResponseHeadersToAdd, &corev3.HeaderValue{Key: h.Name, Value: h.Value})
 	}
 	if res.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && d.Denied() {
-		res.RawBody = d.Problem().JSON()
-		res.ResponseHeadersToAdd = append(res.ResponseHeadersToAdd, &corev3.HeaderValue{Key: "Content-Type", Value: core.ProblemContentType})
+		res.RawBody = render.ProblemOf(d).JSON()
+		res.ResponseHeadersToAdd = append(res.ResponseHeadersToAdd, &corev3.HeaderValue{Key: "Content-Type", Value: render.ProblemContentType})
 	}
 }
 
@@ -160,7 +162,7 @@ func (s *Server) read(d *ratelimitv3.RateLimitDescriptor, hits uint32, n int) de
 		seen[i] = true
 	}
 	if !seen[2] {
-		out.class = core.DefaultClass
+		out.class = quota.DefaultClass
 	}
 	// as the reference: the descriptor's hits_addend where set, 0 included
 	// (a check that charges nothing), else the request's, at least 1
@@ -177,7 +179,7 @@ func (s *Server) read(d *ratelimitv3.RateLimitDescriptor, hits uint32, n int) de
 		out.invalid = fmt.Sprintf("hits_addend must be 0 to %d, got %d", s.cfg.maxCost, cost)
 	default:
 		// the key scheme validates the tenant ID
-		if err := core.ValidateName(out.class); err != nil {
+		if err := quota.ValidateName(out.class); err != nil {
 			out.invalid = err.Error()
 		} else if _, err := s.lim.Keys().Bucket(out.tenant.ID, out.class); err != nil {
 			out.invalid = err.Error()
@@ -215,7 +217,7 @@ func (s *Server) unknown(tier, class string) string {
 // once.
 func groupDescriptors(descs []descriptor) []*group {
 	type gk struct {
-		t    core.Tenant
+		t    quota.Tenant
 		cost int64
 	}
 	var gr grouper[gk]
@@ -240,7 +242,7 @@ type classOf[K comparable] struct {
 	class string
 }
 
-func (gr *grouper[K]) add(k K, t core.Tenant, cost int64, class string, i int) {
+func (gr *grouper[K]) add(k K, t quota.Tenant, cost int64, class string, i int) {
 	if gr.last == nil {
 		gr.last, gr.of = map[K]*group{}, map[classOf[K]]*group{}
 	}
@@ -286,7 +288,7 @@ func descriptorStatus(g *group, class string) *rlsv3.RateLimitResponse_Descripto
 		// shed: never let through unchecked; Envoy answers 429 and the
 		// client retries after the hint
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT,
-			DurationUntilReset: durationpb.New(time.Duration(d.PushbackMillis()) * time.Millisecond)}
+			DurationUntilReset: durationpb.New(time.Duration(render.PushbackMillis(d)) * time.Millisecond)}
 	case len(d.Buckets) == 0: // failed open: let through unchecked
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 	}
@@ -360,7 +362,7 @@ var units = []struct {
 // currentLimit expresses a bucket's sustained rate in requests per unit: the
 // shortest unit in which the rate is a whole number, else per day, rounded.
 // The burst (capacity) has no field of its own in Envoy's message.
-func currentLimit(name string, q core.Quota) *rlsv3.RateLimitResponse_RateLimit {
+func currentLimit(name string, q quota.Quota) *rlsv3.RateLimitResponse_RateLimit {
 	for _, u := range units {
 		n := q.RefillPerSecond * u.seconds
 		if n >= 1 && math.Abs(n-math.Round(n)) < 1e-9*n {

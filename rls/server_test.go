@@ -8,6 +8,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // current_limit is the sustained rate in the shortest whole unit.
@@ -27,7 +28,7 @@ func TestCurrentLimit(t *testing.T) {
 		{1e12, math.MaxUint32, rlsv3.RateLimitResponse_RateLimit_SECOND},
 	}
 	for _, tc := range cases {
-		l := currentLimit("default", core.Quota{Capacity: 10, RefillPerSecond: tc.rate})
+		l := currentLimit("default", quota.Quota{Capacity: 10, RefillPerSecond: tc.rate})
 		if l.GetRequestsPerUnit() != tc.n || l.GetUnit() != tc.unit || l.GetName() != "default" {
 			t.Errorf("rate %v/s: %v, want %d per %v", tc.rate, l, tc.n, tc.unit)
 		}
@@ -38,7 +39,7 @@ func TestNewValidates(t *testing.T) {
 	if _, err := New(nil); !errors.Is(err, core.ErrInvalidConfig) {
 		t.Errorf("nil limiter: %v", err)
 	}
-	res, err := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{"free": {Classes: map[string]core.Quota{"default": core.PerSecond(1)}}}})
+	res, err := quota.NewResolver(quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{"free": {Classes: map[string]quota.Quota{"default": quota.PerSecond(1)}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,12 +49,12 @@ func TestNewValidates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range []int64{0, -1, core.MaxCost + 1} {
+	for _, n := range []int64{0, -1, quota.MaxCost + 1} {
 		if _, err := New(lim, WithMaxCost(n)); !errors.Is(err, core.ErrInvalidConfig) {
 			t.Errorf("WithMaxCost(%d): %v", n, err)
 		}
 	}
-	if _, err := New(lim, WithMaxCost(core.MaxCost), nil, WithClock(nil), WithErrorHandler(nil)); err != nil {
+	if _, err := New(lim, WithMaxCost(quota.MaxCost), nil, WithClock(nil), WithErrorHandler(nil)); err != nil {
 		t.Errorf("valid options: %v", err)
 	}
 }

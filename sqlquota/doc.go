@@ -1,10 +1,10 @@
 // Package sqlquota keeps per-tenant quota overrides in a SQL database and
-// serves them to core's resolver: it implements [core.Overrides].
+// serves them to core's resolver: it implements [quota.Overrides].
 //
 // Each tenant gets its tier's defaults unless an override row exists for one
 // of its buckets (a class, or "tenant" for the tenant-wide ceiling).
 // Overrides live in the primary database beside tenant metadata, so a sales
-// exception needs no deploy: [core.TieredResolver] caches them per tenant for
+// exception needs no deploy: [quota.TieredResolver] caches them per tenant for
 // its TTL (45 s by default) and picks a change up at the next refresh. A
 // bucket keeps its tokens across a change, clamped to the new capacity.
 //
@@ -13,7 +13,7 @@
 // One row per (tenant_id, bucket); see [Schema] for the exact SQL of each
 // dialect:
 //
-//	tenant_id          TEXT      the tenant (core.Tenant.ID)
+//	tenant_id          TEXT      the tenant (quota.Tenant.ID)
 //	bucket             TEXT      a class name, or "tenant" for the ceiling
 //	capacity           BIGINT    burst, tokens (> 0)
 //	refill_per_second  DOUBLE    sustained rate (> 0)

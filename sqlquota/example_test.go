@@ -7,7 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/sqlquota"
 	_ "modernc.org/sqlite"
 )
@@ -31,7 +31,7 @@ func Example() {
 	// A sales exception: tenant t42 gets a bigger export bucket.
 	_, err = store.Set(ctx, sqlquota.Override{
 		TenantID: "t42", Bucket: "export",
-		Quota:     core.Quota{Capacity: 500, RefillPerSecond: 5},
+		Quota:     quota.Quota{Capacity: 500, RefillPerSecond: 5},
 		UpdatedBy: "alice", Reason: "JIRA-123",
 	})
 	if err != nil {
@@ -39,12 +39,12 @@ func Example() {
 		return
 	}
 
-	tiers := core.Tiers{Default: "free", Tiers: map[string]core.Tier{"free": {Classes: map[string]core.Quota{
+	tiers := quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{"free": {Classes: map[string]quota.Quota{
 		"export": {Capacity: 10, RefillPerSecond: 0.1},
 	}}}}
-	resolver, _ := core.NewResolver(tiers, core.WithOverrides(store))
+	resolver, _ := quota.NewResolver(tiers, quota.WithOverrides(store))
 	for _, id := range []string{"t42", "t7"} {
-		bs, _ := resolver.Buckets(ctx, core.Tenant{ID: id}, "export")
+		bs, _ := resolver.Buckets(ctx, quota.Tenant{ID: id}, "export")
 		fmt.Println(id, bs[0].Quota)
 	}
 	// Output:

@@ -12,7 +12,7 @@ import (
 const SchemaVersion = 2
 
 // The table, one row per (tenant, bucket). The CHECK constraints repeat the
-// rules of core.Quota.Validate that SQL can state, so a row written by hand
+// rules of quota.Quota.Validate that SQL can state, so a row written by hand
 // is refused by the database rather than skipped at load time; the upper
 // bound on the rate also rejects PostgreSQL's NaN and Infinity, which
 // compare greater than every number.
@@ -47,7 +47,7 @@ const sqliteSchema = `CREATE TABLE IF NOT EXISTS %s (
 // concurrencyColumn is the definition of the column added in version 2, in
 // the CREATE TABLE and in the ALTER TABLE that upgrades a version 1 table.
 // It is nullable so that the rows of version 1 keep their meaning: NULL is
-// no concurrency limit. The bound repeats core.MaxConcurrency.
+// no concurrency limit. The bound repeats quota.MaxConcurrency.
 const concurrencyColumn = "BIGINT NULL CHECK (concurrency IS NULL OR (concurrency > 0 AND concurrency <= 100000))"
 
 // Schema returns the SQL that creates the overrides table for dialect, for

@@ -13,6 +13,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/keys"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // DefaultTable is the table overrides are kept in.
@@ -43,7 +45,7 @@ type RowError struct {
 }
 
 func (e *RowError) Error() string {
-	return fmt.Sprintf("sqlquota: the override of tenant %q bucket %q cannot be read: %v", core.EscapeID(e.TenantID), core.EscapeID(e.Bucket), e.Err)
+	return fmt.Sprintf("sqlquota: the override of tenant %q bucket %q cannot be read: %v", keys.EscapeID(e.TenantID), keys.EscapeID(e.Bucket), e.Err)
 }
 
 // Unwrap returns e.Err.
@@ -88,13 +90,13 @@ func ParseDialect(s string) (Dialect, error) {
 // Override is one row: a quota that replaces the tier default of one bucket
 // of one tenant.
 type Override struct {
-	// TenantID is the tenant, as the limiter sees it (core.Tenant.ID).
+	// TenantID is the tenant, as the limiter sees it (quota.Tenant.ID).
 	TenantID string
-	// Bucket is a class name, or core.CeilingBucket ("tenant") for the
+	// Bucket is a class name, or quota.CeilingBucket ("tenant") for the
 	// tenant-wide ceiling.
 	Bucket string
 	// Quota replaces the tier default.
-	Quota core.Quota
+	Quota quota.Quota
 	// ExpiresAt, when not zero, is when the override stops applying; the
 	// tier default serves again from then on.
 	ExpiresAt time.Time
@@ -112,7 +114,7 @@ func (o Override) Expired(now time.Time) bool {
 }
 
 // Store keeps overrides in a SQL table through database/sql and implements
-// [core.Overrides]. It imports no driver: open the *sql.DB with the driver of
+// [quota.Overrides]. It imports no driver: open the *sql.DB with the driver of
 // your choice (pgx's stdlib for PostgreSQL, modernc.org/sqlite for SQLite)
 // and say which dialect it speaks. It is safe for concurrent use.
 type Store struct {
@@ -280,10 +282,10 @@ func checkTenant(id string) error {
 	switch {
 	case id == "":
 		return fmt.Errorf("%w: tenant ID is empty", core.ErrInvalidRequest)
-	case len(id) > core.MaxTenantIDLen:
-		return fmt.Errorf("%w: tenant ID is %d bytes, longer than %d", core.ErrInvalidRequest, len(id), core.MaxTenantIDLen)
+	case len(id) > quota.MaxTenantIDLen:
+		return fmt.Errorf("%w: tenant ID is %d bytes, longer than %d", core.ErrInvalidRequest, len(id), quota.MaxTenantIDLen)
 	case !storable(id):
-		return fmt.Errorf("%w: tenant ID %q is not valid UTF-8 text without NUL bytes, so it cannot have overrides", core.ErrInvalidRequest, core.EscapeID(id))
+		return fmt.Errorf("%w: tenant ID %q is not valid UTF-8 text without NUL bytes, so it cannot have overrides", core.ErrInvalidRequest, keys.EscapeID(id))
 	}
 	return nil
 }
@@ -295,7 +297,7 @@ func (o Override) Validate(now time.Time) error {
 	if err := checkTenant(o.TenantID); err != nil {
 		return err
 	}
-	if err := core.ValidateName(o.Bucket); err != nil {
+	if err := quota.ValidateName(o.Bucket); err != nil {
 		return err
 	}
 	if err := o.Quota.Validate(); err != nil {
@@ -315,13 +317,13 @@ func (o Override) Validate(now time.Time) error {
 	return nil
 }
 
-// Overrides implements [core.Overrides]: the unexpired overrides of
+// Overrides implements [quota.Overrides]: the unexpired overrides of
 // tenantID, by bucket. A row that cannot be read (a [RowError]) or whose
 // quota is not valid (both written by hand) is skipped and logged as a
 // warning naming the tenant and bucket; the tenant's other rows apply. A
 // tenant ID that cannot be stored has no overrides.
-func (s *Store) Overrides(ctx context.Context, tenantID string) (map[string]core.Quota, error) {
-	out := map[string]core.Quota{}
+func (s *Store) Overrides(ctx context.Context, tenantID string) (map[string]quota.Quota, error) {
+	out := map[string]quota.Quota{}
 	if checkTenant(tenantID) != nil {
 		return out, nil
 	}
@@ -336,17 +338,17 @@ func (s *Store) Overrides(ctx context.Context, tenantID string) (map[string]core
 			return nil, fmt.Errorf("sqlquota: load overrides: %w", err)
 		}
 		var bucket string
-		var q core.Quota
+		var q quota.Quota
 		err := errors.Join(readText(cells[0], "bucket", &bucket), readInt(cells[1], "capacity", &q.Capacity),
 			readFloat(cells[2], "refill_per_second", &q.RefillPerSecond), readNullInt(cells[3], "concurrency", &q.Concurrency))
 		if err != nil {
 			s.log.Warn("tollgate: skipping an override row that cannot be read",
-				"table", s.table, "tenant", core.EscapeID(tenantID), "bucket", core.EscapeID(bucket), "err", err)
+				"table", s.table, "tenant", keys.EscapeID(tenantID), "bucket", keys.EscapeID(bucket), "err", err)
 			continue
 		}
 		if err := q.Validate(); err != nil {
 			s.log.Warn("tollgate: skipping an override that cannot be enforced",
-				"table", s.table, "tenant", core.EscapeID(tenantID), "bucket", core.EscapeID(bucket), "err", err)
+				"table", s.table, "tenant", keys.EscapeID(tenantID), "bucket", keys.EscapeID(bucket), "err", err)
 			continue
 		}
 		out[bucket] = q
@@ -359,7 +361,7 @@ func (s *Store) Overrides(ctx context.Context, tenantID string) (map[string]core
 
 // Set writes o (insert or replace), stamping UpdatedAt with the store's
 // clock, and returns the row as stored. It validates o first; the error then
-// wraps core.ErrInvalidRequest or core.ErrInvalidQuota.
+// wraps core.ErrInvalidRequest or quota.ErrInvalid.
 func (s *Store) Set(ctx context.Context, o Override) (Override, error) {
 	now := s.now()
 	if err := o.Validate(now); err != nil {
@@ -395,7 +397,7 @@ func (s *Store) Get(ctx context.Context, tenantID, bucket string) (Override, err
 		return Override{}, bad[0]
 	}
 	if len(list) == 0 {
-		return Override{}, fmt.Errorf("%w: tenant %q bucket %q", ErrNotFound, core.EscapeID(tenantID), core.EscapeID(bucket))
+		return Override{}, fmt.Errorf("%w: tenant %q bucket %q", ErrNotFound, keys.EscapeID(tenantID), keys.EscapeID(bucket))
 	}
 	return list[0], nil
 }
@@ -558,7 +560,7 @@ func (s *Store) Delete(ctx context.Context, tenantID, bucket string) error {
 		return fmt.Errorf("sqlquota: delete override: %w", err)
 	}
 	if n == 0 {
-		return fmt.Errorf("%w: tenant %q bucket %q", ErrNotFound, core.EscapeID(tenantID), core.EscapeID(bucket))
+		return fmt.Errorf("%w: tenant %q bucket %q", ErrNotFound, keys.EscapeID(tenantID), keys.EscapeID(bucket))
 	}
 	return nil
 }

@@ -19,6 +19,8 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/ginlimit"
 	"github.com/ulule/limiter/v3"
 	ulgin "github.com/ulule/limiter/v3/drivers/middleware/gin"
@@ -94,7 +96,7 @@ func mint(secret []byte, tenant string, ttl time.Duration) (string, error) {
 
 // authenticate verifies the bearer token as the examples' Verifier does
 // (HS256 only, expiry required, 5 s leeway) and stores the tenant with
-// core.ContextWithTenant, or answers 401. The examples' verifier lives in
+// gate.ContextWithTenant, or answers 401. The examples' verifier lives in
 // an internal package this module cannot import; this is its core, kept
 // the same so that every configuration pays the same authentication.
 func authenticate(secret []byte) gin.HandlerFunc {
@@ -115,14 +117,14 @@ func authenticate(secret []byte) gin.HandlerFunc {
 			c.AbortWithStatus(http.StatusUnauthorized)
 			return
 		}
-		c.Request = c.Request.WithContext(core.ContextWithTenant(c.Request.Context(), core.Tenant{ID: cl.Tenant, Tier: cl.Tier}))
+		c.Request = c.Request.WithContext(gate.ContextWithTenant(c.Request.Context(), quota.Tenant{ID: cl.Tenant, Tier: cl.Tier}))
 		c.Next()
 	}
 }
 
 // tenantID is the tenant authenticate stored.
 func tenantID(c *gin.Context) string {
-	t, _ := core.TenantFromContext(c.Request.Context())
+	t, _ := gate.TenantFromContext(c.Request.Context())
 	return t.ID
 }
 
@@ -168,8 +170,8 @@ func limiterMiddleware(config string, client *redis.Client, n *counts) (gin.Hand
 	case "one-get":
 		return oneGet(client, n), nop, nil
 	case "tollgate", "tollgate-nobatch", "tollgate-leases":
-		resolver, err := core.NewResolver(core.Tiers{Default: tier, Tiers: map[string]core.Tier{
-			tier: {Classes: map[string]core.Quota{"default": {Capacity: capacity, RefillPerSecond: refill}}},
+		resolver, err := quota.NewResolver(quota.Tiers{Default: tier, Tiers: map[string]quota.Tier{
+			tier: {Classes: map[string]quota.Quota{"default": {Capacity: capacity, RefillPerSecond: refill}}},
 		}})
 		if err != nil {
 			return nil, nop, err
@@ -186,12 +188,12 @@ func limiterMiddleware(config string, client *redis.Client, n *counts) (gin.Hand
 			return nil, nop, err
 		}
 		// the error handler only observes: by default there is none
-		gate, err := core.NewGate(lim)
+		g, err := gate.New(lim)
 		if err != nil {
 			_ = lim.Close()
 			return nil, nop, err
 		}
-		return ginlimit.Middleware(gate, ginlimit.WithErrorHandler(n.onError)), func() { _ = lim.Close() }, nil
+		return ginlimit.Middleware(g, ginlimit.WithErrorHandler(n.onError)), func() { _ = lim.Close() }, nil
 	case "ulule":
 		store, err := ulredis.NewStoreWithOptions(client, limiter.StoreOptions{Prefix: "ulule"})
 		if err != nil {
@@ -228,9 +230,9 @@ func oneGet(client *redis.Client, n *counts) gin.HandlerFunc {
 // redisRate is the minimal Gin middleware a user of redis_rate writes: one
 // Allow per request on the tenant's key, 429 with Retry-After when denied.
 func redisRate(lim *redis_rate.Limiter, n *counts) gin.HandlerFunc {
-	quota := redis_rate.Limit{Rate: refill, Burst: capacity, Period: time.Second}
+	q := redis_rate.Limit{Rate: refill, Burst: capacity, Period: time.Second}
 	return func(c *gin.Context) {
-		res, err := lim.Allow(c.Request.Context(), tenantID(c), quota)
+		res, err := lim.Allow(c.Request.Context(), tenantID(c), q)
 		if err != nil {
 			n.onError(c, err)
 			c.AbortWithStatus(http.StatusServiceUnavailable)
@@ -292,7 +294,7 @@ func serve(config, addr, redisURL string) error {
 		chain = append(chain, limit)
 	}
 	chain = append(chain, func(c *gin.Context) {
-		t, _ := core.TenantFromContext(c.Request.Context())
+		t, _ := gate.TenantFromContext(c.Request.Context())
 		c.JSON(http.StatusOK, struct {
 			Tenant string `json:"tenant"`
 			Tier   string `json:"tier"`

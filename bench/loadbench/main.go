@@ -42,7 +42,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/bench/internal/ints"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/lua"
 )
 
 var (
@@ -129,7 +129,7 @@ func run() error {
 	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
 		fmt.Printf("loadavg-start: %s", la)
 	}
-	sha, err := client.ScriptLoad(ctx, core.ScriptSource()).Result()
+	sha, err := client.ScriptLoad(ctx, lua.TokenBucket()).Result()
 	if err != nil {
 		return err
 	}

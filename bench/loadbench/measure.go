@@ -13,23 +13,24 @@ import (
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // checker makes one decision for tenant i.
 type checker func(ctx context.Context, i int) error
 
 func setup(client *redis.Client, impl, sha, prefix string, tenants int) (checker, func(), error) {
-	ids := make([]core.Tenant, tenants)
+	ids := make([]quota.Tenant, tenants)
 	keys := make([]string, tenants)
 	rrKeys := make([]string, tenants)
 	for i := range ids {
-		ids[i] = core.Tenant{ID: "t" + strconv.Itoa(i)}
+		ids[i] = quota.Tenant{ID: "t" + strconv.Itoa(i)}
 		keys[i] = prefix + ":{t" + strconv.Itoa(i) + "}:default"
 		rrKeys[i] = prefix + "rr:{t" + strconv.Itoa(i) + "}:default"
 	}
-	quota := core.Quota{Capacity: capacity, RefillPerSecond: rate}
-	resolver := core.ResolverFunc(func(context.Context, core.Tenant, string) ([]core.Bucket, error) {
-		return []core.Bucket{{Name: "default", Quota: quota}}, nil
+	q := quota.Quota{Capacity: capacity, RefillPerSecond: rate}
+	resolver := quota.ResolverFunc(func(context.Context, quota.Tenant, string) ([]quota.Bucket, error) {
+		return []quota.Bucket{{Name: "default", Quota: q}}, nil
 	})
 	limiter := func(opts ...core.Option) (checker, func(), error) {
 		opts = append([]core.Option{core.WithPrefix(prefix), core.WithTimeout(5 * time.Second)}, opts...)

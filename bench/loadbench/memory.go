@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 type memResult struct {
@@ -31,22 +32,22 @@ func memory(ctx context.Context, impl string, n int) (memResult, error) {
 	closeWriters := func() { _ = client.Close() }
 	// a fill time of an hour, and each bucket half drained: nothing expires
 	// while memory is measured (redis_rate's TTL is the time to full)
-	quota := core.Quota{Capacity: 36000, RefillPerSecond: 10}
+	q := quota.Quota{Capacity: 36000, RefillPerSecond: 10}
 	const half = 18000
 	var charge func(i int) error
 	var key func(i int) string
 	switch impl {
 	case "tollgate":
 		// "rl:{t0000001}:default"
-		l, err := core.New(client, core.ResolverFunc(func(context.Context, core.Tenant, string) ([]core.Bucket, error) {
-			return []core.Bucket{{Name: "default", Quota: quota}}, nil
+		l, err := core.New(client, quota.ResolverFunc(func(context.Context, quota.Tenant, string) ([]quota.Bucket, error) {
+			return []quota.Bucket{{Name: "default", Quota: q}}, nil
 		}), core.WithPrefix("rl"), core.WithBatching(true), core.WithTimeout(5*time.Second))
 		if err != nil {
 			return memResult{}, err
 		}
 		closeWriters = func() { _ = l.Close(); _ = client.Close() }
 		charge = func(i int) error {
-			_, err := l.Allow(ctx, core.Tenant{ID: fmt.Sprintf("t%07d", i)}, "default", half)
+			_, err := l.Allow(ctx, quota.Tenant{ID: fmt.Sprintf("t%07d", i)}, "default", half)
 			return err
 		}
 		key = func(i int) string { return fmt.Sprintf("rl:{t%07d}:default", i) }

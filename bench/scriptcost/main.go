@@ -44,7 +44,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/bench/internal/svgplot"
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/lua"
 )
 
 // floorScript is loadbench's floor: the least any token bucket kept on the
@@ -100,7 +100,7 @@ func run() error {
 	if *flagCalls < 1 || *flagRounds < 1 {
 		return errors.New("-calls and -rounds must be at least 1")
 	}
-	script := core.ScriptSource()
+	script := lua.TokenBucket()
 	name := "tollgate"
 	if *flagScript != "" {
 		b, err := os.ReadFile(*flagScript)

@@ -16,6 +16,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/config"
+	"github.com/tollgate-go/tollgate/core/keys"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"golang.org/x/term"
 )
 
@@ -149,7 +151,7 @@ func bucketGet(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	var ropts []core.ResolverOption
+	var ropts []quota.Option
 	overridden := map[string]bool{}
 	if e.opts.databaseURL != "" {
 		ov, err := e.storedOverrides(ctx, tenant)
@@ -175,7 +177,7 @@ func bucketGet(ctx context.Context, e *env, args []string) error {
 	}
 	defer svc.Close()
 	lim := svc.Limiter
-	t := core.Tenant{ID: tenant, Tier: tierName}
+	t := quota.Tenant{ID: tenant, Tier: tierName}
 	var rows []bucketRow
 	seen := map[string]bool{}
 	for _, class := range classes {
@@ -222,7 +224,7 @@ func bucketGet(ctx context.Context, e *env, args []string) error {
 	}
 	// the ceiling, charged with every class, goes last
 	slices.SortStableFunc(rows, func(a, b bucketRow) int {
-		return boolInt(a.Bucket == core.CeilingBucket) - boolInt(b.Bucket == core.CeilingBucket)
+		return boolInt(a.Bucket == quota.CeilingBucket) - boolInt(b.Bucket == quota.CeilingBucket)
 	})
 	if e.opts.json {
 		return e.printJSON(struct {
@@ -231,7 +233,7 @@ func bucketGet(ctx context.Context, e *env, args []string) error {
 			Buckets []bucketRow `json:"buckets"`
 		}{tenant, tierName, rows})
 	}
-	fmt.Fprintf(e.stdout, "tenant %s, tier %s\n", core.EscapeID(tenant), tierName)
+	fmt.Fprintf(e.stdout, "tenant %s, tier %s\n", keys.EscapeID(tenant), tierName)
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "BUCKET\tTOKENS\tCAPACITY\tRATE/S\tFULL IN\tTTL\tSOURCE\tKEY")
 	for _, r := range rows {
@@ -291,7 +293,7 @@ func bucketReset(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	noQuota := core.ResolverFunc(func(context.Context, core.Tenant, string) ([]core.Bucket, error) {
+	noQuota := quota.ResolverFunc(func(context.Context, quota.Tenant, string) ([]quota.Bucket, error) {
 		return nil, errors.New("reset resolves no quota")
 	})
 	lim, client, err := e.openLimiter(ctx, noQuota, core.WithPrefix(prefix))
@@ -300,13 +302,13 @@ func bucketReset(ctx context.Context, e *env, args []string) error {
 	}
 	defer client.Close()
 	if len(buckets) == 0 && !e.opts.yes {
-		if err := e.confirm(fmt.Sprintf("Delete every bucket of tenant %s under prefix %s?", core.EscapeID(tenant), prefix)); err != nil {
+		if err := e.confirm(fmt.Sprintf("Delete every bucket of tenant %s under prefix %s?", keys.EscapeID(tenant), prefix)); err != nil {
 			return err
 		}
 	}
 	rctx, cancel := context.WithTimeout(ctx, e.opts.timeout)
 	defer cancel()
-	n, err := lim.Reset(rctx, core.Tenant{ID: tenant}, buckets...)
+	n, err := lim.Reset(rctx, quota.Tenant{ID: tenant}, buckets...)
 	if err != nil {
 		return err
 	}
@@ -323,7 +325,7 @@ func bucketReset(ctx context.Context, e *env, args []string) error {
 	if len(buckets) > 0 {
 		what = strings.Join(buckets, ", ")
 	}
-	fmt.Fprintf(e.stdout, "reset tenant %s (prefix %s): %s: %d key(s) deleted\n", core.EscapeID(tenant), prefix, what, n)
+	fmt.Fprintf(e.stdout, "reset tenant %s (prefix %s): %s: %d key(s) deleted\n", keys.EscapeID(tenant), prefix, what, n)
 	return nil
 }
 
@@ -344,7 +346,7 @@ func (e *env) confirm(question string) error {
 	return errors.New("not confirmed: nothing deleted")
 }
 
-func tierNames(ts core.Tiers) []string { return sortedKeys(ts.Tiers) }
+func tierNames(ts quota.Tiers) []string { return sortedKeys(ts.Tiers) }
 
 func sortedKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))

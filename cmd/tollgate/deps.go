@@ -11,6 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/config"
+	"github.com/tollgate-go/tollgate/core/keys"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/sqlquota"
 	_ "modernc.org/sqlite" // database/sql driver "sqlite"
 )
@@ -52,7 +54,7 @@ func where(c redis.UniversalClient, rawURL string) string {
 
 // openLimiter connects to --redis-url (openRedis) and builds a limiter over
 // it that takes its quotas from r. The caller closes the client.
-func (e *env) openLimiter(ctx context.Context, r core.Resolver, opts ...core.Option) (*core.Limiter, redis.UniversalClient, error) {
+func (e *env) openLimiter(ctx context.Context, r quota.Resolver, opts ...core.Option) (*core.Limiter, redis.UniversalClient, error) {
 	client, err := e.openRedis(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -146,7 +148,7 @@ func (e *env) prefix(cfg *config.Config) (string, error) {
 	if p == "" {
 		p = core.DefaultPrefix
 	}
-	if _, err := core.NewKeys(p); err != nil {
+	if _, err := keys.New(p); err != nil {
 		return "", usagef("bad --prefix: %v", err)
 	}
 	return p, nil
@@ -163,22 +165,22 @@ func checkTenant(id string) error {
 	switch {
 	case id == "":
 		return usagef("bad tenant: empty")
-	case len(id) > core.MaxTenantIDLen:
-		return usagef("bad tenant: %d bytes, longer than %d", len(id), core.MaxTenantIDLen)
+	case len(id) > quota.MaxTenantIDLen:
+		return usagef("bad tenant: %d bytes, longer than %d", len(id), quota.MaxTenantIDLen)
 	}
 	return nil
 }
 
 func checkBucket(name string) error {
-	if err := core.ValidateName(name); err != nil {
-		return usagef("bad bucket %q: %v", core.EscapeID(name), strings.TrimPrefix(err.Error(), core.ErrInvalidRequest.Error()+": "))
+	if err := quota.ValidateName(name); err != nil {
+		return usagef("bad bucket %q: %v", keys.EscapeID(name), strings.TrimPrefix(err.Error(), core.ErrInvalidRequest.Error()+": "))
 	}
 	return nil
 }
 
 // storedOverrides reads tenant's overrides from --database-url, within
 // --timeout.
-func (e *env) storedOverrides(ctx context.Context, tenant string) (map[string]core.Quota, error) {
+func (e *env) storedOverrides(ctx context.Context, tenant string) (map[string]quota.Quota, error) {
 	store, closeDB, err := e.openStore(true)
 	if err != nil {
 		return nil, err
@@ -195,8 +197,8 @@ func (e *env) storedOverrides(ctx context.Context, tenant string) (map[string]co
 
 // fixedOverrides is a resolver option that serves ov, read once, as every
 // tenant's overrides.
-func fixedOverrides(ov map[string]core.Quota) core.ResolverOption {
-	return core.WithOverrides(core.OverridesFunc(func(context.Context, string) (map[string]core.Quota, error) {
+func fixedOverrides(ov map[string]quota.Quota) quota.Option {
+	return quota.WithOverrides(quota.OverridesFunc(func(context.Context, string) (map[string]quota.Quota, error) {
 		return ov, nil
 	}))
 }

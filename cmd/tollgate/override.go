@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/keys"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/sqlquota"
 )
 
@@ -141,7 +143,7 @@ func (e *env) withStore(ctx context.Context, mustExist bool, f func(ctx context.
 // notFoundOr names a missing override, or explains another database error.
 func notFoundOr(err error, s *sqlquota.Store, tenant, bucket string) error {
 	if errors.Is(err, sqlquota.ErrNotFound) {
-		return fmt.Errorf("no override for tenant %s bucket %s", core.EscapeID(tenant), core.EscapeID(bucket))
+		return fmt.Errorf("no override for tenant %s bucket %s", keys.EscapeID(tenant), keys.EscapeID(bucket))
 	}
 	return dbHint(err, s)
 }
@@ -174,7 +176,7 @@ func currentUser(getenv func(string) string) string {
 
 func overrideSet(ctx context.Context, e *env, args []string) error {
 	o := sqlquota.Override{TenantID: args[0], Bucket: args[1], Reason: e.opts.reason, UpdatedBy: e.opts.by,
-		Quota: core.Quota{Capacity: e.opts.capacity, RefillPerSecond: e.opts.rate, Concurrency: e.opts.concurrency}}
+		Quota: quota.Quota{Capacity: e.opts.capacity, RefillPerSecond: e.opts.rate, Concurrency: e.opts.concurrency}}
 	if o.UpdatedBy == "" && !e.opts.set["by"] {
 		o.UpdatedBy = currentUser(e.getenv)
 	}
@@ -187,7 +189,7 @@ func overrideSet(ctx context.Context, e *env, args []string) error {
 		return usagef("--rate is required")
 	}
 	if e.opts.set["concurrency"] && e.opts.concurrency == 0 {
-		return usagef("bad --concurrency 0: give 1 to %d, or leave it out for no concurrency limit", core.MaxConcurrency)
+		return usagef("bad --concurrency 0: give 1 to %d, or leave it out for no concurrency limit", quota.MaxConcurrency)
 	}
 	now := time.Now()
 	switch {
@@ -213,7 +215,7 @@ func overrideSet(ctx context.Context, e *env, args []string) error {
 	return e.withStore(ctx, true, func(ctx context.Context, s *sqlquota.Store) error {
 		stored, err := s.Set(ctx, o)
 		if err != nil {
-			if errors.Is(err, core.ErrInvalidRequest) || errors.Is(err, core.ErrInvalidQuota) {
+			if errors.Is(err, core.ErrInvalidRequest) || errors.Is(err, quota.ErrInvalid) {
 				return usagef("%v", err)
 			}
 			return dbHint(err, s)
@@ -221,7 +223,7 @@ func overrideSet(ctx context.Context, e *env, args []string) error {
 		if e.opts.json {
 			return e.printJSON(toJSON(stored, now))
 		}
-		fmt.Fprintf(e.stdout, "set override %s/%s: %s\n", core.EscapeID(stored.TenantID), stored.Bucket, describe(stored))
+		fmt.Fprintf(e.stdout, "set override %s/%s: %s\n", keys.EscapeID(stored.TenantID), stored.Bucket, describe(stored))
 		return nil
 	})
 }
@@ -253,12 +255,12 @@ func (e *env) checkOverrideBucket(bucket string) error {
 
 // tierBuckets returns, sorted, the buckets some tier of ts defines: its
 // classes, and the tenant-wide ceiling if a tier has one.
-func tierBuckets(ts core.Tiers) []string {
+func tierBuckets(ts quota.Tiers) []string {
 	var out []string
 	for _, tier := range ts.Tiers {
 		out = append(out, sortedKeys(tier.Classes)...)
 		if tier.Ceiling != nil {
-			out = append(out, core.CeilingBucket)
+			out = append(out, quota.CeilingBucket)
 		}
 	}
 	slices.Sort(out)
@@ -369,7 +371,7 @@ func printOverrides(e *env, list []sqlquota.Override, now time.Time) error {
 		if o.Quota.Concurrency > 0 {
 			inFlight = strconv.FormatInt(o.Quota.Concurrency, 10)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", core.EscapeID(o.TenantID), o.Bucket, o.Quota.Capacity,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", keys.EscapeID(o.TenantID), o.Bucket, o.Quota.Capacity,
 			strconv.FormatFloat(o.Quota.RefillPerSecond, 'g', -1, 64), inFlight, exp, o.UpdatedAt.Format(time.RFC3339),
 			o.UpdatedBy, strconv.Quote(o.Reason))
 	}
@@ -387,7 +389,7 @@ func overrideDelete(ctx context.Context, e *env, args []string) error {
 		if e.opts.json {
 			return e.printJSON(map[string]any{"deleted": true, "tenant_id": args[0], "bucket": args[1]})
 		}
-		fmt.Fprintf(e.stdout, "deleted override %s/%s: the tier default applies at the next cache refresh\n", core.EscapeID(args[0]), args[1])
+		fmt.Fprintf(e.stdout, "deleted override %s/%s: the tier default applies at the next cache refresh\n", keys.EscapeID(args[0]), args[1])
 		return nil
 	})
 }

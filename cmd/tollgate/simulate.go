@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // maxSimulated bounds --count: a simulation is for reading, not load.
@@ -41,7 +42,7 @@ Example:
 		common: fRedis | fDatabase | fTimeout | fConfig,
 		flags: func(fs *flag.FlagSet, o *options) {
 			fs.StringVar(&o.tier, "tier", "", "tier in --config (default: its default_tier)")
-			fs.StringVar(&o.class, "class", core.DefaultClass, "class of the requests")
+			fs.StringVar(&o.class, "class", quota.DefaultClass, "class of the requests")
 			fs.StringVar(&o.tenant, "tenant", "", "tenant whose overrides apply (needs --database-url)")
 			fs.Int64Var(&o.capacity, "capacity", 0, "ad-hoc quota: burst in tokens (with --rate, instead of --config)")
 			fs.Float64Var(&o.rate, "rate", 0, "ad-hoc quota: tokens per second")
@@ -71,8 +72,8 @@ func simulate(ctx context.Context, e *env, _ []string) error {
 		return usagef("bad --count %d: must be 1 to %d", o.count, maxSimulated)
 	case o.interval < 0:
 		return usagef("bad --interval %v: must be >= 0", o.interval)
-	case o.cost < 0 || o.cost > core.MaxCost:
-		return usagef("bad --cost %d: must be 0 to %d", o.cost, int64(core.MaxCost))
+	case o.cost < 0 || o.cost > quota.MaxCost:
+		return usagef("bad --cost %d: must be 0 to %d", o.cost, int64(quota.MaxCost))
 	case o.interval > 0 && float64(o.count)*float64(o.interval) > float64(100*365*24*time.Hour):
 		return usagef("--count × --interval spans more than 100 years")
 	}
@@ -80,18 +81,18 @@ func simulate(ctx context.Context, e *env, _ []string) error {
 		return err
 	}
 	adhoc := o.capacity != 0 || o.rate != 0
-	var tiers core.Tiers
+	var tiers quota.Tiers
 	tierName := o.tier
 	switch {
 	case adhoc && o.configPath != "":
 		return usagef("give --config or --capacity/--rate, not both")
 	case adhoc:
-		q := core.Quota{Capacity: o.capacity, RefillPerSecond: o.rate}
+		q := quota.Quota{Capacity: o.capacity, RefillPerSecond: o.rate}
 		if err := q.Validate(); err != nil {
 			return usagef("bad ad-hoc quota: %v", err)
 		}
 		tierName = "adhoc"
-		tiers = core.Tiers{Default: tierName, Tiers: map[string]core.Tier{tierName: {Classes: map[string]core.Quota{o.class: q}}}}
+		tiers = quota.Tiers{Default: tierName, Tiers: map[string]quota.Tier{tierName: {Classes: map[string]quota.Quota{o.class: q}}}}
 	default:
 		cfg, err := e.loadConfig(false)
 		if err != nil {
@@ -113,7 +114,7 @@ func simulate(ctx context.Context, e *env, _ []string) error {
 		}
 	}
 	tenant := o.tenant
-	var ropts []core.ResolverOption
+	var ropts []quota.Option
 	if tenant != "" {
 		if err := checkTenant(tenant); err != nil {
 			return err
@@ -129,7 +130,7 @@ func simulate(ctx context.Context, e *env, _ []string) error {
 	} else {
 		tenant = "simulated"
 	}
-	resolver, err := core.NewResolver(tiers, ropts...)
+	resolver, err := quota.NewResolver(tiers, ropts...)
 	if err != nil {
 		return err
 	}
@@ -145,7 +146,7 @@ func simulate(ctx context.Context, e *env, _ []string) error {
 		return err
 	}
 	defer client.Close()
-	t := core.Tenant{ID: tenant, Tier: tierName}
+	t := quota.Tenant{ID: tenant, Tier: tierName}
 	defer func() {
 		// The throwaway keys go even if the run was interrupted.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.timeout)
@@ -154,7 +155,7 @@ func simulate(ctx context.Context, e *env, _ []string) error {
 	}()
 	rows := make([]simRow, 0, o.count)
 	admitted := 0
-	var quota core.Quota
+	var qt quota.Quota
 	for i := range o.count {
 		offset.Store(int64(i) * int64(o.interval))
 		d, err := lim.Check(ctx, core.Request{Tenant: t, Class: o.class, Cost: o.cost})
@@ -162,7 +163,7 @@ func simulate(ctx context.Context, e *env, _ []string) error {
 			return err
 		}
 		if i == 0 {
-			quota = d.Quota
+			qt = d.Quota
 		}
 		if d.Allowed {
 			admitted++
@@ -179,7 +180,7 @@ func simulate(ctx context.Context, e *env, _ []string) error {
 		})
 	}
 	fmt.Fprintf(e.stdout, "tier %s, class %s (%s), cost %d, %d requests every %v; real script, simulated clock\n",
-		tierName, o.class, quota, o.cost, o.count, o.interval)
+		tierName, o.class, qt, o.cost, o.count, o.interval)
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "#\tAT\tRESULT\tBUCKET\tREMAINING\tTOKENS\tRETRY AFTER")
 	for _, r := range rows {

@@ -11,6 +11,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/render"
 )
 
 // MaxFileSize is the largest configuration file accepted, 1 MiB.
@@ -35,28 +38,28 @@ type Config struct {
 	// Version is the schema version, 1.
 	Version int
 	// Tiers is the tier defaults, with Default set from default_tier.
-	Tiers core.Tiers
+	Tiers quota.Tiers
 	// Routes is the file's routes list as core route keys: "METHOD
 	// /pattern", or "/pattern" for method *.
-	Routes core.Routes
+	Routes gate.Routes
 	// GRPCMethods is the file's grpc_methods list: full methods
 	// ("/pkg.Service/Method") and service wildcards ("/pkg.Service/*").
 	// No key is in both Routes and GRPCMethods.
-	GRPCMethods core.Routes
+	GRPCMethods gate.Routes
 	// AnonymousTier, when set, admits callers without a tenant on this
-	// tier, keyed by client IP (core.WithAnonymous); empty, they are
+	// tier, keyed by client IP (gate.WithAnonymous); empty, they are
 	// answered 401.
 	AnonymousTier string
 	// HeaderStyle is the rate-limit header families HTTP adapters emit.
-	// Default core.DefaultHeaderStyle.
-	HeaderStyle core.HeaderStyle
+	// Default render.DefaultHeaderStyle.
+	HeaderStyle render.HeaderStyle
 	// FailurePolicy is what a check answers when Redis fails. Default
 	// core.FailOpen.
 	FailurePolicy core.FailurePolicy
 	// Timeout bounds one check's Redis call. Default core.DefaultTimeout.
 	Timeout time.Duration
 	// CacheTTL is how long a tenant's overrides are cached. Default
-	// core.DefaultOverrideCacheTTL.
+	// quota.DefaultCacheTTL.
 	CacheTTL time.Duration
 	// KeyPrefix is the Redis key prefix. Default core.DefaultPrefix.
 	KeyPrefix string
@@ -199,36 +202,36 @@ func (c *Config) LimiterOptions() []core.Option {
 	return opts
 }
 
-// GateOptions returns the gate options the file sets, for the core.Gate
-// every adapter takes (core.NewGate): the route table (routes and grpc_methods
+// GateOptions returns the gate options the file sets, for the gate.Gate
+// every adapter takes (gate.New): the route table (routes and grpc_methods
 // together), the header style and, when anonymous_tier is set, anonymous
 // callers. Options given after them take precedence.
-func (c *Config) GateOptions() []core.GateOption {
-	rs := make(core.Routes, len(c.Routes)+len(c.GRPCMethods))
+func (c *Config) GateOptions() []gate.Option {
+	rs := make(gate.Routes, len(c.Routes)+len(c.GRPCMethods))
 	maps.Copy(rs, c.Routes)
 	maps.Copy(rs, c.GRPCMethods)
-	opts := []core.GateOption{core.WithRoutes(rs), core.WithHeaderStyle(c.HeaderStyle)}
+	opts := []gate.Option{gate.WithRoutes(rs), gate.WithHeaderStyle(c.HeaderStyle)}
 	if c.AnonymousTier != "" {
-		opts = append(opts, core.WithAnonymous(c.AnonymousTier))
+		opts = append(opts, gate.WithAnonymous(c.AnonymousTier))
 	}
 	return opts
 }
 
 // ResolverOptions returns the resolver options the file sets: the override
 // cache TTL.
-func (c *Config) ResolverOptions() []core.ResolverOption {
-	return []core.ResolverOption{core.WithOverrideCacheTTL(c.CacheTTL)}
+func (c *Config) ResolverOptions() []quota.Option {
+	return []quota.Option{quota.WithCacheTTL(c.CacheTTL)}
 }
 
 // NewResolver returns a resolver over the file's tiers with the file's cache
-// TTL; opts (for example core.WithOverrides) come after and take precedence.
-func (c *Config) NewResolver(opts ...core.ResolverOption) (*core.TieredResolver, error) {
-	return core.NewResolver(c.Tiers, append(c.ResolverOptions(), opts...)...)
+// TTL; opts (for example quota.WithOverrides) come after and take precedence.
+func (c *Config) NewResolver(opts ...quota.Option) (*quota.TieredResolver, error) {
+	return quota.NewResolver(c.Tiers, append(c.ResolverOptions(), opts...)...)
 }
 
 // NewLimiter returns a limiter over client and r with the file's options;
 // opts come after and take precedence.
-func (c *Config) NewLimiter(client redis.UniversalClient, r core.Resolver, opts ...core.Option) (*core.Limiter, error) {
+func (c *Config) NewLimiter(client redis.UniversalClient, r quota.Resolver, opts ...core.Option) (*core.Limiter, error) {
 	return core.New(client, r, append(c.LimiterOptions(), opts...)...)
 }
 
@@ -255,7 +258,7 @@ func (c *Config) CheckReload(next *Config) error {
 			p.fail(0, "tiers", "tier %q is not defined, but it is the anonymous_tier of the running configuration: until a restart, anonymous callers would fail", a)
 		}
 	}
-	check := func(what string, r core.Route) {
+	check := func(what string, r gate.Route) {
 		if r.Exempt || r.Class == "" {
 			return
 		}

@@ -11,6 +11,9 @@ import (
 
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/config"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/render"
 	"go.uber.org/goleak"
 )
 
@@ -30,15 +33,15 @@ func TestParseExample(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
-	want := core.Tiers{Default: "free", Tiers: map[string]core.Tier{
+	want := quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{
 		"free": {
-			Ceiling: &core.Quota{Capacity: 100, RefillPerSecond: 5},
-			Classes: map[string]core.Quota{
+			Ceiling: &quota.Quota{Capacity: 100, RefillPerSecond: 5},
+			Classes: map[string]quota.Quota{
 				"default": {Capacity: 20, RefillPerSecond: 2},
 				"export":  {Capacity: 10, RefillPerSecond: 0.1},
 			},
 		},
-		"pro": {Classes: map[string]core.Quota{
+		"pro": {Classes: map[string]quota.Quota{
 			"default": {Capacity: 200, RefillPerSecond: 50},
 			"export":  {Capacity: 50, RefillPerSecond: 1},
 		}},
@@ -48,10 +51,10 @@ func TestParseExample(t *testing.T) {
 	}
 	if cfg.Source != "testdata/tiers.yaml" || cfg.Version != 1 || cfg.KeyPrefix != "rl" ||
 		cfg.FailurePolicy != core.FailOpen || cfg.Timeout != 100*time.Millisecond ||
-		cfg.CacheTTL != 45*time.Second || cfg.HeaderStyle != core.DefaultHeaderStyle {
+		cfg.CacheTTL != 45*time.Second || cfg.HeaderStyle != render.DefaultHeaderStyle {
 		t.Errorf("settings = %+v", cfg)
 	}
-	wantRoutes := core.Routes{
+	wantRoutes := gate.Routes{
 		"GET /v1/profile": {Class: "default", Cost: 1},
 		"POST /v1/export": {Class: "export", Cost: 5},
 		"/v1/health":      {Class: "default", Cost: 1},
@@ -59,7 +62,7 @@ func TestParseExample(t *testing.T) {
 	if !reflect.DeepEqual(cfg.Routes, wantRoutes) {
 		t.Errorf("Routes = %+v\nwant %+v", cfg.Routes, wantRoutes)
 	}
-	wantMethods := core.Routes{
+	wantMethods := gate.Routes{
 		"/acme.v1.Reports/Export":  {Class: "export", Cost: 5},
 		"/acme.v1.Profile/*":       {Class: "default", Cost: 1},
 		"/grpc.health.v1.Health/*": {Exempt: true},
@@ -71,8 +74,8 @@ func TestParseExample(t *testing.T) {
 	if err != nil {
 		t.Fatalf("NewResolver: %v", err)
 	}
-	bs, err := r.Buckets(t.Context(), core.Tenant{ID: "t1"}, "export")
-	if err != nil || len(bs) != 2 || bs[0].Quota.Capacity != 10 || bs[1].Name != core.CeilingBucket {
+	bs, err := r.Buckets(t.Context(), quota.Tenant{ID: "t1"}, "export")
+	if err != nil || len(bs) != 2 || bs[0].Quota.Capacity != 10 || bs[1].Name != quota.CeilingBucket {
 		t.Errorf("Buckets = %+v, %v", bs, err)
 	}
 	// prefix, policy, timeout, deny cache, shadow, batching, breaker,
@@ -91,7 +94,7 @@ func TestParseConcurrency(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if q := cfg.Tiers.Tiers["free"].Classes["export"]; q != (core.Quota{Capacity: 10, RefillPerSecond: 0.1, Concurrency: 2}) {
+	if q := cfg.Tiers.Tiers["free"].Classes["export"]; q != (quota.Quota{Capacity: 10, RefillPerSecond: 0.1, Concurrency: 2}) {
 		t.Fatalf("export = %+v", q)
 	}
 	if q := cfg.Tiers.Tiers["free"].Classes["default"]; q.Concurrency != 0 {
@@ -102,17 +105,17 @@ func TestParseConcurrency(t *testing.T) {
 func TestParseHeaderStyle(t *testing.T) {
 	for _, tc := range []struct {
 		yaml string
-		want core.HeaderStyle
+		want render.HeaderStyle
 	}{
-		{"ietf", core.HeaderIETF},
-		{"draft-11", core.HeaderIETF},
-		{"X-RateLimit", core.HeaderXRateLimit},
-		{"epoch", core.HeaderXRateLimitEpoch},
-		{"[draft06, x-ratelimit-epoch]", core.HeaderDraft06 | core.HeaderXRateLimitEpoch},
-		{`"ietf, xratelimit"`, core.HeaderIETF | core.HeaderXRateLimit},
-		{"default", core.DefaultHeaderStyle},
-		{"[default, draft-06]", core.DefaultHeaderStyle | core.HeaderDraft06},
-		{"none", core.HeaderNone},
+		{"ietf", render.HeaderIETF},
+		{"draft-11", render.HeaderIETF},
+		{"X-RateLimit", render.HeaderXRateLimit},
+		{"epoch", render.HeaderXRateLimitEpoch},
+		{"[draft06, x-ratelimit-epoch]", render.HeaderDraft06 | render.HeaderXRateLimitEpoch},
+		{`"ietf, xratelimit"`, render.HeaderIETF | render.HeaderXRateLimit},
+		{"default", render.DefaultHeaderStyle},
+		{"[default, draft-06]", render.DefaultHeaderStyle | render.HeaderDraft06},
+		{"none", render.HeaderNone},
 	} {
 		cfg, err := config.Parse("hs.yaml", []byte("default_tier: a\ntiers:\n  a:\n    classes:\n      default: {capacity: 1, refill_per_second: 1}\nheader_style: "+tc.yaml+"\n"))
 		if err != nil {
@@ -140,10 +143,10 @@ anonymous_tier: base
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}
-	if cfg.KeyPrefix != core.DefaultPrefix || cfg.Timeout != core.DefaultTimeout || cfg.CacheTTL != core.DefaultOverrideCacheTTL {
+	if cfg.KeyPrefix != core.DefaultPrefix || cfg.Timeout != core.DefaultTimeout || cfg.CacheTTL != quota.DefaultCacheTTL {
 		t.Errorf("defaults not applied: %+v", cfg)
 	}
-	if cfg.HeaderStyle != core.HeaderIETF|core.HeaderDraft06 || cfg.FailurePolicy != core.FailClosed {
+	if cfg.HeaderStyle != render.HeaderIETF|render.HeaderDraft06 || cfg.FailurePolicy != core.FailClosed {
 		t.Errorf("header style %v, policy %v", cfg.HeaderStyle, cfg.FailurePolicy)
 	}
 	if cfg.AnonymousTier != "base" || len(cfg.Routes) != 0 || len(cfg.GRPCMethods) != 0 {

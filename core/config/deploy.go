@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -156,8 +156,8 @@ func (p *schema) leases(n *yaml.Node) map[string]Lease {
 				v, ok := p.int64(f.val, field+".size")
 				switch {
 				case !ok:
-				case v < 2 || v > core.MaxCapacity:
-					p.failAt(deref(f.val), field+".size", "must be 2 to %d tokens, got %d", int64(core.MaxCapacity), v)
+				case v < 2 || v > quota.MaxCapacity:
+					p.failAt(deref(f.val), field+".size", "must be 2 to %d tokens, got %d", int64(quota.MaxCapacity), v)
 				default:
 					l.Size, sizeOK = v, true
 				}

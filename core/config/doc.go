@@ -45,7 +45,7 @@
 //
 // # Using it
 //
-// Routes are core's route model, [core.Routes]: [Config.Routes] holds the
+// Routes are core's route model, [gate.Routes]: [Config.Routes] holds the
 // routes list ("GET /v1/profile", or "/healthz" for method *) and
 // [Config.GRPCMethods] the grpc_methods list, service wildcards included.
 //
@@ -56,7 +56,7 @@
 //
 //	svc, err := config.Open(ctx, "tiers.yaml",
 //		config.WithRedisURL(os.Getenv("REDIS_URL")),
-//		config.WithResolverOptions(core.WithOverrides(store)),
+//		config.WithResolverOptions(quota.WithOverrides(store)),
 //		config.WithWatch(config.WithSignals(syscall.SIGHUP)))
 //	defer svc.Close()
 //	r.Use(authenticate, ginlimit.Middleware(svc.Gate)) // svc.Limiter to a queue worker
@@ -65,12 +65,12 @@
 // types yourself: [Config.LimiterOptions] (key_prefix, failure_policy,
 // timeout and the deployment fields), [Config.ResolverOptions] (cache_ttl)
 // and [Config.GateOptions] (the route table, header_style and
-// anonymous_tier, for core.NewGate: the one gate every adapter takes).
+// anonymous_tier, for gate.New: the one gate every adapter takes).
 //
 // # Reloading
 //
 // [WithWatch] (with Open), or [Watch] over a resolver of your own, keeps a
-// [core.TieredResolver]'s tiers in step with the file:
+// [quota.TieredResolver]'s tiers in step with the file:
 // whenever the file's contents change, and on the signals given with
 // [WithSignals] (none unless asked), it parses the new file and swaps its
 // tiers in atomically with SetTiers. A file is applied whole or not at

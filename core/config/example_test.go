@@ -6,8 +6,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/config"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 func ExampleParse() {
@@ -74,7 +74,7 @@ func ExampleWatch() {
 	}
 	write(50)
 	_ = rl.Reload() // what the file poller does on a change
-	bs, _ := resolver.Buckets(ctx, core.Tenant{ID: "t1"}, "default")
+	bs, _ := resolver.Buckets(ctx, quota.Tenant{ID: "t1"}, "default")
 	fmt.Println(bs[0].Quota.Capacity)
 
 	cancel()

@@ -11,6 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // Service is what a service needs from its configuration file: the Redis
@@ -27,14 +29,14 @@ type Service struct {
 	Redis redis.UniversalClient
 	// Resolver serves the file's tiers and any overrides given with
 	// WithResolverOptions.
-	Resolver *core.TieredResolver
+	Resolver *quota.TieredResolver
 	// Limiter is built with Config.LimiterOptions, then those of
 	// WithLimiterOptions, over Resolver (or what WithLimiterResolver
 	// made of it).
 	Limiter *core.Limiter
 	// Gate is built with Config.GateOptions, then those of
 	// WithGateOptions: hand it to an adapter.
-	Gate *core.Gate
+	Gate *gate.Gate
 	// Reloader keeps Resolver's tiers in step with the file; nil unless
 	// WithWatch was given.
 	Reloader *Reloader
@@ -72,9 +74,9 @@ type openConfig struct {
 	client      redis.UniversalClient
 	log         *slog.Logger
 	limiterOpts []core.Option
-	resolvOpts  []core.ResolverOption
-	gateOpts    []core.GateOption
-	limResolver func(*core.TieredResolver) (core.Resolver, error)
+	resolvOpts  []quota.Option
+	gateOpts    []gate.Option
+	limResolver func(*quota.TieredResolver) (quota.Resolver, error)
 	watch       bool
 	reloadOpts  []ReloadOption
 	pingTimeout time.Duration
@@ -138,9 +140,9 @@ func WithLimiterOptions(opts ...core.Option) OpenOption {
 }
 
 // WithResolverOptions adds resolver options after the file's
-// (Config.ResolverOptions): core.WithOverrides above all. A later call
+// (Config.ResolverOptions): quota.WithOverrides above all. A later call
 // adds to earlier ones.
-func WithResolverOptions(opts ...core.ResolverOption) OpenOption {
+func WithResolverOptions(opts ...quota.Option) OpenOption {
 	return openOptionFunc(func(c *openConfig) error {
 		c.resolvOpts = append(c.resolvOpts, opts...)
 		return nil
@@ -149,9 +151,9 @@ func WithResolverOptions(opts ...core.ResolverOption) OpenOption {
 
 // WithGateOptions adds gate options after the file's (Config.GateOptions),
 // so they take precedence: a cost function, a header style of your own. A
-// core.WithRoutes given here replaces the file's whole route table, so
+// gate.WithRoutes given here replaces the file's whole route table, so
 // put routes in the file instead. A later call adds to earlier ones.
-func WithGateOptions(opts ...core.GateOption) OpenOption {
+func WithGateOptions(opts ...gate.Option) OpenOption {
 	return openOptionFunc(func(c *openConfig) error {
 		c.gateOpts = append(c.gateOpts, opts...)
 		return nil
@@ -163,7 +165,7 @@ func WithGateOptions(opts ...core.GateOption) OpenOption {
 // the watch reloads): for a resolver with rules of its own that falls back
 // to the file's tiers. An error from f, or a nil resolver, fails Open with
 // that error. Default: the file's resolver.
-func WithLimiterResolver(f func(tiers *core.TieredResolver) (core.Resolver, error)) OpenOption {
+func WithLimiterResolver(f func(tiers *quota.TieredResolver) (quota.Resolver, error)) OpenOption {
 	return openOptionFunc(func(c *openConfig) error {
 		if f == nil {
 			return badOpenOption("WithLimiterResolver", "nil function")
@@ -203,7 +205,7 @@ func WithPingTimeout(d time.Duration) OpenOption {
 //
 //	svc, err := config.Open(ctx, "tiers.yaml",
 //		config.WithRedisURL(os.Getenv("REDIS_URL")),
-//		config.WithResolverOptions(core.WithOverrides(store)),
+//		config.WithResolverOptions(quota.WithOverrides(store)),
 //		config.WithWatch(config.WithSignals(syscall.SIGHUP)))
 //	defer svc.Close()
 //	// svc.Gate to an adapter, svc.Limiter to a queue worker
@@ -315,11 +317,11 @@ func open(ctx context.Context, cfg *Config, c *openConfig) (s *Service, err erro
 		// Redis down
 		return s, fmt.Errorf("cannot reach Redis at %s: %w", where, err)
 	}
-	ropts := append([]core.ResolverOption{core.WithResolverLogger(c.log)}, cfg.ResolverOptions()...)
-	if s.Resolver, err = core.NewResolver(cfg.Tiers, append(ropts, c.resolvOpts...)...); err != nil {
+	ropts := append([]quota.Option{quota.WithLogger(c.log)}, cfg.ResolverOptions()...)
+	if s.Resolver, err = quota.NewResolver(cfg.Tiers, append(ropts, c.resolvOpts...)...); err != nil {
 		return s, fmt.Errorf("%s: resolver: %w", cfg.Source, err)
 	}
-	var limResolver core.Resolver = s.Resolver
+	var limResolver quota.Resolver = s.Resolver
 	if c.limResolver != nil {
 		if limResolver, err = c.limResolver(s.Resolver); err != nil {
 			return s, err
@@ -333,7 +335,7 @@ func open(ctx context.Context, cfg *Config, c *openConfig) (s *Service, err erro
 		return s, fmt.Errorf("%s: limiter: %w", cfg.Source, err)
 	}
 	s.closers = append(s.closers, s.Limiter.Close)
-	if s.Gate, err = core.NewGate(s.Limiter, append(cfg.GateOptions(), c.gateOpts...)...); err != nil {
+	if s.Gate, err = gate.New(s.Limiter, append(cfg.GateOptions(), c.gateOpts...)...); err != nil {
 		return s, fmt.Errorf("%s: gate: %w", cfg.Source, err)
 	}
 	return s, nil

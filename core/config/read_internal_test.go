@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // whileRead runs f(attempt) in the middle of every read of a file, between
@@ -158,7 +159,7 @@ func TestReloadNeverAppliesAHalfWrittenFile(t *testing.T) {
 	if len(applied) != 2 || len(applied[1].Routes) != 1 {
 		t.Fatalf("applied %d files; the last has routes %v; want the start file then the whole new one", len(applied), applied[len(applied)-1].Routes)
 	}
-	if bs, err := r.Buckets(context.Background(), core.Tenant{ID: "t1"}, "export"); err != nil || len(bs) != 1 {
+	if bs, err := r.Buckets(context.Background(), quota.Tenant{ID: "t1"}, "export"); err != nil || len(bs) != 1 {
 		t.Errorf("class export of the whole file: %+v, %v", bs, err)
 	}
 }

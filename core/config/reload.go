@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // DefaultPollInterval is how often a Reloader checks its file for changes.
@@ -28,7 +29,7 @@ const DefaultPollInterval = 2 * time.Second
 // read again), and on the signals given with
 // [WithSignals] (none by default: a library does not take a process's
 // signals unless asked), and swaps the new tiers in with
-// [core.TieredResolver.SetTiers]: one atomic pointer store, so requests in
+// [quota.TieredResolver.SetTiers]: one atomic pointer store, so requests in
 // flight see either the old tiers or the new, never a mix, and none fails.
 //
 // Writers should write a temporary file and rename it into place: a file
@@ -60,7 +61,7 @@ const DefaultPollInterval = 2 * time.Second
 // concurrent use.
 type Reloader struct {
 	path     string
-	resolver *core.TieredResolver
+	resolver *quota.TieredResolver
 	log      *slog.Logger
 	interval time.Duration
 	signals  []os.Signal
@@ -129,7 +130,7 @@ func WithOnReload(f func(*Config, error)) ReloadOption {
 
 // NewReloader returns a reloader of the file at path into r. It reads
 // nothing yet: call [Reloader.Reload] or [Reloader.Run].
-func NewReloader(path string, r *core.TieredResolver, opts ...ReloadOption) (*Reloader, error) {
+func NewReloader(path string, r *quota.TieredResolver, opts ...ReloadOption) (*Reloader, error) {
 	if r == nil {
 		return nil, fmt.Errorf("%w: nil resolver", core.ErrInvalidConfig)
 	}
@@ -157,7 +158,7 @@ func NewReloader(path string, r *core.TieredResolver, opts ...ReloadOption) (*Re
 // nothing, when the file is invalid now. The signals, if any, are being
 // watched when it returns.
 // [Reloader.Done] is closed when the watch has stopped.
-func Watch(ctx context.Context, path string, r *core.TieredResolver, opts ...ReloadOption) (*Reloader, error) {
+func Watch(ctx context.Context, path string, r *quota.TieredResolver, opts ...ReloadOption) (*Reloader, error) {
 	rl, err := NewReloader(path, r, opts...)
 	if err != nil {
 		return nil, err

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/config"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // version returns a configuration whose numbers encode v: the class
@@ -74,7 +75,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func setup(t *testing.T, opts ...config.ReloadOption) (path string, r *core.TieredResolver, rl *config.Reloader, logs *syncBuffer) {
+func setup(t *testing.T, opts ...config.ReloadOption) (path string, r *quota.TieredResolver, rl *config.Reloader, logs *syncBuffer) {
 	t.Helper()
 	path = filepath.Join(t.TempDir(), "tiers.yaml")
 	writeFile(t, path, version(0))
@@ -101,8 +102,8 @@ func setup(t *testing.T, opts ...config.ReloadOption) (path string, r *core.Tier
 	return path, r, rl, logs
 }
 
-func classCap(t testing.TB, r core.Resolver) (int64, int64, error) {
-	bs, err := r.Buckets(context.Background(), core.Tenant{ID: "t1"}, "default")
+func classCap(t testing.TB, r quota.Resolver) (int64, int64, error) {
+	bs, err := r.Buckets(context.Background(), quota.Tenant{ID: "t1"}, "default")
 	if err != nil {
 		return 0, 0, err
 	}
@@ -333,10 +334,10 @@ func TestReloadRefusesAFileTheRunningRoutesCannotUse(t *testing.T) {
 	resolves := func(t *testing.T) {
 		t.Helper()
 		for _, c := range []struct {
-			tenant core.Tenant
+			tenant quota.Tenant
 			class  string
 			cap    int64
-		}{{core.Tenant{ID: "t1"}, "export", 10}, {core.Tenant{ID: "t1"}, "default", 20}, {core.Tenant{ID: "anonymous:10.0.0.1", Tier: "anon"}, "export", 5}} {
+		}{{quota.Tenant{ID: "t1"}, "export", 10}, {quota.Tenant{ID: "t1"}, "default", 20}, {quota.Tenant{ID: "anonymous:10.0.0.1", Tier: "anon"}, "export", 5}} {
 			bs, err := r.Buckets(context.Background(), c.tenant, c.class)
 			if err != nil || len(bs) != 1 || bs[0].Quota.Capacity != c.cap {
 				t.Errorf("tenant %+v class %s: %+v, %v; want capacity %d", c.tenant, c.class, bs, err, c.cap)
@@ -429,7 +430,7 @@ tiers:
 	if err := rl.Reload(); err != nil {
 		t.Fatalf("a file the running routes can use was refused: %v", err)
 	}
-	if bs, err := r.Buckets(context.Background(), core.Tenant{ID: "t1"}, "default"); err != nil || bs[0].Quota.Capacity != 30 {
+	if bs, err := r.Buckets(context.Background(), quota.Tenant{ID: "t1"}, "default"); err != nil || bs[0].Quota.Capacity != 30 {
 		t.Errorf("after a good file: %+v, %v", bs, err)
 	}
 	// ... and the routes in force are still those of the first file: the
@@ -438,7 +439,7 @@ tiers:
 	if err := rl.Reload(); err == nil || !strings.Contains(err.Error(), "route POST /v1/export of the running configuration") {
 		t.Errorf("after a file without routes, dropping a class the running routes name: Reload = %v", err)
 	}
-	if bs, err := r.Buckets(context.Background(), core.Tenant{ID: "t1"}, "export"); err != nil || len(bs) != 1 {
+	if bs, err := r.Buckets(context.Background(), quota.Tenant{ID: "t1"}, "export"); err != nil || len(bs) != 1 {
 		t.Errorf("class export no longer resolves: %+v, %v", bs, err)
 	}
 }

@@ -9,6 +9,10 @@ import (
 	"strings"
 
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/keys"
+	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/render"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -52,7 +56,7 @@ type schema struct {
 
 // name checks a tier or class name.
 func (p *schema) name(n *yaml.Node, field, s string) bool {
-	if err := core.ValidateName(s); err != nil {
+	if err := quota.ValidateName(s); err != nil {
 		p.failAt(n, field, "bad name: %s", strings.TrimPrefix(err.Error(), core.ErrInvalidRequest.Error()+": "))
 		return false
 	}
@@ -66,13 +70,13 @@ func (p *schema) config(root *yaml.Node) *Config {
 	cfg := &Config{
 		Source:        p.file,
 		Version:       1,
-		HeaderStyle:   core.DefaultHeaderStyle,
+		HeaderStyle:   render.DefaultHeaderStyle,
 		FailurePolicy: core.FailOpen,
 		Timeout:       core.DefaultTimeout,
-		CacheTTL:      core.DefaultOverrideCacheTTL,
+		CacheTTL:      quota.DefaultCacheTTL,
 		KeyPrefix:     core.DefaultPrefix,
-		Routes:        core.Routes{},
-		GRPCMethods:   core.Routes{},
+		Routes:        gate.Routes{},
+		GRPCMethods:   gate.Routes{},
 		Batching:      true,
 	}
 	p.cfg = cfg
@@ -137,7 +141,7 @@ func (p *schema) config(root *yaml.Node) *Config {
 	}
 	if e, ok := byName["key_prefix"]; ok {
 		if s, ok := p.str(e.val, "key_prefix"); ok {
-			if _, err := core.NewKeys(s); err != nil {
+			if _, err := keys.New(s); err != nil {
 				p.failAt(deref(e.val), "key_prefix", "%s", strings.TrimPrefix(err.Error(), core.ErrInvalidConfig.Error()+": "))
 			} else {
 				cfg.KeyPrefix = s
@@ -161,7 +165,7 @@ func (p *schema) config(root *yaml.Node) *Config {
 	return cfg
 }
 
-func (p *schema) headerStyle(n *yaml.Node) core.HeaderStyle {
+func (p *schema) headerStyle(n *yaml.Node) render.HeaderStyle {
 	n = deref(n)
 	var names []string
 	if n != nil && n.Kind == yaml.SequenceNode {
@@ -173,12 +177,12 @@ func (p *schema) headerStyle(n *yaml.Node) core.HeaderStyle {
 	} else if s, ok := p.str(n, "header_style"); ok {
 		names = append(names, s)
 	} else {
-		return core.DefaultHeaderStyle
+		return render.DefaultHeaderStyle
 	}
 	st, err := parseHeaderStyle(strings.Join(names, ","))
 	if err != nil {
 		p.failAt(n, "header_style", "%v", err)
-		return core.DefaultHeaderStyle
+		return render.DefaultHeaderStyle
 	}
 	return st
 }
@@ -186,20 +190,20 @@ func (p *schema) headerStyle(n *yaml.Node) core.HeaderStyle {
 // parseHeaderStyle parses a comma-separated list of header style names:
 // ietf, x-ratelimit, x-ratelimit-epoch, draft-06, none, and default (ietf
 // and x-ratelimit).
-func parseHeaderStyle(s string) (core.HeaderStyle, error) {
-	var st core.HeaderStyle
+func parseHeaderStyle(s string) (render.HeaderStyle, error) {
+	var st render.HeaderStyle
 	for _, f := range strings.Split(s, ",") {
 		switch strings.ToLower(strings.TrimSpace(f)) {
 		case "ietf", "ietf-11", "draft-11":
-			st |= core.HeaderIETF
+			st |= render.HeaderIETF
 		case "x-ratelimit", "xratelimit":
-			st |= core.HeaderXRateLimit
+			st |= render.HeaderXRateLimit
 		case "x-ratelimit-epoch", "epoch":
-			st |= core.HeaderXRateLimitEpoch
+			st |= render.HeaderXRateLimitEpoch
 		case "draft-06", "draft06":
-			st |= core.HeaderDraft06
+			st |= render.HeaderDraft06
 		case "default":
-			st |= core.DefaultHeaderStyle
+			st |= render.DefaultHeaderStyle
 		case "none", "":
 		default:
 			return 0, fmt.Errorf("unknown header style %q (want ietf, x-ratelimit, x-ratelimit-epoch, draft-06, none or default)", f)
@@ -208,7 +212,7 @@ func parseHeaderStyle(s string) (core.HeaderStyle, error) {
 	return st, nil
 }
 
-func (p *schema) tiers(n *yaml.Node) map[string]core.Tier {
+func (p *schema) tiers(n *yaml.Node) map[string]quota.Tier {
 	entries, ok := p.mapping(n, "tiers")
 	if !ok {
 		return nil
@@ -219,7 +223,7 @@ func (p *schema) tiers(n *yaml.Node) map[string]core.Tier {
 	}
 	names := make(map[string]bool, len(entries))
 	p.tierClasses = make(map[string]map[string]bool, len(entries))
-	out := make(map[string]core.Tier, len(entries))
+	out := make(map[string]quota.Tier, len(entries))
 	for _, e := range entries {
 		field := "tiers." + e.name
 		if !p.name(e.key, field, e.name) {
@@ -235,8 +239,8 @@ func (p *schema) tiers(n *yaml.Node) map[string]core.Tier {
 	return out
 }
 
-func (p *schema) tier(n *yaml.Node, name, field string) core.Tier {
-	var t core.Tier
+func (p *schema) tier(n *yaml.Node, name, field string) quota.Tier {
+	var t quota.Tier
 	entries, ok := p.mapping(n, field, "classes", "ceiling")
 	if !ok {
 		return t
@@ -270,7 +274,7 @@ func (p *schema) tier(n *yaml.Node, name, field string) core.Tier {
 // classes reads a tier's classes, and returns with them every class name
 // it declares (valid quota or not), or nil declared when some entry could
 // not be read as a class name.
-func (p *schema) classes(n *yaml.Node, field string) (classes map[string]core.Quota, declared map[string]bool) {
+func (p *schema) classes(n *yaml.Node, field string) (classes map[string]quota.Quota, declared map[string]bool) {
 	entries, ok := p.mapping(n, field)
 	if !ok {
 		return nil, nil
@@ -279,7 +283,7 @@ func (p *schema) classes(n *yaml.Node, field string) (classes map[string]core.Qu
 	if len(entries) == 0 {
 		p.failAt(deref(n), field, "must define at least one class")
 	}
-	out := make(map[string]core.Quota, len(entries))
+	out := make(map[string]quota.Quota, len(entries))
 	declared = make(map[string]bool, len(entries))
 	for _, e := range entries {
 		sub := field + "." + e.name
@@ -287,7 +291,7 @@ func (p *schema) classes(n *yaml.Node, field string) (classes map[string]core.Qu
 			complete = false
 			continue
 		}
-		if e.name == core.CeilingBucket {
+		if e.name == quota.CeilingBucket {
 			p.failAt(e.key, sub, "class name %q is reserved for the tenant-wide ceiling; use the tier's ceiling field", e.name)
 			complete = false
 			continue
@@ -303,8 +307,8 @@ func (p *schema) classes(n *yaml.Node, field string) (classes map[string]core.Qu
 	return out, declared
 }
 
-func (p *schema) quota(n *yaml.Node, field string) (core.Quota, bool) {
-	var q core.Quota
+func (p *schema) quota(n *yaml.Node, field string) (quota.Quota, bool) {
+	var q quota.Quota
 	entries, ok := p.mapping(n, field, "capacity", "refill_per_second", "concurrency")
 	if !ok {
 		return q, false
@@ -322,8 +326,8 @@ func (p *schema) quota(n *yaml.Node, field string) (core.Quota, bool) {
 			switch {
 			case v <= 0:
 				p.failAt(deref(e.val), sub, "must be > 0, got %d", v)
-			case v > core.MaxCapacity:
-				p.failAt(deref(e.val), sub, "must be <= %d, got %d", int64(core.MaxCapacity), v)
+			case v > quota.MaxCapacity:
+				p.failAt(deref(e.val), sub, "must be <= %d, got %d", int64(quota.MaxCapacity), v)
 			default:
 				q.Capacity, capOK = v, true
 			}
@@ -336,8 +340,8 @@ func (p *schema) quota(n *yaml.Node, field string) (core.Quota, bool) {
 			switch {
 			case v < 1:
 				p.failAt(deref(e.val), sub, "must be >= 1 (omit it for no concurrency limit), got %d", v)
-			case v > core.MaxConcurrency:
-				p.failAt(deref(e.val), sub, "must be <= %d, got %d", core.MaxConcurrency, v)
+			case v > quota.MaxConcurrency:
+				p.failAt(deref(e.val), sub, "must be <= %d, got %d", quota.MaxConcurrency, v)
 			default:
 				q.Concurrency = v
 			}
@@ -353,8 +357,8 @@ func (p *schema) quota(n *yaml.Node, field string) (core.Quota, bool) {
 				p.failAt(deref(e.val), sub, "must be finite, got %v", v)
 			case v <= 0:
 				p.failAt(deref(e.val), sub, "must be > 0, got %v", v)
-			case v > core.MaxRefillPerSecond:
-				p.failAt(deref(e.val), sub, "must be <= %g, got %v", float64(core.MaxRefillPerSecond), v)
+			case v > quota.MaxRefillPerSecond:
+				p.failAt(deref(e.val), sub, "must be <= %g, got %v", float64(quota.MaxRefillPerSecond), v)
 			default:
 				q.RefillPerSecond, rateOK = v, true
 			}
@@ -370,14 +374,14 @@ func (p *schema) quota(n *yaml.Node, field string) (core.Quota, bool) {
 		return q, false
 	}
 	if err := q.Validate(); err != nil {
-		p.failAt(deref(n), field, "%s", strings.TrimPrefix(err.Error(), core.ErrInvalidQuota.Error()+": "))
+		p.failAt(deref(n), field, "%s", strings.TrimPrefix(err.Error(), quota.ErrInvalid.Error()+": "))
 		return q, false
 	}
 	return q, true
 }
 
 // routeList is what differs between the file's two route lists: the
-// fields naming the route, and how they make a core.Routes key.
+// fields naming the route, and how they make a gate.Routes key.
 type routeList struct {
 	name   string
 	fields []string
@@ -391,10 +395,10 @@ var (
 	grpcMethods = routeList{name: "grpc_methods", fields: []string{"method", "class", "cost", "exempt"}, key: (*schema).grpcKey}
 )
 
-// routes reads a route list into a core.Routes table. A key may appear once
+// routes reads a route list into a gate.Routes table. A key may appear once
 // across both lists, since adapters are given their union.
-func (p *schema) routes(l routeList, n *yaml.Node) core.Routes {
-	table := core.Routes{}
+func (p *schema) routes(l routeList, n *yaml.Node) gate.Routes {
+	table := gate.Routes{}
 	for i, item := range p.sequence(n, l.name) {
 		field := fmt.Sprintf("%s[%d]", l.name, i)
 		entries, ok := p.mapping(item, field, l.fields...)
@@ -483,7 +487,7 @@ func (p *schema) grpcKey(byName map[string]entry, item *yaml.Node, field string)
 
 // target reads what a route costs: exempt, or a class and a cost (default
 // 1) that every tier can admit.
-func (p *schema) target(byName map[string]entry, item *yaml.Node, field string) (r core.Route, ok bool) {
+func (p *schema) target(byName map[string]entry, item *yaml.Node, field string) (r gate.Route, ok bool) {
 	if e, found := byName["exempt"]; found {
 		exempt, bok := p.bool(e.val, field+".exempt")
 		if !bok {
@@ -497,7 +501,7 @@ func (p *schema) target(byName map[string]entry, item *yaml.Node, field string) 
 					ok = false
 				}
 			}
-			return core.Route{Exempt: true}, ok
+			return gate.Route{Exempt: true}, ok
 		}
 	}
 	ok = true
@@ -523,8 +527,8 @@ func (p *schema) target(byName map[string]entry, item *yaml.Node, field string) 
 		switch {
 		case !vok:
 			ok = false
-		case v < 1 || v > core.MaxCost:
-			p.failAt(deref(e.val), field+".cost", "must be 1 to %d, got %d", int64(core.MaxCost), v)
+		case v < 1 || v > quota.MaxCost:
+			p.failAt(deref(e.val), field+".cost", "must be 1 to %d, got %d", int64(quota.MaxCost), v)
 			ok = false
 		default:
 			r.Cost = v
@@ -549,7 +553,7 @@ func (p *schema) target(byName map[string]entry, item *yaml.Node, field string) 
 	return r, ok
 }
 
-func sortedTiers(m map[string]core.Tier) []string {
+func sortedTiers(m map[string]quota.Tier) []string {
 	names := make([]string, 0, len(m))
 	for n := range m {
 		names = append(names, n)

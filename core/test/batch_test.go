@@ -10,6 +10,7 @@ import (
 
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // TestBatchingAtomicity: the design's concurrency property holds with
@@ -19,7 +20,7 @@ func TestBatchingAtomicity(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend, v variant) {
 		c := b.client(t)
 		const capacity, rate, total, workers = 10, 2.0, 500, 50
-		l := v.newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: capacity, RefillPerSecond: rate}}),
+		l := v.newLimiter(t, c, staticResolver(quota.Bucket{Name: "default", Quota: quota.Quota{Capacity: capacity, RefillPerSecond: rate}}),
 			core.WithBatching(true))
 		defer l.Close()
 		var admitted, next atomic.Int64
@@ -33,7 +34,7 @@ func TestBatchingAtomicity(t *testing.T) {
 					if next.Load()%2 == 0 {
 						tenant = "t" + string(rune('a'+next.Load()%20))
 					}
-					d, err := l.Allow(context.Background(), core.Tenant{ID: tenant}, "default", 1)
+					d, err := l.Allow(context.Background(), quota.Tenant{ID: tenant}, "default", 1)
 					if err != nil {
 						t.Error(err)
 						return
@@ -57,7 +58,7 @@ func TestBatchingAtomicity(t *testing.T) {
 func TestBatchingScriptFlush(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend, v variant) {
 		c := b.client(t)
-		l := v.newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 1000, RefillPerSecond: 0.001}}), core.WithBatching(true))
+		l := v.newLimiter(t, c, staticResolver(quota.Bucket{Name: "default", Quota: quota.Quota{Capacity: 1000, RefillPerSecond: 0.001}}), core.WithBatching(true))
 		defer l.Close()
 		ctx := context.Background()
 		check(t, l, "t1", 1)
@@ -66,7 +67,7 @@ func TestBatchingScriptFlush(t *testing.T) {
 		var allowed atomic.Int64
 		for range 20 {
 			wg.Go(func() {
-				d, err := l.Allow(ctx, core.Tenant{ID: "t1"}, "default", 1)
+				d, err := l.Allow(ctx, quota.Tenant{ID: "t1"}, "default", 1)
 				if err != nil {
 					t.Error(err)
 				}
@@ -84,13 +85,13 @@ func TestBatchingScriptFlush(t *testing.T) {
 }
 
 func TestBatchingClose(t *testing.T) {
-	l := newLimiter(t, redistest.Client(t), staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(10)}),
+	l := newLimiter(t, redistest.Client(t), staticResolver(quota.Bucket{Name: "default", Quota: quota.PerSecond(10)}),
 		core.WithBatching(true), core.WithFailurePolicy(core.FailClosed))
 	check(t, l, "t1", 1)
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	d, err := l.Allow(context.Background(), core.Tenant{ID: "t1"}, "default", 1)
+	d, err := l.Allow(context.Background(), quota.Tenant{ID: "t1"}, "default", 1)
 	if !errors.Is(err, core.ErrStore) || d.Reason != core.ReasonFailedClosed {
 		t.Fatalf("after Close: %+v, %v", d, err)
 	}

@@ -12,6 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/lua"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // BenchmarkCheck measures checks per second against a private Redis, many
@@ -25,12 +27,12 @@ import (
 func BenchmarkCheck(b *testing.B) {
 	srv := redistest.NewServer(b)
 	const tenants = 10000
-	quota := core.Quota{Capacity: 1000, RefillPerSecond: 100}
+	qt := quota.Quota{Capacity: 1000, RefillPerSecond: 100}
 	type checker func(ctx context.Context, tenant int) error
 	// allow checks with l; its stop closes l
 	allow := func(l *core.Limiter) (checker, func()) {
 		return func(ctx context.Context, i int) error {
-			_, err := l.Allow(ctx, core.Tenant{ID: "t" + strconv.Itoa(i)}, "default", 1)
+			_, err := l.Allow(ctx, quota.Tenant{ID: "t" + strconv.Itoa(i)}, "default", 1)
 			return err
 		}, func() { _ = l.Close() }
 	}
@@ -39,10 +41,10 @@ func BenchmarkCheck(b *testing.B) {
 		mk   func(b *testing.B, c *redis.Client) (checker, func())
 	}{
 		{"tollgate", func(b *testing.B, c *redis.Client) (checker, func()) {
-			return allow(benchLimiter(b, c, quota, core.WithBatching(false)))
+			return allow(benchLimiter(b, c, qt, core.WithBatching(false)))
 		}},
 		{"tollgate-batched", func(b *testing.B, c *redis.Client) (checker, func()) {
-			return allow(benchLimiter(b, c, quota, core.WithBatching(true)))
+			return allow(benchLimiter(b, c, qt, core.WithBatching(true)))
 		}},
 		{"redis_rate", func(b *testing.B, c *redis.Client) (checker, func()) {
 			rl := redis_rate.NewLimiter(c)
@@ -85,11 +87,11 @@ func BenchmarkCheck(b *testing.B) {
 	}
 }
 
-func benchLimiter(b *testing.B, c *redis.Client, q core.Quota, opts ...core.Option) *core.Limiter {
+func benchLimiter(b *testing.B, c *redis.Client, q quota.Quota, opts ...core.Option) *core.Limiter {
 	// built once, as a real resolver's cache does: the benchmark measures
 	// the limiter, not a resolver that allocates on every call
-	buckets := []core.Bucket{{Name: "default", Quota: q}}
-	r := core.ResolverFunc(func(context.Context, core.Tenant, string) ([]core.Bucket, error) {
+	buckets := []quota.Bucket{{Name: "default", Quota: q}}
+	r := quota.ResolverFunc(func(context.Context, quota.Tenant, string) ([]quota.Bucket, error) {
 		return buckets, nil
 	})
 	opts = append([]core.Option{core.WithPrefix(redistest.Prefix(b)), core.WithTimeout(5 * time.Second)}, opts...)
@@ -109,7 +111,7 @@ func benchLimiter(b *testing.B, c *redis.Client, q core.Quota, opts ...core.Opti
 func BenchmarkSingleCallerP50(b *testing.B) {
 	srv := redistest.NewServer(b)
 	c := srv.Client(b, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
-	q := core.Quota{Capacity: 1000, RefillPerSecond: 100}
+	q := quota.Quota{Capacity: 1000, RefillPerSecond: 100}
 	for _, v := range []struct {
 		name string
 		opts []core.Option
@@ -125,7 +127,7 @@ func BenchmarkSingleCallerP50(b *testing.B) {
 			for b.Loop() {
 				n++
 				t0 := time.Now()
-				if _, err := l.Allow(ctx, core.Tenant{ID: "t" + strconv.Itoa(n%10000)}, "default", 1); err != nil {
+				if _, err := l.Allow(ctx, quota.Tenant{ID: "t" + strconv.Itoa(n%10000)}, "default", 1); err != nil {
 					b.Fatal(err)
 				}
 				t1 := time.Now()
@@ -144,7 +146,7 @@ func BenchmarkSingleCallerP50(b *testing.B) {
 }
 
 func tokenBucketSHA(b *testing.B, c *redis.Client) string {
-	sha, err := c.ScriptLoad(context.Background(), core.ScriptSource()).Result()
+	sha, err := c.ScriptLoad(context.Background(), lua.TokenBucket()).Result()
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -16,6 +16,8 @@ import (
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/keys"
+	"github.com/tollgate-go/tollgate/core/quota"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 )
 
@@ -26,7 +28,7 @@ import (
 func TestCallerGoneIsNotAStoreFailure(t *testing.T) {
 	forEachVariant(t, func(t *testing.T, v variant) {
 		var logs conformance.LogBuffer
-		l := v.newLimiter(t, redistest.Client(t), staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(1000)}),
+		l := v.newLimiter(t, redistest.Client(t), staticResolver(quota.Bucket{Name: "default", Quota: quota.PerSecond(1000)}),
 			core.WithCircuitBreaker(3, time.Hour), core.WithFailurePolicy(core.FailClosed),
 			core.WithTimeout(time.Second), core.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 		check(t, l, "victim", 0) // warm the connection and the script cache
@@ -39,7 +41,7 @@ func TestCallerGoneIsNotAStoreFailure(t *testing.T) {
 				ctx  context.Context
 				want error
 			}{{cancelled, context.Canceled}, {expired, context.DeadlineExceeded}} {
-				d, err := l.Allow(c.ctx, core.Tenant{ID: "attacker"}, "default", 1)
+				d, err := l.Allow(c.ctx, quota.Tenant{ID: "attacker"}, "default", 1)
 				if errors.Is(err, core.ErrStore) || !errors.Is(err, c.want) {
 					t.Fatalf("check %d: err %v, want the caller's %v and no store failure", i, err, c.want)
 				}
@@ -49,7 +51,7 @@ func TestCallerGoneIsNotAStoreFailure(t *testing.T) {
 			}
 			// a deadline that passes during the round trip
 			short, cancel3 := context.WithTimeout(context.Background(), 50*time.Microsecond)
-			d, err := l.Allow(short, core.Tenant{ID: "attacker"}, "default", 1)
+			d, err := l.Allow(short, quota.Tenant{ID: "attacker"}, "default", 1)
 			cancel3()
 			if errors.Is(err, core.ErrStore) || d.Degraded() {
 				t.Fatalf("short deadline %d: %+v, %v: a caller's deadline is not a store failure", i, d, err)
@@ -72,7 +74,7 @@ func TestRequestErrorIsThatRequestsFailure(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend, v variant) {
 		c := b.client(t)
 		var logs conformance.LogBuffer
-		l := v.newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(1000)}),
+		l := v.newLimiter(t, c, staticResolver(quota.Bucket{Name: "default", Quota: quota.PerSecond(1000)}),
 			core.WithCircuitBreaker(3, time.Hour), core.WithFailurePolicy(core.FailClosed),
 			core.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 		const bad = "poisoned\ttenant"
@@ -85,7 +87,7 @@ func TestRequestErrorIsThatRequestsFailure(t *testing.T) {
 		}
 		t.Cleanup(func() { c.Del(context.Background(), key) })
 		for i := range 10 {
-			d, err := l.Allow(context.Background(), core.Tenant{ID: bad}, "default", 1)
+			d, err := l.Allow(context.Background(), quota.Tenant{ID: bad}, "default", 1)
 			if !errors.Is(err, core.ErrStore) || !strings.Contains(err.Error(), "WRONGTYPE") || d.Reason != core.ReasonFailedClosed {
 				t.Fatalf("poisoned check %d: %+v, %v; want the failure policy and the WRONGTYPE error", i, d, err)
 			}
@@ -95,7 +97,7 @@ func TestRequestErrorIsThatRequestsFailure(t *testing.T) {
 			t.Fatalf("another tenant after the poisoned checks: %+v: the breaker opened", d)
 		}
 		s := logs.String()
-		if !strings.Contains(s, core.EscapeID(bad)) || !strings.Contains(s, "key=") || strings.Contains(s, "circuit") {
+		if !strings.Contains(s, keys.EscapeID(bad)) || !strings.Contains(s, "key=") || strings.Contains(s, "circuit") {
 			t.Fatalf("want a log naming the escaped tenant and the key, no breaker: %s", s)
 		}
 	})
@@ -107,7 +109,7 @@ func TestBreakerOneClock(t *testing.T) {
 	srv := redistest.NewServer(t)
 	clock := conformance.NewFakeClock()
 	clock.Set(time.Now().Add(-time.Hour)) // an hour behind the wall clock
-	l, err := core.New(srv.Client(t), staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(10)}),
+	l, err := core.New(srv.Client(t), staticResolver(quota.Bucket{Name: "default", Quota: quota.PerSecond(10)}),
 		core.WithPrefix(redistest.Prefix(t)), core.WithClock(clock.Now), core.WithFailurePolicy(core.FailClosed),
 		core.WithCircuitBreaker(2, time.Hour), core.WithTimeout(time.Second), core.WithBatching(false))
 	if err != nil {
@@ -117,11 +119,11 @@ func TestBreakerOneClock(t *testing.T) {
 	srv.Stop()
 	ctx := context.Background()
 	for range 2 {
-		if _, err := l.Allow(ctx, core.Tenant{ID: "t"}, "default", 1); !errors.Is(err, core.ErrStore) {
+		if _, err := l.Allow(ctx, quota.Tenant{ID: "t"}, "default", 1); !errors.Is(err, core.ErrStore) {
 			t.Fatalf("Redis down: %v", err)
 		}
 	}
-	if _, err := l.Allow(ctx, core.Tenant{ID: "t"}, "default", 1); err == nil || !strings.Contains(err.Error(), "circuit breaker open") {
+	if _, err := l.Allow(ctx, quota.Tenant{ID: "t"}, "default", 1); err == nil || !strings.Contains(err.Error(), "circuit breaker open") {
 		t.Fatalf("want the circuit open: %v", err)
 	}
 	if err := srv.Restart(); err != nil {
@@ -129,7 +131,7 @@ func TestBreakerOneClock(t *testing.T) {
 	}
 	clock.Advance(time.Hour + time.Second) // the cool-down passed on the limiter's clock
 	// the failed calls left no pooled connection: the probe dials afresh
-	d, err := l.Allow(ctx, core.Tenant{ID: "t"}, "default", 1)
+	d, err := l.Allow(ctx, quota.Tenant{ID: "t"}, "default", 1)
 	if err != nil || d.Reason != core.ReasonOK {
 		t.Fatalf("after the cool-down on the injected clock: %+v, %v", d, err)
 	}
@@ -143,7 +145,7 @@ func TestNoGoroutinePerCheck(t *testing.T) {
 	forEachVariant(t, func(t *testing.T, v variant) {
 		srv := redistest.NewServer(t)
 		c := srv.Client(t, func(o *redis.Options) { o.ReadTimeout = 10 * time.Second; o.PoolSize = 64 })
-		l := v.newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(10)}),
+		l := v.newLimiter(t, c, staticResolver(quota.Bucket{Name: "default", Quota: quota.PerSecond(10)}),
 			core.WithTimeout(100*time.Millisecond), core.WithCircuitBreaker(0, 0))
 		check(t, l, "warm", 0)
 		if err := srv.Pause(); err != nil {
@@ -158,7 +160,7 @@ func TestNoGoroutinePerCheck(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				start := time.Now()
-				_, err := l.Allow(context.Background(), core.Tenant{ID: "t" + strconv.Itoa(i)}, "default", 1)
+				_, err := l.Allow(context.Background(), quota.Tenant{ID: "t" + strconv.Itoa(i)}, "default", 1)
 				if !errors.Is(err, core.ErrStore) || time.Since(start) > 2*time.Second {
 					slow.Add(1)
 				}
@@ -188,7 +190,7 @@ func TestBatcherQueueBounded(t *testing.T) {
 	srv := redistest.NewServer(t)
 	reader := sdkmetric.NewManualReader()
 	l := newLimiter(t, srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true }),
-		staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(10)}),
+		staticResolver(quota.Bucket{Name: "default", Quota: quota.PerSecond(10)}),
 		core.WithBatching(true), core.WithTimeout(3*time.Second),
 		core.WithCircuitBreaker(0, 0), core.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
 	check(t, l, "warm", 0)
@@ -203,7 +205,7 @@ func TestBatcherQueueBounded(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			start := time.Now()
-			d, err := l.Allow(context.Background(), core.Tenant{ID: "t" + strconv.Itoa(i)}, "default", 1)
+			d, err := l.Allow(context.Background(), quota.Tenant{ID: "t" + strconv.Itoa(i)}, "default", 1)
 			if errors.Is(err, core.ErrOverloaded) && strings.Contains(err.Error(), "too many checks waiting") {
 				if d.Allowed || d.Reason != core.ReasonOverloaded || errors.Is(err, core.ErrStore) {
 					t.Errorf("a shed check answered %+v, %v", d, err)

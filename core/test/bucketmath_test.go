@@ -13,6 +13,7 @@ import (
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // TestLocalArithmeticMatchesTheScript: the limiter's own token-bucket
@@ -35,10 +36,10 @@ func TestLocalArithmeticMatchesTheScript(t *testing.T) {
 	localDenials, fallbackDenials := 0, 0
 	for seed := range uint64(40) {
 		rng := rand.New(rand.NewPCG(seed, 7))
-		buckets := make([]core.Bucket, 1+rng.IntN(3))
+		buckets := make([]quota.Bucket, 1+rng.IntN(3))
 		for i := range buckets {
-			q := core.Quota{Capacity: 1 + rng.Int64N(1000), RefillPerSecond: math.Pow(10, -2+5*rng.Float64())}
-			buckets[i] = core.Bucket{Name: "b" + strconv.Itoa(i), Quota: q}
+			q := quota.Quota{Capacity: 1 + rng.Int64N(1000), RefillPerSecond: math.Pow(10, -2+5*rng.Float64())}
+			buckets[i] = quota.Bucket{Name: "b" + strconv.Itoa(i), Quota: q}
 		}
 		r := staticResolver(buckets...)
 		clock := conformance.NewFakeClock()
@@ -69,7 +70,7 @@ func TestLocalArithmeticMatchesTheScript(t *testing.T) {
 			default:
 				cost = 1 + rng.Int64N(max(1, capacity/3))
 			}
-			req := core.Request{Tenant: core.Tenant{ID: "t" + strconv.FormatUint(seed, 10)}, Cost: cost}
+			req := core.Request{Tenant: quota.Tenant{ID: "t" + strconv.FormatUint(seed, 10)}, Cost: cost}
 			want, err := ref.Check(ctx, req)
 			if err != nil {
 				t.Fatalf("seed %d step %d: reference: %v", seed, step, err)
@@ -99,7 +100,7 @@ func TestLocalArithmeticMatchesTheScript(t *testing.T) {
 }
 
 // sameDecision fails unless got is want up to float rounding.
-func sameDecision(t *testing.T, what string, seed uint64, step int, buckets []core.Bucket, cost int64, got, want core.Decision) {
+func sameDecision(t *testing.T, what string, seed uint64, step int, buckets []quota.Bucket, cost int64, got, want core.Decision) {
 	t.Helper()
 	const eps = 1e-6
 	tol := func(x float64) float64 { return eps * max(1, math.Abs(x)) }

@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // The limiter works with any go-redis UniversalClient. Standalone and Cluster
@@ -18,13 +18,13 @@ func TestRingClient(t *testing.T) {
 	a, b := redistest.NewServer(t), redistest.NewServer(t)
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr(), "b": b.Addr()}})
 	t.Cleanup(func() { _ = ring.Close() })
-	class := core.Bucket{Name: "export", Quota: core.Quota{Capacity: 10, RefillPerSecond: 0.01}}
-	ceiling := core.Bucket{Name: core.CeilingBucket, Quota: core.Quota{Capacity: 5, RefillPerSecond: 0.01}}
+	class := quota.Bucket{Name: "export", Quota: quota.Quota{Capacity: 10, RefillPerSecond: 0.01}}
+	ceiling := quota.Bucket{Name: quota.CeilingBucket, Quota: quota.Quota{Capacity: 5, RefillPerSecond: 0.01}}
 	l := newLimiter(t, ring, staticResolver(class, ceiling))
 	// many tenants: they spread over both shards, and each tenant's two
 	// keys share its hash tag, so the script always finds both on one shard
 	for i := range 40 {
-		tn := core.Tenant{ID: "tenant-" + strconv.Itoa(i)}
+		tn := quota.Tenant{ID: "tenant-" + strconv.Itoa(i)}
 		for j := range 6 {
 			d, err := l.Allow(context.Background(), tn, "export", 1)
 			if err != nil {
@@ -48,9 +48,9 @@ func TestSentinelFailoverClient(t *testing.T) {
 	sentinel := startSentinel(t, master.Port())
 	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "tollgate", SentinelAddrs: []string{sentinel}})
 	t.Cleanup(func() { _ = c.Close() })
-	l := newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 3, RefillPerSecond: 0.01}}))
+	l := newLimiter(t, c, staticResolver(quota.Bucket{Name: "default", Quota: quota.Quota{Capacity: 3, RefillPerSecond: 0.01}}))
 	for i := range 4 {
-		d, err := l.Allow(context.Background(), core.Tenant{ID: "t1"}, "default", 1)
+		d, err := l.Allow(context.Background(), quota.Tenant{ID: "t1"}, "default", 1)
 		if err != nil {
 			t.Fatalf("through Sentinel: %v", err)
 		}

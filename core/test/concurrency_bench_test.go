@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // BenchmarkConcurrencyCheck compares a check of a class with a concurrency
@@ -27,10 +27,10 @@ func BenchmarkConcurrencyCheck(b *testing.B) {
 	const tenants = 10000
 	for _, impl := range []struct {
 		name  string
-		quota core.Quota
+		quota quota.Quota
 	}{
-		{"plain", core.Quota{Capacity: 1 << 30, RefillPerSecond: 1 << 30}},
-		{"concurrency", core.Quota{Capacity: 1 << 30, RefillPerSecond: 1 << 30, Concurrency: 1000}},
+		{"plain", quota.Quota{Capacity: 1 << 30, RefillPerSecond: 1 << 30}},
+		{"concurrency", quota.Quota{Capacity: 1 << 30, RefillPerSecond: 1 << 30, Concurrency: 1000}},
 	} {
 		b.Run("impl="+impl.name, func(b *testing.B) {
 			c := srv.Client(b, func(o *redis.Options) { o.PoolSize = 64; o.ContextTimeoutEnabled = true })
@@ -41,7 +41,7 @@ func BenchmarkConcurrencyCheck(b *testing.B) {
 			b.SetParallelism(32) // 2 cores: 64 callers
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					d, err := l.Allow(ctx, core.Tenant{ID: "t" + strconv.Itoa(int(n.Add(1)%tenants))}, "default", 1)
+					d, err := l.Allow(ctx, quota.Tenant{ID: "t" + strconv.Itoa(int(n.Add(1)%tenants))}, "default", 1)
 					if err != nil || !d.Allowed {
 						b.Errorf("%v, %v", d.Reason, err)
 						return

@@ -11,12 +11,14 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/render"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 )
 
 // reports is the quota of the concurrency tests: a rate quota and 2 in
 // flight.
-var reports = core.Quota{Capacity: 100, RefillPerSecond: 10, Concurrency: 2}
+var reports = quota.Quota{Capacity: 100, RefillPerSecond: 10, Concurrency: 2}
 
 func slotsKey(t *testing.T, l *core.Limiter, tenant, bucket string) string {
 	t.Helper()
@@ -41,7 +43,7 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 
 func checkClass(t *testing.T, l *core.Limiter, tenant, class string, cost int64) core.Decision {
 	t.Helper()
-	d, err := l.Check(context.Background(), core.Request{Tenant: core.Tenant{ID: tenant}, Class: class, Cost: cost})
+	d, err := l.Check(context.Background(), core.Request{Tenant: quota.Tenant{ID: tenant}, Class: class, Cost: cost})
 	if err != nil {
 		t.Fatalf("Check(%s, %s, cost %d): %v", tenant, class, cost, err)
 	}
@@ -55,8 +57,8 @@ func TestConcurrencySlots(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend, v variant) {
 		c := b.client(t)
 		// a refill too slow to show between the checks of a loaded machine
-		q := core.Quota{Capacity: 100, RefillPerSecond: 0.001, Concurrency: 2}
-		l := v.newLimiter(t, c, staticResolver(core.Bucket{Name: "reports", Quota: q}))
+		q := quota.Quota{Capacity: 100, RefillPerSecond: 0.001, Concurrency: 2}
+		l := v.newLimiter(t, c, staticResolver(quota.Bucket{Name: "reports", Quota: q}))
 		a := checkClass(t, l, "t1", "reports", 1)
 		bb := checkClass(t, l, "t1", "reports", 1)
 		if a.Reason != core.ReasonOK || bb.Reason != core.ReasonOK || a.Slot == nil || bb.Slot == nil {
@@ -66,7 +68,7 @@ func TestConcurrencySlots(t *testing.T) {
 			t.Fatalf("in flight %d, %d; want 1, 2", a.Buckets[0].InFlight, bb.Buckets[0].InFlight)
 		}
 		d := checkClass(t, l, "t1", "reports", 1)
-		if d.Allowed || d.Reason != core.ReasonConcurrencyLimit || d.Slot != nil || d.Status() != 429 {
+		if d.Allowed || d.Reason != core.ReasonConcurrencyLimit || d.Slot != nil || render.Status(d) != 429 {
 			t.Fatalf("third: %+v; want a concurrency denial, 429, no slot", d)
 		}
 		if !near(d.Tokens, bb.Tokens, 0.5) || d.Buckets[0].InFlight != 2 {
@@ -103,9 +105,9 @@ func TestConcurrencySlots(t *testing.T) {
 func TestConcurrencyAllOrNothing(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend, v variant) {
 		c := b.client(t)
-		q := core.Quota{Capacity: 2, RefillPerSecond: 0.01, Concurrency: 5}
-		ceiling := core.Quota{Capacity: 50, RefillPerSecond: 0.001}
-		l := v.newLimiter(t, c, staticResolver(core.Bucket{Name: "reports", Quota: q}, core.Bucket{Name: core.CeilingBucket, Quota: ceiling}))
+		q := quota.Quota{Capacity: 2, RefillPerSecond: 0.01, Concurrency: 5}
+		ceiling := quota.Quota{Capacity: 50, RefillPerSecond: 0.001}
+		l := v.newLimiter(t, c, staticResolver(quota.Bucket{Name: "reports", Quota: q}, quota.Bucket{Name: quota.CeilingBucket, Quota: ceiling}))
 		key := slotsKey(t, l, "t1", "reports")
 		for i := 0; i < 2; i++ {
 			if d := checkClass(t, l, "t1", "reports", 1); d.Reason != core.ReasonOK || d.Slot == nil {
@@ -132,7 +134,7 @@ func TestConcurrencyAllOrNothing(t *testing.T) {
 func TestConcurrencyExpiry(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend, v variant) {
 		c := b.client(t)
-		l := v.newLimiter(t, c, staticResolver(core.Bucket{Name: "reports", Quota: reports}), core.WithConcurrencySlots(6*time.Second, 0))
+		l := v.newLimiter(t, c, staticResolver(quota.Bucket{Name: "reports", Quota: reports}), core.WithConcurrencySlots(6*time.Second, 0))
 		key := slotsKey(t, l, "t1", "reports")
 		ctx := context.Background()
 		now, err := c.Time(ctx).Result()
@@ -170,7 +172,7 @@ func TestConcurrencyRenewal(t *testing.T) {
 		// renewed every 500 ms: a renewal may be a second late on a
 		// loaded machine before the slot expires
 		lease := 1500 * time.Millisecond
-		l := v.newLimiter(t, c, staticResolver(core.Bucket{Name: "reports", Quota: core.Quota{Capacity: 100, RefillPerSecond: 10, Concurrency: 1}}),
+		l := v.newLimiter(t, c, staticResolver(quota.Bucket{Name: "reports", Quota: quota.Quota{Capacity: 100, RefillPerSecond: 10, Concurrency: 1}}),
 			core.WithTimeout(lease/3), core.WithConcurrencySlots(lease, 0))
 		key := slotsKey(t, l, "t1", "reports")
 		ctx := context.Background()
@@ -196,14 +198,14 @@ func TestConcurrencyRenewal(t *testing.T) {
 // its slot gone rather than reviving it.
 func TestConcurrencyReset(t *testing.T) {
 	c := backends[0].client(t)
-	l := newLimiter(t, c, staticResolver(core.Bucket{Name: "reports", Quota: reports}))
+	l := newLimiter(t, c, staticResolver(quota.Bucket{Name: "reports", Quota: reports}))
 	for i := 0; i < 2; i++ {
 		if d := checkClass(t, l, "t1", "reports", 1); d.Slot == nil {
 			t.Fatalf("request %d: %v", i, d.Reason)
 		}
 	}
 	for _, names := range [][]string{{"reports"}, nil} {
-		n, err := l.Reset(context.Background(), core.Tenant{ID: "t1"}, names...)
+		n, err := l.Reset(context.Background(), quota.Tenant{ID: "t1"}, names...)
 		if err != nil || n == 0 {
 			t.Fatalf("Reset(%v): %d, %v", names, n, err)
 		}
@@ -218,11 +220,11 @@ func TestConcurrencyReset(t *testing.T) {
 // TestConcurrencyPeek: a peek reports the slots in use and takes none.
 func TestConcurrencyPeek(t *testing.T) {
 	c := backends[0].client(t)
-	l := newLimiter(t, c, staticResolver(core.Bucket{Name: "reports", Quota: reports}))
+	l := newLimiter(t, c, staticResolver(quota.Bucket{Name: "reports", Quota: reports}))
 	d := checkClass(t, l, "t1", "reports", 1)
 	defer d.Slot.Release()
 	for i := 0; i < 3; i++ {
-		p, err := l.Peek(context.Background(), core.Tenant{ID: "t1"}, "reports")
+		p, err := l.Peek(context.Background(), quota.Tenant{ID: "t1"}, "reports")
 		if err != nil || p.Reason != core.ReasonOK || p.Slot != nil || p.Buckets[0].InFlight != 1 {
 			t.Fatalf("peek: %+v, %v; want 1 in flight, no slot", p, err)
 		}
@@ -235,7 +237,7 @@ func TestConcurrencyPeek(t *testing.T) {
 func TestConcurrencyPeak(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend, v variant) {
 		const n = 3
-		l := v.newLimiter(t, b.client(t), staticResolver(core.Bucket{Name: "reports", Quota: core.Quota{Capacity: 1 << 20, RefillPerSecond: 1 << 20, Concurrency: n}}))
+		l := v.newLimiter(t, b.client(t), staticResolver(quota.Bucket{Name: "reports", Quota: quota.Quota{Capacity: 1 << 20, RefillPerSecond: 1 << 20, Concurrency: n}}))
 		var running, peak, admitted atomic.Int64
 		var wg sync.WaitGroup
 		for g := 0; g < 16; g++ {
@@ -243,7 +245,7 @@ func TestConcurrencyPeak(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for i := 0; i < 20; i++ {
-					d, err := l.Check(context.Background(), core.Request{Tenant: core.Tenant{ID: "t1"}, Class: "reports", Cost: 1})
+					d, err := l.Check(context.Background(), core.Request{Tenant: quota.Tenant{ID: "t1"}, Class: "reports", Cost: 1})
 					if err != nil {
 						t.Error(err)
 						return
@@ -273,9 +275,9 @@ func TestConcurrencyPeak(t *testing.T) {
 // limit are a configuration mistake, answered as unresolved.
 func TestConcurrencyTwoLimits(t *testing.T) {
 	c := backends[0].client(t)
-	l := newLimiter(t, c, staticResolver(core.Bucket{Name: "reports", Quota: reports}, core.Bucket{Name: core.CeilingBucket, Quota: reports}))
-	d, err := l.Check(context.Background(), core.Request{Tenant: core.Tenant{ID: "t1"}, Class: "reports", Cost: 1})
-	if !errors.Is(err, core.ErrInvalidQuota) || d.Reason != core.ReasonUnresolved || d.Allowed {
+	l := newLimiter(t, c, staticResolver(quota.Bucket{Name: "reports", Quota: reports}, quota.Bucket{Name: quota.CeilingBucket, Quota: reports}))
+	d, err := l.Check(context.Background(), core.Request{Tenant: quota.Tenant{ID: "t1"}, Class: "reports", Cost: 1})
+	if !errors.Is(err, quota.ErrInvalid) || d.Reason != core.ReasonUnresolved || d.Allowed {
 		t.Fatalf("two limits: %v, %v; want ErrInvalidQuota, unresolved", d.Reason, err)
 	}
 	if _, err := core.New(c, staticResolver(), core.WithTimeout(time.Second), core.WithConcurrencySlots(2*time.Second, 0)); err == nil {
@@ -299,7 +301,7 @@ func TestConcurrencyReleaseUnreachable(t *testing.T) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer mp.Shutdown(context.Background())
 	const timeout, lease = 400 * time.Millisecond, 2 * time.Second
-	l := newLimiter(t, c, staticResolver(core.Bucket{Name: "reports", Quota: core.Quota{Capacity: 100, RefillPerSecond: 10, Concurrency: 1}}),
+	l := newLimiter(t, c, staticResolver(quota.Bucket{Name: "reports", Quota: quota.Quota{Capacity: 100, RefillPerSecond: 10, Concurrency: 1}}),
 		core.WithTimeout(timeout), core.WithConcurrencySlots(lease, 0), core.WithMeterProvider(mp), core.WithCircuitBreaker(0, 0))
 	key := slotsKey(t, l, "t1", "reports")
 	ctx := context.Background()
@@ -336,7 +338,7 @@ func TestConcurrencyReleaseUnreachable(t *testing.T) {
 	d.Slot.Release()
 	waitFor(t, 2*lease+10*timeout, "the release given up", func() bool { return expired() == 1 })
 	// the check itself fails open while the store is silent: no slot
-	if f, err := l.Check(ctx, core.Request{Tenant: core.Tenant{ID: "t1"}, Class: "reports", Cost: 1}); err == nil || f.Reason != core.ReasonFailedOpen || f.Slot != nil {
+	if f, err := l.Check(ctx, core.Request{Tenant: quota.Tenant{ID: "t1"}, Class: "reports", Cost: 1}); err == nil || f.Reason != core.ReasonFailedOpen || f.Slot != nil {
 		t.Fatalf("check while paused: %v, %v, slot %v; want failed open without a slot", f.Reason, err, f.Slot)
 	}
 	if err := srv.Resume(); err != nil {

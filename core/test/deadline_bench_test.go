@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // BenchmarkCheckCallerDeadline is BenchmarkCheck's one caller, batched, with
@@ -18,8 +19,7 @@ import (
 func BenchmarkCheckCallerDeadline(b *testing.B) {
 	srv := redistest.NewServer(b)
 	c := srv.Client(b, func(o *redis.Options) { o.PoolSize = 64; o.ContextTimeoutEnabled = true })
-	l := benchLimiter(b, c, core.Quota{Capacity: 1000, RefillPerSecond: 100},
-		core.WithBatching(true), core.WithTimeout(time.Hour))
+	l := benchLimiter(b, c, quota.Quota{Capacity: 1000, RefillPerSecond: 100}, core.WithBatching(true), core.WithTimeout(time.Hour))
 	defer func() { _ = l.Close() }()
 	// one context for the whole run, so that making it is not measured
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
@@ -27,7 +27,7 @@ func BenchmarkCheckCallerDeadline(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		i = (i + 1) % 10000
-		if _, err := l.Allow(ctx, core.Tenant{ID: "t" + strconv.Itoa(i)}, "default", 1); err != nil {
+		if _, err := l.Allow(ctx, quota.Tenant{ID: "t" + strconv.Itoa(i)}, "default", 1); err != nil {
 			b.Fatal(err)
 		}
 	}

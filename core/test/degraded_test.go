@@ -11,6 +11,8 @@ import (
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/render"
 )
 
 // TestCircuitBreaker: after the threshold of failures the store is not called
@@ -22,14 +24,14 @@ func TestCircuitBreaker(t *testing.T) {
 		srv := redistest.NewServer(t)
 		c := srv.Client(t)
 		clock := conformance.NewFakeClock()
-		l, err := core.New(c, staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(100)}), append(v.options(),
+		l, err := core.New(c, staticResolver(quota.Bucket{Name: "default", Quota: quota.PerSecond(100)}), append(v.options(),
 			core.WithPrefix(redistest.Prefix(t)), core.WithFailurePolicy(core.FailClosed), core.WithClock(clock.Now),
 			core.WithCircuitBreaker(3, 300*time.Millisecond), core.WithTimeout(time.Second))...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		ctx := context.Background()
-		tn := core.Tenant{ID: "t1"}
+		tn := quota.Tenant{ID: "t1"}
 		srv.Kill()
 		for i := range 3 {
 			if _, err := l.Allow(ctx, tn, "default", 1); !errors.Is(err, core.ErrStore) {
@@ -87,14 +89,14 @@ func TestLocalFallback(t *testing.T) {
 		srv := redistest.NewServer(t)
 		c := srv.Client(t)
 		srv.Kill()
-		l, err := core.New(c, staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 40, RefillPerSecond: 0.001}}),
+		l, err := core.New(c, staticResolver(quota.Bucket{Name: "default", Quota: quota.Quota{Capacity: 40, RefillPerSecond: 0.001}}),
 			append(v.options(), core.WithLocalFallback(0.25), core.WithFailurePolicy(core.FailClosed))...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		admitted := 0
 		for range 20 {
-			d, err := l.Allow(context.Background(), core.Tenant{ID: "t1"}, "default", 1)
+			d, err := l.Allow(context.Background(), quota.Tenant{ID: "t1"}, "default", 1)
 			if !errors.Is(err, core.ErrStore) || !d.Fallback || !d.Degraded() {
 				t.Fatalf("fallback decision %+v, %v", d, err)
 			}
@@ -116,7 +118,7 @@ func TestDenyCacheNeverDeniesWhatRedisAdmits(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend, v variant) {
 		c := b.client(t)
 		clock := conformance.NewFakeClock()
-		r := staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 5, RefillPerSecond: 3}})
+		r := staticResolver(quota.Bucket{Name: "default", Quota: quota.Quota{Capacity: 5, RefillPerSecond: 3}})
 		cached := v.newLimiter(t, c, r, core.WithClock(clock.Now), core.WithDenyCache(true))
 		plain := v.newLimiter(t, c, r, core.WithClock(clock.Now), core.WithDenyCache(false))
 		rng := rand.New(rand.NewPCG(1, 2))
@@ -151,44 +153,44 @@ func TestLocalFallbackJudgesNeverByTheRealQuota(t *testing.T) {
 	srv := redistest.NewServer(t)
 	c := srv.Client(t)
 	srv.Kill()
-	real := core.Quota{Capacity: 10, RefillPerSecond: 1}
-	l, err := core.New(c, staticResolver(core.Bucket{Name: "default", Quota: real}),
+	real := quota.Quota{Capacity: 10, RefillPerSecond: 1}
+	l, err := core.New(c, staticResolver(quota.Bucket{Name: "default", Quota: real}),
 		core.WithLocalFallback(0.1), core.WithTimeout(200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = l.Close() })
 	ctx := context.Background()
-	d, err := l.Allow(ctx, core.Tenant{ID: "t1"}, "default", 5) // above the share (1), within the quota (10)
+	d, err := l.Allow(ctx, quota.Tenant{ID: "t1"}, "default", 5) // above the share (1), within the quota (10)
 	if !errors.Is(err, core.ErrStore) || !d.Fallback {
 		t.Fatalf("%+v, %v", d, err)
 	}
 	retryAfter := ""
-	for _, h := range d.Headers(core.HeaderNone, time.Now()) {
+	for _, h := range render.Headers(d, render.HeaderNone, time.Now()) {
 		if h.Name == "Retry-After" {
 			retryAfter = h.Value
 		}
 	}
-	if d.Reason != core.ReasonOverLimit || d.RetryAfter <= 0 || retryAfter == "" || retryAfter == "0" || d.PushbackMillis() <= 0 {
-		t.Fatalf("cost 5 of 10 while degraded: reason %v, retry %v, Retry-After %q, pushback %d", d.Reason, d.RetryAfter, retryAfter, d.PushbackMillis())
+	if d.Reason != core.ReasonOverLimit || d.RetryAfter <= 0 || retryAfter == "" || retryAfter == "0" || render.PushbackMillis(d) <= 0 {
+		t.Fatalf("cost 5 of 10 while degraded: reason %v, retry %v, Retry-After %q, pushback %d", d.Reason, d.RetryAfter, retryAfter, render.PushbackMillis(d))
 	}
 	if d.Limit != 10 || d.Quota != real {
 		t.Fatalf("decision describes the shrunken quota: limit %d quota %v", d.Limit, d.Quota)
 	}
-	h := headerMap(d.Headers(core.DefaultHeaderStyle, time.Now()))
+	h := headerMap(render.Headers(d, render.DefaultHeaderStyle, time.Now()))
 	if h["X-RateLimit-Limit"] != "10" || h["Retry-After"] == "" || !strings.Contains(h["RateLimit-Policy"], "q=10") {
 		t.Fatalf("headers %v", h)
 	}
-	if p := d.Problem(); strings.Contains(p.Detail, "never") {
+	if p := render.ProblemOf(d); strings.Contains(p.Detail, "never") {
 		t.Fatalf("body: %s", p.Detail)
 	}
 	// above the real capacity is still "never", judged against it
-	d, _ = l.Allow(ctx, core.Tenant{ID: "t1"}, "default", 11)
+	d, _ = l.Allow(ctx, quota.Tenant{ID: "t1"}, "default", 11)
 	if d.Reason != core.ReasonCostExceedsCapacity || d.Limit != 10 {
 		t.Fatalf("cost 11 of 10: %v limit %d", d.Reason, d.Limit)
 	}
 	// within the share: admitted, reported against the real quota
-	d, _ = l.Allow(ctx, core.Tenant{ID: "t2"}, "default", 1)
+	d, _ = l.Allow(ctx, quota.Tenant{ID: "t2"}, "default", 1)
 	if !d.Allowed || d.Limit != 10 {
 		t.Fatalf("cost 1: %+v", d)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // TestDenyCacheAfterClockStepBack: in client-clock mode, a replica whose
@@ -13,15 +14,15 @@ import (
 // store would admit: the store keeps the later stamp, so tokens another
 // replica's refill put there are admitted.
 func TestDenyCacheAfterClockStepBack(t *testing.T) {
-	q := core.Quota{Capacity: 2, RefillPerSecond: 1}
+	q := quota.Quota{Capacity: 2, RefillPerSecond: 1}
 	t0 := time.Unix(1_700_000_000, 0)
 	var aAt, bAt atomic.Int64
 	aAt.Store(t0.UnixMicro())
 	bAt.Store(t0.UnixMicro())
 	c := backends[0].client(t)
-	a := newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: q}), core.WithDenyCache(true),
+	a := newLimiter(t, c, staticResolver(quota.Bucket{Name: "default", Quota: q}), core.WithDenyCache(true),
 		core.WithClock(func() time.Time { return time.UnixMicro(aAt.Load()) }))
-	b, err := core.New(c, staticResolver(core.Bucket{Name: "default", Quota: q}), core.WithPrefix(a.Keys().Prefix()),
+	b, err := core.New(c, staticResolver(quota.Bucket{Name: "default", Quota: q}), core.WithPrefix(a.Keys().Prefix()),
 		core.WithClock(func() time.Time { return time.UnixMicro(bAt.Load()) }))
 	if err != nil {
 		t.Fatal(err)

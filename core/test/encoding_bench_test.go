@@ -10,7 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/lua"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 //go:embed testdata/tokenbucket_hash.lua
@@ -25,13 +26,13 @@ var tokenBucketHashSource string
 func BenchmarkEncoding(b *testing.B) {
 	ctx := context.Background()
 	// a fill time of an hour: no bucket expires while memory is measured
-	q := core.Quota{Capacity: 36000, RefillPerSecond: 10}
+	q := quota.Quota{Capacity: 36000, RefillPerSecond: 10}
 	// the key TTL the limiter sends: the time to fill the bucket, plus a second
 	ttl := strconv.FormatInt(int64(math.Ceil(float64(q.Capacity)/q.RefillPerSecond*1000)+1000), 10)
 	for _, enc := range []struct {
 		name string
 		s    *redis.Script
-	}{{"packed", redis.NewScript(core.ScriptSource())}, {"hash", redis.NewScript(tokenBucketHashSource)}} {
+	}{{"packed", redis.NewScript(lua.TokenBucket())}, {"hash", redis.NewScript(tokenBucketHashSource)}} {
 		// a server of its own per encoding: memory is measured on a clean one
 		srv := redistest.NewServer(b)
 		c := srv.Client(b)

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 )
 
@@ -24,7 +25,7 @@ func TestFloodedQueueServesOtherTenants(t *testing.T) {
 	srv := redistest.NewServer(t)
 	reader := sdkmetric.NewManualReader()
 	l := newLimiter(t, srv.Client(t, func(o *redis.Options) { o.PoolSize = 8 }),
-		staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(1000)}),
+		staticResolver(quota.Bucket{Name: "default", Quota: quota.PerSecond(1000)}),
 		core.WithBatching(true), core.WithTimeout(3*time.Second), core.WithCircuitBreaker(0, 0),
 		core.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
 	check(t, l, "warm", 0)
@@ -36,14 +37,14 @@ func TestFloodedQueueServesOtherTenants(t *testing.T) {
 	var wg sync.WaitGroup
 	// two checks take the two pipelines in flight, and hang
 	for range 2 {
-		wg.Go(func() { _, _ = l.Allow(ctx, core.Tenant{ID: "flood"}, "default", 1) })
+		wg.Go(func() { _, _ = l.Allow(ctx, quota.Tenant{ID: "flood"}, "default", 1) })
 	}
 	time.Sleep(200 * time.Millisecond) // both are on the wire
 	const flood = 300
 	var shed, wrongShed atomic.Int64
 	for range flood {
 		wg.Go(func() {
-			d, err := l.Allow(ctx, core.Tenant{ID: "flood"}, "default", 1)
+			d, err := l.Allow(ctx, quota.Tenant{ID: "flood"}, "default", 1)
 			if d.Reason == core.ReasonOverloaded {
 				if d.Allowed || !errors.Is(err, core.ErrOverloaded) || errors.Is(err, core.ErrStore) {
 					wrongShed.Add(1)
@@ -54,7 +55,7 @@ func TestFloodedQueueServesOtherTenants(t *testing.T) {
 	}
 	waitUntil(t, "the flooder's excess shed", func() bool { return shed.Load() >= flood-128 })
 	var calm core.Decision
-	wg.Go(func() { calm, _ = l.Allow(ctx, core.Tenant{ID: "calm"}, "default", 1) })
+	wg.Go(func() { calm, _ = l.Allow(ctx, quota.Tenant{ID: "calm"}, "default", 1) })
 	time.Sleep(100 * time.Millisecond)
 	if err := srv.Resume(); err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // The fleet tests run replicas as real processes: this test binary,
@@ -44,7 +45,7 @@ const (
 )
 
 // fleetQuota: a rate quota that never binds, and N in flight.
-var fleetQuota = core.Quota{Capacity: 1 << 30, RefillPerSecond: 1 << 30, Concurrency: fleetN}
+var fleetQuota = quota.Quota{Capacity: 1 << 30, RefillPerSecond: 1 << 30, Concurrency: fleetN}
 
 // replicaResult is what a replica reports on its last line of output.
 type replicaResult struct {
@@ -77,13 +78,13 @@ func runReplica() int {
 	if lease > 0 {
 		opts = append(opts, core.WithTimeout(lease/4), core.WithConcurrencySlots(lease, 0))
 	}
-	lim, err := core.New(client, staticResolver(core.Bucket{Name: "reports", Quota: fleetQuota}), opts...)
+	lim, err := core.New(client, staticResolver(quota.Bucket{Name: "reports", Quota: fleetQuota}), opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
 	ctx := context.Background()
-	req := core.Request{Tenant: core.Tenant{ID: "t1"}, Class: "reports", Cost: 1}
+	req := core.Request{Tenant: quota.Tenant{ID: "t1"}, Class: "reports", Cost: 1}
 	if os.Getenv(fleetRole) == "holder" {
 		for held := 0; held < fleetN; {
 			d, err := lim.Check(ctx, req)
@@ -274,9 +275,9 @@ func TestConcurrencyKilledReplica(t *testing.T) {
 			get := func(k string) string { return env[k] }
 			client := fleetClient(get)
 			defer client.Close()
-			l := newLimiter(t, client, staticResolver(core.Bucket{Name: "reports", Quota: fleetQuota}),
+			l := newLimiter(t, client, staticResolver(quota.Bucket{Name: "reports", Quota: fleetQuota}),
 				core.WithPrefix(get(fleetPrefix)), core.WithTimeout(lease/4), core.WithConcurrencySlots(lease, 0))
-			req := core.Request{Tenant: core.Tenant{ID: "t1"}, Class: "reports", Cost: 1}
+			req := core.Request{Tenant: quota.Tenant{ID: "t1"}, Class: "reports", Cost: 1}
 			if d, err := l.Check(ctx, req); err != nil || d.Reason != core.ReasonConcurrencyLimit {
 				t.Fatalf("while the holder runs: %v, %v; want a concurrency denial", d.Reason, err)
 			}

@@ -7,6 +7,8 @@ import (
 
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // TestFollowOneRequest is the request docs/reliability.md follows through
@@ -20,8 +22,8 @@ import (
 // that a traced process, stopped at every function, still gets its
 // answer: the path is the one of an answered check either way.
 func TestFollowOneRequest(t *testing.T) {
-	r, err := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{
-		"free": {Classes: map[string]core.Quota{"default": {Capacity: 20, RefillPerSecond: 2}}},
+	r, err := quota.NewResolver(quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{
+		"free": {Classes: map[string]quota.Quota{"default": {Capacity: 20, RefillPerSecond: 2}}},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -31,15 +33,15 @@ func TestFollowOneRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = l.Close() })
-	g, err := core.NewGate(l, core.WithRoutes(core.Routes{
+	g, err := gate.New(l, gate.WithRoutes(gate.Routes{
 		"GET /v1/profile": {Class: "default", Cost: 1},
 		"GET /healthz":    {Exempt: true},
 	}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := core.ContextWithTenant(context.Background(), core.Tenant{ID: "t42", Tier: "free"})
-	e := core.Endpoint{Method: "GET", Pattern: "/v1/profile", ClientIP: "192.0.2.1"}
+	ctx := gate.ContextWithTenant(context.Background(), quota.Tenant{ID: "t42", Tier: "free"})
+	e := gate.Endpoint{Method: "GET", Pattern: "/v1/profile", ClientIP: "192.0.2.1"}
 	start := time.Now()
 	warm := g.Decide(ctx, e)
 	if !warm.Proceed || warm.Decision.Remaining != 19 {
@@ -60,6 +62,6 @@ func TestFollowOneRequest(t *testing.T) {
 // entry to its return.
 //
 //go:noinline
-func followedDecide(ctx context.Context, g *core.Gate, e core.Endpoint) core.Verdict {
+func followedDecide(ctx context.Context, g *gate.Gate, e gate.Endpoint) gate.Verdict {
 	return g.Decide(ctx, e)
 }

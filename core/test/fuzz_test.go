@@ -9,6 +9,7 @@ import (
 
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // FuzzCheck drives arbitrary tenants, classes, costs, quotas and clock steps
@@ -28,21 +29,21 @@ func FuzzCheck(f *testing.F) {
 	f.Fuzz(func(t *testing.T, tenant, class string, cost, capacity int64, rate float64, step int64) {
 		now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 		clock := func() time.Time { return now }
-		q := core.Quota{Capacity: capacity, RefillPerSecond: rate}
-		r := core.ResolverFunc(func(context.Context, core.Tenant, string) ([]core.Bucket, error) {
-			return []core.Bucket{{Name: "b", Quota: q}, {Name: core.CeilingBucket, Quota: core.Quota{Capacity: core.MaxCapacity, RefillPerSecond: 1e9}}}, nil
+		q := quota.Quota{Capacity: capacity, RefillPerSecond: rate}
+		r := quota.ResolverFunc(func(context.Context, quota.Tenant, string) ([]quota.Bucket, error) {
+			return []quota.Bucket{{Name: "b", Quota: q}, {Name: quota.CeilingBucket, Quota: quota.Quota{Capacity: quota.MaxCapacity, RefillPerSecond: 1e9}}}, nil
 		})
 		l, err := core.New(c, r, core.WithPrefix(prefix), core.WithClock(clock), core.WithTimeout(5*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i := range 2 {
-			d, err := l.Check(context.Background(), core.Request{Tenant: core.Tenant{ID: tenant}, Class: class, Cost: cost})
+			d, err := l.Check(context.Background(), core.Request{Tenant: quota.Tenant{ID: tenant}, Class: class, Cost: cost})
 			if errors.Is(err, core.ErrStore) {
 				t.Fatalf("store error for tenant %q class %q cost %d quota %+v: %v", tenant, class, cost, q, err)
 			}
 			if err != nil {
-				if !errors.Is(err, core.ErrInvalidRequest) && !errors.Is(err, core.ErrInvalidQuota) {
+				if !errors.Is(err, core.ErrInvalidRequest) && !errors.Is(err, quota.ErrInvalid) {
 					t.Fatalf("unexpected error kind: %v", err)
 				}
 				return

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // garbageStates are stored values the scripts never write: unparsable,
@@ -28,11 +29,11 @@ var garbageStates = []string{
 // forever and a stored NaN or negative stamp denies forever. A peek reports
 // the bucket full and writes nothing. Single- and multi-bucket paths alike.
 func TestGarbageStateStartsFull(t *testing.T) {
-	q := core.Quota{Capacity: 10, RefillPerSecond: 2}
-	ceiling := core.Bucket{Name: core.CeilingBucket, Quota: core.Quota{Capacity: 100, RefillPerSecond: 10}}
+	q := quota.Quota{Capacity: 10, RefillPerSecond: 2}
+	ceiling := quota.Bucket{Name: quota.CeilingBucket, Quota: quota.Quota{Capacity: 100, RefillPerSecond: 10}}
 	for _, multi := range []bool{false, true} {
 		name := "single"
-		buckets := []core.Bucket{{Name: "default", Quota: q}}
+		buckets := []quota.Bucket{{Name: "default", Quota: q}}
 		if multi {
 			name = "multi"
 			buckets = append(buckets, ceiling)

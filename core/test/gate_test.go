@@ -12,9 +12,13 @@ import (
 
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/keys"
+	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/render"
 )
 
-func headerMap(hs []core.Header) map[string]string {
+func headerMap(hs []render.Header) map[string]string {
 	m := map[string]string{}
 	for _, h := range hs {
 		m[h.Name] = h.Value
@@ -24,43 +28,43 @@ func headerMap(hs []core.Header) map[string]string {
 
 func TestGate(t *testing.T) {
 	c := redistest.Client(t)
-	tiers := core.Tiers{Default: "free", Tiers: map[string]core.Tier{
-		"free":      {Classes: map[string]core.Quota{"default": {Capacity: 2, RefillPerSecond: 0.5}, "export": {Capacity: 10, RefillPerSecond: 0.1}}},
-		"anonymous": {Classes: map[string]core.Quota{"default": {Capacity: 1, RefillPerSecond: 0.01}}},
+	tiers := quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{
+		"free":      {Classes: map[string]quota.Quota{"default": {Capacity: 2, RefillPerSecond: 0.5}, "export": {Capacity: 10, RefillPerSecond: 0.1}}},
+		"anonymous": {Classes: map[string]quota.Quota{"default": {Capacity: 1, RefillPerSecond: 0.01}}},
 	}}
-	res, err := core.NewResolver(tiers)
+	res, err := quota.NewResolver(tiers)
 	if err != nil {
 		t.Fatal(err)
 	}
 	l := newLimiter(t, c, res)
-	g, err := core.NewGate(l, core.WithRoutes(core.Routes{
+	g, err := gate.New(l, gate.WithRoutes(gate.Routes{
 		"POST /v1/reports/export": {Class: "export", Cost: 5},
 		"/healthz":                {Exempt: true},
 	}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := core.ContextWithTenant(context.Background(), core.Tenant{ID: "t42", Tier: "free"})
+	ctx := gate.ContextWithTenant(context.Background(), quota.Tenant{ID: "t42", Tier: "free"})
 
 	t.Run("no tenant is 401", func(t *testing.T) {
-		v := g.Decide(context.Background(), core.Endpoint{Method: "GET", Pattern: "/v1/profile", ClientIP: "10.0.0.1"})
-		if v.Proceed || v.Status != 401 || !v.Unauthenticated || v.ContentType != core.ProblemContentType || v.Checked {
+		v := g.Decide(context.Background(), gate.Endpoint{Method: "GET", Pattern: "/v1/profile", ClientIP: "10.0.0.1"})
+		if v.Proceed || v.Status != 401 || !v.Unauthenticated || v.ContentType != render.ProblemContentType || v.Checked {
 			t.Fatalf("%+v", v)
 		}
 	})
 	t.Run("exempt route is not checked", func(t *testing.T) {
-		v := g.Decide(ctx, core.Endpoint{Method: "GET", Pattern: "/healthz"})
+		v := g.Decide(ctx, gate.Endpoint{Method: "GET", Pattern: "/healthz"})
 		if !v.Proceed || v.Checked || len(v.Headers) != 0 {
 			t.Fatalf("%+v", v)
 		}
 		// and needs no identity
-		v = g.Decide(context.Background(), core.Endpoint{Method: "GET", Pattern: "/healthz"})
+		v = g.Decide(context.Background(), gate.Endpoint{Method: "GET", Pattern: "/healthz"})
 		if !v.Proceed || v.Unauthenticated {
 			t.Fatalf("exempt route without a tenant: %+v", v)
 		}
 	})
 	t.Run("route table sets class and cost", func(t *testing.T) {
-		v := g.Decide(ctx, core.Endpoint{Method: "POST", Pattern: "/v1/reports/export"})
+		v := g.Decide(ctx, gate.Endpoint{Method: "POST", Pattern: "/v1/reports/export"})
 		if !v.Proceed || v.Route.Class != "export" || v.Decision.Remaining != 5 {
 			t.Fatalf("%+v", v)
 		}
@@ -68,46 +72,46 @@ func TestGate(t *testing.T) {
 		if h["RateLimit-Policy"] != `"export";q=10;w=100` || h["X-RateLimit-Remaining"] != "5" || h["RateLimit"] != `"export";r=5;t=10` {
 			t.Fatalf("headers %v", h)
 		}
-		v = g.Decide(ctx, core.Endpoint{Method: "GET", Pattern: "/v1/reports/export"}) // other method: default
+		v = g.Decide(ctx, gate.Endpoint{Method: "GET", Pattern: "/v1/reports/export"}) // other method: default
 		if v.Route.Class != "default" || v.Route.Cost != 1 {
 			t.Fatalf("GET export route = %+v", v.Route)
 		}
 	})
 	t.Run("HEAD is charged as its GET route", func(t *testing.T) {
-		gh, err := core.NewGate(l, core.WithRoutes(core.Routes{"GET /v1/report": {Class: "export", Cost: 5}, "GET /healthz": {Exempt: true}}))
+		gh, err := gate.New(l, gate.WithRoutes(gate.Routes{"GET /v1/report": {Class: "export", Cost: 5}, "GET /healthz": {Exempt: true}}))
 		if err != nil {
 			t.Fatal(err)
 		}
-		hctx := core.ContextWithTenant(context.Background(), core.Tenant{ID: "t-head", Tier: "free"})
-		v := gh.Decide(hctx, core.Endpoint{Method: "HEAD", Pattern: "/v1/report"})
+		hctx := gate.ContextWithTenant(context.Background(), quota.Tenant{ID: "t-head", Tier: "free"})
+		v := gh.Decide(hctx, gate.Endpoint{Method: "HEAD", Pattern: "/v1/report"})
 		if !v.Proceed || v.Route.Class != "export" || v.Route.Cost != 5 || v.Decision.Remaining != 5 {
 			t.Fatalf("HEAD = %+v", v)
 		}
-		if v := gh.Decide(hctx, core.Endpoint{Method: "GET", Pattern: "/v1/report"}); !v.Proceed || v.Decision.Remaining != 0 {
+		if v := gh.Decide(hctx, gate.Endpoint{Method: "GET", Pattern: "/v1/report"}); !v.Proceed || v.Decision.Remaining != 0 {
 			t.Fatalf("GET after HEAD = %+v", v)
 		}
-		if v := gh.Decide(hctx, core.Endpoint{Method: "HEAD", Pattern: "/v1/report"}); v.Proceed || v.Status != 429 {
+		if v := gh.Decide(hctx, gate.Endpoint{Method: "HEAD", Pattern: "/v1/report"}); v.Proceed || v.Status != 429 {
 			t.Fatalf("HEAD on an empty bucket = %+v", v)
 		}
-		if v := gh.Decide(context.Background(), core.Endpoint{Method: "HEAD", Pattern: "/healthz"}); !v.Proceed || v.Checked || v.Unauthenticated {
+		if v := gh.Decide(context.Background(), gate.Endpoint{Method: "HEAD", Pattern: "/healthz"}); !v.Proceed || v.Checked || v.Unauthenticated {
 			t.Fatalf("HEAD of an exempt GET route = %+v", v)
 		}
 	})
 	t.Run("unmatched requests are charged nothing", func(t *testing.T) {
-		uctx := core.ContextWithTenant(context.Background(), core.Tenant{ID: "t-unmatched", Tier: "free"})
+		uctx := gate.ContextWithTenant(context.Background(), quota.Tenant{ID: "t-unmatched", Tier: "free"})
 		for _, c := range []context.Context{uctx, uctx, uctx, context.Background()} {
-			v := g.Decide(c, core.Endpoint{Method: "GET", Pattern: "", Unmatched: true})
+			v := g.Decide(c, gate.Endpoint{Method: "GET", Pattern: "", Unmatched: true})
 			if !v.Proceed || !v.Unmatched || v.Checked || v.Unauthenticated || len(v.Headers) != 0 || v.Err != nil {
 				t.Fatalf("unmatched = %+v", v)
 			}
 		}
 		// the bucket is untouched: the next real request sees it full
-		if v := g.Decide(uctx, core.Endpoint{Method: "GET", Pattern: "/v1/untouched"}); v.Decision.Remaining != 1 {
+		if v := g.Decide(uctx, gate.Endpoint{Method: "GET", Pattern: "/v1/untouched"}); v.Decision.Remaining != 1 {
 			t.Fatalf("after unmatched requests: %+v", v)
 		}
 	})
 	t.Run("denial renders 429", func(t *testing.T) {
-		ep := core.Endpoint{Method: "POST", Pattern: "/v1/reports/export"}
+		ep := gate.Endpoint{Method: "POST", Pattern: "/v1/reports/export"}
 		g.Decide(ctx, ep)
 		v := g.Decide(ctx, ep) // 0 left, cost 5: 50 s at 0.1/s
 		if v.Proceed || v.Status != 429 {
@@ -126,11 +130,11 @@ func TestGate(t *testing.T) {
 		}
 	})
 	t.Run("anonymous callers keyed by IP", func(t *testing.T) {
-		ga, err := core.NewGate(l, core.WithAnonymous(""))
+		ga, err := gate.New(l, gate.WithAnonymous(""))
 		if err != nil {
 			t.Fatal(err)
 		}
-		ep := core.Endpoint{Method: "GET", Pattern: "/x", ClientIP: "192.0.2.7"}
+		ep := gate.Endpoint{Method: "GET", Pattern: "/x", ClientIP: "192.0.2.7"}
 		if v := ga.Decide(context.Background(), ep); !v.Proceed || v.Tenant.ID != "anonymous:192.0.2.7" {
 			t.Fatalf("%+v", v)
 		}
@@ -143,10 +147,10 @@ func TestGate(t *testing.T) {
 		}
 	})
 	t.Run("bad routes are refused", func(t *testing.T) {
-		if _, err := core.NewGate(l, core.WithRoutes(core.Routes{"/x": {Class: "a b", Cost: 1}})); err == nil {
+		if _, err := gate.New(l, gate.WithRoutes(gate.Routes{"/x": {Class: "a b", Cost: 1}})); err == nil {
 			t.Fatal("bad class accepted")
 		}
-		if _, err := core.NewGate(l, core.WithRoutes(core.Routes{"/x": {Class: "a", Cost: 0}})); err == nil {
+		if _, err := gate.New(l, gate.WithRoutes(gate.Routes{"/x": {Class: "a", Cost: 0}})); err == nil {
 			t.Fatal("cost 0 accepted")
 		}
 	})
@@ -157,25 +161,25 @@ func TestGate(t *testing.T) {
 // misconfiguration, answered 500 and reported, never a free pass.
 func TestGateCostFuncValidated(t *testing.T) {
 	c := redistest.Client(t)
-	res, err := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{
-		"free": {Classes: map[string]core.Quota{"default": {Capacity: 1, RefillPerSecond: 0.01}}},
+	res, err := quota.NewResolver(quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{
+		"free": {Classes: map[string]quota.Quota{"default": {Capacity: 1, RefillPerSecond: 0.01}}},
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	l := newLimiter(t, c, res)
-	ctx := core.ContextWithTenant(context.Background(), core.Tenant{ID: "t1"})
-	for _, bad := range []core.Route{{Class: "default", Cost: 0}, {Class: "default", Cost: -1},
-		{Class: "default", Cost: core.MaxCost + 1}, {Class: "a b", Cost: 1}, {Class: "", Cost: 1}} {
-		g, err := core.NewGate(l, core.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
+	ctx := gate.ContextWithTenant(context.Background(), quota.Tenant{ID: "t1"})
+	for _, bad := range []gate.Route{{Class: "default", Cost: 0}, {Class: "default", Cost: -1},
+		{Class: "default", Cost: quota.MaxCost + 1}, {Class: "a b", Cost: 1}, {Class: "", Cost: 1}} {
+		g, err := gate.New(l, gate.WithCostFunc(func(context.Context, quota.Tenant, gate.Endpoint) (gate.Route, bool) {
 			return bad, true
 		}))
 		if err != nil {
 			t.Fatal(err)
 		}
 		for range 3 {
-			v := g.Decide(ctx, core.Endpoint{Method: "GET", Pattern: "/x"})
-			if v.Proceed || v.Status != 500 || !errors.Is(v.Err, core.ErrInvalidConfig) || v.ContentType != core.ProblemContentType {
+			v := g.Decide(ctx, gate.Endpoint{Method: "GET", Pattern: "/x"})
+			if v.Proceed || v.Status != 500 || !errors.Is(v.Err, core.ErrInvalidConfig) || v.ContentType != render.ProblemContentType {
 				t.Fatalf("cost func %+v: proceed %v status %d err %v", bad, v.Proceed, v.Status, v.Err)
 			}
 			if strings.Contains(string(v.Body), "t1") {
@@ -188,10 +192,10 @@ func TestGateCostFuncValidated(t *testing.T) {
 		t.Fatalf("bucket charged by a rejected cost func: %+v", d)
 	}
 	// an exempt answer stays exempt
-	g, _ := core.NewGate(l, core.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
-		return core.Route{Exempt: true}, true
+	g, _ := gate.New(l, gate.WithCostFunc(func(context.Context, quota.Tenant, gate.Endpoint) (gate.Route, bool) {
+		return gate.Route{Exempt: true}, true
 	}))
-	if v := g.Decide(ctx, core.Endpoint{Pattern: "/x"}); !v.Proceed || v.Checked {
+	if v := g.Decide(ctx, gate.Endpoint{Pattern: "/x"}); !v.Proceed || v.Checked {
 		t.Fatalf("exempt: %+v", v)
 	}
 }
@@ -199,12 +203,12 @@ func TestGateCostFuncValidated(t *testing.T) {
 // The 401 names the scheme the caller must authenticate with (RFC 9110
 // §11.6.1 requires WWW-Authenticate on a 401).
 func TestGateUnauthenticatedChallenge(t *testing.T) {
-	l := newLimiter(t, redistest.Client(t), staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(1)}))
-	g, err := core.NewGate(l)
+	l := newLimiter(t, redistest.Client(t), staticResolver(quota.Bucket{Name: "default", Quota: quota.PerSecond(1)}))
+	g, err := gate.New(l)
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := g.Decide(context.Background(), core.Endpoint{Method: "GET", Pattern: "/x"})
+	v := g.Decide(context.Background(), gate.Endpoint{Method: "GET", Pattern: "/x"})
 	if v.Status != 401 || headerMap(v.Headers)["WWW-Authenticate"] != "Bearer" {
 		t.Fatalf("401 headers %v", v.Headers)
 	}
@@ -214,8 +218,8 @@ func TestGateUnauthenticatedChallenge(t *testing.T) {
 // grouped by its /64 (one subscriber's allocation), so rotating through
 // its own addresses earns no extra quota.
 func TestGateAnonymousIPv6Grouped(t *testing.T) {
-	l := newLimiter(t, redistest.Client(t), staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 1, RefillPerSecond: 0.01}}))
-	g, err := core.NewGate(l, core.WithAnonymous(""))
+	l := newLimiter(t, redistest.Client(t), staticResolver(quota.Bucket{Name: "default", Quota: quota.Quota{Capacity: 1, RefillPerSecond: 0.01}}))
+	g, err := gate.New(l, gate.WithAnonymous(""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,12 +232,12 @@ func TestGateAnonymousIPv6Grouped(t *testing.T) {
 		{"fe80::1%eth0", "anonymous:fe80::/64"},
 		{"not an ip", "anonymous:not an ip"},
 	} {
-		v := g.Decide(context.Background(), core.Endpoint{Pattern: "/x", ClientIP: c.ip})
+		v := g.Decide(context.Background(), gate.Endpoint{Pattern: "/x", ClientIP: c.ip})
 		if v.Tenant.ID != c.tenant {
 			t.Errorf("%s: tenant %q, want %q", c.ip, v.Tenant.ID, c.tenant)
 		}
 	}
-	v := g.Decide(context.Background(), core.Endpoint{Pattern: "/x", ClientIP: "2001:db8:1:2::42"})
+	v := g.Decide(context.Background(), gate.Endpoint{Pattern: "/x", ClientIP: "2001:db8:1:2::42"})
 	if v.Proceed || v.Status != 429 {
 		t.Fatalf("a second address of the same /64 got a fresh quota: %+v", v)
 	}
@@ -243,10 +247,10 @@ func TestGateAnonymousIPv6Grouped(t *testing.T) {
 // would otherwise be a database query.
 func TestGateAnonymousSkipsOverrides(t *testing.T) {
 	var calls atomic.Int64
-	res, err := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{
-		"free":      {Classes: map[string]core.Quota{"default": core.PerSecond(5)}},
-		"anonymous": {Classes: map[string]core.Quota{"default": core.PerSecond(5)}},
-	}}, core.WithOverrides(core.OverridesFunc(func(context.Context, string) (map[string]core.Quota, error) {
+	res, err := quota.NewResolver(quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{
+		"free":      {Classes: map[string]quota.Quota{"default": quota.PerSecond(5)}},
+		"anonymous": {Classes: map[string]quota.Quota{"default": quota.PerSecond(5)}},
+	}}, quota.WithOverrides(quota.OverridesFunc(func(context.Context, string) (map[string]quota.Quota, error) {
 		calls.Add(1)
 		return nil, nil
 	})))
@@ -254,12 +258,12 @@ func TestGateAnonymousSkipsOverrides(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := newLimiter(t, redistest.Client(t), res)
-	g, err := core.NewGate(l, core.WithAnonymous(""))
+	g, err := gate.New(l, gate.WithAnonymous(""))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range 20 {
-		v := g.Decide(context.Background(), core.Endpoint{Pattern: "/x", ClientIP: fmt.Sprintf("192.0.2.%d", i)})
+		v := g.Decide(context.Background(), gate.Endpoint{Pattern: "/x", ClientIP: fmt.Sprintf("192.0.2.%d", i)})
 		if !v.Proceed {
 			t.Fatalf("%+v", v)
 		}
@@ -268,7 +272,7 @@ func TestGateAnonymousSkipsOverrides(t *testing.T) {
 		t.Fatalf("anonymous callers made %d override lookups", n)
 	}
 	// an authenticated tenant still gets its overrides looked up
-	g.Decide(core.ContextWithTenant(context.Background(), core.Tenant{ID: "acme"}), core.Endpoint{Pattern: "/x"})
+	g.Decide(gate.ContextWithTenant(context.Background(), quota.Tenant{ID: "acme"}), gate.Endpoint{Pattern: "/x"})
 	if n := calls.Load(); n != 1 {
 		t.Fatalf("authenticated tenant: %d lookups, want 1", n)
 	}
@@ -282,31 +286,31 @@ func TestGateAnonymousSkipsOverrides(t *testing.T) {
 func TestGateAnonymousKeySpaceApart(t *testing.T) {
 	forEachVariant(t, func(t *testing.T, vr variant) {
 		c := redistest.Client(t)
-		res, err := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{
-			"free":      {Classes: map[string]core.Quota{"default": {Capacity: 1, RefillPerSecond: 0.001}}},
-			"anonymous": {Classes: map[string]core.Quota{"default": {Capacity: 1, RefillPerSecond: 0.001}}},
+		res, err := quota.NewResolver(quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{
+			"free":      {Classes: map[string]quota.Quota{"default": {Capacity: 1, RefillPerSecond: 0.001}}},
+			"anonymous": {Classes: map[string]quota.Quota{"default": {Capacity: 1, RefillPerSecond: 0.001}}},
 		}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		prefix := redistest.Prefix(t)
 		l := vr.newLimiter(t, c, res, core.WithPrefix(prefix))
-		g, err := core.NewGate(l, core.WithAnonymous(""))
+		g, err := gate.New(l, gate.WithAnonymous(""))
 		if err != nil {
 			t.Fatal(err)
 		}
-		keys, err := core.NewKeys(prefix)
+		ks, err := keys.New(prefix)
 		if err != nil {
 			t.Fatal(err)
 		}
-		anonKey, err := keys.Bucket("anonymous:203.0.113.9", "default")
+		anonKey, err := ks.Bucket("anonymous:203.0.113.9", "default")
 		if err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		ep := core.Endpoint{Method: "GET", Pattern: "/x", ClientIP: "203.0.113.9"}
-		impostor := core.ContextWithTenant(ctx, core.Tenant{ID: "anonymous:203.0.113.9", Tier: "free"})
+		ep := gate.Endpoint{Method: "GET", Pattern: "/x", ClientIP: "203.0.113.9"}
+		impostor := gate.ContextWithTenant(ctx, quota.Tenant{ID: "anonymous:203.0.113.9", Tier: "free"})
 
 		// the verified tenant first: it must not spend the anonymous quota
 		for i := range 3 {
@@ -335,7 +339,7 @@ func TestGateAnonymousKeySpaceApart(t *testing.T) {
 		}
 		// a tenant ID that only looks similar keeps working, on its own key
 		for _, id := range []string{"anonymous", "anonymous203.0.113.9", "Anonymous:203.0.113.9", "anonymous%3A203.0.113.9"} {
-			tctx := core.ContextWithTenant(ctx, core.Tenant{ID: id, Tier: "free"})
+			tctx := gate.ContextWithTenant(ctx, quota.Tenant{ID: id, Tier: "free"})
 			if v := g.Decide(tctx, ep); !v.Proceed || v.Err != nil {
 				t.Fatalf("tenant %q: %+v", id, v)
 			}

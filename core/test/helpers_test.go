@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // backend is a real Redis the limiter tests run against.
@@ -44,7 +45,7 @@ var variants = []variant{
 func (v variant) options() []core.Option { return slices.Clip(v.opts) }
 
 // newLimiter is newLimiter under the variant's options.
-func (v variant) newLimiter(t *testing.T, c redis.UniversalClient, r core.Resolver, opts ...core.Option) *core.Limiter {
+func (v variant) newLimiter(t *testing.T, c redis.UniversalClient, r quota.Resolver, opts ...core.Option) *core.Limiter {
 	t.Helper()
 	return newLimiter(t, c, r, append(v.options(), opts...)...)
 }
@@ -69,13 +70,13 @@ func forEachBackend(t *testing.T, f func(t *testing.T, b backend, v variant)) {
 }
 
 // staticResolver answers the same buckets for every request.
-func staticResolver(bs ...core.Bucket) core.Resolver {
-	return core.ResolverFunc(func(context.Context, core.Tenant, string) ([]core.Bucket, error) {
+func staticResolver(bs ...quota.Bucket) quota.Resolver {
+	return quota.ResolverFunc(func(context.Context, quota.Tenant, string) ([]quota.Bucket, error) {
 		return bs, nil
 	})
 }
 
-func newLimiter(t *testing.T, c redis.UniversalClient, r core.Resolver, opts ...core.Option) *core.Limiter {
+func newLimiter(t *testing.T, c redis.UniversalClient, r quota.Resolver, opts ...core.Option) *core.Limiter {
 	t.Helper()
 	base := []core.Option{core.WithPrefix(redistest.Prefix(t)), core.WithTimeout(2 * time.Second)}
 	l, err := core.New(c, r, append(base, opts...)...)
@@ -88,7 +89,7 @@ func newLimiter(t *testing.T, c redis.UniversalClient, r core.Resolver, opts ...
 
 func check(t *testing.T, l *core.Limiter, tenant string, cost int64) core.Decision {
 	t.Helper()
-	d, err := l.Check(context.Background(), core.Request{Tenant: core.Tenant{ID: tenant}, Class: "default", Cost: cost})
+	d, err := l.Check(context.Background(), core.Request{Tenant: quota.Tenant{ID: tenant}, Class: "default", Cost: cost})
 	if err != nil {
 		t.Fatalf("Check(%s, cost %d): %v", tenant, cost, err)
 	}
@@ -99,9 +100,9 @@ func check(t *testing.T, l *core.Limiter, tenant string, cost int64) core.Decisi
 func near(a, b, eps float64) bool { return a-b <= eps && b-a <= eps }
 
 // testTiers is the resolver tests' tier set (core's resolver_test.go).
-var testTiers = core.Tiers{Default: "free", Tiers: map[string]core.Tier{
-	"free": {Classes: map[string]core.Quota{"default": {Capacity: 20, RefillPerSecond: 2}}, Ceiling: &core.Quota{Capacity: 100, RefillPerSecond: 10}},
-	"pro":  {Classes: map[string]core.Quota{"default": {Capacity: 200, RefillPerSecond: 50}}},
+var testTiers = quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{
+	"free": {Classes: map[string]quota.Quota{"default": {Capacity: 20, RefillPerSecond: 2}}, Ceiling: &quota.Quota{Capacity: 100, RefillPerSecond: 10}},
+	"pro":  {Classes: map[string]quota.Quota{"default": {Capacity: 200, RefillPerSecond: 50}}},
 }}
 
 // flushScripts empties the script cache of c's server, or of every master

@@ -13,6 +13,8 @@ import (
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/lua"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // scriptCalls is the number of script calls (EVALSHA and EVAL) the server
@@ -46,7 +48,7 @@ func scriptCalls(t *testing.T, c *redis.Client) int64 {
 func TestLeasesBound(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend, v variant) {
 		const capacity, rate, size, instances, workers = 20, 10.0, 5, 4, 40
-		r := staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: capacity, RefillPerSecond: rate}})
+		r := staticResolver(quota.Bucket{Name: "default", Quota: quota.Quota{Capacity: capacity, RefillPerSecond: rate}})
 		prefix := redistest.Prefix(t)
 		lims := make([]*core.Limiter, instances)
 		for i := range lims {
@@ -65,7 +67,7 @@ func TestLeasesBound(t *testing.T) {
 		for w := range workers {
 			wg.Go(func() {
 				for time.Now().Before(stop) {
-					d, err := lims[w%instances].Allow(context.Background(), core.Tenant{ID: "hot"}, "default", 1)
+					d, err := lims[w%instances].Allow(context.Background(), quota.Tenant{ID: "hot"}, "default", 1)
 					if err != nil {
 						t.Error(err)
 						return
@@ -98,10 +100,10 @@ func TestLeasesCutCalls(t *testing.T) {
 	forEachVariant(t, func(t *testing.T, v variant) {
 		srv := redistest.NewServer(t)
 		c := srv.Client(t)
-		r := staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 1000, RefillPerSecond: 1}})
+		r := staticResolver(quota.Bucket{Name: "default", Quota: quota.Quota{Capacity: 1000, RefillPerSecond: 1}})
 		ctx := context.Background()
 		// cached first, so that no call fails NOSCRIPT and is counted twice
-		if err := c.ScriptLoad(ctx, core.ScriptSource()).Err(); err != nil {
+		if err := c.ScriptLoad(ctx, lua.TokenBucket()).Err(); err != nil {
 			t.Fatal(err)
 		}
 		for _, tc := range []struct {
@@ -135,7 +137,7 @@ func TestLeaseArithmetic(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend, v variant) {
 		c := b.client(t)
 		clock := conformance.NewFakeClock()
-		r := staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 10, RefillPerSecond: 0.001}})
+		r := staticResolver(quota.Bucket{Name: "default", Quota: quota.Quota{Capacity: 10, RefillPerSecond: 0.001}})
 		l := v.newLimiter(t, c, r, core.WithClock(clock.Now), core.WithLeases("default", 4, time.Second))
 		d := check(t, l, "t1", 1) // the store gives 4: 6 left there, 3 in the lease
 		if !d.Allowed || d.Local || d.Remaining != 9 {
@@ -173,7 +175,7 @@ func TestDenyCacheFloodSendsNothing(t *testing.T) {
 		srv := redistest.NewServer(t)
 		c := srv.Client(t)
 		clock := conformance.NewFakeClock()
-		l := v.newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 5, RefillPerSecond: 0.5}}),
+		l := v.newLimiter(t, c, staticResolver(quota.Bucket{Name: "default", Quota: quota.Quota{Capacity: 5, RefillPerSecond: 0.5}}),
 			core.WithClock(clock.Now), core.WithDenyCache(true))
 		for range 5 {
 			check(t, l, "flood", 1)
@@ -189,7 +191,7 @@ func TestDenyCacheFloodSendsNothing(t *testing.T) {
 		for range 20 {
 			wg.Go(func() {
 				for range 100 {
-					d, err := l.Allow(context.Background(), core.Tenant{ID: "flood"}, "default", 1)
+					d, err := l.Allow(context.Background(), quota.Tenant{ID: "flood"}, "default", 1)
 					if err != nil {
 						t.Error(err)
 						return
@@ -225,12 +227,12 @@ func TestLeaseDenialIsOneCall(t *testing.T) {
 	srv := redistest.NewServer(t)
 	c := srv.Client(t)
 	ctx := context.Background()
-	if err := c.ScriptLoad(ctx, core.ScriptSource()).Err(); err != nil {
+	if err := c.ScriptLoad(ctx, lua.TokenBucket()).Err(); err != nil {
 		t.Fatal(err)
 	}
 	clock := conformance.NewFakeClock()
 	// size 10 is clamped to the capacity, 3
-	l := newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 3, RefillPerSecond: 0.5}}),
+	l := newLimiter(t, c, staticResolver(quota.Bucket{Name: "default", Quota: quota.Quota{Capacity: 3, RefillPerSecond: 0.5}}),
 		core.WithClock(clock.Now), core.WithLeases("default", 10, time.Minute))
 	if err := c.ConfigResetStat(ctx).Err(); err != nil {
 		t.Fatal(err)
@@ -264,7 +266,7 @@ func TestLeaseWaitersBoundedByTimeout(t *testing.T) {
 	forEachVariant(t, func(t *testing.T, v variant) {
 		srv := redistest.NewServer(t)
 		const timeout = 500 * time.Millisecond
-		l, err := core.New(srv.Client(t), staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(100)}),
+		l, err := core.New(srv.Client(t), staticResolver(quota.Bucket{Name: "default", Quota: quota.PerSecond(100)}),
 			append(v.options(), core.WithTimeout(timeout), core.WithLeases("default", 10, time.Second), core.WithCircuitBreaker(0, 0))...)
 		if err != nil {
 			t.Fatal(err)
@@ -279,7 +281,7 @@ func TestLeaseWaitersBoundedByTimeout(t *testing.T) {
 		for range 16 {
 			wg.Go(func() {
 				start := time.Now()
-				d, err := l.Allow(context.Background(), core.Tenant{ID: "hot"}, "default", 1)
+				d, err := l.Allow(context.Background(), quota.Tenant{ID: "hot"}, "default", 1)
 				if err == nil || d.Reason != core.ReasonFailedOpen {
 					t.Errorf("paused store: %v %v", d.Reason, err)
 				}

@@ -15,6 +15,8 @@ import (
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/render"
 )
 
 // step is one call in an arithmetic scenario: advance the clock, then check.
@@ -36,10 +38,10 @@ type want struct {
 // denial, flooring, refill, "never", exact retry, clock steps and extreme
 // quotas, in client-clock mode so that time is exact.
 func TestArithmetic(t *testing.T) {
-	q := core.Quota{Capacity: 10, RefillPerSecond: 2}
+	q := quota.Quota{Capacity: 10, RefillPerSecond: 2}
 	tests := []struct {
 		name  string
-		quota core.Quota
+		quota quota.Quota
 		steps []step
 		want  want
 	}{
@@ -69,15 +71,11 @@ func TestArithmetic(t *testing.T) {
 			want{core.ReasonOverLimit, 0, 0, 500 * time.Millisecond, 5 * time.Second}},
 		{"clock step back burns nothing", q, []step{{0, 4}, {-time.Hour, 0}},
 			want{core.ReasonOK, 6, 6, 0, 2 * time.Second}},
-		{"huge capacity keeps integer precision", core.Quota{Capacity: core.MaxCapacity, RefillPerSecond: 1e7},
-			[]step{{0, 1}}, want{core.ReasonOK, core.MaxCapacity - 1, core.MaxCapacity - 1, 0, 100 * time.Nanosecond}},
-		{"huge capacity drains exactly", core.Quota{Capacity: core.MaxCapacity, RefillPerSecond: 1e7},
-			[]step{{0, core.MaxCapacity - 3}, {0, 4}}, want{core.ReasonOverLimit, 3, 3, 100 * time.Nanosecond, 109951162777600 * time.Nanosecond}},
-		{"tiny rate waits long", core.Quota{Capacity: 1, RefillPerSecond: 1.0 / (399 * 86400)},
-			[]step{{0, 1}, {399 * 12 * time.Hour, 1}},
+		{"huge capacity keeps integer precision", quota.Quota{Capacity: quota.MaxCapacity, RefillPerSecond: 1e7}, []step{{0, 1}}, want{core.ReasonOK, quota.MaxCapacity - 1, quota.MaxCapacity - 1, 0, 100 * time.Nanosecond}},
+		{"huge capacity drains exactly", quota.Quota{Capacity: quota.MaxCapacity, RefillPerSecond: 1e7}, []step{{0, quota.MaxCapacity - 3}, {0, 4}}, want{core.ReasonOverLimit, 3, 3, 100 * time.Nanosecond, 109951162777600 * time.Nanosecond}},
+		{"tiny rate waits long", quota.Quota{Capacity: 1, RefillPerSecond: 1.0 / (399 * 86400)}, []step{{0, 1}, {399 * 12 * time.Hour, 1}},
 			want{core.ReasonOverLimit, 0.5, 0, 399 * 12 * time.Hour, 399 * 12 * time.Hour}},
-		{"long idle gap refills to full", core.Quota{Capacity: 5, RefillPerSecond: 0.001},
-			[]step{{0, 5}, {300 * 24 * time.Hour, 0}}, want{core.ReasonOK, 5, 5, 0, 0}},
+		{"long idle gap refills to full", quota.Quota{Capacity: 5, RefillPerSecond: 0.001}, []step{{0, 5}, {300 * 24 * time.Hour, 0}}, want{core.ReasonOK, 5, 5, 0, 0}},
 	}
 	forEachBackend(t, func(t *testing.T, b backend, v variant) {
 		c := b.client(t)
@@ -85,7 +83,7 @@ func TestArithmetic(t *testing.T) {
 			t.Run(tt.name, func(t *testing.T) {
 				t.Parallel()
 				clock := conformance.NewFakeClock()
-				l := v.newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: tt.quota}), core.WithClock(clock.Now))
+				l := v.newLimiter(t, c, staticResolver(quota.Bucket{Name: "default", Quota: tt.quota}), core.WithClock(clock.Now))
 				var d core.Decision
 				for _, s := range tt.steps {
 					clock.Advance(s.advance)
@@ -142,8 +140,8 @@ func stored(t *testing.T, c redis.UniversalClient, key string) (tokens float64, 
 func TestStorageAndTTL(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend, v variant) {
 		c := b.client(t)
-		q := core.Quota{Capacity: 10, RefillPerSecond: 2}
-		l := v.newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: q}))
+		q := quota.Quota{Capacity: 10, RefillPerSecond: 2}
+		l := v.newLimiter(t, c, staticResolver(quota.Bucket{Name: "default", Quota: q}))
 		key, err := l.Keys().Bucket("t42", "default")
 		if err != nil {
 			t.Fatal(err)
@@ -168,7 +166,7 @@ func TestStorageAndTTL(t *testing.T) {
 		if ttl <= 5*time.Second || ttl > 6*time.Second {
 			t.Fatalf("PTTL = %v, want in (5s, 6s]", ttl)
 		}
-		if n, err := l.Reset(context.Background(), core.Tenant{ID: "t42"}); err != nil || n != 1 {
+		if n, err := l.Reset(context.Background(), quota.Tenant{ID: "t42"}); err != nil || n != 1 {
 			t.Fatalf("Reset = %d, %v; want 1 key deleted", n, err)
 		}
 		if _, found := stored(t, c, key); found {
@@ -183,27 +181,27 @@ func TestMultiBucket(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend, v variant) {
 		c := b.client(t)
 		clock := conformance.NewFakeClock()
-		class := core.Bucket{Name: "export", Quota: core.Quota{Capacity: 10, RefillPerSecond: 1}}
-		ceiling := core.Bucket{Name: core.CeilingBucket, Quota: core.Quota{Capacity: 5, RefillPerSecond: 1}}
+		class := quota.Bucket{Name: "export", Quota: quota.Quota{Capacity: 10, RefillPerSecond: 1}}
+		ceiling := quota.Bucket{Name: quota.CeilingBucket, Quota: quota.Quota{Capacity: 5, RefillPerSecond: 1}}
 		l := v.newLimiter(t, c, staticResolver(class, ceiling), core.WithClock(clock.Now))
 		ctx := context.Background()
-		req := core.Request{Tenant: core.Tenant{ID: "t{1}:x"}, Class: "export", Cost: 3}
+		req := core.Request{Tenant: quota.Tenant{ID: "t{1}:x"}, Class: "export", Cost: 3}
 		d, err := l.Check(ctx, req)
-		if err != nil || !d.Allowed || d.Bucket != core.CeilingBucket || d.Remaining != 2 {
+		if err != nil || !d.Allowed || d.Bucket != quota.CeilingBucket || d.Remaining != 2 {
 			t.Fatalf("first = %+v, %v; want allowed, binding tenant with 2 left", d, err)
 		}
 		if len(d.Buckets) != 2 || d.Buckets[0].Tokens != 7 || d.Buckets[1].Tokens != 2 {
 			t.Fatalf("bucket states = %+v", d.Buckets)
 		}
 		d, err = l.Check(ctx, req)
-		if err != nil || d.Allowed || d.Reason != core.ReasonOverLimit || d.Bucket != core.CeilingBucket {
+		if err != nil || d.Allowed || d.Reason != core.ReasonOverLimit || d.Bucket != quota.CeilingBucket {
 			t.Fatalf("second = %+v, %v; want denied by the ceiling", d, err)
 		}
 		if d.RetryAfter != time.Second {
 			t.Fatalf("retry = %v, want 1s", d.RetryAfter)
 		}
 		classKey, _ := l.Keys().Bucket(req.Tenant.ID, "export")
-		ceilKey, _ := l.Keys().Bucket(req.Tenant.ID, core.CeilingBucket)
+		ceilKey, _ := l.Keys().Bucket(req.Tenant.ID, quota.CeilingBucket)
 		if tok, _ := stored(t, c, classKey); tok != 7 {
 			t.Fatalf("class bucket = %v after a denial by the ceiling, want 7 (untouched)", tok)
 		}
@@ -213,7 +211,7 @@ func TestMultiBucket(t *testing.T) {
 		// the class denies a cost of 8 while... a never answer wins over over-limit
 		req.Cost = 6
 		d, _ = l.Check(ctx, req)
-		if d.Reason != core.ReasonCostExceedsCapacity || d.Bucket != core.CeilingBucket {
+		if d.Reason != core.ReasonCostExceedsCapacity || d.Bucket != quota.CeilingBucket {
 			t.Fatalf("cost 6 > ceiling capacity 5: %+v", d)
 		}
 		// the bucket with the longest wait binds
@@ -223,7 +221,7 @@ func TestMultiBucket(t *testing.T) {
 			t.Fatalf("cost 5 after refill: %+v", d)
 		}
 		req.Cost = 4 // class 5 left, ceiling 0: ceiling needs 4 s, class admits
-		if d, _ = l.Check(ctx, req); d.Allowed || d.Bucket != core.CeilingBucket || d.RetryAfter != 4*time.Second {
+		if d, _ = l.Check(ctx, req); d.Allowed || d.Bucket != quota.CeilingBucket || d.RetryAfter != 4*time.Second {
 			t.Fatalf("binding = %+v, want ceiling with 4s", d)
 		}
 	})
@@ -235,8 +233,8 @@ func TestAlsoClasses(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend, v variant) {
 		c := b.client(t)
 		clock := conformance.NewFakeClock()
-		ceiling := core.Quota{Capacity: 100, RefillPerSecond: 1}
-		res, err := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{"free": {Classes: map[string]core.Quota{
+		ceiling := quota.Quota{Capacity: 100, RefillPerSecond: 1}
+		res, err := quota.NewResolver(quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{"free": {Classes: map[string]quota.Quota{
 			"default": {Capacity: 10, RefillPerSecond: 1},
 			"export":  {Capacity: 3, RefillPerSecond: 1},
 		}, Ceiling: &ceiling}}})
@@ -245,7 +243,7 @@ func TestAlsoClasses(t *testing.T) {
 		}
 		l := v.newLimiter(t, c, res, core.WithClock(clock.Now))
 		ctx := context.Background()
-		req := core.Request{Tenant: core.Tenant{ID: "t1"}, Class: "default", Also: []string{"export"}, Cost: 2}
+		req := core.Request{Tenant: quota.Tenant{ID: "t1"}, Class: "default", Also: []string{"export"}, Cost: 2}
 		d, err := l.Check(ctx, req)
 		if err != nil || !d.Allowed || len(d.Buckets) != 3 {
 			t.Fatalf("first = %+v, %v; want allowed over 3 buckets", d, err)
@@ -257,16 +255,16 @@ func TestAlsoClasses(t *testing.T) {
 		if err != nil || d.Allowed || d.Reason != core.ReasonOverLimit || d.Bucket != "export" {
 			t.Fatalf("second = %+v, %v; want denied by export", d, err)
 		}
-		for name, want := range map[string]float64{"default": 8, "export": 1, core.CeilingBucket: 98} {
+		for name, want := range map[string]float64{"default": 8, "export": 1, quota.CeilingBucket: 98} {
 			key, _ := l.Keys().Bucket("t1", name)
 			if tok, _ := stored(t, c, key); tok != want {
 				t.Errorf("%s = %v after a denial, want %v (charged once by the first request only)", name, tok, want)
 			}
 		}
-		if _, err := l.Check(ctx, core.Request{Tenant: core.Tenant{ID: "t1"}, Class: "default", Also: []string{"bad name"}, Cost: 1}); !errors.Is(err, core.ErrInvalidRequest) {
+		if _, err := l.Check(ctx, core.Request{Tenant: quota.Tenant{ID: "t1"}, Class: "default", Also: []string{"bad name"}, Cost: 1}); !errors.Is(err, core.ErrInvalidRequest) {
 			t.Errorf("an invalid extra class: err = %v, want ErrInvalidRequest", err)
 		}
-		if _, err := l.Check(ctx, core.Request{Tenant: core.Tenant{ID: "t1"}, Class: "default", Also: []string{"nosuch"}, Cost: 1}); !errors.Is(err, core.ErrResolve) {
+		if _, err := l.Check(ctx, core.Request{Tenant: quota.Tenant{ID: "t1"}, Class: "default", Also: []string{"nosuch"}, Cost: 1}); !errors.Is(err, core.ErrResolve) {
 			t.Errorf("an unknown extra class: err = %v, want ErrResolve", err)
 		}
 	})
@@ -275,21 +273,21 @@ func TestAlsoClasses(t *testing.T) {
 // TestAlsoKeepsResolverSlice: a resolver may return one slice to every
 // caller; adding another class's buckets must not write into it.
 func TestAlsoKeepsResolverSlice(t *testing.T) {
-	shared := make([]core.Bucket, 1, 4) // spare capacity, as a table's slice may have
-	shared[0] = core.Bucket{Name: "default", Quota: core.PerSecond(10)}
-	export := []core.Bucket{{Name: "export", Quota: core.PerSecond(10)}}
-	r := core.ResolverFunc(func(_ context.Context, _ core.Tenant, class string) ([]core.Bucket, error) {
+	shared := make([]quota.Bucket, 1, 4) // spare capacity, as a table's slice may have
+	shared[0] = quota.Bucket{Name: "default", Quota: quota.PerSecond(10)}
+	export := []quota.Bucket{{Name: "export", Quota: quota.PerSecond(10)}}
+	r := quota.ResolverFunc(func(_ context.Context, _ quota.Tenant, class string) ([]quota.Bucket, error) {
 		if class == "export" {
 			return export, nil
 		}
 		return shared, nil
 	})
 	l := newLimiter(t, redistest.Client(t), r)
-	d, err := l.Check(context.Background(), core.Request{Tenant: core.Tenant{ID: "t1"}, Class: "default", Also: []string{"export"}, Cost: 1})
+	d, err := l.Check(context.Background(), core.Request{Tenant: quota.Tenant{ID: "t1"}, Class: "default", Also: []string{"export"}, Cost: 1})
 	if err != nil || len(d.Buckets) != 2 {
 		t.Fatalf("Check = %+v, %v", d, err)
 	}
-	if spare := shared[:2][1]; spare != (core.Bucket{}) {
+	if spare := shared[:2][1]; spare != (quota.Bucket{}) {
 		t.Fatalf("the resolver's slice was written: %+v", spare)
 	}
 }
@@ -303,7 +301,7 @@ func TestConcurrentAtomicity(t *testing.T) {
 				t.Run(b.name+"/"+v.name+"/instances="+strconv.Itoa(instances), func(t *testing.T) {
 					const capacity, rate, total, workers = 10, 2.0, 500, 50
 					prefix := redistest.Prefix(t)
-					r := staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: capacity, RefillPerSecond: rate}})
+					r := staticResolver(quota.Bucket{Name: "default", Quota: quota.Quota{Capacity: capacity, RefillPerSecond: rate}})
 					lims := make([]*core.Limiter, instances)
 					for i := range lims {
 						// separate clients: separate "replicas"
@@ -322,7 +320,7 @@ func TestConcurrentAtomicity(t *testing.T) {
 						go func() {
 							defer wg.Done()
 							for next.Add(1) <= total {
-								d, err := lims[w%instances].Allow(context.Background(), core.Tenant{ID: "hot"}, "default", 1)
+								d, err := lims[w%instances].Allow(context.Background(), quota.Tenant{ID: "hot"}, "default", 1)
 								if err != nil {
 									t.Error(err)
 									return
@@ -350,8 +348,8 @@ func TestScriptFlushReloads(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend, v variant) {
 		c := b.client(t)
 		// a slow refill: a loaded machine may take 10 ms between the checks
-		q := core.Quota{Capacity: 100, RefillPerSecond: 0.01}
-		l := v.newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: q}))
+		q := quota.Quota{Capacity: 100, RefillPerSecond: 0.01}
+		l := v.newLimiter(t, c, staticResolver(quota.Bucket{Name: "default", Quota: q}))
 		check(t, l, "t1", 1)
 		flushScripts(t, c)
 		if d := check(t, l, "t1", 1); !d.Allowed || d.Remaining != 98 {
@@ -363,7 +361,7 @@ func TestScriptFlushReloads(t *testing.T) {
 func TestRedisRestart(t *testing.T) {
 	forEachVariant(t, func(t *testing.T, v variant) {
 		s := redistest.NewServer(t)
-		l := v.newLimiter(t, s.Client(t), staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(100)}))
+		l := v.newLimiter(t, s.Client(t), staticResolver(quota.Bucket{Name: "default", Quota: quota.PerSecond(100)}))
 		check(t, l, "t1", 1)
 		if err := s.Restart(); err != nil {
 			t.Fatal(err)
@@ -373,7 +371,7 @@ func TestRedisRestart(t *testing.T) {
 		var d core.Decision
 		var err error
 		for range 3 {
-			if d, err = l.Allow(context.Background(), core.Tenant{ID: "t1"}, "default", 1); err == nil {
+			if d, err = l.Allow(context.Background(), quota.Tenant{ID: "t1"}, "default", 1); err == nil {
 				break
 			}
 		}
@@ -396,18 +394,18 @@ func TestRedisDown(t *testing.T) {
 			status int
 		}{{core.FailOpen, core.ReasonFailedOpen, 200}, {core.FailClosed, core.ReasonFailedClosed, 503}} {
 			t.Run(tc.policy.String(), func(t *testing.T) {
-				l, err := core.New(c, staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(1)}),
+				l, err := core.New(c, staticResolver(quota.Bucket{Name: "default", Quota: quota.PerSecond(1)}),
 					append(v.options(), core.WithFailurePolicy(tc.policy), core.WithTimeout(200*time.Millisecond))...)
 				if err != nil {
 					t.Fatal(err)
 				}
 				start := time.Now()
-				d, err := l.Allow(context.Background(), core.Tenant{ID: "t1"}, "default", 1)
+				d, err := l.Allow(context.Background(), quota.Tenant{ID: "t1"}, "default", 1)
 				took := time.Since(start)
-				if !errors.Is(err, core.ErrStore) || d.Reason != tc.reason || d.Status() != tc.status || !d.Degraded() {
-					t.Fatalf("decision %+v (status %d), err %v; want %v, %d, ErrStore", d, d.Status(), err, tc.reason, tc.status)
+				if !errors.Is(err, core.ErrStore) || d.Reason != tc.reason || render.Status(d) != tc.status || !d.Degraded() {
+					t.Fatalf("decision %+v (status %d), err %v; want %v, %d, ErrStore", d, render.Status(d), err, tc.reason, tc.status)
 				}
-				if len(d.Headers(core.DefaultHeaderStyle, time.Now())) != 0 {
+				if len(render.Headers(d, render.DefaultHeaderStyle, time.Now())) != 0 {
 					t.Fatal("a degraded decision carries rate-limit headers")
 				}
 				if took > time.Second {
@@ -425,7 +423,7 @@ func TestRedisHung(t *testing.T) {
 	forEachVariant(t, func(t *testing.T, v variant) {
 		s := redistest.NewServer(t)
 		c := s.Client(t, func(o *redis.Options) { o.ReadTimeout = time.Second })
-		l, err := core.New(c, staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(1)}),
+		l, err := core.New(c, staticResolver(quota.Bucket{Name: "default", Quota: quota.PerSecond(1)}),
 			append(v.options(), core.WithFailurePolicy(core.FailClosed), core.WithTimeout(100*time.Millisecond))...)
 		if err != nil {
 			t.Fatal(err)
@@ -435,7 +433,7 @@ func TestRedisHung(t *testing.T) {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		d, err := l.Allow(context.Background(), core.Tenant{ID: "t1"}, "default", 1)
+		d, err := l.Allow(context.Background(), quota.Tenant{ID: "t1"}, "default", 1)
 		took := time.Since(start)
 		if err := s.Resume(); err != nil {
 			t.Fatal(err)
@@ -452,7 +450,7 @@ func TestRedisHung(t *testing.T) {
 func TestServerClockBurst(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend, v variant) {
 		c := b.client(t)
-		l := v.newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 5, RefillPerSecond: 0.01}}))
+		l := v.newLimiter(t, c, staticResolver(quota.Bucket{Name: "default", Quota: quota.Quota{Capacity: 5, RefillPerSecond: 0.01}}))
 		for i := range 5 {
 			if d := check(t, l, "t1", 1); !d.Allowed || d.Remaining != int64(4-i) {
 				t.Fatalf("request %d: %+v", i, d)
@@ -471,35 +469,35 @@ func TestServerClockBurst(t *testing.T) {
 
 func TestShadow(t *testing.T) {
 	c := redistest.Client(t)
-	l := newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 1, RefillPerSecond: 0.01}}), core.WithShadow(true))
+	l := newLimiter(t, c, staticResolver(quota.Bucket{Name: "default", Quota: quota.Quota{Capacity: 1, RefillPerSecond: 0.01}}), core.WithShadow(true))
 	check(t, l, "t1", 1)
 	d := check(t, l, "t1", 1)
-	if !d.Allowed || d.Reason != core.ReasonShadowDenied || d.Status() != 200 {
+	if !d.Allowed || d.Reason != core.ReasonShadowDenied || render.Status(d) != 200 {
 		t.Fatalf("shadow: %+v", d)
 	}
 }
 
 func TestShadowClasses(t *testing.T) {
 	c := redistest.Client(t)
-	q := core.Quota{Capacity: 1, RefillPerSecond: 0.01}
-	l := newLimiter(t, c, core.ResolverFunc(func(_ context.Context, _ core.Tenant, class string) ([]core.Bucket, error) {
-		return []core.Bucket{{Name: class, Quota: q}}, nil
+	q := quota.Quota{Capacity: 1, RefillPerSecond: 0.01}
+	l := newLimiter(t, c, quota.ResolverFunc(func(_ context.Context, _ quota.Tenant, class string) ([]quota.Bucket, error) {
+		return []quota.Bucket{{Name: class, Quota: q}}, nil
 	}), core.WithShadowClasses("export"))
 	ctx := context.Background()
 	for _, class := range []string{"export", "default"} {
-		_, _ = l.Allow(ctx, core.Tenant{ID: "t1"}, class, 1)
+		_, _ = l.Allow(ctx, quota.Tenant{ID: "t1"}, class, 1)
 	}
-	if d, _ := l.Allow(ctx, core.Tenant{ID: "t1"}, "export", 1); !d.Allowed || d.Reason != core.ReasonShadowDenied {
+	if d, _ := l.Allow(ctx, quota.Tenant{ID: "t1"}, "export", 1); !d.Allowed || d.Reason != core.ReasonShadowDenied {
 		t.Fatalf("shadowed class: %+v", d)
 	}
-	if d, _ := l.Allow(ctx, core.Tenant{ID: "t1"}, "default", 1); d.Allowed || d.Reason != core.ReasonOverLimit {
+	if d, _ := l.Allow(ctx, quota.Tenant{ID: "t1"}, "default", 1); d.Allowed || d.Reason != core.ReasonOverLimit {
 		t.Fatalf("enforced class: %+v", d)
 	}
 }
 
 func TestInvalidInput(t *testing.T) {
 	c := redistest.Client(t)
-	l := newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(1)}))
+	l := newLimiter(t, c, staticResolver(quota.Bucket{Name: "default", Quota: quota.PerSecond(1)}))
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name string
@@ -507,9 +505,9 @@ func TestInvalidInput(t *testing.T) {
 		want string
 	}{
 		{"empty tenant", core.Request{Cost: 1}, "tenant ID is empty"},
-		{"long tenant", core.Request{Tenant: core.Tenant{ID: strings.Repeat("x", 257)}, Cost: 1}, "longer than 256"},
-		{"negative cost", core.Request{Tenant: core.Tenant{ID: "t"}, Cost: -1}, "cost must be"},
-		{"bad class", core.Request{Tenant: core.Tenant{ID: "t"}, Class: "a b", Cost: 1}, "bucket name"},
+		{"long tenant", core.Request{Tenant: quota.Tenant{ID: strings.Repeat("x", 257)}, Cost: 1}, "longer than 256"},
+		{"negative cost", core.Request{Tenant: quota.Tenant{ID: "t"}, Cost: -1}, "cost must be"},
+		{"bad class", core.Request{Tenant: quota.Tenant{ID: "t"}, Class: "a b", Cost: 1}, "bucket name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d, err := l.Check(ctx, tc.req)
@@ -520,20 +518,20 @@ func TestInvalidInput(t *testing.T) {
 	}
 	// a resolver answering an invalid quota is a configuration mistake:
 	// rejected (500), never let through unlimited, even when failing open
-	bad := newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 1, RefillPerSecond: math.NaN()}}))
-	d, err := bad.Allow(ctx, core.Tenant{ID: "t"}, "default", 1)
-	if !errors.Is(err, core.ErrInvalidQuota) || !strings.Contains(err.Error(), "refill rate") || d.Reason != core.ReasonUnresolved || d.Allowed || d.Status() != 500 {
+	bad := newLimiter(t, c, staticResolver(quota.Bucket{Name: "default", Quota: quota.Quota{Capacity: 1, RefillPerSecond: math.NaN()}}))
+	d, err := bad.Allow(ctx, quota.Tenant{ID: "t"}, "default", 1)
+	if !errors.Is(err, quota.ErrInvalid) || !strings.Contains(err.Error(), "refill rate") || d.Reason != core.ReasonUnresolved || d.Allowed || render.Status(d) != 500 {
 		t.Fatalf("NaN rate: %+v, %v", d, err)
 	}
 	// so is an unknown tier or class
-	res, err := core.NewResolver(testTiers)
+	res, err := quota.NewResolver(testTiers)
 	if err != nil {
 		t.Fatal(err)
 	}
 	lim := newLimiter(t, c, res)
 	for _, req := range []core.Request{
-		{Tenant: core.Tenant{ID: "t", Tier: "platinum"}, Class: "default", Cost: 1},
-		{Tenant: core.Tenant{ID: "t", Tier: "free"}, Class: "nosuchclass", Cost: 1},
+		{Tenant: quota.Tenant{ID: "t", Tier: "platinum"}, Class: "default", Cost: 1},
+		{Tenant: quota.Tenant{ID: "t", Tier: "free"}, Class: "nosuchclass", Cost: 1},
 	} {
 		d, err := lim.Check(ctx, req)
 		if !errors.Is(err, core.ErrResolve) || d.Allowed || d.Reason != core.ReasonUnresolved {
@@ -541,10 +539,10 @@ func TestInvalidInput(t *testing.T) {
 		}
 	}
 	// a custom resolver whose own backend fails is a store failure: policy
-	broken := newLimiter(t, c, core.ResolverFunc(func(context.Context, core.Tenant, string) ([]core.Bucket, error) {
+	broken := newLimiter(t, c, quota.ResolverFunc(func(context.Context, quota.Tenant, string) ([]quota.Bucket, error) {
 		return nil, errors.New("quota service unreachable")
 	}), core.WithFailurePolicy(core.FailClosed))
-	if d, err := broken.Allow(ctx, core.Tenant{ID: "t"}, "default", 1); !errors.Is(err, core.ErrStore) || d.Reason != core.ReasonFailedClosed {
+	if d, err := broken.Allow(ctx, quota.Tenant{ID: "t"}, "default", 1); !errors.Is(err, core.ErrStore) || d.Reason != core.ReasonFailedClosed {
 		t.Fatalf("resolver backend failure: %+v, %v", d, err)
 	}
 }
@@ -584,14 +582,14 @@ func cmdCalls(t *testing.T, cc *redis.ClusterClient, command string) map[string]
 func TestResetClusterOnlyTheTenantsMaster(t *testing.T) {
 	cluster := redistest.NewCluster(t, 3, 0)
 	cc := cluster.Client(t)
-	classes := core.ResolverFunc(func(_ context.Context, _ core.Tenant, class string) ([]core.Bucket, error) {
-		return []core.Bucket{{Name: class, Quota: core.PerSecond(10)}}, nil
+	classes := quota.ResolverFunc(func(_ context.Context, _ quota.Tenant, class string) ([]quota.Bucket, error) {
+		return []quota.Bucket{{Name: class, Quota: quota.PerSecond(10)}}, nil
 	})
 	l := newLimiter(t, cc, classes)
 	ctx := context.Background()
 	for _, tenant := range []string{"t{1}", "other"} {
 		for _, class := range []string{"a", "b", "c"} {
-			if _, err := l.Allow(ctx, core.Tenant{ID: tenant}, class, 1); err != nil {
+			if _, err := l.Allow(ctx, quota.Tenant{ID: tenant}, class, 1); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -602,7 +600,7 @@ func TestResetClusterOnlyTheTenantsMaster(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := cmdCalls(t, cc, "scan")
-	if n, err := l.Reset(ctx, core.Tenant{ID: "t{1}"}); err != nil || n != 3 {
+	if n, err := l.Reset(ctx, quota.Tenant{ID: "t{1}"}); err != nil || n != 3 {
 		t.Fatalf("Reset = %d, %v; want 3 keys deleted", n, err)
 	}
 	after := cmdCalls(t, cc, "scan")

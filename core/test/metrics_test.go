@@ -8,6 +8,7 @@ import (
 
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -71,12 +72,12 @@ func TestMetricsCountDecisions(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer mp.Shutdown(context.Background())
-	tiers := core.Tiers{Default: "free", Tiers: map[string]core.Tier{"free": {Classes: map[string]core.Quota{
+	tiers := quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{"free": {Classes: map[string]quota.Quota{
 		"default": {Capacity: 3, RefillPerSecond: 0.001}, "export": {Capacity: 1, RefillPerSecond: 0.001}}}}}
-	res, _ := core.NewResolver(tiers)
+	res, _ := quota.NewResolver(tiers)
 	l := newLimiter(t, redistest.Client(t), res, core.WithMeterProvider(mp))
 	ctx := context.Background()
-	tn := core.Tenant{ID: "t1", Tier: "free"}
+	tn := quota.Tenant{ID: "t1", Tier: "free"}
 	for range 5 { // 3 allowed, 2 denied
 		_, _ = l.Allow(ctx, tn, "default", 1)
 	}
@@ -136,16 +137,16 @@ func TestTenantLabelCardinality(t *testing.T) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer mp.Shutdown(context.Background())
 	const k = 5
-	l := newLimiter(t, redistest.Client(t), staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: 1, RefillPerSecond: 0.001}}),
+	l := newLimiter(t, redistest.Client(t), staticResolver(quota.Bucket{Name: "default", Quota: quota.Quota{Capacity: 1, RefillPerSecond: 0.001}}),
 		core.WithMeterProvider(mp), core.WithTenantLabel(k), core.WithDenyCache(true))
 	ctx := context.Background()
 	// a heavy hitter, denied over and over
 	for range 30 {
-		_, _ = l.Allow(ctx, core.Tenant{ID: "abuser"}, "default", 1)
+		_, _ = l.Allow(ctx, quota.Tenant{ID: "abuser"}, "default", 1)
 	}
 	// 10,000 distinct tenants, each denied once
 	for i := range 10000 {
-		tn := core.Tenant{ID: "tenant-" + strconv.Itoa(i)}
+		tn := quota.Tenant{ID: "tenant-" + strconv.Itoa(i)}
 		_, _ = l.Allow(ctx, tn, "default", 1)
 		_, _ = l.Allow(ctx, tn, "default", 1)
 	}
@@ -169,9 +170,9 @@ func TestTraceEvent(t *testing.T) {
 	sr := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
 	defer tp.Shutdown(context.Background())
-	l := newLimiter(t, redistest.Client(t), staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(5)}))
+	l := newLimiter(t, redistest.Client(t), staticResolver(quota.Bucket{Name: "default", Quota: quota.PerSecond(5)}))
 	ctx, span := tp.Tracer("test").Start(context.Background(), "request")
-	_, _ = l.Allow(ctx, core.Tenant{ID: "t1"}, "default", 2)
+	_, _ = l.Allow(ctx, quota.Tenant{ID: "t1"}, "default", 2)
 	span.End()
 	spans := sr.Ended()
 	if len(spans) != 1 || len(spans[0].Events()) != 1 || spans[0].Events()[0].Name != "tollgate.decision" {

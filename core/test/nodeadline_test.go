@@ -9,6 +9,7 @@ import (
 
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // TestNoDeadlineNeverCanceled: a caller whose context has no deadline and
@@ -29,7 +30,7 @@ func TestNoDeadlineNeverCanceled(t *testing.T) {
 			if leases {
 				opts = append(opts, core.WithLeases("default", 10, time.Second))
 			}
-			l := newLimiter(t, srv.Client(t), staticResolver(core.Bucket{Name: "default", Quota: core.PerSecond(100)}), opts...)
+			l := newLimiter(t, srv.Client(t), staticResolver(quota.Bucket{Name: "default", Quota: quota.PerSecond(100)}), opts...)
 			check(t, l, "warm", 0)
 			if err := srv.Pause(); err != nil {
 				t.Fatal(err)
@@ -37,7 +38,7 @@ func TestNoDeadlineNeverCanceled(t *testing.T) {
 			var wg sync.WaitGroup
 			for i := range 32 {
 				wg.Go(func() {
-					tenant := core.Tenant{ID: "hot"}
+					tenant := quota.Tenant{ID: "hot"}
 					if i%2 == 1 {
 						tenant.ID = "t" + string(rune('a'+i))
 					}

@@ -18,6 +18,8 @@ import (
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/config"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // tierFile is a tier file whose free tier holds capacity tokens of class
@@ -62,7 +64,7 @@ func admitted(t *testing.T, svc *config.Service, tenant string, n int) int {
 	t.Helper()
 	got := 0
 	for range n {
-		d, err := svc.Limiter.Allow(t.Context(), core.Tenant{ID: tenant}, core.DefaultClass, 1)
+		d, err := svc.Limiter.Allow(t.Context(), quota.Tenant{ID: tenant}, quota.DefaultClass, 1)
 		if err != nil {
 			t.Fatalf("Allow: %v", err)
 		}
@@ -120,7 +122,7 @@ func TestOpenEveryRedisURLForm(t *testing.T) {
 			if got := admitted(t, svc, "t1", 5); got != 3 {
 				t.Errorf("admitted %d of 5 on a bucket of 3", got)
 			}
-			key, err := svc.Limiter.Keys().Bucket("t1", core.DefaultClass)
+			key, err := svc.Limiter.Keys().Bucket("t1", quota.DefaultClass)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -160,14 +162,14 @@ func TestOpenWithYourOwnClient(t *testing.T) {
 // TestOpenWithALimiterResolver: the limiter resolves through the resolver
 // made from the file's, and the file's tiers behind it.
 func TestOpenWithALimiterResolver(t *testing.T) {
-	var given *core.TieredResolver
+	var given *quota.TieredResolver
 	svc, err := config.Open(t.Context(), newTierFile(t, tierFile(3, "")), config.WithRedisURL(redistest.URL(t)),
 		config.WithLimiterOptions(core.WithPrefix(redistest.Prefix(t))),
-		config.WithLimiterResolver(func(tiers *core.TieredResolver) (core.Resolver, error) {
+		config.WithLimiterResolver(func(tiers *quota.TieredResolver) (quota.Resolver, error) {
 			given = tiers
-			return core.ResolverFunc(func(ctx context.Context, ten core.Tenant, class string) ([]core.Bucket, error) {
+			return quota.ResolverFunc(func(ctx context.Context, ten quota.Tenant, class string) ([]quota.Bucket, error) {
 				if ten.ID == "vip" { // a rule of its own
-					return []core.Bucket{{Name: class, Quota: core.Quota{Capacity: 5, RefillPerSecond: 0.001}}}, nil
+					return []quota.Bucket{{Name: class, Quota: quota.Quota{Capacity: 5, RefillPerSecond: 0.001}}}, nil
 				}
 				return tiers.Buckets(ctx, ten, class)
 			}), nil
@@ -230,10 +232,10 @@ func TestOpenRefusesBadOptions(t *testing.T) {
 			return config.Open(t.Context(), good, url, config.WithLimiterResolver(nil))
 		}, "config.WithLimiterResolver: nil function"},
 		{"nil limiter resolver", func() (*config.Service, error) {
-			return config.Open(t.Context(), good, url, config.WithLimiterResolver(func(*core.TieredResolver) (core.Resolver, error) { return nil, nil }))
+			return config.Open(t.Context(), good, url, config.WithLimiterResolver(func(*quota.TieredResolver) (quota.Resolver, error) { return nil, nil }))
 		}, "config.WithLimiterResolver: the function returned a nil resolver"},
 		{"limiter resolver fails", func() (*config.Service, error) {
-			return config.Open(t.Context(), good, url, config.WithLimiterResolver(func(*core.TieredResolver) (core.Resolver, error) {
+			return config.Open(t.Context(), good, url, config.WithLimiterResolver(func(*quota.TieredResolver) (quota.Resolver, error) {
 				return nil, fmt.Errorf("%w: rules.yaml:3: bad rule", core.ErrInvalidConfig)
 			}))
 		}, "rules.yaml:3: bad rule"},
@@ -299,7 +301,7 @@ timeout: 2s
 	}
 	defer svc.Close()
 	ctx := t.Context()
-	ten := core.Tenant{ID: "t1"}
+	ten := quota.Tenant{ID: "t1"}
 
 	// shadow_classes: export's denials are let through as shadow denials
 	for range 5 {
@@ -313,7 +315,7 @@ timeout: 2s
 	if got := admitted(t, svc, "t1", 4); got != 3 {
 		t.Errorf("default: admitted %d of 4 on a bucket of 3", got)
 	}
-	d, err = svc.Limiter.Allow(ctx, ten, core.DefaultClass, 1)
+	d, err = svc.Limiter.Allow(ctx, ten, quota.DefaultClass, 1)
 	if err != nil || d.Allowed || !d.Local {
 		t.Errorf("a repeat denial with deny_cache: %+v, %v; want denied locally", d, err)
 	}
@@ -322,7 +324,7 @@ timeout: 2s
 	proxy.Set(redistest.Reset)
 	var fallback, allowed int
 	for range 3 {
-		d, _ := svc.Limiter.Allow(ctx, core.Tenant{ID: "t2"}, core.DefaultClass, 1)
+		d, _ := svc.Limiter.Allow(ctx, quota.Tenant{ID: "t2"}, quota.DefaultClass, 1)
 		if d.Fallback {
 			fallback++
 		}
@@ -365,10 +367,10 @@ func TestOpenedServiceReloads(t *testing.T) {
 		_, pattern := mux.Handler(r)
 		ctx := r.Context()
 		if id := r.Header.Get("X-Test-Tenant"); id != "" { // a test's stand-in for verified auth
-			ctx = core.ContextWithTenant(ctx, core.Tenant{ID: id})
+			ctx = gate.ContextWithTenant(ctx, quota.Tenant{ID: id})
 		}
 		method, pat, _ := strings.Cut(pattern, " ")
-		v := svc.Gate.Decide(ctx, core.Endpoint{Method: method, Pattern: pat})
+		v := svc.Gate.Decide(ctx, gate.Endpoint{Method: method, Pattern: pat})
 		if !v.Proceed {
 			w.WriteHeader(v.Status)
 			return

@@ -7,6 +7,7 @@ import (
 
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // TestSettleModel runs random sequences of reservations, settles up and
@@ -21,7 +22,7 @@ func TestSettleModel(t *testing.T) {
 		for seed := range uint64(4) {
 			clock := conformance.NewFakeClock()
 			c := be.client(t)
-			l := vr.newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: llm}), core.WithClock(clock.Now))
+			l := vr.newLimiter(t, c, staticResolver(quota.Bucket{Name: "default", Quota: llm}), core.WithClock(clock.Now))
 			tenant := "model" + string(rune('a'+seed))
 			key, _ := l.Keys().Bucket(tenant, "default")
 			rng := rand.New(rand.NewPCG(seed, 7))

@@ -10,14 +10,17 @@ import (
 
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/render"
 )
 
 // llm is the examples' class: capacity 1000, refill 10/s.
-var llm = core.Quota{Capacity: 1000, RefillPerSecond: 10}
+var llm = quota.Quota{Capacity: 1000, RefillPerSecond: 10}
 
 func settle(t *testing.T, l *core.Limiter, tenant string, d core.Decision, actual int64) int64 {
 	t.Helper()
-	f, err := l.Settle(context.Background(), core.Tenant{ID: tenant}, d, actual)
+	f, err := l.Settle(context.Background(), quota.Tenant{ID: tenant}, d, actual)
 	if err != nil {
 		t.Fatalf("Settle(%s, %d): %v", tenant, actual, err)
 	}
@@ -40,11 +43,11 @@ func balance(t *testing.T, l *core.Limiter, tenant string, bucket string) float6
 // cost and the estimate, or refunds it, in every bucket of the request, and
 // a refund never lifts a balance above its capacity.
 func TestSettleUpAndDown(t *testing.T) {
-	ceiling := core.Bucket{Name: core.CeilingBucket, Quota: core.Quota{Capacity: 5000, RefillPerSecond: 50}}
+	ceiling := quota.Bucket{Name: quota.CeilingBucket, Quota: quota.Quota{Capacity: 5000, RefillPerSecond: 50}}
 	forEachBackend(t, func(t *testing.T, be backend, vr variant) {
 		clock := conformance.NewFakeClock() // frozen: no refill
 		c := be.client(t)
-		l := vr.newLimiter(t, c, staticResolver(core.Bucket{Name: "default", Quota: llm}, ceiling), core.WithClock(clock.Now))
+		l := vr.newLimiter(t, c, staticResolver(quota.Bucket{Name: "default", Quota: llm}, ceiling), core.WithClock(clock.Now))
 		d := check(t, l, "up", 100)
 		if !d.Allowed {
 			t.Fatalf("reserve: %+v", d)
@@ -53,7 +56,7 @@ func TestSettleUpAndDown(t *testing.T) {
 		if got := balance(t, l, "up", "default"); got != 700 {
 			t.Fatalf("after settling 100 up to 300: %v tokens, want 700", got)
 		}
-		if got := balance(t, l, "up", core.CeilingBucket); got != 4700 {
+		if got := balance(t, l, "up", quota.CeilingBucket); got != 4700 {
 			t.Fatalf("ceiling after settling up: %v tokens, want 4700", got)
 		}
 		d = check(t, l, "up", 100)
@@ -61,7 +64,7 @@ func TestSettleUpAndDown(t *testing.T) {
 		if got := balance(t, l, "up", "default"); got != 680 {
 			t.Fatalf("after settling 100 down to 20: %v tokens, want 680", got)
 		}
-		if got := balance(t, l, "up", core.CeilingBucket); got != 4680 {
+		if got := balance(t, l, "up", quota.CeilingBucket); got != 4680 {
 			t.Fatalf("ceiling after settling down: %v tokens, want 4680", got)
 		}
 		// a refund stops at capacity: the refill meanwhile filled the bucket
@@ -79,10 +82,10 @@ func TestSettleUpAndDown(t *testing.T) {
 		if got := balance(t, l, "same", "default"); got != 900 {
 			t.Fatalf("settled to the estimate: %v tokens, want 900", got)
 		}
-		if _, err := l.Settle(context.Background(), core.Tenant{ID: "same"}, d, -1); !errors.Is(err, core.ErrInvalidRequest) {
+		if _, err := l.Settle(context.Background(), quota.Tenant{ID: "same"}, d, -1); !errors.Is(err, core.ErrInvalidRequest) {
 			t.Fatalf("Settle(-1) = %v, want ErrInvalidRequest", err)
 		}
-		if _, err := l.Settle(context.Background(), core.Tenant{ID: "same"}, d, core.MaxCost+1); !errors.Is(err, core.ErrInvalidRequest) {
+		if _, err := l.Settle(context.Background(), quota.Tenant{ID: "same"}, d, quota.MaxCost+1); !errors.Is(err, core.ErrInvalidRequest) {
 			t.Fatalf("Settle(MaxCost+1) = %v, want ErrInvalidRequest", err)
 		}
 		if got := balance(t, l, "same", "default"); got != 900 {
@@ -97,7 +100,7 @@ func TestSettleUpAndDown(t *testing.T) {
 func TestSettleDebt(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend, vr variant) {
 		clock := conformance.NewFakeClock()
-		l := vr.newLimiter(t, be.client(t), staticResolver(core.Bucket{Name: "default", Quota: llm}), core.WithClock(clock.Now))
+		l := vr.newLimiter(t, be.client(t), staticResolver(quota.Bucket{Name: "default", Quota: llm}), core.WithClock(clock.Now))
 		d := check(t, l, "debt", 100)
 		if f := settle(t, l, "debt", d, 1500); f != 0 {
 			t.Fatalf("forgiven %d, want 0", f)
@@ -109,7 +112,7 @@ func TestSettleDebt(t *testing.T) {
 		if want := 50100 * time.Millisecond; d.RetryAfter != want {
 			t.Fatalf("RetryAfter %v, want %v ((1 + 500 debt) / 10 per second)", d.RetryAfter, want)
 		}
-		if hs := d.Headers(core.HeaderXRateLimit, clock.Now()); len(hs) == 0 {
+		if hs := render.Headers(d, render.HeaderXRateLimit, clock.Now()); len(hs) == 0 {
 			t.Fatal("no headers for a denial in debt")
 		}
 		clock.Advance(50 * time.Second) // repaid to 0: still short of 1
@@ -142,8 +145,8 @@ func TestSettleDebt(t *testing.T) {
 func TestSettleUnsettledStaysCharged(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend, vr variant) {
 		clock := conformance.NewFakeClock()
-		l := vr.newLimiter(t, be.client(t), staticResolver(core.Bucket{Name: "default", Quota: llm}), core.WithClock(clock.Now))
-		g, err := core.NewGate(l, core.WithCostReports(), core.WithDefaultRoute(core.Route{Class: "default", Cost: 100}))
+		l := vr.newLimiter(t, be.client(t), staticResolver(quota.Bucket{Name: "default", Quota: llm}), core.WithClock(clock.Now))
+		g, err := gate.New(l, gate.WithCostReports(), gate.WithDefaultRoute(gate.Route{Class: "default", Cost: 100}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,8 +156,8 @@ func TestSettleUnsettledStaysCharged(t *testing.T) {
 		if got := balance(t, l, "lost", "default"); got != 900 {
 			t.Fatalf("unsettled: %v tokens, want 900", got)
 		}
-		ctx := core.ContextWithTenant(context.Background(), core.Tenant{ID: "quiet"})
-		v := g.Decide(ctx, core.Endpoint{Method: "POST", Pattern: "/v1/complete"})
+		ctx := gate.ContextWithTenant(context.Background(), quota.Tenant{ID: "quiet"})
+		v := g.Decide(ctx, gate.Endpoint{Method: "POST", Pattern: "/v1/complete"})
 		if _, ok := v.CostContext(ctx); !ok { // the handler reports nothing
 			t.Fatal("an admission with a cost has no reservation to settle")
 		}
@@ -170,21 +173,21 @@ func TestSettleUnsettledStaysCharged(t *testing.T) {
 func TestGateReportCost(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend, vr variant) {
 		clock := conformance.NewFakeClock()
-		l := vr.newLimiter(t, be.client(t), staticResolver(core.Bucket{Name: "default", Quota: llm}), core.WithClock(clock.Now))
-		g, err := core.NewGate(l, core.WithCostReports(), core.WithDefaultRoute(core.Route{Class: "default", Cost: 100}))
+		l := vr.newLimiter(t, be.client(t), staticResolver(quota.Bucket{Name: "default", Quota: llm}), core.WithClock(clock.Now))
+		g, err := gate.New(l, gate.WithCostReports(), gate.WithDefaultRoute(gate.Route{Class: "default", Cost: 100}))
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx := core.ContextWithTenant(context.Background(), core.Tenant{ID: "rep"})
-		v := g.Decide(ctx, core.Endpoint{Method: "POST", Pattern: "/v1/complete"})
+		ctx := gate.ContextWithTenant(context.Background(), quota.Tenant{ID: "rep"})
+		v := g.Decide(ctx, gate.Endpoint{Method: "POST", Pattern: "/v1/complete"})
 		hctx, _ := v.CostContext(ctx)
-		if err := core.ReportCost(hctx, 999); err != nil {
+		if err := gate.ReportCost(hctx, 999); err != nil {
 			t.Fatal(err)
 		}
-		if err := core.ReportCost(hctx, 250); err != nil {
+		if err := gate.ReportCost(hctx, 250); err != nil {
 			t.Fatal(err)
 		}
-		if err := core.ReportCost(hctx, -1); !errors.Is(err, core.ErrInvalidRequest) {
+		if err := gate.ReportCost(hctx, -1); !errors.Is(err, core.ErrInvalidRequest) {
 			t.Fatalf("ReportCost(-1) = %v, want ErrInvalidRequest", err)
 		}
 		v.Done()
@@ -192,7 +195,7 @@ func TestGateReportCost(t *testing.T) {
 		if got := balance(t, l, "rep", "default"); got != 750 {
 			t.Fatalf("reported 250 on an estimate of 100: %v tokens, want 750", got)
 		}
-		if err := core.ReportCost(ctx, 5); !errors.Is(err, core.ErrInvalidRequest) {
+		if err := gate.ReportCost(ctx, 5); !errors.Is(err, core.ErrInvalidRequest) {
 			t.Fatalf("ReportCost without a reservation = %v, want ErrInvalidRequest", err)
 		}
 	})
@@ -213,7 +216,7 @@ func TestSettleBoundConcurrent(t *testing.T) {
 	)
 	forEachBackend(t, func(t *testing.T, be backend, vr variant) {
 		clock := conformance.NewFakeClock() // frozen: refill is 0, so the sums are exact
-		l := vr.newLimiter(t, be.client(t), staticResolver(core.Bucket{Name: "default", Quota: core.Quota{Capacity: capacity, RefillPerSecond: 1}}), core.WithClock(clock.Now))
+		l := vr.newLimiter(t, be.client(t), staticResolver(quota.Bucket{Name: "default", Quota: quota.Quota{Capacity: capacity, RefillPerSecond: 1}}), core.WithClock(clock.Now))
 		var mu sync.Mutex
 		var charged, admitted, denied int64
 		var wg sync.WaitGroup
@@ -223,7 +226,7 @@ func TestSettleBoundConcurrent(t *testing.T) {
 				defer wg.Done()
 				rng := rand.New(rand.NewPCG(uint64(w), 1))
 				for range each {
-					d, err := l.Check(context.Background(), core.Request{Tenant: core.Tenant{ID: "bound"}, Class: "default", Cost: estimate})
+					d, err := l.Check(context.Background(), core.Request{Tenant: quota.Tenant{ID: "bound"}, Class: "default", Cost: estimate})
 					if err != nil {
 						t.Error(err)
 						return
@@ -235,7 +238,7 @@ func TestSettleBoundConcurrent(t *testing.T) {
 						continue
 					}
 					actual := 1 + rng.Int64N(maxCost)
-					if _, err := l.Settle(context.Background(), core.Tenant{ID: "bound"}, d, actual); err != nil {
+					if _, err := l.Settle(context.Background(), quota.Tenant{ID: "bound"}, d, actual); err != nil {
 						t.Error(err)
 						return
 					}
@@ -265,13 +268,13 @@ func TestSettleBoundConcurrent(t *testing.T) {
 func TestGateWithoutCostReports(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend, vr variant) {
 		clock := conformance.NewFakeClock()
-		l := vr.newLimiter(t, be.client(t), staticResolver(core.Bucket{Name: "default", Quota: llm}), core.WithClock(clock.Now))
-		g, err := core.NewGate(l, core.WithDefaultRoute(core.Route{Class: "default", Cost: 100}))
+		l := vr.newLimiter(t, be.client(t), staticResolver(quota.Bucket{Name: "default", Quota: llm}), core.WithClock(clock.Now))
+		g, err := gate.New(l, gate.WithDefaultRoute(gate.Route{Class: "default", Cost: 100}))
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx := core.ContextWithTenant(context.Background(), core.Tenant{ID: "plain"})
-		v := g.Decide(ctx, core.Endpoint{Method: "POST", Pattern: "/v1/complete"})
+		ctx := gate.ContextWithTenant(context.Background(), quota.Tenant{ID: "plain"})
+		v := g.Decide(ctx, gate.Endpoint{Method: "POST", Pattern: "/v1/complete"})
 		if !v.Proceed {
 			t.Fatalf("Decide: %+v", v)
 		}
@@ -279,7 +282,7 @@ func TestGateWithoutCostReports(t *testing.T) {
 		if ok || hctx != ctx {
 			t.Fatal("a gate without WithCostReports handed out a context to report a cost to")
 		}
-		if err := core.ReportCost(hctx, 5); !errors.Is(err, core.ErrInvalidRequest) {
+		if err := gate.ReportCost(hctx, 5); !errors.Is(err, core.ErrInvalidRequest) {
 			t.Fatalf("ReportCost = %v, want ErrInvalidRequest", err)
 		}
 		v.Done()

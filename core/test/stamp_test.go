@@ -6,16 +6,17 @@ import (
 	"time"
 
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // TestStampIsTheStoresClock: an admission's bucket states carry the time
 // the store keeps with the balance (the server's clock, read by the script
 // during the call), a denial none; with WithClock, the limiter's clock.
 func TestStampIsTheStoresClock(t *testing.T) {
-	q := core.Quota{Capacity: 2, RefillPerSecond: 0.001}
+	q := quota.Quota{Capacity: 2, RefillPerSecond: 0.001}
 	forEachBackend(t, func(t *testing.T, b backend, v variant) {
 		for _, n := range []int{1, 2} {
-			bs := []core.Bucket{{Name: "default", Quota: q}, {Name: "ceiling", Quota: core.Quota{Capacity: 5, RefillPerSecond: 1}}}[:n]
+			bs := []quota.Bucket{{Name: "default", Quota: q}, {Name: "ceiling", Quota: quota.Quota{Capacity: 5, RefillPerSecond: 1}}}[:n]
 			lim := v.newLimiter(t, b.client(t), staticResolver(bs...))
 			tenant := "stamp-" + string(rune('0'+n))
 			for i := range 2 {
@@ -45,9 +46,9 @@ func TestStampIsTheStoresClock(t *testing.T) {
 
 	t.Run("client clock", func(t *testing.T) {
 		at := time.UnixMicro(1_700_000_000_123_456)
-		lim := newLimiter(t, backends[0].client(t), staticResolver(core.Bucket{Name: "default", Quota: q}),
+		lim := newLimiter(t, backends[0].client(t), staticResolver(quota.Bucket{Name: "default", Quota: q}),
 			core.WithClock(func() time.Time { return at }))
-		d, err := lim.Check(context.Background(), core.Request{Tenant: core.Tenant{ID: "clock"}, Cost: 1})
+		d, err := lim.Check(context.Background(), core.Request{Tenant: quota.Tenant{ID: "clock"}, Cost: 1})
 		if err != nil || !d.Allowed {
 			t.Fatalf("Check: %+v, %v", d, err)
 		}

@@ -6,14 +6,14 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/echolimit"
 )
 
 // BenchmarkOverhead: what the middleware adds beyond core's Gate.Decide
 // (see conformance.BenchmarkOverhead).
 func BenchmarkOverhead(b *testing.B) {
-	conformance.BenchmarkOverhead(b, func(gate *core.Gate) (http.Handler, http.Handler) {
+	conformance.BenchmarkOverhead(b, func(g *gate.Gate) (http.Handler, http.Handler) {
 		engine := func(mws ...echo.MiddlewareFunc) http.Handler {
 			e := echo.New()
 			e.Use(tenant(conformance.BenchTenant))
@@ -22,6 +22,6 @@ func BenchmarkOverhead(b *testing.B) {
 			e.GET("/healthz", ok)
 			return e
 		}
-		return engine(), engine(echolimit.Middleware(gate))
+		return engine(), engine(echolimit.Middleware(g))
 	})
 }

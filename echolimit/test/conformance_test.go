@@ -7,7 +7,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/echolimit"
 )
 
@@ -16,7 +16,7 @@ import (
 func auth(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		if t, ok := conformance.Authenticate(c.Request().Header.Get("Authorization")); ok {
-			c.SetRequest(c.Request().WithContext(core.ContextWithTenant(c.Request().Context(), t)))
+			c.SetRequest(c.Request().WithContext(gate.ContextWithTenant(c.Request().Context(), t)))
 		}
 		return next(c)
 	}
@@ -33,11 +33,11 @@ const (
 
 func target(m mount) conformance.Target {
 	return conformance.HTTPTarget(func(t testing.TB, s conformance.Setup) (conformance.Instance, error) {
-		gate, err := core.NewGate(s.Limiter, s.GateOptions(conformance.HTTPRoutes(s.Routes, conformance.HTTPEndpoint.ColonPath))...)
+		g, err := gate.New(s.Limiter, s.GateOptions(conformance.HTTPRoutes(s.Routes, conformance.HTTPEndpoint.ColonPath))...)
 		if err != nil {
 			return nil, err
 		}
-		mw := echolimit.Middleware(gate, echolimit.WithErrorHandler(func(_ echo.Context, err error) { s.OnError(err) }))
+		mw := echolimit.Middleware(g, echolimit.WithErrorHandler(func(_ echo.Context, err error) { s.OnError(err) }))
 		var calls conformance.Counter
 		handler := func(c echo.Context) error {
 			calls.Inc()

@@ -5,14 +5,15 @@ import (
 	"net/http/httptest"
 
 	"github.com/labstack/echo/v4"
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // tenant is a test auth middleware that stores tenant id.
 func tenant(id string) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			c.SetRequest(c.Request().WithContext(core.ContextWithTenant(c.Request().Context(), core.Tenant{ID: id})))
+			c.SetRequest(c.Request().WithContext(gate.ContextWithTenant(c.Request().Context(), quota.Tenant{ID: id})))
 			return next(c)
 		}
 	}

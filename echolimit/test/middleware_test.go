@@ -10,6 +10,9 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/render"
 	"github.com/tollgate-go/tollgate/echolimit"
 )
 
@@ -28,7 +31,7 @@ func TestHeadersSurviveHTTPError(t *testing.T) {
 	})
 	t.Run("deny handler error", func(t *testing.T) {
 		e := echo.New()
-		e.Use(tenant("deny-error"), echolimit.Middleware(conformance.NewUnitGate(t, lim), echolimit.WithDenyHandler(func(c echo.Context, v core.Verdict) error {
+		e.Use(tenant("deny-error"), echolimit.Middleware(conformance.NewUnitGate(t, lim), echolimit.WithDenyHandler(func(c echo.Context, v gate.Verdict) error {
 			return echo.NewHTTPError(v.Status, v.Problem.Title)
 		})))
 		reached := 0
@@ -57,10 +60,10 @@ func TestOptions(t *testing.T) {
 	})
 	t.Run("route func before the gate's cost func", func(t *testing.T) {
 		e := echo.New()
-		e.Use(tenant("cost"), echolimit.Middleware(conformance.NewUnitGate(t, lim, core.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
-			return core.Route{Class: "export", Cost: 3}, true
-		})), echolimit.WithRouteFunc(func(c echo.Context) (core.Route, bool) {
-			return core.Route{Class: "export", Cost: 2}, c.QueryParam("big") != ""
+		e.Use(tenant("cost"), echolimit.Middleware(conformance.NewUnitGate(t, lim, gate.WithCostFunc(func(context.Context, quota.Tenant, gate.Endpoint) (gate.Route, bool) {
+			return gate.Route{Class: "export", Cost: 3}, true
+		})), echolimit.WithRouteFunc(func(c echo.Context) (gate.Route, bool) {
+			return gate.Route{Class: "export", Cost: 2}, c.QueryParam("big") != ""
 		})))
 		e.GET("/x", ok)
 		if got := get(e, "GET", "/x?big=1").Header().Get("X-RateLimit-Remaining"); got != "8" {
@@ -72,7 +75,7 @@ func TestOptions(t *testing.T) {
 	})
 	t.Run("route template", func(t *testing.T) {
 		e := echo.New()
-		e.Use(tenant("template"), echolimit.Middleware(conformance.NewUnitGate(t, lim, core.WithRoutes(core.Routes{"GET /items/:id": {Class: "export", Cost: 1}}))))
+		e.Use(tenant("template"), echolimit.Middleware(conformance.NewUnitGate(t, lim, gate.WithRoutes(gate.Routes{"GET /items/:id": {Class: "export", Cost: 1}}))))
 		e.GET("/items/:id", ok)
 		if got := get(e, "GET", "/items/4").Header().Get("RateLimit-Policy"); got != `"export";q=10;w=1000` {
 			t.Fatalf("policy %q", got)
@@ -84,16 +87,16 @@ func TestOptions(t *testing.T) {
 // fixed 500 misconfiguration answer, never a free pass.
 func TestCostFuncValidated(t *testing.T) {
 	lim := conformance.NewUnitLimiter(t)
-	zero := func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
-		return core.Route{Class: "default", Cost: 0}, true
+	zero := func(context.Context, quota.Tenant, gate.Endpoint) (gate.Route, bool) {
+		return gate.Route{Class: "default", Cost: 0}, true
 	}
 	for name, mw := range map[string]func(hook func(echo.Context, error)) echo.MiddlewareFunc{
 		"gate cost func": func(hook func(echo.Context, error)) echo.MiddlewareFunc {
-			return echolimit.Middleware(conformance.NewUnitGate(t, lim, core.WithCostFunc(zero)), echolimit.WithErrorHandler(hook))
+			return echolimit.Middleware(conformance.NewUnitGate(t, lim, gate.WithCostFunc(zero)), echolimit.WithErrorHandler(hook))
 		},
 		"route func": func(hook func(echo.Context, error)) echo.MiddlewareFunc {
 			return echolimit.Middleware(conformance.NewUnitGate(t, lim), echolimit.WithErrorHandler(hook),
-				echolimit.WithRouteFunc(func(echo.Context) (core.Route, bool) { return core.Route{Class: "bad class", Cost: 1}, true }))
+				echolimit.WithRouteFunc(func(echo.Context) (gate.Route, bool) { return gate.Route{Class: "bad class", Cost: 1}, true }))
 		},
 	} {
 		var hooked error
@@ -121,7 +124,7 @@ func TestMisconfigured(t *testing.T) {
 		echolimit.WithRouteFunc(nil), echolimit.WithSkipper(nil), echolimit.WithDenyHandler(nil), echolimit.WithErrorHandler(nil)))
 	e.GET("/", ok)
 	w := get(e, "GET", "/")
-	if w.Code != 500 || w.Header().Get("Content-Type") != core.ProblemContentType || w.Body.String() != misconfiguredBody || !errors.Is(hooked, core.ErrInvalidConfig) {
+	if w.Code != 500 || w.Header().Get("Content-Type") != render.ProblemContentType || w.Body.String() != misconfiguredBody || !errors.Is(hooked, core.ErrInvalidConfig) {
 		t.Fatalf("misconfigured: %d %v %q, hook got %v", w.Code, w.Header(), w.Body, hooked)
 	}
 }
@@ -131,7 +134,7 @@ func TestMisconfigured(t *testing.T) {
 // a 405, no path) is charged nothing, wherever the middleware is mounted.
 func TestRouteMatching(t *testing.T) {
 	lim := conformance.NewUnitLimiter(t)
-	gate := conformance.NewUnitGate(t, lim, core.WithRoutes(core.Routes{"GET /v1/items/:id": {Class: "export", Cost: 1}}))
+	g := conformance.NewUnitGate(t, lim, gate.WithRoutes(gate.Routes{"GET /v1/items/:id": {Class: "export", Cost: 1}}))
 	check := func(t *testing.T, e *echo.Echo, host string) {
 		t.Helper()
 		req := httptest.NewRequest("GET", "/v1/items/3", nil)
@@ -157,13 +160,13 @@ func TestRouteMatching(t *testing.T) {
 	}
 	t.Run("group", func(t *testing.T) {
 		e := echo.New()
-		v1 := e.Group("/v1", tenant("group"), echolimit.Middleware(gate))
+		v1 := e.Group("/v1", tenant("group"), echolimit.Middleware(g))
 		v1.GET("/items/:id", ok)
 		check(t, e, "example.com")
 	})
 	t.Run("host", func(t *testing.T) {
 		e := echo.New()
-		api := e.Host("api.test", tenant("host"), echolimit.Middleware(gate))
+		api := e.Host("api.test", tenant("host"), echolimit.Middleware(g))
 		api.GET("/v1/items/:id", ok)
 		check(t, e, "api.test")
 	})
@@ -171,7 +174,7 @@ func TestRouteMatching(t *testing.T) {
 	// the router, so the route is still charged as itself
 	t.Run("pre", func(t *testing.T) {
 		e := echo.New()
-		e.Pre(tenant("pre"), echolimit.Middleware(gate))
+		e.Pre(tenant("pre"), echolimit.Middleware(g))
 		e.GET("/v1/items/:id", ok)
 		check(t, e, "example.com")
 	})

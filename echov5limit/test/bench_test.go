@@ -6,14 +6,14 @@ import (
 
 	"github.com/labstack/echo/v5"
 	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/echov5limit"
 )
 
 // BenchmarkOverhead: what the middleware adds beyond core's Gate.Decide
 // (see conformance.BenchmarkOverhead).
 func BenchmarkOverhead(b *testing.B) {
-	conformance.BenchmarkOverhead(b, func(gate *core.Gate) (http.Handler, http.Handler) {
+	conformance.BenchmarkOverhead(b, func(g *gate.Gate) (http.Handler, http.Handler) {
 		service := func(limit ...echo.MiddlewareFunc) http.Handler {
 			e := echo.New()
 			e.Use(as(conformance.BenchTenant))
@@ -23,6 +23,6 @@ func BenchmarkOverhead(b *testing.B) {
 			}
 			return e
 		}
-		return service(), service(echov5limit.Middleware(gate))
+		return service(), service(echov5limit.Middleware(g))
 	})
 }

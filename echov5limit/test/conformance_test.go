@@ -7,7 +7,7 @@ import (
 
 	"github.com/labstack/echo/v5"
 	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/echov5limit"
 )
 
@@ -16,7 +16,7 @@ import (
 func auth(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		if t, ok := conformance.Authenticate(c.Request().Header.Get(echo.HeaderAuthorization)); ok {
-			c.SetRequest(c.Request().WithContext(core.ContextWithTenant(c.Request().Context(), t)))
+			c.SetRequest(c.Request().WithContext(gate.ContextWithTenant(c.Request().Context(), t)))
 		}
 		return next(c)
 	}
@@ -40,11 +40,11 @@ func target(m mount, mistake func(*echo.Echo, *[]echov5limit.Option)) conformanc
 		if mistake != nil {
 			mistake(e, &opts)
 		}
-		gate, err := core.NewGate(s.Limiter, s.GateOptions(conformance.HTTPRoutes(s.Routes, conformance.HTTPEndpoint.ColonPath))...)
+		g, err := gate.New(s.Limiter, s.GateOptions(conformance.HTTPRoutes(s.Routes, conformance.HTTPEndpoint.ColonPath))...)
 		if err != nil {
 			return nil, err
 		}
-		mw := echov5limit.Middleware(gate, opts...)
+		mw := echov5limit.Middleware(g, opts...)
 		var calls conformance.Counter
 		handler := func(c *echo.Context) error {
 			calls.Inc()
@@ -89,7 +89,7 @@ func TestConformanceRejectsWrongVariants(t *testing.T) {
 	// HTTPErrorHandler): JSON {"message":...}, not core's problem+json.
 	t.Run("deny-with-echo-error", func(t *testing.T) {
 		conformance.RunFailing(t, target(global, func(_ *echo.Echo, opts *[]echov5limit.Option) {
-			*opts = append(*opts, echov5limit.WithDenyHandler(func(*echo.Context, core.Verdict) error { return echo.ErrTooManyRequests }))
+			*opts = append(*opts, echov5limit.WithDenyHandler(func(*echo.Context, gate.Verdict) error { return echo.ErrTooManyRequests }))
 		}), "burst-then-deny", "cost-exceeds-capacity")
 	})
 	// Echo v4's behaviour, kept in v5 as LegacyIPExtractor: X-Forwarded-For

@@ -11,6 +11,9 @@ import (
 	"github.com/labstack/echo/v5"
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/render"
 	"github.com/tollgate-go/tollgate/echov5limit"
 )
 
@@ -18,7 +21,7 @@ import (
 func as(id string) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c *echo.Context) error {
-			c.SetRequest(c.Request().WithContext(core.ContextWithTenant(c.Request().Context(), core.Tenant{ID: id})))
+			c.SetRequest(c.Request().WithContext(gate.ContextWithTenant(c.Request().Context(), quota.Tenant{ID: id})))
 			return next(c)
 		}
 	}
@@ -40,15 +43,15 @@ func TestHeadersSurviveEchoErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		problem bool // e.HTTPErrorHandler = echo.ProblemDetailsHTTPErrorHandler
-		deny    func(*echo.Context, core.Verdict) error
+		deny    func(*echo.Context, gate.Verdict) error
 		wantCT  string
 	}{
-		{name: "http-error", deny: func(_ *echo.Context, v core.Verdict) error { return echo.NewHTTPError(v.Status, v.Problem.Title) },
+		{name: "http-error", deny: func(_ *echo.Context, v gate.Verdict) error { return echo.NewHTTPError(v.Status, v.Problem.Title) },
 			wantCT: echo.MIMEApplicationJSON},
-		{name: "sentinel", deny: func(*echo.Context, core.Verdict) error { return echo.ErrTooManyRequests },
+		{name: "sentinel", deny: func(*echo.Context, gate.Verdict) error { return echo.ErrTooManyRequests },
 			wantCT: echo.MIMEApplicationJSON},
 		{name: "problem-error", problem: true, wantCT: echo.MIMEApplicationProblemJSON,
-			deny: func(_ *echo.Context, v core.Verdict) error {
+			deny: func(_ *echo.Context, v gate.Verdict) error {
 				return &echo.ProblemError{Status: v.Status, Title: v.Problem.Title, Detail: v.Problem.Detail}
 			}},
 	} {
@@ -89,8 +92,8 @@ func TestDefaultDenyHandler(t *testing.T) {
 	for range 3 {
 		w = serve(e, "GET", "/")
 	}
-	var p core.Problem
-	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || w.Code != 429 || w.Header().Get("Content-Type") != core.ProblemContentType ||
+	var p render.Problem
+	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || w.Code != 429 || w.Header().Get("Content-Type") != render.ProblemContentType ||
 		len(p.ViolatedPolicies) != 1 || p.ViolatedPolicies[0] != "default" {
 		t.Fatalf("%d %v %s (%v)", w.Code, w.Header(), w.Body, err)
 	}
@@ -115,10 +118,10 @@ func TestOptions(t *testing.T) {
 	})
 	t.Run("route func before the gate's cost func", func(t *testing.T) {
 		e := echo.New()
-		e.Use(as("cost"), echov5limit.Middleware(conformance.NewUnitGate(t, lim, core.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
-			return core.Route{Class: "export", Cost: 3}, true
-		})), echov5limit.WithRouteFunc(func(c *echo.Context) (core.Route, bool) {
-			return core.Route{Class: "export", Cost: 2}, c.QueryParam("big") != ""
+		e.Use(as("cost"), echov5limit.Middleware(conformance.NewUnitGate(t, lim, gate.WithCostFunc(func(context.Context, quota.Tenant, gate.Endpoint) (gate.Route, bool) {
+			return gate.Route{Class: "export", Cost: 3}, true
+		})), echov5limit.WithRouteFunc(func(c *echo.Context) (gate.Route, bool) {
+			return gate.Route{Class: "export", Cost: 2}, c.QueryParam("big") != ""
 		})))
 		e.GET("/x", ok)
 		if got := serve(e, "GET", "/x?big=1").Header().Get("X-RateLimit-Remaining"); got != "8" {
@@ -130,7 +133,7 @@ func TestOptions(t *testing.T) {
 	})
 	t.Run("template on a group", func(t *testing.T) {
 		e := echo.New()
-		g := e.Group("/v1", as("group"), echov5limit.Middleware(conformance.NewUnitGate(t, lim, core.WithRoutes(core.Routes{"GET /v1/items/:id": {Class: "export", Cost: 1}}))))
+		g := e.Group("/v1", as("group"), echov5limit.Middleware(conformance.NewUnitGate(t, lim, gate.WithRoutes(gate.Routes{"GET /v1/items/:id": {Class: "export", Cost: 1}}))))
 		g.GET("/items/:id", ok)
 		for _, id := range []string{"4", "5"} {
 			if got := serve(e, "GET", "/v1/items/"+id).Header().Get("RateLimit-Policy"); got != `"export";q=10;w=1000` {
@@ -148,15 +151,15 @@ const misconfiguredBody = `{"type":"about:blank","title":"Internal Server Error"
 // only for the error hook. Nil options are ignored.
 func TestMisconfigured(t *testing.T) {
 	lim := conformance.NewUnitLimiter(t)
-	bad := echov5limit.WithRouteFunc(func(*echo.Context) (core.Route, bool) { return core.Route{Class: "a b", Cost: 1}, true })
-	for name, gate := range map[string]*core.Gate{"nil gate": nil, "bad route": conformance.NewUnitGate(t, lim)} {
+	bad := echov5limit.WithRouteFunc(func(*echo.Context) (gate.Route, bool) { return gate.Route{Class: "a b", Cost: 1}, true })
+	for name, gt := range map[string]*gate.Gate{"nil gate": nil, "bad route": conformance.NewUnitGate(t, lim)} {
 		var hooked error
 		e := echo.New()
-		e.Use(as("t"), echov5limit.Middleware(gate, nil, echov5limit.WithErrorHandler(func(_ *echo.Context, err error) { hooked = err }),
+		e.Use(as("t"), echov5limit.Middleware(gt, nil, echov5limit.WithErrorHandler(func(_ *echo.Context, err error) { hooked = err }),
 			echov5limit.WithRouteFunc(nil), echov5limit.WithSkipper(nil), echov5limit.WithDenyHandler(nil), echov5limit.WithErrorHandler(nil), bad))
 		e.GET("/", func(c *echo.Context) error { return c.NoContent(http.StatusOK) })
 		w := serve(e, "GET", "/")
-		if w.Code != 500 || w.Header().Get("Content-Type") != core.ProblemContentType || w.Body.String() != misconfiguredBody || !errors.Is(hooked, core.ErrInvalidConfig) {
+		if w.Code != 500 || w.Header().Get("Content-Type") != render.ProblemContentType || w.Body.String() != misconfiguredBody || !errors.Is(hooked, core.ErrInvalidConfig) {
 			t.Fatalf("%s: %d %v %q, hook got %v", name, w.Code, w.Header(), w.Body, hooked)
 		}
 	}
@@ -168,10 +171,10 @@ func TestMisconfigured(t *testing.T) {
 // the default route.
 func TestRouteMatching(t *testing.T) {
 	lim := conformance.NewUnitLimiter(t)
-	gate := conformance.NewUnitGate(t, lim, core.WithRoutes(core.Routes{"GET /v1/items/:id": {Class: "export", Cost: 1}}))
+	gt := conformance.NewUnitGate(t, lim, gate.WithRoutes(gate.Routes{"GET /v1/items/:id": {Class: "export", Cost: 1}}))
 	t.Run("group", func(t *testing.T) {
 		e := echo.New()
-		v1 := e.Group("/v1", as("group"), echov5limit.Middleware(gate))
+		v1 := e.Group("/v1", as("group"), echov5limit.Middleware(gt))
 		v1.GET("/items/:id", func(c *echo.Context) error { return c.NoContent(http.StatusOK) })
 		if w := serve(e, "GET", "/v1/items/3"); w.Code != 200 || w.Header().Get("RateLimit-Policy") != `"export";q=10;w=1000` {
 			t.Fatalf("route: %d %v", w.Code, w.Header())
@@ -189,7 +192,7 @@ func TestRouteMatching(t *testing.T) {
 	})
 	t.Run("pre", func(t *testing.T) {
 		e := echo.New()
-		e.Pre(as("pre"), echov5limit.Middleware(gate))
+		e.Pre(as("pre"), echov5limit.Middleware(gt))
 		e.GET("/v1/items/:id", func(c *echo.Context) error { return c.NoContent(http.StatusOK) })
 		if w := serve(e, "GET", "/v1/items/3"); w.Code != 200 || w.Header().Get("RateLimit-Policy") != `"default";q=2;w=200` {
 			t.Fatalf("before routing: %d %v", w.Code, w.Header())

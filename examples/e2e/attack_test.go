@@ -13,6 +13,8 @@ import (
 
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/keys"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/examples"
 	"github.com/tollgate-go/tollgate/examples/internal/app"
 	"github.com/tollgate-go/tollgate/examples/internal/demopb"
@@ -30,11 +32,11 @@ const attackFor = 1500 * time.Millisecond
 // Redis (their default key prefix).
 func bucketKey(t *testing.T, tenant, class string) string {
 	t.Helper()
-	keys, err := core.NewKeys(core.DefaultPrefix)
+	ks, err := keys.New(core.DefaultPrefix)
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, err := keys.Bucket(tenant, class)
+	key, err := ks.Bucket(tenant, class)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +48,7 @@ func bucketKey(t *testing.T, tenant, class string) string {
 // WRONGTYPE from the script.
 func poison(t *testing.T, tenant string) {
 	t.Helper()
-	key := bucketKey(t, tenant, core.DefaultClass)
+	key := bucketKey(t, tenant, quota.DefaultClass)
 	rc := redistest.Client(t)
 	if err := rc.LPush(t.Context(), key, "poison").Err(); err != nil {
 		t.Fatal(err)

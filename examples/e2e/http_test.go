@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/tollgate-go/tollgate/conformance/redistest"
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/render"
 	"github.com/tollgate-go/tollgate/examples/internal/app"
 	"github.com/tollgate-go/tollgate/examples/internal/apptest"
 )
@@ -74,7 +74,7 @@ var sequence = []step{
 	{name: "export #2", method: http.MethodPost, path: app.PathExport, token: freeToken, status: http.StatusOK,
 		want: map[string]string{"X-RateLimit-Limit": "10", "X-RateLimit-Remaining": "0", "RateLimit-Policy": `"export";q=10;w=100`, "Retry-After": ""}},
 	{name: "export #3 is denied", method: http.MethodPost, path: app.PathExport, token: freeToken, status: http.StatusTooManyRequests,
-		want: map[string]string{"Content-Type": core.ProblemContentType, "X-RateLimit-Limit": "10", "X-RateLimit-Remaining": "0",
+		want: map[string]string{"Content-Type": render.ProblemContentType, "X-RateLimit-Limit": "10", "X-RateLimit-Remaining": "0",
 			"RateLimit-Policy": `"export";q=10;w=100`},
 		check: func(t *testing.T, r response, tenant string) {
 			problem(http.StatusTooManyRequests)(t, r, tenant)
@@ -87,7 +87,7 @@ var sequence = []step{
 			if want := `"export";r=0;t=` + strconv.Itoa(ra); r.header.Get("RateLimit") != want {
 				t.Errorf("RateLimit = %q, want %q", r.header.Get("RateLimit"), want)
 			}
-			var p core.Problem
+			var p render.Problem
 			if err := json.Unmarshal([]byte(r.body), &p); err != nil || !slices.Equal(p.ViolatedPolicies, []string{app.ClassExport}) {
 				t.Errorf("429 body %s does not name the export policy (%v)", r.body, err)
 			}
@@ -106,13 +106,13 @@ var sequence = []step{
 		}},
 }
 
-var unauthorized = map[string]string{"Content-Type": core.ProblemContentType, "WWW-Authenticate": app.WWWAuthenticate,
+var unauthorized = map[string]string{"Content-Type": render.ProblemContentType, "WWW-Authenticate": app.WWWAuthenticate,
 	"X-RateLimit-Limit": "", "RateLimit": "", "Retry-After": ""}
 
 func problem(status int) func(*testing.T, response, string) {
 	return func(t *testing.T, r response, _ string) {
 		t.Helper()
-		var p core.Problem
+		var p render.Problem
 		if err := json.Unmarshal([]byte(r.body), &p); err != nil || p.Status != status || p.Detail == "" {
 			t.Errorf("body %s is not a %d problem with a detail (%v)", r.body, status, err)
 		}

@@ -22,6 +22,9 @@ import (
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/config"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/render"
 	"github.com/tollgate-go/tollgate/examples/internal/app"
 	"github.com/tollgate-go/tollgate/httplimit"
 )
@@ -49,7 +52,7 @@ func newBucketReader(t *testing.T, configPath string) *bucketReader {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := core.NewResolver(cfg.Tiers)
+	r, err := quota.NewResolver(cfg.Tiers)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +67,7 @@ func newBucketReader(t *testing.T, configPath string) *bucketReader {
 // balance is the tenant's llm balance now, exact (negative: a debt).
 func (b *bucketReader) balance(t *testing.T, tenant, tier string) float64 {
 	t.Helper()
-	d, err := b.lim.Peek(t.Context(), core.Tenant{ID: tenant, Tier: tier}, app.ClassLLM)
+	d, err := b.lim.Peek(t.Context(), quota.Tenant{ID: tenant, Tier: tier}, app.ClassLLM)
 	if err != nil {
 		t.Fatalf("peek %s: %v", tenant, err)
 	}
@@ -157,8 +160,8 @@ func TestHTTPExamplesSettle(t *testing.T) {
 
 			for _, body := range []string{`not json`, `{"tokens": -1}`, `{"tokens": 100001}`} {
 				a := post(t, c.c, r.base, auth, body)
-				var p core.Problem
-				if a.status != http.StatusBadRequest || a.header.Get("Content-Type") != core.ProblemContentType ||
+				var p render.Problem
+				if a.status != http.StatusBadRequest || a.header.Get("Content-Type") != render.ProblemContentType ||
 					json.Unmarshal([]byte(a.body), &p) != nil || !strings.Contains(p.Detail, `{"tokens": N}`) {
 					t.Errorf("body %s: %d %s %s, want a 400 problem saying what the body must be", body, a.status, a.header.Get("Content-Type"), a.body)
 				}
@@ -193,7 +196,7 @@ func TestHTTPExamplesSettle(t *testing.T) {
 			if most := math.Ceil((llmEstimate - debt) / llmRefill); err != nil || float64(ra) > most || float64(ra) < most-1-time.Since(began).Seconds() {
 				t.Errorf("while in debt: Retry-After %q, want about %v", a.header.Get("Retry-After"), most)
 			}
-			var p core.Problem
+			var p render.Problem
 			if json.Unmarshal([]byte(a.body), &p) != nil || len(p.ViolatedPolicies) != 1 || p.ViolatedPolicies[0] != app.ClassLLM || a.header.Get("X-RateLimit-Remaining") != "0" {
 				t.Errorf("while in debt: body %s, X-RateLimit-Remaining %q; want the llm policy named, 0 remaining", a.body, a.header.Get("X-RateLimit-Remaining"))
 			}
@@ -319,7 +322,7 @@ func TestKilledBeforeSettle(t *testing.T) {
 //     and then waits for the client to go away (at most holdFor) before it
 //     returns: a process to kill between reserve and settle.
 //   - "estimate": the route's cost charged and never settled (a gate
-//     without core.WithCostReports, so the handler's report is refused):
+//     without gate.WithCostReports, so the handler's report is refused):
 //     charging the estimate only.
 //   - "after": a check of cost 0 before the handler and, once the answer
 //     is written, a plain charge of the body's tokens (Limiter.Allow):
@@ -351,13 +354,13 @@ func serveHelper(ctx context.Context, role string) error {
 		h = httplimit.Middleware(a.Gate)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			n, err := app.ParseTokens(r.Body)
 			if err == nil {
-				err = core.ReportCost(r.Context(), n)
+				err = gate.ReportCost(r.Context(), n)
 			}
 			if err != nil {
 				http.Error(w, err.Error(), http.StatusBadRequest)
 				return
 			}
-			t, _ := core.TenantFromContext(r.Context())
+			t, _ := gate.TenantFromContext(r.Context())
 			fmt.Printf("reported %s %d\n", t.ID, n)
 			timer := time.NewTimer(holdFor)
 			defer timer.Stop()
@@ -367,16 +370,16 @@ func serveHelper(ctx context.Context, role string) error {
 			}
 		}))
 	case "estimate":
-		gate, err := core.NewGate(a.Limiter, a.File.GateOptions()...)
+		g, err := gate.New(a.Limiter, a.File.GateOptions()...)
 		if err != nil {
 			return err
 		}
-		h = httplimit.Middleware(gate)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h = httplimit.Middleware(g)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			writeAnswer(w)(a.Complete(r.Context(), r.Body))
 		}))
 	case "after":
 		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			t, _ := core.TenantFromContext(r.Context())
+			t, _ := gate.TenantFromContext(r.Context())
 			if d, err := a.Limiter.Check(r.Context(), core.Request{Tenant: t, Class: app.ClassLLM}); err != nil || !d.Allowed {
 				http.Error(w, "denied", http.StatusTooManyRequests)
 				return
@@ -560,7 +563,7 @@ func drive(t *testing.T, p *pattern, peek *bucketReader, actuals []int64) {
 	auth := "Bearer " + token(t, p.tenant, "free")
 	p.ledger = make([]entry, len(actuals))
 	p.began = time.Now()
-	d, err := peek.lim.Peek(t.Context(), core.Tenant{ID: p.tenant, Tier: "free"}, app.ClassLLM)
+	d, err := peek.lim.Peek(t.Context(), quota.Tenant{ID: p.tenant, Tier: "free"}, app.ClassLLM)
 	if err != nil || len(d.Buckets) != 1 || d.Buckets[0].Stamp.IsZero() || d.Tokens != boundCapacity {
 		t.Fatalf("%s: the bucket at the start: %+v, %v; want full, with a stamp", p.name, d, err)
 	}

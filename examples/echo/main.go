@@ -13,7 +13,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/echolimit"
 	"github.com/tollgate-go/tollgate/examples/internal/app"
 )
@@ -39,15 +39,15 @@ func NewHandler(a *app.App) (http.Handler, error) {
 	e.GET(app.PathHealth, func(c echo.Context) error { return c.JSON(http.StatusOK, app.Health{Status: "ok"}) })
 	e.GET(app.PathMetrics, echo.WrapHandler(a.Metrics))
 	e.GET(app.PathProfile, func(c echo.Context) error {
-		t, _ := core.TenantFromContext(c.Request().Context())
+		t, _ := gate.TenantFromContext(c.Request().Context())
 		return c.JSON(http.StatusOK, a.GetProfile(t))
 	}, auth, limit)
 	e.GET(app.PathReports, func(c echo.Context) error {
-		t, _ := core.TenantFromContext(c.Request().Context())
+		t, _ := gate.TenantFromContext(c.Request().Context())
 		return c.JSON(http.StatusOK, a.ListReports(c.Request().Context(), t))
 	}, auth, limit)
 	e.POST(app.PathExport, func(c echo.Context) error {
-		t, _ := core.TenantFromContext(c.Request().Context())
+		t, _ := gate.TenantFromContext(c.Request().Context())
 		return c.JSON(http.StatusOK, a.ExportReport(t))
 	}, auth, limit)
 	e.POST(app.PathComplete, func(c echo.Context) error {
@@ -57,7 +57,7 @@ func NewHandler(a *app.App) (http.Handler, error) {
 }
 
 // authenticate verifies the bearer token and stores the tenant with
-// core.ContextWithTenant, or answers 401.
+// gate.ContextWithTenant, or answers 401.
 func authenticate(v *app.Verifier) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -67,7 +67,7 @@ func authenticate(v *app.Verifier) echo.MiddlewareFunc {
 				c.Response().Header().Set(echo.HeaderWWWAuthenticate, app.WWWAuthenticate)
 				return c.Blob(status, contentType, body)
 			}
-			c.SetRequest(c.Request().WithContext(core.ContextWithTenant(c.Request().Context(), t)))
+			c.SetRequest(c.Request().WithContext(gate.ContextWithTenant(c.Request().Context(), t)))
 			return next(c)
 		}
 	}

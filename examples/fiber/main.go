@@ -16,7 +16,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	"github.com/gofiber/fiber/v2/middleware/recover"
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/examples/internal/app"
 	"github.com/tollgate-go/tollgate/fiberlimit"
 )
@@ -50,15 +50,15 @@ func NewApp(a *app.App) (*fiber.App, error) {
 	f.Get(app.PathHealth, func(c *fiber.Ctx) error { return c.JSON(app.Health{Status: "ok"}) })
 	f.Get(app.PathMetrics, adaptor.HTTPHandler(a.Metrics))
 	f.Get(app.PathProfile, auth, limit, func(c *fiber.Ctx) error {
-		t, _ := core.TenantFromContext(c.UserContext())
+		t, _ := gate.TenantFromContext(c.UserContext())
 		return c.JSON(a.GetProfile(t))
 	})
 	f.Get(app.PathReports, auth, limit, func(c *fiber.Ctx) error {
-		t, _ := core.TenantFromContext(c.UserContext())
+		t, _ := gate.TenantFromContext(c.UserContext())
 		return c.JSON(a.ListReports(c.UserContext(), t))
 	})
 	f.Post(app.PathExport, auth, limit, func(c *fiber.Ctx) error {
-		t, _ := core.TenantFromContext(c.UserContext())
+		t, _ := gate.TenantFromContext(c.UserContext())
 		return c.JSON(a.ExportReport(t))
 	})
 	f.Post(app.PathComplete, auth, limit, func(c *fiber.Ctx) error {
@@ -70,7 +70,7 @@ func NewApp(a *app.App) (*fiber.App, error) {
 }
 
 // authenticate verifies the bearer token and stores the tenant with
-// fiberlimit.SetTenant (core.ContextWithTenant in the user context), or
+// fiberlimit.SetTenant (gate.ContextWithTenant in the user context), or
 // answers 401.
 func authenticate(v *app.Verifier) fiber.Handler {
 	return func(c *fiber.Ctx) error {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/gofiber/fiber/v3"
 	"github.com/gofiber/fiber/v3/middleware/recover"
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/examples/internal/app"
 	"github.com/tollgate-go/tollgate/fiberv3limit"
 )
@@ -50,15 +50,15 @@ func NewApp(a *app.App) (*fiber.App, error) {
 	f.Get(app.PathHealth, func(c fiber.Ctx) error { return c.JSON(app.Health{Status: "ok"}) })
 	f.Get(app.PathMetrics, a.Metrics) // Fiber v3 adapts an http.Handler itself
 	f.Get(app.PathReports, authenticate(a.Auth), limit, func(c fiber.Ctx) error {
-		t, _ := core.TenantFromContext(c.Context())
+		t, _ := gate.TenantFromContext(c.Context())
 		return c.JSON(a.ListReports(c.Context(), t))
 	})
 	f.Post(app.PathExport, authenticate(a.Auth), limit, func(c fiber.Ctx) error {
-		t, _ := core.TenantFromContext(c.Context())
+		t, _ := gate.TenantFromContext(c.Context())
 		return c.JSON(a.ExportReport(t))
 	})
 	f.Get(app.PathProfile, authenticate(a.Auth), limit, func(c fiber.Ctx) error {
-		t, _ := core.TenantFromContext(c.Context())
+		t, _ := gate.TenantFromContext(c.Context())
 		return c.JSON(a.GetProfile(t))
 	})
 	f.Post(app.PathComplete, authenticate(a.Auth), limit, func(c fiber.Ctx) error {

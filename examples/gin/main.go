@@ -12,7 +12,7 @@ import (
 	"net/http"
 
 	"github.com/gin-gonic/gin"
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/examples/internal/app"
 	"github.com/tollgate-go/tollgate/ginlimit"
 )
@@ -40,15 +40,15 @@ func NewHandler(a *app.App) (http.Handler, error) {
 	r.GET(app.PathHealth, func(c *gin.Context) { c.JSON(http.StatusOK, app.Health{Status: "ok"}) })
 	r.GET(app.PathMetrics, gin.WrapH(a.Metrics))
 	r.GET(app.PathProfile, auth, limit, func(c *gin.Context) {
-		t, _ := core.TenantFromContext(c.Request.Context())
+		t, _ := gate.TenantFromContext(c.Request.Context())
 		c.JSON(http.StatusOK, a.GetProfile(t))
 	})
 	r.GET(app.PathReports, auth, limit, func(c *gin.Context) {
-		t, _ := core.TenantFromContext(c.Request.Context())
+		t, _ := gate.TenantFromContext(c.Request.Context())
 		c.JSON(http.StatusOK, a.ListReports(c.Request.Context(), t))
 	})
 	r.POST(app.PathExport, auth, limit, func(c *gin.Context) {
-		t, _ := core.TenantFromContext(c.Request.Context())
+		t, _ := gate.TenantFromContext(c.Request.Context())
 		c.JSON(http.StatusOK, a.ExportReport(t))
 	})
 	r.POST(app.PathComplete, auth, limit, func(c *gin.Context) {
@@ -58,7 +58,7 @@ func NewHandler(a *app.App) (http.Handler, error) {
 }
 
 // authenticate verifies the bearer token and stores the tenant with
-// core.ContextWithTenant, or answers 401.
+// gate.ContextWithTenant, or answers 401.
 func authenticate(v *app.Verifier) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		t, err := v.Authenticate(c.GetHeader("Authorization"))
@@ -69,7 +69,7 @@ func authenticate(v *app.Verifier) gin.HandlerFunc {
 			c.Data(status, contentType, body)
 			return
 		}
-		c.Request = c.Request.WithContext(core.ContextWithTenant(c.Request.Context(), t))
+		c.Request = c.Request.WithContext(gate.ContextWithTenant(c.Request.Context(), t))
 		c.Next()
 	}
 }

@@ -11,22 +11,23 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 )
 
 // DemoTiers are the quotas of the demo traffic: small enough that the
 // abusive tenant is throttled within a second.
-func DemoTiers() core.Tiers {
-	return core.Tiers{Default: "free", Tiers: map[string]core.Tier{
-		"free": {Classes: map[string]core.Quota{
+func DemoTiers() quota.Tiers {
+	return quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{
+		"free": {Classes: map[string]quota.Quota{
 			"default":  {Capacity: 20, RefillPerSecond: 10},
 			"export":   {Capacity: 4, RefillPerSecond: 1},
 			"checkout": {Capacity: 10, RefillPerSecond: 5},
 			"bulk":     {Capacity: 10, RefillPerSecond: 5},
 			"search":   {Capacity: 10, RefillPerSecond: 4},
 		}},
-		"pro": {Classes: map[string]core.Quota{
+		"pro": {Classes: map[string]quota.Quota{
 			"default":  {Capacity: 100, RefillPerSecond: 50},
 			"export":   {Capacity: 20, RefillPerSecond: 5},
 			"checkout": {Capacity: 50, RefillPerSecond: 25},
@@ -67,7 +68,7 @@ func NewDemo(client redis.UniversalClient, prefix string, log *slog.Logger) (*De
 		return nil, fmt.Errorf("prometheus exporter: %w", err)
 	}
 	d := &Demo{mp: sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp)), Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})}
-	res, err := core.NewResolver(DemoTiers())
+	res, err := quota.NewResolver(DemoTiers())
 	if err != nil {
 		return nil, err
 	}
@@ -103,17 +104,18 @@ func (d *Demo) Close() {
 
 // A demo tenant and how many requests of each class it sends per second.
 type demoTenant struct {
-	core.Tenant
+	quota.
+		Tenant
 	perSecond map[string]float64
 }
 
 var demoTenants = []demoTenant{
-	{core.Tenant{ID: "acme", Tier: "pro"}, map[string]float64{"default": 40, "export": 4, "checkout": 10, "bulk": 10, "search": 12}},
-	{core.Tenant{ID: "globex", Tier: "free"}, map[string]float64{"default": 8, "export": 1.5, "checkout": 3, "bulk": 4, "search": 6}},
-	{core.Tenant{ID: "initech", Tier: "free"}, map[string]float64{"default": 12, "export": 2, "checkout": 6, "bulk": 6, "search": 5}},
+	{quota.Tenant{ID: "acme", Tier: "pro"}, map[string]float64{"default": 40, "export": 4, "checkout": 10, "bulk": 10, "search": 12}},
+	{quota.Tenant{ID: "globex", Tier: "free"}, map[string]float64{"default": 8, "export": 1.5, "checkout": 3, "bulk": 4, "search": 6}},
+	{quota.Tenant{ID: "initech", Tier: "free"}, map[string]float64{"default": 12, "export": 2, "checkout": 6, "bulk": 6, "search": 5}},
 	// the abusive one: ten times its quota
-	{core.Tenant{ID: "umbrella", Tier: "free"}, map[string]float64{"default": 100, "export": 10, "checkout": 8, "bulk": 12, "search": 20}},
-	{core.Tenant{ID: "hooli", Tier: "pro"}, map[string]float64{"default": 20, "export": 8, "checkout": 5, "bulk": 30, "search": 20}},
+	{quota.Tenant{ID: "umbrella", Tier: "free"}, map[string]float64{"default": 100, "export": 10, "checkout": 8, "bulk": 12, "search": 20}},
+	{quota.Tenant{ID: "hooli", Tier: "pro"}, map[string]float64{"default": 20, "export": 8, "checkout": 5, "bulk": 30, "search": 20}},
 }
 
 // Traffic sends one tick's worth (tick long, at the rates above) of the
@@ -136,7 +138,7 @@ func (d *Demo) Traffic(ctx context.Context, n int, tick time.Duration) int {
 	}
 	// the long tail: one request from each of a few small tenants per tick
 	for i := range 3 {
-		t := core.Tenant{ID: fmt.Sprintf("tail-%03d", (n*3+i)%200), Tier: "free"}
+		t := quota.Tenant{ID: fmt.Sprintf("tail-%03d", (n*3+i)%200), Tier: "free"}
 		_, _ = d.API.Allow(ctx, t, "default", 1)
 		checks++
 	}

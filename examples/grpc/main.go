@@ -21,7 +21,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/examples/internal/app"
 	"github.com/tollgate-go/tollgate/examples/internal/demopb"
 	"github.com/tollgate-go/tollgate/grpclimit"
@@ -109,7 +109,7 @@ func open(method string) bool {
 }
 
 // authenticator verifies the bearer token in the "authorization" metadata
-// and stores the tenant with core.ContextWithTenant, or answers
+// and stores the tenant with gate.ContextWithTenant, or answers
 // Unauthenticated.
 type authenticator struct{ v *app.Verifier }
 
@@ -126,7 +126,7 @@ func (au authenticator) tenant(ctx context.Context, method string) (context.Cont
 	if err != nil {
 		return nil, status.Error(codes.Unauthenticated, app.Detail(err))
 	}
-	return core.ContextWithTenant(ctx, t), nil
+	return gate.ContextWithTenant(ctx, t), nil
 }
 
 func (au authenticator) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
@@ -159,7 +159,7 @@ type demo struct {
 }
 
 func (d *demo) GetProfile(ctx context.Context, _ *demopb.GetProfileRequest) (*demopb.Profile, error) {
-	t, _ := core.TenantFromContext(ctx)
+	t, _ := gate.TenantFromContext(ctx)
 	p := d.a.GetProfile(t)
 	return &demopb.Profile{Tenant: p.Tenant, Tier: p.Tier}, nil
 }
@@ -172,7 +172,7 @@ func (d *demo) ExportReport(req *demopb.ExportReportRequest, stream grpc.ServerS
 	case n < 0 || n > 100:
 		return status.Errorf(codes.InvalidArgument, "chunks: %d, want 1 to 100", n)
 	}
-	t, _ := core.TenantFromContext(stream.Context())
+	t, _ := gate.TenantFromContext(stream.Context())
 	r := d.a.ExportReport(t)
 	for i := range n {
 		line := r.Tenant + "," + r.Format + "," + r.Status
@@ -184,7 +184,7 @@ func (d *demo) ExportReport(req *demopb.ExportReportRequest, stream grpc.ServerS
 }
 
 func (d *demo) ListReports(ctx context.Context, _ *demopb.ListReportsRequest) (*demopb.ReportList, error) {
-	t, _ := core.TenantFromContext(ctx)
+	t, _ := gate.TenantFromContext(ctx)
 	r := d.a.ListReports(ctx, t)
 	return &demopb.ReportList{Tenant: r.Tenant, Reports: r.Reports}, nil
 }

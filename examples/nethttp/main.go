@@ -12,7 +12,7 @@ import (
 	"encoding/json"
 	"net/http"
 
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/examples/internal/app"
 	"github.com/tollgate-go/tollgate/httplimit"
 )
@@ -38,15 +38,15 @@ func NewHandler(a *app.App) (http.Handler, error) {
 	}))
 	mux.Handle("GET "+app.PathMetrics, a.Metrics)
 	mux.Handle("GET "+app.PathProfile, protect(func(w http.ResponseWriter, r *http.Request) {
-		t, _ := core.TenantFromContext(r.Context())
+		t, _ := gate.TenantFromContext(r.Context())
 		writeJSON(w, a.GetProfile(t))
 	}))
 	mux.Handle("GET "+app.PathReports, protect(func(w http.ResponseWriter, r *http.Request) {
-		t, _ := core.TenantFromContext(r.Context())
+		t, _ := gate.TenantFromContext(r.Context())
 		writeJSON(w, a.ListReports(r.Context(), t))
 	}))
 	mux.Handle("POST "+app.PathExport, protect(func(w http.ResponseWriter, r *http.Request) {
-		t, _ := core.TenantFromContext(r.Context())
+		t, _ := gate.TenantFromContext(r.Context())
 		writeJSON(w, a.ExportReport(t))
 	}))
 	mux.Handle("POST "+app.PathComplete, protect(func(w http.ResponseWriter, r *http.Request) {

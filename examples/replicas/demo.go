@@ -16,6 +16,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/examples/internal/app"
 	"github.com/tollgate-go/tollgate/httplimit"
 	"golang.org/x/time/rate"
@@ -26,7 +28,7 @@ type Options struct {
 	// Replicas is N, the number of replicas behind the balancer.
 	Replicas int
 	// Quota is the configured limit of the tenant.
-	Quota core.Quota
+	Quota quota.Quota
 	// Duration is how long traffic is driven in each mode.
 	Duration time.Duration
 	// RPS is the rate the tenant sends at.
@@ -99,7 +101,7 @@ func Run(ctx context.Context, client redis.UniversalClient, o Options) ([]Result
 		return nil, err
 	}
 	secret := []byte(app.DevSecret)
-	tiers := core.Tiers{Default: "demo", Tiers: map[string]core.Tier{"demo": {Classes: map[string]core.Quota{core.DefaultClass: o.Quota}}}}
+	tiers := quota.Tiers{Default: "demo", Tiers: map[string]quota.Tier{"demo": {Classes: map[string]quota.Quota{quota.DefaultClass: o.Quota}}}}
 	verifier, err := app.NewVerifier(secret, nil)
 	if err != nil {
 		return nil, err
@@ -116,7 +118,7 @@ func Run(ctx context.Context, client redis.UniversalClient, o Options) ([]Result
 		buckets := map[string]*rate.Limiter{}
 		limit := func(next http.Handler) http.Handler {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				t, _ := core.TenantFromContext(r.Context())
+				t, _ := gate.TenantFromContext(r.Context())
 				mu.Lock()
 				b, ok := buckets[t.ID]
 				if !ok {
@@ -135,7 +137,7 @@ func Run(ctx context.Context, client redis.UniversalClient, o Options) ([]Result
 	}
 	// ...or with tollgate: its own limiter, the shared bucket in Redis.
 	shared := func() (http.Handler, func(), error) {
-		resolver, err := core.NewResolver(tiers)
+		resolver, err := quota.NewResolver(tiers)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -143,11 +145,11 @@ func Run(ctx context.Context, client redis.UniversalClient, o Options) ([]Result
 		if err != nil {
 			return nil, nil, err
 		}
-		gate, err := core.NewGate(lim)
+		g, err := gate.New(lim)
 		if err != nil {
 			return nil, nil, err
 		}
-		mw := httplimit.Middleware(gate)
+		mw := httplimit.Middleware(g)
 		return verifier.RequireTenant(mw(service())), func() { _ = lim.Close() }, nil
 	}
 
@@ -286,14 +288,14 @@ func (p progress) print(elapsed time.Duration, sent, admitted int64, final bool)
 }
 
 // WriteTable prints the results as the demo's table.
-func WriteTable(w io.Writer, q core.Quota, results []Result) {
+func WriteTable(w io.Writer, q quota.Quota, results []Result) {
 	fmt.Fprintf(w, "%-18s %8s %12s %8s %8s %9s %7s\n", "mode", "replicas", "limit", "bound", "sent", "admitted", "ratio")
 	for _, r := range results {
 		fmt.Fprintf(w, "%-18s %8d %12s %8.0f %8d %9d %6.2fx\n", r.Mode, r.Replicas, limitString(q), r.Bound, r.Sent, r.Admitted, r.Ratio())
 	}
 }
 
-func limitString(q core.Quota) string {
+func limitString(q quota.Quota) string {
 	return fmt.Sprintf("%d+%g/s", q.Capacity, q.RefillPerSecond)
 }
 
@@ -384,8 +386,8 @@ func RunConcurrency(ctx context.Context, client redis.UniversalClient, o Concurr
 	secret := []byte(app.DevSecret)
 	// A rate quota that never binds: only the concurrency limit does. (Not
 	// 1e6: the embedded server's Lua cannot parse "1e+06".)
-	q := core.Quota{Capacity: 100_000, RefillPerSecond: 100_000, Concurrency: o.Limit}
-	tiers := core.Tiers{Default: "demo", Tiers: map[string]core.Tier{"demo": {Classes: map[string]core.Quota{core.DefaultClass: q}}}}
+	q := quota.Quota{Capacity: 100_000, RefillPerSecond: 100_000, Concurrency: o.Limit}
+	tiers := quota.Tiers{Default: "demo", Tiers: map[string]quota.Tier{"demo": {Classes: map[string]quota.Quota{quota.DefaultClass: q}}}}
 	verifier, err := app.NewVerifier(secret, nil)
 	if err != nil {
 		return nil, err
@@ -412,7 +414,7 @@ func RunConcurrency(ctx context.Context, client redis.UniversalClient, o Concurr
 					}
 				})), func() {}, nil
 			}
-			resolver, err := core.NewResolver(tiers)
+			resolver, err := quota.NewResolver(tiers)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -420,12 +422,12 @@ func RunConcurrency(ctx context.Context, client redis.UniversalClient, o Concurr
 			if err != nil {
 				return nil, nil, err
 			}
-			gate, err := core.NewGate(lim)
+			g, err := gate.New(lim)
 			if err != nil {
 				_ = lim.Close()
 				return nil, nil, err
 			}
-			return verifier.RequireTenant(httplimit.Middleware(gate)(f.handler(o.Hold))), func() { _ = lim.Close() }, nil
+			return verifier.RequireTenant(httplimit.Middleware(g)(f.handler(o.Hold))), func() { _ = lim.Close() }, nil
 		}
 		sent, admitted, err := driveConcurrent(ctx, mk, "Bearer "+token, o)
 		if err != nil {

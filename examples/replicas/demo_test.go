@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/tollgate-go/tollgate/conformance/redistest"
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/examples/internal/apptest"
 )
 
@@ -42,7 +42,7 @@ func result(t *testing.T, rs []Result, mode string) Result {
 // times the limit, the shared bucket at most the limit.
 func TestSharedBucketHoldsTheBoundInProcessDoesNot(t *testing.T) {
 	const replicas = 3
-	o := Options{Replicas: replicas, Quota: core.Quota{Capacity: 10, RefillPerSecond: 5}, Duration: 1500 * time.Millisecond,
+	o := Options{Replicas: replicas, Quota: quota.Quota{Capacity: 10, RefillPerSecond: 5}, Duration: 1500 * time.Millisecond,
 		RPS: 150, Prefix: redistest.Prefix(t)}
 	rs, err := Run(t.Context(), redistest.Client(t), o)
 	if err != nil {
@@ -148,7 +148,7 @@ func TestExitCode(t *testing.T) {
 func TestProgressPrintsTheLastLineOnce(t *testing.T) {
 	for i := range 4 {
 		var out bytes.Buffer
-		o := Options{Replicas: 1, Quota: core.Quota{Capacity: 10, RefillPerSecond: 5}, Duration: time.Second, RPS: 20, Progress: &out}
+		o := Options{Replicas: 1, Quota: quota.Quota{Capacity: 10, RefillPerSecond: 5}, Duration: time.Second, RPS: 20, Progress: &out}
 		mk := func() (http.Handler, func(), error) { return service(), func() {}, nil }
 		if _, err := drive(t.Context(), "m", mk, "", o); err != nil {
 			t.Fatalf("drive: %v", err)

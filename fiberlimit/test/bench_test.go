@@ -6,7 +6,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/core"
+	tggate "github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/fiberlimit"
 	"github.com/valyala/fasthttp"
 )
@@ -15,7 +15,7 @@ import (
 // conformance.BenchmarkServerOverhead). Requests go straight to the app's
 // fasthttp handler, with no network.
 func BenchmarkOverhead(b *testing.B) {
-	conformance.BenchmarkServerOverhead(b, func(gate *core.Gate) (conformance.BenchServer, conformance.BenchServer) {
+	conformance.BenchmarkServerOverhead(b, func(gate *tggate.Gate) (conformance.BenchServer, conformance.BenchServer) {
 		service := func(mws ...fiber.Handler) conformance.BenchServer {
 			app := fiber.New(fiber.Config{DisableStartupMessage: true})
 			app.Use(tenant(conformance.BenchTenant))

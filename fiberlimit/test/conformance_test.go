@@ -7,7 +7,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/core"
+	tggate "github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/fiberlimit"
 	"github.com/valyala/fasthttp"
 )
@@ -22,8 +22,8 @@ func auth(c *fiber.Ctx) error {
 }
 
 // gate is the suite's configuration as the gate the handler takes.
-func gate(s conformance.Setup) (*core.Gate, error) {
-	return core.NewGate(s.Limiter, s.GateOptions(conformance.HTTPRoutes(s.Routes, conformance.HTTPEndpoint.ColonPath))...)
+func gate(s conformance.Setup) (*tggate.Gate, error) {
+	return tggate.New(s.Limiter, s.GateOptions(conformance.HTTPRoutes(s.Routes, conformance.HTTPEndpoint.ColonPath))...)
 }
 
 var target = conformance.HTTPTarget(func(t testing.TB, s conformance.Setup) (conformance.Instance, error) {

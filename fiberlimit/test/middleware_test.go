@@ -14,20 +14,23 @@ import (
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	tggate "github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/render"
 	"github.com/tollgate-go/tollgate/fiberlimit"
 )
 
 func newLimiter(t testing.TB, opts ...core.Option) *core.Limiter {
 	t.Helper()
-	return conformance.NewLimiter(t, redistest.Client(t), core.Tiers{Default: "free", Tiers: map[string]core.Tier{
+	return conformance.NewLimiter(t, redistest.Client(t), quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{
 		"free":      conformance.UnitTiers.Tiers["free"],
-		"anonymous": {Classes: map[string]core.Quota{"default": {Capacity: 100, RefillPerSecond: 1}}},
+		"anonymous": {Classes: map[string]quota.Quota{"default": {Capacity: 100, RefillPerSecond: 1}}},
 	}}, opts...)
 }
 
 func tenant(id string) fiber.Handler {
 	return func(c *fiber.Ctx) error {
-		fiberlimit.SetTenant(c, core.Tenant{ID: id})
+		fiberlimit.SetTenant(c, quota.Tenant{ID: id})
 		return c.Next()
 	}
 }
@@ -61,10 +64,10 @@ func TestOptions(t *testing.T) {
 	})
 	t.Run("route func before the gate's cost func", func(t *testing.T) {
 		app := fiber.New()
-		app.Get("/x", tenant("cost"), fiberlimit.New(conformance.NewUnitGate(t, lim, core.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
-			return core.Route{Class: "export", Cost: 3}, true
-		})), fiberlimit.WithRouteFunc(func(c *fiber.Ctx) (core.Route, bool) {
-			return core.Route{Class: "export", Cost: 2}, c.Query("big") != ""
+		app.Get("/x", tenant("cost"), fiberlimit.New(conformance.NewUnitGate(t, lim, tggate.WithCostFunc(func(context.Context, quota.Tenant, tggate.Endpoint) (tggate.Route, bool) {
+			return tggate.Route{Class: "export", Cost: 3}, true
+		})), fiberlimit.WithRouteFunc(func(c *fiber.Ctx) (tggate.Route, bool) {
+			return tggate.Route{Class: "export", Cost: 2}, c.Query("big") != ""
 		})), ok)
 		if got := do(t, app, "GET", "/x?big=1").Header.Get("X-RateLimit-Remaining"); got != "8" {
 			t.Fatalf("route func: remaining %s", got)
@@ -74,7 +77,7 @@ func TestOptions(t *testing.T) {
 		}
 	})
 	t.Run("route template per route; mount prefix under Use", func(t *testing.T) {
-		gate := conformance.NewUnitGate(t, lim, core.WithRoutes(core.Routes{"GET /items/:id": {Class: "export", Cost: 1}, "/api": {Class: "export", Cost: 2}}))
+		gate := conformance.NewUnitGate(t, lim, tggate.WithRoutes(tggate.Routes{"GET /items/:id": {Class: "export", Cost: 1}, "/api": {Class: "export", Cost: 2}}))
 		app := fiber.New()
 		app.Get("/items/:id", tenant("template"), fiberlimit.New(gate), ok)
 		api := app.Group("/api", tenant("prefix"), fiberlimit.New(gate))
@@ -88,7 +91,7 @@ func TestOptions(t *testing.T) {
 	})
 	t.Run("deny handler", func(t *testing.T) {
 		app := fiber.New()
-		app.Get("/", tenant("deny"), fiberlimit.New(conformance.NewUnitGate(t, lim), fiberlimit.WithDenyHandler(func(c *fiber.Ctx, v core.Verdict) error {
+		app.Get("/", tenant("deny"), fiberlimit.New(conformance.NewUnitGate(t, lim), fiberlimit.WithDenyHandler(func(c *fiber.Ctx, v tggate.Verdict) error {
 			return c.Status(http.StatusTeapot).SendString(fmt.Sprint(v.Status))
 		})), ok)
 		for range 2 {
@@ -105,13 +108,13 @@ func TestOptions(t *testing.T) {
 func TestNoBufferAliasing(t *testing.T) {
 	lim := newLimiter(t)
 	var mu sync.Mutex
-	var seen []core.Endpoint
+	var seen []tggate.Endpoint
 	app := fiber.New(fiber.Config{ProxyHeader: "X-Real-Ip"})
-	app.Get("/", fiberlimit.New(conformance.NewUnitGate(t, lim, core.WithAnonymous(""), core.WithCostFunc(func(_ context.Context, _ core.Tenant, e core.Endpoint) (core.Route, bool) {
+	app.Get("/", fiberlimit.New(conformance.NewUnitGate(t, lim, tggate.WithAnonymous(""), tggate.WithCostFunc(func(_ context.Context, _ quota.Tenant, e tggate.Endpoint) (tggate.Route, bool) {
 		mu.Lock()
 		seen = append(seen, e)
 		mu.Unlock()
-		return core.Route{}, false
+		return tggate.Route{}, false
 	}))), ok)
 	for i := range 20 {
 		if res := do(t, app, "GET", "/", "X-Real-Ip", fmt.Sprintf("10.0.0.%d", i)); res.StatusCode != 200 {
@@ -129,15 +132,17 @@ func TestNoBufferAliasing(t *testing.T) {
 // fixed 500 misconfiguration answer, never a free pass.
 func TestCostFuncValidated(t *testing.T) {
 	lim := newLimiter(t)
-	zero := func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
-		return core.Route{Class: "default", Cost: 0}, true
+	zero := func(context.Context, quota.Tenant, tggate.Endpoint) (tggate.Route, bool) {
+		return tggate.Route{Class: "default", Cost: 0}, true
 	}
-	tooBig := fiberlimit.WithRouteFunc(func(*fiber.Ctx) (core.Route, bool) { return core.Route{Class: "default", Cost: core.MaxCost + 1}, true })
+	tooBig := fiberlimit.WithRouteFunc(func(*fiber.Ctx) (tggate.Route, bool) {
+		return tggate.Route{Class: "default", Cost: quota.MaxCost + 1}, true
+	})
 	for name, c := range map[string]struct {
-		gate *core.Gate
+		gate *tggate.Gate
 		opt  fiberlimit.Option
 	}{
-		"gate cost func": {conformance.NewUnitGate(t, lim, core.WithCostFunc(zero)), nil},
+		"gate cost func": {conformance.NewUnitGate(t, lim, tggate.WithCostFunc(zero)), nil},
 		"route func":     {conformance.NewUnitGate(t, lim), tooBig},
 	} {
 		var hooked error
@@ -179,7 +184,7 @@ func TestMisconfigured(t *testing.T) {
 	app.Get("/", tenant("t"), fiberlimit.New(nil, nil, fiberlimit.WithErrorHandler(func(_ *fiber.Ctx, err error) { hooked = err }),
 		fiberlimit.WithRouteFunc(nil), fiberlimit.WithNext(nil), fiberlimit.WithPatternFunc(nil), fiberlimit.WithDenyHandler(nil), fiberlimit.WithErrorHandler(nil)), ok)
 	res, body := doRead(t, app, "GET", "/")
-	if res.StatusCode != 500 || res.Header.Get("Content-Type") != core.ProblemContentType || body != misconfiguredBody || !errors.Is(hooked, core.ErrInvalidConfig) {
+	if res.StatusCode != 500 || res.Header.Get("Content-Type") != render.ProblemContentType || body != misconfiguredBody || !errors.Is(hooked, core.ErrInvalidConfig) {
 		t.Fatalf("misconfigured: %d %v %q, hook got %v", res.StatusCode, res.Header, body, hooked)
 	}
 }

@@ -7,7 +7,8 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/core"
+	tggate "github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/fiberlimit"
 )
 
@@ -17,7 +18,7 @@ import (
 func TestSettle(t *testing.T) {
 	lim := newLimiter(t)
 	t.Cleanup(func() { _ = lim.Close() })
-	gate := conformance.NewUnitGate(t, lim, core.WithCostReports(), core.WithDefaultRoute(core.Route{Class: "export", Cost: 4}))
+	gate := conformance.NewUnitGate(t, lim, tggate.WithCostReports(), tggate.WithDefaultRoute(tggate.Route{Class: "export", Cost: 4}))
 	for _, c := range []struct {
 		tenant string
 		report int64 // -1: none
@@ -27,7 +28,7 @@ func TestSettle(t *testing.T) {
 		app.Use(tenant(c.tenant), fiberlimit.New(gate))
 		app.Post("/v1/complete", func(fc *fiber.Ctx) error {
 			if c.report >= 0 {
-				if err := core.ReportCost(fc.UserContext(), c.report); err != nil {
+				if err := tggate.ReportCost(fc.UserContext(), c.report); err != nil {
 					t.Error(err)
 				}
 			}
@@ -36,7 +37,7 @@ func TestSettle(t *testing.T) {
 		if res := do(t, app, "POST", "/v1/complete"); res.StatusCode != http.StatusOK {
 			t.Fatalf("%s: status %d", c.tenant, res.StatusCode)
 		}
-		d, err := lim.Peek(context.Background(), core.Tenant{ID: c.tenant}, "export")
+		d, err := lim.Peek(context.Background(), quota.Tenant{ID: c.tenant}, "export")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,7 +8,7 @@ import (
 	"github.com/gofiber/fiber/v3"
 	"github.com/gofiber/fiber/v3/middleware/adaptor"
 	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/core"
+	tggate "github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/fiberv3limit"
 )
 
@@ -22,8 +22,8 @@ func auth(c fiber.Ctx) error {
 }
 
 // gate is the suite's configuration as the gate the handler takes.
-func gate(s conformance.Setup) (*core.Gate, error) {
-	return core.NewGate(s.Limiter, s.GateOptions(conformance.HTTPRoutes(s.Routes, conformance.HTTPEndpoint.ColonPath))...)
+func gate(s conformance.Setup) (*tggate.Gate, error) {
+	return tggate.New(s.Limiter, s.GateOptions(conformance.HTTPRoutes(s.Routes, conformance.HTTPEndpoint.ColonPath))...)
 }
 
 // mount is where the service registers the handler.
@@ -93,7 +93,7 @@ func TestConformanceRejectsWrongVariants(t *testing.T) {
 	// Fiber's own 429 (fiber.ErrTooManyRequests rendered by the default
 	// ErrorHandler): text/plain, not core's problem+json.
 	t.Run("deny-with-fiber-error", func(t *testing.T) {
-		conformance.RunFailing(t, target(perRoute, fiberv3limit.WithDenyHandler(func(fiber.Ctx, core.Verdict) error {
+		conformance.RunFailing(t, target(perRoute, fiberv3limit.WithDenyHandler(func(fiber.Ctx, tggate.Verdict) error {
 			return fiber.ErrTooManyRequests
 		})), "burst-then-deny", "cost-exceeds-capacity")
 	})

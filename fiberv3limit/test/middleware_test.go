@@ -12,13 +12,16 @@ import (
 	"github.com/gofiber/fiber/v3/middleware/adaptor"
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
+	tggate "github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/render"
 	"github.com/tollgate-go/tollgate/fiberv3limit"
 )
 
 // as is a test authentication handler: every request is tenant id.
 func as(id string) fiber.Handler {
 	return func(c fiber.Ctx) error {
-		fiberv3limit.SetTenant(c, core.Tenant{ID: id})
+		fiberv3limit.SetTenant(c, quota.Tenant{ID: id})
 		return c.Next()
 	}
 }
@@ -54,12 +57,12 @@ func TestRouteUnderUseIsTheMountPrefix(t *testing.T) {
 }
 
 // The tenant travels in the request's context.Context: SetTenant in the
-// authentication handler, core.TenantFromContext(c.Context()) after.
+// authentication handler, gate.TenantFromContext(c.Context()) after.
 func TestTenantInRequestContext(t *testing.T) {
 	lim := conformance.NewUnitLimiter(t)
 	app := fiber.New()
 	app.Get("/", as("ctx"), fiberv3limit.New(conformance.NewUnitGate(t, lim)), func(c fiber.Ctx) error {
-		tn, _ := core.TenantFromContext(c.Context())
+		tn, _ := tggate.TenantFromContext(c.Context())
 		return c.SendString(tn.ID)
 	})
 	if w := serve(app, "GET", "/"); w.Code != 200 || w.Body.String() != "ctx" || w.Header().Get("X-RateLimit-Remaining") != "1" {
@@ -67,7 +70,7 @@ func TestTenantInRequestContext(t *testing.T) {
 	}
 	app = fiber.New()
 	app.Get("/", fiberv3limit.New(conformance.NewUnitGate(t, lim)), ok)
-	if w := serve(app, "GET", "/"); w.Code != 401 || w.Header().Get("Content-Type") != core.ProblemContentType {
+	if w := serve(app, "GET", "/"); w.Code != 401 || w.Header().Get("Content-Type") != render.ProblemContentType {
 		t.Fatalf("no tenant: %d %v", w.Code, w.Header())
 	}
 }
@@ -78,7 +81,7 @@ func TestHeadersSurviveFiberErrors(t *testing.T) {
 	lim := conformance.NewUnitLimiter(t)
 	reached := 0
 	app := fiber.New()
-	app.Get("/", as("errors"), fiberv3limit.New(conformance.NewUnitGate(t, lim), fiberv3limit.WithDenyHandler(func(_ fiber.Ctx, v core.Verdict) error {
+	app.Get("/", as("errors"), fiberv3limit.New(conformance.NewUnitGate(t, lim), fiberv3limit.WithDenyHandler(func(_ fiber.Ctx, v tggate.Verdict) error {
 		return fiber.NewError(v.Status, v.Problem.Title)
 	})), func(c fiber.Ctx) error {
 		if reached++; reached == 1 {
@@ -114,10 +117,10 @@ func TestOptions(t *testing.T) {
 	})
 	t.Run("route func before the gate's cost func", func(t *testing.T) {
 		app := fiber.New()
-		app.Get("/x", as("cost"), fiberv3limit.New(conformance.NewUnitGate(t, lim, core.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
-			return core.Route{Class: "export", Cost: 3}, true
-		})), fiberv3limit.WithRouteFunc(func(c fiber.Ctx) (core.Route, bool) {
-			return core.Route{Class: "export", Cost: 2}, c.Query("big") != ""
+		app.Get("/x", as("cost"), fiberv3limit.New(conformance.NewUnitGate(t, lim, tggate.WithCostFunc(func(context.Context, quota.Tenant, tggate.Endpoint) (tggate.Route, bool) {
+			return tggate.Route{Class: "export", Cost: 3}, true
+		})), fiberv3limit.WithRouteFunc(func(c fiber.Ctx) (tggate.Route, bool) {
+			return tggate.Route{Class: "export", Cost: 2}, c.Query("big") != ""
 		})), ok)
 		if got := serve(app, "GET", "/x?big=1").Header().Get("X-RateLimit-Remaining"); got != "8" {
 			t.Fatalf("route func: remaining %s", got)
@@ -136,14 +139,14 @@ const misconfiguredBody = `{"type":"about:blank","title":"Internal Server Error"
 // only for the error hook. Nil options are ignored.
 func TestMisconfigured(t *testing.T) {
 	lim := conformance.NewUnitLimiter(t)
-	bad := fiberv3limit.WithRouteFunc(func(fiber.Ctx) (core.Route, bool) { return core.Route{Class: "a b", Cost: 1}, true })
-	for name, gate := range map[string]*core.Gate{"nil gate": nil, "bad route": conformance.NewUnitGate(t, lim)} {
+	bad := fiberv3limit.WithRouteFunc(func(fiber.Ctx) (tggate.Route, bool) { return tggate.Route{Class: "a b", Cost: 1}, true })
+	for name, gate := range map[string]*tggate.Gate{"nil gate": nil, "bad route": conformance.NewUnitGate(t, lim)} {
 		var hooked error
 		app := fiber.New()
 		app.Get("/", as("t"), fiberv3limit.New(gate, nil, fiberv3limit.WithErrorHandler(func(_ fiber.Ctx, err error) { hooked = err }),
 			fiberv3limit.WithRouteFunc(nil), fiberv3limit.WithNext(nil), fiberv3limit.WithPatternFunc(nil), fiberv3limit.WithDenyHandler(nil), fiberv3limit.WithErrorHandler(nil), bad), ok)
 		w := serve(app, "GET", "/")
-		if w.Code != 500 || w.Header().Get("Content-Type") != core.ProblemContentType || w.Body.String() != misconfiguredBody || !errors.Is(hooked, core.ErrInvalidConfig) {
+		if w.Code != 500 || w.Header().Get("Content-Type") != render.ProblemContentType || w.Body.String() != misconfiguredBody || !errors.Is(hooked, core.ErrInvalidConfig) {
 			t.Fatalf("%s: %d %v %q, hook got %v", name, w.Code, w.Header(), w.Body, hooked)
 		}
 	}

@@ -7,7 +7,8 @@ import (
 
 	"github.com/gofiber/fiber/v3"
 	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/core"
+	tggate "github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/fiberv3limit"
 )
 
@@ -17,7 +18,7 @@ import (
 func TestSettle(t *testing.T) {
 	lim := conformance.NewUnitLimiter(t)
 	t.Cleanup(func() { _ = lim.Close() })
-	gate := conformance.NewUnitGate(t, lim, core.WithCostReports(), core.WithDefaultRoute(core.Route{Class: "export", Cost: 4}))
+	gate := conformance.NewUnitGate(t, lim, tggate.WithCostReports(), tggate.WithDefaultRoute(tggate.Route{Class: "export", Cost: 4}))
 	for _, c := range []struct {
 		tenant string
 		report int64 // -1: none
@@ -27,7 +28,7 @@ func TestSettle(t *testing.T) {
 		app.Use(as(c.tenant), fiberv3limit.New(gate))
 		app.Post("/v1/complete", func(fc fiber.Ctx) error {
 			if c.report >= 0 {
-				if err := core.ReportCost(fc.Context(), c.report); err != nil {
+				if err := tggate.ReportCost(fc.Context(), c.report); err != nil {
 					t.Error(err)
 				}
 			}
@@ -36,7 +37,7 @@ func TestSettle(t *testing.T) {
 		if w := serve(app, "POST", "/v1/complete"); w.Code != http.StatusOK {
 			t.Fatalf("%s: status %d", c.tenant, w.Code)
 		}
-		d, err := lim.Peek(context.Background(), core.Tenant{ID: c.tenant}, "export")
+		d, err := lim.Peek(context.Background(), quota.Tenant{ID: c.tenant}, "export")
 		if err != nil {
 			t.Fatal(err)
 		}

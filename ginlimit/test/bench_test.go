@@ -6,14 +6,14 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/ginlimit"
 )
 
 // BenchmarkOverhead: what the middleware adds beyond core's Gate.Decide
 // (see conformance.BenchmarkOverhead).
 func BenchmarkOverhead(b *testing.B) {
-	conformance.BenchmarkOverhead(b, func(gate *core.Gate) (http.Handler, http.Handler) {
+	conformance.BenchmarkOverhead(b, func(g *gate.Gate) (http.Handler, http.Handler) {
 		engine := func(mws ...gin.HandlerFunc) http.Handler {
 			r := gin.New()
 			r.Use(tenant(conformance.BenchTenant))
@@ -22,6 +22,6 @@ func BenchmarkOverhead(b *testing.B) {
 			r.GET("/healthz", ok)
 			return r
 		}
-		return engine(), engine(ginlimit.Middleware(gate))
+		return engine(), engine(ginlimit.Middleware(g))
 	})
 }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/ginlimit"
 )
 
@@ -17,7 +17,7 @@ func init() { gin.SetMode(gin.TestMode) }
 // credential and stores the tenant in the request context.
 func auth(c *gin.Context) {
 	if t, ok := conformance.Authenticate(c.GetHeader("Authorization")); ok {
-		c.Request = c.Request.WithContext(core.ContextWithTenant(c.Request.Context(), t))
+		c.Request = c.Request.WithContext(gate.ContextWithTenant(c.Request.Context(), t))
 	}
 	c.Next()
 }
@@ -39,11 +39,11 @@ func target(m mount) conformance.Target {
 // the context ctx returns.
 func targetReportingOn(m mount, ctx func(*gin.Context) context.Context) conformance.Target {
 	return conformance.HTTPTarget(func(t testing.TB, s conformance.Setup) (conformance.Instance, error) {
-		gate, err := core.NewGate(s.Limiter, s.GateOptions(conformance.HTTPRoutes(s.Routes, conformance.HTTPEndpoint.ColonPath))...)
+		g, err := gate.New(s.Limiter, s.GateOptions(conformance.HTTPRoutes(s.Routes, conformance.HTTPEndpoint.ColonPath))...)
 		if err != nil {
 			return nil, err
 		}
-		mw := ginlimit.Middleware(gate, ginlimit.WithErrorHandler(func(_ *gin.Context, err error) { s.OnError(err) }))
+		mw := ginlimit.Middleware(g, ginlimit.WithErrorHandler(func(_ *gin.Context, err error) { s.OnError(err) }))
 		var calls conformance.Counter
 		handler := func(c *gin.Context) {
 			calls.Inc()

@@ -9,6 +9,9 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/render"
 	"github.com/tollgate-go/tollgate/ginlimit"
 )
 
@@ -16,11 +19,11 @@ func ok(c *gin.Context) { c.Status(http.StatusOK) }
 
 func TestMounting(t *testing.T) {
 	lim := conformance.NewUnitLimiter(t)
-	gate := conformance.NewUnitGate(t, lim, core.WithRoutes(core.Routes{"GET /v1/items/:id": {Class: "export", Cost: 1}}))
+	g := conformance.NewUnitGate(t, lim, gate.WithRoutes(gate.Routes{"GET /v1/items/:id": {Class: "export", Cost: 1}}))
 	t.Run("group", func(t *testing.T) {
 		r := gin.New()
 		r.Use(tenant("group"))
-		v1 := r.Group("/v1", ginlimit.Middleware(gate))
+		v1 := r.Group("/v1", ginlimit.Middleware(g))
 		v1.GET("/items/:id", ok)
 		r.GET("/open", ok)
 		if got := get(r, "GET", "/v1/items/3").Header().Get("RateLimit-Policy"); got != `"export";q=10;w=1000` {
@@ -33,7 +36,7 @@ func TestMounting(t *testing.T) {
 	t.Run("unmatched route is charged nothing", func(t *testing.T) {
 		r := gin.New()
 		r.HandleMethodNotAllowed = true
-		r.Use(tenant("unmatched"), ginlimit.Middleware(gate))
+		r.Use(tenant("unmatched"), ginlimit.Middleware(g))
 		r.GET("/v1/items/:id", ok)
 		for range 5 { // the default bucket holds 2: a charge would deny
 			for _, c := range []struct {
@@ -51,10 +54,10 @@ func TestMounting(t *testing.T) {
 
 func TestOptions(t *testing.T) {
 	lim := conformance.NewUnitLimiter(t)
-	gate := conformance.NewUnitGate(t, lim)
+	g := conformance.NewUnitGate(t, lim)
 	t.Run("skipper", func(t *testing.T) {
 		r := gin.New()
-		r.Use(tenant("skipper"), ginlimit.Middleware(gate, ginlimit.WithSkipper(func(c *gin.Context) bool { return c.FullPath() == "/skip" })))
+		r.Use(tenant("skipper"), ginlimit.Middleware(g, ginlimit.WithSkipper(func(c *gin.Context) bool { return c.FullPath() == "/skip" })))
 		r.GET("/skip", ok)
 		for range 3 {
 			if w := get(r, "GET", "/skip"); w.Code != 200 || w.Header().Get("RateLimit") != "" {
@@ -64,11 +67,11 @@ func TestOptions(t *testing.T) {
 	})
 	t.Run("route func before the gate's cost func", func(t *testing.T) {
 		r := gin.New()
-		costly := conformance.NewUnitGate(t, lim, core.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
-			return core.Route{Class: "export", Cost: 3}, true
+		costly := conformance.NewUnitGate(t, lim, gate.WithCostFunc(func(context.Context, quota.Tenant, gate.Endpoint) (gate.Route, bool) {
+			return gate.Route{Class: "export", Cost: 3}, true
 		}))
-		r.Use(tenant("cost"), ginlimit.Middleware(costly, ginlimit.WithRouteFunc(func(c *gin.Context) (core.Route, bool) {
-			return core.Route{Class: "export", Cost: 2}, c.Query("big") != ""
+		r.Use(tenant("cost"), ginlimit.Middleware(costly, ginlimit.WithRouteFunc(func(c *gin.Context) (gate.Route, bool) {
+			return gate.Route{Class: "export", Cost: 2}, c.Query("big") != ""
 		})))
 		r.GET("/x", ok)
 		if got := get(r, "GET", "/x?big=1").Header().Get("X-RateLimit-Remaining"); got != "8" {
@@ -82,8 +85,8 @@ func TestOptions(t *testing.T) {
 		var hooked error
 		reached := 0
 		r := gin.New()
-		r.Use(tenant("zero"), ginlimit.Middleware(gate, ginlimit.WithErrorHandler(func(_ *gin.Context, err error) { hooked = err }),
-			ginlimit.WithRouteFunc(func(*gin.Context) (core.Route, bool) { return core.Route{Class: "default", Cost: 0}, true })))
+		r.Use(tenant("zero"), ginlimit.Middleware(g, ginlimit.WithErrorHandler(func(_ *gin.Context, err error) { hooked = err }),
+			ginlimit.WithRouteFunc(func(*gin.Context) (gate.Route, bool) { return gate.Route{Class: "default", Cost: 0}, true })))
 		r.GET("/x", func(c *gin.Context) { reached++ })
 		w := get(r, "GET", "/x")
 		if w.Code != 500 || reached != 0 || !errors.Is(hooked, core.ErrInvalidConfig) || w.Body.String() != misconfiguredBody {
@@ -93,7 +96,7 @@ func TestOptions(t *testing.T) {
 	t.Run("deny handler, chain aborted", func(t *testing.T) {
 		reached := 0
 		r := gin.New()
-		r.Use(tenant("deny"), ginlimit.Middleware(gate, ginlimit.WithDenyHandler(func(c *gin.Context, v core.Verdict) {
+		r.Use(tenant("deny"), ginlimit.Middleware(g, ginlimit.WithDenyHandler(func(c *gin.Context, v gate.Verdict) {
 			if !c.IsAborted() || c.Writer.Header().Get("Retry-After") == "" {
 				t.Error("deny handler called before abort or before the headers")
 			}
@@ -122,7 +125,7 @@ func TestMisconfigured(t *testing.T) {
 		ginlimit.WithRouteFunc(nil), ginlimit.WithSkipper(nil), ginlimit.WithDenyHandler(nil), ginlimit.WithErrorHandler(nil)))
 	r.GET("/", ok)
 	w := get(r, "GET", "/")
-	if w.Code != 500 || w.Header().Get("Content-Type") != core.ProblemContentType || w.Body.String() != misconfiguredBody || !errors.Is(hooked, core.ErrInvalidConfig) {
+	if w.Code != 500 || w.Header().Get("Content-Type") != render.ProblemContentType || w.Body.String() != misconfiguredBody || !errors.Is(hooked, core.ErrInvalidConfig) {
 		t.Fatalf("misconfigured: %d %v %q, hook got %v", w.Code, w.Header(), w.Body, hooked)
 	}
 }

@@ -7,7 +7,8 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/ginlimit"
 )
 
@@ -16,17 +17,17 @@ import (
 // returns; without a report the estimate stands.
 func TestSettle(t *testing.T) {
 	lim := conformance.NewUnitLimiter(t)
-	gate := conformance.NewUnitGate(t, lim, core.WithCostReports(), core.WithDefaultRoute(core.Route{Class: "export", Cost: 4}))
+	g := conformance.NewUnitGate(t, lim, gate.WithCostReports(), gate.WithDefaultRoute(gate.Route{Class: "export", Cost: 4}))
 	for _, c := range []struct {
 		tenant string
 		report int64 // -1: none
 		want   float64
 	}{{"gin-up", 9, 1}, {"gin-down", 1, 9}, {"gin-none", -1, 6}} {
 		r := gin.New()
-		r.Use(tenant(c.tenant), ginlimit.Middleware(gate))
+		r.Use(tenant(c.tenant), ginlimit.Middleware(g))
 		r.POST("/v1/complete", func(gc *gin.Context) {
 			if c.report >= 0 {
-				if err := core.ReportCost(gc.Request.Context(), c.report); err != nil {
+				if err := gate.ReportCost(gc.Request.Context(), c.report); err != nil {
 					t.Error(err)
 				}
 			}
@@ -35,7 +36,7 @@ func TestSettle(t *testing.T) {
 		if w := get(r, "POST", "/v1/complete"); w.Code != http.StatusOK {
 			t.Fatalf("%s: status %d", c.tenant, w.Code)
 		}
-		d, err := lim.Peek(context.Background(), core.Tenant{ID: c.tenant}, "export")
+		d, err := lim.Peek(context.Background(), quota.Tenant{ID: c.tenant}, "export")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,8 @@ import (
 
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/grpclimit"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -29,8 +31,8 @@ func (s benchStream) SetTrailer(metadata.MD)       {}
 // "unary"/"stream" is the adapter's own cost (mapping, metadata). Compare
 // with benchstat.
 func BenchmarkOverhead(b *testing.B) {
-	res, err := core.NewResolver(core.Tiers{Default: "bench", Tiers: map[string]core.Tier{
-		"bench": {Classes: map[string]core.Quota{"default": {Capacity: 1 << 40, RefillPerSecond: 1e9}}},
+	res, err := quota.NewResolver(quota.Tiers{Default: "bench", Tiers: map[string]quota.Tier{
+		"bench": {Classes: map[string]quota.Quota{"default": {Capacity: 1 << 40, RefillPerSecond: 1e9}}},
 	}})
 	if err != nil {
 		b.Fatal(err)
@@ -39,16 +41,16 @@ func BenchmarkOverhead(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	g, err := core.NewGate(lim)
+	g, err := gate.New(lim)
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx := core.ContextWithTenant(context.Background(), core.Tenant{ID: "bench"})
+	ctx := gate.ContextWithTenant(context.Background(), quota.Tenant{ID: "bench"})
 	ctx = peer.NewContext(ctx, &peer.Peer{Addr: &benchAddr{}})
 	ctx = grpc.NewContextWithServerTransportStream(ctx, benchTransportStream{})
 	b.Run("core", func(b *testing.B) {
 		for b.Loop() {
-			if v := g.Decide(ctx, core.Endpoint{Pattern: mProfile}); !v.Proceed {
+			if v := g.Decide(ctx, gate.Endpoint{Pattern: mProfile}); !v.Proceed {
 				b.Fatal(v.Err)
 			}
 		}

@@ -8,6 +8,8 @@ import (
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/grpclimit"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -32,7 +34,7 @@ func TestCallerGone(t *testing.T) {
 		}
 	}
 	unary := grpclimit.UnaryServerInterceptor(conformance.NewUnitGate(t, lim))
-	tenant := core.ContextWithTenant(context.Background(), core.Tenant{ID: "attacker"})
+	tenant := gate.ContextWithTenant(context.Background(), quota.Tenant{ID: "attacker"})
 	cancelled, cancel := context.WithCancel(tenant)
 	cancel()
 	expired, cancel2 := context.WithDeadline(tenant, time.Now().Add(-time.Second))

@@ -13,6 +13,7 @@ import (
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/retry"
 	"github.com/tollgate-go/tollgate/grpclimit"
 	"github.com/tollgate-go/tollgate/grpclimit/internal/testpb"
@@ -24,8 +25,8 @@ import (
 // fastRoutes sends every method to class fast: capacity 1, a denial waits
 // 200 ms. neverRoutes asks more than a capacity.
 var (
-	fastRoutes  = core.Routes{mProfile: {Class: "fast", Cost: 1}, mExport: {Class: "fast", Cost: 1}, mUpload: {Class: "fast", Cost: 1}}
-	neverRoutes = core.Routes{mProfile: {Class: "tiny", Cost: 3}, mExport: {Class: "tiny", Cost: 3}, mUpload: {Class: "tiny", Cost: 3}}
+	fastRoutes  = gate.Routes{mProfile: {Class: "fast", Cost: 1}, mExport: {Class: "fast", Cost: 1}, mUpload: {Class: "fast", Cost: 1}}
+	neverRoutes = gate.Routes{mProfile: {Class: "tiny", Cost: 3}, mExport: {Class: "tiny", Cost: 3}, mUpload: {Class: "tiny", Cost: 3}}
 )
 
 // retryServiceConfig is grpc-go's own retry for RESOURCE_EXHAUSTED with a
@@ -54,7 +55,7 @@ func gaps(ts []time.Time, from int) []time.Duration {
 func TestGRPCRetryPolicyHonoursPushback(t *testing.T) {
 	forEachShape(t, func(t *testing.T, call caller) {
 		t.Run("over limit: retried after the pushback", func(t *testing.T) {
-			e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, redistest.Client(t)), core.WithRoutes(fastRoutes)))
+			e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, redistest.Client(t)), gate.WithRoutes(fastRoutes)))
 			cl := e.client(t, grpc.WithDefaultServiceConfig(retryServiceConfig))
 			ctx := as("t1", "")
 			if r := call(ctx, cl); r.err != nil {
@@ -80,7 +81,7 @@ func TestGRPCRetryPolicyHonoursPushback(t *testing.T) {
 			}
 		})
 		t.Run("never: pushback -1 stops grpc-go", func(t *testing.T) {
-			e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, redistest.Client(t)), core.WithRoutes(neverRoutes)))
+			e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, redistest.Client(t)), gate.WithRoutes(neverRoutes)))
 			cl := e.client(t, grpc.WithDefaultServiceConfig(retryServiceConfig))
 			r := call(as("t1", ""), cl)
 			if r.st.Code() != codes.ResourceExhausted || first(r.trailer, "grpc-retry-pushback-ms") != "-1" {
@@ -144,7 +145,7 @@ func TestClientInterceptors(t *testing.T) {
 				return e, cl
 			}
 			t.Run("retries after the hint", func(t *testing.T) {
-				e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c), core.WithRoutes(fastRoutes)))
+				e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c), gate.WithRoutes(fastRoutes)))
 				cl := e.client(t, s.dial(retry.WithJitter(0.5, 0)))
 				ctx := as("t1", "")
 				if r := s.call(ctx, cl); r.err != nil {
@@ -163,7 +164,7 @@ func TestClientInterceptors(t *testing.T) {
 				}
 			})
 			t.Run("never is not retried", func(t *testing.T) {
-				e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c), core.WithRoutes(neverRoutes)))
+				e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c), gate.WithRoutes(neverRoutes)))
 				r := s.call(as("t1", ""), e.client(t, s.dial()))
 				if r.st.Code() != codes.ResourceExhausted || e.attempts.Load() != 1 {
 					t.Fatalf("%v after %d attempts; want ResourceExhausted after 1", r.err, e.attempts.Load())
@@ -264,7 +265,7 @@ func upload(ctx context.Context, cl testpb.TestServiceClient, n int) (acks int, 
 }
 
 func TestStreamClientInterceptorReplays(t *testing.T) {
-	e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, redistest.Client(t)), core.WithRoutes(fastRoutes)))
+	e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, redistest.Client(t)), gate.WithRoutes(fastRoutes)))
 	cl := e.client(t, grpc.WithStreamInterceptor(grpclimit.StreamClientInterceptor()))
 	ctx := as("t1", "")
 	if acks, err := upload(ctx, cl, 1); err != nil || acks != 1 {

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/grpclimit/internal/testpb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -21,8 +22,8 @@ import (
 func TestConcurrencySlot(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
 		const lease = 1500 * time.Millisecond
-		routes := core.Routes{mUpload: {Class: "reports", Cost: 1}, mProfile: {Class: "reports", Cost: 1}}
-		e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c, core.WithTimeout(lease/3), core.WithConcurrencySlots(lease, 0)), core.WithRoutes(routes)))
+		routes := gate.Routes{mUpload: {Class: "reports", Cost: 1}, mProfile: {Class: "reports", Cost: 1}}
+		e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c, core.WithTimeout(lease/3), core.WithConcurrencySlots(lease, 0)), gate.WithRoutes(routes)))
 		cl := e.client(t)
 		for i := range 3 {
 			if _, err := cl.GetProfile(as("t1", ""), &testpb.GetProfileRequest{}); err != nil {

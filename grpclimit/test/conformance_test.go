@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/grpclimit"
 	"github.com/tollgate-go/tollgate/grpclimit/internal/testpb"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -41,17 +41,17 @@ type grpcTarget struct{}
 func (grpcTarget) Protocol() conformance.Protocol { return conformance.ProtocolGRPC }
 
 func (grpcTarget) NewInstance(t testing.TB, s conformance.Setup) (conformance.Instance, error) {
-	routes := core.Routes{}
+	routes := gate.Routes{}
 	for name, r := range s.Routes {
 		if m, ok := grpcMethods[name]; ok {
 			routes[m] = r
 		}
 	}
-	gate, err := core.NewGate(s.Limiter, s.GateOptions(routes)...)
+	g, err := gate.New(s.Limiter, s.GateOptions(routes)...)
 	if err != nil {
 		return nil, err
 	}
-	e := newEnv(t, gate, grpclimit.WithErrorHandler(func(_ context.Context, _ string, err error) { s.OnError(err) }))
+	e := newEnv(t, g, grpclimit.WithErrorHandler(func(_ context.Context, _ string, err error) { s.OnError(err) }))
 	return &grpcInstance{t: t, e: e, conns: map[string]*grpc.ClientConn{}}, nil
 }
 

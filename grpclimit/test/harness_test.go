@@ -16,6 +16,8 @@ import (
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/grpclimit"
 	"github.com/tollgate-go/tollgate/grpclimit/internal/testpb"
 	"google.golang.org/grpc"
@@ -56,10 +58,10 @@ func forEachBackend(t *testing.T, f func(t *testing.T, c redis.UniversalClient))
 // 0.5/s), class upload (2, 1/s), class tiny (2, 1/s), class fast (1,
 // 5/s: a denial waits 200 ms) and class reports (one in flight); tier "ceiling"
 // adds a tenant-wide ceiling of 2 over a roomy default class.
-func testTiers() core.Tiers {
-	ceiling := core.Quota{Capacity: 2, RefillPerSecond: 1}
-	return core.Tiers{Default: "free", Tiers: map[string]core.Tier{
-		"free": {Classes: map[string]core.Quota{
+func testTiers() quota.Tiers {
+	ceiling := quota.Quota{Capacity: 2, RefillPerSecond: 1}
+	return quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{
+		"free": {Classes: map[string]quota.Quota{
 			"default": {Capacity: 3, RefillPerSecond: 1},
 			"export":  {Capacity: 10, RefillPerSecond: 0.5},
 			"upload":  {Capacity: 2, RefillPerSecond: 1},
@@ -68,8 +70,8 @@ func testTiers() core.Tiers {
 			"reports": {Capacity: 100, RefillPerSecond: 10, Concurrency: 1},
 			"llm":     {Capacity: 1000, RefillPerSecond: 0.01},
 		}},
-		"ceiling":   {Classes: map[string]core.Quota{"default": {Capacity: 100, RefillPerSecond: 100}}, Ceiling: &ceiling},
-		"anonymous": {Classes: map[string]core.Quota{"default": {Capacity: 1, RefillPerSecond: 0.1}}},
+		"ceiling":   {Classes: map[string]quota.Quota{"default": {Capacity: 100, RefillPerSecond: 100}}, Ceiling: &ceiling},
+		"anonymous": {Classes: map[string]quota.Quota{"default": {Capacity: 1, RefillPerSecond: 0.1}}},
 	}}
 }
 
@@ -106,7 +108,7 @@ func (s *service) GetProfile(ctx context.Context, _ *testpb.GetProfileRequest) (
 	if err := reportCost(ctx); err != nil {
 		return nil, err
 	}
-	t, _ := core.TenantFromContext(ctx)
+	t, _ := gate.TenantFromContext(ctx)
 	return &testpb.Profile{Tenant: t.ID}, nil
 }
 
@@ -143,7 +145,7 @@ func (s *service) Upload(st grpc.BidiStreamingServer[testpb.UploadChunk, testpb.
 
 // reportCost reports the actual cost the client asked for in the
 // "x-actual-cost" metadata (conformance.ActualCostHeader), if any, with
-// core.ReportCost on ctx; a failed report is the call's error.
+// gate.ReportCost on ctx; a failed report is the call's error.
 func reportCost(ctx context.Context) error {
 	md, _ := metadata.FromIncomingContext(ctx)
 	return conformance.ReportActualCost(ctx, first(md, strings.ToLower(conformance.ActualCostHeader)))
@@ -156,7 +158,7 @@ func authenticate(ctx context.Context) context.Context {
 	md, _ := metadata.FromIncomingContext(ctx)
 	if vs := md.Get("authorization"); len(vs) > 0 {
 		if t, ok := conformance.Authenticate(vs[0]); ok {
-			return core.ContextWithTenant(ctx, t)
+			return gate.ContextWithTenant(ctx, t)
 		}
 	}
 	return ctx
@@ -221,7 +223,7 @@ type env struct {
 
 // serverOpts are extra server options (interceptors run after auth and
 // before grpclimit's).
-func newEnv(t testing.TB, gate *core.Gate, opts ...grpclimit.Option) *env {
+func newEnv(t testing.TB, g *gate.Gate, opts ...grpclimit.Option) *env {
 	t.Helper()
 	e := &env{svc: &service{}, lis: peerListener{bufconn.Listen(1 << 20)}}
 	count := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
@@ -233,8 +235,8 @@ func newEnv(t testing.TB, gate *core.Gate, opts ...grpclimit.Option) *env {
 		return h(srv, ss)
 	}
 	srv := grpc.NewServer(
-		grpc.ChainUnaryInterceptor(count, authUnary, grpclimit.UnaryServerInterceptor(gate, opts...)),
-		grpc.ChainStreamInterceptor(countStream, authStreamInt, grpclimit.StreamServerInterceptor(gate, opts...)),
+		grpc.ChainUnaryInterceptor(count, authUnary, grpclimit.UnaryServerInterceptor(g, opts...)),
+		grpc.ChainStreamInterceptor(countStream, authStreamInt, grpclimit.StreamServerInterceptor(g, opts...)),
 	)
 	testpb.RegisterTestServiceServer(srv, e.svc)
 	healthpb.RegisterHealthServer(srv, health{svc: e.svc})

@@ -12,6 +12,9 @@ import (
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/render"
 	"github.com/tollgate-go/tollgate/grpclimit"
 	"github.com/tollgate-go/tollgate/grpclimit/internal/testpb"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -164,7 +167,7 @@ func TestBurstDenyRefill(t *testing.T) {
 
 func TestCostExceedsCapacity(t *testing.T) {
 	forEachBackendShape(t, func(t *testing.T, c redis.UniversalClient, call caller) {
-		e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c), core.WithRoutes(core.Routes{
+		e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c), gate.WithRoutes(gate.Routes{
 			mProfile: {Class: "tiny", Cost: 5}, mExport: {Class: "tiny", Cost: 5}, mItem: {Class: "tiny", Cost: 1}})))
 		cl := e.client(t)
 		ctx := as("t1", "")
@@ -194,7 +197,7 @@ func TestMultiBucket(t *testing.T) {
 			}
 		}
 		r := call(ctx, cl)
-		meta := map[string]string{"policy": core.CeilingBucket, "limit": "2", "remaining": "0", "cost": "1", "reason": "over_limit"}
+		meta := map[string]string{"policy": quota.CeilingBucket, "limit": "2", "remaining": "0", "cost": "1", "reason": "over_limit"}
 		wantDenied(t, r, codes.ResourceExhausted, "tenant:big", meta, time.Second, map[string]string{"grpc-retry-pushback-ms": "1000"})
 		if n := e.svc.calls.Load(); n != 2 {
 			t.Fatalf("handler ran %d times, want 2", n)
@@ -270,7 +273,7 @@ func TestNoTenant(t *testing.T) {
 }
 
 func TestAnonymous(t *testing.T) {
-	e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, redistest.Client(t)), core.WithAnonymous("")))
+	e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, redistest.Client(t)), gate.WithAnonymous("")))
 	a := testpb.NewTestServiceClient(e.dial(t, "203.0.113.7"))
 	b := testpb.NewTestServiceClient(e.dial(t, "203.0.113.8"))
 	if r := getProfile(context.Background(), a); r.err != nil {
@@ -303,7 +306,7 @@ func TestOptions(t *testing.T) {
 	})
 	t.Run("filter and exempt methods skip the limiter", func(t *testing.T) {
 		clock := conformance.NewFakeClock()
-		e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c, core.WithClock(clock.Now)), core.WithRoutes(core.Routes{mExport: {Exempt: true}})), grpclimit.WithFilter(func(_ context.Context, m string) bool { return m != mItem }))
+		e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c, core.WithClock(clock.Now)), gate.WithRoutes(gate.Routes{mExport: {Exempt: true}})), grpclimit.WithFilter(func(_ context.Context, m string) bool { return m != mItem }))
 		cl := e.client(t)
 		for range 10 {
 			var h metadata.MD
@@ -320,16 +323,16 @@ func TestOptions(t *testing.T) {
 	})
 	t.Run("cost func and header style", func(t *testing.T) {
 		clock := conformance.NewFakeClock()
-		e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c, core.WithClock(clock.Now)), core.WithCostFunc(func(_ context.Context, _ core.Tenant, ep core.Endpoint) (core.Route, bool) {
-			return core.Route{Class: "export", Cost: 4}, ep.Pattern == mProfile && ep.Method == ""
-		}), core.WithHeaderStyle(core.HeaderIETF)))
+		e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c, core.WithClock(clock.Now)), gate.WithCostFunc(func(_ context.Context, _ quota.Tenant, ep gate.Endpoint) (gate.Route, bool) {
+			return gate.Route{Class: "export", Cost: 4}, ep.Pattern == mProfile && ep.Method == ""
+		}), gate.WithHeaderStyle(render.HeaderIETF)))
 		r := getProfile(as("t1", ""), e.client(t))
 		if r.err != nil || first(r.header, "ratelimit") != `"export";r=6;t=2` || r.header.Get("x-ratelimit-limit") != nil {
 			t.Fatalf("%v %v", r.err, r.header)
 		}
 	})
 	t.Run("a cost func answering cost 0 is Internal, not a free pass", func(t *testing.T) {
-		e, hooked := costFuncEnv(t, c, core.Route{Class: "default", Cost: 0})
+		e, hooked := costFuncEnv(t, c, gate.Route{Class: "default", Cost: 0})
 		r := getProfile(as("zero", ""), e.client(t))
 		if status.Code(r.err) != codes.Internal || !strings.Contains(r.err.Error(), "misconfigured") || e.svc.calls.Load() != 0 {
 			t.Fatalf("%v, handler calls %d", r.err, e.svc.calls.Load())
@@ -341,7 +344,7 @@ func TestOptions(t *testing.T) {
 	t.Run("a misconfiguration is Internal with a fixed message, the cause only for the hook", func(t *testing.T) {
 		g := conformance.NewUnitGate(t, newLimiter(t, c))
 		bad := map[string]struct {
-			gate *core.Gate
+			gate *gate.Gate
 			opts []grpclimit.Option
 		}{
 			"nil gate":      {nil, nil},
@@ -374,7 +377,7 @@ func TestOptions(t *testing.T) {
 			}
 		}
 		// a cost function's bad route: the same answer, served
-		e, hooked := costFuncEnv(t, c, core.Route{Class: "x y", Cost: 1})
+		e, hooked := costFuncEnv(t, c, gate.Route{Class: "x y", Cost: 1})
 		r := getProfile(as("bad-route", ""), e.client(t))
 		if r.st.Code() != codes.Internal || r.st.Message() != "The rate limiter is misconfigured." || strings.Contains(r.st.Message(), "x y") {
 			t.Fatalf("bad route: %v", r.err)
@@ -394,10 +397,10 @@ func TestOptions(t *testing.T) {
 // costFuncEnv serves a gate whose cost function answers route for every
 // call; hooked returns the first error the error handler got, or nil if
 // it got none within 10 s.
-func costFuncEnv(t *testing.T, c redis.UniversalClient, route core.Route) (e *env, hooked func() error) {
+func costFuncEnv(t *testing.T, c redis.UniversalClient, route gate.Route) (e *env, hooked func() error) {
 	t.Helper()
 	first := make(chan error, 1)
-	e = newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c), core.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
+	e = newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c), gate.WithCostFunc(func(context.Context, quota.Tenant, gate.Endpoint) (gate.Route, bool) {
 		return route, true
 	})), grpclimit.WithErrorHandler(func(_ context.Context, _ string, err error) {
 		select {

@@ -8,7 +8,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/grpclimit/internal/testpb"
 	"google.golang.org/grpc/metadata"
 )
@@ -21,11 +22,11 @@ func TestSettle(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
 		lim := newLimiter(t, c)
 		t.Cleanup(func() { _ = lim.Close() })
-		routes := core.Routes{mProfile: {Class: "llm", Cost: 100}, mUpload: {Class: "llm", Cost: 100}}
-		e := newEnv(t, conformance.NewUnitGate(t, lim, core.WithCostReports(), core.WithRoutes(routes)))
+		routes := gate.Routes{mProfile: {Class: "llm", Cost: 100}, mUpload: {Class: "llm", Cost: 100}}
+		e := newEnv(t, conformance.NewUnitGate(t, lim, gate.WithCostReports(), gate.WithRoutes(routes)))
 		cl := e.client(t)
 		tokens := func(tenant string) float64 {
-			d, err := lim.Peek(context.Background(), core.Tenant{ID: tenant, Tier: "free"}, "llm")
+			d, err := lim.Peek(context.Background(), quota.Tenant{ID: tenant, Tier: "free"}, "llm")
 			if err != nil {
 				t.Fatal(err)
 			}

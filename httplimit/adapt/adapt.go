@@ -3,7 +3,7 @@
 // writing another adapter the same way: the framework-neutral part of the
 // configuration (the gate and the framework-typed functions), the
 // request's decision, and the response helpers. Adapters stay thin: every
-// rule is in core's Gate, built and validated once with core.NewGate; this
+// rule is in core's Gate, built and validated once with gate.New; this
 // package only carries the request's route to it and its headers back.
 package adapt
 
@@ -18,10 +18,12 @@ import (
 	"sync/atomic"
 
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/render"
 )
 
 // Config is the framework-neutral part of an adapter's configuration: the
-// gate, built and validated once by core.NewGate, and the framework-typed
+// gate, built and validated once by gate.New, and the framework-typed
 // functions an adapter's options set. F is the framework's request context
 // type (*gin.Context, echo.Context, *echo.Context of Echo v5, *fiber.Ctx,
 // fiber.Ctx of Fiber v3, *http.Request); D is the adapter's deny handler
@@ -29,11 +31,11 @@ import (
 type Config[F, D any] struct {
 	// Gate decides every request; nil answers every request as
 	// misconfigured (see Decide).
-	Gate *core.Gate
+	Gate *gate.Gate
 	// RouteFunc names the request's class and cost from the framework's
 	// context (an adapter's WithRouteFunc); ok false leaves it to the gate
 	// (its cost function, then its route table).
-	RouteFunc func(F) (core.Route, bool)
+	RouteFunc func(F) (gate.Route, bool)
 	// PatternFunc finds the request's route template, for adapters whose
 	// framework cannot always say (an adapter's WithPatternFunc).
 	PatternFunc func(F) string
@@ -59,8 +61,8 @@ type Option[F, D any] func(*Config[F, D])
 // New returns the Config of an adapter over gate, with deny as the deny
 // handler until an option replaces it, and opts applied in order (nil ones
 // skipped).
-func New[O ~func(*Config[F, D]), F, D any](gate *core.Gate, deny D, opts []O) *Config[F, D] {
-	c := &Config[F, D]{Gate: gate, Deny: deny}
+func New[O ~func(*Config[F, D]), F, D any](g *gate.Gate, deny D, opts []O) *Config[F, D] {
+	c := &Config[F, D]{Gate: g, Deny: deny}
 	for _, o := range opts {
 		if o != nil {
 			o(c)
@@ -79,7 +81,7 @@ func Skipper[O ~func(*Config[F, D]), F, D any](f func(F) bool) O {
 }
 
 // RouteFunc sets Config.RouteFunc; nil is ignored.
-func RouteFunc[O ~func(*Config[F, D]), F, D any](f func(F) (core.Route, bool)) O {
+func RouteFunc[O ~func(*Config[F, D]), F, D any](f func(F) (gate.Route, bool)) O {
 	return func(c *Config[F, D]) {
 		if f != nil {
 			c.RouteFunc = f
@@ -136,7 +138,7 @@ func (c *Config[F, D]) Pattern(f F, framework string) string {
 }
 
 // ErrNilGate is the configuration error of an adapter given a nil gate.
-var ErrNilGate = fmt.Errorf("%w: nil *core.Gate (build one with core.NewGate)", core.ErrInvalidConfig)
+var ErrNilGate = fmt.Errorf("%w: nil *gate.Gate (build one with gate.New)", core.ErrInvalidConfig)
 
 // errZeroRoute is the error of a route function that answered ok with the
 // zero Route.
@@ -150,14 +152,14 @@ var errZeroRoute = fmt.Errorf("%w: route function: ok with the zero Route", core
 // the verdict is the misconfiguration answer: 500 with the fixed
 // Misconfigured problem+json body, that does not proceed, the cause in
 // Verdict.Err (for the hook and the log, never for the client).
-func (c *Config[F, D]) Decide(ctx context.Context, f F, e core.Endpoint) core.Verdict {
-	var v core.Verdict
+func (c *Config[F, D]) Decide(ctx context.Context, f F, e gate.Endpoint) gate.Verdict {
+	var v gate.Verdict
 	switch {
 	case c.Gate == nil:
 		v = MisconfiguredVerdict(ErrNilGate)
 	case c.RouteFunc != nil && !e.Unmatched:
 		r, ok := c.RouteFunc(f)
-		if ok && r == (core.Route{}) {
+		if ok && r == (gate.Route{}) {
 			v = MisconfiguredVerdict(errZeroRoute)
 			break
 		}
@@ -176,15 +178,15 @@ func (c *Config[F, D]) Decide(ctx context.Context, f F, e core.Endpoint) core.Ve
 
 // MisconfiguredVerdict is the verdict of a misconfigured adapter: 500,
 // the Misconfigured problem+json body, not proceeding, err in Verdict.Err.
-func MisconfiguredVerdict(err error) core.Verdict {
-	return core.Verdict{Status: http.StatusInternalServerError, ContentType: core.ProblemContentType,
+func MisconfiguredVerdict(err error) gate.Verdict {
+	return gate.Verdict{Status: http.StatusInternalServerError, ContentType: render.ProblemContentType,
 		Body: Misconfigured.JSON(), Problem: Misconfigured, Decision: core.Decision{Reason: core.ReasonUnresolved}, Err: err}
 }
 
 // SetHeaders sets core's headers on h, replacing any earlier values. Names
 // are stored canonicalised, as http.Header.Set would, with one allocation
 // in all once each name has been seen (see canonical).
-func SetHeaders(h http.Header, hs []core.Header) {
+func SetHeaders(h http.Header, hs []render.Header) {
 	if len(hs) == 0 {
 		return
 	}
@@ -240,5 +242,5 @@ func canonical(name string) string {
 // Misconfigured is the body of the 500 a misconfigured adapter answers
 // with (its configuration error goes to the error hook, never to the
 // client).
-var Misconfigured = core.Problem{Type: "about:blank", Title: "Internal Server Error",
+var Misconfigured = render.Problem{Type: "about:blank", Title: "Internal Server Error",
 	Status: http.StatusInternalServerError, Detail: "The rate limiter is misconfigured."}

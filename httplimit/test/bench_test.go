@@ -5,14 +5,14 @@ import (
 	"testing"
 
 	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/httplimit"
 )
 
 // BenchmarkOverhead: what the middleware adds beyond core's Gate.Decide
 // (see conformance.BenchmarkOverhead).
 func BenchmarkOverhead(b *testing.B) {
-	conformance.BenchmarkOverhead(b, func(gate *core.Gate) (http.Handler, http.Handler) {
+	conformance.BenchmarkOverhead(b, func(g *gate.Gate) (http.Handler, http.Handler) {
 		mux := http.NewServeMux()
 		mux.Handle("GET /v1/profile", ok)
 		mux.Handle("GET /healthz", ok)
@@ -21,6 +21,6 @@ func BenchmarkOverhead(b *testing.B) {
 				h.ServeHTTP(w, withTenant(r, conformance.BenchTenant))
 			})
 		}
-		return auth(mux), auth(httplimit.Middleware(gate)(mux))
+		return auth(mux), auth(httplimit.Middleware(g)(mux))
 	})
 }

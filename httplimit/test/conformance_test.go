@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/httplimit"
 )
 
@@ -14,7 +14,7 @@ import (
 func auth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if t, ok := conformance.Authenticate(r.Header.Get("Authorization")); ok {
-			r = r.WithContext(core.ContextWithTenant(r.Context(), t))
+			r = r.WithContext(gate.ContextWithTenant(r.Context(), t))
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -36,7 +36,7 @@ const (
 // says.
 func target(m mount) conformance.Target {
 	return conformance.HTTPTarget(func(t testing.TB, s conformance.Setup) (conformance.Instance, error) {
-		gate, err := core.NewGate(s.Limiter, s.GateOptions(conformance.HTTPRoutes(s.Routes, nil))...)
+		g, err := gate.New(s.Limiter, s.GateOptions(conformance.HTTPRoutes(s.Routes, nil))...)
 		if err != nil {
 			return nil, err
 		}
@@ -44,7 +44,7 @@ func target(m mount) conformance.Target {
 		if m == costHeader {
 			opts = append(opts, httplimit.WithCostHeader("Tollgate-Cost"))
 		}
-		mw := httplimit.Middleware(gate, opts...)
+		mw := httplimit.Middleware(g, opts...)
 		var calls conformance.Counter
 		handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			calls.Inc()

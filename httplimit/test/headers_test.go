@@ -10,6 +10,9 @@ import (
 
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/render"
 	"github.com/tollgate-go/tollgate/httplimit/adapt"
 )
 
@@ -17,19 +20,19 @@ import (
 // style (with Retry-After), and the 401 of a request with no tenant
 // (WWW-Authenticate). The names come from core, so a name core adds is
 // covered without a list to keep in step.
-func coreHeaders(t *testing.T) []core.Header {
+func coreHeaders(t *testing.T) []render.Header {
 	t.Helper()
-	d := core.Decision{Reason: core.ReasonOverLimit, Bucket: "default", Quota: core.PerSecond(10), Limit: 10,
+	d := core.Decision{Reason: core.ReasonOverLimit, Bucket: "default", Quota: quota.PerSecond(10), Limit: 10,
 		Tokens: 0.5, RetryAfter: 50 * time.Millisecond, ResetAfter: time.Second, Cost: 1}
-	hs := d.Headers(core.HeaderIETF|core.HeaderXRateLimit|core.HeaderDraft06, time.Now())
-	hs = append(hs, d.Headers(core.HeaderXRateLimitEpoch, time.Now())...)
+	hs := render.Headers(d, render.HeaderIETF|render.HeaderXRateLimit|render.HeaderDraft06, time.Now())
+	hs = append(hs, render.Headers(d, render.HeaderXRateLimitEpoch, time.Now())...)
 	// an unauthenticated request reaches no store
 	lim := conformance.NewUnitLimiter(t)
-	g, err := core.NewGate(lim)
+	g, err := gate.New(lim)
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := g.Decide(context.Background(), core.Endpoint{Method: "GET", Pattern: "/x"})
+	v := g.Decide(context.Background(), gate.Endpoint{Method: "GET", Pattern: "/x"})
 	if !v.Unauthenticated {
 		t.Fatalf("request with no tenant: %+v, want unauthenticated", v)
 	}
@@ -68,9 +71,9 @@ func TestSetHeadersAllocatesOnce(t *testing.T) {
 // Names seen for the first time by many requests at once are canonicalised
 // for every one of them (the race detector watches the cache).
 func TestSetHeadersConcurrentFirstSight(t *testing.T) {
-	var hs []core.Header
+	var hs []render.Header
 	for i := range 20 {
-		hs = append(hs, core.Header{Name: fmt.Sprintf("x-first-sight-%d", i), Value: fmt.Sprint(i)})
+		hs = append(hs, render.Header{Name: fmt.Sprintf("x-first-sight-%d", i), Value: fmt.Sprint(i)})
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)

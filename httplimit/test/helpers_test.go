@@ -4,11 +4,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 func withTenant(r *http.Request, id string) *http.Request {
-	return r.WithContext(core.ContextWithTenant(r.Context(), core.Tenant{ID: id}))
+	return r.WithContext(gate.ContextWithTenant(r.Context(), quota.Tenant{ID: id}))
 }
 
 func serve(h http.Handler, r *http.Request) *httptest.ResponseRecorder {

@@ -10,6 +10,9 @@ import (
 
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/render"
 	"github.com/tollgate-go/tollgate/httplimit"
 )
 
@@ -46,16 +49,16 @@ func TestOptions(t *testing.T) {
 		}
 	})
 	t.Run("a cost func answering cost 0 is a 500, not a free pass", func(t *testing.T) {
-		zero := func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
-			return core.Route{Class: "default", Cost: 0}, true
+		zero := func(context.Context, quota.Tenant, gate.Endpoint) (gate.Route, bool) {
+			return gate.Route{Class: "default", Cost: 0}, true
 		}
 		for name, h := range map[string]func(http.Handler, func(error)) http.Handler{
 			"gate cost func": func(next http.Handler, hook func(error)) http.Handler {
-				return httplimit.Middleware(conformance.NewUnitGate(t, lim, core.WithCostFunc(zero)), httplimit.WithErrorHandler(func(_ *http.Request, err error) { hook(err) }))(next)
+				return httplimit.Middleware(conformance.NewUnitGate(t, lim, gate.WithCostFunc(zero)), httplimit.WithErrorHandler(func(_ *http.Request, err error) { hook(err) }))(next)
 			},
 			"route func": func(next http.Handler, hook func(error)) http.Handler {
 				return httplimit.Middleware(conformance.NewUnitGate(t, lim), httplimit.WithErrorHandler(func(_ *http.Request, err error) { hook(err) }),
-					httplimit.WithRouteFunc(func(*http.Request) (core.Route, bool) { return core.Route{Class: "default", Cost: 0}, true }))(next)
+					httplimit.WithRouteFunc(func(*http.Request) (gate.Route, bool) { return gate.Route{Class: "default", Cost: 0}, true }))(next)
 			},
 		} {
 			var hooked error
@@ -67,12 +70,12 @@ func TestOptions(t *testing.T) {
 		}
 	})
 	t.Run("route func comes before the gate's cost func and table", func(t *testing.T) {
-		gate := conformance.NewUnitGate(t, lim, core.WithRoutes(core.Routes{"/x": {Class: "default", Cost: 1}}),
-			core.WithCostFunc(func(context.Context, core.Tenant, core.Endpoint) (core.Route, bool) {
-				return core.Route{Class: "export", Cost: 3}, true
+		g := conformance.NewUnitGate(t, lim, gate.WithRoutes(gate.Routes{"/x": {Class: "default", Cost: 1}}), gate.
+			WithCostFunc(func(context.Context, quota.Tenant, gate.Endpoint) (gate.Route, bool) {
+				return gate.Route{Class: "export", Cost: 3}, true
 			}))
-		h := httplimit.Middleware(gate, httplimit.WithRouteFunc(func(r *http.Request) (core.Route, bool) {
-			return core.Route{Class: "export", Cost: 2}, r.Header.Get("X-Big") != ""
+		h := httplimit.Middleware(g, httplimit.WithRouteFunc(func(r *http.Request) (gate.Route, bool) {
+			return gate.Route{Class: "export", Cost: 2}, r.Header.Get("X-Big") != ""
 		}))(ok)
 		r := req("GET", "/x", "costs")
 		r.Header.Set("X-Big", "1")
@@ -84,8 +87,8 @@ func TestOptions(t *testing.T) {
 		}
 	})
 	t.Run("deny handler sees the verdict, headers already set", func(t *testing.T) {
-		var got core.Verdict
-		h := httplimit.Middleware(conformance.NewUnitGate(t, lim), httplimit.WithDenyHandler(func(w http.ResponseWriter, r *http.Request, v core.Verdict) {
+		var got gate.Verdict
+		h := httplimit.Middleware(conformance.NewUnitGate(t, lim), httplimit.WithDenyHandler(func(w http.ResponseWriter, r *http.Request, v gate.Verdict) {
 			got = v
 			if w.Header().Get("Retry-After") == "" {
 				t.Error("Retry-After not set before the deny handler")
@@ -100,14 +103,14 @@ func TestOptions(t *testing.T) {
 		}
 	})
 	t.Run("pattern func", func(t *testing.T) {
-		h := httplimit.Middleware(conformance.NewUnitGate(t, lim, core.WithRoutes(core.Routes{"/items/:id": {Class: "export", Cost: 1}})),
+		h := httplimit.Middleware(conformance.NewUnitGate(t, lim, gate.WithRoutes(gate.Routes{"/items/:id": {Class: "export", Cost: 1}})),
 			httplimit.WithPatternFunc(func(*http.Request) string { return "/items/:id" }))(ok)
 		if got := serve(h, req("GET", "/items/7", "pattern")).Header().Get("RateLimit-Policy"); got != `"export";q=10;w=1000` {
 			t.Fatalf("policy %q", got)
 		}
 	})
 	t.Run("ServeMux pattern, wrapped or inside", func(t *testing.T) {
-		mw := httplimit.Middleware(conformance.NewUnitGate(t, lim, core.WithRoutes(core.Routes{"GET /items/{id}": {Class: "export", Cost: 1}})))
+		mw := httplimit.Middleware(conformance.NewUnitGate(t, lim, gate.WithRoutes(gate.Routes{"GET /items/{id}": {Class: "export", Cost: 1}})))
 		mux := http.NewServeMux()
 		mux.Handle("GET /items/{id}", ok)
 		inner := http.NewServeMux()
@@ -131,7 +134,7 @@ func TestMisconfigured(t *testing.T) {
 	h := httplimit.Middleware(nil, nil, httplimit.WithErrorHandler(func(_ *http.Request, err error) { hooked = err }),
 		httplimit.WithSkipper(nil), httplimit.WithDenyHandler(nil), httplimit.WithErrorHandler(nil), httplimit.WithPatternFunc(nil), httplimit.WithRouteFunc(nil))(ok)
 	w := serve(h, withTenant(httptest.NewRequest("GET", "/", nil), "t"))
-	if w.Code != 500 || w.Header().Get("Content-Type") != core.ProblemContentType || w.Body.String() != string(misconfiguredBody) ||
+	if w.Code != 500 || w.Header().Get("Content-Type") != render.ProblemContentType || w.Body.String() != string(misconfiguredBody) ||
 		!errors.Is(hooked, core.ErrInvalidConfig) || strings.Contains(w.Body.String(), "Gate") {
 		t.Fatalf("misconfigured middleware answered %d %v %q, hook got %v", w.Code, w.Header(), w.Body, hooked)
 	}

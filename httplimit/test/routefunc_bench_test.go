@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/httplimit"
 )
 
@@ -15,7 +15,7 @@ import (
 // adapter's path to the gate.
 func BenchmarkRouteFunc(b *testing.B) {
 	lim := conformance.NewUnitLimiter(b)
-	h := httplimit.Middleware(conformance.NewUnitGate(b, lim), httplimit.WithRouteFunc(func(*http.Request) (core.Route, bool) { return core.Route{Exempt: true}, true }))(ok)
+	h := httplimit.Middleware(conformance.NewUnitGate(b, lim), httplimit.WithRouteFunc(func(*http.Request) (gate.Route, bool) { return gate.Route{Exempt: true}, true }))(ok)
 	req := withTenant(httptest.NewRequest("GET", "/x", nil), "bench")
 	w := httptest.NewRecorder()
 	b.ReportAllocs()

@@ -9,6 +9,8 @@ import (
 
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/httplimit"
 )
 
@@ -16,7 +18,7 @@ import (
 // (capacity 10, refill 0.01/s: under 0.1 of refill in a test's life).
 func exportTokens(t *testing.T, lim *core.Limiter, tenant string) float64 {
 	t.Helper()
-	d, err := lim.Peek(context.Background(), core.Tenant{ID: tenant}, "export")
+	d, err := lim.Peek(context.Background(), quota.Tenant{ID: tenant}, "export")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,9 +31,9 @@ func exportTokens(t *testing.T, lim *core.Limiter, tenant string) float64 {
 // report the estimate stands.
 func TestSettle(t *testing.T) {
 	lim := conformance.NewUnitLimiter(t)
-	gate := conformance.NewUnitGate(t, lim, core.WithCostReports(), core.WithDefaultRoute(core.Route{Class: "export", Cost: 4}))
+	g := conformance.NewUnitGate(t, lim, gate.WithCostReports(), gate.WithDefaultRoute(gate.Route{Class: "export", Cost: 4}))
 	var hooked error
-	mw := httplimit.Middleware(gate, httplimit.WithCostHeader("tollgate-cost"), httplimit.WithErrorHandler(func(_ *http.Request, err error) { hooked = err }))
+	mw := httplimit.Middleware(g, httplimit.WithCostHeader("tollgate-cost"), httplimit.WithErrorHandler(func(_ *http.Request, err error) { hooked = err }))
 	cases := []struct {
 		name    string
 		handler http.HandlerFunc
@@ -39,7 +41,7 @@ func TestSettle(t *testing.T) {
 		hooked  bool
 	}{
 		{"context", func(w http.ResponseWriter, r *http.Request) {
-			if err := core.ReportCost(r.Context(), 7); err != nil {
+			if err := gate.ReportCost(r.Context(), 7); err != nil {
 				t.Error(err)
 			}
 		}, 3, false},
@@ -76,7 +78,7 @@ func TestSettle(t *testing.T) {
 		})
 	}
 	t.Run("without the option the header is the handler's", func(t *testing.T) {
-		h := httplimit.Middleware(gate)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := httplimit.Middleware(g)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Tollgate-Cost", "1")
 		}))
 		w := serve(h, withTenant(httptest.NewRequest("POST", "/v1/complete", nil), "settle-plain"))

@@ -12,6 +12,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // Callers is the number of concurrent callers of BenchmarkGatewayHop.
@@ -24,8 +25,8 @@ const callers = 64
 // hop's cost (docs/benchmarks.md).
 func BenchmarkGatewayHop(b *testing.B) {
 	c := redistest.Client(b)
-	res, err := core.NewResolver(core.Tiers{Default: "big", Tiers: map[string]core.Tier{
-		"big": {Classes: map[string]core.Quota{"default": {Capacity: 1 << 40, RefillPerSecond: 1e9}}},
+	res, err := quota.NewResolver(quota.Tiers{Default: "big", Tiers: map[string]quota.Tier{
+		"big": {Classes: map[string]quota.Quota{"default": {Capacity: 1 << 40, RefillPerSecond: 1e9}}},
 	}})
 	if err != nil {
 		b.Fatal(err)
@@ -55,7 +56,7 @@ func BenchmarkGatewayHop(b *testing.B) {
 	}
 	b.Run("core", func(b *testing.B) {
 		parallel(b, func(ctx context.Context, tenant string) bool {
-			d, err := lim.Allow(ctx, core.Tenant{ID: tenant}, "default", 1)
+			d, err := lim.Allow(ctx, quota.Tenant{ID: tenant}, "default", 1)
 			return err == nil && d.Reason == core.ReasonOK
 		})
 	})

@@ -11,7 +11,8 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/rls"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -47,7 +48,7 @@ func (gatewayTarget) NewInstance(t testing.TB, s conformance.Setup) (conformance
 
 type gateway struct {
 	client    rlsv3.RateLimitServiceClient
-	routes    map[string]core.Route
+	routes    map[string]gate.Route
 	anonymous bool
 	calls     atomic.Int64
 }
@@ -69,7 +70,7 @@ func (g *gateway) Do(r conformance.Request) (conformance.Response, error) {
 			return conformance.Response{Status: 401, Header: http.Header{}}, nil
 		}
 		// remote_address as the tenant of anonymous callers
-		tenant = core.Tenant{ID: "anonymous:" + r.IP(), Tier: "anonymous"}
+		tenant = quota.Tenant{ID: "anonymous:" + r.IP(), Tier: "anonymous"}
 	}
 	entries := []*ratelimitv3.RateLimitDescriptor_Entry{{Key: rls.KeyTenant, Value: tenant.ID}}
 	if tenant.Tier != "" {

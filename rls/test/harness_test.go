@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/rls"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -17,16 +18,16 @@ import (
 
 // testTiers: free has class default (3 burst, 1/s) and export (10, 0.5/s);
 // pro adds a tenant-wide ceiling of 6 (0.5/s).
-func testTiers() core.Tiers {
-	return core.Tiers{Default: "free", Tiers: map[string]core.Tier{
-		"free": {Classes: map[string]core.Quota{
+func testTiers() quota.Tiers {
+	return quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{
+		"free": {Classes: map[string]quota.Quota{
 			"default": {Capacity: 3, RefillPerSecond: 1},
 			"export":  {Capacity: 10, RefillPerSecond: 0.5},
 		}},
-		"pro": {Classes: map[string]core.Quota{
+		"pro": {Classes: map[string]quota.Quota{
 			"default": {Capacity: 5, RefillPerSecond: 1},
 			"export":  {Capacity: 10, RefillPerSecond: 1},
-		}, Ceiling: &core.Quota{Capacity: 6, RefillPerSecond: 0.5}},
+		}, Ceiling: &quota.Quota{Capacity: 6, RefillPerSecond: 0.5}},
 	}}
 }
 

@@ -16,6 +16,9 @@ import (
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/render"
 	"github.com/tollgate-go/tollgate/httplimit"
 	"github.com/tollgate-go/tollgate/rls"
 	"google.golang.org/grpc/codes"
@@ -104,7 +107,7 @@ func TestBurstThenOverLimit(t *testing.T) {
 			t.Errorf("current_limit = %v, want default 1/SECOND", l)
 		}
 		h := headerMap(res)
-		if h["Retry-After"] != "1" || h["RateLimit"] != `"default";r=0;t=1` || h["Content-Type"] != core.ProblemContentType {
+		if h["Retry-After"] != "1" || h["RateLimit"] != `"default";r=0;t=1` || h["Content-Type"] != render.ProblemContentType {
 			t.Errorf("denial headers = %v", h)
 		}
 		if !strings.Contains(string(res.GetRawBody()), `"status":429`) {
@@ -192,7 +195,7 @@ func TestGatewayAndServiceShareABucket(t *testing.T) {
 
 func serveHTTP(h http.Handler, tenant string) *httptest.ResponseRecorder {
 	r := httptest.NewRequest("GET", "/v1/profile", nil)
-	r = r.WithContext(core.ContextWithTenant(r.Context(), core.Tenant{ID: tenant}))
+	r = r.WithContext(gate.ContextWithTenant(r.Context(), quota.Tenant{ID: tenant}))
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, r)
 	return rec
@@ -202,11 +205,11 @@ func serveHTTP(h http.Handler, tenant string) *httptest.ResponseRecorder {
 // decision, in every style, admitted and denied.
 func TestHeadersMatchHTTPAdapter(t *testing.T) {
 	c := redistest.Client(t)
-	styles := map[string]core.HeaderStyle{
-		"default": core.DefaultHeaderStyle,
-		"epoch":   core.HeaderIETF | core.HeaderXRateLimitEpoch,
-		"draft06": core.HeaderDraft06,
-		"none":    core.HeaderNone,
+	styles := map[string]render.HeaderStyle{
+		"default": render.DefaultHeaderStyle,
+		"epoch":   render.HeaderIETF | render.HeaderXRateLimitEpoch,
+		"draft06": render.HeaderDraft06,
+		"none":    render.HeaderNone,
 	}
 	for name, style := range styles {
 		t.Run(name, func(t *testing.T) {
@@ -214,7 +217,7 @@ func TestHeadersMatchHTTPAdapter(t *testing.T) {
 			clock.Advance(1234567 * time.Microsecond) // fractional seconds
 			lim := newLimiter(t, c, core.WithClock(clock.Now))
 			client := serve(t, lim, rls.WithHeaderStyle(style), rls.WithClock(clock.Now))
-			svc := httplimit.Middleware(conformance.NewUnitGate(t, lim, core.WithHeaderStyle(style), core.WithClock(clock.Now)))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			svc := httplimit.Middleware(conformance.NewUnitGate(t, lim, gate.WithHeaderStyle(style), gate.WithClock(clock.Now)))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 			for i := range 5 {
 				if i == 4 {
 					clock.Advance(700 * time.Millisecond)
@@ -337,7 +340,7 @@ func TestDescriptorsOfOneTenantAllOrNothing(t *testing.T) {
 		// a ceiling binds every class of its tenant
 		pro := request(4, desc("tenant", "p1", "tier", "pro", "class", "export"), desc("tenant", "p1", "tier", "pro"))
 		res = ask(t, client, pro)
-		if res.GetOverallCode() != rlsv3.RateLimitResponse_OK || stored(t, c, lim, "p1", core.CeilingBucket) != 2 {
+		if res.GetOverallCode() != rlsv3.RateLimitResponse_OK || stored(t, c, lim, "p1", quota.CeilingBucket) != 2 {
 			t.Fatalf("pro: %v", res)
 		}
 		if st := res.GetStatuses()[1]; st.GetCurrentLimit().GetName() != "default" || st.GetLimitRemaining() != 1 {
@@ -345,7 +348,7 @@ func TestDescriptorsOfOneTenantAllOrNothing(t *testing.T) {
 		}
 		res = ask(t, client, pro)
 		for i, st := range res.GetStatuses() {
-			if st.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT || st.GetCurrentLimit().GetName() != core.CeilingBucket {
+			if st.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT || st.GetCurrentLimit().GetName() != quota.CeilingBucket {
 				t.Errorf("pro %d after the ceiling ran out: %v, want OVER_LIMIT by the ceiling", i, st)
 			}
 		}
@@ -367,7 +370,7 @@ func TestTierEntryTrustedOnlyWhenToldAndNamesBounded(t *testing.T) {
 	if st := ask(t, trusted, request(0, desc("tenant", "u2", "tier", "pro"))).GetStatuses()[0]; st.GetLimitRemaining() != 4 {
 		t.Fatalf("a trusted tier entry naming pro: %v; want pro's 4 left", st)
 	}
-	res, err := core.NewResolver(testTiers())
+	res, err := quota.NewResolver(testTiers())
 	if err != nil {
 		t.Fatal(err)
 	}

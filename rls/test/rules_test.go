@@ -14,6 +14,7 @@ import (
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/rls"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -44,7 +45,7 @@ func rulesServer(t *testing.T, cfg string, limOpts []core.Option, opts ...rls.Op
 	if err != nil {
 		t.Fatal(err)
 	}
-	tiers, err := core.NewResolver(testTiers())
+	tiers, err := quota.NewResolver(testTiers())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +74,7 @@ func TestTenantRuleSharesTheServicesBucket(t *testing.T) {
 	if st.GetCode() != rlsv3.RateLimitResponse_OK || st.GetLimitRemaining() != 9 || st.GetCurrentLimit().GetName() != "export" {
 		t.Fatalf("gateway check: %v", st)
 	}
-	d, err := lim.Allow(context.Background(), core.Tenant{ID: "t1"}, "export", 1)
+	d, err := lim.Allow(context.Background(), quota.Tenant{ID: "t1"}, "export", 1)
 	if err != nil || d.Remaining != 8 {
 		t.Fatalf("the service's check after the gateway's: %+v, %v; want 8 left of one bucket", d, err)
 	}
@@ -231,7 +232,7 @@ func TestOneTagAllOrNothingOnlyAmongEqualCosts(t *testing.T) {
 	ctx := context.Background()
 	left := func(tenant, class string) int64 {
 		t.Helper()
-		d, err := lim.Peek(ctx, core.Tenant{ID: tenant}, class)
+		d, err := lim.Peek(ctx, quota.Tenant{ID: tenant}, class)
 		if err != nil {
 			t.Fatal(err)
 		}

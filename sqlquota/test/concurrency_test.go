@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/sqlquota"
 )
 
@@ -87,11 +87,11 @@ func TestMigrateUpgradesVersion1(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Get of the version 1 row: %v", err)
 		}
-		if want := (core.Quota{Capacity: 50, RefillPerSecond: 5}); old.Quota != want {
+		if want := (quota.Quota{Capacity: 50, RefillPerSecond: 5}); old.Quota != want {
 			t.Fatalf("version 1 row reads as %+v, want %+v", old.Quota, want)
 		}
 
-		withSlots := core.Quota{Capacity: 100, RefillPerSecond: 10, Concurrency: 3}
+		withSlots := quota.Quota{Capacity: 100, RefillPerSecond: 10, Concurrency: 3}
 		if _, err := s.Set(ctx, sqlquota.Override{TenantID: "t1", Bucket: "reports", Quota: withSlots, UpdatedBy: "bob"}); err != nil {
 			t.Fatalf("Set with a concurrency limit: %v", err)
 		}
@@ -107,7 +107,7 @@ func TestMigrateUpgradesVersion1(t *testing.T) {
 			t.Fatalf("Overrides = %v, want reports %v and export %v", served, withSlots, old.Quota)
 		}
 		// Replacing the row without a concurrency limit clears it.
-		plain := core.Quota{Capacity: 100, RefillPerSecond: 10}
+		plain := quota.Quota{Capacity: 100, RefillPerSecond: 10}
 		if _, err := s.Set(ctx, sqlquota.Override{TenantID: "t1", Bucket: "reports", Quota: plain, UpdatedBy: "bob"}); err != nil {
 			t.Fatal(err)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/sqlquota"
 )
 
@@ -27,7 +28,7 @@ func TestStoreCRUD(t *testing.T) {
 			t.Fatalf("second Migrate must be a no-op: %v", err)
 		}
 		exp := clock.Now().Add(72 * time.Hour).Add(123456789 * time.Nanosecond)
-		in := sqlquota.Override{TenantID: "t{42}:x", Bucket: "export", Quota: core.Quota{Capacity: 500, RefillPerSecond: 2.5},
+		in := sqlquota.Override{TenantID: "t{42}:x", Bucket: "export", Quota: quota.Quota{Capacity: 500, RefillPerSecond: 2.5},
 			ExpiresAt: exp, UpdatedBy: "alice", Reason: "JIRA-1: big import"}
 		stored, err := s.Set(ctx, in)
 		if err != nil {
@@ -47,10 +48,10 @@ func TestStoreCRUD(t *testing.T) {
 
 		// Set again: an upsert, not a second row.
 		clock.Advance(time.Minute)
-		if _, err := s.Set(ctx, sqlquota.Override{TenantID: "t{42}:x", Bucket: "export", Quota: core.Quota{Capacity: 600, RefillPerSecond: 3}, UpdatedBy: "bob"}); err != nil {
+		if _, err := s.Set(ctx, sqlquota.Override{TenantID: "t{42}:x", Bucket: "export", Quota: quota.Quota{Capacity: 600, RefillPerSecond: 3}, UpdatedBy: "bob"}); err != nil {
 			t.Fatalf("Set again: %v", err)
 		}
-		if _, err := s.Set(ctx, sqlquota.Override{TenantID: "t2", Bucket: core.CeilingBucket, Quota: core.PerSecond(9), UpdatedBy: "bob"}); err != nil {
+		if _, err := s.Set(ctx, sqlquota.Override{TenantID: "t2", Bucket: quota.CeilingBucket, Quota: quota.PerSecond(9), UpdatedBy: "bob"}); err != nil {
 			t.Fatalf("Set t2: %v", err)
 		}
 		list, err := s.List(ctx, sqlquota.ListOptions{})
@@ -64,11 +65,11 @@ func TestStoreCRUD(t *testing.T) {
 		if got.Quota.Capacity != 600 || got.UpdatedBy != "bob" || !got.ExpiresAt.IsZero() || got.Reason != "" {
 			t.Errorf("after upsert: %+v", got)
 		}
-		if one, err := s.List(ctx, sqlquota.ListOptions{TenantID: "t2"}); err != nil || len(one) != 1 || one[0].Bucket != core.CeilingBucket {
+		if one, err := s.List(ctx, sqlquota.ListOptions{TenantID: "t2"}); err != nil || len(one) != 1 || one[0].Bucket != quota.CeilingBucket {
 			t.Errorf("List(t2) = %+v, %v", one, err)
 		}
 		ov, err := s.Overrides(ctx, "t{42}:x")
-		if err != nil || !reflect.DeepEqual(ov, map[string]core.Quota{"export": {Capacity: 600, RefillPerSecond: 3}}) {
+		if err != nil || !reflect.DeepEqual(ov, map[string]quota.Quota{"export": {Capacity: 600, RefillPerSecond: 3}}) {
 			t.Errorf("Overrides = %v, %v", ov, err)
 		}
 
@@ -90,7 +91,7 @@ func TestStoreCRUD(t *testing.T) {
 func TestSetRejectsBadOverrides(t *testing.T) {
 	clock := newFakeClock()
 	s, _ := newStore(t, databases[0], sqlquota.WithClock(clock.Now))
-	good := sqlquota.Override{TenantID: "t1", Bucket: "default", Quota: core.PerSecond(5), UpdatedBy: "ops"}
+	good := sqlquota.Override{TenantID: "t1", Bucket: "default", Quota: quota.PerSecond(5), UpdatedBy: "ops"}
 	cases := []struct {
 		name string
 		edit func(o *sqlquota.Override)
@@ -103,9 +104,9 @@ func TestSetRejectsBadOverrides(t *testing.T) {
 		{"tenant NUL", func(o *sqlquota.Override) { o.TenantID = "t\x00" }, core.ErrInvalidRequest, "without NUL"},
 		{"bad bucket", func(o *sqlquota.Override) { o.Bucket = "ex port" }, core.ErrInvalidRequest, `bucket name "ex port"`},
 		{"empty bucket", func(o *sqlquota.Override) { o.Bucket = "" }, core.ErrInvalidRequest, "bucket name is empty"},
-		{"zero capacity", func(o *sqlquota.Override) { o.Quota.Capacity = 0 }, core.ErrInvalidQuota, "capacity must be > 0"},
-		{"NaN rate", func(o *sqlquota.Override) { o.Quota.RefillPerSecond = math.NaN() }, core.ErrInvalidQuota, "refill rate must be finite"},
-		{"negative rate", func(o *sqlquota.Override) { o.Quota.RefillPerSecond = -1 }, core.ErrInvalidQuota, "refill rate must be > 0"},
+		{"zero capacity", func(o *sqlquota.Override) { o.Quota.Capacity = 0 }, quota.ErrInvalid, "capacity must be > 0"},
+		{"NaN rate", func(o *sqlquota.Override) { o.Quota.RefillPerSecond = math.NaN() }, quota.ErrInvalid, "refill rate must be finite"},
+		{"negative rate", func(o *sqlquota.Override) { o.Quota.RefillPerSecond = -1 }, quota.ErrInvalid, "refill rate must be > 0"},
 		{"expiry in the past", func(o *sqlquota.Override) { o.ExpiresAt = clock.Now().Add(-time.Second) }, core.ErrInvalidRequest, "is not in the future"},
 		{"expiry now", func(o *sqlquota.Override) { o.ExpiresAt = clock.Now() }, core.ErrInvalidRequest, "is not in the future"},
 		{"no author", func(o *sqlquota.Override) { o.UpdatedBy = " " }, core.ErrInvalidRequest, "updated_by is required"},
@@ -165,8 +166,8 @@ func TestExpiredOverridesAreNotServed(t *testing.T) {
 		s, _ := newStore(t, d, sqlquota.WithClock(clock.Now))
 		ctx := t.Context()
 		for _, o := range []sqlquota.Override{
-			{TenantID: "t1", Bucket: "default", Quota: core.PerSecond(50), ExpiresAt: clock.Now().Add(10 * time.Second), UpdatedBy: "ops"},
-			{TenantID: "t1", Bucket: "export", Quota: core.PerSecond(7), UpdatedBy: "ops"},
+			{TenantID: "t1", Bucket: "default", Quota: quota.PerSecond(50), ExpiresAt: clock.Now().Add(10 * time.Second), UpdatedBy: "ops"},
+			{TenantID: "t1", Bucket: "export", Quota: quota.PerSecond(7), UpdatedBy: "ops"},
 		} {
 			if _, err := s.Set(ctx, o); err != nil {
 				t.Fatal(err)
@@ -208,7 +209,7 @@ func TestExpiredOverridesAreNotServed(t *testing.T) {
 	})
 }
 
-func sortedKeys(m map[string]core.Quota) []string {
+func sortedKeys(m map[string]quota.Quota) []string {
 	var out []string
 	for k := range m {
 		out = append(out, k)
@@ -223,25 +224,25 @@ func sortedKeys(m map[string]core.Quota) []string {
 	return out
 }
 
-var testTiers = core.Tiers{Default: "free", Tiers: map[string]core.Tier{
+var testTiers = quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{
 	"free": {
-		Classes: map[string]core.Quota{
+		Classes: map[string]quota.Quota{
 			"default": {Capacity: 20, RefillPerSecond: 2},
 			"export":  {Capacity: 10, RefillPerSecond: 0.1},
 		},
-		Ceiling: &core.Quota{Capacity: 100, RefillPerSecond: 5},
+		Ceiling: &quota.Quota{Capacity: 100, RefillPerSecond: 5},
 	},
 }}
 
 // settle waits until tenant t1's cache entry is fresh: past its TTL the
 // resolver serves the stale entry and refreshes it in the background, so
 // this asks (starting the refresh) until an answer comes from a fresh entry.
-func settle(t *testing.T, r *core.TieredResolver) {
+func settle(t *testing.T, r *quota.TieredResolver) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		hits := r.Stats().Hits.Load()
-		if _, err := r.Buckets(t.Context(), core.Tenant{ID: "t1"}, "default"); err != nil {
+		if _, err := r.Buckets(t.Context(), quota.Tenant{ID: "t1"}, "default"); err != nil {
 			t.Fatal(err)
 		}
 		if r.Stats().Hits.Load() > hits {
@@ -255,9 +256,9 @@ func settle(t *testing.T, r *core.TieredResolver) {
 	}
 }
 
-func capacities(t *testing.T, r core.Resolver, class string) (classCap, ceilingCap int64) {
+func capacities(t *testing.T, r quota.Resolver, class string) (classCap, ceilingCap int64) {
 	t.Helper()
-	bs, err := r.Buckets(t.Context(), core.Tenant{ID: "t1"}, class)
+	bs, err := r.Buckets(t.Context(), quota.Tenant{ID: "t1"}, class)
 	if err != nil || len(bs) != 2 {
 		t.Fatalf("Buckets = %+v, %v", bs, err)
 	}
@@ -272,13 +273,13 @@ func TestOverrideAppliesAfterCacheTTL(t *testing.T) {
 	forEachDatabase(t, func(t *testing.T, d database) {
 		clock := newFakeClock()
 		s, _ := newStore(t, d, sqlquota.WithClock(clock.Now))
-		r, err := core.NewResolver(testTiers, core.WithOverrides(s), core.WithOverrideCacheTTL(ttl), core.WithClock(clock.Now))
+		r, err := quota.NewResolver(testTiers, quota.WithOverrides(s), quota.WithCacheTTL(ttl), quota.WithClock(clock.Now))
 		if err != nil {
 			t.Fatal(err)
 		}
 		ctx := t.Context()
 		set := func(bucket string, capacity int64, expires time.Time) {
-			if _, err := s.Set(ctx, sqlquota.Override{TenantID: "t1", Bucket: bucket, Quota: core.Quota{Capacity: capacity, RefillPerSecond: 1},
+			if _, err := s.Set(ctx, sqlquota.Override{TenantID: "t1", Bucket: bucket, Quota: quota.Quota{Capacity: capacity, RefillPerSecond: 1},
 				ExpiresAt: expires, UpdatedBy: "test"}); err != nil {
 				t.Fatal(err)
 			}
@@ -295,7 +296,7 @@ func TestOverrideAppliesAfterCacheTTL(t *testing.T) {
 			wantClass, wantCei int64
 		}{
 			{"tier defaults, cached now", nil, 0, 20, 100},
-			{"override set: not yet", func() { set("default", 500, time.Time{}); set(core.CeilingBucket, 900, time.Time{}) }, 0, 20, 100},
+			{"override set: not yet", func() { set("default", 500, time.Time{}); set(quota.CeilingBucket, 900, time.Time{}) }, 0, 20, 100},
 			{"just before the TTL", nil, ttl - time.Nanosecond, 20, 100},
 			{"at the TTL", nil, time.Nanosecond, 500, 900},
 			{"deleted: still cached", func() { del("default") }, ttl - time.Second, 500, 900},
@@ -328,12 +329,12 @@ func TestDatabaseDownServesLastKnown(t *testing.T) {
 		clock := newFakeClock()
 		s, db := newStore(t, d, sqlquota.WithClock(clock.Now))
 		var logs conformance.LogBuffer
-		r, err := core.NewResolver(testTiers, core.WithOverrides(s), core.WithOverrideCacheTTL(time.Second),
-			core.WithClock(clock.Now), core.WithResolverLogger(logs.Logger()))
+		r, err := quota.NewResolver(testTiers, quota.WithOverrides(s), quota.WithCacheTTL(time.Second), quota.
+			WithClock(clock.Now), quota.WithLogger(logs.Logger()))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Set(t.Context(), sqlquota.Override{TenantID: "t1", Bucket: "default", Quota: core.PerSecond(321), UpdatedBy: "test"}); err != nil {
+		if _, err := s.Set(t.Context(), sqlquota.Override{TenantID: "t1", Bucket: "default", Quota: quota.PerSecond(321), UpdatedBy: "test"}); err != nil {
 			t.Fatal(err)
 		}
 		if c, _ := capacities(t, r, "default"); c != 321 {
@@ -388,7 +389,7 @@ func TestDatabaseUnreachableFromStart(t *testing.T) {
 				t.Fatal(err)
 			}
 			var logs conformance.LogBuffer
-			r, err := core.NewResolver(testTiers, core.WithOverrides(s), core.WithResolverLogger(logs.Logger()))
+			r, err := quota.NewResolver(testTiers, quota.WithOverrides(s), quota.WithLogger(logs.Logger()))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -474,10 +475,10 @@ func TestLimiterQuotaChangeOnRedis(t *testing.T) {
 	forEachDatabase(t, func(t *testing.T, d database) {
 		clock := newFakeClock()
 		s, _ := newStore(t, d, sqlquota.WithClock(clock.Now))
-		tiers := core.Tiers{Default: "free", Tiers: map[string]core.Tier{"free": {Classes: map[string]core.Quota{
+		tiers := quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{"free": {Classes: map[string]quota.Quota{
 			"default": {Capacity: 10, RefillPerSecond: 0.001}, // slow: the clock steps add ~0.001 token
 		}}}}
-		r, err := core.NewResolver(tiers, core.WithOverrides(s), core.WithOverrideCacheTTL(time.Second), core.WithClock(clock.Now))
+		r, err := quota.NewResolver(tiers, quota.WithOverrides(s), quota.WithCacheTTL(time.Second), quota.WithClock(clock.Now))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -487,9 +488,9 @@ func TestLimiterQuotaChangeOnRedis(t *testing.T) {
 			t.Fatal(err)
 		}
 		ctx := t.Context()
-		tenant := core.Tenant{ID: "t1"}
+		tenant := quota.Tenant{ID: "t1"}
 		setCap := func(c int64) {
-			if _, err := s.Set(ctx, sqlquota.Override{TenantID: "t1", Bucket: "default", Quota: core.Quota{Capacity: c, RefillPerSecond: 0.001}, UpdatedBy: "test"}); err != nil {
+			if _, err := s.Set(ctx, sqlquota.Override{TenantID: "t1", Bucket: "default", Quota: quota.Quota{Capacity: c, RefillPerSecond: 0.001}, UpdatedBy: "test"}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -590,7 +591,7 @@ func TestUnreadableRowIsThatRowsError(t *testing.T) {
 
 			// through the resolver: t1's other overrides apply, export is the tier's
 			var rlogs conformance.LogBuffer
-			r, err := core.NewResolver(testTiers, core.WithOverrides(s), core.WithClock(clock.Now), core.WithResolverLogger(rlogs.Logger()))
+			r, err := quota.NewResolver(testTiers, quota.WithOverrides(s), quota.WithClock(clock.Now), quota.WithLogger(rlogs.Logger()))
 			if err != nil {
 				t.Fatal(err)
 			}

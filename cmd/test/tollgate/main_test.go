@@ -19,6 +19,7 @@ import (
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/config"
+	"github.com/tollgate-go/tollgate/core/quota"
 	_ "modernc.org/sqlite" // database/sql driver "sqlite", to write a bad row by hand
 )
 
@@ -460,7 +461,7 @@ func TestBucketGetIsReadOnlyAndReset(t *testing.T) {
 
 	// Charge t42 through a real limiter, as a service would.
 	lim := serviceLimiter(t, client, cfgPath, prefix)
-	if d, err := lim.Allow(ctx, core.Tenant{ID: "t42"}, "default", 5); err != nil || !d.Allowed {
+	if d, err := lim.Allow(ctx, quota.Tenant{ID: "t42"}, "default", 5); err != nil || !d.Allowed {
 		t.Fatalf("Allow: %+v, %v", d, err)
 	}
 	key, _ := lim.Keys().Bucket("t42", "default")
@@ -505,7 +506,7 @@ func TestBucketGetIsReadOnlyAndReset(t *testing.T) {
 		if e := got["export"]; e.Exists || e.Tokens != 10 || e.TTLMillis != -1 {
 			t.Errorf("untouched export bucket = %+v", e)
 		}
-		if c := got[core.CeilingBucket]; c.Capacity != 100 || c.Remaining != 95 {
+		if c := got[quota.CeilingBucket]; c.Capacity != 100 || c.Remaining != 95 {
 			t.Errorf("ceiling = %+v", c)
 		}
 	}
@@ -536,7 +537,7 @@ func TestBucketGetIsReadOnlyAndReset(t *testing.T) {
 	}
 
 	// reset one bucket, then all
-	if _, err := lim.Allow(ctx, core.Tenant{ID: "t42"}, "export", 1); err != nil {
+	if _, err := lim.Allow(ctx, quota.Tenant{ID: "t42"}, "export", 1); err != nil {
 		t.Fatal(err)
 	}
 	tollgate(t, env, "bucket", "reset", "--prefix", prefix, "t42", "default").check(t, 0, "reset tenant t42 (prefix "+prefix+"): default: 1 key(s) deleted", "")
@@ -544,7 +545,7 @@ func TestBucketGetIsReadOnlyAndReset(t *testing.T) {
 		t.Errorf("after reset of default: %d of 2 keys exist, want export only", n)
 	}
 	other, _ := lim.Keys().Bucket("t43", "default")
-	if _, err := lim.Allow(ctx, core.Tenant{ID: "t43"}, "default", 1); err != nil {
+	if _, err := lim.Allow(ctx, quota.Tenant{ID: "t43"}, "default", 1); err != nil {
 		t.Fatal(err)
 	}
 	// every bucket of a tenant: not without confirmation, and there is no
@@ -654,7 +655,7 @@ func TestBucketGetOnEveryRedisURLForm(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer lim.Close()
-			if d, err := lim.Allow(t.Context(), core.Tenant{ID: "t42"}, "default", 5); err != nil || !d.Allowed {
+			if d, err := lim.Allow(t.Context(), quota.Tenant{ID: "t42"}, "default", 5); err != nil || !d.Allowed {
 				t.Fatalf("Allow: %+v, %v", d, err)
 			}
 			res := tollgate(t, nil, "bucket", "get", "--json", "--redis-url", c.url, "--config", cfgPath, "--prefix", prefix, "t42", "default")
@@ -689,7 +690,7 @@ func TestBucketSlots(t *testing.T) {
 	ctx := t.Context()
 	lim := serviceLimiter(t, client, cfgPath, prefix)
 	for range 2 {
-		if d, err := lim.Allow(ctx, core.Tenant{ID: "t42"}, "reports", 1); err != nil || d.Slot == nil {
+		if d, err := lim.Allow(ctx, quota.Tenant{ID: "t42"}, "reports", 1); err != nil || d.Slot == nil {
 			t.Fatalf("Allow: %+v, %v", d, err)
 		}
 	}
@@ -712,12 +713,12 @@ func TestBucketSlots(t *testing.T) {
 		t.Fatalf("bucket get reports = %+v; want 2 slots, deadlines within the lease (15 s: three 5 s timeouts)", b)
 	}
 	tollgate(t, env, "bucket", "get", "--config", cfgPath, "--prefix", prefix, "t42", "reports").check(t, 0, "reports: 2 of 2 concurrency slots held; deadlines in ", "")
-	if d, _ := lim.Allow(ctx, core.Tenant{ID: "t42"}, "reports", 1); d.Reason != core.ReasonConcurrencyLimit {
+	if d, _ := lim.Allow(ctx, quota.Tenant{ID: "t42"}, "reports", 1); d.Reason != core.ReasonConcurrencyLimit {
 		t.Fatalf("a third: %v", d.Reason)
 	}
 	tollgate(t, env, "bucket", "reset", "--prefix", prefix, "t42", "reports").check(t, 0, "reports: 2 key(s) deleted", "")
 	tollgate(t, env, "bucket", "get", "--config", cfgPath, "--prefix", prefix, "t42", "reports").check(t, 0, "reports: 0 of 2 concurrency slots held", "")
-	d, err := lim.Allow(ctx, core.Tenant{ID: "t42"}, "reports", 1)
+	d, err := lim.Allow(ctx, quota.Tenant{ID: "t42"}, "reports", 1)
 	if err != nil || d.Slot == nil {
 		t.Fatalf("after reset: %v, %v", d.Reason, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -72,7 +73,7 @@ func fixedClock() func() time.Time {
 // remaining reads a tenant's balance back from Redis (a peek: no charge).
 func remaining(t *testing.T, lim *core.Limiter, tenant string) int64 {
 	t.Helper()
-	d, err := lim.Peek(context.Background(), core.Tenant{ID: tenant}, "default")
+	d, err := lim.Peek(context.Background(), quota.Tenant{ID: tenant}, "default")
 	if err != nil || d.Reason != core.ReasonOK {
 		t.Fatalf("read back %s: %+v, %v", tenant, d, err)
 	}
@@ -114,7 +115,7 @@ func TestCallerStorm(t *testing.T) {
 						case 2:
 							ctx, cancel = context.WithTimeout(context.Background(), 50*time.Microsecond)
 						}
-						d, err := lim.Allow(ctx, core.Tenant{ID: "attacker-" + strconv.Itoa(w)}, "default", 1)
+						d, err := lim.Allow(ctx, quota.Tenant{ID: "attacker-" + strconv.Itoa(w)}, "default", 1)
 						cancel()
 						if errors.Is(err, core.ErrStore) || d.Degraded() {
 							t.Errorf("storm check: %+v, %v: a caller gone is not a store failure", d, err)
@@ -131,7 +132,7 @@ func TestCallerStorm(t *testing.T) {
 		var worst time.Duration
 		for i := range victimChecks {
 			start := time.Now()
-			d, err := lim.Allow(context.Background(), core.Tenant{ID: "victim"}, "default", 1)
+			d, err := lim.Allow(context.Background(), quota.Tenant{ID: "victim"}, "default", 1)
 			worst = max(worst, time.Since(start))
 			if err != nil {
 				<-stormDone
@@ -157,7 +158,7 @@ func TestCallerStorm(t *testing.T) {
 		t.Fatalf("store errors counted during the storm: %v", errs)
 	}
 	// the breaker is closed: a fresh tenant is answered by Redis
-	if d, err := lim.Allow(context.Background(), core.Tenant{ID: "fresh"}, "default", 1); err != nil || d.Reason != core.ReasonOK {
+	if d, err := lim.Allow(context.Background(), quota.Tenant{ID: "fresh"}, "default", 1); err != nil || d.Reason != core.ReasonOK {
 		t.Fatalf("after the storm: %+v, %v", d, err)
 	}
 	// accounting, read back: the victim was charged exactly its admissions
@@ -196,7 +197,7 @@ func TestWrongTypeKey(t *testing.T) {
 	for range 2 {
 		pwg.Go(func() {
 			repeat(stop, func(int) {
-				d, err := lim.Allow(context.Background(), core.Tenant{ID: "poisoned"}, "default", 1)
+				d, err := lim.Allow(context.Background(), quota.Tenant{ID: "poisoned"}, "default", 1)
 				byPolicy := d.Reason == core.ReasonFailedClosed && errors.Is(err, core.ErrStore)
 				mu.Lock()
 				poisoned++
@@ -269,7 +270,7 @@ func TestLostReply(t *testing.T) {
 			}
 			// warm up: connections open, script cached
 			for i := range callers {
-				if d, err := lim.Peek(context.Background(), core.Tenant{ID: "t" + strconv.Itoa(i)}, "default"); err != nil || !d.Allowed {
+				if d, err := lim.Peek(context.Background(), quota.Tenant{ID: "t" + strconv.Itoa(i)}, "default"); err != nil || !d.Allowed {
 					t.Fatalf("warm-up: %+v, %v", d, err)
 				}
 			}
@@ -282,7 +283,7 @@ func TestLostReply(t *testing.T) {
 				wg.Go(func() {
 					<-gate
 					start := time.Now()
-					d, err := lim.Allow(context.Background(), core.Tenant{ID: "t" + strconv.Itoa(i)}, "default", 1)
+					d, err := lim.Allow(context.Background(), quota.Tenant{ID: "t" + strconv.Itoa(i)}, "default", 1)
 					took := time.Since(start)
 					mu.Lock()
 					defer mu.Unlock()

@@ -10,6 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/keys"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // TestConcurrencyStoreDown: a slot is held when Redis hangs (SIGSTOP) or
@@ -43,14 +45,14 @@ func TestConcurrencyClusterMasterDown(t *testing.T) {
 				cl := redistest.NewCluster(t, 3, 0)
 				cc := cl.Client(t)
 				victim := cl.Master(t, 0)
-				keys, err := core.NewKeys(redistest.Prefix(t))
+				ks, err := keys.New(redistest.Prefix(t))
 				if err != nil {
 					t.Fatal(err)
 				}
 				var onDead, onLive string
 				for i := 0; onDead == "" || onLive == ""; i++ {
 					tenant := "t" + strconv.Itoa(i)
-					key, err := keys.Slots(tenant, "default")
+					key, err := ks.Slots(tenant, "default")
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -82,7 +84,7 @@ func TestConcurrencyClusterMasterDown(t *testing.T) {
 func concurrencyStoreDown(t *testing.T, c redis.UniversalClient, srv *redistest.Server, fault string, p core.FailurePolicy, tenant, other string, recovery time.Duration) (worst time.Duration) {
 	t.Helper()
 	const timeout, lease = 200 * time.Millisecond, 1500 * time.Millisecond
-	q := core.Quota{Capacity: 1000, RefillPerSecond: 100, Concurrency: 1}
+	q := quota.Quota{Capacity: 1000, RefillPerSecond: 100, Concurrency: 1}
 	lim, err := core.New(c, resolver(q), core.WithPrefix(redistest.Prefix(t)), core.WithFailurePolicy(p),
 		core.WithTimeout(timeout), core.WithCircuitBreaker(0, 0), core.WithConcurrencySlots(lease, 0))
 	if err != nil {
@@ -90,13 +92,13 @@ func concurrencyStoreDown(t *testing.T, c redis.UniversalClient, srv *redistest.
 	}
 	defer lim.Close()
 	ctx := context.Background()
-	req := core.Request{Tenant: core.Tenant{ID: tenant}, Class: "default", Cost: 1}
+	req := core.Request{Tenant: quota.Tenant{ID: tenant}, Class: "default", Cost: 1}
 	held, err := lim.Check(ctx, req)
 	if err != nil || held.Slot == nil {
 		t.Fatalf("before the fault: %v, %v", held.Reason, err)
 	}
 	var otherHeld core.Decision
-	otherReq := core.Request{Tenant: core.Tenant{ID: other}, Class: "default", Cost: 1}
+	otherReq := core.Request{Tenant: quota.Tenant{ID: other}, Class: "default", Cost: 1}
 	if other != "" {
 		if otherHeld, err = lim.Check(ctx, otherReq); err != nil || otherHeld.Slot == nil {
 			t.Fatalf("before the fault, tenant %s: %v, %v", other, otherHeld.Reason, err)

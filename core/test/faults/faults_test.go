@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // latencyBound is the worst a check may take while Redis misbehaves: the
@@ -44,7 +45,7 @@ func wantDegraded(t *testing.T, m map[core.Reason]int, worst time.Duration, p co
 func waitDecided(t *testing.T, lim *core.Limiter, what string) {
 	t.Helper()
 	waitFor(t, 5*time.Second, what, func() bool {
-		d, err := lim.Allow(context.Background(), core.Tenant{ID: "probe"}, "default", 1)
+		d, err := lim.Allow(context.Background(), quota.Tenant{ID: "probe"}, "default", 1)
 		return err == nil && d.Reason == core.ReasonOK
 	})
 }
@@ -170,7 +171,7 @@ func TestOutOfMemory(t *testing.T) {
 			ctx := context.Background()
 			lim := newLimiter(t, c, p)
 			// warm up: the script is cached before memory runs out
-			if d, err := lim.Allow(ctx, core.Tenant{ID: "warm"}, "default", 1); err != nil || !d.Allowed {
+			if d, err := lim.Allow(ctx, quota.Tenant{ID: "warm"}, "default", 1); err != nil || !d.Allowed {
 				t.Fatalf("warm-up: %+v, %v", d, err)
 			}
 			// fill memory with ever smaller values until even a small write
@@ -191,7 +192,7 @@ func TestOutOfMemory(t *testing.T) {
 				}
 			}
 			start := time.Now()
-			d, err := lim.Allow(ctx, core.Tenant{ID: "t1"}, "default", 1)
+			d, err := lim.Allow(ctx, quota.Tenant{ID: "t1"}, "default", 1)
 			worst := time.Since(start)
 			if !errors.Is(err, core.ErrStore) || !strings.Contains(err.Error(), "OOM") {
 				t.Fatalf("OOM inside the script must be a store failure: %+v, %v", d, err)
@@ -203,7 +204,7 @@ func TestOutOfMemory(t *testing.T) {
 			if err := c.Del(ctx, keys...).Err(); err != nil {
 				t.Fatal(err)
 			}
-			d, err = lim.Allow(ctx, core.Tenant{ID: "t1"}, "default", 1)
+			d, err = lim.Allow(ctx, quota.Tenant{ID: "t1"}, "default", 1)
 			if err != nil || d.Remaining != slowQuota.Capacity-1 {
 				t.Fatalf("after OOM: %+v, %v; want a full bucket charged once", d, err)
 			}
@@ -235,7 +236,7 @@ func TestClusterFailover(t *testing.T) {
 			waitFor(t, 20*time.Second, "every tenant served by Redis again", func() bool {
 				ctx := context.Background()
 				for i := range 60 {
-					d, err := lim.Allow(ctx, core.Tenant{ID: "t" + strconv.Itoa(i)}, "default", 0)
+					d, err := lim.Allow(ctx, quota.Tenant{ID: "t" + strconv.Itoa(i)}, "default", 0)
 					if err != nil || d.Reason != core.ReasonOK {
 						lastErr = err
 						return false
@@ -275,7 +276,7 @@ func TestClientClockJump(t *testing.T) {
 	admit := func() int {
 		n := 0
 		for range 50 {
-			if d, _ := lim.Allow(ctx, core.Tenant{ID: "t1"}, "default", 1); d.Allowed {
+			if d, _ := lim.Allow(ctx, quota.Tenant{ID: "t1"}, "default", 1); d.Allowed {
 				n++
 			}
 		}
@@ -323,7 +324,7 @@ func TestGarbageState(t *testing.T) {
 			if err := c.Set(ctx, key, g, 0).Err(); err != nil {
 				t.Fatal(err)
 			}
-			d, err := lim.Allow(ctx, core.Tenant{ID: "garbage"}, "default", 1)
+			d, err := lim.Allow(ctx, quota.Tenant{ID: "garbage"}, "default", 1)
 			if err != nil || !d.Allowed || d.Remaining != slowQuota.Capacity-1 {
 				t.Fatalf("round %d, stored %q: %+v, %v; want a full bucket charged once", round, g, d, err)
 			}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 )
 
@@ -36,10 +37,10 @@ const (
 var floodPause = map[bool]time.Duration{false: 25 * time.Millisecond, true: 250 * time.Millisecond}[raceEnabled]
 
 var (
-	floodQuota = core.Quota{Capacity: 20, RefillPerSecond: 2}
+	floodQuota = quota.Quota{Capacity: 20, RefillPerSecond: 2}
 	// the calm tenant's quota admits all it sends: every shed or degraded
 	// answer shows as a missing admission
-	calmQuota = core.Quota{Capacity: 100, RefillPerSecond: 2 * calmRate}
+	calmQuota = quota.Quota{Capacity: 100, RefillPerSecond: 2 * calmRate}
 )
 
 // calmTally is what the calm tenant got.
@@ -62,7 +63,7 @@ func sendCalm(lim *core.Limiter, d time.Duration) *calmTally {
 		time.Sleep(time.Until(start.Add(time.Duration(i) * time.Second / calmRate)))
 		tally.sent.Add(1)
 		wg.Go(func() {
-			dec, err := lim.Allow(context.Background(), core.Tenant{ID: "calm"}, "default", 1)
+			dec, err := lim.Allow(context.Background(), quota.Tenant{ID: "calm"}, "default", 1)
 			if dec.Allowed {
 				tally.admitted.Add(1)
 				return
@@ -103,11 +104,11 @@ func TestFloodOfOneTenant(t *testing.T) {
 			t.Run(v.name+"/"+p.String(), func(t *testing.T) {
 				srv := redistest.NewServer(t)
 				reader := sdkmetric.NewManualReader()
-				r := core.ResolverFunc(func(_ context.Context, tn core.Tenant, _ string) ([]core.Bucket, error) {
+				r := quota.ResolverFunc(func(_ context.Context, tn quota.Tenant, _ string) ([]quota.Bucket, error) {
 					if tn.ID == "calm" {
-						return []core.Bucket{{Name: "default", Quota: calmQuota}}, nil
+						return []quota.Bucket{{Name: "default", Quota: calmQuota}}, nil
 					}
-					return []core.Bucket{{Name: "default", Quota: floodQuota}}, nil
+					return []quota.Bucket{{Name: "default", Quota: floodQuota}}, nil
 				})
 				// the defaults: 100 ms timeout, breaker 5 failures / 1 s
 				lim, err := core.New(srv.Client(t), r, append([]core.Option{core.WithPrefix(redistest.Prefix(t)),
@@ -118,7 +119,7 @@ func TestFloodOfOneTenant(t *testing.T) {
 				t.Cleanup(func() { _ = lim.Close() })
 
 				base := sendCalm(lim, floodFor)
-				if _, err := lim.Reset(context.Background(), core.Tenant{ID: "calm"}); err != nil {
+				if _, err := lim.Reset(context.Background(), quota.Tenant{ID: "calm"}); err != nil {
 					t.Fatal(err)
 				}
 
@@ -135,7 +136,7 @@ func TestFloodOfOneTenant(t *testing.T) {
 							default:
 							}
 							time.Sleep(floodPause)
-							d, err := lim.Allow(context.Background(), core.Tenant{ID: "flood"}, "default", 1)
+							d, err := lim.Allow(context.Background(), quota.Tenant{ID: "flood"}, "default", 1)
 							switch {
 							case d.Reason == core.ReasonFailedOpen:
 								failedOpen.Add(1)
@@ -172,7 +173,7 @@ func TestFloodOfOneTenant(t *testing.T) {
 				if n := calm.other[core.ReasonFailedClosed] + calm.other[core.ReasonFailedOpen] + calm.other[core.ReasonCanceled]; n != 0 {
 					t.Errorf("the calm tenant got %d degraded answers: %v", n, calm.other)
 				}
-				if _, err := lim.Allow(context.Background(), core.Tenant{ID: "after"}, "default", 0); err != nil {
+				if _, err := lim.Allow(context.Background(), quota.Tenant{ID: "after"}, "default", 0); err != nil {
 					t.Errorf("after the flood: %v", err)
 				}
 				if errs := storeErrors(t, reader); len(errs) != 0 {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // TestLeaseMapOverflow: with leases on, a stream of 210,000 new tenants
@@ -30,7 +31,7 @@ func TestLeaseMapOverflow(t *testing.T) {
 		core.WithDenyCache(false),                    // every lease acquisition is a store call, in flight when the map is full
 		core.WithLeases("export", 5, 10*time.Minute)) // the victim's lease outlives the flood (70 s under the race detector)
 	// the victim takes a lease of 5 before the flood and spends 1 of it
-	victim := core.Tenant{ID: "victim"}
+	victim := quota.Tenant{ID: "victim"}
 	if d, err := lim.Allow(context.Background(), victim, "export", 1); err != nil || !d.Allowed || d.Local {
 		t.Fatalf("the victim's first check: %+v, %v", d, err)
 	}
@@ -52,7 +53,7 @@ func TestLeaseMapOverflow(t *testing.T) {
 				tenant := "hot" + strconv.Itoa((w+i)%hot)
 				cctx, ccancel := context.WithTimeout(ctx, 5*time.Second) // a hang shows as 5 s, not forever
 				start := time.Now()
-				d, _ := lim.Allow(cctx, core.Tenant{ID: tenant}, "default", 1)
+				d, _ := lim.Allow(cctx, quota.Tenant{ID: tenant}, "default", 1)
 				took := time.Since(start)
 				ccancel()
 				mu.Lock()
@@ -79,7 +80,7 @@ func TestLeaseMapOverflow(t *testing.T) {
 				if n > newTenants || ctx.Err() != nil {
 					return
 				}
-				_, _ = lim.Allow(ctx, core.Tenant{ID: "new" + strconv.FormatInt(n, 10)}, "default", 1)
+				_, _ = lim.Allow(ctx, quota.Tenant{ID: "new" + strconv.FormatInt(n, 10)}, "default", 1)
 			}
 		})
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // load drives checks from several goroutines until stopped, and tallies
@@ -43,7 +44,7 @@ func startLoad(lim *core.Limiter, workers, tenants int) *load {
 			repeat(l.stop, func(i int) {
 				tenant := "t" + strconv.Itoa((w+i)%tenants)
 				start := time.Now()
-				d, err := lim.Allow(context.Background(), core.Tenant{ID: tenant}, "default", 1)
+				d, err := lim.Allow(context.Background(), quota.Tenant{ID: tenant}, "default", 1)
 				took := time.Since(start)
 				l.calls.Add(1)
 				l.mu.Lock()
@@ -129,11 +130,11 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 
 // slowQuota refills slowly, so that accounting is checkable: a tenant can
 // never be admitted more than capacity + rate * elapsed.
-var slowQuota = core.Quota{Capacity: 20, RefillPerSecond: 5}
+var slowQuota = quota.Quota{Capacity: 20, RefillPerSecond: 5}
 
-func resolver(q core.Quota) core.Resolver {
-	return core.ResolverFunc(func(context.Context, core.Tenant, string) ([]core.Bucket, error) {
-		return []core.Bucket{{Name: "default", Quota: q}}, nil
+func resolver(q quota.Quota) quota.Resolver {
+	return quota.ResolverFunc(func(context.Context, quota.Tenant, string) ([]quota.Bucket, error) {
+		return []quota.Bucket{{Name: "default", Quota: q}}, nil
 	})
 }
 

@@ -14,6 +14,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/sqlquota"
 )
 
@@ -73,13 +74,13 @@ func TestOverrideDatabaseHung(t *testing.T) {
 		t.Run(p.String(), func(t *testing.T) {
 			admin, store, table := postgres(t)
 			ctx := context.Background()
-			override := core.Quota{Capacity: 10, RefillPerSecond: 5}
+			override := quota.Quota{Capacity: 10, RefillPerSecond: 5}
 			if _, err := store.Set(ctx, sqlquota.Override{TenantID: "t0", Bucket: "default", Quota: override, UpdatedBy: "faults"}); err != nil {
 				t.Fatal(err)
 			}
-			res, err := core.NewResolver(core.Tiers{Default: "free", Tiers: map[string]core.Tier{
-				"free": {Classes: map[string]core.Quota{"default": slowQuota}},
-			}}, core.WithOverrides(store), core.WithOverrideCacheTTL(200*time.Millisecond))
+			res, err := quota.NewResolver(quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{
+				"free": {Classes: map[string]quota.Quota{"default": slowQuota}},
+			}}, quota.WithOverrides(store), quota.WithCacheTTL(200*time.Millisecond))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -92,7 +93,7 @@ func TestOverrideDatabaseHung(t *testing.T) {
 			const tenants = 4
 			for i := range tenants { // cache every tenant's overrides (a first lookup may outlast the check timeout)
 				waitFor(t, 5*time.Second, "tenant t"+strconv.Itoa(i)+"'s overrides cached", func() bool {
-					_, err := lim.Allow(ctx, core.Tenant{ID: "t" + strconv.Itoa(i)}, "default", 1)
+					_, err := lim.Allow(ctx, quota.Tenant{ID: "t" + strconv.Itoa(i)}, "default", 1)
 					return err == nil
 				})
 			}
@@ -116,7 +117,7 @@ func TestOverrideDatabaseHung(t *testing.T) {
 			wg.Go(func() {
 				repeat(stop, func(i int) {
 					start := time.Now()
-					d, _ := lim.Allow(ctx, core.Tenant{ID: "new" + strconv.Itoa(i)}, "default", 1)
+					d, _ := lim.Allow(ctx, quota.Tenant{ID: "new" + strconv.Itoa(i)}, "default", 1)
 					took := time.Since(start)
 					mu.Lock()
 					newReasons[d.Reason]++
@@ -157,7 +158,7 @@ func TestOverrideDatabaseHung(t *testing.T) {
 				t.Fatal(err)
 			}
 			waitFor(t, 10*time.Second, "a new tenant's lookup after the lock is released", func() bool {
-				d, err := lim.Allow(ctx, core.Tenant{ID: "after"}, "default", 1)
+				d, err := lim.Allow(ctx, quota.Tenant{ID: "after"}, "default", 1)
 				return err == nil && d.Reason == core.ReasonOK
 			})
 			t.Logf("worst check %v; cached tenants %v; new tenants %v", worst, m, newReasons)

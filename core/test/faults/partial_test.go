@@ -8,6 +8,7 @@ import (
 
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // TestClusterMasterDown: one master of a 3-master Cluster (no replicas, so
@@ -53,7 +54,7 @@ func TestClusterMasterDown(t *testing.T) {
 				}
 			}
 			for _, tn := range append(append([]string(nil), onDead...), onLive...) {
-				if d, err := lim.Allow(ctx, core.Tenant{ID: tn}, "default", 0); err != nil || d.Reason != core.ReasonOK {
+				if d, err := lim.Allow(ctx, quota.Tenant{ID: tn}, "default", 0); err != nil || d.Reason != core.ReasonOK {
 					t.Fatalf("before the kill, %s: %v %v", tn, d.Reason, err)
 				}
 			}
@@ -65,14 +66,14 @@ func TestClusterMasterDown(t *testing.T) {
 			start := time.Now()
 			for time.Since(start) < 1500*time.Millisecond {
 				for _, tn := range onLive {
-					d, err := lim.Allow(ctx, core.Tenant{ID: tn}, "default", 1)
+					d, err := lim.Allow(ctx, quota.Tenant{ID: tn}, "default", 1)
 					live[d.Reason]++
 					if d.Degraded() || d.Reason == core.ReasonOverloaded || err != nil {
 						t.Fatalf("tenant %s on a live master: %v %v (fallback %v)", tn, d.Reason, err, d.Fallback)
 					}
 				}
 				for _, tn := range onDead {
-					d, _ := lim.Allow(ctx, core.Tenant{ID: tn}, "default", 1)
+					d, _ := lim.Allow(ctx, quota.Tenant{ID: tn}, "default", 1)
 					deadAnswers[d.Reason]++
 					if d.Allowed {
 						admitted[tn]++

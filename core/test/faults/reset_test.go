@@ -12,6 +12,7 @@ import (
 
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // TestClusterResetFromCLI: the operator's tool, run as a real binary
@@ -27,8 +28,8 @@ func TestClusterResetFromCLI(t *testing.T) {
 	cluster := redistest.NewCluster(t, 3, 0)
 	cc := cluster.Client(t)
 	prefix := redistest.Prefix(t)
-	classes := core.ResolverFunc(func(_ context.Context, _ core.Tenant, class string) ([]core.Bucket, error) {
-		return []core.Bucket{{Name: class, Quota: slowQuota}}, nil
+	classes := quota.ResolverFunc(func(_ context.Context, _ quota.Tenant, class string) ([]quota.Bucket, error) {
+		return []quota.Bucket{{Name: class, Quota: slowQuota}}, nil
 	})
 	lim, err := core.New(cc, classes, core.WithPrefix(prefix), core.WithTimeout(5*time.Second))
 	if err != nil {
@@ -41,7 +42,7 @@ func TestClusterResetFromCLI(t *testing.T) {
 	tenants := []string{"acme", "globex", "initech", "umbrella"}
 	for _, tn := range tenants {
 		for _, class := range []string{"default", "export", "upload"} {
-			if _, err := lim.Allow(ctx, core.Tenant{ID: tn}, class, 1); err != nil {
+			if _, err := lim.Allow(ctx, quota.Tenant{ID: tn}, class, 1); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -12,6 +12,8 @@ import (
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -49,7 +51,7 @@ const estimate = 5
 type settleRig struct {
 	proxy  *redistest.FaultProxy
 	lim    *core.Limiter
-	gate   *core.Gate
+	gate   *gate.Gate
 	direct *core.Limiter
 	logs   *conformance.LogBuffer
 	reader *sdkmetric.ManualReader
@@ -69,7 +71,7 @@ func newSettleRig(t *testing.T, p core.FailurePolicy) *settleRig {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r.reader))
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
 	r.lim = newLimiter(t, client, p, core.WithClock(clock), core.WithLogger(r.logs.Logger()), core.WithMeterProvider(mp))
-	if r.gate, err = core.NewGate(r.lim, core.WithCostReports(), core.WithRoutes(core.Routes{"POST /v1/complete": {Class: "default", Cost: estimate}})); err != nil {
+	if r.gate, err = gate.New(r.lim, gate.WithCostReports(), gate.WithRoutes(gate.Routes{"POST /v1/complete": {Class: "default", Cost: estimate}})); err != nil {
 		t.Fatal(err)
 	}
 	if r.direct, err = core.New(srv.Client(t), resolver(slowQuota), core.WithPrefix(r.lim.Keys().Prefix()), core.WithClock(clock)); err != nil {
@@ -82,10 +84,10 @@ func newSettleRig(t *testing.T, p core.FailurePolicy) *settleRig {
 // decide is a request of tenant to the limited route, as an adapter makes
 // it: the verdict, the context it hands the handler, and how long the check
 // took.
-func (r *settleRig) decide(tenant string) (core.Verdict, context.Context, bool, time.Duration) {
-	ctx := core.ContextWithTenant(context.Background(), core.Tenant{ID: tenant})
+func (r *settleRig) decide(tenant string) (gate.Verdict, context.Context, bool, time.Duration) {
+	ctx := gate.ContextWithTenant(context.Background(), quota.Tenant{ID: tenant})
 	start := time.Now()
-	v := r.gate.Decide(ctx, core.Endpoint{Method: "POST", Pattern: "/v1/complete"})
+	v := r.gate.Decide(ctx, gate.Endpoint{Method: "POST", Pattern: "/v1/complete"})
 	took := time.Since(start)
 	ctx, ok := v.CostContext(ctx)
 	return v, ctx, ok, took
@@ -94,7 +96,7 @@ func (r *settleRig) decide(tenant string) (core.Verdict, context.Context, bool, 
 // tokens reads tenant's balance back from Redis, past the proxy.
 func (r *settleRig) tokens(t *testing.T, tenant string) float64 {
 	t.Helper()
-	d, err := r.direct.Peek(context.Background(), core.Tenant{ID: tenant}, "default")
+	d, err := r.direct.Peek(context.Background(), quota.Tenant{ID: tenant}, "default")
 	if err != nil {
 		t.Fatalf("read back %s: %v", tenant, err)
 	}
@@ -154,7 +156,7 @@ func TestSettleStoreFailureAtReserve(t *testing.T) {
 					if !v.Proceed || v.Decision.Reason != core.ReasonFailedOpen {
 						t.Fatalf("fail-open: proceed %v, %v", v.Proceed, v.Decision.Reason)
 					}
-					if err := core.ReportCost(ctx, 12); !errors.Is(err, core.ErrInvalidRequest) {
+					if err := gate.ReportCost(ctx, 12); !errors.Is(err, core.ErrInvalidRequest) {
 						t.Fatalf("a report without a reservation: %v, want ErrInvalidRequest", err)
 					}
 				case core.FailClosed:
@@ -198,7 +200,7 @@ func TestSettleStoreFailureAtSettle(t *testing.T) {
 				// warm up: connections open, both scripts cached (else a
 				// lost reply would be EVALSHA's NOSCRIPT, and nothing ran)
 				warm, wctx, _, _ := r.decide("warm")
-				if err := core.ReportCost(wctx, 1); err != nil {
+				if err := gate.ReportCost(wctx, 1); err != nil {
 					t.Fatal(err)
 				}
 				warm.Done()
@@ -210,16 +212,16 @@ func TestSettleStoreFailureAtSettle(t *testing.T) {
 				if !refund.Proceed || !debt.Proceed || !rok || !dok {
 					t.Fatalf("reservations: %v %v", refund.Decision.Reason, debt.Decision.Reason)
 				}
-				if err := core.ReportCost(rctx, 1); err != nil {
+				if err := gate.ReportCost(rctx, 1); err != nil {
 					t.Fatal(err)
 				}
-				if err := core.ReportCost(dctx, 30); err != nil {
+				if err := gate.ReportCost(dctx, 30); err != nil {
 					t.Fatal(err)
 				}
 				bystander, _, _, _ := r.decide("bystander") // reported nothing: nothing to settle
 				f.inject(r.proxy)
 				var worst time.Duration
-				for _, v := range []core.Verdict{refund, debt, bystander} {
+				for _, v := range []gate.Verdict{refund, debt, bystander} {
 					start := time.Now()
 					v.Done() // as the adapter does when the handler returns
 					worst = max(worst, time.Since(start))
@@ -277,11 +279,11 @@ func TestSettleClusterMasterHung(t *testing.T) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
 	lim := newLimiter(t, cc, core.FailClosed, core.WithClock(fixedClock()), core.WithLogger(logs.Logger()), core.WithMeterProvider(mp))
-	gate, err := core.NewGate(lim, core.WithCostReports(), core.WithRoutes(core.Routes{"POST /v1/complete": {Class: "default", Cost: estimate}}))
+	g, err := gate.New(lim, gate.WithCostReports(), gate.WithRoutes(gate.Routes{"POST /v1/complete": {Class: "default", Cost: estimate}}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &settleRig{lim: lim, gate: gate, direct: lim, logs: logs, reader: reader}
+	r := &settleRig{lim: lim, gate: g, direct: lim, logs: logs, reader: reader}
 	ctx := context.Background()
 	hung := cl.Master(t, 0)
 	var victim, other string
@@ -302,13 +304,13 @@ func TestSettleClusterMasterHung(t *testing.T) {
 			other = tenant
 		}
 	}
-	var verdicts []core.Verdict
+	var verdicts []gate.Verdict
 	for _, tenant := range []string{victim, other} {
 		v, vctx, ok, _ := r.decide(tenant)
 		if !v.Proceed || !ok {
 			t.Fatalf("reservation of %s: %v, %v", tenant, v.Decision.Reason, v.Err)
 		}
-		if err := core.ReportCost(vctx, 1); err != nil { // 1 of 5: a refund of 4
+		if err := gate.ReportCost(vctx, 1); err != nil { // 1 of 5: a refund of 4
 			t.Fatal(err)
 		}
 		verdicts = append(verdicts, v)

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // TestSoak runs several limiter instances (separate clients: replicas) over
@@ -29,12 +30,12 @@ func TestSoak(t *testing.T) {
 		duration = d
 	}
 	const instances, tenants, workers = 4, 3000, 16
-	classes := map[string]core.Quota{
+	classes := map[string]quota.Quota{
 		"default": {Capacity: 10, RefillPerSecond: 2},
 		"export":  {Capacity: 20, RefillPerSecond: 1},
 	}
-	ceiling := core.Quota{Capacity: 25, RefillPerSecond: 2.5}
-	tiers := core.Tiers{Default: "std", Tiers: map[string]core.Tier{"std": {Classes: classes, Ceiling: &ceiling}}}
+	ceiling := quota.Quota{Capacity: 25, RefillPerSecond: 2.5}
+	tiers := quota.Tiers{Default: "std", Tiers: map[string]quota.Tier{"std": {Classes: classes, Ceiling: &ceiling}}}
 	prefix := redistest.Prefix(t)
 	url := redistest.URL(t)
 	lims := make([]*core.Limiter, instances)
@@ -45,7 +46,7 @@ func TestSoak(t *testing.T) {
 		}
 		c := redis.NewClient(opt)
 		t.Cleanup(func() { _ = c.Close() })
-		res, err := core.NewResolver(tiers)
+		res, err := quota.NewResolver(tiers)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,14 +82,14 @@ func TestSoak(t *testing.T) {
 				if rng.IntN(5) == 0 {
 					class, cost = "export", int64(1+rng.IntN(5))
 				}
-				d, err := lims[rng.IntN(instances)].Allow(context.Background(), core.Tenant{ID: tenant}, class, cost)
+				d, err := lims[rng.IntN(instances)].Allow(context.Background(), quota.Tenant{ID: tenant}, class, cost)
 				mu.Lock()
 				calls++
 				if err != nil {
 					errs++
 				} else if d.Allowed {
 					admitted[key{tenant, class}] += cost
-					admitted[key{tenant, core.CeilingBucket}] += cost
+					admitted[key{tenant, quota.CeilingBucket}] += cost
 				}
 				mu.Unlock()
 			}
@@ -102,7 +103,7 @@ func TestSoak(t *testing.T) {
 	worst, worstKey := 0.0, key{}
 	for k, n := range admitted {
 		q := ceiling
-		if k.bucket != core.CeilingBucket {
+		if k.bucket != quota.CeilingBucket {
 			q = classes[k.bucket]
 		}
 		bound := float64(q.Capacity) + q.RefillPerSecond*elapsed.Seconds()

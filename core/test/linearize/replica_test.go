@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
+	tgquota "github.com/tollgate-go/tollgate/core/quota"
 )
 
 // replicaEnv holds a replica's configuration (JSON) in its environment: the
@@ -160,11 +161,11 @@ func newDecider(cfg config, uc redis.UniversalClient, clk *clock) (decider, erro
 	if cfg.Client != "limiter" {
 		return newSeeded(cfg, uc)
 	}
-	q := core.Quota{Capacity: cfg.Capacity, RefillPerSecond: cfg.Rate}
+	q := tgquota.Quota{Capacity: cfg.Capacity, RefillPerSecond: cfg.Rate}
 	opts := []core.Option{core.WithPrefix(cfg.Prefix), core.WithFailurePolicy(cfg.Policy),
 		core.WithTimeout(cfg.Timeout), core.WithDenyCache(cfg.DenyCache), core.WithBatching(cfg.Batching)}
 	if cfg.Lease > 0 {
-		opts = append(opts, core.WithLeases(core.DefaultClass, cfg.Lease, leaseTTL))
+		opts = append(opts, core.WithLeases(tgquota.DefaultClass, cfg.Lease, leaseTTL))
 	}
 	if cfg.Fallback > 0 {
 		opts = append(opts, core.WithLocalFallback(cfg.Fallback))
@@ -172,8 +173,8 @@ func newDecider(cfg config, uc redis.UniversalClient, clk *clock) (decider, erro
 	if cfg.ClientClock {
 		opts = append(opts, core.WithClock(clk.now))
 	}
-	lim, err := core.New(uc, core.ResolverFunc(func(context.Context, core.Tenant, string) ([]core.Bucket, error) {
-		return []core.Bucket{{Name: core.DefaultClass, Quota: q}}, nil
+	lim, err := core.New(uc, tgquota.ResolverFunc(func(context.Context, tgquota.Tenant, string) ([]tgquota.Bucket, error) {
+		return []tgquota.Bucket{{Name: tgquota.DefaultClass, Quota: q}}, nil
 	}), opts...)
 	if err != nil {
 		return nil, err
@@ -188,7 +189,7 @@ func (l *limiterDecider) close() { _ = l.lim.Close() }
 
 func (l *limiterDecider) decide(ctx context.Context, tenant string, cost int64) op {
 	o := op{Call: time.Now().UnixNano(), Lease: l.lease}
-	d, err := l.lim.Check(ctx, core.Request{Tenant: core.Tenant{ID: tenant}, Cost: cost})
+	d, err := l.lim.Check(ctx, core.Request{Tenant: tgquota.Tenant{ID: tenant}, Cost: cost})
 	o.Return = time.Now().UnixNano()
 	o.Reason, o.Allowed, o.Fallback = d.Reason.String(), d.Allowed, d.Fallback
 	switch {

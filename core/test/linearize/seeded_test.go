@@ -8,7 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/lua"
+	tgquota "github.com/tollgate-go/tollgate/core/quota"
 )
 
 // Seeded broken clients: each speaks the limiter's storage format but
@@ -31,8 +32,8 @@ type seeded struct {
 }
 
 func newSeeded(cfg config, uc redis.UniversalClient) (decider, error) {
-	s := &seeded{cfg: cfg, c: uc, script: redis.NewScript(core.ScriptSource()),
-		key: func(tenant string) string { return cfg.Prefix + ":{" + tenant + "}:" + core.DefaultClass },
+	s := &seeded{cfg: cfg, c: uc, script: redis.NewScript(lua.TokenBucket()),
+		key: func(tenant string) string { return cfg.Prefix + ":{" + tenant + "}:" + tgquota.DefaultClass },
 		ttl: strconv.FormatInt(int64(float64(cfg.Capacity)/cfg.Rate*1000)+1000, 10)}
 	switch cfg.Client {
 	case "getset", "clientclock":

@@ -27,6 +27,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/config"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/examples"
 	"github.com/tollgate-go/tollgate/sqlquota"
 	_ "modernc.org/sqlite" // database/sql driver "sqlite"
@@ -115,7 +117,7 @@ type App struct {
 	// Limiter is the shared limiter.
 	Limiter *core.Limiter
 	// Resolver gives the tier defaults and the overrides.
-	Resolver *core.TieredResolver
+	Resolver *quota.TieredResolver
 	// Overrides is the per-tenant override store.
 	Overrides *sqlquota.Store
 	// Auth verifies bearer tokens.
@@ -125,8 +127,8 @@ type App struct {
 	File *config.Config
 	// Gate is the request flow every adapter takes, built once from File's
 	// gate options (routes, header style, anonymous tier) and
-	// core.WithCostReports (POST /v1/complete is settled to its tokens).
-	Gate *core.Gate
+	// gate.WithCostReports (POST /v1/complete is settled to its tokens).
+	Gate *gate.Gate
 	// Metrics serves the Prometheus text format.
 	Metrics http.Handler
 	// Log is the logger.
@@ -190,11 +192,11 @@ func Open(ctx context.Context, c Config) (a *App, err error) {
 	opts := []config.OpenOption{
 		config.WithRedisClient(client),
 		config.WithLogger(a.Log),
-		config.WithResolverOptions(core.WithOverrides(a.Overrides)),
+		config.WithResolverOptions(quota.WithOverrides(a.Overrides)),
 		config.WithLimiterOptions(lopts...),
 		// handlers may report a request's actual cost (POST /v1/complete):
 		// the route's cost is then an estimate, settled when they return
-		config.WithGateOptions(core.WithCostReports()),
+		config.WithGateOptions(gate.WithCostReports()),
 	}
 	var svc *config.Service
 	if c.ConfigPath != "" {

@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/examples/internal/app"
 	"github.com/tollgate-go/tollgate/examples/internal/apptest"
 	"github.com/tollgate-go/tollgate/httplimit"
@@ -128,7 +129,7 @@ func TestVerifier(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, h := range []string{"Bearer " + tok, "bearer " + tok, "  Bearer   " + tok + " "} {
-		if got, err := v.Authenticate(h); err != nil || got != (core.Tenant{ID: "t42", Tier: "free"}) {
+		if got, err := v.Authenticate(h); err != nil || got != (quota.Tenant{ID: "t42", Tier: "free"}) {
 			t.Errorf("Authenticate(%q) = %+v, %v", h, got, err)
 		}
 	}

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/render"
 )
 
 // DevSecret signs and verifies tokens when TOLLGATE_JWT_SECRET is not set.
@@ -104,7 +106,7 @@ func NewVerifier(secret []byte, knownTier func(string) bool) (*Verifier, error) 
 
 // Verify checks a token (without the "Bearer " prefix) and returns its
 // tenant.
-func (v *Verifier) Verify(token string) (core.Tenant, error) {
+func (v *Verifier) Verify(token string) (quota.Tenant, error) {
 	var c Claims
 	_, err := v.parser.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return v.secret, nil })
 	if err != nil {
@@ -112,15 +114,15 @@ func (v *Verifier) Verify(token string) (core.Tenant, error) {
 		if errors.Is(err, jwt.ErrTokenExpired) {
 			detail = DetailExpired
 		}
-		return core.Tenant{}, v.refuse(detail, err)
+		return quota.Tenant{}, v.refuse(detail, err)
 	}
-	if c.Tenant == "" || len(c.Tenant) > core.MaxTenantIDLen {
-		return core.Tenant{}, v.refuse(DetailTenant, fmt.Errorf("tenant claim of %d bytes, want 1 to %d", len(c.Tenant), core.MaxTenantIDLen))
+	if c.Tenant == "" || len(c.Tenant) > quota.MaxTenantIDLen {
+		return quota.Tenant{}, v.refuse(DetailTenant, fmt.Errorf("tenant claim of %d bytes, want 1 to %d", len(c.Tenant), quota.MaxTenantIDLen))
 	}
 	if v.knownTier != nil && !v.knownTier(c.Tier) {
-		return core.Tenant{}, v.refuse(DetailTier, fmt.Errorf("tier %q", c.Tier))
+		return quota.Tenant{}, v.refuse(DetailTier, fmt.Errorf("tier %q", c.Tier))
 	}
-	return core.Tenant{ID: c.Tenant, Tier: c.Tier}, nil
+	return quota.Tenant{ID: c.Tenant, Tier: c.Tier}, nil
 }
 
 // refuse logs why a token was refused and returns the failure.
@@ -134,13 +136,13 @@ func (v *Verifier) refuse(detail string, cause error) error {
 
 // Authenticate verifies an Authorization header (or gRPC metadata) value,
 // "Bearer <token>".
-func (v *Verifier) Authenticate(authorization string) (core.Tenant, error) {
+func (v *Verifier) Authenticate(authorization string) (quota.Tenant, error) {
 	scheme, token, ok := strings.Cut(strings.TrimSpace(authorization), " ")
 	if authorization == "" {
-		return core.Tenant{}, &authError{detail: DetailNoToken}
+		return quota.Tenant{}, &authError{detail: DetailNoToken}
 	}
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
-		return core.Tenant{}, &authError{detail: DetailNotBearer}
+		return quota.Tenant{}, &authError{detail: DetailNotBearer}
 	}
 	return v.Verify(strings.TrimSpace(token))
 }
@@ -168,18 +170,18 @@ func Mint(secret []byte, tenant, tier string, ttl time.Duration) (string, error)
 // problem+json body saying why in a fixed text (Detail). Every example
 // sends it the same way.
 func Unauthorized(err error) (status int, contentType string, body []byte) {
-	p := core.UnauthenticatedProblem()
+	p := render.UnauthenticatedProblem()
 	if err != nil {
 		p.Detail = Detail(err)
 	}
-	return p.Status, core.ProblemContentType, p.JSON()
+	return p.Status, render.ProblemContentType, p.JSON()
 }
 
 // WWWAuthenticate is the challenge sent with every 401.
 const WWWAuthenticate = `Bearer realm="tollgate-example"`
 
 // RequireTenant is net/http authentication middleware: it verifies the
-// bearer token and stores the tenant with core.ContextWithTenant, or
+// bearer token and stores the tenant with gate.ContextWithTenant, or
 // answers 401.
 func (v *Verifier) RequireTenant(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -192,6 +194,6 @@ func (v *Verifier) RequireTenant(next http.Handler) http.Handler {
 			_, _ = w.Write(body)
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(core.ContextWithTenant(r.Context(), t)))
+		next.ServeHTTP(w, r.WithContext(gate.ContextWithTenant(r.Context(), t)))
 	})
 }

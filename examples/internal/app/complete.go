@@ -7,7 +7,8 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/render"
 )
 
 // The completion route: a stand-in for an LLM call, whose cost (the tokens
@@ -66,7 +67,7 @@ func ParseTokens(body io.Reader) (int64, error) {
 
 // Complete is the completion handler's work, the same in every framework:
 // it reads the body, "generates" N tokens, and reports N as the request's
-// actual cost (core.ReportCost), so that the adapter settles the
+// actual cost (gate.ReportCost), so that the adapter settles the
 // reservation to N when the handler returns. It returns the answer for the
 // framework to write: 200 with a Completion, or 400 with a problem+json
 // body saying what is wrong with the body; then nothing is reported and the
@@ -75,15 +76,15 @@ func ParseTokens(body io.Reader) (int64, error) {
 func (a *App) Complete(ctx context.Context, body io.Reader) (status int, contentType string, payload []byte) {
 	n, err := ParseTokens(body)
 	if err != nil {
-		p := core.Problem{Type: "about:blank", Title: http.StatusText(http.StatusBadRequest), Status: http.StatusBadRequest, Detail: err.Error()}
-		return p.Status, core.ProblemContentType, p.JSON()
+		p := render.Problem{Type: "about:blank", Title: http.StatusText(http.StatusBadRequest), Status: http.StatusBadRequest, Detail: err.Error()}
+		return p.Status, render.ProblemContentType, p.JSON()
 	}
 	// n is in range, so an error here only says there is no reservation
 	// to settle: the request was admitted without charging the store
 	// (failed open, shadow mode, the local fallback). The work is done all
 	// the same.
-	_ = core.ReportCost(ctx, n)
-	t, _ := core.TenantFromContext(ctx)
+	_ = gate.ReportCost(ctx, n)
+	t, _ := gate.TenantFromContext(ctx)
 	b, _ := json.Marshal(Completion{Tenant: t.ID, Tokens: n}) // strings and an integer: cannot fail
 	return http.StatusOK, "application/json", b
 }

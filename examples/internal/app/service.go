@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // The service every example serves, whatever its framework.
@@ -36,7 +36,7 @@ type Reports struct {
 
 // ListReports is the reports handler's work: about 200 ms (a stand-in for
 // a slow query), less when ctx ends first.
-func (a *App) ListReports(ctx context.Context, t core.Tenant) Reports {
+func (a *App) ListReports(ctx context.Context, t quota.Tenant) Reports {
 	timer := time.NewTimer(reportsTime)
 	defer timer.Stop()
 	select {
@@ -60,7 +60,7 @@ type Report struct {
 }
 
 // GetProfile is the profile handler's work, the same in every framework.
-func (a *App) GetProfile(t core.Tenant) Profile {
+func (a *App) GetProfile(t quota.Tenant) Profile {
 	tier := t.Tier
 	if tier == "" {
 		tier = a.Resolver.Tiers().Default
@@ -70,7 +70,7 @@ func (a *App) GetProfile(t core.Tenant) Profile {
 
 // ExportReport is the export handler's work (here, a stand-in for
 // something expensive).
-func (a *App) ExportReport(t core.Tenant) Report {
+func (a *App) ExportReport(t quota.Tenant) Report {
 	return Report{Tenant: t.ID, Format: "csv", Status: "ready"}
 }
 

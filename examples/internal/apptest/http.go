@@ -13,7 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/render"
 	"github.com/tollgate-go/tollgate/examples/internal/app"
 	"github.com/tollgate-go/tollgate/sqlquota"
 )
@@ -125,11 +126,11 @@ func HTTP(t *testing.T, a *app.App, base string) {
 			for _, ep := range []struct{ method, url string }{{http.MethodGet, profile}, {http.MethodPost, export}} {
 				r := Do(t, ep.method, ep.url, bad.Authorization)
 				expect(t, bad.Name+" "+ep.method, r, http.StatusUnauthorized, map[string]string{
-					"Content-Type":      core.ProblemContentType,
+					"Content-Type":      render.ProblemContentType,
 					"WWW-Authenticate":  app.WWWAuthenticate,
 					"X-RateLimit-Limit": "", // refused before the limiter ran
 				})
-				var p core.Problem
+				var p render.Problem
 				if err := json.Unmarshal([]byte(r.Body), &p); err != nil || p.Status != 401 || p.Detail != bad.Detail {
 					t.Errorf("%s: body %q is not a 401 problem with the detail %q (%v)", bad.Name, r.Body, bad.Detail, err)
 				}
@@ -199,7 +200,7 @@ func HTTP(t *testing.T, a *app.App, base string) {
 		}
 		r := Do(t, http.MethodPost, export, auth)
 		expect(t, "export #3", r, http.StatusTooManyRequests, map[string]string{
-			"Content-Type": core.ProblemContentType, "X-RateLimit-Limit": "10", "X-RateLimit-Remaining": "0",
+			"Content-Type": render.ProblemContentType, "X-RateLimit-Limit": "10", "X-RateLimit-Remaining": "0",
 		})
 		// 5 tokens short at 0.1/s: 50 s, less what refilled between calls.
 		ra, err := strconv.Atoi(r.Header.Get("Retry-After"))
@@ -209,7 +210,7 @@ func HTTP(t *testing.T, a *app.App, base string) {
 		if rl := r.Header.Get("RateLimit"); !strings.HasSuffix(rl, ";t="+strconv.Itoa(ra)) {
 			t.Errorf("RateLimit = %q, want t equal to Retry-After %d", rl, ra)
 		}
-		var p core.Problem
+		var p render.Problem
 		if err := json.Unmarshal([]byte(r.Body), &p); err != nil || p.Status != 429 || len(p.ViolatedPolicies) != 1 || p.ViolatedPolicies[0] != app.ClassExport {
 			t.Errorf("429 body %q (%v)", r.Body, err)
 		}
@@ -228,7 +229,7 @@ func HTTP(t *testing.T, a *app.App, base string) {
 	t.Run("an override in the SQL store replaces the tier default", func(t *testing.T) {
 		tenant := Tenant(t)
 		if _, err := a.Overrides.Set(t.Context(), sqlquota.Override{TenantID: tenant, Bucket: app.ClassExport,
-			Quota: core.Quota{Capacity: 20, RefillPerSecond: 0.1}, UpdatedBy: "apptest", Reason: "test"}); err != nil {
+			Quota: quota.Quota{Capacity: 20, RefillPerSecond: 0.1}, UpdatedBy: "apptest", Reason: "test"}); err != nil {
 			t.Fatalf("set override: %v", err)
 		}
 		auth := "Bearer " + Token(t, tenant, "free")

@@ -10,8 +10,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/config"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -62,21 +62,21 @@ const defaultTier = "free"
 
 // quota maps a fixed window to a token bucket: the window's requests are
 // the burst, refilled evenly over the window.
-func (l rlLimit) quota() (core.Quota, error) {
+func (l rlLimit) quota() (quota.Quota, error) {
 	secs, ok := unitSeconds[strings.ToLower(l.Unit)]
 	if !ok {
-		return core.Quota{}, fmt.Errorf("unknown unit %q", l.Unit)
+		return quota.Quota{}, fmt.Errorf("unknown unit %q", l.Unit)
 	}
 	if l.UnitMultiplier > 1 {
 		secs *= float64(l.UnitMultiplier)
 	}
-	q := core.Quota{Capacity: l.RequestsPerUnit, RefillPerSecond: float64(l.RequestsPerUnit) / secs}
+	q := quota.Quota{Capacity: l.RequestsPerUnit, RefillPerSecond: float64(l.RequestsPerUnit) / secs}
 	return q, q.Validate()
 }
 
 // converter collects tiers and what it could not convert.
 type converter struct {
-	tiers    map[string]map[string]core.Quota
+	tiers    map[string]map[string]quota.Quota
 	problems []string
 }
 
@@ -98,7 +98,7 @@ func (c *converter) set(path, tier, class string, l *rlLimit) {
 		return
 	}
 	if c.tiers[tier] == nil {
-		c.tiers[tier] = map[string]core.Quota{}
+		c.tiers[tier] = map[string]quota.Quota{}
 	}
 	if _, dup := c.tiers[tier][class]; dup {
 		c.problem(path, "tier %q class %q given twice; the first is kept", tier, class)
@@ -128,19 +128,19 @@ func (c *converter) node(d rlDescriptor, tier, path string, depth int) {
 	}
 	switch {
 	case d.Key == "tier" && d.Value != "" && depth == 0:
-		c.set(path, d.Value, core.DefaultClass, d.RateLimit)
+		c.set(path, d.Value, quota.DefaultClass, d.RateLimit)
 		for _, n := range d.Descriptors {
 			c.node(n, d.Value, path, depth+1)
 		}
 	case d.Key == "tenant" && d.Value == "" && depth == 0:
-		c.set(path, tier, core.DefaultClass, d.RateLimit)
+		c.set(path, tier, quota.DefaultClass, d.RateLimit)
 		for _, n := range d.Descriptors {
 			c.node(n, tier, path, depth+1)
 		}
 	case d.Key == "tenant" && d.Value != "":
 		c.problem(path, "a limit for one tenant is an override in tollgate: tollgate override set %s ...", d.Value)
 	case d.Key == "class" && d.Value != "":
-		if err := core.ValidateName(d.Value); err != nil {
+		if err := quota.ValidateName(d.Value); err != nil {
 			c.problem(path, "%v", err)
 			return
 		}
@@ -162,7 +162,7 @@ func convert(data []byte) (out []byte, problems []string, err error) {
 	if err := dec.Decode(&in); err != nil && err != io.EOF {
 		return nil, nil, fmt.Errorf("%s", knownFieldsError.ReplaceAllString(err.Error(), ""))
 	}
-	c := &converter{tiers: map[string]map[string]core.Quota{}}
+	c := &converter{tiers: map[string]map[string]quota.Quota{}}
 	for _, d := range in.Descriptors {
 		c.node(d, defaultTier, in.Domain, 0)
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/config"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/rls"
 	"github.com/tollgate-go/tollgate/sqlquota"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
@@ -63,7 +64,7 @@ func builtinConfig() (*config.Config, error) {
 }
 
 // builtinTiers are builtinFile's tiers.
-func builtinTiers() core.Tiers {
+func builtinTiers() quota.Tiers {
 	cfg, err := builtinConfig()
 	if err != nil {
 		panic("tollgate-rls: the built-in tier file is invalid: " + err.Error())
@@ -114,7 +115,7 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 			return err
 		}
 		closers = append(closers, closeDB)
-		opts = append(opts, config.WithResolverOptions(core.WithOverrides(store)))
+		opts = append(opts, config.WithResolverOptions(quota.WithOverrides(store)))
 	}
 	rulesPath, srvOpts, err := rulesEnv(getenv)
 	if err != nil {
@@ -124,7 +125,7 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 	// back to the tiers for the services' classes.
 	var rules *rls.Rules
 	var rulesErr error
-	opts = append(opts, config.WithLimiterResolver(func(tiers *core.TieredResolver) (core.Resolver, error) {
+	opts = append(opts, config.WithLimiterResolver(func(tiers *quota.TieredResolver) (quota.Resolver, error) {
 		if rules, rulesErr = openRules(rulesPath, tiers); rulesErr != nil || rules == nil {
 			return tiers, rulesErr
 		}
@@ -271,7 +272,7 @@ func rulesEnv(getenv func(string) string) (string, []rls.Option, error) {
 }
 
 // openRules loads the envoyproxy/ratelimit configuration at path, if any.
-func openRules(path string, tiers *core.TieredResolver) (*rls.Rules, error) {
+func openRules(path string, tiers *quota.TieredResolver) (*rls.Rules, error) {
 	if path == "" {
 		return nil, nil
 	}
@@ -354,7 +355,7 @@ func openOverrides(ctx context.Context, u string, log *slog.Logger) (*sqlquota.S
 // refuseConcurrency refuses a tier file with a concurrency limit: Envoy's
 // rate limit service API has no call that ends a request, so a gateway
 // could take a slot but never free it (docs/envoy.md).
-func refuseConcurrency(ts core.Tiers) error {
+func refuseConcurrency(ts quota.Tiers) error {
 	for _, tn := range slices.Sorted(maps.Keys(ts.Tiers)) {
 		t := ts.Tiers[tn]
 		for _, class := range slices.Sorted(maps.Keys(t.Classes)) {

@@ -1,13 +1,15 @@
-package core
+package keys
 
 import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/tollgate-go/tollgate/core/internal/names"
 )
 
 func TestKeys(t *testing.T) {
-	k, err := NewKeys(DefaultPrefix)
+	k, err := New("rl")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,20 +28,20 @@ func TestKeys(t *testing.T) {
 			t.Errorf("Bucket(%q, %q) = %q, %v; want %q", tt.tenant, tt.bucket, got, err, tt.want)
 		}
 	}
-	for _, bad := range []string{"", strings.Repeat("x", MaxTenantIDLen+1)} {
+	for _, bad := range []string{"", strings.Repeat("x", names.MaxTenantIDLen+1)} {
 		if _, err := k.Bucket(bad, "x"); err == nil {
 			t.Errorf("tenant of %d bytes accepted", len(bad))
 		}
 	}
-	if _, err := k.Bucket(strings.Repeat("x", MaxTenantIDLen), "x"); err != nil {
-		t.Errorf("tenant of %d bytes refused: %v", MaxTenantIDLen, err)
+	if _, err := k.Bucket(strings.Repeat("x", names.MaxTenantIDLen), "x"); err != nil {
+		t.Errorf("tenant of %d bytes refused: %v", names.MaxTenantIDLen, err)
 	}
 	for _, bad := range []string{"", "a{b", "a}", "a b", "a*", strings.Repeat("p", 65)} {
-		if _, err := NewKeys(bad); err == nil {
+		if _, err := New(bad); err == nil {
 			t.Errorf("prefix %q accepted", bad)
 		}
 	}
-	if k2, err := NewKeys("svc:rl"); err != nil || k2.Prefix() != "svc:rl" {
+	if k2, err := New("svc:rl"); err != nil || k2.Prefix() != "svc:rl" {
 		t.Errorf("prefix with ':' refused: %v", err)
 	}
 }
@@ -66,8 +68,8 @@ func unescape(t *testing.T, s string) string {
 			if i+2 >= len(s) {
 				t.Fatalf("truncated escape in %q", s)
 			}
-			h := strings.IndexByte(hexDigits, s[i+1])
-			l := strings.IndexByte(hexDigits, s[i+2])
+			h := strings.IndexByte("0123456789ABCDEF", s[i+1])
+			l := strings.IndexByte("0123456789ABCDEF", s[i+2])
 			if h < 0 || l < 0 {
 				t.Fatalf("bad escape in %q", s)
 			}
@@ -88,11 +90,11 @@ func FuzzKeys(f *testing.F) {
 		f.Add(s, "default")
 	}
 	f.Add("t", "a:b}")
-	k, _ := NewKeys("rl:v1")
+	k, _ := New("rl:v1")
 	f.Fuzz(func(t *testing.T, tenant, bucket string) {
 		key, err := k.Bucket(tenant, bucket)
 		if err != nil {
-			if tenant != "" && len(tenant) <= MaxTenantIDLen && bucket != "" && len(bucket) <= maxNameLen {
+			if tenant != "" && len(tenant) <= names.MaxTenantIDLen && bucket != "" && len(bucket) <= names.MaxNameLen {
 				t.Fatalf("Bucket(%q, %q): %v", tenant, bucket, err)
 			}
 			return
@@ -112,7 +114,7 @@ func FuzzKeys(f *testing.F) {
 		if !ok || unescape(t, rest) != bucket || strings.ContainsAny(rest, "{}:") {
 			t.Fatalf("key %q does not decode to bucket %q", key, bucket)
 		}
-		p, err := k.tenantPattern(tenant)
+		p, err := names.TenantPattern(k.Prefix(), tenant)
 		if err != nil || !strings.HasPrefix(key, strings.TrimSuffix(p, "*")) || strings.ContainsAny(strings.TrimSuffix(p, "*")[len("rl:v1:"):], "*?[]\\") {
 			t.Fatalf("pattern %q for key %q: %v", p, key, err)
 		}

@@ -1,8 +1,11 @@
-package core
+package gate
 
 import (
 	"fmt"
 	"strings"
+
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // Route is what a request costs: the class (bucket) it is charged to and how
@@ -34,28 +37,28 @@ type Routes map[string]Route
 func (rs Routes) Validate() error {
 	for k, r := range rs {
 		if strings.TrimSpace(k) == "" {
-			return fmt.Errorf("%w: routes: empty route key", ErrInvalidConfig)
+			return fmt.Errorf("%w: routes: empty route key", core.ErrInvalidConfig)
 		}
 		if err := validRoute(r); err != nil {
-			return fmt.Errorf("%w: route %q: %v", ErrInvalidConfig, k, err)
+			return fmt.Errorf("%w: route %q: %v", core.ErrInvalidConfig, k, err)
 		}
 	}
 	return nil
 }
 
 // validRoute reports what is wrong with r: an exempt route is always
-// valid; any other needs a valid class name and 1 <= Cost <= MaxCost
+// valid; any other needs a valid class name and 1 <= Cost <= quota.MaxCost
 // (cost 0 would be a free peek). Route tables and CostFunc answers are
 // held to the same rule.
 func validRoute(r Route) error {
 	if r.Exempt {
 		return nil
 	}
-	if err := ValidateName(r.Class); err != nil {
+	if err := quota.ValidateName(r.Class); err != nil {
 		return err
 	}
-	if r.Cost < 1 || r.Cost > MaxCost {
-		return fmt.Errorf("cost must be 1 to %d, got %d", int64(MaxCost), r.Cost)
+	if r.Cost < 1 || r.Cost > quota.MaxCost {
+		return fmt.Errorf("cost must be 1 to %d, got %d", int64(quota.MaxCost), r.Cost)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package core_test
+package quota_test
 
 import (
 	"context"
@@ -12,19 +12,20 @@ import (
 	"time"
 
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // overrideSource is a real in-memory Overrides implementation whose answers
 // and failures the test controls; it counts lookups.
 type overrideSource struct {
 	mu    sync.Mutex
-	data  map[string]map[string]core.Quota
+	data  map[string]map[string]quota.Quota
 	fail  bool
 	calls atomic.Int64
 	delay time.Duration
 }
 
-func (o *overrideSource) Overrides(ctx context.Context, tenantID string) (map[string]core.Quota, error) {
+func (o *overrideSource) Overrides(ctx context.Context, tenantID string) (map[string]quota.Quota, error) {
 	o.calls.Add(1)
 	o.mu.Lock()
 	delay := o.delay
@@ -38,23 +39,23 @@ func (o *overrideSource) Overrides(ctx context.Context, tenantID string) (map[st
 	return o.data[tenantID], nil
 }
 
-func (o *overrideSource) set(tenant, bucket string, q core.Quota, fail bool) {
+func (o *overrideSource) set(tenant, bucket string, q quota.Quota, fail bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.data == nil {
-		o.data = map[string]map[string]core.Quota{}
+		o.data = map[string]map[string]quota.Quota{}
 	}
 	if bucket != "" {
-		o.data[tenant] = map[string]core.Quota{bucket: q}
+		o.data[tenant] = map[string]quota.Quota{bucket: q}
 	} else {
 		delete(o.data, tenant)
 	}
 	o.fail = fail
 }
 
-var testTiers = core.Tiers{Default: "free", Tiers: map[string]core.Tier{
-	"free": {Classes: map[string]core.Quota{"default": {Capacity: 20, RefillPerSecond: 2}}, Ceiling: &core.Quota{Capacity: 100, RefillPerSecond: 10}},
-	"pro":  {Classes: map[string]core.Quota{"default": {Capacity: 200, RefillPerSecond: 50}}},
+var testTiers = quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{
+	"free": {Classes: map[string]quota.Quota{"default": {Capacity: 20, RefillPerSecond: 2}}, Ceiling: &quota.Quota{Capacity: 100, RefillPerSecond: 10}},
+	"pro":  {Classes: map[string]quota.Quota{"default": {Capacity: 200, RefillPerSecond: 50}}},
 }}
 
 func TestResolverTiersAndOverrides(t *testing.T) {
@@ -63,12 +64,12 @@ func TestResolverTiersAndOverrides(t *testing.T) {
 	var mu sync.Mutex
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
-	r, err := core.NewResolver(testTiers, core.WithOverrides(src), core.WithOverrideCacheTTL(30*time.Second), core.WithClock(clock))
+	r, err := quota.NewResolver(testTiers, quota.WithOverrides(src), quota.WithCacheTTL(30*time.Second), quota.WithClock(clock))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	quota := func(tn core.Tenant) core.Quota {
+	qt := func(tn quota.Tenant) quota.Quota {
 		t.Helper()
 		bs, err := r.Buckets(ctx, tn, "default")
 		if err != nil {
@@ -76,29 +77,29 @@ func TestResolverTiersAndOverrides(t *testing.T) {
 		}
 		return bs[0].Quota
 	}
-	t42 := core.Tenant{ID: "t42", Tier: "free"}
-	if q := quota(t42); q.Capacity != 20 {
+	t42 := quota.Tenant{ID: "t42", Tier: "free"}
+	if q := qt(t42); q.Capacity != 20 {
 		t.Fatalf("tier default = %v", q)
 	}
-	if bs, _ := r.Buckets(ctx, t42, "default"); len(bs) != 2 || bs[1].Name != core.CeilingBucket {
+	if bs, _ := r.Buckets(ctx, t42, "default"); len(bs) != 2 || bs[1].Name != quota.CeilingBucket {
 		t.Fatalf("free tier has a ceiling: %+v", bs)
 	}
-	if q := quota(core.Tenant{ID: "x"}); q.Capacity != 20 {
+	if q := qt(quota.Tenant{ID: "x"}); q.Capacity != 20 {
 		t.Fatalf("empty tier uses the default tier: %v", q)
 	}
-	if q := quota(core.Tenant{ID: "p", Tier: "pro"}); q.Capacity != 200 {
+	if q := qt(quota.Tenant{ID: "p", Tier: "pro"}); q.Capacity != 200 {
 		t.Fatalf("pro = %v", q)
 	}
-	if _, err := r.Buckets(ctx, core.Tenant{ID: "x", Tier: "gold"}, "default"); !errors.Is(err, core.ErrResolve) {
+	if _, err := r.Buckets(ctx, quota.Tenant{ID: "x", Tier: "gold"}, "default"); !errors.Is(err, core.ErrResolve) {
 		t.Fatalf("unknown tier: %v", err)
 	}
 	if _, err := r.Buckets(ctx, t42, "nope"); !errors.Is(err, core.ErrResolve) {
 		t.Fatalf("unknown class: %v", err)
 	}
 
-	src.set("t42", "default", core.Quota{Capacity: 500, RefillPerSecond: 5}, false)
+	src.set("t42", "default", quota.Quota{Capacity: 500, RefillPerSecond: 5}, false)
 	advance(29 * time.Second)
-	if q := quota(t42); q.Capacity != 20 {
+	if q := qt(t42); q.Capacity != 20 {
 		t.Fatalf("override applied before the TTL: %v", q)
 	}
 	advance(2 * time.Second)
@@ -106,13 +107,13 @@ func TestResolverTiersAndOverrides(t *testing.T) {
 	// background, then the override applies
 	eventually(t, r, t42, 500)
 	// the source fails: the last known override keeps serving
-	src.set("t42", "default", core.Quota{}, true)
+	src.set("t42", "default", quota.Quota{}, true)
 	advance(31 * time.Second)
-	if q := quota(t42); q.Capacity != 500 {
+	if q := qt(t42); q.Capacity != 500 {
 		t.Fatalf("stale-on-error: %v", q)
 	}
 	waitStat(t, &r.Stats().LoadErrors, 1)
-	if q := quota(t42); q.Capacity != 500 {
+	if q := qt(t42); q.Capacity != 500 {
 		t.Fatalf("stale-on-error after the failed refresh: %v", q)
 	}
 	if r.Stats().StaleServed.Load() == 0 {
@@ -120,30 +121,30 @@ func TestResolverTiersAndOverrides(t *testing.T) {
 	}
 	// a failing source is retried after a short pause, not on every request
 	calls := src.calls.Load()
-	quota(t42)
-	quota(t42)
+	qt(t42)
+	qt(t42)
 	if src.calls.Load() != calls {
 		t.Fatalf("a failing source was called on every request")
 	}
 	// a tenant never loaded gets the tier default while the source fails
-	if q := quota(core.Tenant{ID: "new", Tier: "pro"}); q.Capacity != 200 {
+	if q := qt(quota.Tenant{ID: "new", Tier: "pro"}); q.Capacity != 200 {
 		t.Fatalf("never loaded + failing source: %v", q)
 	}
 	// the source recovers, the override is deleted: back to the tier
-	src.set("t42", "", core.Quota{}, false)
+	src.set("t42", "", quota.Quota{}, false)
 	advance(31 * time.Second)
 	eventually(t, r, t42, 20)
 	// an invalid override is ignored, never enforced
-	src.set("t42", "default", core.Quota{Capacity: -1, RefillPerSecond: 1}, false)
+	src.set("t42", "default", quota.Quota{Capacity: -1, RefillPerSecond: 1}, false)
 	r.Invalidate("t42")
-	if q := quota(t42); q.Capacity != 20 {
+	if q := qt(t42); q.Capacity != 20 {
 		t.Fatalf("invalid override used: %v", q)
 	}
 }
 
 // eventually polls r until tn's default quota has capacity want (an
 // expired entry is refreshed in the background).
-func eventually(t *testing.T, r *core.TieredResolver, tn core.Tenant, want int64) {
+func eventually(t *testing.T, r *quota.TieredResolver, tn quota.Tenant, want int64) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -176,14 +177,14 @@ func waitStat(t *testing.T, c *atomic.Int64, n int64) {
 // A first lookup waits no longer than the caller's deadline, then fails.
 func TestResolverStaleWhileRevalidate(t *testing.T) {
 	src := &overrideSource{}
-	src.set("t1", "default", core.Quota{Capacity: 500, RefillPerSecond: 5}, false)
+	src.set("t1", "default", quota.Quota{Capacity: 500, RefillPerSecond: 5}, false)
 	var now atomic.Int64
 	clock := func() time.Time { return time.Unix(0, now.Load()) }
-	r, err := core.NewResolver(testTiers, core.WithOverrides(src), core.WithOverrideCacheTTL(time.Second), core.WithClock(clock))
+	r, err := quota.NewResolver(testTiers, quota.WithOverrides(src), quota.WithCacheTTL(time.Second), quota.WithClock(clock))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t1 := core.Tenant{ID: "t1"}
+	t1 := quota.Tenant{ID: "t1"}
 	eventually(t, r, t1, 500)
 	src.mu.Lock()
 	src.delay = 1500 * time.Millisecond // the database hangs
@@ -207,7 +208,7 @@ func TestResolverStaleWhileRevalidate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	start = time.Now()
-	if _, err := r.Buckets(ctx, core.Tenant{ID: "new"}, "default"); err == nil || errors.Is(err, core.ErrResolve) {
+	if _, err := r.Buckets(ctx, quota.Tenant{ID: "new"}, "default"); err == nil || errors.Is(err, core.ErrResolve) {
 		t.Fatalf("first lookup past the deadline: %v", err)
 	}
 	if took := time.Since(start); took > 700*time.Millisecond {
@@ -219,7 +220,7 @@ func TestResolverStaleWhileRevalidate(t *testing.T) {
 
 func TestResolverSingleflight(t *testing.T) {
 	src := &overrideSource{delay: 50 * time.Millisecond}
-	r, err := core.NewResolver(testTiers, core.WithOverrides(src))
+	r, err := quota.NewResolver(testTiers, quota.WithOverrides(src))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +229,7 @@ func TestResolverSingleflight(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := r.Buckets(context.Background(), core.Tenant{ID: "t1"}, "default"); err != nil {
+			if _, err := r.Buckets(context.Background(), quota.Tenant{ID: "t1"}, "default"); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -240,12 +241,12 @@ func TestResolverSingleflight(t *testing.T) {
 }
 
 func TestResolverSetTiers(t *testing.T) {
-	r, err := core.NewResolver(testTiers)
+	r, err := quota.NewResolver(testTiers)
 	if err != nil {
 		t.Fatal(err)
 	}
-	bad := core.Tiers{Tiers: map[string]core.Tier{"free": {Classes: map[string]core.Quota{"default": {Capacity: 0, RefillPerSecond: 1}}}}}
-	if err := r.SetTiers(bad); !errors.Is(err, core.ErrInvalidQuota) {
+	bad := quota.Tiers{Tiers: map[string]quota.Tier{"free": {Classes: map[string]quota.Quota{"default": {Capacity: 0, RefillPerSecond: 1}}}}}
+	if err := r.SetTiers(bad); !errors.Is(err, quota.ErrInvalid) {
 		t.Fatalf("invalid tiers accepted: %v", err)
 	}
 	if r.Tiers().Tiers["free"].Classes["default"].Capacity != 20 {
@@ -253,16 +254,16 @@ func TestResolverSetTiers(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name  string
-		tiers core.Tiers
+		tiers quota.Tiers
 	}{
-		{"no tiers", core.Tiers{}},
-		{"missing default", core.Tiers{Default: "x", Tiers: testTiers.Tiers}},
-		{"reserved class", core.Tiers{Tiers: map[string]core.Tier{"a": {Classes: map[string]core.Quota{core.CeilingBucket: core.PerSecond(1)}}}}},
-		{"bad class name", core.Tiers{Tiers: map[string]core.Tier{"a": {Classes: map[string]core.Quota{"a b": core.PerSecond(1)}}}}},
-		{"no classes", core.Tiers{Tiers: map[string]core.Tier{"a": {}}}},
-		{"bad ceiling", core.Tiers{Tiers: map[string]core.Tier{"a": {Classes: map[string]core.Quota{"d": core.PerSecond(1)}, Ceiling: &core.Quota{}}}}},
+		{"no tiers", quota.Tiers{}},
+		{"missing default", quota.Tiers{Default: "x", Tiers: testTiers.Tiers}},
+		{"reserved class", quota.Tiers{Tiers: map[string]quota.Tier{"a": {Classes: map[string]quota.Quota{quota.CeilingBucket: quota.PerSecond(1)}}}}},
+		{"bad class name", quota.Tiers{Tiers: map[string]quota.Tier{"a": {Classes: map[string]quota.Quota{"a b": quota.PerSecond(1)}}}}},
+		{"no classes", quota.Tiers{Tiers: map[string]quota.Tier{"a": {}}}},
+		{"bad ceiling", quota.Tiers{Tiers: map[string]quota.Tier{"a": {Classes: map[string]quota.Quota{"d": quota.PerSecond(1)}, Ceiling: &quota.Quota{}}}}},
 	} {
-		if _, err := core.NewResolver(tc.tiers); err == nil {
+		if _, err := quota.NewResolver(tc.tiers); err == nil {
 			t.Errorf("%s: accepted", tc.name)
 		}
 	}
@@ -272,36 +273,36 @@ func TestResolverLogsAndBounds(t *testing.T) {
 	var logs syncBuffer
 	src := &overrideSource{}
 	var now atomic.Int64
-	r, err := core.NewResolver(testTiers, core.WithOverrides(src), core.WithOverrideCacheTTL(time.Second), core.WithOverrideCacheSize(10),
-		core.WithClock(func() time.Time { return time.Unix(0, now.Load()) }),
-		core.WithResolverLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	r, err := quota.NewResolver(testTiers, quota.WithOverrides(src), quota.WithCacheTTL(time.Second), quota.WithCacheSize(10), quota.
+		WithClock(func() time.Time { return time.Unix(0, now.Load()) }), quota.
+		WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	src.set("t{1}", "default", core.Quota{Capacity: 50, RefillPerSecond: 5}, false)
-	_, _ = r.Buckets(ctx, core.Tenant{ID: "t{1}"}, "default")
-	src.set("t{1}", "default", core.Quota{Capacity: 70, RefillPerSecond: 5}, false)
+	src.set("t{1}", "default", quota.Quota{Capacity: 50, RefillPerSecond: 5}, false)
+	_, _ = r.Buckets(ctx, quota.Tenant{ID: "t{1}"}, "default")
+	src.set("t{1}", "default", quota.Quota{Capacity: 70, RefillPerSecond: 5}, false)
 	now.Add(int64(2 * time.Second))
-	eventually(t, r, core.Tenant{ID: "t{1}"}, 70)
+	eventually(t, r, quota.Tenant{ID: "t{1}"}, 70)
 	out := logs.String()
 	if !strings.Contains(out, "quota override changed") || !strings.Contains(out, "t%7B1%7D") || strings.Contains(out, "t{1}") {
 		t.Fatalf("quota change not logged, or the tenant not escaped:\n%s", out)
 	}
-	src.set("t2", "default", core.Quota{Capacity: -5, RefillPerSecond: 1}, false)
-	_, _ = r.Buckets(ctx, core.Tenant{ID: "t2"}, "default")
+	src.set("t2", "default", quota.Quota{Capacity: -5, RefillPerSecond: 1}, false)
+	_, _ = r.Buckets(ctx, quota.Tenant{ID: "t2"}, "default")
 	if !strings.Contains(logs.String(), "ignoring an invalid override") {
 		t.Fatalf("invalid override not logged:\n%s", logs.String())
 	}
 	// the cache stays bounded
 	for i := range 100 {
-		_, _ = r.Buckets(ctx, core.Tenant{ID: "many-" + strconv.Itoa(i)}, "default")
+		_, _ = r.Buckets(ctx, quota.Tenant{ID: "many-" + strconv.Itoa(i)}, "default")
 	}
 	if n := src.calls.Load(); n < 100 {
 		t.Fatalf("lookups %d", n)
 	}
 	calls := src.calls.Load()
-	_, _ = r.Buckets(ctx, core.Tenant{ID: "many-99"}, "default") // the newest is still cached
+	_, _ = r.Buckets(ctx, quota.Tenant{ID: "many-99"}, "default") // the newest is still cached
 	if src.calls.Load() != calls {
 		t.Fatal("the newest entry was evicted")
 	}

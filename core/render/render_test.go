@@ -1,20 +1,24 @@
-package core
+package render
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 func TestHeaders(t *testing.T) {
-	q := Quota{Capacity: 10, RefillPerSecond: 2}
+	q := quota.Quota{Capacity: 10, RefillPerSecond: 2}
 	now := time.Unix(1_700_000_000, 0)
-	allowed := newDecision([]BucketState{{Name: "default", Quota: q, Tokens: 6.5}}, 0, ReasonOK, 0, 1)
-	denied := newDecision([]BucketState{{Name: "default", Quota: q, Tokens: 0.25}}, 0, ReasonOverLimit, 0.375, 1)
-	never := newDecision([]BucketState{{Name: "export", Quota: q, Tokens: 10}}, 0, ReasonCostExceedsCapacity, 0, 11)
+	allowed := newDecision([]core.BucketState{{Name: "default", Quota: q, Tokens: 6.5}}, 0, core.ReasonOK, 0, 1)
+	denied := newDecision([]core.BucketState{{Name: "default", Quota: q, Tokens: 0.25}}, 0, core.ReasonOverLimit, 0.375, 1)
+	never := newDecision([]core.BucketState{{Name: "export", Quota: q, Tokens: 10}}, 0, core.ReasonCostExceedsCapacity, 0, 11)
 	tests := []struct {
 		name  string
-		d     Decision
+		d     core.Decision
 		style HeaderStyle
 		want  string
 	}{
@@ -29,14 +33,14 @@ func TestHeaders(t *testing.T) {
 		{"draft-06", allowed, HeaderDraft06,
 			`RateLimit-Limit: 10|RateLimit-Remaining: 6|RateLimit-Reset: 2`},
 		{"none keeps Retry-After", denied, HeaderNone, `Retry-After: 1`},
-		{"degraded has none", Decision{Reason: ReasonFailedOpen, Allowed: true}, DefaultHeaderStyle, ``},
-		{"shed: Retry-After alone", Decision{Reason: ReasonOverloaded, Cost: 1}, DefaultHeaderStyle, `Retry-After: 1`},
-		{"shed, style none: Retry-After", Decision{Reason: ReasonOverloaded, Cost: 1}, HeaderNone, `Retry-After: 1`},
+		{"degraded has none", core.Decision{Reason: core.ReasonFailedOpen, Allowed: true}, DefaultHeaderStyle, ``},
+		{"shed: Retry-After alone", core.Decision{Reason: core.ReasonOverloaded, Cost: 1}, DefaultHeaderStyle, `Retry-After: 1`},
+		{"shed, style none: Retry-After", core.Decision{Reason: core.ReasonOverloaded, Cost: 1}, HeaderNone, `Retry-After: 1`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var parts []string
-			for _, h := range tt.d.Headers(tt.style, now) {
+			for _, h := range Headers(tt.d, tt.style, now) {
 				parts = append(parts, h.Name+": "+h.Value)
 			}
 			if got := strings.Join(parts, "|"); got != tt.want {
@@ -44,19 +48,19 @@ func TestHeaders(t *testing.T) {
 			}
 		})
 	}
-	if denied.Status() != 429 || never.Status() != 429 || allowed.Status() != 200 {
+	if Status(denied) != 429 || Status(never) != 429 || Status(allowed) != 200 {
 		t.Error("status")
 	}
-	if denied.PushbackMillis() != 375 || never.PushbackMillis() != -1 || allowed.PushbackMillis() != 0 {
-		t.Error("pushback", denied.PushbackMillis(), never.PushbackMillis())
+	if PushbackMillis(denied) != 375 || PushbackMillis(never) != -1 || PushbackMillis(allowed) != 0 {
+		t.Error("pushback", PushbackMillis(denied), PushbackMillis(never))
 	}
 }
 
 func TestConcurrencyHeaders(t *testing.T) {
-	q := Quota{Capacity: 100, RefillPerSecond: 10, Concurrency: 2}
+	q := quota.Quota{Capacity: 100, RefillPerSecond: 10, Concurrency: 2}
 	now := time.Unix(1_700_000_000, 0)
-	allowed := newDecision([]BucketState{{Name: "reports", Quota: q, Tokens: 99, InFlight: 1}}, 0, ReasonOK, 0, 1)
-	denied := newDecision([]BucketState{{Name: "reports", Quota: q, Tokens: 98.5, InFlight: 2}}, 0, ReasonConcurrencyLimit, 0, 1)
+	allowed := newDecision([]core.BucketState{{Name: "reports", Quota: q, Tokens: 99, InFlight: 1}}, 0, core.ReasonOK, 0, 1)
+	denied := newDecision([]core.BucketState{{Name: "reports", Quota: q, Tokens: 98.5, InFlight: 2}}, 0, core.ReasonConcurrencyLimit, 0, 1)
 	denied.RetryAfter = 400 * time.Millisecond
 	join := func(hs []Header) string {
 		var parts []string
@@ -67,37 +71,34 @@ func TestConcurrencyHeaders(t *testing.T) {
 	}
 	for _, tt := range []struct {
 		name string
-		d    Decision
+		d    core.Decision
 		want string
 	}{
 		{"allowed", allowed, `RateLimit-Policy: "reports";q=100;w=10, "reports/concurrency";q=2;qu="concurrent-requests"|RateLimit: "reports";r=99;t=1, "reports/concurrency";r=1|X-RateLimit-Limit: 100|X-RateLimit-Remaining: 99|X-RateLimit-Reset: 1`},
 		{"denied", denied, `RateLimit-Policy: "reports";q=100;w=10, "reports/concurrency";q=2;qu="concurrent-requests"|RateLimit: "reports";r=98;t=1, "reports/concurrency";r=0;t=1|X-RateLimit-Limit: 100|X-RateLimit-Remaining: 98|X-RateLimit-Reset: 1|Retry-After: 1`},
 	} {
-		if got := join(tt.d.Headers(DefaultHeaderStyle, now)); got != tt.want {
+		if got := join(Headers(tt.d, DefaultHeaderStyle, now)); got != tt.want {
 			t.Errorf("%s:\ngot  %s\nwant %s", tt.name, got, tt.want)
 		}
 	}
-	if denied.Status() != 429 || !denied.Denied() || denied.PushbackMillis() != 400 {
-		t.Errorf("denied: status %d, pushback %d", denied.Status(), denied.PushbackMillis())
+	if Status(denied) != 429 || !denied.Denied() || PushbackMillis(denied) != 400 {
+		t.Errorf("denied: status %d, pushback %d", Status(denied), PushbackMillis(denied))
 	}
-	p := denied.Problem()
+	p := ProblemOf(denied)
 	if p.Status != 429 || len(p.ViolatedPolicies) != 1 || p.ViolatedPolicies[0] != "reports/concurrency" ||
 		!strings.Contains(p.Detail, "Concurrency limit") || !strings.Contains(p.Detail, "2 requests in flight, at most 2") {
 		t.Errorf("problem %+v", p)
 	}
-	var v Verdict
-	v.Done() // no slot: nothing to do
-	v.Done()
 }
 
 func TestRetryAfterCeil(t *testing.T) {
-	q := Quota{Capacity: 10, RefillPerSecond: 2}
+	q := quota.Quota{Capacity: 10, RefillPerSecond: 2}
 	for _, tt := range []struct {
 		retry float64
 		want  int64
 	}{{0.000001, 1}, {0.5, 1}, {1, 1}, {1.000001, 2}, {2.5, 3}} {
-		d := newDecision([]BucketState{{Name: "d", Quota: q}}, 0, ReasonOverLimit, tt.retry, 1)
-		if got := d.retryAfterSeconds(); got != tt.want {
+		d := newDecision([]core.BucketState{{Name: "d", Quota: q}}, 0, core.ReasonOverLimit, tt.retry, 1)
+		if got := retryAfterSeconds(d); got != tt.want {
 			t.Errorf("retry %vs: Retry-After %d, want %d", tt.retry, got, tt.want)
 		}
 	}
@@ -131,47 +132,34 @@ func FuzzQuoteSFString(f *testing.F) {
 	})
 }
 
-func TestQuotaValidate(t *testing.T) {
-	for _, tt := range []struct {
-		q    Quota
-		want string
-	}{
-		{Quota{0, 1, 0}, "capacity must be > 0"},
-		{Quota{-1, 1, 0}, "capacity must be > 0"},
-		{Quota{MaxCapacity + 1, 1e9, 0}, "capacity must be <="},
-		{Quota{1, 0, 0}, "refill rate must be > 0"},
-		{Quota{1, -1, 0}, "refill rate must be > 0"},
-		{Quota{1, nan(), 0}, "refill rate must be finite"},
-		{Quota{1, inf(), 0}, "refill rate must be finite"},
-		{Quota{1, 2e12, 0}, "refill rate must be <="},
-		{Quota{1000, 1e-6, 0}, "time to refill"},
-		{Quota{10, 2, 0}, ""},
-		{Quota{10, 2, -1}, "concurrency must be 0 (none) to"},
-		{Quota{10, 2, MaxConcurrency + 1}, "concurrency must be 0 (none) to"},
-		{Quota{10, 2, 8}, ""},
-	} {
-		err := tt.q.Validate()
-		if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
-			t.Errorf("%+v: %v, want %q", tt.q, err, tt.want)
-		}
-	}
-}
-
-func nan() float64 { var z float64; return z / z }
-func inf() float64 { var z float64; return 1 / z }
-
 // TestOverloadedAnswer: a shed check is never admitted and never looks like
 // a denial or a store failure: 503 with its own body, a one-second hint for
 // HTTP and gRPC alike.
 func TestOverloadedAnswer(t *testing.T) {
-	d := Decision{Reason: ReasonOverloaded, Cost: 1}
-	if d.Allowed || d.Denied() || d.Degraded() || d.Status() != 503 {
-		t.Fatalf("allowed %v denied %v degraded %v status %d", d.Allowed, d.Denied(), d.Degraded(), d.Status())
+	d := core.Decision{Reason: core.ReasonOverloaded, Cost: 1}
+	if d.Allowed || d.Denied() || d.Degraded() || Status(d) != 503 {
+		t.Fatalf("allowed %v denied %v degraded %v status %d", d.Allowed, d.Denied(), d.Degraded(), Status(d))
 	}
-	if p := d.Problem(); p.Status != 503 || !strings.Contains(p.Detail, "overloaded") {
+	if p := ProblemOf(d); p.Status != 503 || !strings.Contains(p.Detail, "overloaded") {
 		t.Fatalf("problem %+v", p)
 	}
-	if d.PushbackMillis() != 1000 || d.Reason.String() != "overloaded" {
-		t.Fatalf("pushback %d, name %q", d.PushbackMillis(), d.Reason)
+	if PushbackMillis(d) != 1000 || d.Reason.String() != "overloaded" {
+		t.Fatalf("pushback %d, name %q", PushbackMillis(d), d.Reason)
 	}
+}
+
+// newDecision builds the Decision the limiter makes from the bucket states
+// (core's own constructor, field for field), the binding one at binding.
+func newDecision(states []core.BucketState, binding int, reason core.Reason, retry float64, cost int64) core.Decision {
+	b := states[binding]
+	d := core.Decision{Allowed: reason == core.ReasonOK, Reason: reason, Bucket: b.Name, Quota: b.Quota,
+		Limit: b.Quota.Capacity, Tokens: b.Tokens, Cost: cost, Buckets: states}
+	if r := math.Floor(b.Tokens); r > 0 {
+		d.Remaining = int64(r)
+	}
+	if reason == core.ReasonOverLimit {
+		d.RetryAfter = seconds(retry)
+	}
+	d.ResetAfter = seconds((float64(b.Quota.Capacity) - b.Tokens) / b.Quota.RefillPerSecond)
+	return d
 }

@@ -1,4 +1,10 @@
-package core
+package gate
+
+import (
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/render"
+)
 
 // Verdict is a Gate's answer, ready to render: the adapter sets Headers on
 // the response, then either calls the handler (Proceed) or writes Status,
@@ -10,18 +16,18 @@ type Verdict struct {
 	// or 503.
 	Status int
 	// Headers are set on the response whether or not it proceeds.
-	Headers []Header
+	Headers []render.Header
 	// ContentType and Body are the problem+json answer when !Proceed.
 	ContentType string
 	Body        []byte
 	// Problem is Body, decoded.
-	Problem Problem
+	Problem render.Problem
 
 	// Decision is the limiter's decision (zero when no check ran:
 	// unauthenticated or exempt).
-	Decision Decision
+	Decision core.Decision
 	// Tenant is who was charged.
-	Tenant Tenant
+	Tenant quota.Tenant
 	// Route is the class and cost that applied.
 	Route Route
 	// Checked is false when no check ran (exempt route, no tenant).
@@ -41,7 +47,7 @@ type Verdict struct {
 }
 
 // Done ends the request as far as the limiter is concerned: it releases the
-// concurrency slot the request holds (Decision.Slot), if any, and settles
+// concurrency slot the request holds (core.Decision.Slot), if any, and settles
 // the request's reservation with the cost its handler reported (ReportCost;
 // one more round trip, bounded by the check timeout), once. Call it when
 // the handler returns, panics included (defer v.Done()), or, for a stream,
@@ -52,4 +58,20 @@ type Verdict struct {
 func (v Verdict) Done() {
 	v.Decision.Slot.Release()
 	v.settle()
+}
+
+// render turns the limiter's answer for (t, r) into a Verdict.
+func (g *Gate) render(t quota.Tenant, r Route, d core.Decision, err error) Verdict {
+	v := Verdict{Proceed: d.Allowed, Decision: d, Tenant: t, Route: r, Checked: true, Err: err,
+		Headers: render.Headers(d, g.style, g.now())}
+	if g.reports && settleable(d) {
+		v.report = &costReport{lim: g.lim}
+	}
+	if !d.Allowed {
+		v.Status = render.Status(d)
+		v.Problem = render.ProblemOf(d)
+		v.ContentType = render.ProblemContentType
+		v.Body = v.Problem.JSON()
+	}
+	return v
 }

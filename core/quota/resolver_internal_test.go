@@ -1,4 +1,4 @@
-package core
+package quota
 
 import (
 	"context"
@@ -32,7 +32,7 @@ func TestResolverRefreshNotSwallowed(t *testing.T) {
 
 	src := &countingOverrides{}
 	r, err := NewResolver(Tiers{Tiers: map[string]Tier{"t": {Classes: map[string]Quota{DefaultClass: PerSecond(1)}}}},
-		WithOverrides(src), WithOverrideCacheTTL(time.Second), WithClock(clock))
+		WithOverrides(src), WithCacheTTL(time.Second), WithClock(clock))
 	if err != nil {
 		t.Fatal(err)
 	}

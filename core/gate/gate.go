@@ -1,10 +1,17 @@
-package core
+package gate
 
 import (
 	"context"
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/internal/anon"
+	"github.com/tollgate-go/tollgate/core/internal/errs"
+	"github.com/tollgate-go/tollgate/core/keys"
+	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/render"
 )
 
 // Endpoint is what an adapter knows about a request before the handler runs.
@@ -32,31 +39,31 @@ type Endpoint struct {
 
 // CostFunc decides a request's class and cost dynamically. ok false falls
 // back to the route table. Its answer is held to the route table's rules
-// (a valid class name, 1 <= Cost <= MaxCost, unless Exempt): a bad one
+// (a valid class name, 1 <= Cost <= quota.MaxCost, unless Exempt): a bad one
 // fails the request as a misconfiguration (500, gRPC Internal, reported to
 // the adapter's error hook), never a free pass. A cost that rounds down to
 // 0 (bytes / 1 MiB) must be clamped to 1 by the function.
-type CostFunc func(ctx context.Context, t Tenant, e Endpoint) (r Route, ok bool)
+type CostFunc func(ctx context.Context, t quota.Tenant, e Endpoint) (r Route, ok bool)
 
 // Gate is the request flow every adapter shares: find the tenant (from the
 // context, never from a header the client sets), map the route to a class
 // and cost, check, and render the answer (status, headers, problem body).
 // Adapters call Decide before the handler and only translate the Verdict.
 type Gate struct {
-	lim       *Limiter
+	lim       *core.Limiter
 	routes    Routes
 	fallback  Route
 	costFunc  CostFunc
-	style     HeaderStyle
+	style     render.HeaderStyle
 	anonTier  string
 	anonymous bool
 	reports   bool // WithCostReports
 	now       func() time.Time
 }
 
-// GateOption configures a Gate. Like an Option, one given a value it cannot
-// use makes NewGate fail with an error naming it.
-type GateOption interface{ applyGate(*Gate) error }
+// Option configures a Gate. One given a value it cannot use makes New fail
+// with an error naming it and wrapping core.ErrInvalidConfig.
+type Option interface{ applyGate(*Gate) error }
 
 type gateOptionFunc func(*Gate) error
 
@@ -64,10 +71,10 @@ func (f gateOptionFunc) applyGate(g *Gate) error { return f(g) }
 
 // WithRoutes sets the route table; every entry must be valid (see
 // Routes.Validate). Default: none (every route is the default route).
-func WithRoutes(rs Routes) GateOption {
+func WithRoutes(rs Routes) Option {
 	return gateOptionFunc(func(g *Gate) error {
 		if err := rs.Validate(); err != nil {
-			return badValue("WithRoutes", err)
+			return errs.BadValue("gate.WithRoutes", err)
 		}
 		if rs != nil {
 			g.routes = rs
@@ -78,10 +85,10 @@ func WithRoutes(rs Routes) GateOption {
 
 // WithDefaultRoute sets the class and cost of routes not in the table.
 // Default: class "default", cost 1.
-func WithDefaultRoute(r Route) GateOption {
+func WithDefaultRoute(r Route) Option {
 	return gateOptionFunc(func(g *Gate) error {
 		if err := (Routes{"default route": r}).Validate(); err != nil {
-			return badValue("WithDefaultRoute", err)
+			return errs.BadValue("gate.WithDefaultRoute", err)
 		}
 		g.fallback = r
 		return nil
@@ -90,7 +97,7 @@ func WithDefaultRoute(r Route) GateOption {
 
 // WithCostFunc sets a dynamic class/cost decision, consulted before the
 // route table. nil is ignored. Default: none (the route table decides).
-func WithCostFunc(f CostFunc) GateOption {
+func WithCostFunc(f CostFunc) Option {
 	return gateOptionFunc(func(g *Gate) error {
 		if f != nil {
 			g.costFunc = f
@@ -100,12 +107,12 @@ func WithCostFunc(f CostFunc) GateOption {
 }
 
 // WithHeaderStyle selects the rate-limit header families. Default
-// DefaultHeaderStyle (IETF draft-11 and X-RateLimit).
-func WithHeaderStyle(s HeaderStyle) GateOption {
+// render.DefaultHeaderStyle (IETF draft-11 and X-RateLimit).
+func WithHeaderStyle(s render.HeaderStyle) Option {
 	return gateOptionFunc(func(g *Gate) error {
-		const known = HeaderIETF | HeaderXRateLimit | HeaderXRateLimitEpoch | HeaderDraft06
+		const known = render.HeaderIETF | render.HeaderXRateLimit | render.HeaderXRateLimitEpoch | render.HeaderDraft06
 		if s&^known != 0 {
-			return badOption("WithHeaderStyle", "unknown header style bits %#x", uint(s&^known))
+			return errs.BadOption("gate.WithHeaderStyle", "unknown header style bits %#x", uint(s&^known))
 		}
 		g.style = s
 		return nil
@@ -118,7 +125,7 @@ func WithHeaderStyle(s HeaderStyle) GateOption {
 // docs/semantics.md's "Reserve, then settle" says. Default off: a request
 // costs what its route says, and carries nothing to settle (no allocation
 // for it, and ReportCost reports an error).
-func WithCostReports() GateOption {
+func WithCostReports() Option {
 	return gateOptionFunc(func(g *Gate) error {
 		g.reports = true
 		return nil
@@ -132,7 +139,7 @@ func WithCostReports() GateOption {
 // only (no override lookup per new address). Verified tenant IDs of that
 // form are refused (see Decide), so the two never share a bucket. Default
 // off: a request with no tenant is answered 401.
-func WithAnonymous(tier string) GateOption {
+func WithAnonymous(tier string) Option {
 	return gateOptionFunc(func(g *Gate) error {
 		g.anonymous = true
 		g.anonTier = tier
@@ -143,12 +150,25 @@ func WithAnonymous(tier string) GateOption {
 	})
 }
 
-// NewGate returns the shared request flow over l.
-func NewGate(l *Limiter, opts ...GateOption) (*Gate, error) {
+// WithClock takes the time from now instead of the system clock, to date
+// epoch-style headers (render.HeaderXRateLimitEpoch): tests and simulations
+// pass the clock their Limiter runs on (core.WithClock). nil is ignored.
+// Default time.Now.
+func WithClock(now func() time.Time) Option {
+	return gateOptionFunc(func(g *Gate) error {
+		if now != nil {
+			g.now = now
+		}
+		return nil
+	})
+}
+
+// New returns the shared request flow over l.
+func New(l *core.Limiter, opts ...Option) (*Gate, error) {
 	if l == nil {
-		return nil, fmt.Errorf("%w: nil Limiter", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: nil core.Limiter", core.ErrInvalidConfig)
 	}
-	g := &Gate{lim: l, fallback: Route{Class: DefaultClass, Cost: 1}, style: DefaultHeaderStyle, now: time.Now}
+	g := &Gate{lim: l, fallback: Route{Class: quota.DefaultClass, Cost: 1}, style: render.DefaultHeaderStyle, now: time.Now}
 	for _, o := range opts {
 		if o != nil {
 			if err := o.applyGate(g); err != nil {
@@ -168,34 +188,25 @@ func NewGate(l *Limiter, opts ...GateOption) (*Gate, error) {
 // Route returns the class and cost of a request to e by tenant t:
 // e.Route when set, else the cost function's answer, else the route
 // table's, else the default route.
-func (g *Gate) Route(ctx context.Context, t Tenant, e Endpoint) Route {
-	table, inTable := g.routes.Lookup(e.Method, e.Pattern)
-	r, _ := g.route(ctx, t, e, table, inTable)
-	return r
-}
-
-// route is Route given the route table's answer for e (table, inTable),
-// which Decide looked up once. checked reports that the route is the
-// table's or the default one, both validated by NewGate.
-func (g *Gate) route(ctx context.Context, t Tenant, e Endpoint, table Route, inTable bool) (r Route, checked bool) {
+func (g *Gate) Route(ctx context.Context, t quota.Tenant, e Endpoint) Route {
 	if e.Route != (Route{}) {
-		return e.Route, false
+		return e.Route
 	}
 	if g.costFunc != nil {
 		if r, ok := g.costFunc(ctx, t, e); ok {
-			return r, false
+			return r
 		}
 	}
-	if inTable {
-		return table, true
+	if r, ok := g.routes.Lookup(e.Method, e.Pattern); ok {
+		return r
 	}
-	return g.fallback, true
+	return g.fallback
 }
 
 // Decide checks one request. ctx carries the tenant (ContextWithTenant).
 // A verified tenant whose ID begins with "anonymous:", the form of an
 // anonymous caller's ID (WithAnonymous), is refused as an invalid request
-// (400, Err wrapping ErrInvalidRequest) whether or not this Gate admits
+// (400, Err wrapping core.ErrInvalidRequest) whether or not this Gate admits
 // anonymous callers: it would share that caller's bucket.
 //
 // An unmatched request (Endpoint.Unmatched) proceeds to the framework's own
@@ -205,67 +216,55 @@ func (g *Gate) Decide(ctx context.Context, e Endpoint) Verdict {
 		return Verdict{Proceed: true, Unmatched: true}
 	}
 	// an exempt route (health, metrics) needs no identity
-	table, inTable := g.routes.Lookup(e.Method, e.Pattern)
-	if inTable && table.Exempt {
-		return Verdict{Proceed: true, Route: table}
+	if r, ok := g.routes.Lookup(e.Method, e.Pattern); ok && r.Exempt {
+		return Verdict{Proceed: true, Route: r}
 	}
 	t, verified := TenantFromContext(ctx)
 	if !verified {
 		if !g.anonymous || e.ClientIP == "" {
 			// the challenge of a 401 (RFC 9110 §11.6.1): Bearer, the scheme
 			// a tenant identity is verified from
-			p := UnauthenticatedProblem()
-			return Verdict{Status: p.Status, ContentType: ProblemContentType, Body: p.JSON(), Problem: p, Unauthenticated: true,
-				Headers: []Header{{"WWW-Authenticate", "Bearer"}}}
+			p := render.UnauthenticatedProblem()
+			return Verdict{Status: p.Status, ContentType: render.ProblemContentType, Body: p.JSON(), Problem: p, Unauthenticated: true,
+				Headers: []render.Header{{Name: "WWW-Authenticate", Value: "Bearer"}}}
 		}
-		t = Tenant{ID: anonymousID(e.ClientIP), Tier: g.anonTier}
-		ctx = context.WithValue(ctx, anonymousKey{}, true)
+		t = quota.Tenant{ID: anon.ID(e.ClientIP), Tier: g.anonTier}
+		ctx = anon.With(ctx)
 	}
-	r, checked := g.route(ctx, t, e, table, inTable)
+	r := g.Route(ctx, t, e)
 	if r.Exempt {
 		return Verdict{Proceed: true, Tenant: t, Route: r}
 	}
-	if !checked {
-		// a cost function's or an adapter's route is held to the table's
-		// rules (the table and the default route were checked by NewGate)
-		if err := validRoute(r); err != nil {
-			p := misconfiguredProblem()
-			return Verdict{Status: p.Status, ContentType: ProblemContentType, Body: p.JSON(), Problem: p,
-				Decision: Decision{Reason: ReasonUnresolved, Cost: r.Cost}, Tenant: t, Route: r,
-				Err: fmt.Errorf("%w: cost function: %w", ErrInvalidConfig, err)}
-		}
+	if err := validRoute(r); err != nil {
+		p := misconfiguredProblem()
+		return Verdict{Status: p.Status, ContentType: render.ProblemContentType, Body: p.JSON(), Problem: p,
+			Decision: core.Decision{Reason: core.ReasonUnresolved, Cost: r.Cost}, Tenant: t, Route: r,
+			Err: fmt.Errorf("%w: cost function: %w", core.ErrInvalidConfig, err)}
 	}
-	if verified && strings.HasPrefix(t.ID, anonymousPrefix) {
+	if verified && strings.HasPrefix(t.ID, anon.Prefix) {
 		// anonymous callers' IDs: a verified tenant spelled like one would
 		// share that caller's bucket (and deny cache entry), each draining
 		// the other's quota
-		return g.render(t, r, Decision{Reason: ReasonInvalid, Cost: r.Cost},
-			fmt.Errorf("%w: tenant ID %s begins with %q, which is kept for anonymous callers", ErrInvalidRequest, EscapeID(t.ID), anonymousPrefix))
+		return g.render(t, r, core.Decision{Reason: core.ReasonInvalid, Cost: r.Cost},
+			fmt.Errorf("%w: tenant ID %s begins with %q, which is kept for anonymous callers", core.ErrInvalidRequest, keys.EscapeID(t.ID), anon.Prefix))
 	}
-	d, err := g.lim.Check(ctx, Request{Tenant: t, Class: r.Class, Cost: r.Cost})
+	d, err := g.lim.Check(ctx, core.Request{Tenant: t, Class: r.Class, Cost: r.Cost})
 	return g.render(t, r, d, err)
 }
 
 // CheckRoute checks one unit of work whose tenant and route are already known
 // (for example one more message on a stream Decide admitted): it charges
 // r.Cost to tenant t's r.Class buckets and renders the answer.
-func (g *Gate) CheckRoute(ctx context.Context, t Tenant, r Route) Verdict {
-	d, err := g.lim.Check(ctx, Request{Tenant: t, Class: r.Class, Cost: r.Cost})
+func (g *Gate) CheckRoute(ctx context.Context, t quota.Tenant, r Route) Verdict {
+	d, err := g.lim.Check(ctx, core.Request{Tenant: t, Class: r.Class, Cost: r.Cost})
 	return g.render(t, r, d, err)
 }
 
-// render turns the limiter's answer for (t, r) into a Verdict.
-func (g *Gate) render(t Tenant, r Route, d Decision, err error) Verdict {
-	v := Verdict{Proceed: d.Allowed, Decision: d, Tenant: t, Route: r, Checked: true, Err: err,
-		Headers: d.Headers(g.style, g.now())}
-	if g.reports && d.settleable() {
-		v.report = &costReport{lim: g.lim}
-	}
-	if !d.Allowed {
-		v.Status = d.Status()
-		v.Problem = d.Problem()
-		v.ContentType = ProblemContentType
-		v.Body = v.Problem.JSON()
-	}
-	return v
+// misconfiguredProblem is the body of the 500 answered when the gate's
+// configuration cannot decide a request (an adapter's bad option, a cost
+// function's invalid answer). The cause goes to the error hook, never to
+// the client.
+func misconfiguredProblem() render.Problem {
+	return render.Problem{Type: "about:blank", Title: "Internal Server Error", Status: 500,
+		Detail: "The rate limiter is misconfigured."}
 }

@@ -1,9 +1,13 @@
-package core
+package quota
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tollgate-go/tollgate/core/internal/anon"
+	"github.com/tollgate-go/tollgate/core/internal/errs"
+	"github.com/tollgate-go/tollgate/core/internal/hooks"
+	"github.com/tollgate-go/tollgate/core/internal/names"
 	"log/slog"
 	"sort"
 	"strings"
@@ -50,23 +54,23 @@ type Tiers struct {
 // Validate reports the first thing wrong with ts, naming the tier and class.
 func (ts Tiers) Validate() error {
 	if len(ts.Tiers) == 0 {
-		return fmt.Errorf("%w: no tiers", ErrInvalidConfig)
+		return fmt.Errorf("%w: no tiers", errs.InvalidConfig)
 	}
 	if ts.Default != "" {
 		if _, ok := ts.Tiers[ts.Default]; !ok {
-			return fmt.Errorf("%w: default tier %q is not defined", ErrInvalidConfig, ts.Default)
+			return fmt.Errorf("%w: default tier %q is not defined", errs.InvalidConfig, ts.Default)
 		}
 	}
 	for name, tier := range ts.Tiers {
 		if len(tier.Classes) == 0 {
-			return fmt.Errorf("%w: tier %q has no classes", ErrInvalidConfig, name)
+			return fmt.Errorf("%w: tier %q has no classes", errs.InvalidConfig, name)
 		}
 		for class, q := range tier.Classes {
 			if err := ValidateName(class); err != nil {
-				return fmt.Errorf("%w: tier %q: %v", ErrInvalidConfig, name, err)
+				return fmt.Errorf("%w: tier %q: %v", errs.InvalidConfig, name, err)
 			}
 			if class == CeilingBucket {
-				return fmt.Errorf("%w: tier %q: class name %q is reserved for the tenant-wide ceiling", ErrInvalidConfig, name, class)
+				return fmt.Errorf("%w: tier %q: class name %q is reserved for the tenant-wide ceiling", errs.InvalidConfig, name, class)
 			}
 			if err := q.Validate(); err != nil {
 				return fmt.Errorf("tier %q class %q: %w", name, class, err)
@@ -79,7 +83,7 @@ func (ts Tiers) Validate() error {
 			if tier.Ceiling.Concurrency > 0 {
 				for class, q := range tier.Classes {
 					if q.Concurrency > 0 {
-						return fmt.Errorf("%w: tier %q: class %q and the ceiling both have a concurrency limit; a request may have one", ErrInvalidQuota, name, class)
+						return fmt.Errorf("%w: tier %q: class %q and the ceiling both have a concurrency limit; a request may have one", ErrInvalid, name, class)
 					}
 				}
 			}
@@ -95,11 +99,11 @@ func (ts *Tiers) buckets(tierName, class string) ([]Bucket, error) {
 	}
 	tier, ok := ts.Tiers[tierName]
 	if !ok {
-		return nil, fmt.Errorf("%w: unknown tier %q", ErrResolve, EscapeID(tierName))
+		return nil, fmt.Errorf("%w: unknown tier %q", errs.Resolve, names.Escape(tierName))
 	}
 	q, ok := tier.Classes[class]
 	if !ok {
-		return nil, fmt.Errorf("%w: tier %q has no class %q", ErrResolve, EscapeID(tierName), EscapeID(class))
+		return nil, fmt.Errorf("%w: tier %q has no class %q", errs.Resolve, names.Escape(tierName), names.Escape(class))
 	}
 	bs := make([]Bucket, 1, 2)
 	bs[0] = Bucket{Name: class, Quota: q}
@@ -127,8 +131,8 @@ func (f OverridesFunc) Overrides(ctx context.Context, tenantID string) (map[stri
 	return f(ctx, tenantID)
 }
 
-// DefaultOverrideCacheTTL is how long a tenant's overrides are cached in process.
-const DefaultOverrideCacheTTL = 45 * time.Second
+// DefaultCacheTTL is how long a tenant's overrides are cached in process.
+const DefaultCacheTTL = 45 * time.Second
 
 // TieredResolver resolves quotas as tier defaults plus per-tenant overrides.
 // Overrides are cached in process for a TTL (default 45 s), so the override
@@ -182,17 +186,17 @@ type cacheEntry struct {
 	refreshing atomic.Bool
 }
 
-// ResolverOption configures a TieredResolver.
-// Like an Option, one given a value it cannot use makes NewResolver fail
-// with an error naming it.
-type ResolverOption interface{ applyResolver(*TieredResolver) error }
+// Option configures a TieredResolver.
+// One given a value it cannot use makes NewResolver fail with an error
+// naming it and wrapping core.ErrInvalidConfig.
+type Option interface{ applyResolver(*TieredResolver) error }
 
 type resolverOptionFunc func(*TieredResolver) error
 
 func (f resolverOptionFunc) applyResolver(r *TieredResolver) error { return f(r) }
 
 // WithOverrides sets the override source. Default: none (tier defaults only).
-func WithOverrides(o Overrides) ResolverOption {
+func WithOverrides(o Overrides) Option {
 	return resolverOptionFunc(func(r *TieredResolver) error {
 		if o != nil {
 			r.overrides = o
@@ -201,37 +205,37 @@ func WithOverrides(o Overrides) ResolverOption {
 	})
 }
 
-// WithOverrideCacheTTL sets how long overrides are cached; d must be
+// WithCacheTTL sets how long overrides are cached; d must be
 // positive. Default 45 s.
-func WithOverrideCacheTTL(d time.Duration) ResolverOption {
+func WithCacheTTL(d time.Duration) Option {
 	return resolverOptionFunc(func(r *TieredResolver) error {
-		return setPositive(&r.ttl, "WithOverrideCacheTTL", "ttl", d)
+		return errs.SetPositive(&r.ttl, "quota.WithCacheTTL", "ttl", d)
 	})
 }
 
-// WithOverrideTimeout bounds one override lookup. d must be positive.
+// WithTimeout bounds one override lookup. d must be positive.
 // Default 2 s. The lookup runs in the background, shared by every request
 // for the same tenant (singleflight), and outlives a single caller's
 // cancellation; no request waits for it longer than its own deadline (and,
 // under a Limiter, the limiter's check timeout).
-func WithOverrideTimeout(d time.Duration) ResolverOption {
+func WithTimeout(d time.Duration) Option {
 	return resolverOptionFunc(func(r *TieredResolver) error {
-		return setPositive(&r.timeout, "WithOverrideTimeout", "timeout", d)
+		return errs.SetPositive(&r.timeout, "quota.WithTimeout", "timeout", d)
 	})
 }
 
-// WithOverrideCacheSize bounds the number of tenants whose overrides are cached.
+// WithCacheSize bounds the number of tenants whose overrides are cached.
 // n must be positive. Default 100,000. When full, expired entries are
 // dropped first, then arbitrary ones (they are reloaded on their next use).
-func WithOverrideCacheSize(n int) ResolverOption {
+func WithCacheSize(n int) Option {
 	return resolverOptionFunc(func(r *TieredResolver) error {
-		return setPositive(&r.maxCache, "WithOverrideCacheSize", "size", n)
+		return errs.SetPositive(&r.maxCache, "quota.WithCacheSize", "size", n)
 	})
 }
 
-// WithResolverLogger sets the logger for override-source failures. Default
+// WithLogger sets the logger for override-source failures. Default
 // slog.Default().
-func WithResolverLogger(l *slog.Logger) ResolverOption {
+func WithLogger(l *slog.Logger) Option {
 	return resolverOptionFunc(func(r *TieredResolver) error {
 		if l != nil {
 			r.log = l
@@ -240,12 +244,32 @@ func WithResolverLogger(l *slog.Logger) ResolverOption {
 	})
 }
 
+// WithClock takes the time from now instead of the system clock, to expire
+// cached overrides (tests, simulations: pass the clock a Limiter runs on,
+// core.WithClock). nil is ignored. Default time.Now.
+func WithClock(now func() time.Time) Option {
+	return resolverOptionFunc(func(r *TieredResolver) error {
+		if now != nil {
+			r.now = now
+		}
+		return nil
+	})
+}
+
+func init() {
+	hooks.BoundWait = func(r any, d time.Duration) {
+		if tr, ok := r.(*TieredResolver); ok {
+			tr.boundWait(d)
+		}
+	}
+}
+
 // NewResolver returns a resolver over tiers, which must be valid.
-func NewResolver(tiers Tiers, opts ...ResolverOption) (*TieredResolver, error) {
+func NewResolver(tiers Tiers, opts ...Option) (*TieredResolver, error) {
 	if err := tiers.Validate(); err != nil {
 		return nil, err
 	}
-	r := &TieredResolver{ttl: DefaultOverrideCacheTTL, timeout: 2 * time.Second, maxCache: 100_000,
+	r := &TieredResolver{ttl: DefaultCacheTTL, timeout: 2 * time.Second, maxCache: 100_000,
 		now: time.Now, log: slog.Default()}
 	for _, o := range opts {
 		if o != nil {
@@ -298,7 +322,7 @@ func (r *TieredResolver) boundWait(d time.Duration) {
 // Buckets implements [Resolver].
 func (r *TieredResolver) Buckets(ctx context.Context, t Tenant, class string) ([]Bucket, error) {
 	bs, err := r.tiers.Load().buckets(t.Tier, class)
-	if err != nil || r.overrides == nil || isAnonymous(ctx) {
+	if err != nil || r.overrides == nil || anon.Is(ctx) {
 		// anonymous callers (Gate's WithAnonymous) have no overrides: a
 		// lookup per new address would put the database in their hands
 		return bs, err
@@ -354,9 +378,9 @@ func (r *TieredResolver) lookup(ctx context.Context, tenantID string) (map[strin
 		ov, _ := res.Val.(map[string]Quota)
 		return ov, nil
 	case <-timer.C:
-		return nil, fmt.Errorf("%w: tenant %s: no answer within %v", errLookupWait, EscapeID(tenantID), wait)
+		return nil, fmt.Errorf("%w: tenant %s: no answer within %v", errLookupWait, names.Escape(tenantID), wait)
 	case <-ctx.Done():
-		return nil, fmt.Errorf("%w: tenant %s: %w", errLookupWait, EscapeID(tenantID), ctx.Err())
+		return nil, fmt.Errorf("%w: tenant %s: %w", errLookupWait, names.Escape(tenantID), ctx.Err())
 	}
 }
 
@@ -383,17 +407,17 @@ func (r *TieredResolver) load(ctx context.Context, tenantID string) map[string]Q
 		r.store(tenantID, ne, now)
 		r.stats.LoadErrors.Add(1)
 		r.log.Warn("tollgate: override source failed; serving last known quotas",
-			"tenant", EscapeID(tenantID), "stale", ne.loaded, "err", err)
+			"tenant", names.Escape(tenantID), "stale", ne.loaded, "err", err)
 		return ne.overrides
 	}
 	for name, q := range ov {
 		if err := q.Validate(); err != nil {
 			r.log.Warn("tollgate: ignoring an invalid override; the tier default applies",
-				"tenant", EscapeID(tenantID), "bucket", EscapeID(name), "err", err)
+				"tenant", names.Escape(tenantID), "bucket", names.Escape(name), "err", err)
 		}
 	}
 	if old != nil && old.loaded && !sameOverrides(old.overrides, ov) {
-		r.log.Info("tollgate: quota override changed", "tenant", EscapeID(tenantID),
+		r.log.Info("tollgate: quota override changed", "tenant", names.Escape(tenantID),
 			"old", fmtOverrides(old.overrides), "new", fmtOverrides(ov))
 	}
 	r.store(tenantID, &cacheEntry{overrides: ov, expires: now.Add(r.ttl), loaded: true}, now)
@@ -451,17 +475,17 @@ func fmtOverrides(m map[string]Quota) string {
 	if len(m) == 0 {
 		return "none"
 	}
-	names := make([]string, 0, len(m))
+	ks := make([]string, 0, len(m))
 	for k := range m {
-		names = append(names, k)
+		ks = append(ks, k)
 	}
-	sort.Strings(names)
+	sort.Strings(ks)
 	var b strings.Builder
-	for i, k := range names {
+	for i, k := range ks {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString(EscapeID(k) + "=" + m[k].String())
+		b.WriteString(names.Escape(k) + "=" + m[k].String())
 	}
 	return b.String()
 }

@@ -1,8 +1,14 @@
-package core
+// Package render is the wire form of a limiter's Decision: the rate-limit
+// headers in each header style, the HTTP status, the RFC 9457 problem body
+// and the gRPC pushback. The gate, the gRPC adapter and the Envoy rate
+// limit service render through it, so that every protocol answers alike.
+package render
 
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
 	"math"
 	"strconv"
 	"strings"
@@ -55,14 +61,14 @@ func ceilSeconds(d time.Duration) int64 {
 	return int64(math.Ceil(d.Seconds()))
 }
 
-// overloadRetrySeconds is the Retry-After of a shed check (ReasonOverloaded).
+// overloadRetrySeconds is the Retry-After of a shed check (core.ReasonOverloaded).
 const overloadRetrySeconds = 1
 
 // retryAfterSeconds is the Retry-After value of a denial: max(1,
 // ceil(RetryAfter)) in seconds; never 0. It is 0 when the decision is not an
 // over-limit denial (nothing to retry, or never).
-func (d Decision) retryAfterSeconds() int64 {
-	if d.Reason != ReasonOverLimit && d.Reason != ReasonConcurrencyLimit {
+func retryAfterSeconds(d core.Decision) int64 {
+	if d.Reason != core.ReasonOverLimit && d.Reason != core.ReasonConcurrencyLimit {
 		return 0
 	}
 	if s := ceilSeconds(d.RetryAfter); s > 1 {
@@ -74,36 +80,36 @@ func (d Decision) retryAfterSeconds() int64 {
 // Headers returns the rate-limit headers of d in style, in a fixed order, for
 // an allowed or a denied response alike. now is used only by
 // HeaderXRateLimitEpoch. A degraded or invalid decision has no rate-limit
-// headers. A denial (ReasonOverLimit) adds Retry-After whatever the style;
-// a shed check (ReasonOverloaded) has Retry-After alone.
-func (d Decision) Headers(style HeaderStyle, now time.Time) []Header {
-	if d.Reason == ReasonOverloaded {
+// headers. A denial (core.ReasonOverLimit) adds Retry-After whatever the style;
+// a shed check (core.ReasonOverloaded) has Retry-After alone.
+func Headers(d core.Decision, style HeaderStyle, now time.Time) []Header {
+	if d.Reason == core.ReasonOverloaded {
 		// shed: no bucket numbers to report, but a hint when to come back
 		return []Header{{"Retry-After", strconv.FormatInt(overloadRetrySeconds, 10)}}
 	}
-	if !d.hasQuota() {
+	if !hasQuota(d) {
 		return nil
 	}
 	hs := make([]Header, 0, 6)
 	limit := strconv.FormatInt(d.Limit, 10)
 	remaining := strconv.FormatInt(d.Remaining, 10)
 	reset := ceilSeconds(d.ResetAfter)
-	retry := d.retryAfterSeconds()
-	t := ceilSeconds(d.untilGrows())
-	if d.Reason == ReasonOverLimit {
+	retry := retryAfterSeconds(d)
+	t := ceilSeconds(untilGrows(d))
+	if d.Reason == core.ReasonOverLimit {
 		t = retry
 	}
 	if style&HeaderIETF != 0 {
 		name := quoteSFString(d.Bucket)
-		policy := name + ";q=" + limit + ";w=" + strconv.FormatInt(d.Quota.window(), 10)
+		policy := name + ";q=" + limit + ";w=" + strconv.FormatInt(window(d.Quota), 10)
 		field := name + ";r=" + remaining + ";t=" + strconv.FormatInt(t, 10)
-		if c, ok := d.concurrent(); ok {
+		if c, ok := concurrent(d); ok {
 			// the concurrency limit beside the rate policy, in its own quota
 			// unit; t only when it is what denied the request
 			cname := quoteSFString(concurrencyPolicy(c.Name))
 			policy += ", " + cname + ";q=" + strconv.FormatInt(c.Quota.Concurrency, 10) + `;qu="concurrent-requests"`
 			field += ", " + cname + ";r=" + strconv.FormatInt(max(0, c.Quota.Concurrency-c.InFlight), 10)
-			if d.Reason == ReasonConcurrencyLimit {
+			if d.Reason == core.ReasonConcurrencyLimit {
 				field += ";t=" + strconv.FormatInt(retry, 10)
 			}
 		}
@@ -148,8 +154,8 @@ func quoteSFString(s string) string {
 			b.WriteByte(c)
 		case c < 0x20 || c >= 0x7f || c == '%':
 			b.WriteByte('%')
-			b.WriteByte(hexDigits[c>>4])
-			b.WriteByte(hexDigits[c&15])
+			b.WriteByte("0123456789ABCDEF"[c>>4])
+			b.WriteByte("0123456789ABCDEF"[c&15])
 		default:
 			b.WriteByte(c)
 		}
@@ -161,18 +167,18 @@ func quoteSFString(s string) string {
 // Status is the HTTP status of a response for d: 200 when the request
 // proceeds (allowed, failed open, shadow-denied), 429 for a denial, 503 when
 // the store failed and the policy is fail-closed or when the request's own
-// context ended before the check (ReasonCanceled: the handler must not run;
+// context ended before the check (core.ReasonCanceled: the handler must not run;
 // a caller that is gone never reads it), 400 for an invalid request, 500
 // when no quota is configured for it.
-func (d Decision) Status() int {
+func Status(d core.Decision) int {
 	switch {
 	case d.Allowed:
 		return 200
 	case d.Denied():
 		return 429
-	case d.Reason == ReasonFailedClosed, d.Reason == ReasonCanceled, d.Reason == ReasonOverloaded:
+	case d.Reason == core.ReasonFailedClosed, d.Reason == core.ReasonCanceled, d.Reason == core.ReasonOverloaded:
 		return 503
-	case d.Reason == ReasonUnresolved:
+	case d.Reason == core.ReasonUnresolved:
 		return 500
 	default:
 		return 400
@@ -197,30 +203,30 @@ func (p Problem) JSON() []byte {
 	return b
 }
 
-// Problem returns the RFC 9457 body for a response that does not proceed (a
+// ProblemOf returns the RFC 9457 body for a response that does not proceed (a
 // denial, a fail-closed answer or an invalid request). It never contains the
 // tenant ID.
-func (d Decision) Problem() Problem {
+func ProblemOf(d core.Decision) Problem {
 	switch d.Reason {
-	case ReasonOverLimit:
+	case core.ReasonOverLimit:
 		return quotaExceeded(d.Bucket, fmt.Sprintf("Rate limit of policy %s exceeded: the request costs %d, %d left; retry in %d s.",
-			quoteSFString(d.Bucket), d.Cost, d.Remaining, d.retryAfterSeconds()))
-	case ReasonConcurrencyLimit:
-		c, _ := d.concurrent()
+			quoteSFString(d.Bucket), d.Cost, d.Remaining, retryAfterSeconds(d)))
+	case core.ReasonConcurrencyLimit:
+		c, _ := concurrent(d)
 		return quotaExceeded(concurrencyPolicy(d.Bucket), fmt.Sprintf("Concurrency limit of policy %s reached: %d requests in flight, at most %d; retry in %d s.",
-			quoteSFString(d.Bucket), c.InFlight, c.Quota.Concurrency, d.retryAfterSeconds()))
-	case ReasonCostExceedsCapacity:
+			quoteSFString(d.Bucket), c.InFlight, c.Quota.Concurrency, retryAfterSeconds(d)))
+	case core.ReasonCostExceedsCapacity:
 		return quotaExceeded(d.Bucket, fmt.Sprintf("The request costs %d, more than the capacity %d of policy %s: it can never be admitted.",
 			d.Cost, d.Limit, quoteSFString(d.Bucket)))
-	case ReasonFailedClosed:
+	case core.ReasonFailedClosed:
 		return plainProblem(503, "Service Unavailable", "The rate limiter cannot reach its store; try again later.")
-	case ReasonCanceled:
+	case core.ReasonCanceled:
 		return plainProblem(503, "Service Unavailable", "The request was cancelled or its deadline passed before the rate limit was checked.")
-	case ReasonOverloaded:
+	case core.ReasonOverloaded:
 		return plainProblem(503, "Service Unavailable", "The rate limiter is overloaded and could not check this request in time; retry later.")
-	case ReasonUnresolved:
+	case core.ReasonUnresolved:
 		return plainProblem(500, "Internal Server Error", "No rate limit is configured for this request.")
-	case ReasonInvalid:
+	case core.ReasonInvalid:
 		return plainProblem(400, "Bad Request", "The request cannot be rate limited: its identity or cost is invalid.")
 	}
 	return plainProblem(200, "OK", "")
@@ -244,42 +250,34 @@ func plainProblem(status int, title, detail string) Problem {
 	return Problem{Type: "about:blank", Title: title, Status: status, Detail: detail}
 }
 
-// misconfiguredProblem is the body of the 500 answered when the limiter's
-// configuration cannot decide a request (an adapter's bad option, a cost
-// function's invalid answer). The cause goes to the error hook, never to
-// the client.
-func misconfiguredProblem() Problem {
-	return plainProblem(500, "Internal Server Error", "The rate limiter is misconfigured.")
-}
-
 // UnauthenticatedProblem is the body of a 401 answered when a request reaches
 // the limiter with no verified tenant in its context.
 func UnauthenticatedProblem() Problem {
 	return plainProblem(401, "Unauthorized", "The request carries no verified tenant identity.")
 }
 
-// concurrent returns the bucket with a concurrency limit, if any.
-func (d Decision) concurrent() (BucketState, bool) {
-	for _, b := range d.Buckets {
-		if b.Quota.Concurrency > 0 {
-			return b, true
-		}
-	}
-	return BucketState{}, false
-}
-
-// hasQuota reports whether the decision carries bucket numbers to render.
-func (d Decision) hasQuota() bool {
+// hasQuota reports whether d carries bucket numbers to render.
+func hasQuota(d core.Decision) bool {
 	switch d.Reason {
-	case ReasonOK, ReasonOverLimit, ReasonCostExceedsCapacity, ReasonShadowDenied, ReasonConcurrencyLimit:
+	case core.ReasonOK, core.ReasonOverLimit, core.ReasonCostExceedsCapacity, core.ReasonShadowDenied, core.ReasonConcurrencyLimit:
 		return d.Bucket != ""
 	}
 	return false
 }
 
+// concurrent returns d's bucket with a concurrency limit, if any.
+func concurrent(d core.Decision) (core.BucketState, bool) {
+	for _, b := range d.Buckets {
+		if b.Quota.Concurrency > 0 {
+			return b, true
+		}
+	}
+	return core.BucketState{}, false
+}
+
 // untilGrows is how long until floor(tokens) grows by one: the RateLimit
 // field's t on an admitted request. Zero when the bucket is full.
-func (d Decision) untilGrows() time.Duration {
+func untilGrows(d core.Decision) time.Duration {
 	if d.Quota.RefillPerSecond <= 0 || d.Tokens >= float64(d.Limit) {
 		return 0
 	}
@@ -290,12 +288,25 @@ func (d Decision) untilGrows() time.Duration {
 	return seconds((next - d.Tokens) / d.Quota.RefillPerSecond)
 }
 
-// window is the policy window in whole seconds, max(1, ceil(C/rate)), as
-// RateLimit-Policy's w parameter reports it.
-func (q Quota) window() int64 {
+// window is the policy window of q in whole seconds, max(1, ceil(C/rate)),
+// as RateLimit-Policy's w parameter reports it.
+func window(q quota.Quota) int64 {
 	w := math.Ceil(float64(q.Capacity) / q.RefillPerSecond)
 	if w < 1 {
 		return 1
 	}
 	return int64(w)
+}
+
+// seconds converts float seconds to a Duration, rounding up to the next
+// nanosecond and saturating instead of overflowing.
+func seconds(s float64) time.Duration {
+	if s <= 0 || math.IsNaN(s) {
+		return 0
+	}
+	ns := math.Ceil(s * 1e9)
+	if ns >= math.MaxInt64 {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(ns)
 }

@@ -1,7 +1,9 @@
-package core
+package quota
 
 import (
 	"fmt"
+	"github.com/tollgate-go/tollgate/core/internal/errs"
+	"github.com/tollgate-go/tollgate/core/internal/names"
 	"math"
 	"strconv"
 	"time"
@@ -54,23 +56,23 @@ func PerHour(n int64) Quota { return Quota{Capacity: n, RefillPerSecond: float64
 // MaxCapacity, a finite refill rate above 0 and at most MaxRefillPerSecond,
 // a concurrency limit from 0 (none) to MaxConcurrency, and an empty bucket
 // that refills within 400 days (capacity / rate). The
-// error wraps [ErrInvalidQuota] and names the field at fault.
+// error wraps [ErrInvalid] and names the field at fault.
 func (q Quota) Validate() error {
 	switch {
 	case q.Capacity <= 0:
-		return fmt.Errorf("%w: capacity must be > 0, got %d", ErrInvalidQuota, q.Capacity)
+		return fmt.Errorf("%w: capacity must be > 0, got %d", ErrInvalid, q.Capacity)
 	case q.Capacity > MaxCapacity:
-		return fmt.Errorf("%w: capacity must be <= %d, got %d", ErrInvalidQuota, int64(MaxCapacity), q.Capacity)
+		return fmt.Errorf("%w: capacity must be <= %d, got %d", ErrInvalid, int64(MaxCapacity), q.Capacity)
 	case math.IsNaN(q.RefillPerSecond) || math.IsInf(q.RefillPerSecond, 0):
-		return fmt.Errorf("%w: refill rate must be finite, got %v", ErrInvalidQuota, q.RefillPerSecond)
+		return fmt.Errorf("%w: refill rate must be finite, got %v", ErrInvalid, q.RefillPerSecond)
 	case q.RefillPerSecond <= 0:
-		return fmt.Errorf("%w: refill rate must be > 0, got %v", ErrInvalidQuota, q.RefillPerSecond)
+		return fmt.Errorf("%w: refill rate must be > 0, got %v", ErrInvalid, q.RefillPerSecond)
 	case q.RefillPerSecond > MaxRefillPerSecond:
-		return fmt.Errorf("%w: refill rate must be <= %g, got %v", ErrInvalidQuota, float64(MaxRefillPerSecond), q.RefillPerSecond)
+		return fmt.Errorf("%w: refill rate must be <= %g, got %v", ErrInvalid, float64(MaxRefillPerSecond), q.RefillPerSecond)
 	case q.Concurrency < 0 || q.Concurrency > MaxConcurrency:
-		return fmt.Errorf("%w: concurrency must be 0 (none) to %d, got %d", ErrInvalidQuota, MaxConcurrency, q.Concurrency)
+		return fmt.Errorf("%w: concurrency must be 0 (none) to %d, got %d", ErrInvalid, MaxConcurrency, q.Concurrency)
 	case float64(q.Capacity)/q.RefillPerSecond > maxFillTime.Seconds():
-		return fmt.Errorf("%w: capacity/refill rate (time to refill) must be <= %v, got %.0fs", ErrInvalidQuota, maxFillTime, float64(q.Capacity)/q.RefillPerSecond)
+		return fmt.Errorf("%w: capacity/refill rate (time to refill) must be <= %v, got %.0fs", ErrInvalid, maxFillTime, float64(q.Capacity)/q.RefillPerSecond)
 	}
 	return nil
 }
@@ -86,14 +88,38 @@ func (q Quota) String() string {
 	return s
 }
 
-// ttlMillis is the bucket's key TTL: the time an empty bucket takes to refill,
-// plus a second of margin. An idle bucket is full by then, so its expiry
-// loses nothing. Always a positive integer, formatted here rather than by the
-// server.
-func (q Quota) ttlMillis() string {
-	ms := math.Ceil(float64(q.Capacity)/q.RefillPerSecond*1000) + 1000
-	return strconv.FormatInt(int64(ms), 10)
+// Tenant is the verified identity a request is limited under. The auth layer
+// sets it (from a verified token or session) with gate.ContextWithTenant; the
+// adapters read it with gate.TenantFromContext. It is never taken from a header
+// the client sets: a client that chooses its own key chooses its own quota.
+type Tenant struct {
+	// ID names the tenant. It may hold any bytes (1 to MaxTenantIDLen of
+	// them); the key scheme escapes what Redis Cluster or a log would
+	// misread. IDs beginning with "anonymous:" are kept for the Gate's
+	// anonymous callers: Gate.Decide refuses a verified tenant spelled so.
+	ID string
+	// Tier selects the tenant's default quotas (for example "free" or
+	// "pro"). Empty means the resolver's default tier.
+	Tier string
 }
+
+// Subject is how a tenant is named outside the process (a gRPC QuotaFailure
+// subject, a log field): "tenant:" plus the escaped ID.
+func (t Tenant) Subject() string { return "tenant:" + names.Escape(t.ID) }
+
+// MaxTenantIDLen is the longest tenant ID accepted, in bytes.
+const MaxTenantIDLen = names.MaxTenantIDLen
+
+// MaxCost is the largest cost one request may take.
+const MaxCost = MaxCapacity
+
+// DefaultClass is the class of a request that names none.
+const DefaultClass = "default"
+
+// ErrInvalid reports a quota that cannot be enforced: a capacity or rate
+// that is not positive, not finite, or absurdly large. It is the error
+// package core's checks wrap for such a quota.
+var ErrInvalid = errs.InvalidQuota
 
 // Bucket is one named token bucket that applies to a request: the request's
 // class, or a tenant-wide ceiling.
@@ -108,5 +134,21 @@ type Bucket struct {
 // request of the tenant is charged to, beside its class bucket.
 const CeilingBucket = "tenant"
 
-// maxNameLen is the longest bucket (class) name.
-const maxNameLen = 64
+// ValidateName reports whether name can name a bucket: 1 to 64 bytes of
+// ASCII letters, digits, '_', '-' and '.'. Names travel into keys, headers
+// and metric labels, so they are kept plain.
+func ValidateName(name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: bucket name is empty", errs.InvalidRequest)
+	}
+	if len(name) > names.MaxNameLen {
+		return fmt.Errorf("%w: bucket name is %d bytes, longer than %d", errs.InvalidRequest, len(name), names.MaxNameLen)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
+			return fmt.Errorf("%w: bucket name %q has byte %q at %d; use letters, digits, '_', '-', '.'", errs.InvalidRequest, name, c, i)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,47 @@
+// Package anon is the anonymous caller's identity, shared by the gate that
+// admits anonymous callers and the resolver that serves them from the tier
+// defaults only.
+package anon
+
+import (
+	"context"
+	"net/netip"
+)
+
+// Prefix starts the tenant ID of an anonymous caller (gate.WithAnonymous):
+// "anonymous:" + the client's IPv4 address, or its IPv6 /64 network
+// ("anonymous:2001:db8:1:2::/64").
+const Prefix = "anonymous:"
+
+// ID is the tenant ID of an anonymous caller at ip. An IPv6 caller is
+// grouped by its /64, the smallest allocation a subscriber gets: an address
+// per request would otherwise be a fresh quota per request. IPv4-mapped
+// addresses count as IPv4; an unparsable address is kept as is (the key
+// scheme escapes it).
+func ID(ip string) string {
+	a, err := netip.ParseAddr(ip)
+	if err != nil {
+		return Prefix + ip
+	}
+	a = a.Unmap()
+	if a.Is4() {
+		return Prefix + a.String()
+	}
+	p, err := a.WithZone("").Prefix(64)
+	if err != nil { // unreachable: 64 <= 128
+		return Prefix + ip
+	}
+	return Prefix + p.String()
+}
+
+type key struct{}
+
+// With marks ctx as an anonymous caller's check. Only the gate calls it; a
+// client cannot set it.
+func With(ctx context.Context) context.Context { return context.WithValue(ctx, key{}, true) }
+
+// Is reports whether ctx is the context of an anonymous caller's check.
+func Is(ctx context.Context) bool {
+	v, _ := ctx.Value(key{}).(bool)
+	return v
+}

@@ -1,0 +1,89 @@
+// Package keys is tollgate's Redis key scheme, shared by the limiter, the
+// tollgate CLI and the override store so that there is one definition of a
+// key.
+package keys
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/tollgate-go/tollgate/core/internal/errs"
+	"github.com/tollgate-go/tollgate/core/internal/names"
+)
+
+// Keys builds the Redis keys of a limiter. It is the only place in tollgate
+// where a key is made, so every service and adapter writes the same keys.
+//
+// A bucket key is
+//
+//	<prefix>:{<tenant>}:<bucket>
+//
+// The braces are a Redis Cluster hash tag: only the tenant is hashed, so all
+// of a tenant's buckets share one slot and one script can check them
+// together. The tenant and bucket parts are escaped: every byte outside
+// printable ASCII, and each of { } : % * ? [ ] \ " and space, becomes %XX
+// (upper-case hex). So the hash tag is always exactly the tenant, a glob
+// pattern over a tenant's keys matches no other tenant's, and two different
+// (tenant, bucket) pairs never produce the same key.
+type Keys struct {
+	prefix string
+}
+
+// New returns the key scheme for prefix, which must be 1 to 64 bytes of
+// printable ASCII without { } * ? [ ] \ or space.
+func New(prefix string) (Keys, error) {
+	if prefix == "" || len(prefix) > 64 {
+		return Keys{}, fmt.Errorf("%w: key prefix must be 1 to 64 bytes, got %d", errs.InvalidConfig, len(prefix))
+	}
+	for i := 0; i < len(prefix); i++ {
+		if c := prefix[i]; c != ':' && names.NeedsEscape(c) {
+			return Keys{}, fmt.Errorf("%w: key prefix %q has byte %q at %d", errs.InvalidConfig, prefix, c, i)
+		}
+	}
+	return Keys{prefix: prefix}, nil
+}
+
+// Prefix returns the key prefix.
+func (k Keys) Prefix() string { return k.prefix }
+
+// Bucket returns the key of tenantID's bucket. It fails, wrapping
+// [errs.InvalidRequest], when tenantID is empty or longer than quota.MaxTenantIDLen,
+// or bucket is not a valid name.
+func (k Keys) Bucket(tenantID, bucket string) (string, error) {
+	if err := names.ValidateTenantID(tenantID); err != nil {
+		return "", err
+	}
+	if bucket == "" || len(bucket) > names.MaxNameLen {
+		return "", fmt.Errorf("%w: bucket name must be 1 to %d bytes, got %d", errs.InvalidRequest, names.MaxNameLen, len(bucket))
+	}
+	var b strings.Builder
+	b.Grow(len(k.prefix) + len(tenantID) + len(bucket) + 8)
+	b.WriteString(k.prefix)
+	b.WriteString(":{")
+	names.WriteEscaped(&b, tenantID)
+	b.WriteString("}:")
+	names.WriteEscaped(&b, bucket)
+	return b.String(), nil
+}
+
+// Slots returns the key of the concurrency slots of tenantID's bucket (a
+// sorted set of deadlines, see docs/semantics.md): the bucket's key and
+// ":slots". A bucket name holds no ':', so it never names a bucket, and it
+// carries the same hash tag. It fails as Bucket does.
+func (k Keys) Slots(tenantID, bucket string) (string, error) {
+	key, err := k.Bucket(tenantID, bucket)
+	if err != nil {
+		return "", err
+	}
+	return key + slotsSuffix, nil
+}
+
+const slotsSuffix = ":slots"
+
+// EscapeID returns s with every byte that is not safe in a key, a log line or
+// a header value written as %XX. The mapping is injective and its output is
+// printable ASCII without { } : * ? [ ] \ or space. Use it whenever a tenant
+// ID leaves the process.
+func EscapeID(s string) string {
+	return names.Escape(s)
+}
