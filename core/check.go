@@ -59,7 +59,7 @@ func (l *Limiter) shadowed(req Request) bool {
 
 func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 	if req.Class == "" {
-		req.Class = DefaultClass
+		req.Class = quota.DefaultClass
 	}
 	if err := l.validate(req); err != nil {
 		return Decision{Reason: ReasonInvalid, Cost: req.Cost}, err
@@ -121,8 +121,8 @@ func (l *Limiter) validate(req Request) error {
 	if err := quota.ValidateName(req.Class); err != nil {
 		return err
 	}
-	if req.Cost < 0 || req.Cost > MaxCost {
-		return fmt.Errorf("%w: cost must be 0 to %d, got %d", ErrInvalidRequest, int64(MaxCost), req.Cost)
+	if req.Cost < 0 || req.Cost > quota.MaxCost {
+		return fmt.Errorf("%w: cost must be 0 to %d, got %d", ErrInvalidRequest, int64(quota.MaxCost), req.Cost)
 	}
 	if len(req.Also) >= maxClasses {
 		return fmt.Errorf("%w: %d classes in one request, more than %d", ErrInvalidRequest, 1+len(req.Also), maxClasses)
@@ -137,7 +137,7 @@ func (l *Limiter) validate(req Request) error {
 
 func orDefault(class string) string {
 	if class == "" {
-		return DefaultClass
+		return quota.DefaultClass
 	}
 	return class
 }

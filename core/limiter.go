@@ -1,7 +1,6 @@
 package core
 
 import (
-	_ "embed"
 	"fmt"
 	"github.com/tollgate-go/tollgate/core/internal/hooks"
 	"io"
@@ -16,20 +15,11 @@ import (
 	"github.com/tollgate-go/tollgate/core/internal/shard"
 	"github.com/tollgate-go/tollgate/core/internal/transport"
 	"github.com/tollgate-go/tollgate/core/keys"
+	"github.com/tollgate-go/tollgate/core/lua"
 	"github.com/tollgate-go/tollgate/core/quota"
 )
 
-//go:embed lua/tokenbucket.lua
-var tokenBucketSource string
-
-var tokenBucket = transport.NewScript(tokenBucketSource)
-
-// ScriptSource returns the Lua source of the token-bucket script, for tools
-// that preload it (SCRIPT LOAD) or audit it.
-func ScriptSource() string { return tokenBucketSource }
-
-// MaxCost is the largest cost one request may take.
-const MaxCost = quota.MaxCapacity
+var tokenBucket = transport.NewScript(lua.TokenBucket())
 
 // Request is one request to check.
 type Request struct {
@@ -52,9 +42,6 @@ type Request struct {
 
 // maxClasses is the most classes one Request may name (Class plus Also).
 const maxClasses = 16
-
-// DefaultClass is the class of a request that names none.
-const DefaultClass = "default"
 
 // Limiter checks requests against per-tenant token buckets kept in Redis.
 // It is safe for concurrent use; create one per process and share it.

@@ -148,7 +148,7 @@ func newMetrics(mp metric.MeterProvider, k int) *metrics {
 // slotSet is the label set of a slot's metrics, bounded as the decisions'.
 func (m *metrics) slotSet(req Request, bucket string) metric.AddOption {
 	return metric.WithAttributes(
-		attribute.String("class", label(req.Class, DefaultClass)),
+		attribute.String("class", label(req.Class, quota.DefaultClass)),
 		attribute.String("tier", label(req.Tenant.Tier, "none")),
 		attribute.String("bucket", label(bucket, "none")),
 	)
@@ -214,7 +214,7 @@ func (m *metrics) decisionSet(k decisionLabels) []metric.AddOption {
 	o := []metric.AddOption{metric.WithAttributes(
 		attribute.String("outcome", k.outcome),
 		attribute.String("reason", k.reason),
-		attribute.String("class", label(k.class, DefaultClass)),
+		attribute.String("class", label(k.class, quota.DefaultClass)),
 		attribute.String("tier", label(k.tier, "none")),
 		attribute.String("bucket", label(k.bucket, "none")),
 	)}
@@ -232,7 +232,7 @@ func (m *metrics) recordTenant(ctx context.Context, req Request, d Decision) {
 	attrs = append(attrs,
 		attribute.String("outcome", outcomeLabel(d)),
 		attribute.String("reason", d.Reason.String()),
-		attribute.String("class", label(req.Class, DefaultClass)),
+		attribute.String("class", label(req.Class, quota.DefaultClass)),
 		attribute.String("tier", label(req.Tenant.Tier, "none")),
 		attribute.String("bucket", label(d.Bucket, "none")),
 	)

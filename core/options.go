@@ -188,7 +188,7 @@ func WithDenyCache(on bool) Option {
 // tokens. Peeks (cost 0) and requests costing more than size always go to
 // the store. Reset drops this replica's leases for the tenant, not other
 // replicas'. size must be at least 2 and ttl positive; the empty class
-// means DefaultClass. Default: no leases.
+// means quota.DefaultClass. Default: no leases.
 func WithLeases(class string, size int64, ttl time.Duration) Option {
 	return optionFunc(func(c *config) error {
 		if class == "" {

@@ -38,7 +38,7 @@ func (d Decision) settleable() bool {
 // A reservation never settled stays charged at the estimate. When d has
 // nothing in the store to settle (denied, failed open, shadow mode, the
 // local fallback's) or actual equals the estimate, Settle makes no call and
-// returns 0, nil. actual must be 0 to MaxCost (else an error wrapping
+// returns 0, nil. actual must be 0 to quota.MaxCost (else an error wrapping
 // ErrInvalidRequest, nothing settled). A store failure returns an error
 // wrapping ErrStore: the estimate stands. The call is bounded by the check
 // timeout and not by ctx's cancellation (the caller may be gone by the time

@@ -3,7 +3,6 @@ package core
 import (
 	"context"
 	"crypto/rand"
-	_ "embed"
 	"encoding/hex"
 	"fmt"
 	"strconv"
@@ -13,22 +12,15 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core/internal/transport"
+	"github.com/tollgate-go/tollgate/core/lua"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"go.opentelemetry.io/otel/metric"
 )
 
-//go:embed lua/concurrency.lua
-var concurrencySource string
-
 // concurrencyScript checks a request of a bucket set with a concurrency
 // limit, and renews slots. Only such requests send it: the token-bucket
 // script's paths stay as they are for every other request.
-var concurrencyScript = transport.NewScript(concurrencySource)
-
-// ConcurrencyScriptSource returns the Lua source of the script that checks
-// requests whose buckets carry a concurrency limit, and renews their
-// slots, for tools that preload it (SCRIPT LOAD) or audit it.
-func ConcurrencyScriptSource() string { return concurrencySource }
+var concurrencyScript = transport.NewScript(lua.Concurrency())
 
 // Slot defaults (WithConcurrencySlots states them).
 const (
