@@ -1,6 +1,6 @@
 // Command followpath follows one request through core's check path and
 // counts the files of core it enters and how many times it returns to a
-// file it already left (docs/architecture.md, "Following one request").
+// file it already left (docs/reliability.md, "Following one request").
 //
 // It runs core/test's TestFollowOneRequest under Delve's tracer (dlv
 // trace, with a tracepoint on every function of core and its internal
@@ -93,7 +93,7 @@ func main() {
 // runTrace runs the followed test under dlv trace and returns the trace.
 func runTrace(root string) ([]byte, error) {
 	cmd := exec.Command("dlv", "trace", "-s", "1", "-t", ".",
-		"^"+regexp.QuoteMeta(corePkg)+`(/internal/[a-z]+)?\.|`+regexp.QuoteMeta(followed)+`$`,
+		"^"+regexp.QuoteMeta(corePkg)+`(/internal)?(/[a-z]+)?\.|`+regexp.QuoteMeta(followed)+`$`,
 		"--", "-test.run", "^TestFollowOneRequest$", "-test.count=1")
 	cmd.Dir = filepath.Join(root, "core", "test")
 	var trace bytes.Buffer
