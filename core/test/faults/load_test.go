@@ -32,7 +32,12 @@ type load struct {
 	shed     int     // checks this process could not make in time (ReasonOverloaded)
 	resolve  int     // errors of the resolver (an override lookup that did not answer)
 	admitted map[string]int
-	calls    atomic.Int64
+	// since is when the measuring window began (resetTally): a check that
+	// started before it is not tallied in byReason, worst or admitted,
+	// whenever it ends (one sent just before a fault may be answered as
+	// the moment it was sent deserved, up to a probe's time later)
+	since time.Time
+	calls atomic.Int64
 }
 
 func startLoad(lim *core.Limiter, workers, tenants int) *load {
@@ -48,9 +53,12 @@ func startLoad(lim *core.Limiter, workers, tenants int) *load {
 				took := time.Since(start)
 				l.calls.Add(1)
 				l.mu.Lock()
-				l.byReason[d.Reason]++
-				if took > l.worst {
-					l.worst = took
+				inWindow := !start.Before(l.since)
+				if inWindow {
+					l.byReason[d.Reason]++
+					if took > l.worst {
+						l.worst = took
+					}
 				}
 				switch {
 				case err != nil && errors.Is(err, core.ErrOverloaded):
@@ -69,7 +77,7 @@ func startLoad(lim *core.Limiter, workers, tenants int) *load {
 				if err != nil && strings.Contains(err.Error(), ": resolve: ") {
 					l.resolve++
 				}
-				if d.Reason == core.ReasonOK {
+				if d.Reason == core.ReasonOK && inWindow {
 					l.admitted[tenant]++
 				}
 				l.mu.Unlock()
@@ -101,6 +109,7 @@ func (l *load) resetTally() {
 	l.byReason = map[core.Reason]int{}
 	l.worst = 0
 	l.admitted = map[string]int{}
+	l.since = time.Now()
 	l.mu.Unlock()
 }
 
