@@ -213,7 +213,16 @@ func consumerBase(modcache, bin string) ([]string, error) {
 		local := "file://" + filepath.ToSlash(filepath.Join(machineCache, "cache", "download"))
 		goproxy = strings.TrimSuffix(local+","+goproxy, ",")
 	}
+	// the go command indexes a module cache's packages once per module
+	// version, in its build cache, assuming a version's files never change;
+	// ours do between runs (the tree at the same version), and a stale
+	// index names files that are gone: no index for the check's builds
+	godebug := "goindex=0"
+	if g := os.Getenv("GODEBUG"); g != "" {
+		godebug = g + "," + godebug
+	}
 	return append(os.Environ(),
+		"GODEBUG="+godebug,
 		"GOWORK=off",
 		"GOPROXY="+goproxy,
 		"GOFLAGS="+strings.TrimSpace(goflags+" -trimpath"),
