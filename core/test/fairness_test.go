@@ -13,6 +13,7 @@ import (
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/quota"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
 // TestFloodedQueueServesOtherTenants: while the batches on the wire are
@@ -22,11 +23,17 @@ import (
 // check still queues and is admitted once Redis answers. (The order the
 // queue serves tenants in is TestFairQueueRoundRobin's.)
 func TestFloodedQueueServesOtherTenants(t *testing.T) {
+	// the two checks on the wire must stay there (Redis paused) until the
+	// test resumes it: their timeout is far past every wait below (5 s), or
+	// on a busy machine their pipelines come back before the flood is in,
+	// the queue leaves as the next batch, and later flood checks queue
+	// instead of being shed
+	const hold = 60 * time.Second
 	srv := redistest.NewServer(t)
 	reader := sdkmetric.NewManualReader()
 	l := newLimiter(t, srv.Client(t, func(o *redis.Options) { o.PoolSize = 8 }),
 		staticResolver(quota.Bucket{Name: "default", Quota: quota.PerSecond(1000)}),
-		core.WithBatching(true), core.WithTimeout(3*time.Second), core.WithCircuitBreaker(0, 0),
+		core.WithBatching(true), core.WithTimeout(hold), core.WithCircuitBreaker(0, 0),
 		core.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
 	check(t, l, "warm", 0)
 	if err := srv.Pause(); err != nil {
@@ -45,15 +52,16 @@ func TestFloodedQueueServesOtherTenants(t *testing.T) {
 			shed.Add(1)
 		}
 	}
-	// two checks take the two pipelines in flight, and hang; on a busy
-	// machine one may not be on the wire yet when the flood starts, and a
-	// flood check takes its place: every check of the tenant is counted
-	// alike, so the tally is the same either way (2 on the wire, 128
-	// queued, the rest shed)
+	// two checks take the two pipelines in flight, and hang (every check
+	// of the tenant is counted alike: 2 on the wire, 128 queued, the rest
+	// shed)
 	for range 2 {
 		wg.Go(flooder)
 	}
-	time.Sleep(200 * time.Millisecond)
+	// both are on the wire once the batcher has counted their round trips
+	// (it counts one when it takes a pipeline, before it sends): the warm-up
+	// check's, then these two
+	waitUntil(t, "the two hanging checks on the wire", func() bool { return roundTrips(t, reader) >= 3 })
 	const inFlight, flood = 2, 300
 	for range flood {
 		wg.Go(flooder)
@@ -76,6 +84,27 @@ func TestFloodedQueueServesOtherTenants(t *testing.T) {
 	if calm.Reason != core.ReasonOK {
 		t.Fatalf("the calm tenant: %v", calm.Reason)
 	}
+}
+
+// roundTrips is how many round trips the batcher has counted
+// (tollgate.batch.size's count).
+func roundTrips(t *testing.T, r *sdkmetric.ManualReader) uint64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := r.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if h, ok := m.Data.(metricdata.Histogram[int64]); ok && m.Name == "tollgate.batch.size" {
+				for _, dp := range h.DataPoints {
+					n += dp.Count
+				}
+			}
+		}
+	}
+	return n
 }
 
 // waitUntil polls cond for up to 5 s.
