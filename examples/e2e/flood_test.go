@@ -29,8 +29,9 @@ import (
 // generator share the machine's two cores. With no pause (each connection
 // always one request in flight) the service answered some 30,000 requests
 // a second, saturated, and its own goroutines then waited in the run queue
-// for longer than the probe's deadline (2 timeouts, 200 ms): the process's
-// starvation read as the store's silence (docs/reliability.md), the
+// for longer than the probe's deadline (then 2 timeouts, 200 ms): the
+// process's starvation read as the store's silence (docs/reliability.md;
+// a probe that fails late is now made again, then shed), the
 // breaker opened and the fail-open service passed both tenants unchecked.
 // That is the machine's limit, not the flood's: floodPause offers at most
 // 15,000 requests a second (half what the service answers saturated, still

@@ -168,8 +168,8 @@ func (b *Shard) KnownDown(now time.Time) bool {
 // while one runs wait for it). An answer is a success (the shard is alive);
 // none means the shard is down: the breaker opens, and checks without a
 // reply are answered by the failure policy until the shard answers again;
-// unless a check sent after the probe was answered meanwhile (a probe that
-// this process was too slow to run is no evidence).
+// unless a check sent after the probe was answered meanwhile, or the probe
+// could not be run on time (see silent): no evidence, the checks are shed.
 func (b *Shard) Confirm(ctx context.Context) {
 	done := make(chan struct{})
 	if !b.probe.CompareAndSwap(nil, &done) {
@@ -191,16 +191,8 @@ func (b *Shard) Confirm(ctx context.Context) {
 			b.probe.Store(nil)
 			close(done)
 		}()
-		pctx, cancel := context.WithTimeout(context.Background(), probeBackstop)
-		sent := time.Now()
-		err := b.node.Ping(pctx).Err()
-		cancel()
-		if err == nil {
-			b.Success(sent)
+		if !b.silent() {
 			return
-		}
-		if b.AnsweredSince(sent) {
-			return // the shard answered a check sent meanwhile: it is up
 		}
 		b.downUntil.Store(math.MaxInt64) // until the shard answers again (Success)
 		if b.set.threshold > 0 {
@@ -211,6 +203,34 @@ func (b *Shard) Confirm(ctx context.Context) {
 	case <-done:
 	case <-ctx.Done():
 	}
+}
+
+// silent PINGs the shard and reports whether its silence is evidence: no
+// answer to a PING this process made on time. A failure that came later
+// than the probe's deadline by more than half of it was not: this process
+// did not run (starved of CPU, stopped) while the deadline passed, and a
+// reply may have been waiting unread; the PING is then made once more, and
+// a second late failure is no evidence either way (the checks are shed).
+// An answer to the PING, or to a check sent after it, proves the shard
+// alive.
+func (b *Shard) silent() bool {
+	for range 2 {
+		pctx, cancel := context.WithTimeout(context.Background(), probeBackstop)
+		sent := time.Now()
+		err := b.node.Ping(pctx).Err()
+		cancel()
+		if err == nil {
+			b.Success(sent)
+			return false
+		}
+		if b.AnsweredSince(sent) {
+			return false // the shard answered a check sent meanwhile: it is up
+		}
+		if time.Since(sent) <= b.set.probeTimeout+b.set.probeTimeout/2 {
+			return true // the deadline passed while this process ran: the shard was silent
+		}
+	}
+	return false
 }
 
 // Allow reports whether a store call may be made now: always when closed;
