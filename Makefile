@@ -132,8 +132,11 @@ bench/script: ## the script's instructions per call inside EVALSHA against the f
 # HTTPFLAGS are the HTTP driver's flags (cd bench && go run ./httpbench -h);
 # HTTPDELAYFLAGS those of its second run, with Redis behind a link that
 # delays each direction by 250 µs. Both draw their pictures into docs/img.
-HTTPFLAGS ?= -count 5 -duration 2s -svg ../docs/img
-HTTPDELAYFLAGS ?= -count 5 -duration 2s -conns 2,16,64,256 -delay 250us -svg ../docs/img
+# Both pin wrk and the driver to core 0, the services and Redis to core 1
+# (taskset), as bench/rls does; clear HTTPPIN to leave them unpinned.
+HTTPPIN ?= -load-cpu 0 -service-cpu 1
+HTTPFLAGS ?= -count 5 -duration 2s -svg ../docs/img $(HTTPPIN)
+HTTPDELAYFLAGS ?= -count 5 -duration 2s -conns 2,16,64,256 -delay 250us -svg ../docs/img $(HTTPPIN)
 
 # An explicit rule, not one of the bench/<module> pattern targets below
 # (those run a module's Go benchmarks); it needs wrk, installed from Debian when missing.

@@ -60,7 +60,7 @@ func startService(config, redisURL, secret string) (*proc, error) {
 		return nil, err
 	}
 	p := &proc{config: config, addr: addr, out: &strings.Builder{}, done: make(chan struct{})}
-	p.cmd = exec.Command(self, "-serve", "-config", config, "-addr", addr, "-redis", redisURL, "-lease-ttl", flagLeaseTTL.String())
+	p.cmd = pinned(*flagServiceCPU, self, "-serve", "-config", config, "-addr", addr, "-redis", redisURL, "-lease-ttl", flagLeaseTTL.String())
 	p.cmd.Env = append(os.Environ(), secretEnv+"="+secret)
 	p.cmd.Stdout, p.cmd.Stderr = lockedWriter{p.out}, lockedWriter{p.out}
 	p.cmd.WaitDelay = time.Second
@@ -204,6 +204,18 @@ func drive() error {
 	if err != nil {
 		return err
 	}
+	if *flagLoadCPU != "" || *flagServiceCPU != "" {
+		if _, err := exec.LookPath("taskset"); err != nil {
+			return errors.New("-load-cpu and -service-cpu need taskset (Debian's util-linux) on PATH")
+		}
+	}
+	if *flagLoadCPU != "" {
+		// this driver is load too (the accuracy phase's clients, the
+		// delaying link): it runs beside wrk
+		if out, err := exec.Command("taskset", "-a", "-p", "-c", *flagLoadCPU, strconv.Itoa(os.Getpid())).CombinedOutput(); err != nil {
+			return fmt.Errorf("taskset the driver on %s: %w: %s", *flagLoadCPU, err, out)
+		}
+	}
 	ctx := context.Background()
 	srv, err := redistest.StartServer()
 	if err != nil {
@@ -212,6 +224,9 @@ func drive() error {
 	defer srv.Close()
 	rc := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer rc.Close()
+	if err := pinRedis(ctx, rc, *flagServiceCPU); err != nil {
+		return err
+	}
 	serviceURL, rtt := srv.URL(), 0.0
 	if *flagDelay > 0 {
 		link, err := delaylink.Start(srv.Addr(), *flagDelay)
@@ -276,6 +291,9 @@ func drive() error {
 	fmt.Printf("goos: %s\ngoarch: %s\npkg: github.com/tollgate-go/tollgate/bench/httpbench\n", runtime.GOOS, runtime.GOARCH)
 	fmt.Printf("redis: %s\ncpus: %d\n", v, runtime.NumCPU())
 	fmt.Printf("quota: capacity %d, %d/s; ulule: %d per %v\n", capacity, refill, capacity, window)
+	if *flagLoadCPU != "" || *flagServiceCPU != "" {
+		fmt.Printf("pinned: wrk and this driver on cores %q, the services and Redis on cores %q (taskset -c; empty: not pinned)\n", *flagLoadCPU, *flagServiceCPU)
+	}
 	loadavg("start")
 	if *flagDelay > 0 {
 		fmt.Printf("link: %v each way; measured round trip added to a PING, p50: %.0f µs\n", *flagDelay, rtt)
@@ -399,4 +417,33 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// pinned is the command name args, run on cpus (taskset -c) when cpus is
+// set. taskset execs the command: the process is the command's own.
+func pinned(cpus, name string, args ...string) *exec.Cmd {
+	if cpus == "" {
+		return exec.Command(name, args...)
+	}
+	return exec.Command("taskset", append([]string{"-c", cpus, name}, args...)...)
+}
+
+// pinRedis moves every thread of the Redis server behind rc onto cpus
+// (none when cpus is empty); its process ID is the server's own INFO.
+func pinRedis(ctx context.Context, rc *redis.Client, cpus string) error {
+	if cpus == "" {
+		return nil
+	}
+	info, err := rc.Info(ctx, "server").Result()
+	if err != nil {
+		return err
+	}
+	pid, ok := localredis.Field(info, "process_id")
+	if !ok {
+		return errors.New("redis INFO has no process_id")
+	}
+	if out, err := exec.Command("taskset", "-a", "-p", "-c", cpus, pid).CombinedOutput(); err != nil {
+		return fmt.Errorf("taskset redis %s on %s: %w: %s", pid, cpus, err, out)
+	}
+	return nil
 }

@@ -68,6 +68,8 @@ var (
 	flagDelay      = flag.Duration("delay", 0, "put Redis behind a link delaying each direction by this much (e.g. 250us) and report the latency each configuration adds to none")
 	flagSVG        = flag.String("svg", "", "write the run's pictures (SVG) into this directory")
 	flagLeaseTTL   = flag.Duration("lease-ttl", time.Second, "the lease TTL of tollgate-leases (its size is 10 tokens)")
+	flagLoadCPU    = flag.String("load-cpu", "", "pin wrk to these cores (taskset -c list, e.g. 0); empty: not pinned")
+	flagServiceCPU = flag.String("service-cpu", "", "pin the services and their Redis to these cores (taskset -c list, e.g. 1); empty: not pinned")
 )
 
 func main() {

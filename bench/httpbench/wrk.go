@@ -140,11 +140,15 @@ func runWrk(ctx context.Context, url string, conns int, d time.Duration, script,
 	} else {
 		args = append(args, "-H", "Authorization: "+authorization)
 	}
-	cmd := exec.CommandContext(ctx, "wrk", append(args, url)...)
+	name, args := "wrk", append(args, url)
+	if *flagLoadCPU != "" {
+		name, args = "taskset", append([]string{"-c", *flagLoadCPU, "wrk"}, args...)
+	}
+	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return wrkResult{}, fmt.Errorf("wrk %s: %w\n%s", strings.Join(args, " "), err, out)
+		return wrkResult{}, fmt.Errorf("%s %s: %w\n%s", name, strings.Join(args, " "), err, out)
 	}
 	return parseWrk(string(out))
 }
