@@ -120,3 +120,22 @@ func FuzzKeys(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkBucket: the key of one check's bucket, a plain tenant ID and one
+// that needs escaping.
+func BenchmarkBucket(b *testing.B) {
+	k, err := New("rl")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, tenant := range []string{"t42", "acme:eu-west {prod}"} {
+		b.Run(EscapeID(tenant), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := k.Bucket(tenant, "default"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
