@@ -139,3 +139,41 @@ func BenchmarkBucket(b *testing.B) {
 		})
 	}
 }
+
+// The key scheme writes names.Escape's escaping and refuses the tenant IDs
+// names.ValidateTenantID refuses, with its error: its escape table and
+// length check are names' rules compiled, not a second definition.
+func TestBucketAgreesWithNames(t *testing.T) {
+	k, err := New("rl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for c := 0; c < 256; c++ {
+		s := "a" + string([]byte{byte(c)}) + "b"
+		key, err := k.Bucket(s, s)
+		if want := "rl:{" + names.Escape(s) + "}:" + names.Escape(s); err != nil || key != want {
+			t.Errorf("Bucket(%q, %q) = %q, %v; want %q", s, s, key, err, want)
+		}
+	}
+	for _, n := range []int{0, 1, names.MaxTenantIDLen, names.MaxTenantIDLen + 1} {
+		id := strings.Repeat("x", n)
+		_, err := k.Bucket(id, "default")
+		want := names.ValidateTenantID(id)
+		if (err == nil) != (want == nil) || (err != nil && err.Error() != want.Error()) {
+			t.Errorf("tenant ID of %d bytes: Bucket's error %v, names' %v", n, err, want)
+		}
+	}
+}
+
+// A key is sized once: one allocation however many bytes are escaped.
+func TestBucketAllocatesOnce(t *testing.T) {
+	k, err := New("rl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tenant := range []string{"t42", strings.Repeat("{", names.MaxTenantIDLen)} {
+		if n := testing.AllocsPerRun(50, func() { _, _ = k.Bucket(tenant, "a:b c") }); n != 1 {
+			t.Errorf("Bucket(%d bytes of %q): %v allocations, want 1", len(tenant), tenant[:1], n)
+		}
+	}
+}
