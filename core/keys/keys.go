@@ -51,8 +51,8 @@ func (k Keys) Prefix() string { return k.prefix }
 // or bucket is not a valid name.
 //
 // It is on every check's path: it sizes the key exactly (one allocation,
-// however many bytes are escaped) and writes it in one pass over its parts
-// with the escape table, calling out only to word an error.
+// however many bytes are escaped), then writes it, with the escape table;
+// it calls out of this file only to word an error.
 func (k Keys) Bucket(tenantID, bucket string) (string, error) {
 	if tenantID == "" || len(tenantID) > names.MaxTenantIDLen {
 		return "", names.ValidateTenantID(tenantID)
