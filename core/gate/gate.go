@@ -3,6 +3,7 @@ package gate
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -70,14 +71,17 @@ type gateOptionFunc func(*Gate) error
 func (f gateOptionFunc) applyGate(g *Gate) error { return f(g) }
 
 // WithRoutes sets the route table; every entry must be valid (see
-// Routes.Validate). Default: none (every route is the default route).
+// Routes.Validate). The Gate keeps a copy: a change to rs after New does
+// not reach it. Default: none (every route is the default route).
 func WithRoutes(rs Routes) Option {
 	return gateOptionFunc(func(g *Gate) error {
 		if err := rs.Validate(); err != nil {
 			return errs.BadValue("gate.WithRoutes", err)
 		}
 		if rs != nil {
-			g.routes = rs
+			// the table is validated here, once: Decide takes its routes
+			// as they are, so no one may change them after
+			g.routes = maps.Clone(rs)
 		}
 		return nil
 	})
@@ -189,18 +193,29 @@ func New(l *core.Limiter, opts ...Option) (*Gate, error) {
 // e.Route when set, else the cost function's answer, else the route
 // table's, else the default route.
 func (g *Gate) Route(ctx context.Context, t quota.Tenant, e Endpoint) Route {
-	if e.Route != (Route{}) {
-		return e.Route
-	}
-	if g.costFunc != nil {
-		if r, ok := g.costFunc(ctx, t, e); ok {
-			return r
-		}
+	if r, given := g.givenRoute(ctx, t, e); given {
+		return r
 	}
 	if r, ok := g.routes.Lookup(e.Method, e.Pattern); ok {
 		return r
 	}
 	return g.fallback
+}
+
+// givenRoute returns the route given for a request rather than configured:
+// e.Route when set, else the cost function's answer; given false when
+// neither names one. A given route is checked per request (validRoute);
+// the route table and the default route were checked by New.
+func (g *Gate) givenRoute(ctx context.Context, t quota.Tenant, e Endpoint) (r Route, given bool) {
+	if e.Route != (Route{}) {
+		return e.Route, true
+	}
+	if g.costFunc != nil {
+		if r, ok := g.costFunc(ctx, t, e); ok {
+			return r, true
+		}
+	}
+	return Route{}, false
 }
 
 // Decide checks one request. ctx carries the tenant (ContextWithTenant).
@@ -211,13 +226,18 @@ func (g *Gate) Route(ctx context.Context, t quota.Tenant, e Endpoint) Route {
 //
 // An unmatched request (Endpoint.Unmatched) proceeds to the framework's own
 // 404 or 405 unchecked: no route, no charge.
+//
+// It looks the route table up once, for the exemption and for the route
+// (Route's answer), and checks per request only a route given by the
+// adapter or the cost function.
 func (g *Gate) Decide(ctx context.Context, e Endpoint) Verdict {
 	if e.Unmatched {
 		return Verdict{Proceed: true, Unmatched: true}
 	}
 	// an exempt route (health, metrics) needs no identity
-	if r, ok := g.routes.Lookup(e.Method, e.Pattern); ok && r.Exempt {
-		return Verdict{Proceed: true, Route: r}
+	table, inTable := g.routes.Lookup(e.Method, e.Pattern)
+	if inTable && table.Exempt {
+		return Verdict{Proceed: true, Route: table}
 	}
 	t, verified := TenantFromContext(ctx)
 	if !verified {
@@ -231,15 +251,24 @@ func (g *Gate) Decide(ctx context.Context, e Endpoint) Verdict {
 		t = quota.Tenant{ID: anon.ID(e.ClientIP), Tier: g.anonTier}
 		ctx = anon.With(ctx)
 	}
-	r := g.Route(ctx, t, e)
+	r, given := g.givenRoute(ctx, t, e)
+	switch {
+	case given:
+	case inTable:
+		r = table
+	default:
+		r = g.fallback
+	}
 	if r.Exempt {
 		return Verdict{Proceed: true, Tenant: t, Route: r}
 	}
-	if err := validRoute(r); err != nil {
-		p := misconfiguredProblem()
-		return Verdict{Status: p.Status, ContentType: render.ProblemContentType, Body: p.JSON(), Problem: p,
-			Decision: core.Decision{Reason: core.ReasonUnresolved, Cost: r.Cost}, Tenant: t, Route: r,
-			Err: fmt.Errorf("%w: cost function: %w", core.ErrInvalidConfig, err)}
+	if given {
+		if err := validRoute(r); err != nil {
+			p := misconfiguredProblem()
+			return Verdict{Status: p.Status, ContentType: render.ProblemContentType, Body: p.JSON(), Problem: p,
+				Decision: core.Decision{Reason: core.ReasonUnresolved, Cost: r.Cost}, Tenant: t, Route: r,
+				Err: fmt.Errorf("%w: cost function: %w", core.ErrInvalidConfig, err)}
+		}
 	}
 	if verified && strings.HasPrefix(t.ID, anon.Prefix) {
 		// anonymous callers' IDs: a verified tenant spelled like one would
@@ -258,6 +287,22 @@ func (g *Gate) Decide(ctx context.Context, e Endpoint) Verdict {
 func (g *Gate) CheckRoute(ctx context.Context, t quota.Tenant, r Route) Verdict {
 	d, err := g.lim.Check(ctx, core.Request{Tenant: t, Class: r.Class, Cost: r.Cost})
 	return g.render(t, r, d, err)
+}
+
+// render turns the limiter's answer for (t, r) into a Verdict.
+func (g *Gate) render(t quota.Tenant, r Route, d core.Decision, err error) Verdict {
+	v := Verdict{Proceed: d.Allowed, Decision: d, Tenant: t, Route: r, Checked: true, Err: err,
+		Headers: render.Headers(d, g.style, g.now())}
+	if g.reports && settleable(d) {
+		v.report = &costReport{lim: g.lim}
+	}
+	if !d.Allowed {
+		v.Status = render.Status(d)
+		v.Problem = render.ProblemOf(d)
+		v.ContentType = render.ProblemContentType
+		v.Body = v.Problem.JSON()
+	}
+	return v
 }
 
 // misconfiguredProblem is the body of the 500 answered when the gate's

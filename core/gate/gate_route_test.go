@@ -68,3 +68,20 @@ func TestGateEndpointRouteInvalid(t *testing.T) {
 		t.Fatalf("verdict %+v, want a 500 misconfiguration", v)
 	}
 }
+
+// The gate keeps its own copy of the route table: New validated it once,
+// and Decide takes its routes as they are, so a change to the caller's map
+// afterwards (a route made free or invalid) does not reach it.
+func TestGateRoutesCopied(t *testing.T) {
+	rs := gate.Routes{"/t": {Class: "table", Cost: 1}}
+	g := offlineGate(t, gate.WithRoutes(rs))
+	rs["/t"] = gate.Route{Class: "table", Cost: 0}
+	rs["/u"] = gate.Route{Exempt: true}
+	ctx := context.Background()
+	if r := g.Route(ctx, quota.Tenant{ID: "t"}, gate.Endpoint{Method: http.MethodGet, Pattern: "/t"}); r != (gate.Route{Class: "table", Cost: 1}) {
+		t.Errorf("route of /t after the caller changed its map: %+v, want the table's as given to New", r)
+	}
+	if r := g.Route(ctx, quota.Tenant{ID: "t"}, gate.Endpoint{Method: http.MethodGet, Pattern: "/u"}); r.Exempt {
+		t.Errorf("route of /u added to the caller's map after New: %+v, want the default route", r)
+	}
+}

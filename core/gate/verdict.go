@@ -59,19 +59,3 @@ func (v Verdict) Done() {
 	v.Decision.Slot.Release()
 	v.settle()
 }
-
-// render turns the limiter's answer for (t, r) into a Verdict.
-func (g *Gate) render(t quota.Tenant, r Route, d core.Decision, err error) Verdict {
-	v := Verdict{Proceed: d.Allowed, Decision: d, Tenant: t, Route: r, Checked: true, Err: err,
-		Headers: render.Headers(d, g.style, g.now())}
-	if g.reports && settleable(d) {
-		v.report = &costReport{lim: g.lim}
-	}
-	if !d.Allowed {
-		v.Status = render.Status(d)
-		v.Problem = render.ProblemOf(d)
-		v.ContentType = render.ProblemContentType
-		v.Body = v.Problem.JSON()
-	}
-	return v
-}
