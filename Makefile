@@ -146,14 +146,14 @@ bench/http: ## the Gin service under wrk: no limiter, one GET, tollgate (and wit
 	cd bench && $(GO) run ./httpbench $(HTTPFLAGS)
 	cd bench && $(GO) run ./httpbench $(HTTPDELAYFLAGS)
 
-# RLSFLAGS are the side-by-side driver's flags (cd rls/test && go run ./rlsbench -h).
-RLSFLAGS ?= -reps 3 -duration 4s
+# RLSFLAGS are the side-by-side driver's flags (cd bench && go run ./rlsbench -h).
+RLSFLAGS ?= -reps 3 -duration 4s -svg ../docs/img
 
 # An explicit rule (not the rls module's Go benchmarks): tollgate-rls and
 # envoyproxy/ratelimit under ghz, pinned with taskset; both tools must be
 # installed at their pinned versions (the driver says how when one is missing).
 bench/rls: ## tollgate-rls beside envoyproxy/ratelimit under ghz, each with its own Redis (docs/benchmarks.md)
-	cd rls/test && $(GO) run ./rlsbench $(RLSFLAGS)
+	cd bench && $(GO) run ./rlsbench $(RLSFLAGS)
 
 $(addprefix bench/,$(filter-out rls,$(ALL_MODULES))): bench/%: check-redis
 	cd $* && $(GO) test $(BENCHFLAGS) github.com/tollgate-go/tollgate/$*/...

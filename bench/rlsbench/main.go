@@ -34,6 +34,8 @@ import (
 	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/descriptorpb"
+
+	"github.com/tollgate-go/tollgate/bench/internal/svgplot"
 )
 
 const (
@@ -70,6 +72,7 @@ var (
 	rate     = flag.Int("rps", 2000, "the fixed offered rate (ghz --rps) at concurrency 64")
 	loadCPU  = flag.String("load-cpu", "0", "the core ghz runs on (taskset -c)")
 	svcCPU   = flag.String("service-cpu", "1", "the core the services and their Redis run on")
+	svgDir   = flag.String("svg", "", "write the window-boundary probe's picture (SVG) into this directory")
 )
 
 func main() {
@@ -330,6 +333,9 @@ func run() error {
 		}
 	}
 	report(results, loads, cs, probes)
+	if *svgDir != "" {
+		return boundaryPicture(filepath.Join(*svgDir, "rls-boundary.svg"), probes)
+	}
 	return nil
 }
 
@@ -409,7 +415,18 @@ func runGhz(ghz, protoset string, s *service, load string, c, rps int, d time.Du
 type probe struct {
 	svc            string
 	sent, admitted int64
+	// admits: when each admitted call was answered, seconds from the
+	// probe's start (probeLead before the second boundary), in order
+	admits []float64
 }
+
+// probeLead is how long before a second boundary the probe starts, and
+// how long after it it ends.
+const probeLead = 100 * time.Millisecond
+
+// probeLimit is the probe descriptor's requests_per_unit, per second: a
+// bucket of that capacity refilled at that rate.
+const probeLimit = 100
 
 // boundaryProbe sends one descriptor (limit 100 per second) as fast as
 // 16 callers can from 100 ms before a second boundary to 100 ms after, and
@@ -430,9 +447,12 @@ func boundaryProbe(s *service, rep int) (probe, error) {
 	cancel0()
 	now := time.Now()
 	boundary := now.Truncate(time.Second).Add(2 * time.Second)
-	time.Sleep(time.Until(boundary.Add(-100 * time.Millisecond)))
-	end := boundary.Add(100 * time.Millisecond)
+	start := boundary.Add(-probeLead)
+	time.Sleep(time.Until(start))
+	end := boundary.Add(probeLead)
 	var sent, admitted atomic.Int64
+	var mu sync.Mutex
+	var admits []float64
 	var wg sync.WaitGroup
 	for range 16 {
 		wg.Add(1)
@@ -448,12 +468,17 @@ func boundaryProbe(s *service, rep int) (probe, error) {
 				sent.Add(1)
 				if err == nil && res.GetOverallCode() == rlsv3.RateLimitResponse_OK {
 					admitted.Add(1)
+					at := time.Since(start).Seconds()
+					mu.Lock()
+					admits = append(admits, at)
+					mu.Unlock()
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	return probe{s.name, sent.Load(), admitted.Load()}, nil
+	slices.Sort(admits)
+	return probe{s.name, sent.Load(), admitted.Load(), admits}, nil
 }
 
 func median(xs []float64) float64 {
@@ -542,4 +567,43 @@ func writeProtoset(path string) error {
 		return err
 	}
 	return os.WriteFile(path, b, 0o600)
+}
+
+// boundaryPicture draws the last probe of each service as admissions over
+// time against the bucket's bound from full (capacity + refill x t) and a
+// fixed window's (the limit on each side of the boundary).
+func boundaryPicture(path string, probes []probe) error {
+	last := map[string]probe{}
+	var names []string
+	for _, p := range probes {
+		if _, ok := last[p.svc]; !ok {
+			names = append(names, p.svc)
+		}
+		last[p.svc] = p
+	}
+	span := (2 * probeLead).Seconds()
+	var lines []svgplot.Series
+	for i, n := range names {
+		p := last[n]
+		s := svgplot.Series{Name: fmt.Sprintf("%s: %d admitted", n, len(p.admits)), X: []float64{0}, Y: []float64{0}, Color: svgplot.Color(i)}
+		for j, t := range p.admits {
+			s.X, s.Y = append(s.X, t), append(s.Y, float64(j+1))
+		}
+		s.X, s.Y = append(s.X, span), append(s.Y, float64(len(p.admits)))
+		lines = append(lines, s)
+	}
+	if len(lines) == 0 {
+		return nil
+	}
+	lead := probeLead.Seconds()
+	lines = append(lines,
+		svgplot.Series{Name: fmt.Sprintf("bucket bound: %d + %d/s x t", probeLimit, probeLimit), X: []float64{0, span}, Y: []float64{probeLimit, probeLimit * (1 + span)}, Dashed: true, Smooth: true, Color: "#000000"},
+		svgplot.Series{Name: fmt.Sprintf("fixed window: %d on each side of the boundary", probeLimit), X: []float64{0, lead, lead, span}, Y: []float64{probeLimit, probeLimit, 2 * probeLimit, 2 * probeLimit}, Dashed: true, Smooth: true, Color: "#888888"},
+	)
+	l := svgplot.Lines{
+		Title:  fmt.Sprintf("One descriptor at %d/s, 16 callers across a second boundary: admissions over time (the last of %d probes)", probeLimit, *reps),
+		XLabel: fmt.Sprintf("seconds since the probe began, %v before the boundary", probeLead),
+		YLabel: "calls admitted", Series: lines,
+	}
+	return svgplot.Write(path, l.SVG())
 }
