@@ -94,7 +94,13 @@ type metrics struct {
 }
 
 // decisionLabels is the label tuple of the decisions metric, unvalidated.
-type decisionLabels struct{ outcome, reason, class, tier, bucket string }
+// decisionLabels is a decision's labels as the check has them: the
+// outcome and reason strings are made once per cached set, not per check.
+type decisionLabels struct {
+	reason              Reason
+	fallback            bool
+	class, tier, bucket string
+}
 
 // maxCachedSets bounds the attribute-set cache (labels are bounded names,
 // but a misconfigured resolver could vary them): past it, sets are built
@@ -188,7 +194,7 @@ func label(s, empty string) string {
 
 func (m *metrics) record(ctx context.Context, req Request, d Decision) {
 	if m.tenants == nil {
-		m.decisions.Add(ctx, 1, m.decisionSet(decisionLabels{outcomeLabel(d), d.Reason.String(), req.Class, req.Tenant.Tier, d.Bucket})...)
+		m.decisions.Add(ctx, 1, m.decisionSet(decisionLabels{d.Reason, d.Fallback, req.Class, req.Tenant.Tier, d.Bucket})...)
 	} else {
 		m.recordTenant(ctx, req, d)
 	}
@@ -212,8 +218,8 @@ func (m *metrics) decisionSet(k decisionLabels) []metric.AddOption {
 		return o.([]metric.AddOption)
 	}
 	o := []metric.AddOption{metric.WithAttributes(
-		attribute.String("outcome", k.outcome),
-		attribute.String("reason", k.reason),
+		attribute.String("outcome", outcomeLabel(Decision{Reason: k.reason, Fallback: k.fallback})),
+		attribute.String("reason", k.reason.String()),
 		attribute.String("class", label(k.class, quota.DefaultClass)),
 		attribute.String("tier", label(k.tier, "none")),
 		attribute.String("bucket", label(k.bucket, "none")),
