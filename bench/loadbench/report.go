@@ -2,22 +2,11 @@ package main
 
 import (
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
-)
 
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return math.NaN()
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
+	"github.com/tollgate-go/tollgate/bench/internal/stats"
+)
 
 // summary prints a Markdown table of medians, with ratios against
 // redis_rate measured in the same run.
@@ -29,7 +18,7 @@ func summary(impls []string, concs, tenantCounts []int, mem []memResult) {
 				xs = append(xs, f(r))
 			}
 		}
-		return median(xs)
+		return stats.Median(xs)
 	}
 	ops := func(r result) float64 { return r.ops }
 	cpu := func(r result) float64 { return r.cpu }
@@ -107,7 +96,7 @@ func summary(impls []string, concs, tenantCounts []int, mem []memResult) {
 					xs = append(xs, f(m))
 				}
 			}
-			return median(xs)
+			return stats.Median(xs)
 		}
 		d := func(m memResult) float64 { return m.delta }
 		u := func(m memResult) float64 { return m.usage }

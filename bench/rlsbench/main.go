@@ -14,7 +14,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -35,6 +34,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/descriptorpb"
 
+	"github.com/tollgate-go/tollgate/bench/internal/stats"
 	"github.com/tollgate-go/tollgate/bench/internal/svgplot"
 )
 
@@ -481,24 +481,12 @@ func boundaryProbe(s *service, rep int) (probe, error) {
 	return probe{s.name, sent.Load(), admitted.Load(), admits}, nil
 }
 
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return math.NaN()
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
 func med(ss []sample, f func(sample) float64) float64 {
 	xs := make([]float64, len(ss))
 	for i, s := range ss {
 		xs[i] = f(s)
 	}
-	return median(xs)
+	return stats.Median(xs)
 }
 
 func report(results map[key][]sample, loads []string, cs []int, probes []probe) {
