@@ -206,18 +206,22 @@ func (b *Shard) Confirm(ctx context.Context) {
 }
 
 // silent PINGs the shard and reports whether its silence is evidence: no
-// answer to a PING this process made on time. A failure that came later
-// than the probe's deadline by more than half of it was not: this process
-// did not run (starved of CPU, stopped) while the deadline passed, and a
-// reply may have been waiting unread; the PING is then made once more, and
-// a second late failure is no evidence either way (the checks are shed).
-// An answer to the PING, or to a check sent after it, proves the shard
-// alive.
+// answer to a PING made while this process ran on time. A failure is no
+// evidence when this process could not run for a good part of the probe
+// (stopped, or starved of CPU: its goroutines waited in the run queue),
+// which a lagMeter beside the PING measures, or when it came later than
+// the probe's deadline by more than half of it: the deadline may have
+// passed while a reply (or the dial's completion) waited unread. The PING
+// is then made once more, and a second failure of that kind is no evidence
+// either way (the checks are shed). An answer to the PING, or to a check
+// sent after it, proves the shard alive.
 func (b *Shard) silent() bool {
 	for range 2 {
 		pctx, cancel := context.WithTimeout(context.Background(), probeBackstop)
+		lag := startLagMeter(b.set.probeTimeout / 20)
 		sent := time.Now()
 		err := b.node.Ping(pctx).Err()
+		stalled := lag.stop()
 		cancel()
 		if err == nil {
 			b.Success(sent)
@@ -226,11 +230,60 @@ func (b *Shard) silent() bool {
 		if b.AnsweredSince(sent) {
 			return false // the shard answered a check sent meanwhile: it is up
 		}
-		if time.Since(sent) <= b.set.probeTimeout+b.set.probeTimeout/2 {
+		if stalled < b.set.probeTimeout/4 && time.Since(sent) <= b.set.probeTimeout+b.set.probeTimeout/2 {
 			return true // the deadline passed while this process ran: the shard was silent
 		}
 	}
 	return false
+}
+
+// lagMeter measures how long this process could not run while a probe
+// waits: a goroutine that sleeps step at a time and records by how much
+// its longest sleep overran (the time it waited to be run, or the process
+// was stopped). It runs only while a probe does.
+type lagMeter struct {
+	step  time.Duration
+	last  time.Time     // when the latest sleep began
+	worst time.Duration // the longest overrun seen
+	done  chan struct{}
+	ended chan struct{} // closed when the goroutine has left: last and worst are then the caller's
+
+}
+
+func startLagMeter(step time.Duration) *lagMeter {
+	m := &lagMeter{step: step, done: make(chan struct{}), ended: make(chan struct{})}
+	m.last = time.Now()
+	go func() {
+		defer close(m.ended)
+		t := time.NewTimer(step)
+		defer t.Stop()
+		for {
+			select {
+			case <-m.done:
+				return
+			case <-t.C:
+			}
+			now := time.Now()
+			m.note(now.Sub(m.last))
+			m.last = now
+			t.Reset(step)
+		}
+	}()
+	return m
+}
+
+func (m *lagMeter) note(slept time.Duration) {
+	m.worst = max(m.worst, slept-m.step)
+}
+
+// stop ends the meter and returns the longest overrun, counting the sleep
+// under way (the probe's goroutine may run before the meter's, after both
+// were held up).
+func (m *lagMeter) stop() time.Duration {
+	close(m.done)
+	<-m.ended
+	m.note(time.Since(m.last))
+	return m.worst
 }
 
 // Allow reports whether a store call may be made now: always when closed;
