@@ -4,6 +4,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/tollgate-go/tollgate/core/internal/bucketmath"
 	"github.com/tollgate-go/tollgate/core/quota"
 )
 
@@ -160,21 +161,8 @@ func newDecision(states []BucketState, binding int, reason Reason, retry float64
 		d.Remaining = int64(r)
 	}
 	if reason == ReasonOverLimit {
-		d.RetryAfter = seconds(retry)
+		d.RetryAfter = bucketmath.Duration(retry)
 	}
-	d.ResetAfter = seconds((float64(b.Quota.Capacity) - b.Tokens) / b.Quota.RefillPerSecond)
+	d.ResetAfter = bucketmath.Duration((float64(b.Quota.Capacity) - b.Tokens) / b.Quota.RefillPerSecond)
 	return d
-}
-
-// seconds converts float seconds to a Duration, rounding up to the next
-// nanosecond and saturating instead of overflowing.
-func seconds(s float64) time.Duration {
-	if s <= 0 || math.IsNaN(s) {
-		return 0
-	}
-	ns := math.Ceil(s * 1e9)
-	if ns >= math.MaxInt64 {
-		return time.Duration(math.MaxInt64)
-	}
-	return time.Duration(ns)
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/internal/bucketmath"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"math"
 	"strconv"
@@ -285,7 +286,7 @@ func untilGrows(d core.Decision) time.Duration {
 	if next > float64(d.Limit) {
 		next = float64(d.Limit)
 	}
-	return seconds((next - d.Tokens) / d.Quota.RefillPerSecond)
+	return bucketmath.Duration((next - d.Tokens) / d.Quota.RefillPerSecond)
 }
 
 // window is the policy window of q in whole seconds, max(1, ceil(C/rate)),
@@ -296,17 +297,4 @@ func window(q quota.Quota) int64 {
 		return 1
 	}
 	return int64(w)
-}
-
-// seconds converts float seconds to a Duration, rounding up to the next
-// nanosecond and saturating instead of overflowing.
-func seconds(s float64) time.Duration {
-	if s <= 0 || math.IsNaN(s) {
-		return 0
-	}
-	ns := math.Ceil(s * 1e9)
-	if ns >= math.MaxInt64 {
-		return time.Duration(math.MaxInt64)
-	}
-	return time.Duration(ns)
 }

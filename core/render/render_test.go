@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/internal/bucketmath"
 	"github.com/tollgate-go/tollgate/core/quota"
 )
 
@@ -158,8 +159,8 @@ func newDecision(states []core.BucketState, binding int, reason core.Reason, ret
 		d.Remaining = int64(r)
 	}
 	if reason == core.ReasonOverLimit {
-		d.RetryAfter = seconds(retry)
+		d.RetryAfter = bucketmath.Duration(retry)
 	}
-	d.ResetAfter = seconds((float64(b.Quota.Capacity) - b.Tokens) / b.Quota.RefillPerSecond)
+	d.ResetAfter = bucketmath.Duration((float64(b.Quota.Capacity) - b.Tokens) / b.Quota.RefillPerSecond)
 	return d
 }

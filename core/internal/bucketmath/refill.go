@@ -4,7 +4,10 @@
 // same doubles.
 package bucketmath
 
-import "math"
+import (
+	"math"
+	"time"
+)
 
 // Refill returns the balance of a bucket of the given capacity and rate (in
 // tokens per second) that held tokens elapsed seconds ago: refilled at the
@@ -67,4 +70,18 @@ func Tightest(n int, bucket func(i int) (capacity int64, rate, tokens float64)) 
 		}
 	}
 	return best
+}
+
+// Duration converts float seconds to a Duration, rounding up to the next
+// nanosecond and saturating instead of overflowing: a wait of any length
+// reads as a wait, never as none. Zero for none (and for NaN).
+func Duration(s float64) time.Duration {
+	if s <= 0 || math.IsNaN(s) {
+		return 0
+	}
+	ns := math.Ceil(s * 1e9)
+	if ns >= math.MaxInt64 {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(ns)
 }
