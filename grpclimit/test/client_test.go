@@ -43,15 +43,6 @@ const retryServiceConfig = `{"methodConfig": [{
   }
 }]}`
 
-// gaps returns the time between consecutive arrivals from index from on.
-func gaps(ts []time.Time, from int) []time.Duration {
-	var g []time.Duration
-	for i := from + 1; i < len(ts); i++ {
-		g = append(g, ts[i].Sub(ts[i-1]))
-	}
-	return g
-}
-
 func TestGRPCRetryPolicyHonoursPushback(t *testing.T) {
 	forEachShape(t, func(t *testing.T, call caller) {
 		t.Run("over limit: retried after the pushback", func(t *testing.T) {
@@ -61,23 +52,21 @@ func TestGRPCRetryPolicyHonoursPushback(t *testing.T) {
 			if r := call(ctx, cl); r.err != nil {
 				t.Fatal(r.err)
 			}
-			start := time.Now()
 			if r := call(ctx, cl); r.err != nil {
 				t.Fatalf("second call: %v, want success after grpc-go retried", r.err)
 			}
-			took := time.Since(start)
 			arr := e.arrivalTimes()
 			if len(arr) < 3 || e.svc.calls.Load() != 2 {
 				t.Fatalf("%d attempts reached the server, the handler ran %d times; want >= 3 and 2", len(arr), e.svc.calls.Load())
 			}
-			// each retry waited for the pushback (≤ 200 ms), never grpc-go's 1 ms backoff
-			for _, g := range gaps(arr, 1) {
-				if g < 100*time.Millisecond {
-					t.Fatalf("retried %v after a denial: the pushback was not honoured", g)
-				}
-			}
-			if took < 150*time.Millisecond || took > 5*time.Second {
-				t.Fatalf("second call took %v, want about 200 ms", took)
+			// The token is back 200 ms after the first call was charged (after
+			// it arrived): the attempt admitted arrived no sooner. Each denial's
+			// pushback is what is left of those 200 ms when it is made, so on a
+			// loaded machine, where the second call starts late, it is shorter;
+			// what no pushback would give is grpc-go's 1 ms backoff: its four
+			// attempts spent within milliseconds, and the call failed.
+			if span := arr[len(arr)-1].Sub(arr[0]); span < 190*time.Millisecond || span > 5*time.Second {
+				t.Fatalf("the admitted retry arrived %v after the first call, want 200 ms (the refill) to 5 s", span)
 			}
 		})
 		t.Run("never: pushback -1 stops grpc-go", func(t *testing.T) {

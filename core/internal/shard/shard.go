@@ -207,11 +207,11 @@ func (b *Shard) Confirm(ctx context.Context) {
 
 // silent PINGs the shard and reports whether its silence is evidence: no
 // answer to a PING made while this process ran on time. A failure is no
-// evidence when this process could not run for a good part of the probe
-// (stopped, or starved of CPU: its goroutines waited in the run queue),
-// which a lagMeter beside the PING measures, or when it came later than
-// the probe's deadline by more than half of it: the deadline may have
-// passed while a reply (or the dial's completion) waited unread. The PING
+// evidence when this process fell behind by half the probe's deadline or
+// more (stopped, or starved of CPU: its goroutines waited in the run
+// queue), which a lagMeter beside the PING measures, or when it came
+// later than the probe's deadline by more than half of it: the deadline
+// may have passed while a reply (or the dial's completion) waited unread. The PING
 // is then made once more, and a second failure of that kind is no evidence
 // either way (the checks are shed). An answer to the PING, or to a check
 // sent after it, proves the shard alive.
@@ -221,7 +221,7 @@ func (b *Shard) silent() bool {
 		lag := startLagMeter(b.set.probeTimeout / 20)
 		sent := time.Now()
 		err := b.node.Ping(pctx).Err()
-		stalled := lag.stop()
+		behind := lag.stop()
 		cancel()
 		if err == nil {
 			b.Success(sent)
@@ -230,23 +230,28 @@ func (b *Shard) silent() bool {
 		if b.AnsweredSince(sent) {
 			return false // the shard answered a check sent meanwhile: it is up
 		}
-		if stalled < b.set.probeTimeout/4 && time.Since(sent) <= b.set.probeTimeout+b.set.probeTimeout/2 {
+		if behind < b.set.probeTimeout/2 && time.Since(sent) <= b.set.probeTimeout+b.set.probeTimeout/2 {
 			return true // the deadline passed while this process ran: the shard was silent
 		}
 	}
 	return false
 }
 
-// lagMeter measures how long this process could not run while a probe
-// waits: a goroutine that sleeps step at a time and records by how much
-// its longest sleep overran (the time it waited to be run, or the process
-// was stopped). It runs only while a probe does.
+// lagMeter measures how far this process fell behind while a probe
+// waits: a goroutine that sleeps step at a time and adds up by how much its
+// sleeps overran (the time it waited in the run queue to be run again, or
+// the process was stopped). The probe's own goroutine waits in the same
+// queue at each step of its dial, write and read: when the meter fell
+// behind by half the probe's deadline, so may the probe have, with its
+// reply waiting. A short stall alone is no reason to doubt the probe: a
+// reply that came meanwhile is read when the process runs again, within
+// the deadline. It runs only while a probe does.
 type lagMeter struct {
 	step  time.Duration
 	last  time.Time     // when the latest sleep began
-	worst time.Duration // the longest overrun seen
+	total time.Duration // the overruns so far
 	done  chan struct{}
-	ended chan struct{} // closed when the goroutine has left: last and worst are then the caller's
+	ended chan struct{} // closed when the goroutine has left: last and total are then the caller's
 
 }
 
@@ -273,17 +278,17 @@ func startLagMeter(step time.Duration) *lagMeter {
 }
 
 func (m *lagMeter) note(slept time.Duration) {
-	m.worst = max(m.worst, slept-m.step)
+	m.total += max(0, slept-m.step)
 }
 
-// stop ends the meter and returns the longest overrun, counting the sleep
+// stop ends the meter and returns the overruns in all, counting the sleep
 // under way (the probe's goroutine may run before the meter's, after both
 // were held up).
 func (m *lagMeter) stop() time.Duration {
 	close(m.done)
 	<-m.ended
 	m.note(time.Since(m.last))
-	return m.worst
+	return m.total
 }
 
 // Allow reports whether a store call may be made now: always when closed;

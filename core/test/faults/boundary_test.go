@@ -260,7 +260,7 @@ func TestLostReply(t *testing.T) {
 			lim := newLimiter(t, client, core.FailOpen, core.WithClock(clock), core.WithBatching(batched),
 				core.WithCircuitBreaker(0, 0), core.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
 			// read back through a direct client, past the proxy
-			direct, err := core.New(srv.Client(t), resolver(slowQuota), core.WithPrefix(lim.Keys().Prefix()), core.WithClock(clock), core.WithBatching(false))
+			direct, err := core.New(srv.Client(t), resolver(slowQuota), core.WithPrefix(lim.Keys().Prefix()), core.WithClock(clock), core.WithBatching(false), core.WithTimeout(5*time.Second))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -74,7 +74,9 @@ func newSettleRig(t *testing.T, p core.FailurePolicy) *settleRig {
 	if r.gate, err = gate.New(r.lim, gate.WithCostReports(), gate.WithRoutes(gate.Routes{"POST /v1/complete": {Class: "default", Cost: estimate}})); err != nil {
 		t.Fatal(err)
 	}
-	if r.direct, err = core.New(srv.Client(t), resolver(slowQuota), core.WithPrefix(r.lim.Keys().Prefix()), core.WithClock(clock)); err != nil {
+	// the read-back, straight to the server, with a timeout no loaded
+	// machine misses: the test's instrument, not its subject
+	if r.direct, err = core.New(srv.Client(t), resolver(slowQuota), core.WithPrefix(r.lim.Keys().Prefix()), core.WithClock(clock), core.WithTimeout(5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = r.direct.Close() })
