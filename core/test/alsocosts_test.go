@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tollgate-go/tollgate/conformance"
+	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/quota"
 )
@@ -167,5 +168,69 @@ func TestAlsoCostsInvalid(t *testing.T) {
 			}
 		}
 		wantBalances(t, "after the invalid requests", balances(t, l, "t1"), map[string]float64{"default": 10, "export": 6, quota.CeilingBucket: 100})
+	})
+}
+
+// TestAlsoCostsNotAnsweredLocally: the deny cache, which proves denials of
+// one cost, never answers a mixed-cost request (here it would deny it
+// wrongly: export holds the 1 it asks, not the request's 5, over the bucket
+// set whose denial at 5 it remembers), and with the store down the local
+// fallback leaves it to the failure policy.
+func TestAlsoCostsNotAnsweredLocally(t *testing.T) {
+	t.Run("deny cache", func(t *testing.T) {
+		res, err := quota.NewResolver(alsoCostsTiers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := newLimiter(t, redistest.Client(t), res, core.WithDenyCache(true), core.WithClock(conformance.NewFakeClock().Now))
+		ctx := context.Background()
+		tenant := quota.Tenant{ID: "t1"}
+		if d, err := l.Allow(ctx, tenant, "export", 5); err != nil || !d.Allowed {
+			t.Fatalf("export 5: %+v, %v", d, err)
+		}
+		// default and export at one cost, 5: export holds 1, denied, and the
+		// deny cache remembers the denial of this bucket set
+		both := core.Request{Tenant: tenant, Class: "default", Cost: 5, Also: []string{"export"}}
+		if d, err := l.Check(ctx, both); err != nil || d.Allowed || d.Bucket != "export" {
+			t.Fatalf("default + export at 5: %+v, %v", d, err)
+		}
+		if d, _ := l.Check(ctx, both); !d.Local {
+			t.Fatalf("the deny cache did not answer it again: %+v", d)
+		}
+		// the same buckets, export at 1: admitted, by the store
+		d, err := l.Check(ctx, core.Request{Tenant: tenant, Class: "default", Cost: 5, Also: []string{"export"}, AlsoCosts: []int64{1}})
+		if err != nil || !d.Allowed || d.Local {
+			t.Fatalf("default 5 + export 1 = %+v, %v; want admitted by the store", d, err)
+		}
+		wantBalances(t, "after the admission", balances(t, l, "t1"), map[string]float64{"default": 5, "export": 0, quota.CeilingBucket: 90})
+	})
+	t.Run("local fallback", func(t *testing.T) {
+		srv := redistest.NewServer(t)
+		c := srv.Client(t)
+		srv.Kill()
+		res, err := quota.NewResolver(alsoCostsTiers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, policy := range []core.FailurePolicy{core.FailOpen, core.FailClosed} {
+			l, err := core.New(c, res, core.WithLocalFallback(1), core.WithFailurePolicy(policy))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			tenant := quota.Tenant{ID: "t1"}
+			if d, err := l.Allow(ctx, tenant, "default", 1); !errors.Is(err, core.ErrStore) || !d.Fallback {
+				t.Fatalf("one cost: %+v, %v; want the fallback's answer", d, err)
+			}
+			d, err := l.Check(ctx, core.Request{Tenant: tenant, Class: "default", Cost: 1, Also: []string{"export"}, AlsoCosts: []int64{5}})
+			want := core.ReasonFailedOpen
+			if policy == core.FailClosed {
+				want = core.ReasonFailedClosed
+			}
+			if !errors.Is(err, core.ErrStore) || d.Fallback || d.Reason != want {
+				t.Errorf("policy %v, mixed costs: %+v, %v; want %v, not the fallback's", policy, d, err, want)
+			}
+			_ = l.Close()
+		}
 	})
 }
