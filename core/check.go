@@ -70,7 +70,17 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 	}
 	// the resolver's slice may be shared: appending must not write into it
 	buckets = slices.Clip(buckets)
-	for _, class := range req.Also {
+	// costs, for a mixed-cost request, is each bucket's cost: the largest
+	// cost of the classes that name it
+	var costs []int64
+	mixed := req.mixed()
+	if mixed {
+		costs = make([]int64, len(buckets), len(buckets)+len(req.Also))
+		for i := range costs {
+			costs[i] = req.Cost
+		}
+	}
+	for j, class := range req.Also {
 		if err != nil {
 			break
 		}
@@ -79,8 +89,14 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 			err = validateBuckets(more)
 		}
 		for _, b := range more {
-			if !slices.ContainsFunc(buckets, func(have quota.Bucket) bool { return have.Name == b.Name }) {
+			i := slices.IndexFunc(buckets, func(have quota.Bucket) bool { return have.Name == b.Name })
+			if i < 0 {
 				buckets = append(buckets, b)
+				if mixed {
+					costs = append(costs, req.AlsoCosts[j])
+				}
+			} else if mixed {
+				costs[i] = max(costs[i], req.AlsoCosts[j])
 			}
 		}
 	}
@@ -102,7 +118,7 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 			return Decision{Reason: ReasonInvalid, Cost: req.Cost}, err
 		}
 	}
-	c := checkCall{req: req, keys: ks, buckets: buckets, cost: req.Cost, sent: l.now()}
+	c := checkCall{req: req, keys: ks, buckets: buckets, cost: req.Cost, costs: costs, sent: l.now()}
 	if ci, err := concurrentBucket(buckets); err != nil {
 		l.logDegraded("tollgate: no quota configured for this request; rejected", req, err, "tier", keys.EscapeID(req.Tenant.Tier))
 		return Decision{Reason: ReasonUnresolved, Cost: req.Cost}, err
@@ -130,6 +146,14 @@ func (l *Limiter) validate(req Request) error {
 	for _, class := range req.Also {
 		if err := quota.ValidateName(class); err != nil {
 			return err
+		}
+	}
+	if req.AlsoCosts != nil && len(req.AlsoCosts) != len(req.Also) {
+		return fmt.Errorf("%w: %d costs in AlsoCosts for %d classes in Also", ErrInvalidRequest, len(req.AlsoCosts), len(req.Also))
+	}
+	for i, c := range req.AlsoCosts {
+		if c < 0 || c > quota.MaxCost {
+			return fmt.Errorf("%w: cost of class %q must be 0 to %d, got %d", ErrInvalidRequest, req.Also[i], int64(quota.MaxCost), c)
 		}
 	}
 	return nil

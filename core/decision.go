@@ -131,6 +131,9 @@ type Decision struct {
 	// otherwise. The caller must release it when the request ends (a
 	// Gate's Verdict.Done does); until then it is renewed in the background.
 	Slot *Slot
+	// mixedCosts: the store charged the buckets different costs (a request
+	// with AlsoCosts): Settle cannot settle it by one difference.
+	mixedCosts bool
 }
 
 // Degraded reports whether the decision was made without the store because

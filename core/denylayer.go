@@ -19,6 +19,10 @@ type denyLayer struct {
 }
 
 func (dl *denyLayer) decide(ctx context.Context, c checkCall) (Decision, error) {
+	if c.costs != nil {
+		// mixed costs: the cache proves and remembers denials of one cost
+		return dl.next.decide(ctx, c)
+	}
 	if c.req.Cost > 0 {
 		quota := func(i int) denycache.Quota { return denycache.Quota(c.buckets[i].Quota) }
 		if tokens, ok := dl.cache.Check(c.keys, quota, c.req.Cost, c.sent); ok {

@@ -37,7 +37,11 @@ type checkCall struct {
 	// cost is the number of tokens to charge in the store: req.Cost, or a
 	// lease's size (the answer is still stated for req.Cost)
 	cost int64
-	sent time.Time // when the check started, on the limiter's clock
+	// costs, when not nil, is each bucket's cost, in the order of buckets (a
+	// request whose AlsoCosts differ from its Cost): the script charges
+	// each bucket its own, and cost is unused. Only the store answers it.
+	costs []int64
+	sent  time.Time // when the check started, on the limiter's clock
 	// slot, when not nil, is the bucket with a concurrency limit: the call
 	// is the concurrency script's, and an admission takes a slot
 	slot *slotCall
@@ -118,7 +122,9 @@ func (bl *breakerLayer) degrade(req Request, keys []string, buckets []quota.Buck
 // degradeQuiet is degrade's answer, without the log.
 func (bl *breakerLayer) degradeQuiet(req Request, keys []string, buckets []quota.Bucket) Decision {
 	switch {
-	case bl.fallback != nil && buckets != nil:
+	case bl.fallback != nil && buckets != nil && !req.mixed():
+		// (a mixed-cost request is answered by the policy: the fallback
+		// buckets charge one cost per call)
 		quotas := make([]fallback.Quota, len(buckets))
 		for i, b := range buckets {
 			quotas[i] = fallback.Quota{Capacity: b.Quota.Capacity, RefillPerSecond: b.Quota.RefillPerSecond}

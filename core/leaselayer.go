@@ -27,7 +27,8 @@ type leaseLayer struct {
 func (ll *leaseLayer) decide(ctx context.Context, c checkCall) (Decision, error) {
 	req := c.req
 	lc, ok := ll.leases.Class(req.Class)
-	if !ok || c.slot != nil || req.Cost <= 0 || len(req.Also) > 0 {
+	// (a request with Also, mixed costs included, is never leased)
+	if !ok || c.slot != nil || req.Cost <= 0 || len(req.Also) > 0 || c.costs != nil {
 		return ll.next.decide(ctx, c)
 	}
 	l, keys, buckets, sent := ll.l, c.keys, c.buckets, c.sent

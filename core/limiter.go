@@ -38,6 +38,34 @@ type Request struct {
 	// Buckets hold every bucket; shadow mode applies when it applies to any
 	// of the classes. At most 16 classes in all.
 	Also []string
+	// AlsoCosts, when set, is the cost of each class of Also, in Also's
+	// order (Cost stays the cost of Class): it must have Also's length, and
+	// every cost must be 0 to quota.MaxCost. The classes are still decided
+	// all-or-nothing in one script call: either every bucket has its own
+	// class's cost and all are charged, or none is. A bucket two classes
+	// share (a tenant-wide ceiling) is charged once, the larger of their
+	// costs: a ceiling bounds the request, and a class named twice must not
+	// charge it twice, so it is charged as the costliest class that names it
+	// (the same rule as for one cost, where a shared bucket is charged Cost
+	// once, not once per class). Nil means every class costs Cost.
+	//
+	// A request whose AlsoCosts differ from Cost is decided only by the
+	// store: the deny cache, token leases and the local fallback never
+	// answer it (their local balances are kept for one cost per call), so
+	// when the store cannot be reached the failure policy answers it. Its
+	// Decision states Cost as its cost, and [Limiter.Settle] refuses it.
+	AlsoCosts []int64
+}
+
+// mixed reports whether req charges its classes different costs: then only
+// the store decides it.
+func (req *Request) mixed() bool {
+	for _, c := range req.AlsoCosts {
+		if c != req.Cost {
+			return true
+		}
+	}
+	return false
 }
 
 // maxClasses is the most classes one Request may name (Class plus Also).

@@ -13,7 +13,9 @@ import (
 // parseReply decodes the script's reply (see the script's header), checking
 // every element's type, and works out what the script leaves to the caller:
 // "cost exceeds capacity" and the retry time.
-func parseReply(v any, buckets []quota.Bucket, cost int64) (Decision, error) {
+// costs, when not nil, is each bucket's cost (a mixed-cost call); cost is
+// still the request's, which the Decision states.
+func parseReply(v any, buckets []quota.Bucket, cost int64, costs []int64) (Decision, error) {
 	if s, ok := v.(string); ok && len(buckets) == 1 {
 		// one bucket: the state after an admission, or the balance after a
 		// denial (no space)
@@ -26,7 +28,7 @@ func parseReply(v any, buckets []quota.Bucket, cost int64) (Decision, error) {
 			reason = 1
 		}
 		toks, stamps := [1]float64{tok}, [1]int64{stamp}
-		return decide(buckets, toks[:], stamps[:], 0, reason, cost), nil
+		return decide(buckets, toks[:], stamps[:], 0, reason, cost, costs), nil
 	}
 	a, ok := v.([]any)
 	if !ok || len(buckets) < 2 || len(a) != 3+len(buckets) {
@@ -50,15 +52,16 @@ func parseReply(v any, buckets []quota.Bucket, cost int64) (Decision, error) {
 		}
 		toks[i], stamps[i] = tok, stamp
 	}
-	return decide(buckets, toks, stamps, int(binding-1), reason, cost), nil
+	return decide(buckets, toks, stamps, int(binding-1), reason, cost, costs), nil
 }
 
 // decide builds the decision from the buckets' balances after the call, the
 // binding bucket and the script's reason (0 admitted, else denied; a denial
 // by a bucket whose capacity is below the cost is "cost exceeds capacity").
 // stamps holds each state's stamp in microseconds, -1 where the reply had
-// none.
-func decide(buckets []quota.Bucket, toks []float64, stamps []int64, binding int, reason, cost int64) Decision {
+// none. costs, when not nil, is each bucket's own cost: the binding
+// bucket's is the one judged.
+func decide(buckets []quota.Bucket, toks []float64, stamps []int64, binding int, reason, cost int64, costs []int64) Decision {
 	states := make([]BucketState, len(buckets))
 	for i, b := range buckets {
 		states[i] = BucketState{Name: b.Name, Quota: b.Quota, Tokens: toks[i]}
@@ -68,11 +71,14 @@ func decide(buckets []quota.Bucket, toks []float64, stamps []int64, binding int,
 	}
 	r, retry := ReasonOK, 0.0
 	if reason != 0 {
-		b := buckets[binding].Quota
-		if cost > b.Capacity {
+		b, k := buckets[binding].Quota, cost
+		if costs != nil {
+			k = costs[binding]
+		}
+		if k > b.Capacity {
 			r = ReasonCostExceedsCapacity
 		} else {
-			r, retry = ReasonOverLimit, waitFor(b, toks[binding], cost)
+			r, retry = ReasonOverLimit, waitFor(b, toks[binding], k)
 		}
 	}
 	return newDecision(states, binding, r, retry, cost)

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"time"
 
@@ -32,21 +33,30 @@ func (s *scriptLayer) call(ctx context.Context, c *checkCall) (d Decision, wrote
 		quotas = append(quotas, l.quotaArgs(b.Quota))
 	}
 	var reply any
+	if c.costs != nil {
+		// a mixed-cost call: the Decision states the request's own cost
+		cost = req.Cost
+	}
 	if c.slot == nil {
-		args := tokenBucket.Args(keys, now, cost, quotas)
+		var args *[]any
+		if c.costs == nil {
+			args = tokenBucket.Args(keys, now, cost, quotas)
+		} else {
+			args = tokenBucket.ArgsCosts(keys, now, c.costs, quotas)
+		}
 		reply, wrote, err = l.run(ctx, req.Tenant.ID, *args)
 		if err == nil {
 			// answered: neither go-redis nor a batch holds the line any more (a
 			// caller that gave up leaves it to the batch still holding it)
 			transport.PutArgs(args)
-			if d, err = parseReply(reply, buckets, cost); err != nil {
+			if d, err = parseReply(reply, buckets, cost, c.costs); err != nil {
 				err = &transport.RequestError{Err: err}
 			}
 		}
 	} else {
-		reply, wrote, err = l.run(ctx, req.Tenant.ID, l.slotLine(keys, buckets, now, cost, quotas, c.slot))
+		reply, wrote, err = l.run(ctx, req.Tenant.ID, l.slotLine(keys, buckets, now, cost, c.costs, quotas, c.slot))
 		if err == nil {
-			if d, err = l.parseSlotReply(reply, buckets, cost, c.slot.index); err != nil {
+			if d, err = l.parseSlotReply(reply, buckets, cost, c.costs, c.slot.index); err != nil {
 				err = &transport.RequestError{Err: err}
 			}
 		}
@@ -54,7 +64,8 @@ func (s *scriptLayer) call(ctx context.Context, c *checkCall) (d Decision, wrote
 	if err != nil {
 		return Decision{}, wrote, err
 	}
-	if c.slot != nil && d.Reason == ReasonOK && cost > 0 {
+	d.mixedCosts = c.costs != nil
+	if c.slot != nil && d.Reason == ReasonOK && (cost > 0 || slices.ContainsFunc(c.costs, func(k int64) bool { return k > 0 })) {
 		d.Slot = l.newSlot(req, buckets[c.slot.index], c.slot.key, c.slot.id, c.sent)
 	}
 	return d, wrote, nil

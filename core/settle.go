@@ -39,7 +39,8 @@ func (d Decision) settleable() bool {
 // nothing in the store to settle (denied, failed open, shadow mode, the
 // local fallback's) or actual equals the estimate, Settle makes no call and
 // returns 0, nil. actual must be 0 to quota.MaxCost (else an error wrapping
-// ErrInvalidRequest, nothing settled). A store failure returns an error
+// ErrInvalidRequest, nothing settled), and so is a decision of a request
+// whose AlsoCosts differ from its Cost. A store failure returns an error
 // wrapping ErrStore: the estimate stands. The call is bounded by the check
 // timeout and not by ctx's cancellation (the caller may be gone by the time
 // its cost is known), only by its values.
@@ -49,6 +50,9 @@ func (l *Limiter) Settle(ctx context.Context, t quota.Tenant, d Decision, actual
 	}
 	if !d.settleable() || actual == d.Cost {
 		return 0, nil
+	}
+	if d.mixedCosts {
+		return 0, fmt.Errorf("%w: a decision of a request with AlsoCosts charged its buckets different costs and cannot be settled", ErrInvalidRequest)
 	}
 	keys := make([]string, len(d.Buckets))
 	args := make([]any, 0, 2+2*len(d.Buckets))

@@ -89,21 +89,30 @@ func newSlotID() string {
 	return slotIDs.prefix + strconv.FormatUint(slotIDs.n.Add(1), 36)
 }
 
-// slotLine is the concurrency script's command line for a check.
-func (l *Limiter) slotLine(keys []string, buckets []quota.Bucket, now string, cost int64, quotas [][3]any, s *slotCall) []any {
+// slotLine is the concurrency script's command line for a check. costs,
+// when not nil, is each bucket's cost: the cost argument is "" and each
+// bucket's group carries its own (see the script's header).
+func (l *Limiter) slotLine(keys []string, buckets []quota.Bucket, now string, cost int64, costs []int64, quotas [][3]any, s *slotCall) []any {
 	all := make([]string, 0, len(keys)+1)
 	all = append(append(all, keys...), s.key)
-	args := make([]any, 0, 2+3*len(quotas)+4)
-	args = append(args, now, strconv.FormatInt(cost, 10))
-	for _, q := range quotas {
-		args = append(args, q[0], q[1], q[2])
+	args := make([]any, 0, 2+4*len(quotas)+4)
+	if costs == nil {
+		args = append(args, now, strconv.FormatInt(cost, 10))
+		for _, q := range quotas {
+			args = append(args, q[0], q[1], q[2])
+		}
+	} else {
+		args = append(args, now, "")
+		for i, q := range quotas {
+			args = append(args, q[0], q[1], q[2], strconv.FormatInt(costs[i], 10))
+		}
 	}
 	args = append(args, strconv.FormatInt(buckets[s.index].Quota.Concurrency, 10), l.leaseMicros, s.id, l.slotTTL)
 	return concurrencyScript.Line(all, args...)
 }
 
 // parseSlotReply decodes the concurrency script's reply (see its header).
-func (l *Limiter) parseSlotReply(v any, buckets []quota.Bucket, cost int64, ci int) (Decision, error) {
+func (l *Limiter) parseSlotReply(v any, buckets []quota.Bucket, cost int64, costs []int64, ci int) (Decision, error) {
 	a, ok := v.([]any)
 	if !ok || len(a) != 5+len(buckets) {
 		return Decision{}, fmt.Errorf("%w: concurrency script reply %T of length %d", errProtocol, v, len(a))
@@ -131,7 +140,7 @@ func (l *Limiter) parseSlotReply(v any, buckets []quota.Bucket, cost int64, ci i
 		toks[i], stamps[i] = tok, stamp
 	}
 	if reason != 3 {
-		d := decide(buckets, toks, stamps, int(binding-1), reason, cost)
+		d := decide(buckets, toks, stamps, int(binding-1), reason, cost, costs)
 		d.Buckets[ci].InFlight = held
 		return d, nil
 	}

@@ -86,12 +86,12 @@ func (s *Server) shouldRateLimitRules(ctx context.Context, req *rlsv3.RateLimitR
 			res.Statuses[i] = st
 			continue
 		}
-		gr.add(groupKey{d.tenant, d.cost, r.shadowed()}, d.tenant, d.cost, d.class, i)
+		gr.add(groupKey{d.tenant, r.shadowed()}, d.tenant, d.cost, d.class, i)
 	}
 
 	var headline *group
 	for _, g := range gr.groups {
-		g.d, g.err = s.lim.Check(ctx, core.Request{Tenant: g.tenant, Class: g.classes[0], Also: g.classes[1:], Cost: g.cost})
+		g.d, g.err = s.lim.Check(ctx, g.request())
 		if g.err != nil && s.cfg.onError != nil {
 			s.cfg.onError(ctx, g.err)
 		}
@@ -122,9 +122,11 @@ func (s *Server) shouldRateLimitRules(ctx context.Context, req *rlsv3.RateLimitR
 // maxClassesPerCall is core's bound on the classes of one Request.
 const maxClassesPerCall = 16
 
+// groupKey is what the descriptors of one script call share: the tenant
+// (one hash tag) and whether a denial answers OK, whatever their
+// hits_addend; each class is charged its own cost (see groupDescriptors).
 type groupKey struct {
 	t      quota.Tenant
-	cost   int64
 	shadow bool
 }
 

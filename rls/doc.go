@@ -53,12 +53,15 @@
 // gateway check and a service check of the same tenant and class drain one
 // bucket.
 //
-// The descriptors of one tenant (same tier and cost) are decided in one
-// script call (core.Request.Also): all are charged or none is, so a request
-// denied by one of its classes costs the others nothing. Descriptors of
+// The descriptors of one tenant (same tier), whatever their hits_addend,
+// are decided in one script call (core.Request.Also, each class with its
+// own cost in core.Request.AlsoCosts): all are charged or none is, so a
+// request denied by one of its classes costs the others nothing, and the
+// tenant ceiling is charged once, the largest cost. Descriptors of
 // different tenants are separate calls (their buckets live in different
-// Cluster slots). A class named twice for one tenant is one bucket,
-// charged once.
+// Cluster slots). A class named twice at one cost is one bucket, charged
+// once; at different costs, charged their sum. Beyond 16 classes a
+// tenant's descriptors go in further calls.
 //
 // # Answers
 //

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -146,5 +147,31 @@ func TestGrouperBoundsCallsAndNeverSplitsABucket(t *testing.T) {
 	}
 	if m := gr.groups[0].members; m[len(m)-1] != 20 {
 		t.Errorf("the repeated class went to another call: %v", m)
+	}
+}
+
+func TestGrouperOneCallWhateverTheCosts(t *testing.T) {
+	var gr grouper[string]
+	tn := quota.Tenant{ID: "t"}
+	gr.add("t", tn, 1, "a", 0)
+	gr.add("t", tn, 5, "b", 1)
+	gr.add("t", tn, 2, "a", 2) // a again at another cost: adds
+	gr.add("t", tn, 2, "a", 3) // and at that cost again: the same claim
+	gr.add("t", tn, 5, "b", 4) // b again at its cost: charged once
+	if len(gr.groups) != 1 {
+		t.Fatalf("groups: %d, want one call for the tenant whatever the costs", len(gr.groups))
+	}
+	g := gr.groups[0]
+	if !slices.Equal(g.classes, []string{"a", "b"}) || !slices.Equal(g.costs, []int64{3, 5}) || len(g.members) != 5 {
+		t.Fatalf("classes %v costs %v members %v; want a 3 and b 5 over 5 descriptors", g.classes, g.costs, g.members)
+	}
+	if req := g.request(); req.Cost != 3 || !slices.Equal(req.AlsoCosts, []int64{5}) {
+		t.Errorf("request = %+v, want cost 3 and AlsoCosts [5]", req)
+	}
+	var eq grouper[string]
+	eq.add("t", tn, 2, "a", 0)
+	eq.add("t", tn, 2, "b", 1)
+	if req := eq.groups[0].request(); req.Cost != 2 || req.AlsoCosts != nil {
+		t.Errorf("equal costs: %+v, want AlsoCosts nil (the one-cost path)", req)
 	}
 }

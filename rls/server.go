@@ -49,12 +49,12 @@ type descriptor struct {
 	invalid string
 }
 
-// group is the descriptors of one (tenant, tier, cost), decided in one
-// script call.
+// group is the descriptors of one tenant (and tier), whatever their
+// costs, decided in one script call: all-or-nothing.
 type group struct {
 	tenant  quota.Tenant
-	cost    int64
 	classes []string // distinct, in first-seen order
+	costs   []int64  // each class's cost: the sum of its descriptors' distinct costs
 	members []int    // descriptor indexes
 	d       core.Decision
 	err     error
@@ -93,7 +93,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	groups := groupDescriptors(descs)
 	var headline *group
 	for _, g := range groups {
-		g.d, g.err = s.lim.Check(ctx, core.Request{Tenant: g.tenant, Class: g.classes[0], Also: g.classes[1:], Cost: g.cost})
+		g.d, g.err = s.lim.Check(ctx, g.request())
 		// Envoy's API has no call when the request ends, so a gateway holds
 		// no concurrency slot: one taken (a class with a limit, which
 		// tollgate-rls refuses at start-up) is freed at once, and such a
@@ -212,29 +212,53 @@ func (s *Server) unknown(tier, class string) string {
 	return "unknown class"
 }
 
-// groupDescriptors groups valid descriptors by (tenant, tier, cost), in
-// first-seen order. A class named twice in a group is one bucket, charged
-// once.
+// groupDescriptors groups valid descriptors by tenant (and tier), whatever
+// their hits_addend, in first-seen order: one tenant's descriptors are
+// decided all-or-nothing in one script call, each class charged its own
+// cost. A class named twice at one cost is one bucket, charged once; named
+// at different costs, it is charged their sum (see grouper.add).
 func groupDescriptors(descs []descriptor) []*group {
-	type gk struct {
-		t    quota.Tenant
-		cost int64
-	}
-	var gr grouper[gk]
+	var gr grouper[quota.Tenant]
 	for i, d := range descs {
-		gr.add(gk{d.tenant, d.cost}, d.tenant, d.cost, d.class, i)
+		gr.add(d.tenant, d.tenant, d.cost, d.class, i)
 	}
 	return gr.groups
+}
+
+// request is g's check: Cost the first class's, AlsoCosts the others'
+// (nil when every class costs the same: the common path).
+func (g *group) request() core.Request {
+	req := core.Request{Tenant: g.tenant, Class: g.classes[0], Also: g.classes[1:], Cost: g.costs[0]}
+	for _, c := range g.costs[1:] {
+		if c != req.Cost {
+			req.AlsoCosts = g.costs[1:]
+			break
+		}
+	}
+	return req
 }
 
 // grouper collects descriptors into script calls by a key: one call per
 // key of at most maxClassesPerCall classes (core's bound), more calls
 // beyond; a class already in a call of its key joins that call, so a
-// bucket is never charged twice.
+// bucket is never split over two calls.
+//
+// A class named again at a cost it already has is the same claim, charged
+// once (one descriptor named twice); at another cost, that cost adds to the
+// class's (at most quota.MaxCost in all, which no bucket can take more
+// than): descriptors of one shared limit (share_threshold) with different
+// hits_addend drain it by their total, as they drain the reference's
+// counter, in one all-or-nothing call.
 type grouper[K comparable] struct {
 	last   map[K]*group
 	of     map[classOf[K]]*group
+	costs  map[classCost[K]]bool // the costs each class of a key was named at
 	groups []*group
+}
+
+type classCost[K comparable] struct {
+	classOf[K]
+	cost int64
 }
 
 type classOf[K comparable] struct {
@@ -244,18 +268,25 @@ type classOf[K comparable] struct {
 
 func (gr *grouper[K]) add(k K, t quota.Tenant, cost int64, class string, i int) {
 	if gr.last == nil {
-		gr.last, gr.of = map[K]*group{}, map[classOf[K]]*group{}
+		gr.last, gr.of, gr.costs = map[K]*group{}, map[classOf[K]]*group{}, map[classCost[K]]bool{}
 	}
-	g := gr.of[classOf[K]{k, class}]
+	co := classOf[K]{k, class}
+	g := gr.of[co]
+	first := !gr.costs[classCost[K]{co, cost}]
+	gr.costs[classCost[K]{co, cost}] = true
 	if g == nil {
 		g = gr.last[k]
 		if g == nil || len(g.classes) == maxClassesPerCall {
-			g = &group{tenant: t, cost: cost}
+			g = &group{tenant: t}
 			gr.last[k] = g
 			gr.groups = append(gr.groups, g)
 		}
 		g.classes = append(g.classes, class)
-		gr.of[classOf[K]{k, class}] = g
+		g.costs = append(g.costs, cost)
+		gr.of[co] = g
+	} else if first {
+		j := slices.Index(g.classes, class)
+		g.costs[j] = min(g.costs[j]+cost, quota.MaxCost)
 	}
 	g.members = append(g.members, i)
 }

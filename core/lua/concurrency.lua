@@ -18,13 +18,17 @@
 -- KEYS[n+1]   the slot set. Every key carries the same hash tag (the tenant).
 -- ARGV[1]     now, integer microseconds, or "" to read the server clock.
 -- ARGV[2]     cost k, an integer >= 0. k = 0 is a peek: nothing is written
---             and no slot is taken.
+--             and no slot is taken. "" (empty): each bucket has its own
+--             cost, the fourth argument of its group, as the token-bucket
+--             script's; a peek then is every cost 0.
 -- ARGV[3i], ARGV[3i+1], ARGV[3i+2]  capacity, refill rate and TTL (ms) of
---             bucket i, as the token-bucket script's.
--- ARGV[3n+3]  the concurrency limit N, an integer > 0.
--- ARGV[3n+4]  the lease, integer microseconds > 0.
--- ARGV[3n+5]  the slot id, unique to this request.
--- ARGV[3n+6]  the slot set's TTL in ms (the lease plus a margin): the key is
+--             bucket i, as the token-bucket script's (w = 3 arguments per
+--             bucket; with per-bucket costs w = 4: ARGV[4i-1] capacity,
+--             ARGV[4i] rate, ARGV[4i+1] TTL, ARGV[4i+2] cost k_i).
+-- ARGV[wn+3]  the concurrency limit N, an integer > 0.
+-- ARGV[wn+4]  the lease, integer microseconds > 0.
+-- ARGV[wn+5]  the slot id, unique to this request.
+-- ARGV[wn+6]  the slot set's TTL in ms (the lease plus a margin): the key is
 --             never left to expire before its latest deadline.
 -- Reply: {allowed (1 or 0), reason (0 ok, 1 over limit, 2 cost exceeds
 -- capacity, 3 no free slot), binding (1-based bucket), held (slots in use
@@ -78,20 +82,30 @@ end
 
 local n = nk - 1
 local skey = KEYS[nk]
-local a = 3 * n + 3
+-- w: the arguments per bucket, 4 with per-bucket costs; spend is the
+-- largest cost (0: a peek)
+local mixed = ARGV[2] == ''
+local w = mixed and 4 or 3
+local a = w * n + 3
 local limit = tonumber(ARGV[a])
 local cost = tonumber(ARGV[2])
+local spend = cost or 0
 local live = '(' .. stamp
 local held = redis.call('ZCOUNT', skey, live, '+inf')
 
-local caps, rates, toks, stamps = {}, {}, {}, {}
+local caps, rates, toks, stamps, costs = {}, {}, {}, {}, {}
 local reason, binding, retry = 0, 1, 0
 
 for i = 1, n do
-  local base = 3 * i
+  local base = w * i - w + 3
   local cap = tonumber(ARGV[base])
   local rate = tonumber(ARGV[base + 1])
-  caps[i], rates[i] = cap, rate
+  local cost = cost
+  if mixed then
+    cost = tonumber(ARGV[base + 3])
+    if cost > spend then spend = cost end
+  end
+  caps[i], rates[i], costs[i] = cap, rate, cost
   local tokens, last, ls = cap, now, stamp
   local v = redis.call('GET', KEYS[i])
   if v then
@@ -121,7 +135,7 @@ for i = 1, n do
 end
 
 local wait = 0
-if reason == 0 and cost > 0 and held >= limit then
+if reason == 0 and spend > 0 and held >= limit then
   reason = 3
   local first = redis.call('ZRANGEBYSCORE', skey, live, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   if first[2] then wait = tonumber(first[2]) - now end
@@ -134,10 +148,11 @@ if reason ~= 0 then
 end
 local best, bestReset = nil, nil
 for i = 1, n do
+  local cost = costs[i]
   local left = toks[i] - cost
   local state = fmt('%.17g %s', left, stamps[i])
   if cost > 0 then
-    redis.call('SET', KEYS[i], state, 'PX', ARGV[3 * i + 2])
+    redis.call('SET', KEYS[i], state, 'PX', ARGV[w * i - w + 5])
   end
   reply[5 + i] = state
   local reset = (caps[i] - left) / rates[i]
@@ -146,7 +161,7 @@ for i = 1, n do
   end
 end
 reply[3] = binding
-if cost > 0 then
+if spend > 0 then
   -- expired slots are removed only when there are some (ZCARD is O(1));
   -- a new set gets its TTL without reading one
   local all = held > 0 and redis.call('ZCARD', skey) or 0

@@ -8,11 +8,18 @@
 --             the server clock with TIME (the default; client-clock mode is
 --             for managed Redis that forbids TIME in scripts).
 -- ARGV[2]     cost k, an integer >= 0. k = 0 is a peek: nothing is written.
+--             "" (empty): each bucket has its own cost, the fourth argument
+--             of its group (a request whose classes cost differently).
 -- ARGV[3i]    capacity C_i of bucket i, an integer > 0.
 -- ARGV[3i+1]  refill rate of bucket i, tokens per second, a decimal > 0.
 -- ARGV[3i+2]  TTL of bucket i in milliseconds, a positive integer, already
 --             formatted by the caller (the server's own number formatting
 --             differs between versions: 1e+08 breaks PX).
+-- With per-bucket costs (ARGV[2] == "") each group has four arguments:
+-- bucket i's are ARGV[4i-1] capacity, ARGV[4i] rate, ARGV[4i+1] TTL and
+-- ARGV[4i+2] its cost k_i, an integer >= 0 (0: that bucket is checked and
+-- not written). All-or-nothing as with one cost: every bucket must hold its
+-- own k_i, and then every bucket is charged its k_i.
 --
 -- Storage: one string per bucket, "<tokens> <last>", where tokens is the
 -- balance after the last charge (%.17g, exact round trip) and last is the
@@ -64,7 +71,9 @@ if stamp == '' then
 else
   now = tonumber(stamp)
 end
-local cost = ARGV[2] == '1' and 1 or tonumber(ARGV[2]) -- '1' is the common cost: no strtod
+-- '1' is the common cost: no strtod. "" (per-bucket costs) reads bucket 1's
+-- own, which is the one bucket's on the path below
+local cost = ARGV[2] == '1' and 1 or tonumber(ARGV[2]) or tonumber(ARGV[6])
 
 if n == 1 then
   local key = KEYS[1]
@@ -101,14 +110,18 @@ if n == 1 then
   return state
 end
 
-local caps, rates, toks, stamps = {}, {}, {}, {}
+local caps, rates, toks, stamps, costs = {}, {}, {}, {}, {}
 local reason, binding, retry = 0, 1, 0
+-- w: the arguments per bucket, 4 with per-bucket costs
+local mixed = ARGV[2] == ''
+local w = mixed and 4 or 3
 
 for i = 1, n do
-  local base = 3 * i
+  local base = w * i - w + 3
   local cap = tonumber(ARGV[base])
   local rate = tonumber(ARGV[base + 1])
-  caps[i], rates[i] = cap, rate
+  local cost = mixed and tonumber(ARGV[base + 3]) or cost
+  caps[i], rates[i], costs[i] = cap, rate, cost
   local tokens, last, ls = cap, now, stamp
   local v = redis.call('GET', KEYS[i])
   if v then
@@ -148,10 +161,11 @@ end
 -- the fewest tokens (ties: the one slowest to refill to full)
 local best, bestReset = nil, nil
 for i = 1, n do
+  local cost = costs[i]
   local left = toks[i] - cost
   local state = fmt('%.17g %s', left, stamps[i])
   if cost > 0 then
-    redis.call('SET', KEYS[i], state, 'PX', ARGV[3 * i + 2])
+    redis.call('SET', KEYS[i], state, 'PX', ARGV[w * i - w + 5])
   end
   reply[3 + i] = state
   local reset = (caps[i] - left) / rates[i]

@@ -51,10 +51,11 @@ var differences = map[string]string{
 	"denied":   "a denied request is not charged in tollgate (the bucket keeps its tokens), while the reference's counter keeps counting; so after a denial the reference stays over limit for a peek (hits_addend 0) and tollgate reports the tokens left.",
 	"twice":    "one descriptor named twice in a request is one bucket charged once in tollgate; the reference increments its counter once per descriptor.",
 	"negative": "is_negative_hits: the reference ignores the flag and charges the hits; tollgate answers the request invalid (tokens are never refunded, and a flag it cannot honour is not ignored).",
-	// shown by TestOneTagAllOrNothingOnlyAmongEqualCosts: the reference's
-	// own files give one tag to one descriptor's entries, so only
-	// tollgate's tenant block puts two buckets on one tag
-	"mixedcost": "descriptors of one hash tag with different hits_addend are decided in separate script calls (one cost per call): a request denied by one may still charge the other, as in the reference, but not atomically; equal costs are all or nothing, unlike the reference, which charges the others.",
+	// shown by TestOneTagAllOrNothingWhateverTheCosts and TestMixedCost*:
+	// the reference's own files give one tag to one descriptor's entries,
+	// so only tollgate's tenant block puts two buckets on one tag; one
+	// shared limit (share_threshold) named at two costs shows it here
+	"mixedcost": "descriptors of one hash tag are decided in one script call whatever their hits_addend, all or nothing: a request denied by one charges none of the others (the reference charges them); one limit named by descriptors at different costs is charged their sum at once, so every one of them reports what is left after the whole request, where the reference reports each descriptor's count after its own increment.",
 }
 
 // referenceBinary returns the reference's service_cmd at referenceVersion:
@@ -259,7 +260,7 @@ func sequences() map[string][]step {
 			{req: rd(0, withHits(0, desc("remote_address", "9.9.9.9"))), differs: "denied"},
 		},
 		"hits_addend: two costs on one shared limit": {
-			{req: rd(0, withHits(2, desc("files", "files/x")), withHits(3, desc("files", "files/y")))},
+			{req: rd(0, withHits(2, desc("files", "files/x")), withHits(3, desc("files", "files/y"))), differs: "mixedcost"},
 		},
 		"one descriptor twice": {{req: rd(0, desc("remote_address", "8.8.8.8"), desc("remote_address", "8.8.8.8")), differs: "twice"}},
 		"is_negative_hits":     {{req: rd(0, &ratelimitv3.RateLimitDescriptor{Entries: desc("remote_address", "6.6.6.6").Entries, IsNegativeHits: true}), differs: "negative"}},

@@ -99,6 +99,27 @@ func (s *Script) Args(keys []string, now string, cost int64, quotas [][3]any) *[
 	return p
 }
 
+// ArgsCosts is Args for a call whose buckets each have their own cost
+// (costs, in the order of keys): the cost argument is "" and each bucket's
+// group ends with its cost (see the script's header).
+func (s *Script) ArgsCosts(keys []string, now string, costs []int64, quotas [][3]any) *[]any {
+	n := 3 + len(keys) + 2 + 4*len(quotas)
+	p := argsPool.Get().(*[]any)
+	if cap(*p) < n {
+		*p = make([]any, 0, n)
+	}
+	args := append((*p)[:0], "evalsha", s.sha, len(keys))
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	args = append(args, now, "")
+	for i, q := range quotas {
+		args = append(args, q[0], q[1], q[2], costArg(costs[i]))
+	}
+	*p = args
+	return p
+}
+
 // argsPool recycles command lines: a check's line is the largest thing it
 // allocates, and is dead once its command answered.
 var argsPool = sync.Pool{New: func() any { return new([]any) }}
