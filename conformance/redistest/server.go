@@ -212,6 +212,20 @@ func (s *Server) Pause() error { return s.signal(syscall.SIGSTOP) }
 // Resume thaws a paused server (SIGCONT).
 func (s *Server) Resume() error { return s.signal(syscall.SIGCONT) }
 
+// Favor gives the server's event loop a CPU priority above the test's
+// own processes (nice -10; it must run as root, else an error): for a test
+// whose premise is a healthy Redis while the processes under test and the
+// load generator starve the shared cores, so that the store answers as a
+// store on a host of its own would. A restarted server starts unfavoured.
+func (s *Server) Favor() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return errors.New("redistest: server is not running")
+	}
+	return syscall.Setpriority(syscall.PRIO_PROCESS, s.cmd.Process.Pid, -10)
+}
+
 func (s *Server) signal(sig syscall.Signal) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
