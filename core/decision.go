@@ -116,7 +116,10 @@ type Decision struct {
 	RetryAfter time.Duration
 	// ResetAfter is how long until the binding bucket is full again.
 	ResetAfter time.Duration
-	// Cost is the request's cost, in tokens.
+	// Cost is the request's cost, in tokens: what the binding bucket was
+	// charged or judged by. For a request with AlsoCosts that is the cost
+	// of the class the binding bucket belongs to (the largest, for a bucket
+	// two classes share).
 	Cost int64
 	// Buckets holds every bucket checked, in the resolver's order.
 	Buckets []BucketState

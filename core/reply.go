@@ -69,19 +69,21 @@ func decide(buckets []quota.Bucket, toks []float64, stamps []int64, binding int,
 			states[i].Stamp = time.UnixMicro(stamps[i])
 		}
 	}
-	r, retry := ReasonOK, 0.0
+	// the decision states the binding bucket's cost: for a mixed-cost call
+	// its own, so that a denial's "costs N" and its wait are of one bucket
+	r, retry, k := ReasonOK, 0.0, cost
+	if costs != nil {
+		k = costs[binding]
+	}
 	if reason != 0 {
-		b, k := buckets[binding].Quota, cost
-		if costs != nil {
-			k = costs[binding]
-		}
+		b := buckets[binding].Quota
 		if k > b.Capacity {
 			r = ReasonCostExceedsCapacity
 		} else {
 			r, retry = ReasonOverLimit, waitFor(b, toks[binding], k)
 		}
 	}
-	return newDecision(states, binding, r, retry, cost)
+	return newDecision(states, binding, r, retry, k)
 }
 
 // parseTokens reads a bucket's balance: a number, possibly followed by a

@@ -34,7 +34,8 @@ func (s *scriptLayer) call(ctx context.Context, c *checkCall) (d Decision, wrote
 	}
 	var reply any
 	if c.costs != nil {
-		// a mixed-cost call: the Decision states the request's own cost
+		// a mixed-cost call: each bucket's cost is in c.costs (the Decision
+		// states the binding bucket's); cost is only the request's own
 		cost = req.Cost
 	}
 	if c.slot == nil {

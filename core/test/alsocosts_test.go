@@ -62,11 +62,13 @@ func TestAlsoCostsAllOrNothing(t *testing.T) {
 		req := core.Request{Tenant: tenant, Class: "default", Cost: 1, Also: []string{"export"}, AlsoCosts: []int64{5}}
 
 		d, err := l.Check(ctx, req)
-		if err != nil || !d.Allowed || len(d.Buckets) != 3 || d.Cost != 1 {
-			t.Fatalf("first = %+v, %v; want allowed over 3 buckets, cost 1", d, err)
+		if err != nil || !d.Allowed || len(d.Buckets) != 3 {
+			t.Fatalf("first = %+v, %v; want allowed over 3 buckets", d, err)
 		}
-		if d.Bucket != "export" || d.Remaining != 1 {
-			t.Fatalf("binding = %s with %d left, want export with 1", d.Bucket, d.Remaining)
+		// the decision is of its binding bucket, export: its cost, not the
+		// request's main cost
+		if d.Bucket != "export" || d.Remaining != 1 || d.Cost != 5 {
+			t.Fatalf("binding = %s with %d left, cost %d; want export with 1, cost 5", d.Bucket, d.Remaining, d.Cost)
 		}
 		// the ceiling is charged once, by the larger cost: 100 - 5
 		after := map[string]float64{"default": 9, "export": 1, quota.CeilingBucket: 95}
@@ -75,8 +77,8 @@ func TestAlsoCostsAllOrNothing(t *testing.T) {
 		// export holds 1 < 5: denied, and default and the ceiling, which
 		// have their costs, are not charged either
 		d, err = l.Check(ctx, req)
-		if err != nil || d.Allowed || d.Reason != core.ReasonOverLimit || d.Bucket != "export" {
-			t.Fatalf("second = %+v, %v; want denied by export", d, err)
+		if err != nil || d.Allowed || d.Reason != core.ReasonOverLimit || d.Bucket != "export" || d.Cost != 5 {
+			t.Fatalf("second = %+v, %v; want denied by export, at its cost 5", d, err)
 		}
 		if d.RetryAfter != 4*time.Second {
 			t.Errorf("RetryAfter = %v, want 4s: export's own cost 5 less its 1 token, at 1/s", d.RetryAfter)
@@ -86,7 +88,7 @@ func TestAlsoCostsAllOrNothing(t *testing.T) {
 		// a cost above an Also class's capacity: never
 		big := req
 		big.AlsoCosts = []int64{7}
-		if d, err = l.Check(ctx, big); err != nil || d.Reason != core.ReasonCostExceedsCapacity || d.Bucket != "export" {
+		if d, err = l.Check(ctx, big); err != nil || d.Reason != core.ReasonCostExceedsCapacity || d.Bucket != "export" || d.Cost != 7 {
 			t.Fatalf("export cost 7 = %+v, %v; want cost exceeds export's capacity", d, err)
 		}
 		wantBalances(t, "after cost exceeds capacity", balances(t, l, "t1"), after)
@@ -102,8 +104,8 @@ func TestAlsoCostsAllOrNothing(t *testing.T) {
 
 		// the concurrency script: the same all-or-nothing by own costs
 		jobs := core.Request{Tenant: tenant, Class: "jobs", Cost: 4, Also: []string{"export"}, AlsoCosts: []int64{2}}
-		if d, err = l.Check(ctx, jobs); err != nil || d.Allowed || d.Bucket != "export" || d.Slot != nil {
-			t.Fatalf("jobs 4 + export 2 = %+v, %v; want denied by export, no slot", d, err)
+		if d, err = l.Check(ctx, jobs); err != nil || d.Allowed || d.Bucket != "export" || d.Cost != 2 || d.Slot != nil {
+			t.Fatalf("jobs 4 + export 2 = %+v, %v; want denied by export at its cost 2, no slot", d, err)
 		}
 		wantBalances(t, "after the jobs denial", balances(t, l, "t1"), map[string]float64{"jobs": 10, "export": 1, quota.CeilingBucket: 92})
 		clock.Advance(time.Second) // export 2
