@@ -54,16 +54,7 @@ func (s *Server) shouldRateLimitRules(ctx context.Context, req *rlsv3.RateLimitR
 		}
 	}
 	if invalid {
-		// nothing is charged for a request that is denied anyway
-		res.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-		for i, d := range descs {
-			if d.invalid != "" {
-				res.Statuses[i] = invalidStatus("invalid descriptor: " + d.invalid)
-			} else {
-				res.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_UNKNOWN}
-			}
-		}
-		return res, nil
+		return invalidAnswer(len(descs), func(i int) string { return descs[i].invalid }), nil
 	}
 
 	// answered without the store: no rule, replaced, unlimited, zero

@@ -76,19 +76,10 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		descs[i] = s.read(d, req.GetHitsAddend(), len(ds))
 		invalid = invalid || descs[i].invalid != ""
 	}
-	res := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds))}
 	if invalid {
-		// nothing is charged for a request that is denied anyway
-		res.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-		for i, d := range descs {
-			if d.invalid != "" {
-				res.Statuses[i] = invalidStatus("invalid descriptor: " + d.invalid)
-			} else {
-				res.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_UNKNOWN}
-			}
-		}
-		return res, nil
+		return invalidAnswer(len(descs), func(i int) string { return descs[i].invalid }), nil
 	}
+	res := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds))}
 
 	groups := groupDescriptors(descs)
 	var headline *group
@@ -372,6 +363,22 @@ func errText(err error) string {
 
 // invalidStatus answers a descriptor that cannot be checked: over limit
 // (never an unlimited pass), with why in the limit's name.
+// invalidAnswer is the answer to a request of n descriptors of which some
+// are invalid (why(i) says why, "" for a valid one): OVER_LIMIT, each
+// invalid descriptor saying why and the others UNKNOWN. Nothing is
+// charged for a request that is denied anyway.
+func invalidAnswer(n int, why func(i int) string) *rlsv3.RateLimitResponse {
+	res := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)}
+	for i := range n {
+		if w := why(i); w != "" {
+			res.Statuses[i] = invalidStatus("invalid descriptor: " + w)
+		} else {
+			res.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_UNKNOWN}
+		}
+	}
+	return res
+}
+
 func invalidStatus(why string) *rlsv3.RateLimitResponse_DescriptorStatus {
 	return &rlsv3.RateLimitResponse_DescriptorStatus{
 		Code:         rlsv3.RateLimitResponse_OVER_LIMIT,

@@ -54,10 +54,8 @@ const concurrencyColumn = "BIGINT NULL CHECK (concurrency IS NULL OR (concurrenc
 // teams that run migrations with their own tool. table is DefaultTable when
 // empty.
 func Schema(dialect Dialect, table string) (string, error) {
-	if table == "" {
-		table = DefaultTable
-	}
-	if err := validTable(table, dialect); err != nil {
+	table, err := schemaTable(dialect, table)
+	if err != nil {
 		return "", err
 	}
 	switch dialect {
@@ -74,10 +72,8 @@ func Schema(dialect Dialect, table string) (string, error) {
 // own tool: it adds the nullable concurrency column, so existing rows keep
 // no concurrency limit. table is DefaultTable when empty.
 func UpgradeSchema(dialect Dialect, table string) (string, error) {
-	if table == "" {
-		table = DefaultTable
-	}
-	if err := validTable(table, dialect); err != nil {
+	table, err := schemaTable(dialect, table)
+	if err != nil {
 		return "", err
 	}
 	switch dialect {
@@ -131,4 +127,13 @@ func (s *Store) hasColumns(ctx context.Context, cols string) bool {
 		return false
 	}
 	return rows.Close() == nil
+}
+
+// schemaTable is the table Schema and UpgradeSchema write for: table, or
+// DefaultTable when empty, validated for dialect.
+func schemaTable(dialect Dialect, table string) (string, error) {
+	if table == "" {
+		table = DefaultTable
+	}
+	return table, validTable(table, dialect)
 }
