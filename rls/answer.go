@@ -82,12 +82,8 @@ func (s *Server) shouldRateLimitRules(ctx context.Context, req *rlsv3.RateLimitR
 
 	var headline *group
 	for _, g := range gr.groups {
-		g.d, g.err = s.lim.Check(ctx, g.request())
-		if g.err != nil && s.cfg.onError != nil {
-			s.cfg.onError(ctx, g.err)
-		}
-		if g.d.Reason == core.ReasonFailedClosed {
-			return nil, status.Error(codes.Unavailable, "tollgate: the rate limiter cannot reach its store")
+		if err := s.decide(ctx, g); err != nil {
+			return nil, err
 		}
 		if headline == nil || outranks(g.d, headline.d) {
 			headline = g

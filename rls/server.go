@@ -84,17 +84,8 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	groups := groupDescriptors(descs)
 	var headline *group
 	for _, g := range groups {
-		g.d, g.err = s.lim.Check(ctx, g.request())
-		// Envoy's API has no call when the request ends, so a gateway holds
-		// no concurrency slot: one taken (a class with a limit, which
-		// tollgate-rls refuses at start-up) is freed at once, and such a
-		// class is only denied while the services' requests fill it
-		g.d.Slot.Release()
-		if g.err != nil && s.cfg.onError != nil {
-			s.cfg.onError(ctx, g.err)
-		}
-		if g.d.Reason == core.ReasonFailedClosed {
-			return nil, status.Error(codes.Unavailable, "tollgate: the rate limiter cannot reach its store")
+		if err := s.decide(ctx, g); err != nil {
+			return nil, err
 		}
 		if headline == nil || outranks(g.d, headline.d) {
 			headline = g
@@ -218,6 +209,24 @@ func groupDescriptors(descs []descriptor) []*group {
 
 // request is g's check: Cost the first class's, AlsoCosts the others'
 // (nil when every class costs the same: the common path).
+// decide checks g's request and keeps the decision in g; the error is the
+// call's answer when the store cannot decide and the policy is fail closed.
+func (s *Server) decide(ctx context.Context, g *group) error {
+	g.d, g.err = s.lim.Check(ctx, g.request())
+	// Envoy's API has no call when the request ends, so a gateway holds no
+	// concurrency slot: one taken (a class with a limit, which tollgate-rls
+	// refuses at start-up, or a tenant's override) is freed at once, and
+	// such a class is only denied while the services' requests fill it
+	g.d.Slot.Release()
+	if g.err != nil && s.cfg.onError != nil {
+		s.cfg.onError(ctx, g.err)
+	}
+	if g.d.Reason == core.ReasonFailedClosed {
+		return status.Error(codes.Unavailable, "tollgate: the rate limiter cannot reach its store")
+	}
+	return nil
+}
+
 func (g *group) request() core.Request {
 	req := core.Request{Tenant: g.tenant, Class: g.classes[0], Also: g.classes[1:], Cost: g.costs[0]}
 	for _, c := range g.costs[1:] {

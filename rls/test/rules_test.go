@@ -41,11 +41,17 @@ descriptors:
 // rulesServer serves cfg over the test tiers on the shared Redis.
 func rulesServer(t *testing.T, cfg string, limOpts []core.Option, opts ...rls.Option) (rlsv3.RateLimitServiceClient, *core.Limiter, *rls.Rules) {
 	t.Helper()
+	return rulesServerOver(t, testTiers(), cfg, limOpts, opts...)
+}
+
+// rulesServerOver serves cfg over ts on the shared Redis.
+func rulesServerOver(t *testing.T, ts quota.Tiers, cfg string, limOpts []core.Option, opts ...rls.Option) (rlsv3.RateLimitServiceClient, *core.Limiter, *rls.Rules) {
+	t.Helper()
 	c, err := rls.ParseConfig("rules.yaml", []byte(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
-	tiers, err := quota.NewResolver(testTiers())
+	tiers, err := quota.NewResolver(ts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,6 +87,22 @@ func TestTenantRuleSharesTheServicesBucket(t *testing.T) {
 	// a descriptor without the tenant entry does not match the rule: no limit
 	if res := ask(t, c, edge(desc("account", "t1"))); res.GetStatuses()[0].GetCurrentLimit() != nil {
 		t.Fatalf("unmatched: %v", res)
+	}
+}
+
+// TestTenantRuleHoldsNoSlot: a tenant rule's class with a concurrency
+// limit (a tenant's override can give it one while the service runs) takes
+// a slot, and Envoy never says when the request ends: the slot is freed at
+// once, as without rules, or the tenant's next request is denied.
+func TestTenantRuleHoldsNoSlot(t *testing.T) {
+	ts := quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{"free": {Classes: map[string]quota.Quota{
+		"jobs": {Capacity: 100, RefillPerSecond: 100, Concurrency: 1},
+	}}}}
+	c, _, _ := rulesServerOver(t, ts, "domain: edge\ndescriptors:\n  - key: tenant\n    tollgate: {tenant: tenant, class: jobs}\n", nil)
+	for i := range 3 {
+		if st := ask(t, c, edge(desc("tenant", "t1"))).GetStatuses()[0]; st.GetCode() != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("request %d: %v; want OK, the slot of the one before freed", i, st)
+		}
 	}
 }
 
