@@ -17,7 +17,7 @@ import (
 )
 
 // TestFloodedQueueServesOtherTenants: while the batches on the wire are
-// held (Redis paused), a flooding tenant queues at most its share (128) of
+// held (Redis paused), a flooding tenant queues at most its share (512) of
 // the waiting checks and the rest of its flood is shed at once
 // (ReasonOverloaded, cause tenant_share, never admitted); a calm tenant's
 // check still queues and is admitted once Redis answers. (The order the
@@ -53,7 +53,7 @@ func TestFloodedQueueServesOtherTenants(t *testing.T) {
 		}
 	}
 	// two checks take the two pipelines in flight, and hang (every check
-	// of the tenant is counted alike: 2 on the wire, 128 queued, the rest
+	// of the tenant is counted alike: 2 on the wire, 512 queued, the rest
 	// shed)
 	for range 2 {
 		wg.Go(flooder)
@@ -62,11 +62,11 @@ func TestFloodedQueueServesOtherTenants(t *testing.T) {
 	// (it counts one when it takes a pipeline, before it sends): the warm-up
 	// check's, then these two
 	waitUntil(t, "the two hanging checks on the wire", func() bool { return roundTrips(t, reader) >= 3 })
-	const inFlight, flood = 2, 300
+	const inFlight, flood, share = 2, 800, 512
 	for range flood {
 		wg.Go(flooder)
 	}
-	const wantShed = inFlight + flood - 2 - 128
+	const wantShed = inFlight + flood - 2 - share
 	waitUntil(t, "the flooder's excess shed", func() bool { return shed.Load() >= wantShed })
 	var calm core.Decision
 	wg.Go(func() { calm, _ = l.Allow(ctx, quota.Tenant{ID: "calm"}, "default", 1) })
@@ -76,7 +76,7 @@ func TestFloodedQueueServesOtherTenants(t *testing.T) {
 	}
 	wg.Wait()
 	if shed.Load() != wantShed || wrongShed.Load() != 0 {
-		t.Fatalf("%d of %d flood checks shed (%d wrongly answered), want exactly %d: 2 on the wire, the tenant's share of 128 queued", shed.Load(), inFlight+flood, wrongShed.Load(), wantShed)
+		t.Fatalf("%d of %d flood checks shed (%d wrongly answered), want exactly %d: 2 on the wire, the tenant's share of %d queued", shed.Load(), inFlight+flood, wrongShed.Load(), wantShed, share)
 	}
 	if got := collect(t, reader, "tollgate.checks.shed", "cause")["tenant_share"]; got != wantShed {
 		t.Fatalf("tenant_share counted %d, want %d", got, wantShed)
