@@ -2,8 +2,10 @@
 // (make bench/rls; docs/benchmarks.md): each service with a private Redis,
 // both pinned with their Redis to one core and the load generator (ghz) to
 // the other, at several concurrencies, over many tenants and one hot
-// tenant, interleaved, repeated; then the window-boundary probe. It prints
-// the medians as Markdown.
+// tenant, interleaved, repeated; then the window-boundary probe. A third
+// service, the floor (floor.go), does one Redis command per call and
+// nothing else: what no rate limit service can go below. It prints the
+// medians as Markdown.
 package main
 
 import (
@@ -73,10 +75,20 @@ var (
 	loadCPU  = flag.String("load-cpu", "0", "the core ghz runs on (taskset -c)")
 	svcCPU   = flag.String("service-cpu", "1", "the core the services and their Redis run on")
 	svgDir   = flag.String("svg", "", "write the window-boundary probe's picture (SVG) into this directory")
+	// the floor service's own flags: run starts this binary with them
+	floorServe = flag.String("floor-serve", "", "serve the floor (one INCR per call) on this address; internal")
+	floorRedis = flag.String("floor-redis", "", "the floor's Redis address; internal")
 )
 
 func main() {
 	flag.Parse()
+	if *floorServe != "" {
+		if err := serveFloor(*floorServe, *floorRedis); err != nil {
+			fmt.Fprintln(os.Stderr, "rlsbench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "rlsbench:", err)
 		os.Exit(1)
@@ -251,7 +263,11 @@ func run() error {
 			s.redis.stop()
 		}
 	}()
-	for _, name := range []string{"tollgate-rls", "envoyproxy/ratelimit"} {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	for _, name := range []string{"tollgate-rls", "envoyproxy/ratelimit", floorName} {
 		r, raddr, err := startRedis()
 		if err != nil {
 			return err
@@ -263,9 +279,12 @@ func run() error {
 		s := &service{name: name, addr: "127.0.0.1:" + strconv.Itoa(port), redis: r}
 		services = append(services, s)
 		base := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
-		if name == "tollgate-rls" {
+		switch name {
+		case "tollgate-rls":
 			s.svc, err = start(*svcCPU, append(base, "ADDR="+s.addr, "METRICS_ADDR=off", "REDIS_URL=redis://"+raddr+"/0", "RLS_CONFIG="+cfgDir, "TOLLGATE_CONFIG="+tiers), tg)
-		} else {
+		case floorName:
+			s.svc, err = start(*svcCPU, base, self, "-floor-serve", s.addr, "-floor-redis", raddr)
+		default:
 			p1, _ := freePort()
 			p2, _ := freePort()
 			s.svc, err = start(*svcCPU, append(base, "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+raddr,
@@ -301,10 +320,8 @@ func run() error {
 	for rep := range *reps {
 		for _, load := range loads {
 			for _, c := range append(slices.Clone(cs), -64) { // -64: the fixed rate at 64
-				order := services
-				if rep%2 == 1 {
-					order = []*service{services[1], services[0]}
-				}
+				// each service goes first in turn
+				order := append(slices.Clone(services[rep%len(services):]), services[:rep%len(services)]...)
 				for _, s := range order {
 					conc, rps := c, 0
 					if c < 0 {
@@ -324,7 +341,7 @@ func run() error {
 	}
 	var probes []probe
 	for rep := range *reps {
-		for _, s := range services {
+		for _, s := range services[:2] { // the floor never denies
 			p, err := boundaryProbe(s, rep)
 			if err != nil {
 				return err
@@ -492,11 +509,14 @@ func med(ss []sample, f func(sample) float64) float64 {
 func report(results map[key][]sample, loads []string, cs []int, probes []probe) {
 	const t, r = "tollgate-rls", "envoyproxy/ratelimit"
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	fmt.Println("| load | callers | req/s tollgate / reference (ratio) | p50 ms | p99 ms | service CPU µs/req | Redis CPU µs/req | service+Redis ratio |")
-	fmt.Println("|---|---|---|---|---|---|---|---|")
+	// the floor's columns: its service+Redis CPU per request, what that is
+	// of the reference's (no service can go below it), and how much of
+	// the reference's cost above the floor tollgate-rls pays
+	fmt.Println("| load | callers | req/s tollgate / reference (ratio) | p50 ms | p99 ms | service CPU µs/req | Redis CPU µs/req | service+Redis ratio | floor service+Redis µs/req (of the reference's) | above the floor: tollgate / reference |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
 	for _, load := range loads {
 		for _, c := range append(slices.Clone(cs), -64) {
-			a, b := results[key{load, c, t}], results[key{load, c, r}]
+			a, b, f := results[key{load, c, t}], results[key{load, c, r}], results[key{load, c, floorName}]
 			callers := strconv.Itoa(c)
 			if c < 0 {
 				callers = fmt.Sprintf("%d at %d/s", -c, *rate)
@@ -504,11 +524,12 @@ func report(results map[key][]sample, loads []string, cs []int, probes []probe) 
 			ra, rb := med(a, func(s sample) float64 { return s.rps }), med(b, func(s sample) float64 { return s.rps })
 			sa, sb := med(a, func(s sample) float64 { return s.svcCPU }), med(b, func(s sample) float64 { return s.svcCPU })
 			da, db := med(a, func(s sample) float64 { return s.redisCPU }), med(b, func(s sample) float64 { return s.redisCPU })
-			fmt.Printf("| %s | %s | %.0f / %.0f (%.2fx) | %.2f / %.2f | %.2f / %.2f | %.1f / %.1f | %.1f / %.1f (%.2fx) | %.2fx |\n",
+			fl := med(f, func(s sample) float64 { return s.svcCPU + s.redisCPU })
+			fmt.Printf("| %s | %s | %.0f / %.0f (%.2fx) | %.2f / %.2f | %.2f / %.2f | %.1f / %.1f | %.1f / %.1f (%.2fx) | %.2fx | %.1f (%.2fx) | %.2fx |\n",
 				load, callers, ra, rb, ra/rb,
 				med(a, func(s sample) float64 { return ms(s.p50) }), med(b, func(s sample) float64 { return ms(s.p50) }),
 				med(a, func(s sample) float64 { return ms(s.p99) }), med(b, func(s sample) float64 { return ms(s.p99) }),
-				sa, sb, da, db, da/db, (sa+da)/(sb+db))
+				sa, sb, da, db, da/db, (sa+da)/(sb+db), fl, fl/(sb+db), (sa+da-fl)/(sb+db-fl))
 		}
 	}
 	fmt.Println()
