@@ -48,6 +48,9 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 	return w.b.Write(p)
 }
 
+// profiles numbers the services' CPU profiles (-cpuprofile).
+var profiles atomic.Int64
+
 // startService starts this binary with -serve in configuration config and
 // waits, at most 10 s, until it answers /healthz.
 func startService(config, redisURL, secret string) (*proc, error) {
@@ -60,7 +63,12 @@ func startService(config, redisURL, secret string) (*proc, error) {
 		return nil, err
 	}
 	p := &proc{config: config, addr: addr, out: &strings.Builder{}, done: make(chan struct{})}
-	p.cmd = pinned(*flagServiceCPU, self, "-serve", "-config", config, "-addr", addr, "-redis", redisURL, "-lease-ttl", flagLeaseTTL.String())
+	args := []string{"-serve", "-config", config, "-addr", addr, "-redis", redisURL, "-lease-ttl", flagLeaseTTL.String()}
+	if *flagCPUProfile != "" {
+		// one file per service started: the accuracy phase runs replicas
+		args = append(args, "-cpuprofile", fmt.Sprintf("%s.%s.%d", *flagCPUProfile, config, profiles.Add(1)))
+	}
+	p.cmd = pinned(*flagServiceCPU, self, args...)
 	p.cmd.Env = append(os.Environ(), secretEnv+"="+secret)
 	p.cmd.Stdout, p.cmd.Stderr = lockedWriter{p.out}, lockedWriter{p.out}
 	p.cmd.WaitDelay = time.Second

@@ -64,7 +64,7 @@ var (
 	flagReplicas   = flag.Int("replicas", 4, "replicas behind the balancer in the accuracy phase")
 	flagConfigs    = flag.String("configs", strings.Join(configs, ","), "configurations to run")
 	flagOut        = flag.String("markdown", "", "also write the Markdown summary to this file")
-	flagCPUProfile = flag.String("cpuprofile", "", "with -serve: write the service's CPU profile to this file when it stops")
+	flagCPUProfile = flag.String("cpuprofile", "", "write the service's CPU profile to this file when it stops (driving: each service started to this file + \".<configuration>.<n>\")")
 	flagDelay      = flag.Duration("delay", 0, "put Redis behind a link delaying each direction by this much (e.g. 250us) and report the latency each configuration adds to none")
 	flagSVG        = flag.String("svg", "", "write the run's pictures (SVG) into this directory")
 	flagLeaseTTL   = flag.Duration("lease-ttl", time.Second, "the lease TTL of tollgate-leases (its size is 10 tokens)")
