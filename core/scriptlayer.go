@@ -39,12 +39,7 @@ func (s *scriptLayer) call(ctx context.Context, c *checkCall) (d Decision, wrote
 		cost = req.Cost
 	}
 	if c.slot == nil {
-		var args *[]any
-		if c.costs == nil {
-			args = tokenBucket.Args(keys, now, cost, quotas)
-		} else {
-			args = tokenBucket.ArgsCosts(keys, now, c.costs, quotas)
-		}
+		args := tokenBucket.Args(keys, now, cost, c.costs, quotas)
 		reply, wrote, err = l.run(ctx, req.Tenant.ID, *args)
 		if err == nil {
 			// answered: neither go-redis nor a batch holds the line any more (a

@@ -79,10 +79,17 @@ func costArg(cost int64) any {
 // Args returns the whole EVALSHA command line of one check in one
 // slice: "evalsha", the SHA, the number of keys, the keys, then the script's
 // arguments (see the script's header). go-redis's Script.Run would build a
-// second slice and box the SHA on every call. The slice comes from a pool:
-// give it back with putArgs once nothing can read it any more.
-func (s *Script) Args(keys []string, now string, cost int64, quotas [][3]any) *[]any {
-	n := 3 + len(keys) + 2 + 3*len(quotas)
+// second slice and box the SHA on every call. With costs nil every bucket
+// is charged cost; otherwise each bucket has its own (costs, in the order
+// of keys): the cost argument is then "" and each bucket's group ends with
+// its cost. The slice comes from a pool: give it back with PutArgs once
+// nothing can read it any more.
+func (s *Script) Args(keys []string, now string, cost int64, costs []int64, quotas [][3]any) *[]any {
+	group := 3
+	if costs != nil {
+		group = 4
+	}
+	n := 3 + len(keys) + 2 + group*len(quotas)
 	p := argsPool.Get().(*[]any)
 	if cap(*p) < n {
 		*p = make([]any, 0, n)
@@ -91,30 +98,16 @@ func (s *Script) Args(keys []string, now string, cost int64, quotas [][3]any) *[
 	for _, k := range keys {
 		args = append(args, k)
 	}
-	args = append(args, now, costArg(cost))
-	for _, q := range quotas {
-		args = append(args, q[0], q[1], q[2])
+	if costs == nil {
+		args = append(args, now, costArg(cost))
+	} else {
+		args = append(args, now, "")
 	}
-	*p = args
-	return p
-}
-
-// ArgsCosts is Args for a call whose buckets each have their own cost
-// (costs, in the order of keys): the cost argument is "" and each bucket's
-// group ends with its cost (see the script's header).
-func (s *Script) ArgsCosts(keys []string, now string, costs []int64, quotas [][3]any) *[]any {
-	n := 3 + len(keys) + 2 + 4*len(quotas)
-	p := argsPool.Get().(*[]any)
-	if cap(*p) < n {
-		*p = make([]any, 0, n)
-	}
-	args := append((*p)[:0], "evalsha", s.sha, len(keys))
-	for _, k := range keys {
-		args = append(args, k)
-	}
-	args = append(args, now, "")
 	for i, q := range quotas {
-		args = append(args, q[0], q[1], q[2], costArg(costs[i]))
+		args = append(args, q[0], q[1], q[2])
+		if costs != nil {
+			args = append(args, costArg(costs[i]))
+		}
 	}
 	*p = args
 	return p
