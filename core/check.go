@@ -127,7 +127,9 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 		// request), the deny cache still proves a bucket's denial
 		c.slot = &slotCall{index: ci, key: ks[ci] + ":slots", id: newSlotID()}
 	}
-	return l.layers.decide(ctx, c)
+	d, err := l.layers.decide(ctx, c)
+	d.class, d.also = req.Class, req.Also
+	return d, err
 }
 
 func (l *Limiter) validate(req Request) error {

@@ -137,6 +137,10 @@ type Decision struct {
 	// mixedCosts: the store charged the buckets different costs (a request
 	// with AlsoCosts): Settle cannot settle it by one difference.
 	mixedCosts bool
+	// class and also are the request's classes (Request.Class, Also):
+	// Settle resolves their buckets' quotas as they are when it runs.
+	class string
+	also  []string
 }
 
 // Degraded reports whether the decision was made without the store because

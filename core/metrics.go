@@ -66,6 +66,15 @@ const (
 	// unseen. Not a check: neither the decisions nor the store errors
 	// count it.
 	metricSettlesFailed = "tollgate.settles.failed"
+	// metricSettlesForgiven counts tokens a settle did not charge because a
+	// bucket's debt reached its floor (Quota.MaxDebt, or the storage
+	// floor of 400 days of refill), by class, tier and bucket, and tenant
+	// when WithTenantLabel is on.
+	metricSettlesForgiven = "tollgate.settles.forgiven"
+	// metricSettlesRefused counts tokens of actual costs a settle refused
+	// to charge, above Quota.MaxSettleRatio times the estimate, labelled as
+	// the forgiven tokens.
+	metricSettlesRefused = "tollgate.settles.refused"
 )
 
 // otherTenant is the tenant label of every tenant outside the top K
@@ -82,6 +91,8 @@ type metrics struct {
 	slotsHeld     metric.Int64UpDownCounter
 	slotsExpired  metric.Int64Counter
 	settlesFailed metric.Int64Counter
+	forgiven      metric.Int64Counter
+	refused       metric.Int64Counter
 	tenants       *topK // nil: no tenant label
 	tracing       bool
 
@@ -145,6 +156,12 @@ func newMetrics(mp metric.MeterProvider, k int) *metrics {
 	if m.settlesFailed, err = meter.Int64Counter(metricSettlesFailed, metric.WithDescription("Reservations whose settle failed: the estimate stands."), metric.WithUnit("{settle}")); err != nil {
 		otel.Handle(err)
 	}
+	if m.forgiven, err = meter.Int64Counter(metricSettlesForgiven, metric.WithDescription("Tokens a settle forgave: a debt reached its cap."), metric.WithUnit("{token}")); err != nil {
+		otel.Handle(err)
+	}
+	if m.refused, err = meter.Int64Counter(metricSettlesRefused, metric.WithDescription("Tokens of actual costs a settle refused, above the largest multiple of the estimate."), metric.WithUnit("{token}")); err != nil {
+		otel.Handle(err)
+	}
 	if k > 0 {
 		m.tenants = newTopK(k)
 	}
@@ -166,6 +183,28 @@ func (m *metrics) slotExpired(labels metric.AddOption, cause string) {
 
 func (m *metrics) settleFailed(err error) {
 	m.settlesFailed.Add(context.Background(), 1, metric.WithAttributes(attribute.String("kind", shard.ErrorKind(err))))
+}
+
+// settleUncharged records the tokens a settle of tenant t's request of
+// class did not charge bucket: forgiven at its floor, refused above its
+// ratio. The tenant label, when on, counts it as a denial does.
+func (m *metrics) settleUncharged(t quota.Tenant, class, bucket string, forgiven, refused int64) {
+	attrs := make([]attribute.KeyValue, 0, 4)
+	attrs = append(attrs,
+		attribute.String("class", label(class, quota.DefaultClass)),
+		attribute.String("tier", label(t.Tier, "none")),
+		attribute.String("bucket", label(bucket, "none")),
+	)
+	if m.tenants != nil {
+		attrs = append(attrs, attribute.String("tenant", m.tenants.label(t.ID, true)))
+	}
+	set := metric.WithAttributes(attrs...)
+	if forgiven > 0 {
+		m.forgiven.Add(context.Background(), forgiven, set)
+	}
+	if refused > 0 {
+		m.refused.Add(context.Background(), refused, set)
+	}
 }
 
 // outcome is the decision's outcome label.

@@ -2,7 +2,9 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"strconv"
 
 	"github.com/tollgate-go/tollgate/core/internal/transport"
@@ -28,11 +30,24 @@ func (d Decision) settleable() bool {
 // its cost, d.Cost, as an estimate, and actual is what it really cost.
 // Every bucket of d (the request's classes and ceilings) is charged actual
 // - d.Cost more, or refunded d.Cost - actual, in one script call, atomic
-// across the buckets. A refund never lifts a balance above its capacity; a
-// charge may take it below zero, a debt: the tenant's later requests to
-// those buckets are denied (ReasonOverLimit, RetryAfter counting the debt)
-// until the refill repays it. A debt stops at one capacity: what lies
-// beyond is forgiven and returned (the largest over d's buckets).
+// across the buckets, under each bucket's quota as the resolver answers it
+// for t now (a tier changed since the admission is settled under its new
+// quota; a bucket the resolver no longer names, under the admission's). A
+// refund never lifts a balance above its capacity; a charge may take it
+// below zero, a debt: the tenant's later requests to those buckets are
+// denied (ReasonOverLimit, RetryAfter counting the debt) until the refill
+// repays it.
+//
+// A debt is carried in full unless the bucket's quota caps it
+// (quota.Quota.MaxDebt): what a cap forgives is counted
+// (tollgate.settles.forgiven) and logged, as a degraded check is. Without
+// a cap only the storage floor, 400 days of the bucket's refill, forgives.
+// A bucket whose quota has a MaxSettleRatio is charged at most that
+// multiple of the estimate: the rest of the actual cost is refused, counted
+// (tollgate.settles.refused) and logged, and the debt the charged part
+// leaves is carried or capped as any. Settle returns the tokens of the
+// actual cost some bucket did not charge (refused plus forgiven, the
+// largest over d's buckets): 0 when every bucket took it all.
 //
 // Settle once per admission: a second call charges the difference again.
 // A reservation never settled stays charged at the estimate. When d has
@@ -54,18 +69,26 @@ func (l *Limiter) Settle(ctx context.Context, t quota.Tenant, d Decision, actual
 	if d.mixedCosts {
 		return 0, fmt.Errorf("%w: a decision of a request with AlsoCosts charged its buckets different costs and cannot be settled", ErrInvalidRequest)
 	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.timeout)
+	defer cancel()
+	quotas := l.settleQuotas(cctx, t, d)
 	keys := make([]string, len(d.Buckets))
-	args := make([]any, 0, 2+2*len(d.Buckets))
-	args = append(args, l.nowArg(), strconv.FormatInt(actual-d.Cost, 10))
+	refused := make([]int64, len(d.Buckets))
+	args := make([]any, 0, 1+4*len(d.Buckets))
+	args = append(args, l.nowArg())
 	for i, b := range d.Buckets {
 		if keys[i], err = l.keys.Bucket(t.ID, b.Name); err != nil {
 			return 0, err
 		}
-		q := l.quotaArgs(b.Quota)
-		args = append(args, q[0], q[1])
+		q := quotas[i]
+		charged := actual
+		if r := q.MaxSettleRatio; r > 0 && float64(actual) > r*float64(d.Cost) {
+			charged = int64(math.Floor(r * float64(d.Cost)))
+			refused[i] = actual - charged
+		}
+		a := l.quotaArgs(q)
+		args = append(args, a[0], a[1], strconv.FormatInt(charged-d.Cost, 10), strconv.FormatInt(q.MaxDebt, 10))
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.timeout)
-	defer cancel()
 	v, err := settleScript.Run(cctx, l.scripts, settleScript.Line(keys, args...))
 	if err != nil {
 		return 0, l.settleFailed(t, transport.StoreError(cctx, l.cfg.timeout, err))
@@ -74,18 +97,67 @@ func (l *Limiter) Settle(ctx context.Context, t quota.Tenant, d Decision, actual
 	if !ok || len(a) != 2*len(keys) {
 		return 0, l.settleFailed(t, fmt.Errorf("%w: settle script reply %T of length %d", errProtocol, v, len(a)))
 	}
-	for i := range keys {
+	var excuse error
+	for i, b := range d.Buckets {
 		f, ok := a[i].(int64)
 		if !ok || f < 0 {
 			return 0, l.settleFailed(t, fmt.Errorf("%w: settle script reply element %v", errProtocol, a[i]))
 		}
-		forgiven = max(forgiven, f)
+		forgiven = max(forgiven, f+refused[i])
+		if f > 0 || refused[i] > 0 {
+			l.metrics.settleUncharged(t, d.class, b.Name, f, refused[i])
+			excuse = errors.Join(excuse, fmt.Errorf("bucket %q: %d tokens refused (above %v times the estimate %d), %d forgiven (its debt reached %s)",
+				b.Name, refused[i], quotas[i].MaxSettleRatio, d.Cost, f, debtFloor(quotas[i])))
+		}
+	}
+	if excuse != nil {
+		l.logDegraded("tollgate: a settle did not charge the whole actual cost", Request{Tenant: t, Class: d.class}, excuse,
+			"actual", actual, "estimate", d.Cost, "uncharged", forgiven)
 	}
 	if l.deny != nil && actual < d.Cost {
 		// a refund: a remembered denial may no longer be proved
 		l.deny.Delete(keys[0])
 	}
 	return forgiven, nil
+}
+
+// debtFloor names the floor of q's debt, for a log.
+func debtFloor(q quota.Quota) string {
+	if q.MaxDebt > 0 {
+		return "its cap of " + strconv.FormatInt(q.MaxDebt, 10)
+	}
+	return "the storage floor of 400 days of refill"
+}
+
+// settleQuotas returns the quota of each of d's buckets as the resolver
+// answers it for t now, or, for a bucket it no longer names (or when it
+// fails), the admission's.
+func (l *Limiter) settleQuotas(ctx context.Context, t quota.Tenant, d Decision) []quota.Quota {
+	qs := make([]quota.Quota, len(d.Buckets))
+	for i, b := range d.Buckets {
+		qs[i] = b.Quota
+	}
+	if d.class == "" {
+		return qs
+	}
+	for j := -1; j < len(d.also); j++ {
+		class := d.class
+		if j >= 0 {
+			class = d.also[j]
+		}
+		bs, err := l.resolver.Buckets(ctx, t, class)
+		if err != nil {
+			continue
+		}
+		for _, b := range bs {
+			for i := range d.Buckets {
+				if d.Buckets[i].Name == b.Name && b.Quota.Validate() == nil {
+					qs[i] = b.Quota
+				}
+			}
+		}
+	}
+	return qs
 }
 
 // settleFailed logs (at most once a second, as degraded checks) and counts

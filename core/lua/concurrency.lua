@@ -113,7 +113,7 @@ for i = 1, n do
     if sep then
       local s = sub(v, sep + 1)
       local t, l = tonumber(sub(v, 1, sep - 1)), tonumber(s)
-      if t and l and t >= -cap and t <= cap and l >= 0 and l < 9007199254740992 then
+      if t and l and t >= -1125899906842624 and t <= cap and l >= 0 and l < 9007199254740992 then
         tokens, last, ls = t, l, s
       end
     end

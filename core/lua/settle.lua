@@ -1,28 +1,33 @@
--- tollgate settle, v1. Settles a reservation: a request admitted with an
+-- tollgate settle, v2. Settles a reservation: a request admitted with an
 -- estimated cost (charged by the token-bucket or concurrency script) whose
 -- actual cost is now known. Every bucket of the request is refilled to now
--- and charged the difference, actual - estimate, in one call: atomic with
+-- and charged its difference, actual - estimate, in one call: atomic with
 -- the request's other buckets, as its admission was.
 --
 -- KEYS[i]     bucket key i (1 <= i <= n), as the token-bucket script's; every
 --             key carries the same hash tag (the tenant).
 -- ARGV[1]     now, integer microseconds, or "" to read the server clock.
--- ARGV[2]     delta d = actual - estimate, an integer (may be negative: a
---             refund).
--- ARGV[2i+1]  capacity C_i of bucket i, an integer > 0.
--- ARGV[2i+2]  refill rate of bucket i, tokens per second, a decimal > 0.
+-- ARGV[4i-2]  capacity C_i of bucket i, an integer > 0 (its quota now).
+-- ARGV[4i-1]  refill rate r_i of bucket i, tokens per second, a decimal > 0.
+-- ARGV[4i]    delta d_i = charged - estimate for bucket i, an integer (may
+--             be negative: a refund).
+-- ARGV[4i+1]  the debt cap D_i of bucket i, an integer >= 0; 0: no cap.
 --
--- A refund (d < 0) never lifts a balance above its capacity. A charge
--- (d > 0) may take it below zero, a debt the tenant repays at the refill
--- rate while the token-bucket script denies it (a balance below the cost),
--- down to -C_i at most: what lies beyond one capacity of debt is forgiven
--- (the reply says how much). The stored value keeps the token-bucket
--- script's form and garbage rule (a balance outside [-C_i, C_i] is a full
--- bucket), so the two scripts read each other's writes. The TTL is the time
--- to refill to full plus a second: the key never expires while in debt.
+-- A refund (d_i < 0) never lifts a balance above its capacity. A charge
+-- (d_i > 0) may take it below zero, a debt the tenant repays at the refill
+-- rate while the token-bucket script denies it (a balance below the cost).
+-- Without a cap the debt is carried in full, down to the storage floor:
+-- 400 days of refill (r_i x 34,560,000), and never below -2^50, where the
+-- arithmetic stays exact; with a cap, down to -D_i (or the storage floor,
+-- when higher). What lies beyond the floor is forgiven, and the reply says
+-- how much. The stored value keeps the token-bucket script's form and
+-- garbage rule (a balance above C_i, below -2^50 or not a number is a full
+-- bucket), so the scripts read each other's writes. The TTL is the time to
+-- refill to full plus a second: the key never expires while in debt, and
+-- lives at most 800 days and a second (C_i / r_i is at most 400 days).
 --
 -- Reply: {forgiven_1, ..., forgiven_n, state_1, ..., state_n}: forgiven_i
--- the integer tokens of the charge bucket i could not take (0 unless the
+-- the integer tokens of the charge bucket i could not take (0 unless a
 -- floor was reached), state_i the value written, "<tokens> <last>".
 
 local n = #KEYS
@@ -37,12 +42,17 @@ if stamp == '' then
 else
   now = tonumber(stamp)
 end
-local delta = tonumber(ARGV[2])
+local deepest = 1125899906842624 -- 2^50
 
 local reply = {}
 for i = 1, n do
-  local cap = tonumber(ARGV[2 * i + 1])
-  local rate = tonumber(ARGV[2 * i + 2])
+  local cap = tonumber(ARGV[4 * i - 2])
+  local rate = tonumber(ARGV[4 * i - 1])
+  local delta = tonumber(ARGV[4 * i])
+  local limit = tonumber(ARGV[4 * i + 1])
+  local floor = rate * 34560000
+  if floor > deepest then floor = deepest end
+  if limit > 0 and limit < floor then floor = limit end
   local tokens, last, ls = cap, now, stamp
   local v = redis.call('GET', KEYS[i])
   if v then
@@ -50,7 +60,7 @@ for i = 1, n do
     if sep then
       local s = sub(v, sep + 1)
       local t, l = tonumber(sub(v, 1, sep - 1)), tonumber(s)
-      if t and l and t >= -cap and t <= cap and l >= 0 and l < 9007199254740992 then
+      if t and l and t >= -deepest and t <= cap and l >= 0 and l < 9007199254740992 then
         tokens, last, ls = t, l, s
       end
     end
@@ -62,9 +72,12 @@ for i = 1, n do
   end
   local left, forgiven = tokens - delta, 0
   if left > cap then left = cap end
-  if left < -cap then
-    forgiven = ceil(-cap - left)
-    left = -cap
+  if left < -floor and delta > 0 then
+    -- only a charge is forgiven: a balance already below a (new, lower)
+    -- cap keeps its debt
+    local f = tokens > -floor and -floor or tokens
+    forgiven = ceil(f - left)
+    left = f
   end
   local state = fmt('%.17g %s', left, ls)
   redis.call('SET', KEYS[i], state, 'PX', fmt('%d', ceil((cap - left) / rate * 1000) + 1000))

@@ -28,12 +28,13 @@
 -- TTL in one command. A denial writes nothing: the stored pair still
 -- describes the bucket exactly (refill is computed from last, and nothing
 -- was consumed). A stored value the script would never write (not two
--- numbers, or tokens outside [-capacity, capacity], or a stamp outside
+-- numbers, or tokens outside [-2^50, capacity], or a stamp outside
 -- [0, 2^53): Lua's tonumber accepts "nan" and "inf") is treated as a full
 -- bucket and rewritten by the next charge, so garbage neither admits nor
 -- denies forever. A balance below zero is a debt the settle script wrote
--- (docs/semantics.md, "Reserve, then settle"): it admits less than a full
--- bucket, and refills from below zero like any balance.
+-- (docs/semantics.md, "Reserve, then settle"), as deep as it left it (it
+-- never writes one below -2^50): it admits less than a full bucket, and
+-- refills from below zero like any balance.
 --
 -- Reply. Lua numbers are truncated on return, so balances are strings, and
 -- the reply carries only what the caller cannot work out itself: it knows
@@ -85,7 +86,7 @@ if n == 1 then
     if sep then
       local s = sub(v, sep + 1)
       local t, l = tonumber(sub(v, 1, sep - 1)), tonumber(s)
-      if t and l and t >= -cap and t <= cap and l >= 0 and l < 9007199254740992 then
+      if t and l and t >= -1125899906842624 and t <= cap and l >= 0 and l < 9007199254740992 then
         tokens, last, ls = t, l, s
       end
     end
@@ -129,7 +130,7 @@ for i = 1, n do
     if sep then
       local s = sub(v, sep + 1)
       local t, l = tonumber(sub(v, 1, sep - 1)), tonumber(s)
-      if t and l and t >= -cap and t <= cap and l >= 0 and l < 9007199254740992 then
+      if t and l and t >= -1125899906842624 and t <= cap and l >= 0 and l < 9007199254740992 then
         tokens, last, ls = t, l, s
       end
     end

@@ -41,7 +41,23 @@ type Quota struct {
 	// slot until it ends (Decision.Slot). 0: no concurrency limit. At most
 	// one bucket of a request may carry one.
 	Concurrency int64
+	// MaxDebt, when above 0, caps the debt a settle (core's Limiter.Settle)
+	// may leave in this bucket, in tokens: a settle never takes the balance
+	// below -MaxDebt, and what lies beyond is forgiven, counted
+	// (tollgate.settles.forgiven) and logged. 0: no cap, a debt is carried
+	// in full (docs/semantics.md, "Reserve, then settle"). At most MaxCost.
+	MaxDebt int64
+	// MaxSettleRatio, when above 0, is the largest actual cost a settle
+	// charges this bucket, as a multiple of the request's estimate (its
+	// cost at admission): an actual cost above it is refused, counted
+	// (tollgate.settles.refused) and logged, and the bucket is charged the
+	// multiple instead. 0: none; else at least 1 and at most
+	// MaxSettleRatioLimit.
+	MaxSettleRatio float64
 }
+
+// MaxSettleRatioLimit is the largest Quota.MaxSettleRatio accepted.
+const MaxSettleRatioLimit = 1e9
 
 // PerSecond returns a quota of n tokens per second with a burst of n.
 func PerSecond(n int64) Quota { return Quota{Capacity: n, RefillPerSecond: float64(n)} }
@@ -54,7 +70,9 @@ func PerHour(n int64) Quota { return Quota{Capacity: n, RefillPerSecond: float64
 
 // Validate reports whether q can be enforced: a capacity from 1 to
 // MaxCapacity, a finite refill rate above 0 and at most MaxRefillPerSecond,
-// a concurrency limit from 0 (none) to MaxConcurrency, and an empty bucket
+// a concurrency limit from 0 (none) to MaxConcurrency, a max debt from 0
+// (no cap) to MaxCost, a max settle ratio of 0 (none) or 1 to
+// MaxSettleRatioLimit, and an empty bucket
 // that refills within 400 days (capacity / rate). The
 // error wraps [ErrInvalid] and names the field at fault.
 func (q Quota) Validate() error {
@@ -71,6 +89,10 @@ func (q Quota) Validate() error {
 		return fmt.Errorf("%w: refill rate must be <= %g, got %v", ErrInvalid, float64(MaxRefillPerSecond), q.RefillPerSecond)
 	case q.Concurrency < 0 || q.Concurrency > MaxConcurrency:
 		return fmt.Errorf("%w: concurrency must be 0 (none) to %d, got %d", ErrInvalid, MaxConcurrency, q.Concurrency)
+	case q.MaxDebt < 0 || q.MaxDebt > MaxCost:
+		return fmt.Errorf("%w: max debt must be 0 (no cap) to %d, got %d", ErrInvalid, int64(MaxCost), q.MaxDebt)
+	case math.IsNaN(q.MaxSettleRatio) || q.MaxSettleRatio != 0 && (q.MaxSettleRatio < 1 || q.MaxSettleRatio > MaxSettleRatioLimit):
+		return fmt.Errorf("%w: max settle ratio must be 0 (none) or 1 to %g, got %v", ErrInvalid, float64(MaxSettleRatioLimit), q.MaxSettleRatio)
 	case float64(q.Capacity)/q.RefillPerSecond > maxFillTime.Seconds():
 		return fmt.Errorf("%w: capacity/refill rate (time to refill) must be <= %v, got %.0fs", ErrInvalid, maxFillTime, float64(q.Capacity)/q.RefillPerSecond)
 	}
@@ -78,12 +100,18 @@ func (q Quota) Validate() error {
 }
 
 // String formats q as "capacity/rate per second", e.g. "20 burst, 2/s",
-// followed by the concurrency limit when it has one: "20 burst, 2/s, 4 in
-// flight".
+// followed by the concurrency limit and the settle settings when it has
+// them: "20 burst, 2/s, 4 in flight".
 func (q Quota) String() string {
 	s := strconv.FormatInt(q.Capacity, 10) + " burst, " + strconv.FormatFloat(q.RefillPerSecond, 'g', -1, 64) + "/s"
 	if q.Concurrency > 0 {
 		s += ", " + strconv.FormatInt(q.Concurrency, 10) + " in flight"
+	}
+	if q.MaxDebt > 0 {
+		s += ", debt capped at " + strconv.FormatInt(q.MaxDebt, 10)
+	}
+	if q.MaxSettleRatio > 0 {
+		s += ", settles up to " + strconv.FormatFloat(q.MaxSettleRatio, 'g', -1, 64) + "x the estimate"
 	}
 	return s
 }

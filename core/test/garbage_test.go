@@ -12,13 +12,13 @@ import (
 )
 
 // garbageStates are stored values the scripts never write: unparsable,
-// non-finite, below minus the capacity (the settle script's debt floor) or
+// non-finite, below -2^50 (the deepest debt the settle script writes) or
 // above capacity (10). "<now>" is replaced by the
 // clock's current stamp.
 var garbageStates = []string{
 	"nan <now>", "-nan <now>", "inf <now>", "-inf <now>", "1e400 <now>",
 	"0 nan", "0 inf", "0 -inf", "0 1e400", "5 -nan",
-	"-101 <now>", "-100.5 <now>", "11 <now>", "0x10 <now>", "10.000001 <now>",
+	"-1125899906842625 <now>", "-2e16 <now>", "11 <now>", "0x10 <now>", "10.000001 <now>",
 	"", "5", "abc", "x <now>", "5 x", "5 <now> junk", " <now>", "5 ",
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,8 +96,9 @@ func TestSettleUpAndDown(t *testing.T) {
 }
 
 // TestSettleDebt: settling above the balance leaves a debt; the tenant is
-// denied until the refill repays it, Retry-After counting the debt; a debt
-// stops at one capacity, the rest forgiven and reported.
+// denied until the refill repays it, Retry-After counting the debt; without
+// a cap the debt is carried in full, however deep, and the key lives until
+// the bucket is full again.
 func TestSettleDebt(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend, vr variant) {
 		clock := conformance.NewFakeClock()
@@ -123,18 +125,24 @@ func TestSettleDebt(t *testing.T) {
 		if d = check(t, l, "debt", 1); !d.Allowed {
 			t.Fatalf("after repaying: %+v, want admitted", d)
 		}
-		// the floor: one capacity of debt
-		d = check(t, l, "floor", 100)
-		if f := settle(t, l, "floor", d, 100+900+1000+7); f != 7 {
-			t.Fatalf("forgiven %d, want 7", f)
+		// no cap: a debt beyond one capacity is carried in full, nothing forgiven
+		d = check(t, l, "deep", 100)
+		if f := settle(t, l, "deep", d, 100+900+1000+7); f != 0 {
+			t.Fatalf("forgiven %d, want 0 (no cap: the debt is carried in full)", f)
 		}
-		if got := balance(t, l, "floor", "default"); got != -1000 {
-			t.Fatalf("at the floor: %v tokens, want -1000", got)
+		if got := balance(t, l, "deep", "default"); got != -1007 {
+			t.Fatalf("deep in debt: %v tokens, want -1007", got)
 		}
-		// the key outlives the debt: it expires no sooner than the bucket is full again
-		key, _ := l.Keys().Bucket("floor", "default")
-		if ttl, err := be.client(t).PTTL(context.Background(), key).Result(); err != nil || ttl < 200*time.Second {
-			t.Fatalf("PTTL in debt = %v, %v, want >= 200s (time to refill 2000 tokens)", ttl, err)
+		// the key outlives the debt: it expires no sooner than the bucket
+		// is full again, and not long after
+		key, _ := l.Keys().Bucket("deep", "default")
+		if ttl, err := be.client(t).PTTL(context.Background(), key).Result(); err != nil || ttl < 200700*time.Millisecond || ttl > 202*time.Second {
+			t.Fatalf("PTTL in debt = %v, %v, want 200.7s to 202s (time to refill 2007 tokens, plus a second)", ttl, err)
+		}
+		// 200.7 s of refill later the bucket is full again
+		clock.Advance(200700 * time.Millisecond)
+		if got := balance(t, l, "deep", "default"); got != 1000 {
+			t.Fatalf("repaid: %v tokens, want 1000", got)
 		}
 	})
 }
@@ -288,6 +296,69 @@ func TestGateWithoutCostReports(t *testing.T) {
 		v.Done()
 		if got := balance(t, l, "plain", "default"); got != 900 {
 			t.Fatalf("%v tokens, want 900: the route's cost, nothing settled", got)
+		}
+	})
+}
+
+// TestSettleCurrentQuota: a settle after the tenant's quota changed (a tier
+// upgrade between the admission and its settle) uses the quota the resolver
+// answers now, not the admission's: a balance the new quota allows is
+// charged, never read as garbage under the old capacity and rewritten.
+func TestSettleCurrentQuota(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend, vr variant) {
+		clock := conformance.NewFakeClock()
+		var upgraded atomic.Bool
+		small := quota.Quota{Capacity: 100, RefillPerSecond: 1}
+		r := quota.ResolverFunc(func(context.Context, quota.Tenant, string) ([]quota.Bucket, error) {
+			if upgraded.Load() {
+				return []quota.Bucket{{Name: "default", Quota: llm}}, nil
+			}
+			return []quota.Bucket{{Name: "default", Quota: small}}, nil
+		})
+		l := vr.newLimiter(t, be.client(t), r, core.WithClock(clock.Now))
+		d := check(t, l, "up", 1) // 99 left, on the small quota
+		if !d.Allowed || d.Quota != small {
+			t.Fatalf("reserve: %+v", d)
+		}
+		upgraded.Store(true)
+		clock.Advance(60 * time.Second)               // 99 + 600 on the new quota
+		if d2 := check(t, l, "up", 10); !d2.Allowed { // 689 stored
+			t.Fatalf("after the upgrade: %+v", d2)
+		}
+		settle(t, l, "up", d, 2) // one more token
+		if got := balance(t, l, "up", "default"); got != 688 {
+			t.Fatalf("settled across the upgrade: %v tokens, want 688 (689 less the 1 settled)", got)
+		}
+	})
+}
+
+// TestSettleBoundOverWindow: a tenant reporting 100 times its capacity per
+// request (an estimate of 100, an actual cost of 100,000), one request a
+// second for 10 minutes of its clock: the actual costs of the admitted
+// requests never exceed C + ρT + one request's actual cost over any window
+// from the start (docs/semantics.md, "The bound"), and the debt keeps the
+// tenant out until the refill repays it.
+func TestSettleBoundOverWindow(t *testing.T) {
+	const estimate, actual = 100, 100 * 1000
+	forEachBackend(t, func(t *testing.T, be backend, vr variant) {
+		clock := conformance.NewFakeClock()
+		l := vr.newLimiter(t, be.client(t), staticResolver(quota.Bucket{Name: "default", Quota: llm}), core.WithClock(clock.Now))
+		start := clock.Now()
+		var used, admitted int64
+		for range 600 {
+			if d := check(t, l, "hog", estimate); d.Allowed {
+				settle(t, l, "hog", d, actual)
+				used += actual
+				admitted++
+			}
+			elapsed := clock.Now().Sub(start).Seconds()
+			if bound := float64(llm.Capacity) + llm.RefillPerSecond*elapsed + actual; float64(used) > bound {
+				t.Fatalf("after %.0fs: %d admitted used %d tokens, above the bound C + ρT + one request's actual cost = %.0f", elapsed, admitted, used, bound)
+			}
+			clock.Advance(time.Second)
+		}
+		if admitted != 1 {
+			t.Fatalf("%d admitted in 600s, want 1 (the debt of 99,100 takes 9,910s to repay)", admitted)
 		}
 	})
 }

@@ -19,6 +19,9 @@ type Quota struct {
 	Capacity        int64
 	RefillPerSecond float64
 	Concurrency     int64
+	// the settle settings, unused here: kept so that quota.Quota converts
+	MaxDebt        int64
+	MaxSettleRatio float64
 }
 
 // Cache is the deny cache, bounded to max entries, one per bucket set.
