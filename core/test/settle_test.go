@@ -3,7 +3,10 @@ package core_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"maps"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +17,7 @@ import (
 	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/core/render"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 )
 
 // llm is the examples' class: capacity 1000, refill 10/s.
@@ -359,6 +363,111 @@ func TestSettleBoundOverWindow(t *testing.T) {
 		}
 		if admitted != 1 {
 			t.Fatalf("%d admitted in 600s, want 1 (the debt of 99,100 takes 9,910s to repay)", admitted)
+		}
+	})
+}
+
+// TestSettleCapCounted: a class whose quota caps the debt (MaxDebt) stops a
+// settle's debt at the cap, and the tokens it forgave are returned, counted
+// in tollgate.settles.forgiven by class, tier and bucket (and tenant, the
+// label on) and logged; a bucket of the same request without a cap (the
+// ceiling) carries its debt in full. A class with MaxSettleRatio charges at
+// most that multiple of the estimate and counts and logs the rest as
+// refused (tollgate.settles.refused).
+func TestSettleCapCounted(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend, vr variant) {
+		reader := sdkmetric.NewManualReader()
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+		defer mp.Shutdown(context.Background())
+		var logs conformance.LogBuffer
+		clock := conformance.NewFakeClock()
+		capped := llm
+		capped.MaxDebt = 500
+		ratio := llm
+		ratio.MaxSettleRatio = 3
+		tiers := quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{"free": {
+			Classes: map[string]quota.Quota{"default": capped, "ratio": ratio},
+			Ceiling: &quota.Quota{Capacity: 5000, RefillPerSecond: 50}}}}
+		res, err := quota.NewResolver(tiers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := vr.newLimiter(t, be.client(t), res, core.WithClock(clock.Now), core.WithMeterProvider(mp), core.WithTenantLabel(5),
+			core.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+		tn := quota.Tenant{ID: "capped", Tier: "free"}
+		d, err := l.Allow(context.Background(), tn, "default", 100)
+		if err != nil || !d.Allowed {
+			t.Fatalf("reserve: %+v, %v", d, err)
+		}
+		f, err := l.Settle(context.Background(), tn, d, 100+900+500+42)
+		if err != nil || f != 42 {
+			t.Fatalf("Settle = %d, %v; want 42 forgiven (a debt of 542 on a cap of 500)", f, err)
+		}
+		if got := balance(t, l, "capped", "default"); got != -500 {
+			t.Fatalf("capped class: %v tokens, want -500", got)
+		}
+		if got := balance(t, l, "capped", quota.CeilingBucket); got != 5000-1542 {
+			t.Fatalf("ceiling (no cap): %v tokens, want %d", got, 5000-1542)
+		}
+		got := collect(t, reader, "tollgate.settles.forgiven", "class", "tier", "bucket", "tenant")
+		if want := map[string]int64{"default/free/default/_other": 42}; !maps.Equal(got, want) {
+			t.Fatalf("tollgate.settles.forgiven = %v, want %v", got, want)
+		}
+		if s := logs.String(); !strings.Contains(s, "a settle did not charge the whole actual cost") || !strings.Contains(s, "tenant=capped") ||
+			!strings.Contains(s, "42 forgiven") || !strings.Contains(s, "uncharged=42") {
+			t.Fatalf("log: %q, want the forgiven settle with its tenant and tokens", s)
+		}
+
+		// the ratio: 1000 reported on an estimate of 100 charges 300
+		tn = quota.Tenant{ID: "ratio", Tier: "free"}
+		d, err = l.Allow(context.Background(), tn, "ratio", 100)
+		if err != nil || !d.Allowed {
+			t.Fatalf("reserve: %+v, %v", d, err)
+		}
+		if f, err := l.Settle(context.Background(), tn, d, 1000); err != nil || f != 700 {
+			t.Fatalf("Settle = %d, %v; want 700 refused (above 3 x 100)", f, err)
+		}
+		dd, _ := l.Peek(context.Background(), tn, "ratio")
+		for _, b := range dd.Buckets {
+			if want := map[string]float64{"ratio": 700, quota.CeilingBucket: 4000}[b.Name]; b.Tokens != want {
+				t.Fatalf("bucket %s: %v tokens, want %v (the ratio's class charged 300, the ceiling 1000)", b.Name, b.Tokens, want)
+			}
+		}
+		got = collect(t, reader, "tollgate.settles.refused", "class", "bucket")
+		if want := map[string]int64{"ratio/ratio": 700}; !maps.Equal(got, want) {
+			t.Fatalf("tollgate.settles.refused = %v, want %v", got, want)
+		}
+	})
+}
+
+// TestSettleStorageFloor: without a cap a debt is carried down to 400 days
+// of refill, where the key's TTL (the time to refill to full, plus a
+// second) stays bounded; a charge beyond it is forgiven and counted, never
+// dropped silently, and the key still lives until the bucket is full again.
+func TestSettleStorageFloor(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend, vr variant) {
+		reader := sdkmetric.NewManualReader()
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+		defer mp.Shutdown(context.Background())
+		clock := conformance.NewFakeClock()
+		q := quota.Quota{Capacity: 10, RefillPerSecond: 1}
+		l := vr.newLimiter(t, be.client(t), staticResolver(quota.Bucket{Name: "default", Quota: q}), core.WithClock(clock.Now), core.WithMeterProvider(mp))
+		const floor = 400 * 24 * 3600 // 400 days of 1 token a second
+		d := check(t, l, "abyss", 1)
+		f := settle(t, l, "abyss", d, quota.MaxCost)
+		if want := int64(quota.MaxCost) - 1 - 9 - floor; f != want {
+			t.Fatalf("forgiven %d, want %d (beyond the storage floor of %d)", f, want, floor)
+		}
+		if got := balance(t, l, "abyss", "default"); got != -floor {
+			t.Fatalf("%v tokens, want %d", got, -floor)
+		}
+		key, _ := l.Keys().Bucket("abyss", "default")
+		full := time.Duration(floor+10) * time.Second
+		if ttl, err := be.client(t).PTTL(context.Background(), key).Result(); err != nil || ttl < full || ttl > full+2*time.Second {
+			t.Fatalf("PTTL = %v, %v, want %v and a second (the time to refill to full)", ttl, err, full)
+		}
+		if got := collect(t, reader, "tollgate.settles.forgiven", "bucket"); got["default"] != f {
+			t.Fatalf("tollgate.settles.forgiven = %v, want %d for default", got, f)
 		}
 	})
 }
