@@ -102,6 +102,22 @@ func TestParseConcurrency(t *testing.T) {
 	}
 }
 
+// max_debt and max_settle_ratio sit beside capacity and refill, in a class
+// or the ceiling.
+func TestParseSettleSettings(t *testing.T) {
+	src := strings.Replace(example(t), "export: {capacity: 10, refill_per_second: 0.1}", "export: {capacity: 10, refill_per_second: 0.1, max_debt: 50, max_settle_ratio: 4}", 1)
+	cfg, err := config.Parse("tiers.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q := cfg.Tiers.Tiers["free"].Classes["export"]; q != (quota.Quota{Capacity: 10, RefillPerSecond: 0.1, MaxDebt: 50, MaxSettleRatio: 4}) {
+		t.Fatalf("export = %+v", q)
+	}
+	if q := cfg.Tiers.Tiers["free"].Classes["default"]; q.MaxDebt != 0 || q.MaxSettleRatio != 0 {
+		t.Fatalf("default = %+v; want the debt carried in full, any actual cost settled", q)
+	}
+}
+
 func TestParseHeaderStyle(t *testing.T) {
 	for _, tc := range []struct {
 		yaml string
@@ -202,6 +218,12 @@ func TestParseErrors(t *testing.T) {
 		{"concurrency zero", "export: {capacity: 10, refill_per_second: 0.1}", "export: {capacity: 10, refill_per_second: 0.1, concurrency: 0}", "tiers.yaml:14: tiers.free.classes.export.concurrency: must be >= 1 (omit it for no concurrency limit), got 0"},
 		{"concurrency too large", "export: {capacity: 10, refill_per_second: 0.1}", "export: {capacity: 10, refill_per_second: 0.1, concurrency: 100001}", "tiers.yaml:14: tiers.free.classes.export.concurrency: must be <= 100000, got 100001"},
 		{"concurrency on class and ceiling", "ceiling: {capacity: 100, refill_per_second: 5}\n    classes:\n      default: {capacity: 20, refill_per_second: 2}", "ceiling: {capacity: 100, refill_per_second: 5, concurrency: 9}\n    classes:\n      default: {capacity: 20, refill_per_second: 2, concurrency: 2}", "tiers.yaml:11: tiers.free.classes.default.concurrency: the ceiling has a concurrency limit too"},
+		{"max debt zero", "export: {capacity: 10, refill_per_second: 0.1}", "export: {capacity: 10, refill_per_second: 0.1, max_debt: 0}", "tiers.yaml:14: tiers.free.classes.export.max_debt: must be >= 1 (omit it to carry a debt in full), got 0"},
+		{"max debt too large", "export: {capacity: 10, refill_per_second: 0.1}", "export: {capacity: 10, refill_per_second: 0.1, max_debt: 1099511627777}", "tiers.yaml:14: tiers.free.classes.export.max_debt: must be <= 1099511627776, got 1099511627777"},
+		{"max debt fractional", "export: {capacity: 10, refill_per_second: 0.1}", "export: {capacity: 10, refill_per_second: 0.1, max_debt: 2.5}", `tiers.yaml:14: tiers.free.classes.export.max_debt: must be an integer, got "2.5"`},
+		{"max settle ratio below 1", "export: {capacity: 10, refill_per_second: 0.1}", "export: {capacity: 10, refill_per_second: 0.1, max_settle_ratio: 0.5}", "tiers.yaml:14: tiers.free.classes.export.max_settle_ratio: must be >= 1 (omit it to settle any actual cost), got 0.5"},
+		{"max settle ratio NaN", "export: {capacity: 10, refill_per_second: 0.1}", "export: {capacity: 10, refill_per_second: 0.1, max_settle_ratio: .nan}", "tiers.yaml:14: tiers.free.classes.export.max_settle_ratio: must be finite, got NaN"},
+		{"max settle ratio too large", "export: {capacity: 10, refill_per_second: 0.1}", "export: {capacity: 10, refill_per_second: 0.1, max_settle_ratio: 1e10}", "tiers.yaml:14: tiers.free.classes.export.max_settle_ratio: must be <= 1e+09, got 1e+10"},
 		{"rate negative", "refill_per_second: 0.1}", "refill_per_second: -1}", "tiers.yaml:14: tiers.free.classes.export.refill_per_second: must be > 0, got -1"},
 		{"rate zero", "refill_per_second: 0.1}", "refill_per_second: 0}", "tiers.yaml:14: tiers.free.classes.export.refill_per_second: must be > 0, got 0"},
 		{"rate NaN", "refill_per_second: 0.1}", "refill_per_second: .nan}", "tiers.yaml:14: tiers.free.classes.export.refill_per_second: must be finite, got NaN"},
@@ -210,7 +232,7 @@ func TestParseErrors(t *testing.T) {
 		{"rate not a number", "refill_per_second: 0.1}", `refill_per_second: "0.1"}`, `tiers.yaml:14: tiers.free.classes.export.refill_per_second: must be a number, got "0.1"`},
 		{"rate missing", "export: {capacity: 10, refill_per_second: 0.1}", "export: {capacity: 10}", "tiers.yaml:14: tiers.free.classes.export.refill_per_second: is required"},
 		{"fill time too long", "export: {capacity: 10, refill_per_second: 0.1}", "export: {capacity: 10000000, refill_per_second: 0.01}", "tiers.yaml:14: tiers.free.classes.export: capacity/refill rate (time to refill) must be <= 9600h0m0s"},
-		{"quota unknown field", "export: {capacity: 10,", "export: {burst: 3, capacity: 10,", "tiers.yaml:14: tiers.free.classes.export.burst: unknown field (want one of capacity, refill_per_second, concurrency)"},
+		{"quota unknown field", "export: {capacity: 10,", "export: {burst: 3, capacity: 10,", "tiers.yaml:14: tiers.free.classes.export.burst: unknown field (want one of capacity, refill_per_second, concurrency, max_debt, max_settle_ratio)"},
 		{"quota not a mapping", "export: {capacity: 10, refill_per_second: 0.1}", "export: 10", `tiers.yaml:14: tiers.free.classes.export: must be a mapping, got "10"`},
 		{"ceiling capacity", "ceiling: {capacity: 100,", "ceiling: {capacity: 0,", "tiers.yaml:11: tiers.free.ceiling.capacity: must be > 0, got 0"},
 		{"merge key", "  pro:\n    classes:", "  pro:\n    <<: {}\n    classes:", "tiers.yaml:16: tiers.pro.<<: merge keys (<<) are not supported"},

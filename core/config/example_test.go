@@ -50,7 +50,7 @@ tiers:
 	fmt.Println(err)
 	// Output:
 	// tiers.yaml:5: tiers.free.classes.export.capacity: must be > 0, got -1
-	// tiers.yaml:6: tiers.free.classes.bulk.refil_per_second: unknown field (want one of capacity, refill_per_second, concurrency)
+	// tiers.yaml:6: tiers.free.classes.bulk.refil_per_second: unknown field (want one of capacity, refill_per_second, concurrency, max_debt, max_settle_ratio)
 	// tiers.yaml:6: tiers.free.classes.bulk.refill_per_second: is required (the sustained rate, tokens per second)
 }
 

@@ -309,7 +309,7 @@ func (p *schema) classes(n *yaml.Node, field string) (classes map[string]quota.Q
 
 func (p *schema) quota(n *yaml.Node, field string) (quota.Quota, bool) {
 	var q quota.Quota
-	entries, ok := p.mapping(n, field, "capacity", "refill_per_second", "concurrency")
+	entries, ok := p.mapping(n, field, "capacity", "refill_per_second", "concurrency", "max_debt", "max_settle_ratio")
 	if !ok {
 		return q, false
 	}
@@ -344,6 +344,36 @@ func (p *schema) quota(n *yaml.Node, field string) (quota.Quota, bool) {
 				p.failAt(deref(e.val), sub, "must be <= %d, got %d", quota.MaxConcurrency, v)
 			default:
 				q.Concurrency = v
+			}
+		case "max_debt":
+			sub := field + ".max_debt"
+			v, ok := p.int64(e.val, sub)
+			if !ok {
+				break
+			}
+			switch {
+			case v < 1:
+				p.failAt(deref(e.val), sub, "must be >= 1 (omit it to carry a debt in full), got %d", v)
+			case v > quota.MaxCost:
+				p.failAt(deref(e.val), sub, "must be <= %d, got %d", int64(quota.MaxCost), v)
+			default:
+				q.MaxDebt = v
+			}
+		case "max_settle_ratio":
+			sub := field + ".max_settle_ratio"
+			v, ok := p.float(e.val, sub)
+			if !ok {
+				break
+			}
+			switch {
+			case math.IsNaN(v) || math.IsInf(v, 0):
+				p.failAt(deref(e.val), sub, "must be finite, got %v", v)
+			case v < 1:
+				p.failAt(deref(e.val), sub, "must be >= 1 (omit it to settle any actual cost), got %v", v)
+			case v > quota.MaxSettleRatioLimit:
+				p.failAt(deref(e.val), sub, "must be <= %g, got %v", float64(quota.MaxSettleRatioLimit), v)
+			default:
+				q.MaxSettleRatio = v
 			}
 		case "refill_per_second":
 			rateSeen = true
