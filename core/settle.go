@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 
 	"github.com/tollgate-go/tollgate/core/internal/transport"
 	"github.com/tollgate-go/tollgate/core/lua"
@@ -106,8 +107,7 @@ func (l *Limiter) Settle(ctx context.Context, t quota.Tenant, d Decision, actual
 		forgiven = max(forgiven, f+refused[i])
 		if f > 0 || refused[i] > 0 {
 			l.metrics.settleUncharged(t, d.class, b.Name, f, refused[i])
-			excuse = errors.Join(excuse, fmt.Errorf("bucket %q: %d tokens refused (above %v times the estimate %d), %d forgiven (its debt reached %s)",
-				b.Name, refused[i], quotas[i].MaxSettleRatio, d.Cost, f, debtFloor(quotas[i])))
+			excuse = errors.Join(excuse, uncharged(b.Name, quotas[i], d.Cost, refused[i], f))
 		}
 	}
 	if excuse != nil {
@@ -121,12 +121,21 @@ func (l *Limiter) Settle(ctx context.Context, t quota.Tenant, d Decision, actual
 	return forgiven, nil
 }
 
-// debtFloor names the floor of q's debt, for a log.
-func debtFloor(q quota.Quota) string {
-	if q.MaxDebt > 0 {
-		return "its cap of " + strconv.FormatInt(q.MaxDebt, 10)
+// uncharged says, for a log, why a settle did not charge bucket (of
+// quota q) the whole actual cost of a request of estimate e.
+func uncharged(bucket string, q quota.Quota, e, refused, forgiven int64) error {
+	var parts []string
+	if refused > 0 {
+		parts = append(parts, fmt.Sprintf("%d tokens refused (above %v times the estimate %d)", refused, q.MaxSettleRatio, e))
 	}
-	return "the storage floor of 400 days of refill"
+	if forgiven > 0 {
+		floor := "the storage floor of 400 days of refill"
+		if q.MaxDebt > 0 {
+			floor = "its cap of " + strconv.FormatInt(q.MaxDebt, 10)
+		}
+		parts = append(parts, fmt.Sprintf("%d tokens forgiven (its debt reached %s)", forgiven, floor))
+	}
+	return fmt.Errorf("bucket %q: %s", bucket, strings.Join(parts, ", "))
 }
 
 // settleQuotas returns the quota of each of d's buckets as the resolver

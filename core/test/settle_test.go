@@ -414,7 +414,7 @@ func TestSettleCapCounted(t *testing.T) {
 			t.Fatalf("tollgate.settles.forgiven = %v, want %v", got, want)
 		}
 		if s := logs.String(); !strings.Contains(s, "a settle did not charge the whole actual cost") || !strings.Contains(s, "tenant=capped") ||
-			!strings.Contains(s, "42 forgiven") || !strings.Contains(s, "uncharged=42") {
+			!strings.Contains(s, "42 tokens forgiven (its debt reached its cap of 500)") || !strings.Contains(s, "uncharged=42") {
 			t.Fatalf("log: %q, want the forgiven settle with its tenant and tokens", s)
 		}
 

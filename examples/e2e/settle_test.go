@@ -705,3 +705,123 @@ func (p *pattern) sweep() (k int, lhs int64, rhs float64) {
 	}
 	return -1, 0, 0
 }
+
+// The Gin example's debt bound (docs/semantics.md, "The bound"), on a
+// quota scaled down so that a few seconds show it: capacity 10, refill 5/s,
+// the completion route's estimate 1, and a tenant whose every completion
+// reports 1,000 tokens (100 times the capacity), one request at a time.
+//   - "free", no cap: the debt is carried in full, so the actual costs of
+//     the admitted requests stay within C + ρT + one request's actual cost
+//     over the window T (one admission: its debt of 990 takes 198 s to
+//     repay).
+//   - "capped", max_debt 10: the debt stops at 10 and what lies beyond is
+//     forgiven: the tenant is admitted again after 2.2 s, and the tokens
+//     forgiven appear in /metrics (tollgate_settles_forgiven) and in the
+//     log; what was charged, the actual costs less the forgiven tokens,
+//     stays within C + ρT + the cap.
+func TestGinSettleDebtBound(t *testing.T) {
+	const (
+		capacity = 10
+		refill   = 5.0
+		estimate = 1
+		actual   = 100 * capacity
+		maxDebt  = 10
+		window   = 5 * time.Second
+	)
+	t.Parallel()
+	cfg := writeConfig(t, fmt.Sprintf(`version: 1
+default_tier: free
+failure_policy: closed
+timeout: 2s
+tiers:
+  free:
+    classes:
+      llm: {capacity: %[1]d, refill_per_second: %[2]g}
+  capped:
+    classes:
+      llm: {capacity: %[1]d, refill_per_second: %[2]g, max_debt: %[3]d}
+routes:
+  - {method: POST, path: /v1/complete, class: llm, cost: %[4]d}
+  - {method: GET, path: /healthz, exempt: true}
+`, capacity, refill, maxDebt, estimate))
+	addr := freeAddr(t)
+	base := "http://" + addr
+	// a private Redis: the example writes under the production prefix
+	srv := redistest.NewServer(t)
+	p := start(t, "gin", "ADDR="+addr, "REDIS_URL="+srv.URL(), "TOLLGATE_JWT_SECRET="+secret,
+		"TOLLGATE_CONFIG="+cfg, "DATABASE_URL=sqlite://"+t.TempDir()+"/overrides.db")
+	waitHealthy(t, p, base+app.PathHealth)
+	c := newClient(t)
+	body := fmt.Sprintf(`{"tokens": %d}`, actual)
+
+	// drive sends completions for tenant one at a time until until says
+	// stop, and returns the admissions and the time from the first send to
+	// the last answer
+	drive := func(tenant, tier string, until func(admitted int, elapsed time.Duration) bool) (admitted int, elapsed time.Duration) {
+		auth := "Bearer " + token(t, tenant, tier)
+		began := time.Now()
+		for !until(admitted, time.Since(began)) {
+			switch a := post(t, c.c, base, auth, body); a.status {
+			case http.StatusOK:
+				admitted++
+			case http.StatusTooManyRequests:
+			default:
+				t.Fatalf("%s: %d %s, want 200 or 429", tenant, a.status, a.body)
+			}
+			elapsed = time.Since(began)
+			if used, bound := float64(admitted*actual), capacity+refill*elapsed.Seconds()+actual; tier == "free" && used > bound {
+				t.Fatalf("%s: %d admitted in %v used %.0f tokens, above C + ρT + one request's actual cost = %.0f", tenant, admitted, elapsed, used, bound)
+			}
+			time.Sleep(20 * time.Millisecond) // one request at a time, not a flood
+		}
+		return admitted, elapsed
+	}
+
+	free := tenantID(t, "debtor")
+	n, elapsed := drive(free, "free", func(_ int, e time.Duration) bool { return e >= window })
+	t.Logf("no cap: %d admitted in %v, %d tokens used; bound C + ρT + a = %.0f", n, elapsed.Round(time.Millisecond), n*actual, capacity+refill*elapsed.Seconds()+actual)
+	if n != 1 {
+		t.Errorf("no cap: %d admitted in %v, want 1 (the debt of %d takes %.0fs to repay)", n, elapsed, actual-capacity, (actual-capacity)/refill)
+	}
+
+	// with the cap, two admissions: the second only after the capped debt
+	// was repaid, within a bounded wait
+	capped := tenantID(t, "capped")
+	n, elapsed = drive(capped, "capped", func(admitted int, e time.Duration) bool {
+		if e > 30*time.Second {
+			t.Fatalf("capped: %d admitted in %v, want 2 (a debt of %d repaid in %.1fs)", admitted, e, maxDebt, (maxDebt+estimate)/refill)
+		}
+		return admitted == 2
+	})
+	var forgiven float64
+	mc := newClient(t)
+	r := mc.do(t, http.MethodGet, base+app.PathMetrics, "")
+	mc.tr.CloseIdleConnections()
+	for line := range strings.Lines(r.body) {
+		if strings.HasPrefix(line, "tollgate_settles_forgiven") && strings.Contains(line, `tier="capped"`) && strings.Contains(line, `class="llm"`) {
+			f := strings.Fields(line)
+			v, err := strconv.ParseFloat(f[len(f)-1], 64)
+			if err != nil {
+				t.Fatalf("metrics: %q: %v", line, err)
+			}
+			forgiven += v
+		} else if strings.HasPrefix(line, "tollgate_settles_forgiven") && strings.Contains(line, `tier="free"`) && !zeroSample(line) {
+			t.Errorf("a debt without a cap was forgiven: %s", line)
+		}
+	}
+	used := float64(n * actual)
+	t.Logf("cap %d: %d admitted in %v, %.0f tokens used, %.0f forgiven", maxDebt, n, elapsed.Round(time.Millisecond), used, forgiven)
+	// each settle took a balance of at most C - e down by a - e, the cap
+	// stopping it at -10: at least a - C - 10 forgiven each
+	if forgiven < float64(n*(actual-capacity-maxDebt)) {
+		t.Errorf("tollgate_settles_forgiven{tier=\"capped\"} = %.0f, want at least %d (%d settles past the cap)\n%s", forgiven, n*(actual-capacity-maxDebt), n, r.body)
+	}
+	if charged, bound := used-forgiven, capacity+refill*elapsed.Seconds()+maxDebt; charged > bound {
+		t.Errorf("capped: %.0f charged (%.0f used, %.0f forgiven), above C + ρT + the cap = %.0f", charged, used, forgiven, bound)
+	}
+	if out := p.out.String(); !strings.Contains(out, "a settle did not charge the whole actual cost") || !strings.Contains(out, "tenant="+capped) {
+		t.Errorf("no log line for the forgiven settle of %s:\n%s", capped, out)
+	}
+	c.tr.CloseIdleConnections()
+	stop(t, p)
+}
