@@ -97,8 +97,8 @@ func settleRefund(e *env) {
 // below zero. The tenant's next requests of that class (and of every class,
 // when the debt is on the tenant ceiling) are denied 429 with a Retry-After
 // that counts the debt, while it is repaid at the refill rate; other
-// classes and tenants are untouched. A debt stops at one capacity: what
-// lies beyond is forgiven.
+// classes and tenants are untouched. A debt is carried in full, however
+// deep (no cap is set: docs/semantics.md, "Reserve, then settle").
 func settleDebt(e *env) {
 	in := e.instance()
 	// export: C=10, ρ=0.4/s, estimate 4
@@ -114,11 +114,11 @@ func settleDebt(e *env) {
 	want(e, "Retry-After while repaying", en.header("Retry-After"), "10")
 	e.advance(10 * time.Second) // 0 → 4
 	wantStatus(e, e.send(in, EndpointExport, "acme", ""), 200)
-	// a debt stops at one capacity: 6 − 996 is −10, the rest forgiven
+	// a debt beyond one capacity is carried in full: 6 − 996 is −990
 	wantStatus(e, e.sendCost(in, EndpointExport, "hooli", "", 1000), 200)
-	en = e.send(in, EndpointExport, "hooli", "") // (4 + 10)/0.4 = 35 s
+	en = e.send(in, EndpointExport, "hooli", "") // (4 + 990)/0.4 = 2485 s
 	wantStatus(e, en, 429)
-	want(e, "Retry-After of a debt of one capacity", en.header("Retry-After"), "35")
+	want(e, "Retry-After of a debt of 99 capacities", en.header("Retry-After"), "2485")
 	// pro: the debt reaches the tenant ceiling (C=6 ρ=0.5) too: 2 − 4 = −2
 	wantStatus(e, e.sendCost(in, EndpointExport, "initech", "pro", 8), 200)
 	en = e.send(in, EndpointProfile, "initech", "pro") // the ceiling binds: (1 + 2)/0.5 = 6 s
