@@ -60,7 +60,10 @@ func ReportCost(ctx context.Context, n int64) error {
 	return nil
 }
 
-// settle settles v's reservation with the reported cost, once.
+// settle settles v's reservation with the reported cost, once. What the
+// settle did not charge (forgiven at a cap, refused above a ratio) and a
+// failure are counted and logged by Limiter.Settle, so nothing is dropped
+// silently here.
 func (v Verdict) settle() {
 	r := v.report
 	if r == nil {
