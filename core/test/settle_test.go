@@ -471,3 +471,41 @@ func TestSettleStorageFloor(t *testing.T) {
 		}
 	})
 }
+
+// TestSettleCurrentQuotaAlso: a request of two classes (Also) settles each
+// class's bucket under the quota its class resolves to now: the class whose
+// quota grew since the reservation is charged, not reset under the old one.
+func TestSettleCurrentQuotaAlso(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend, vr variant) {
+		clock := conformance.NewFakeClock()
+		var upgraded atomic.Bool
+		r := quota.ResolverFunc(func(_ context.Context, _ quota.Tenant, class string) ([]quota.Bucket, error) {
+			q := quota.Quota{Capacity: 100, RefillPerSecond: 1}
+			if class == "extra" && upgraded.Load() {
+				q = llm
+			}
+			return []quota.Bucket{{Name: class, Quota: q}}, nil
+		})
+		l := vr.newLimiter(t, be.client(t), r, core.WithClock(clock.Now))
+		tn := quota.Tenant{ID: "also"}
+		d, err := l.Check(context.Background(), core.Request{Tenant: tn, Class: "default", Also: []string{"extra"}, Cost: 1})
+		if err != nil || !d.Allowed {
+			t.Fatalf("reserve: %+v, %v", d, err)
+		}
+		upgraded.Store(true)
+		clock.Advance(60 * time.Second) // extra: 99 + 600 on the new quota; default: full at 100
+		if d2, err := l.Check(context.Background(), core.Request{Tenant: tn, Class: "extra", Cost: 10}); err != nil || !d2.Allowed {
+			t.Fatalf("after the upgrade: %+v, %v", d2, err)
+		}
+		settle(t, l, "also", d, 2)
+		dd, err := l.Check(context.Background(), core.Request{Tenant: tn, Class: "default", Also: []string{"extra"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range dd.Buckets {
+			if want := map[string]float64{"default": 99, "extra": 688}[b.Name]; b.Tokens != want {
+				t.Fatalf("bucket %s: %v tokens, want %v", b.Name, b.Tokens, want)
+			}
+		}
+	})
+}
