@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -238,6 +239,9 @@ func (d *deployed) health() (int, string, error) { return get("http://" + d.http
 func TestDifferentialDeployment(t *testing.T) {
 	refBin := referenceBinary(t)
 	tgBin := tollgateRLSBinary(t)
+	if out, err := exec.Command(tgBin, "--version").Output(); err != nil || !strings.HasPrefix(string(out), "tollgate-rls ") || !strings.Contains(string(out), runtime.Version()) {
+		t.Errorf("tollgate-rls --version: %q %v, want tollgate-rls <version> ... %s", out, err, runtime.Version())
+	}
 	c := makeCerts(t)
 	tiers := filepath.Join(t.TempDir(), "tollgate.yaml")
 	if err := os.WriteFile(tiers, []byte("version: 1\ndefault_tier: free\ntimeout: 5s\nfailure_policy: closed\ntiers:\n  free:\n    classes:\n      default: {capacity: 20, refill_per_second: 2}\n"), 0o600); err != nil {

@@ -54,6 +54,9 @@ func main() {
 		case "-h", "--help", "help":
 			usage(os.Stdout)
 			return
+		case "-version", "--version", "version":
+			fmt.Println(version("tollgate-rls"))
+			return
 		default:
 			usage(os.Stderr)
 			os.Exit(2)
@@ -71,6 +74,8 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, `usage:
   tollgate-rls                      serve (env ADDR, REDIS_URL, TOLLGATE_CONFIG, DATABASE_URL, METRICS_ADDR,
                                     RLS_CONFIG, SHADOW_MODE, RLS_DESCRIPTOR_LIMITS, RLS_TRUST_TIER)
+                                    or envoyproxy/ratelimit's own environment (docs/envoy.md, "Migrating")
   tollgate-rls convert [file.yaml]  envoyproxy/ratelimit YAML (file or stdin) to a tollgate tier file on stdout
+  tollgate-rls --version            the build's version, commit and Go version
 `)
 }
