@@ -23,14 +23,21 @@
 //	                 new one is invalid
 //	SHADOW_MODE      true: every request is answered OK, the statuses keep
 //	                 their codes (with RLS_CONFIG)
-//	RLS_DESCRIPTOR_LIMITS  true: a descriptor's limit override applies (with
-//	                 RLS_CONFIG; default false)
+//	RLS_DESCRIPTOR_LIMITS  false: a descriptor's limit override is ignored
+//	                 (default true with a configuration, as the reference)
 //	RLS_TRUST_TIER   true: without RLS_CONFIG, a descriptor's tier entry is
 //	                 the tenant's tier (only when the gateway fills it from
 //	                 the verified token; default false: the default tier)
 //
+// envoyproxy/ratelimit's own environment (GRPC_HOST, GRPC_PORT, HOST, PORT,
+// REDIS_SOCKET_TYPE, REDIS_TYPE, REDIS_URL as host:port, RUNTIME_ROOT, ...,
+// LIMIT_RESPONSE_HEADERS_ENABLED, GRPC_SERVER_USE_TLS) is read with the
+// reference's defaults once any of its names is set; the names above win
+// when both are set (settings.go; docs/envoy.md, "Migrating a deployment").
+//
 // The gRPC server also serves the standard health service and server
-// reflection. SIGTERM or SIGINT stops it gracefully: the health service
+// reflection, and HTTP /healthcheck on the metrics listener (and on the
+// reference's HOST:PORT). SIGTERM or SIGINT stops it gracefully: the health service
 // turns NOT_SERVING, calls in flight finish (at most 10 s), then it exits.
 //
 // "tollgate-rls convert" turns an envoyproxy/ratelimit configuration into a
