@@ -130,7 +130,7 @@ func newListeners(t *testing.T) listeners {
 // address differ between the two processes. TOLLGATE_CONFIG (ignored by
 // the reference) gives tollgate's checks a store timeout a loaded machine
 // cannot miss, failing closed, so no answer is a silent fail-open.
-func deploymentEnv(l listeners, redisAddr, root, tierFile string, c certs, headerNames []string) []string {
+func deploymentEnv(l listeners, redisType, redisAddr, root, tierFile string, c certs, headerNames []string) []string {
 	env := []string{
 		"GRPC_HOST=127.0.0.1", "GRPC_PORT=" + strconv.Itoa(l.grpc),
 		"HOST=127.0.0.1", "PORT=" + strconv.Itoa(l.http),
@@ -138,7 +138,7 @@ func deploymentEnv(l listeners, redisAddr, root, tierFile string, c certs, heade
 		"GRPC_MAX_CONNECTION_AGE=24h", "GRPC_MAX_CONNECTION_AGE_GRACE=1h",
 		"GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT=" + c.serverCert, "GRPC_SERVER_TLS_KEY=" + c.serverKey,
 		"GRPC_CLIENT_TLS_CACERT=" + c.ca, "GRPC_SERVER_TLS_CA_CERT=" + c.ca,
-		"REDIS_SOCKET_TYPE=tcp", "REDIS_TYPE=SINGLE", "REDIS_URL=" + redisAddr, "REDIS_POOL_SIZE=10", "REDIS_TIMEOUT=10s",
+		"REDIS_SOCKET_TYPE=tcp", "REDIS_TYPE=" + redisType, "REDIS_URL=" + redisAddr, "REDIS_POOL_SIZE=10", "REDIS_TIMEOUT=10s",
 		"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_APPDIRECTORY=config",
 		"RUNTIME_IGNOREDOTFILES=true", "RUNTIME_WATCH_ROOT=false",
 		"CONFIG_TYPE=FILE", "FORCE_START_WITHOUT_INITIAL_CONFIG=true", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true",
@@ -235,7 +235,7 @@ func (d *deployed) health() (int, string, error) { return get("http://" + d.http
 // configuration is loaded, a client without a certificate is refused by
 // both, Prometheus is served on both, and every differential case answers
 // alike, the RateLimit headers included, with the default and with custom
-// header names.
+// header names, on one Redis server each and on a Cluster each.
 func TestDifferentialDeployment(t *testing.T) {
 	refBin := referenceBinary(t)
 	tgBin := tollgateRLSBinary(t)
@@ -254,9 +254,11 @@ func TestDifferentialDeployment(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		headers []string // nil: the reference's defaults
+		cluster bool     // REDIS_TYPE=CLUSTER, each its own Cluster
 	}{
-		{"default header names", nil},
-		{"custom header names", []string{"X-Limit", "X-Left", "X-Reset-After"}},
+		{"default header names", nil, false},
+		{"custom header names", []string{"X-Limit", "X-Left", "X-Reset-After"}, false},
+		{"cluster", nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var svcs [2]*deployed
@@ -268,7 +270,13 @@ func TestDifferentialDeployment(t *testing.T) {
 					t.Fatal(err)
 				}
 				l := newListeners(t)
-				env := deploymentEnv(l, redistest.NewServer(t).Addr(), root, tiers, c, tc.headers)
+				redisType, redisAddr := "SINGLE", ""
+				if tc.cluster {
+					redisType, redisAddr = "CLUSTER", strings.Join(redistest.NewCluster(t, 3, 0).Addrs(), ",")
+				} else {
+					redisAddr = redistest.NewServer(t).Addr()
+				}
+				env := deploymentEnv(l, redisType, redisAddr, root, tiers, c, tc.headers)
 				svcs[i] = startDeployed(t, who.name, who.bin, env, l, c.clientCreds(t, true))
 			}
 			ref, tg := svcs[0], svcs[1]

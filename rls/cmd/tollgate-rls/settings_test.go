@@ -130,6 +130,13 @@ func TestSettingsDefaultsAndPrecedence(t *testing.T) {
 // test's loopback ports and an in-process Redis, with the rules in root.
 func refEnv(t *testing.T, root string, extra map[string]string) map[string]string {
 	t.Helper()
+	env, _ := refEnvRedis(t, root, extra)
+	return env
+}
+
+// refEnvRedis is refEnv, with its Redis.
+func refEnvRedis(t *testing.T, root string, extra map[string]string) (map[string]string, *miniredis.Miniredis) {
+	t.Helper()
 	m := miniredis.NewMiniRedis()
 	if err := m.Start(); err != nil {
 		t.Fatal(err)
@@ -143,7 +150,7 @@ func refEnv(t *testing.T, root string, extra map[string]string) map[string]strin
 	for k, v := range extra {
 		env[k] = v
 	}
-	return env
+	return env, m
 }
 
 func healthOf(t *testing.T, addr string) int {
@@ -391,4 +398,47 @@ func (c testCerts) creds(t *testing.T, withCert bool) credentials.TransportCrede
 		cfg.Certificates = []tls.Certificate{kp}
 	}
 	return credentials.NewTLS(cfg)
+}
+
+// GRPC_UDS serves on a Unix socket; CACHE_KEY_PREFIX is the prefix of every
+// key written.
+func TestServeUnixSocketAndKeyPrefix(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "d.yaml"), []byte(readmeRule), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(t.TempDir(), "rls.sock")
+	env, m := refEnvRedis(t, root, map[string]string{"GRPC_UDS": sock, "CACHE_KEY_PREFIX": "edge-a"})
+	a := serveAll(t, env)
+	if a.grpc != sock {
+		t.Errorf("gRPC at %q, want the socket %q", a.grpc, sock)
+	}
+	cc, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := rlsv3.NewRateLimitServiceClient(cc).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d",
+		Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.GetStatuses()[0].GetLimitRemaining(); got != 2 {
+		t.Errorf("limit_remaining %d, want 2 (3 per hour, one charged)", got)
+	}
+	keys := m.Keys()
+	if len(keys) == 0 {
+		t.Fatal("no key written")
+	}
+	for _, k := range keys {
+		if !strings.HasPrefix(k, "edge-a:") {
+			t.Errorf("key %q without the prefix edge-a:", k)
+		}
+	}
 }
