@@ -190,7 +190,7 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 	if err != nil {
 		return err
 	}
-	gopts, err := st.grpcOptions()
+	gopts, err := st.grpcOptions(log)
 	if err != nil {
 		return err
 	}

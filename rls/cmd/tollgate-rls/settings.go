@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -490,15 +491,20 @@ func certPool(file string) (*x509.CertPool, error) {
 // its certificate, and with GRPC_CLIENT_TLS_CACERT a client certificate
 // signed by that CA required (and with GRPC_CLIENT_TLS_SAN, naming that
 // DNS name), as the reference's.
-func (s *settings) serverTLS() (*tls.Config, error) {
-	kp, err := tls.LoadX509KeyPair(s.tlsCert, s.tlsKey)
-	if err != nil {
+//
+// The certificate is read again when its files change (looked at once a
+// second at most, on a handshake), as the reference's; a pair that does not
+// load is logged and the previous one kept.
+func (s *settings) serverTLS(log *slog.Logger) (*tls.Config, error) {
+	r := &certReloader{cert: s.tlsCert, key: s.tlsKey, log: log}
+	if err := r.load(); err != nil {
 		return nil, fmt.Errorf("GRPC_SERVER_TLS_CERT, GRPC_SERVER_TLS_KEY: %w", err)
 	}
-	c := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{kp}, ClientAuth: tls.NoClientCert}
+	c := &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: r.get, ClientAuth: tls.NoClientCert}
 	if s.clientCA == "" {
 		return c, nil
 	}
+	var err error
 	if c.ClientCAs, err = certPool(s.clientCA); err != nil {
 		return nil, fmt.Errorf("GRPC_CLIENT_TLS_CACERT: %w", err)
 	}
@@ -532,13 +538,13 @@ func (s *settings) limiterOptions(mp *sdkmetric.MeterProvider) []core.Option {
 
 // grpcOptions are the gRPC server's options: the reference's connection
 // age (with the reference's environment) and TLS (GRPC_SERVER_USE_TLS).
-func (s *settings) grpcOptions() ([]grpc.ServerOption, error) {
+func (s *settings) grpcOptions(log *slog.Logger) ([]grpc.ServerOption, error) {
 	var opts []grpc.ServerOption
 	if s.reference {
 		opts = append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: s.maxConnAge, MaxConnectionAgeGrace: s.maxConnAgeGrace}))
 	}
 	if s.useTLS {
-		c, err := s.serverTLS()
+		c, err := s.serverTLS(log)
 		if err != nil {
 			return nil, err
 		}
@@ -564,4 +570,57 @@ func (s *settings) metricsAddrName(getenv func(string) string) string {
 		return "METRICS_ADDR"
 	}
 	return "PROMETHEUS_ADDR"
+}
+
+// certReloader serves a certificate read from its files, read again when
+// they change.
+type certReloader struct {
+	cert, key string
+	log       *slog.Logger
+
+	mu      sync.Mutex
+	pair    *tls.Certificate
+	stamp   string    // the files' sizes and times when pair was read
+	checked time.Time // when the files were last looked at
+}
+
+// fileStamp summarizes the files' sizes and modification times.
+func fileStamp(files ...string) string {
+	var b strings.Builder
+	for _, f := range files {
+		if fi, err := os.Stat(f); err == nil {
+			fmt.Fprintf(&b, "%d %d;", fi.Size(), fi.ModTime().UnixNano())
+		} else {
+			b.WriteString("missing;")
+		}
+	}
+	return b.String()
+}
+
+// load reads the pair.
+func (r *certReloader) load() error {
+	st := fileStamp(r.cert, r.key)
+	kp, err := tls.LoadX509KeyPair(r.cert, r.key)
+	if err != nil {
+		return err
+	}
+	r.pair, r.stamp = &kp, st
+	return nil
+}
+
+func (r *certReloader) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if now := time.Now(); now.Sub(r.checked) >= time.Second {
+		r.checked = now
+		if st := fileStamp(r.cert, r.key); st != r.stamp {
+			if err := r.load(); err != nil {
+				r.stamp = st // logged once for this change
+				r.log.Error("the gRPC server's certificate not reloaded; the previous one stays", "cert", r.cert, "key", r.key, "err", err)
+			} else {
+				r.log.Info("the gRPC server's certificate reloaded", "cert", r.cert)
+			}
+		}
+	}
+	return r.pair, nil
 }

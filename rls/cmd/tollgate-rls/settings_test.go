@@ -442,3 +442,59 @@ func TestServeUnixSocketAndKeyPrefix(t *testing.T) {
 		}
 	}
 }
+
+// The gRPC server's certificate is read again when its files change: a
+// client trusting only the new certificate's CA is served within a bound,
+// and one trusting only the old CA is refused from then on.
+func TestServeTLSCertificateReload(t *testing.T) {
+	a, b := newTestCerts(t), newTestCerts(t)
+	dir := t.TempDir()
+	cert, key := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	install := func(c testCerts) {
+		for src, dst := range map[string]string{c.serverCert: cert, c.serverKey: key} {
+			data, err := os.ReadFile(src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(dst+".tmp", data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(dst+".tmp", dst); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	install(a)
+	env := refEnv(t, t.TempDir(), map[string]string{"FORCE_START_WITHOUT_INITIAL_CONFIG": "true",
+		"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": cert, "GRPC_SERVER_TLS_KEY": key})
+	addr := serveAll(t, env).grpc
+	served := func(c testCerts) error {
+		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(c.creds(t, false)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_, err = rlsv3.NewRateLimitServiceClient(cc).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d",
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}})
+		return err
+	}
+	if err := served(a); err != nil {
+		t.Fatalf("the first certificate: %v", err)
+	}
+	install(b)
+	// looked at once a second at most: 15 s is ample
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		err := served(b)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the new certificate not served 15 s after its files changed: %v", err)
+		}
+	}
+	if err := served(a); err == nil {
+		t.Error("a client trusting only the old CA is still served")
+	}
+}
