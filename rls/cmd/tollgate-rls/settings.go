@@ -79,7 +79,10 @@ type envSetting struct {
 
 // referenceEnv is every setting of envoyproxy/ratelimit's settings.go (at
 // the version the differential test runs), and the variables Envoy
-// Gateway's Deployment sets beside them.
+// Gateway's Deployment sets beside them. They are applied in this order,
+// which some rely on: HOST before PORT, GRPC_HOST before GRPC_PORT (then
+// GRPC_UDS), RUNTIME_ROOT before its subdirectories, DISABLE_STATS and
+// USE_PROMETHEUS before PROMETHEUS_ADDR.
 var referenceEnv = []envSetting{
 	// listeners
 	{"HOST", "0.0.0.0", func(s *settings, v string) error { s.httpAddr = v; return nil }, ""},
@@ -348,6 +351,11 @@ func readSettings(getenv func(string) string) (*settings, error) {
 	}
 	if strings.Contains(u, "://") {
 		s.redisRef = nil
+		for _, n := range []string{"REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_AUTH", "REDIS_SENTINEL_AUTH", "REDIS_TLS", "REDIS_POOL_SIZE", "REDIS_TIMEOUT"} {
+			if getenv(n) != "" {
+				s.notes = append(s.notes, n+": not read: REDIS_URL has a scheme, and says it all")
+			}
+		}
 	}
 	if getenv("RLS_CONFIG") != "" {
 		s.rulesPath = ""

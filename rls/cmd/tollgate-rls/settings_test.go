@@ -113,8 +113,8 @@ func TestSettingsDefaultsAndPrecedence(t *testing.T) {
 	if s.grpcAddr != "127.0.0.1:7000" || s.metricsAddr != "127.0.0.1:7001" || s.rulesPath != "" || s.redisRef != nil {
 		t.Errorf("tollgate's names must win: %+v", s)
 	}
-	if len(s.notes) != 1 || !strings.HasPrefix(s.notes[0], "DEBUG_PORT: accepted, without effect") {
-		t.Errorf("notes %q, want DEBUG_PORT's", s.notes)
+	if len(s.notes) != 2 || !strings.HasPrefix(s.notes[0], "DEBUG_PORT: accepted, without effect") || !strings.HasPrefix(s.notes[1], "REDIS_SOCKET_TYPE: not read") {
+		t.Errorf("notes %q, want DEBUG_PORT's and REDIS_SOCKET_TYPE's", s.notes)
 	}
 
 	s, err = readSettings(envOf(map[string]string{"GRPC_UDS": "/tmp/rls.sock", "PORT": "9080", "RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_APPDIRECTORY": "rules", "LOG_LEVEL": "debug", "LOG_FORMAT": "json"}))
