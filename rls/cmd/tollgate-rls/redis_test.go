@@ -21,7 +21,7 @@ import (
 
 // redisProcess starts redis-server with args on a free port until t ends
 // (a Sentinel with that configuration when sentinelConf is set), and returns
-// its address once it answers PING. Without redis-server on PATH the test
+// its address once it listens. "{port}" in args is that port. Without redis-server on PATH the test
 // is skipped, or fails under CI=true.
 func redisProcess(t *testing.T, sentinelConf string, args ...string) string {
 	t.Helper()
@@ -47,7 +47,10 @@ func redisProcess(t *testing.T, sentinelConf string, args ...string) string {
 		argv = append(argv, conf, "--sentinel")
 	}
 	argv = append(argv, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
-	cmd := exec.Command(bin, append(argv, args...)...)
+	for _, a := range args {
+		argv = append(argv, strings.ReplaceAll(a, "{port}", strconv.Itoa(port)))
+	}
+	cmd := exec.Command(bin, argv...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -108,6 +111,43 @@ func TestServeRedisSentinelWithAuth(t *testing.T) {
 	for _, k := range keys {
 		if !strings.HasPrefix(k, "sentinel-test:") {
 			t.Errorf("key %q", k)
+		}
+	}
+}
+
+// REDIS_TLS with a client certificate (REDIS_TLS_CLIENT_CERT, _KEY) and the
+// server's CA (REDIS_TLS_CACERT), as Envoy Gateway sets them, against a
+// redis-server that requires client certificates.
+func TestServeRedisTLS(t *testing.T) {
+	c := newTestCerts(t)
+	addr := redisProcess(t, "", "--port", "0", "--tls-port", "{port}", "--tls-cert-file", c.serverCert, "--tls-key-file", c.serverKey,
+		"--tls-ca-cert-file", c.ca, "--tls-auth-clients", "yes")
+	root := t.TempDir()
+	dir := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "d.yaml"), []byte(readmeRule), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := refEnv(t, root, map[string]string{"REDIS_URL": addr, "REDIS_TLS": "true",
+		"REDIS_TLS_CLIENT_CERT": c.clientCert, "REDIS_TLS_CLIENT_KEY": c.clientKey, "REDIS_TLS_CACERT": c.ca})
+	a := serveAll(t, env)
+	cc, err := grpc.NewClient(a.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for want := uint32(2); want > 0; want-- {
+		res, err := rlsv3.NewRateLimitServiceClient(cc).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d",
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := res.GetStatuses()[0]; st.GetCode() != rlsv3.RateLimitResponse_OK || st.GetLimitRemaining() != want {
+			t.Errorf("status %v, want OK with %d left: the bucket is in the TLS Redis", st, want)
 		}
 	}
 }
