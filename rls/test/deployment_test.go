@@ -1,6 +1,7 @@
 package test
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -29,6 +30,7 @@ import (
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/encoding/protojson"
 )
 
 // tollgateRLSBinary builds the tollgate-rls command into a directory of t.
@@ -227,6 +229,18 @@ func get(url string) (int, string, error) {
 	return res.StatusCode, string(b), err
 }
 
+// post returns the status and body of POST url with body.
+func post(url string, body []byte) (int, string, error) {
+	c := http.Client{Timeout: 10 * time.Second}
+	res, err := c.Post(url, "application/json", bytes.NewReader(body))
+	if err != nil {
+		return 0, "", err
+	}
+	defer func() { _ = res.Body.Close() }()
+	b, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+	return res.StatusCode, string(b), err
+}
+
 func (d *deployed) health() (int, string, error) { return get("http://" + d.http + "/healthcheck") }
 
 // The reference and tollgate-rls started with one environment (the
@@ -234,7 +248,8 @@ func (d *deployed) health() (int, string, error) { return get("http://" + d.http
 // one configuration: /healthcheck answers alike before and after the
 // configuration is loaded, a client without a certificate is refused by
 // both, Prometheus is served on both, and every differential case answers
-// alike, the RateLimit headers included, with the default and with custom
+// alike (over gRPC, and a sequence over HTTP /json), the RateLimit headers
+// included, with the default and with custom
 // header names, on one Redis server each and on a Cluster each.
 func TestDifferentialDeployment(t *testing.T) {
 	refBin := referenceBinary(t)
@@ -345,6 +360,39 @@ func TestDifferentialDeployment(t *testing.T) {
 				}
 			}
 			runDifferentialHeaders(t, ref.rls, tg.rls, names)
+
+			// the same over HTTP, the reference's /json on HOST:PORT: 10
+			// an hour, then 429; a body that is not a request is 400
+			body, err := protojson.Marshal(rd(0, desc("remote_address", "61.0.0.1")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 11 {
+				var codes [2]int
+				var answers [2]*rlsv3.RateLimitResponse
+				for j, d := range svcs {
+					code, out, err := post("http://"+d.http+"/json", body)
+					if err != nil {
+						t.Fatalf("%s: POST /json: %v", d.name, err)
+					}
+					answers[j] = &rlsv3.RateLimitResponse{}
+					if err := protojson.Unmarshal([]byte(out), answers[j]); err != nil {
+						t.Fatalf("%s: POST /json %d: %v: %s", d.name, code, err, out)
+					}
+					codes[j] = code
+				}
+				if want := map[bool]int{true: http.StatusTooManyRequests, false: http.StatusOK}[i == 10]; codes[0] != want || codes[1] != want {
+					t.Errorf("POST /json %d: reference %d, tollgate %d, want %d", i+1, codes[0], codes[1], want)
+				}
+				if diffs := compare(answers[0], answers[1], nil, nil, names); len(diffs) > 0 {
+					t.Errorf("POST /json %d: %s", i+1, strings.Join(diffs, "; "))
+				}
+			}
+			for _, d := range svcs {
+				if code, _, err := post("http://"+d.http+"/json", []byte("{not json")); err != nil || code != http.StatusBadRequest {
+					t.Errorf("%s: POST /json with a bad body: %d %v, want 400", d.name, code, err)
+				}
+			}
 			for _, d := range svcs {
 				if err := d.alive(); err != nil {
 					t.Error(err)

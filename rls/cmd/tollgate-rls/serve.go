@@ -38,6 +38,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/protobuf/encoding/protojson"
 )
 
 const (
@@ -238,6 +239,9 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 			mux.Handle("GET "+st.metricsPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		}
 		mux.Handle("GET /healthcheck", health)
+		if !l.metrics {
+			mux.Handle("/json", jsonHandler(srv))
+		}
 		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		https = append(https, hs)
 		go func() {
@@ -442,4 +446,42 @@ func (h *healthCheck) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	_, _ = w.Write([]byte("OK"))
+}
+
+// maxJSONBody bounds a /json request's body.
+const maxJSONBody = 1 << 20
+
+// jsonHandler answers ShouldRateLimit over HTTP on the reference's
+// HOST:PORT, as its /json: a RateLimitRequest in protojson in, the
+// RateLimitResponse out, 429 when it is OVER_LIMIT; 400 for a body that is
+// not a request (or is over 1 MiB) and for a request the service refuses.
+func jsonHandler(srv rlsv3.RateLimitServiceServer) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBody))
+		var req rlsv3.RateLimitRequest
+		if err == nil {
+			err = protojson.Unmarshal(body, &req)
+		}
+		var res *rlsv3.RateLimitResponse
+		if err == nil {
+			res, err = srv.ShouldRateLimit(r.Context(), &req)
+		}
+		if err != nil {
+			http.Error(w, http.StatusText(http.StatusBadRequest), http.StatusBadRequest)
+			return
+		}
+		out, err := protojson.Marshal(res)
+		if err != nil {
+			http.Error(w, http.StatusText(http.StatusInternalServerError), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		switch res.GetOverallCode() {
+		case rlsv3.RateLimitResponse_UNKNOWN:
+			w.WriteHeader(http.StatusInternalServerError)
+		case rlsv3.RateLimitResponse_OVER_LIMIT:
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+		_, _ = w.Write(out)
+	})
 }
