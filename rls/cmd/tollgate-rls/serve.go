@@ -144,7 +144,7 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 	var rules *rls.Rules
 	var rulesErr error
 	opts = append(opts, config.WithLimiterResolver(func(tiers *quota.TieredResolver) (quota.Resolver, error) {
-		if rules, rulesErr = openRules(rulesPath, tiers, st.forceStart, log); rulesErr != nil || rules == nil {
+		if rules, rulesErr = openRules(rulesPath, tiers, getenv, st, log); rulesErr != nil || rules == nil {
 			return tiers, rulesErr
 		}
 		return rules, nil
@@ -317,19 +317,26 @@ func rulesEnv(getenv func(string) string, st *settings) (string, []rls.Option, e
 }
 
 // openRules loads the envoyproxy/ratelimit configuration at path, if any.
-// With force (FORCE_START_WITHOUT_INITIAL_CONFIG) a path that does not
-// exist yet starts with no rules, loaded when it appears.
-func openRules(path string, tiers *quota.TieredResolver, force bool, log *slog.Logger) (*rls.Rules, error) {
+// A path that does not exist yet starts with no rules, loaded when it
+// appears, when it is the reference's RUNTIME_* directory (the reference
+// starts with an empty configuration there) or with
+// FORCE_START_WITHOUT_INITIAL_CONFIG; an RLS_CONFIG that does not exist
+// stops the start.
+func openRules(path string, tiers *quota.TieredResolver, getenv func(string) string, st *settings, log *slog.Logger) (*rls.Rules, error) {
 	if path == "" {
 		return nil, nil
 	}
-	if _, err := os.Stat(path); force && errors.Is(err, fs.ErrNotExist) {
-		log.Warn("no rate limit configuration yet: every descriptor is answered OK until one appears (FORCE_START_WITHOUT_INITIAL_CONFIG)", "path", path)
+	name := "RLS_CONFIG"
+	if getenv("RLS_CONFIG") == "" {
+		name = "RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY"
+	}
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) && (st.forceStart || name != "RLS_CONFIG") {
+		log.Warn("no rate limit configuration yet: every descriptor is answered OK until one appears", "path", path, "from", name)
 		return rls.NewRules(nil, tiers)
 	}
 	cfg, err := rls.LoadConfig(path)
 	if err != nil {
-		return nil, fmt.Errorf("RLS_CONFIG: %w", err)
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return rls.NewRules(cfg, tiers)
 }

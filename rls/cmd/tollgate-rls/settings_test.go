@@ -498,3 +498,33 @@ func TestServeTLSCertificateReload(t *testing.T) {
 		t.Error("a client trusting only the old CA is still served")
 	}
 }
+
+// A RUNTIME_* directory that does not exist yet starts with no rules, as
+// the reference starts with an empty configuration there; an RLS_CONFIG
+// that does not exist stops the start, naming it.
+func TestServeMissingConfiguration(t *testing.T) {
+	root := t.TempDir()
+	a := serveAll(t, refEnv(t, root, nil))
+	if got := healthOf(t, a.http); got != http.StatusOK {
+		t.Errorf("/healthcheck without HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: %d, want 200", got)
+	}
+	cc, err := grpc.NewClient(a.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := rlsv3.NewRateLimitServiceClient(cc).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d",
+		Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}})
+	if err != nil || res.GetOverallCode() != rlsv3.RateLimitResponse_OK || res.GetStatuses()[0].GetCurrentLimit() != nil {
+		t.Errorf("no configuration: %v %v, want OK without a limit", res, err)
+	}
+
+	env := refEnv(t, root, map[string]string{"RLS_CONFIG": filepath.Join(root, "missing.yaml")})
+	var logs bytes.Buffer
+	err = run(context.Background(), envOf(env), &logs, nil)
+	if err == nil || !strings.HasPrefix(err.Error(), "RLS_CONFIG: ") || !strings.Contains(err.Error(), "missing.yaml") {
+		t.Errorf("a missing RLS_CONFIG: %v, want an error naming it", err)
+	}
+}
