@@ -528,3 +528,46 @@ func TestServeMissingConfiguration(t *testing.T) {
 		t.Errorf("a missing RLS_CONFIG: %v, want an error naming it", err)
 	}
 }
+
+// LOCAL_CACHE_SIZE_IN_BYTES above 0 is the deny cache: a descriptor denied
+// once is denied again without the store (here, with the store gone);
+// at 0, the failure policy answers instead.
+func TestServeLocalCacheIsTheDenyCache(t *testing.T) {
+	for _, tc := range []struct {
+		size string
+		want rlsv3.RateLimitResponse_Code
+	}{{"1048576", rlsv3.RateLimitResponse_OVER_LIMIT}, {"0", rlsv3.RateLimitResponse_OK}} {
+		root := t.TempDir()
+		dir := filepath.Join(root, "ratelimit", "config")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "d.yaml"), []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		env, m := refEnvRedis(t, root, map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": tc.size})
+		a := serveAll(t, env)
+		cc, err := grpc.NewClient(a.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		var codes []rlsv3.RateLimitResponse_Code
+		for i := range 3 {
+			if i == 2 {
+				m.Close() // the store is gone
+			}
+			res, err := rlsv3.NewRateLimitServiceClient(cc).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d",
+				Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			codes = append(codes, res.GetOverallCode())
+		}
+		cancel()
+		_ = cc.Close()
+		if codes[0] != rlsv3.RateLimitResponse_OK || codes[1] != rlsv3.RateLimitResponse_OVER_LIMIT || codes[2] != tc.want {
+			t.Errorf("LOCAL_CACHE_SIZE_IN_BYTES=%s: %v, want OK, OVER_LIMIT, then with the store gone %v", tc.size, codes, tc.want)
+		}
+	}
+}
