@@ -200,6 +200,9 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)
 	hs.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	if st.reference {
+		hs.SetServingStatus("ratelimit", healthpb.HealthCheckResponse_SERVING) // the reference's service name
+	}
 	reflection.Register(g)
 
 	health := &healthCheck{}

@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 )
 
@@ -292,6 +293,10 @@ func TestServeReferenceEnvironment(t *testing.T) {
 	}
 	if len(hs) != 3 || hs[0] != "RateLimit-Limit=3" || hs[1] != "X-Left=2" || !strings.HasPrefix(hs[2], "RateLimit-Reset=") || len(res.GetRawBody()) != 0 {
 		t.Errorf("headers %q, body %q: want RateLimit-Limit=3, X-Left=2, RateLimit-Reset and no body", hs, res.GetRawBody())
+	}
+	// the reference's gRPC health service name
+	if h, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{Service: "ratelimit"}); err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("gRPC health of %q: %v %v, want SERVING", "ratelimit", h, err)
 	}
 	// the override: 1 per hour in place of the rule's 3
 	over := &ratelimitv3.RateLimitDescriptor{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "k", Value: "o"}},
