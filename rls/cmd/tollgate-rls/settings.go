@@ -175,7 +175,7 @@ var referenceEnv = []envSetting{
 	{"STATS_FLUSH_INTERVAL", "10s", nil, "Prometheus metrics are read when scraped"},
 	{"DISABLE_STATS", "false", func(s *settings, v string) error {
 		on, err := parseBool("DISABLE_STATS", v)
-		if on {
+		if on && s.metricsAddr == "" { // METRICS_ADDR wins
 			s.metricsAddr = "off"
 		}
 		return err

@@ -118,6 +118,22 @@ func TestSettingsDefaultsAndPrecedence(t *testing.T) {
 		t.Errorf("notes %q, want DEBUG_PORT's and REDIS_SOCKET_TYPE's", s.notes)
 	}
 
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"DISABLE_STATS": "true", "USE_PROMETHEUS": "true"}, "off"},
+		{map[string]string{"DISABLE_STATS": "true", "METRICS_ADDR": "127.0.0.1:7001"}, "127.0.0.1:7001"},
+		{map[string]string{"USE_PROMETHEUS": "true"}, ":9090"},
+		{map[string]string{"USE_PROMETHEUS": "false", "PROMETHEUS_ADDR": ":9999"}, "off"},
+	} {
+		if s, err := readSettings(envOf(tc.env)); err != nil {
+			t.Errorf("%v: %v", tc.env, err)
+		} else if s.metricsAddr != tc.want {
+			t.Errorf("%v: metrics at %q, want %q", tc.env, s.metricsAddr, tc.want)
+		}
+	}
+
 	s, err = readSettings(envOf(map[string]string{"GRPC_UDS": "/tmp/rls.sock", "PORT": "9080", "RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_APPDIRECTORY": "rules", "LOG_LEVEL": "debug", "LOG_FORMAT": "json"}))
 	if err != nil {
 		t.Fatal(err)
