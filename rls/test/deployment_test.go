@@ -132,7 +132,7 @@ func newListeners(t *testing.T) listeners {
 // address differ between the two processes. TOLLGATE_CONFIG (ignored by
 // the reference) gives tollgate's checks a store timeout a loaded machine
 // cannot miss, failing closed, so no answer is a silent fail-open.
-func deploymentEnv(l listeners, redisType, redisAddr, root, tierFile string, c certs, headerNames []string) []string {
+func deploymentEnv(l listeners, redisType, redisAddr, root, tierFile, mapper string, c certs, headerNames []string) []string {
 	env := []string{
 		"GRPC_HOST=127.0.0.1", "GRPC_PORT=" + strconv.Itoa(l.grpc),
 		"HOST=127.0.0.1", "PORT=" + strconv.Itoa(l.http),
@@ -148,8 +148,15 @@ func deploymentEnv(l listeners, redisType, redisAddr, root, tierFile string, c c
 		"LOG_LEVEL=warn", "LOG_FORMAT=json",
 		"USE_STATSD=false", "STATSD_PORT=9125",
 		"USE_PROMETHEUS=true", "PROMETHEUS_ADDR=127.0.0.1:" + strconv.Itoa(l.prom), "PROMETHEUS_PATH=/metrics",
-		"TRACING_ENABLED=false",
+		"PROMETHEUS_MAPPER_YAML=" + mapper,
+		"TRACING_ENABLED=false", "TRACING_SERVICE_NAME=envoy-ratelimit", "TRACING_SERVICE_NAMESPACE=test",
+		"TRACING_SERVICE_INSTANCE_ID=pod-0", "TRACING_SAMPLING_RATE=1.0", "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318",
+		// Envoy Gateway's xDS settings, inert with CONFIG_TYPE=FILE in both
+		"CONFIG_GRPC_XDS_SERVER_URL=envoy-gateway:18001", "CONFIG_GRPC_XDS_NODE_ID=envoy-ratelimit",
+		"CONFIG_GRPC_XDS_SERVER_USE_TLS=true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT=" + c.clientCert,
+		"CONFIG_GRPC_XDS_CLIENT_TLS_KEY=" + c.clientKey, "CONFIG_GRPC_XDS_SERVER_TLS_CACERT=" + c.ca,
 		"NEAR_LIMIT_RATIO=0.8", "LOCAL_CACHE_SIZE_IN_BYTES=0", "BACKEND_TYPE=redis",
+		"EXPIRATION_JITTER_MAX_SECONDS=300", "CACHE_KEY_PREFIX=deploy-test",
 		"LIMIT_RESPONSE_HEADERS_ENABLED=true",
 		"TOLLGATE_CONFIG=" + tierFile,
 	}
@@ -262,6 +269,10 @@ func TestDifferentialDeployment(t *testing.T) {
 	if err := os.WriteFile(tiers, []byte("version: 1\ndefault_tier: free\ntimeout: 5s\nfailure_policy: closed\ntiers:\n  free:\n    classes:\n      default: {capacity: 20, refill_per_second: 2}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	mapper := filepath.Join(t.TempDir(), "conf.yaml") // statsd_exporter's mapping, as Envoy Gateway mounts it
+	if err := os.WriteFile(mapper, []byte("mappings: []\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	rules, err := os.ReadFile(referenceConfig)
 	if err != nil {
 		t.Fatal(err)
@@ -291,7 +302,7 @@ func TestDifferentialDeployment(t *testing.T) {
 				} else {
 					redisAddr = redistest.NewServer(t).Addr()
 				}
-				env := deploymentEnv(l, redisType, redisAddr, root, tiers, c, tc.headers)
+				env := deploymentEnv(l, redisType, redisAddr, root, tiers, mapper, c, tc.headers)
 				svcs[i] = startDeployed(t, who.name, who.bin, env, l, c.clientCreds(t, true))
 			}
 			ref, tg := svcs[0], svcs[1]
