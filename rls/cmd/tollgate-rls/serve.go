@@ -200,14 +200,32 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)
 	hs.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	if st.reference {
-		hs.SetServingStatus("ratelimit", healthpb.HealthCheckResponse_SERVING) // the reference's service name
-	}
 	reflection.Register(g)
 
 	health := &healthCheck{}
 	if st.healthyWithConfig && rules != nil {
 		health.rules = rules
+	}
+	if st.reference {
+		// the reference's gRPC health service name follows /healthcheck's
+		// rule, looked at every second
+		health.follow(hs, "ratelimit")
+		wctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			t := time.NewTicker(time.Second)
+			defer t.Stop()
+			for {
+				select {
+				case <-wctx.Done():
+					return
+				case <-t.C:
+					health.follow(hs, "ratelimit")
+				}
+			}
+		}()
+		closers = append(closers, func() { cancel(); <-done })
 	}
 	ln, err := net.Listen(st.grpcNetwork, st.grpcAddr)
 	if err != nil {
@@ -450,8 +468,22 @@ type healthCheck struct {
 	rules    *rls.Rules
 }
 
+// ok reports whether the service is healthy.
+func (h *healthCheck) ok() bool {
+	return !h.stopping.Load() && (h.rules == nil || len(h.rules.Domains()) > 0)
+}
+
+// follow sets service's gRPC health status as ok says.
+func (h *healthCheck) follow(hs *health.Server, service string) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if h.ok() {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	hs.SetServingStatus(service, st)
+}
+
 func (h *healthCheck) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
-	if h.stopping.Load() || h.rules != nil && len(h.rules.Domains()) == 0 {
+	if !h.ok() {
 		w.WriteHeader(http.StatusInternalServerError)
 		return
 	}

@@ -218,6 +218,23 @@ func TestHealthcheck(t *testing.T) {
 	if got := healthOf(t, a.http); got != http.StatusInternalServerError {
 		t.Errorf("/healthcheck with no configuration: %d, want 500", got)
 	}
+	cc, err := grpc.NewClient(a.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	grpcHealth := func() healthpb.HealthCheckResponse_ServingStatus {
+		hctx, hcancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer hcancel()
+		h, err := healthpb.NewHealthClient(cc).Check(hctx, &healthpb.HealthCheckRequest{Service: "ratelimit"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h.GetStatus()
+	}
+	if got := grpcHealth(); got != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("gRPC health of ratelimit with no configuration: %v, want NOT_SERVING", got)
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -231,12 +248,14 @@ func TestHealthcheck(t *testing.T) {
 		}
 	}
 
-	// a stream in flight holds the graceful stop: /healthcheck says 500
-	cc, err := grpc.NewClient(a.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
+	// looked at every second: 15 s is ample
+	for deadline := time.Now().Add(15 * time.Second); grpcHealth() != healthpb.HealthCheckResponse_SERVING; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("gRPC health of ratelimit not SERVING 15 s after the configuration loaded")
+		}
 	}
-	defer cc.Close()
+
+	// a stream in flight holds the graceful stop: /healthcheck says 500
 	sctx, scancel := context.WithCancel(context.Background())
 	stream, err := reflectionpb.NewServerReflectionClient(cc).ServerReflectionInfo(sctx)
 	if err == nil {
