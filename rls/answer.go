@@ -102,6 +102,8 @@ func (s *Server) shouldRateLimitRules(ctx context.Context, req *rlsv3.RateLimitR
 	}
 	if headline != nil {
 		s.addHeaders(res, headline.d) // a body only when the answer denies
+	} else if s.cfg.limitHdrs != nil {
+		s.cfg.limitHdrs.add(res) // a limit of 0 has a status to read
 	}
 	return res, nil
 }

@@ -1,8 +1,10 @@
 package rls
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/tollgate-go/tollgate/core"
@@ -48,6 +50,7 @@ type config struct {
 	shadow    bool
 	trustTier bool
 	tiers     *quota.TieredResolver
+	limitHdrs *limitHeaders
 }
 
 func newConfig(opts []Option) config {
@@ -66,6 +69,13 @@ func (c *config) validate() error {
 	}
 	if c.rules != nil && (c.trustTier || c.tiers != nil) {
 		return fmt.Errorf("%w: rls: WithTrustedTier and WithTiers are for the tenant mapping, not WithRules (a rule names its tier entry)", core.ErrInvalidConfig)
+	}
+	if h := c.limitHdrs; h != nil {
+		for _, n := range []string{h.limit, h.remaining, h.reset} {
+			if !validHeaderName(n) {
+				return fmt.Errorf("%w: rls: limit header name %q is not an HTTP header name", core.ErrInvalidConfig, n)
+			}
+		}
 	}
 	if c.maxCost < 1 || c.maxCost > quota.MaxCost {
 		return fmt.Errorf("%w: rls: max cost must be 1 to %d, got %d", core.ErrInvalidConfig, int64(quota.MaxCost), c.maxCost)
@@ -156,4 +166,40 @@ func WithTiers(t *quota.TieredResolver) Option {
 			c.tiers = t
 		}
 	})
+}
+
+// The reference's header names (envoyproxy/ratelimit's LIMIT_LIMIT_HEADER,
+// LIMIT_REMAINING_HEADER and LIMIT_RESET_HEADER defaults).
+const (
+	DefaultLimitHeader     = "RateLimit-Limit"
+	DefaultRemainingHeader = "RateLimit-Remaining"
+	DefaultResetHeader     = "RateLimit-Reset"
+)
+
+// WithLimitHeaders answers with envoyproxy/ratelimit's three response
+// headers (its LIMIT_RESPONSE_HEADERS_ENABLED) in place of the
+// WithHeaderStyle families and the denial body: the limit, the remaining
+// count and the seconds until reset of the descriptor closest to its limit
+// (the last one over it, if any), as the reference chooses it, each read
+// from that descriptor's status. An empty name is the reference's default
+// (DefaultLimitHeader, DefaultRemainingHeader, DefaultResetHeader).
+func WithLimitHeaders(limit, remaining, reset string) Option {
+	return optionFunc(func(c *config) {
+		c.limitHdrs = &limitHeaders{cmp.Or(limit, DefaultLimitHeader), cmp.Or(remaining, DefaultRemainingHeader), cmp.Or(reset, DefaultResetHeader)}
+	})
+}
+
+type limitHeaders struct{ limit, remaining, reset string }
+
+// validHeaderName reports whether s is an HTTP field name (RFC 9110 token).
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }

@@ -30,10 +30,12 @@ type Rules struct {
 
 // NewRules returns Rules over cfg, falling back to tiers for the services'
 // classes. tiers may be nil when no rule names a tenant (tollgate.tenant);
-// such a rule then answers "no quota configured".
+// such a rule then answers "no quota configured". cfg may be nil: no
+// configuration yet (every domain unknown, every descriptor answered OK)
+// until [Rules.Set] or [Rules.Watch] loads one.
 func NewRules(cfg *Config, tiers *quota.TieredResolver) (*Rules, error) {
 	if cfg == nil {
-		return nil, fmt.Errorf("%w: rls: nil configuration", core.ErrInvalidConfig)
+		cfg = &Config{domains: map[string]*ruleNode{}, rules: map[string]*rule{}}
 	}
 	r := &Rules{tiers: tiers}
 	r.cur.Store(cfg)
@@ -47,6 +49,10 @@ func (r *Rules) Set(cfg *Config) {
 		r.cur.Store(cfg)
 	}
 }
+
+// Domains returns the current configuration's domains, sorted (none
+// before one is loaded).
+func (r *Rules) Domains() []string { return r.current().domainNames() }
 
 // current returns the current configuration.
 func (r *Rules) current() *Config { return r.cur.Load() }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -105,6 +106,10 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 // addHeaders adds the headers (and on a denial the body) the HTTP adapters
 // send for d.
 func (s *Server) addHeaders(res *rlsv3.RateLimitResponse, d core.Decision) {
+	if h := s.cfg.limitHdrs; h != nil {
+		h.add(res)
+		return
+	}
 	for _, h := range render.Headers(d, s.cfg.style, s.cfg.now()) {
 		res.ResponseHeadersToAdd = append(res.ResponseHeadersToAdd, &corev3.HeaderValue{Key: h.Name, Value: h.Value})
 	}
@@ -418,4 +423,29 @@ func currentLimit(name string, q quota.Quota) *rlsv3.RateLimitResponse_RateLimit
 	}
 	n := max(math.Round(q.RefillPerSecond*86400), 1)
 	return &rlsv3.RateLimitResponse_RateLimit{Name: name, Unit: rlsv3.RateLimitResponse_RateLimit_DAY, RequestsPerUnit: uint32(min(n, math.MaxUint32))}
+}
+
+// add puts the reference's three headers in res, read from the status it
+// would choose: the one with a limit and the least remaining, or the last
+// one over its limit; none when no status has a limit. The reset is the
+// status's duration_until_reset in whole seconds, rounded up.
+func (h *limitHeaders) add(res *rlsv3.RateLimitResponse) {
+	var chosen *rlsv3.RateLimitResponse_DescriptorStatus
+	least := uint32(math.MaxUint32)
+	for _, st := range res.GetStatuses() {
+		if st.GetCurrentLimit() != nil && st.GetLimitRemaining() < least {
+			chosen, least = st, st.GetLimitRemaining()
+		}
+		if st.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT && st.GetCurrentLimit() != nil {
+			chosen, least = st, 0
+		}
+	}
+	if chosen == nil {
+		return
+	}
+	reset := int64(math.Ceil(chosen.GetDurationUntilReset().AsDuration().Seconds()))
+	res.ResponseHeadersToAdd = append(res.ResponseHeadersToAdd,
+		&corev3.HeaderValue{Key: h.limit, Value: strconv.FormatUint(uint64(chosen.GetCurrentLimit().GetRequestsPerUnit()), 10)},
+		&corev3.HeaderValue{Key: h.remaining, Value: strconv.FormatUint(uint64(chosen.GetLimitRemaining()), 10)},
+		&corev3.HeaderValue{Key: h.reset, Value: strconv.FormatInt(reset, 10)})
 }

@@ -57,4 +57,12 @@ func TestNewValidates(t *testing.T) {
 	if _, err := New(lim, WithMaxCost(quota.MaxCost), nil, WithClock(nil), WithErrorHandler(nil)); err != nil {
 		t.Errorf("valid options: %v", err)
 	}
+	for _, names := range [][3]string{{"Bad Name", "", ""}, {"", "X-Left:", ""}, {"", "", "Reset\n"}} {
+		if _, err := New(lim, WithLimitHeaders(names[0], names[1], names[2])); !errors.Is(err, core.ErrInvalidConfig) {
+			t.Errorf("WithLimitHeaders(%q): %v", names, err)
+		}
+	}
+	if _, err := New(lim, WithLimitHeaders("", "X-Left", "")); err != nil {
+		t.Errorf("WithLimitHeaders: %v", err)
+	}
 }

@@ -121,6 +121,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	global.SetOutput(io.Discard)
 	registerCommon(global, o, fRedis|fDatabase|fPrefix, getenv)
 	global.BoolVar(&o.json, "json", false, "")
+	showVersion := global.Bool("version", false, "")
 	if err := global.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			mainUsage(stdout)
@@ -130,6 +131,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return exitUsage
 	}
 	rest := global.Args()
+	if *showVersion {
+		fmt.Fprintln(stdout, version("tollgate"))
+		return exitOK
+	}
 	if len(rest) == 0 {
 		mainUsage(stderr)
 		return exitUsage
@@ -283,6 +288,7 @@ Flags accepted before the command and by the commands that use them:
   --database-url URL   sqlite://path or postgres://... (default $DATABASE_URL)
   --prefix PREFIX      Redis key prefix
   --json               print JSON instead of text
+  --version            print the build's version, commit and Go version
 
 Run 'tollgate <command> --help' for a command's flags.
 Exit codes: 0 ok, 1 runtime error, 2 usage error.

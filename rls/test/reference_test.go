@@ -45,8 +45,8 @@ const referenceConfig = "../testdata/readme.yaml"
 // reason; docs/envoy.md lists the same. Steps that show one name it and
 // are not compared; every other field of every other answer is.
 var differences = map[string]string{
-	"reset":    "duration_until_reset: the reference's is the time to the end of the fixed window; a bucket's is the time until it is full again (there is no window). Never compared.",
-	"headers":  "response_headers_to_add and raw_body: tollgate adds the RateLimit headers and, on a denial, the problem+json body its HTTP adapters send; the reference adds headers only with LIMIT_RESPONSE_HEADERS_ENABLED. Never compared.",
+	"reset":    "duration_until_reset, and the reset header's value under LIMIT_RESPONSE_HEADERS_ENABLED: the reference's is the time to the end of the fixed window; a bucket's is the time until it is full again (there is no window). Never compared.",
+	"headers":  "response_headers_to_add and raw_body without LIMIT_RESPONSE_HEADERS_ENABLED: tollgate adds the RateLimit headers and, on a denial, the problem+json body its HTTP adapters send; the reference adds none. With it, both add the same three headers (compared but for the reset's value) and no body.",
 	"error":    "an empty domain or no descriptors: both answer an error; the reference's gRPC code is Unknown, tollgate's InvalidArgument. Only the error is compared.",
 	"denied":   "a denied request is not charged in tollgate (the bucket keeps its tokens), while the reference's counter keeps counting; so after a denial the reference stays over limit for a peek (hits_addend 0) and tollgate reports the tokens left.",
 	"twice":    "one descriptor named twice in a request is one bucket charged once in tollgate; the reference increments its counter once per descriptor.",
@@ -272,8 +272,11 @@ func sequences() map[string][]step {
 }
 
 // compare returns how two answers differ, field by field, outside the
-// documented differences ("reset", "headers", "error").
-func compare(ref, tg *rlsv3.RateLimitResponse, refErr, tgErr error) []string {
+// documented differences ("reset", "headers", "error"). With names (the
+// limit, remaining and reset header names, LIMIT_RESPONSE_HEADERS_ENABLED)
+// the headers are compared too, the reset's value only as a whole number
+// of seconds.
+func compare(ref, tg *rlsv3.RateLimitResponse, refErr, tgErr error, names []string) []string {
 	if (refErr != nil) != (tgErr != nil) {
 		return []string{fmt.Sprintf("error: reference %v, tollgate %v", refErr, tgErr)}
 	}
@@ -300,11 +303,51 @@ func compare(ref, tg *rlsv3.RateLimitResponse, refErr, tgErr error) []string {
 			diffs = append(diffs, fmt.Sprintf("statuses[%d].current_limit: reference %v, tollgate %v", i, rl, gl))
 		}
 	}
+	if names != nil {
+		diffs = append(diffs, compareHeaders(ref, tg, names)...)
+	}
+	return diffs
+}
+
+// compareHeaders compares the headers of two answers under
+// LIMIT_RESPONSE_HEADERS_ENABLED: the same names in the same order, each
+// one of names, the same values but the reset's (a whole number of seconds
+// in both), and no body.
+func compareHeaders(ref, tg *rlsv3.RateLimitResponse, names []string) []string {
+	var diffs []string
+	rh, gh := ref.GetResponseHeadersToAdd(), tg.GetResponseHeadersToAdd()
+	if len(rh) != len(gh) {
+		return []string{fmt.Sprintf("response_headers_to_add: reference %v, tollgate %v", rh, gh)}
+	}
+	for i, r := range rh {
+		g := gh[i]
+		switch {
+		case r.GetKey() != g.GetKey() || !slices.Contains(names, r.GetKey()):
+			diffs = append(diffs, fmt.Sprintf("header %d: reference %q, tollgate %q (want one of %v)", i, r.GetKey(), g.GetKey(), names))
+		case r.GetKey() == names[2]:
+			_, rerr := strconv.ParseUint(r.GetValue(), 10, 32)
+			_, gerr := strconv.ParseUint(g.GetValue(), 10, 32)
+			if rerr != nil || gerr != nil {
+				diffs = append(diffs, fmt.Sprintf("%s: reference %q, tollgate %q, want whole seconds", r.GetKey(), r.GetValue(), g.GetValue()))
+			}
+		case r.GetValue() != g.GetValue():
+			diffs = append(diffs, fmt.Sprintf("%s: reference %q, tollgate %q", r.GetKey(), r.GetValue(), g.GetValue()))
+		}
+	}
+	if len(tg.GetRawBody()) != 0 {
+		diffs = append(diffs, fmt.Sprintf("raw_body: tollgate %q, the reference none", tg.GetRawBody()))
+	}
 	return diffs
 }
 
 // runDifferential sends every sequence to both services and compares.
 func runDifferential(t *testing.T, ref, tg rlsv3.RateLimitServiceClient) {
+	runDifferentialHeaders(t, ref, tg, nil)
+}
+
+// runDifferentialHeaders is runDifferential comparing the headers too,
+// named names (see compare); nil compares none.
+func runDifferentialHeaders(t *testing.T, ref, tg rlsv3.RateLimitServiceClient, names []string) {
 	// the reference's windows are calendar hours and days: never straddle one
 	if left := time.Until(time.Now().Truncate(time.Hour).Add(time.Hour)); left < 30*time.Second {
 		time.Sleep(left + time.Second)
@@ -323,7 +366,7 @@ func runDifferential(t *testing.T, ref, tg rlsv3.RateLimitServiceClient) {
 				r, rerr := ref.ShouldRateLimit(ctx, s.req)
 				g, gerr := tg.ShouldRateLimit(ctx, s.req)
 				cancel()
-				diffs := compare(r, g, rerr, gerr)
+				diffs := compare(r, g, rerr, gerr, names)
 				switch {
 				case s.differs == "error" && (rerr == nil || gerr == nil):
 					t.Errorf("step %d: want an error from both, got %v and %v", i, rerr, gerr)

@@ -407,3 +407,33 @@ func mustRules(t *testing.T) *rls.Rules {
 	}
 	return r
 }
+
+// With rls.WithLimitHeaders the answer carries the reference's three
+// headers, read from the status the reference would choose (the least
+// remaining, the last one over its limit), and no body; on the tenant
+// mapping as on the rules.
+func TestLimitHeaders(t *testing.T) {
+	clock := conformance.NewFakeClock()
+	lim := newLimiter(t, redistest.Client(t), core.WithClock(clock.Now))
+	client := serve(t, lim, rls.WithLimitHeaders("", "X-Left", ""), rls.WithClock(clock.Now))
+	req := request(0, desc("tenant", "gw", "class", "export"), desc("tenant", "gw"))
+	var got []string
+	for i := range 4 { // default: 3 burst, 1/s; export: 10, 0.5/s
+		res := ask(t, client, req)
+		got = got[:0]
+		for _, h := range res.GetResponseHeadersToAdd() {
+			got = append(got, h.GetKey()+": "+h.GetValue())
+		}
+		if len(res.GetRawBody()) != 0 {
+			t.Errorf("raw_body %q, want none", res.GetRawBody())
+		}
+		// after the first: default has 2 left (1/s: 1 per SECOND, full in 1 s), export 9
+		if want := []string{"RateLimit-Limit: 1", "X-Left: 2", "RateLimit-Reset: 1"}; i == 0 && fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("first request: %q, want %q", got, want)
+		}
+	}
+	// the fourth is denied by default: its status speaks, 0 left, full in 3 s
+	if want := []string{"RateLimit-Limit: 1", "X-Left: 0", "RateLimit-Reset: 3"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("denied request: %q, want %q", got, want)
+	}
+}

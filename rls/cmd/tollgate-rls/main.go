@@ -23,14 +23,21 @@
 //	                 new one is invalid
 //	SHADOW_MODE      true: every request is answered OK, the statuses keep
 //	                 their codes (with RLS_CONFIG)
-//	RLS_DESCRIPTOR_LIMITS  true: a descriptor's limit override applies (with
-//	                 RLS_CONFIG; default false)
+//	RLS_DESCRIPTOR_LIMITS  false: a descriptor's limit override is ignored
+//	                 (default true with a configuration, as the reference)
 //	RLS_TRUST_TIER   true: without RLS_CONFIG, a descriptor's tier entry is
 //	                 the tenant's tier (only when the gateway fills it from
 //	                 the verified token; default false: the default tier)
 //
+// envoyproxy/ratelimit's own environment (GRPC_HOST, GRPC_PORT, HOST, PORT,
+// REDIS_SOCKET_TYPE, REDIS_TYPE, REDIS_URL as host:port, RUNTIME_ROOT, ...,
+// LIMIT_RESPONSE_HEADERS_ENABLED, GRPC_SERVER_USE_TLS) is read with the
+// reference's defaults once any of its names is set; the names above win
+// when both are set (settings.go; docs/envoy.md, "Migrating a deployment").
+//
 // The gRPC server also serves the standard health service and server
-// reflection. SIGTERM or SIGINT stops it gracefully: the health service
+// reflection, and HTTP /healthcheck on the metrics listener (and on the
+// reference's HOST:PORT). SIGTERM or SIGINT stops it gracefully: the health service
 // turns NOT_SERVING, calls in flight finish (at most 10 s), then it exits.
 //
 // "tollgate-rls convert" turns an envoyproxy/ratelimit configuration into a
@@ -54,6 +61,9 @@ func main() {
 		case "-h", "--help", "help":
 			usage(os.Stdout)
 			return
+		case "-version", "--version", "version":
+			fmt.Println(version("tollgate-rls"))
+			return
 		default:
 			usage(os.Stderr)
 			os.Exit(2)
@@ -71,6 +81,8 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, `usage:
   tollgate-rls                      serve (env ADDR, REDIS_URL, TOLLGATE_CONFIG, DATABASE_URL, METRICS_ADDR,
                                     RLS_CONFIG, SHADOW_MODE, RLS_DESCRIPTOR_LIMITS, RLS_TRUST_TIER)
+                                    or envoyproxy/ratelimit's own environment (docs/envoy.md, "Migrating")
   tollgate-rls convert [file.yaml]  envoyproxy/ratelimit YAML (file or stdin) to a tollgate tier file on stdout
+  tollgate-rls --version            the build's version, commit and Go version
 `)
 }

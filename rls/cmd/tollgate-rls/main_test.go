@@ -29,13 +29,23 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // listener within 20 s, or an error or hang after the cancel fails t.
 func serve(t *testing.T, env map[string]string) (grpcAddr, metricsAddr string) {
 	t.Helper()
+	a := serveAll(t, env)
+	return a.grpc, a.metrics
+}
+
+// addrs are the command's listeners: gRPC, metrics ("off": none) and the
+// reference's HOST:PORT ("": none).
+type addrs struct{ grpc, metrics, http string }
+
+// serveAll is serve, with every listener's address.
+func serveAll(t *testing.T, env map[string]string) addrs {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	type addrs struct{ grpc, metrics string }
 	ready := make(chan addrs, 1)
 	done := make(chan error, 1)
 	var logs bytes.Buffer // read only once run has returned
 	go func() {
-		done <- run(ctx, func(k string) string { return env[k] }, &logs, func(g, m string) { ready <- addrs{g, m} })
+		done <- run(ctx, func(k string) string { return env[k] }, &logs, func(g, m, h string) { ready <- addrs{g, m, h} })
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -50,14 +60,14 @@ func serve(t *testing.T, env map[string]string) (grpcAddr, metricsAddr string) {
 	})
 	select {
 	case a := <-ready:
-		return a.grpc, a.metrics
+		return a
 	case err := <-done:
 		done <- nil // reported here, not again by the cleanup
 		t.Fatalf("run: %v\n%s", err, logs.String())
 	case <-time.After(20 * time.Second):
 		t.Fatal("not listening after 20 s")
 	}
-	return "", ""
+	return addrs{}
 }
 
 // The command serves ShouldRateLimit from the tier file, health,

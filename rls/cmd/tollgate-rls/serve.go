@@ -1,19 +1,22 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"net"
 	"net/http"
-	"path/filepath"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -35,6 +38,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/protobuf/encoding/protojson"
 )
 
 const (
@@ -72,12 +76,20 @@ func builtinTiers() quota.Tiers {
 	return cfg.Tiers
 }
 
-// listening is told the addresses once the server accepts calls (tests).
-type listening func(grpcAddr, metricsAddr string)
+// listening is told the addresses once the server accepts calls (tests);
+// metricsAddr is "off" and httpAddr "" when not served.
+type listening func(grpcAddr, metricsAddr, httpAddr string)
 
 // run serves until ctx is done, then stops gracefully.
 func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready listening) (err error) {
-	log := slog.New(slog.NewTextHandler(logw, nil))
+	st, err := readSettings(getenv)
+	if err != nil {
+		return err
+	}
+	log := newLogger(st, logw)
+	for _, n := range st.notes {
+		log.Warn(n)
+	}
 	var closers []func()
 	defer func() {
 		for i := len(closers) - 1; i >= 0; i-- {
@@ -85,7 +97,13 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 		}
 	}()
 
-	client, where, err := openRedis(getenv("REDIS_URL"), log)
+	var client redis.UniversalClient
+	var where string
+	if st.redisRef != nil {
+		client, where, err = st.redisRef.open()
+	} else {
+		client, where, err = openRedis(getenv("REDIS_URL"), log)
+	}
 	if err != nil {
 		return err
 	}
@@ -107,7 +125,7 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 	opts := []config.OpenOption{
 		config.WithRedisClient(client),
 		config.WithLogger(log),
-		config.WithLimiterOptions(core.WithMeterProvider(mp)),
+		config.WithLimiterOptions(st.limiterOptions(mp)...),
 	}
 	if u := getenv("DATABASE_URL"); u != "" {
 		store, closeDB, err := openOverrides(ctx, u, log)
@@ -117,7 +135,7 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 		closers = append(closers, closeDB)
 		opts = append(opts, config.WithResolverOptions(quota.WithOverrides(store)))
 	}
-	rulesPath, srvOpts, err := rulesEnv(getenv)
+	rulesPath, srvOpts, err := rulesEnv(getenv, st)
 	if err != nil {
 		return err
 	}
@@ -126,7 +144,7 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 	var rules *rls.Rules
 	var rulesErr error
 	opts = append(opts, config.WithLimiterResolver(func(tiers *quota.TieredResolver) (quota.Resolver, error) {
-		if rules, rulesErr = openRules(rulesPath, tiers); rulesErr != nil || rules == nil {
+		if rules, rulesErr = openRules(rulesPath, tiers, getenv, st, log); rulesErr != nil || rules == nil {
 			return tiers, rulesErr
 		}
 		return rules, nil
@@ -166,53 +184,97 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 		srvOpts = append(srvOpts, rls.WithTiers(svc.Resolver))
 	}
 
+	if st.limitHeaders {
+		srvOpts = append(srvOpts, rls.WithLimitHeaders(st.limitHdr, st.remainingHdr, st.resetHdr))
+	}
 	srv, err := rls.New(lim, append([]rls.Option{rls.WithHeaderStyle(style)}, srvOpts...)...)
 	if err != nil {
 		return err
 	}
-	g := grpc.NewServer()
+	gopts, err := st.grpcOptions(log)
+	if err != nil {
+		return err
+	}
+	g := grpc.NewServer(gopts...)
 	rlsv3.RegisterRateLimitServiceServer(g, srv)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)
 	hs.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	reflection.Register(g)
 
-	addr := getenv("ADDR")
-	if addr == "" {
-		addr = defaultAddr
+	health := &healthCheck{}
+	if st.healthyWithConfig && rules != nil {
+		health.rules = rules
 	}
-	ln, err := net.Listen("tcp", addr)
+	if st.reference {
+		// the reference's gRPC health service name follows /healthcheck's
+		// rule, looked at every second
+		health.follow(hs, "ratelimit")
+		wctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			t := time.NewTicker(time.Second)
+			defer t.Stop()
+			for {
+				select {
+				case <-wctx.Done():
+					return
+				case <-t.C:
+					health.follow(hs, "ratelimit")
+				}
+			}
+		}()
+		closers = append(closers, func() { cancel(); <-done })
+	}
+	ln, err := net.Listen(st.grpcNetwork, st.grpcAddr)
 	if err != nil {
-		return fmt.Errorf("ADDR: %w", err)
+		return fmt.Errorf("%s: %w", st.grpcAddrName(getenv), err)
 	}
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- g.Serve(ln) }()
 
-	maddr := getenv("METRICS_ADDR")
-	if maddr == "" {
-		maddr = defaultMetricsAddr
-	}
-	var msrv *http.Server
-	if maddr != "off" {
-		mln, err := net.Listen("tcp", maddr)
+	// /metrics (and /healthcheck) on the metrics listener, /healthcheck on
+	// the reference's HOST:PORT
+	var https []*http.Server
+	maddr, haddr := st.metricsAddr, ""
+	for _, l := range []struct {
+		addr, name string
+		metrics    bool
+		bound      *string
+	}{{st.metricsAddr, st.metricsAddrName(getenv), true, &maddr}, {st.httpAddr, "HOST, PORT", false, &haddr}} {
+		if l.addr == "" || l.addr == "off" {
+			continue
+		}
+		hln, err := net.Listen("tcp", l.addr)
 		if err != nil {
 			g.Stop()
 			<-errc
-			return fmt.Errorf("METRICS_ADDR: %w", err)
+			for _, h := range https {
+				_ = h.Close()
+			}
+			return fmt.Errorf("%s: %w", l.name, err)
 		}
 		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		msrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		if l.metrics {
+			mux.Handle("GET "+st.metricsPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		}
+		mux.Handle("GET /healthcheck", health)
+		if !l.metrics {
+			mux.Handle("/json", jsonHandler(srv))
+		}
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		https = append(https, hs)
 		go func() {
-			if err := msrv.Serve(mln); !errors.Is(err, http.ErrServerClosed) {
-				errc <- fmt.Errorf("metrics: %w", err)
+			if err := hs.Serve(hln); !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("%s: %w", l.name, err)
 			}
 		}()
-		maddr = mln.Addr().String()
+		*l.bound = hln.Addr().String()
 	}
-	log.Info("tollgate-rls listening", "addr", ln.Addr().String(), "metrics", maddr, "redis", where, "config", orBuiltin(path), "rules", orNone(rulesPath))
+	log.Info("tollgate-rls listening", "addr", ln.Addr().String(), "tls", st.useTLS, "metrics", maddr, "healthcheck", haddr, "redis", where, "config", orBuiltin(path), "rules", orNone(rulesPath))
 	if ready != nil {
-		ready(ln.Addr().String(), maddr)
+		ready(ln.Addr().String(), maddr, haddr)
 	}
 
 	select {
@@ -221,6 +283,7 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 		log.Info("tollgate-rls shutting down")
 	}
 	hs.Shutdown() // NOT_SERVING: balancers and Envoy's health checks move off
+	health.stopping.Store(true)
 	stopped := make(chan struct{})
 	go func() { g.GracefulStop(); close(stopped) }()
 	select {
@@ -229,10 +292,10 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 		g.Stop()
 		<-stopped
 	}
-	if msrv != nil {
+	for _, h := range https {
 		sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-		defer cancel()
-		_ = msrv.Shutdown(sctx)
+		_ = h.Shutdown(sctx)
+		cancel()
 	}
 	if errors.Is(err, grpc.ErrServerStopped) {
 		err = nil
@@ -241,14 +304,17 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 }
 
 // rulesEnv reads where the envoyproxy/ratelimit configuration is
-// (RLS_CONFIG, else the reference's RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config;
-// "" when neither is set) and the options that go with it.
-func rulesEnv(getenv func(string) string) (string, []rls.Option, error) {
-	path := getenv("RLS_CONFIG")
-	if path == "" && getenv("RUNTIME_ROOT") != "" {
-		path = filepath.Join(getenv("RUNTIME_ROOT"), getenv("RUNTIME_SUBDIRECTORY"), "config")
-	}
+// (RLS_CONFIG, else the reference's
+// RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY; "" when neither is
+// set) and the options that go with it. A descriptor's limit override
+// applies with a configuration, as in the reference, unless
+// RLS_DESCRIPTOR_LIMITS=false.
+func rulesEnv(getenv func(string) string, st *settings) (string, []rls.Option, error) {
+	path := cmp.Or(getenv("RLS_CONFIG"), st.rulesPath)
 	var opts []rls.Option
+	if path != "" && getenv("RLS_DESCRIPTOR_LIMITS") == "" {
+		opts = append(opts, rls.WithDescriptorLimits(true))
+	}
 	for _, o := range []struct {
 		env string
 		opt func(bool) rls.Option
@@ -272,13 +338,26 @@ func rulesEnv(getenv func(string) string) (string, []rls.Option, error) {
 }
 
 // openRules loads the envoyproxy/ratelimit configuration at path, if any.
-func openRules(path string, tiers *quota.TieredResolver) (*rls.Rules, error) {
+// A path that does not exist yet starts with no rules, loaded when it
+// appears, when it is the reference's RUNTIME_* directory (the reference
+// starts with an empty configuration there) or with
+// FORCE_START_WITHOUT_INITIAL_CONFIG; an RLS_CONFIG that does not exist
+// stops the start.
+func openRules(path string, tiers *quota.TieredResolver, getenv func(string) string, st *settings, log *slog.Logger) (*rls.Rules, error) {
 	if path == "" {
 		return nil, nil
 	}
+	name := "RLS_CONFIG"
+	if getenv("RLS_CONFIG") == "" {
+		name = "RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY"
+	}
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) && (st.forceStart || name != "RLS_CONFIG") {
+		log.Warn("no rate limit configuration yet: every descriptor is answered OK until one appears", "path", path, "from", name)
+		return rls.NewRules(nil, tiers)
+	}
 	cfg, err := rls.LoadConfig(path)
 	if err != nil {
-		return nil, fmt.Errorf("RLS_CONFIG: %w", err)
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return rls.NewRules(cfg, tiers)
 }
@@ -368,4 +447,83 @@ func refuseConcurrency(ts quota.Tiers) error {
 		}
 	}
 	return nil
+}
+
+// newLogger is the command's logger: text (or with LOG_FORMAT=json, JSON)
+// at LOG_LEVEL's level.
+func newLogger(st *settings, w io.Writer) *slog.Logger {
+	o := &slog.HandlerOptions{Level: st.logLevel}
+	if st.logJSON {
+		return slog.New(slog.NewJSONHandler(w, o))
+	}
+	return slog.New(slog.NewTextHandler(w, o))
+}
+
+// healthCheck answers /healthcheck as the reference: 200 "OK" while
+// serving, 500 once shutting down or, with
+// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED (rules set), while the loaded
+// configuration has no domain.
+type healthCheck struct {
+	stopping atomic.Bool
+	rules    *rls.Rules
+}
+
+// ok reports whether the service is healthy.
+func (h *healthCheck) ok() bool {
+	return !h.stopping.Load() && (h.rules == nil || len(h.rules.Domains()) > 0)
+}
+
+// follow sets service's gRPC health status as ok says.
+func (h *healthCheck) follow(hs *health.Server, service string) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if h.ok() {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	hs.SetServingStatus(service, st)
+}
+
+func (h *healthCheck) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	if !h.ok() {
+		w.WriteHeader(http.StatusInternalServerError)
+		return
+	}
+	_, _ = w.Write([]byte("OK"))
+}
+
+// maxJSONBody bounds a /json request's body.
+const maxJSONBody = 1 << 20
+
+// jsonHandler answers ShouldRateLimit over HTTP on the reference's
+// HOST:PORT, as its /json: a RateLimitRequest in protojson in, the
+// RateLimitResponse out, 429 when it is OVER_LIMIT; 400 for a body that is
+// not a request (or is over 1 MiB) and for a request the service refuses.
+func jsonHandler(srv rlsv3.RateLimitServiceServer) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBody))
+		var req rlsv3.RateLimitRequest
+		if err == nil {
+			err = protojson.Unmarshal(body, &req)
+		}
+		var res *rlsv3.RateLimitResponse
+		if err == nil {
+			res, err = srv.ShouldRateLimit(r.Context(), &req)
+		}
+		if err != nil {
+			http.Error(w, http.StatusText(http.StatusBadRequest), http.StatusBadRequest)
+			return
+		}
+		out, err := protojson.Marshal(res)
+		if err != nil {
+			http.Error(w, http.StatusText(http.StatusInternalServerError), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		switch res.GetOverallCode() {
+		case rlsv3.RateLimitResponse_UNKNOWN:
+			w.WriteHeader(http.StatusInternalServerError)
+		case rlsv3.RateLimitResponse_OVER_LIMIT:
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+		_, _ = w.Write(out)
+	})
 }
