@@ -91,7 +91,7 @@ func TestImage(t *testing.T) {
 
 	// the entrypoint, from the image's filesystem, at the path Envoy
 	// Gateway runs
-	cmd := exec.Command("/" + linkPath, "--help")
+	cmd := exec.Command("/"+linkPath, "--help")
 	cmd.Env = cf.Config.Env
 	if os.Geteuid() == 0 {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: fs,
