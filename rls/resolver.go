@@ -141,7 +141,7 @@ func (r *Rules) Watch(ctx context.Context, path string, every time.Duration, log
 				continue
 			}
 			r.Set(cfg)
-			log.Info("rls: configuration reloaded", "path", path, "domains", strings.Join(cfg.domainNames(), ","))
+			log.Info("rls: configuration reloaded", "path", path, "domains", strings.Join(cfg.Domains(), ","))
 		}
 	}()
 	return done
