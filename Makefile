@@ -13,7 +13,7 @@ TESTFLAGS ?= -race -shuffle=on -count=1 -timeout 12m
 BENCHFLAGS ?= -run '^$$' -bench . -benchmem -count 5
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: release release-sync consumer proxy apidiff help test lint bench bench/load bench/http bench/script demo fuzz linearize tidy fmt check-redis test-fleet test-settle $(addprefix test/,$(ALL_MODULES)) bench/rls $(addprefix bench/,$(filter-out rls,$(ALL_MODULES)))
+.PHONY: image chart release release-sync consumer proxy apidiff help test lint bench bench/load bench/http bench/script demo fuzz linearize tidy fmt check-redis test-fleet test-settle $(addprefix test/,$(ALL_MODULES)) bench/rls $(addprefix bench/,$(filter-out rls,$(ALL_MODULES)))
 
 help: ## list the targets
 	@grep -hE '^([a-zA-Z/%_-]+|\$$\(addprefix [^)]*\)\): [a-z]+/%):.*## ' $(MAKEFILE_LIST) \
@@ -157,6 +157,15 @@ bench/rls: ## tollgate-rls beside envoyproxy/ratelimit under ghz, each with its 
 
 $(addprefix bench/,$(filter-out rls,$(ALL_MODULES))): bench/%: check-redis
 	cd $* && $(GO) test $(BENCHFLAGS) github.com/tollgate-go/tollgate/$*/...
+
+# the image's reference when pushed, e.g. make image PUSH=ghcr.io/acme/tollgate-rls:v0.3.0
+PUSH ?=
+image: ## the tollgate-rls image, no Docker daemon needed: OCI layout dist/tollgate-rls, tarball dist/tollgate-rls.tar (PUSH=ref also pushes it)
+	$(GO) run ./tools/image -out dist/tollgate-rls -tar dist/tollgate-rls.tar $(if $(PUSH),-push $(PUSH))
+
+chart: ## helm lint and helm template of charts/tollgate-rls (helm on PATH)
+	helm lint --strict charts/tollgate-rls --set redis.url=redis://redis:6379/0
+	helm template tollgate-rls charts/tollgate-rls --set redis.url=redis://redis:6379/0 >/dev/null
 
 tidy: ## go mod tidy in every module, test modules included
 	@for m in $(ALL_MODULES); do (cd $$m && $(GO) mod tidy) || exit 1; done

@@ -52,7 +52,7 @@ func (r *Rules) Set(cfg *Config) {
 
 // Domains returns the current configuration's domains, sorted (none
 // before one is loaded).
-func (r *Rules) Domains() []string { return r.current().domainNames() }
+func (r *Rules) Domains() []string { return r.current().Domains() }
 
 // current returns the current configuration.
 func (r *Rules) current() *Config { return r.cur.Load() }
@@ -147,7 +147,7 @@ func (r *Rules) Watch(ctx context.Context, path string, every time.Duration, log
 				continue
 			}
 			r.Set(cfg)
-			log.Info("rls: configuration reloaded", "path", path, "domains", strings.Join(cfg.domainNames(), ","))
+			log.Info("rls: configuration reloaded", "path", path, "domains", strings.Join(cfg.Domains(), ","))
 		}
 	}()
 	return done

@@ -135,6 +135,32 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 	return c, nil
 }
 
+// ConfigFile is one envoyproxy/ratelimit configuration document (one
+// domain) and the name its errors cite.
+type ConfigFile struct {
+	Name string
+	Data []byte
+}
+
+// ParseConfigs reads several configuration documents into one
+// configuration, as [LoadConfig] reads a directory's files: each holds one
+// domain, a domain in two is an error, and together they are bounded as a
+// directory is. It is how configurations pushed over xDS are read.
+func ParseConfigs(files ...ConfigFile) (*Config, error) {
+	c := &Config{domains: map[string]*ruleNode{}, rules: map[string]*rule{}}
+	total := 0
+	for _, f := range files {
+		total += len(f.Data)
+		if total > maxConfigBytes {
+			return nil, configError(f.Name, 0, "configurations larger than %d bytes together", maxConfigBytes)
+		}
+		if err := c.add(f.Name, f.Data); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
 // LoadConfig reads path: one file, or every *.yaml and *.yml file of a
 // directory (not recursively, in name order), each holding one domain. A
 // domain in two files is an error, as in the reference.
@@ -447,8 +473,8 @@ func ruleClass(path string) string {
 	return b.String()
 }
 
-// domainNames returns the configured domains, sorted.
-func (c *Config) domainNames() []string {
+// Domains lists the configuration's domains in name order.
+func (c *Config) Domains() []string {
 	out := make([]string, 0, len(c.domains))
 	for d := range c.domains {
 		out = append(out, d)

@@ -144,6 +144,10 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 	var rules *rls.Rules
 	var rulesErr error
 	opts = append(opts, config.WithLimiterResolver(func(tiers *quota.TieredResolver) (quota.Resolver, error) {
+		if st.xds { // no rules until the first push
+			rules, rulesErr = rls.NewRules(nil, tiers)
+			return rules, rulesErr
+		}
 		if rules, rulesErr = openRules(rulesPath, tiers, getenv, st, log); rulesErr != nil || rules == nil {
 			return tiers, rulesErr
 		}
@@ -175,7 +179,12 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 	}
 	closers = append(closers, func() { _ = svc.Close() })
 	lim, style := svc.Limiter, svc.Config.HeaderStyle
-	if rules != nil {
+	if rules != nil && st.xds {
+		if err := watchRulesXDS(ctx, *st.xdsClient, rules, st.forceStart, &closers, log); err != nil {
+			return err
+		}
+		srvOpts = append(srvOpts, rls.WithRules(rules))
+	} else if rules != nil {
 		wctx, cancel := context.WithCancel(context.Background())
 		done := rules.Watch(wctx, rulesPath, time.Second, log)
 		closers = append(closers, func() { cancel(); <-done })
@@ -311,8 +320,15 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 // RLS_DESCRIPTOR_LIMITS=false.
 func rulesEnv(getenv func(string) string, st *settings) (string, []rls.Option, error) {
 	path := cmp.Or(getenv("RLS_CONFIG"), st.rulesPath)
+	if st.xds {
+		if getenv("RLS_CONFIG") != "" {
+			return "", nil, fmt.Errorf("RLS_CONFIG and CONFIG_TYPE=GRPC_XDS_SOTW: the configuration comes from one of them; unset one")
+		}
+		path = "" // the reference reads no file with xDS
+	}
+	configured := path != "" || st.xds
 	var opts []rls.Option
-	if path != "" && getenv("RLS_DESCRIPTOR_LIMITS") == "" {
+	if configured && getenv("RLS_DESCRIPTOR_LIMITS") == "" {
 		opts = append(opts, rls.WithDescriptorLimits(true))
 	}
 	for _, o := range []struct {
@@ -327,9 +343,9 @@ func rulesEnv(getenv func(string) string, st *settings) (string, []rls.Option, e
 		if err != nil {
 			return "", nil, fmt.Errorf("%s: want true or false, got %q", o.env, v)
 		}
-		if trust := o.env == "RLS_TRUST_TIER"; on && trust && path != "" {
+		if trust := o.env == "RLS_TRUST_TIER"; on && trust && configured {
 			return "", nil, fmt.Errorf("RLS_TRUST_TIER is for descriptors without RLS_CONFIG (a rule names its trusted tier entry)")
-		} else if on && !trust && path == "" {
+		} else if on && !trust && !configured {
 			return "", nil, fmt.Errorf("%s needs RLS_CONFIG (an envoyproxy/ratelimit configuration)", o.env)
 		}
 		opts = append(opts, o.opt(on))

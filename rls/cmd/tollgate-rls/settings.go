@@ -48,6 +48,8 @@ type settings struct {
 	limitHeaders                     bool
 	limitHdr, remainingHdr, resetHdr string
 	forceStart, healthyWithConfig    bool
+	xds                              bool         // CONFIG_TYPE=GRPC_XDS_SOTW: the configuration over xDS
+	xdsClient                        *xdsSettings // with xds
 	denyCache                        bool
 	keyPrefix                        string
 
@@ -132,7 +134,8 @@ var referenceEnv = []envSetting{
 		case "FILE":
 			return nil
 		case "GRPC_XDS_SOTW":
-			return errors.New("CONFIG_TYPE=GRPC_XDS_SOTW: configuration over xDS is not supported yet; use CONFIG_TYPE=FILE with the configuration in RUNTIME_ROOT (or RLS_CONFIG)")
+			s.xds = true
+			return nil
 		}
 		return fmt.Errorf("CONFIG_TYPE: want FILE or GRPC_XDS_SOTW, got %q", v)
 	}, ""},
@@ -149,21 +152,21 @@ var referenceEnv = []envSetting{
 		}
 		return errors.New("MERGE_DOMAIN_CONFIG=true: merging one domain's rules from several files is not supported; put each domain's rules in one file")
 	}, ""},
-	{"CONFIG_GRPC_XDS_NODE_ID", "default", nil, "read only with CONFIG_TYPE=GRPC_XDS_SOTW"},
-	{"CONFIG_GRPC_XDS_NODE_METADATA", "", nil, "read only with CONFIG_TYPE=GRPC_XDS_SOTW"},
-	{"CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000", nil, "read only with CONFIG_TYPE=GRPC_XDS_SOTW"},
-	{"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "3s", nil, "read only with CONFIG_TYPE=GRPC_XDS_SOTW"},
-	{"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "", nil, "read only with CONFIG_TYPE=GRPC_XDS_SOTW"},
-	{"CONFIG_GRPC_XDS_SERVER_USE_TLS", "false", nil, "read only with CONFIG_TYPE=GRPC_XDS_SOTW"},
-	{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "", nil, "read only with CONFIG_TYPE=GRPC_XDS_SOTW"},
-	{"CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "", nil, "read only with CONFIG_TYPE=GRPC_XDS_SOTW"},
-	{"CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "", nil, "read only with CONFIG_TYPE=GRPC_XDS_SOTW"},
-	{"CONFIG_GRPC_XDS_SERVER_TLS_SAN", "", nil, "read only with CONFIG_TYPE=GRPC_XDS_SOTW"},
-	{"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "10s", nil, "read only with CONFIG_TYPE=GRPC_XDS_SOTW"},
-	{"XDS_CLIENT_BACKOFF_MAX_INTERVAL", "60s", nil, "read only with CONFIG_TYPE=GRPC_XDS_SOTW"},
-	{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "0.5", nil, "read only with CONFIG_TYPE=GRPC_XDS_SOTW"},
-	{"XDS_CLIENT_BACKOFF_JITTER", "true", nil, "read only with CONFIG_TYPE=GRPC_XDS_SOTW"},
-	{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "", nil, "read only with CONFIG_TYPE=GRPC_XDS_SOTW"},
+	{"CONFIG_GRPC_XDS_NODE_ID", "default", readByXDS, ""},
+	{"CONFIG_GRPC_XDS_NODE_METADATA", "", readByXDS, ""},
+	{"CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000", readByXDS, ""},
+	{"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "3s", nil, "a failed xDS connection is retried on XDS_CLIENT_BACKOFF_* alone"},
+	{"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "", readByXDS, ""},
+	{"CONFIG_GRPC_XDS_SERVER_USE_TLS", "false", readByXDS, ""},
+	{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "", readByXDS, ""},
+	{"CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "", readByXDS, ""},
+	{"CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "", readByXDS, ""},
+	{"CONFIG_GRPC_XDS_SERVER_TLS_SAN", "", readByXDS, ""},
+	{"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "10s", readByXDS, ""},
+	{"XDS_CLIENT_BACKOFF_MAX_INTERVAL", "60s", readByXDS, ""},
+	{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "0.5", readByXDS, ""},
+	{"XDS_CLIENT_BACKOFF_JITTER", "true", readByXDS, ""},
+	{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "", readByXDS, ""},
 
 	// statistics
 	{"USE_STATSD", "true", refuseTrue("USE_STATSD", "statsd is not sent: set USE_STATSD=false and USE_PROMETHEUS=true (or METRICS_ADDR) for Prometheus metrics"), ""},
@@ -362,6 +365,13 @@ func readSettings(getenv func(string) string) (*settings, error) {
 	}
 	if s.useTLS && (s.tlsCert == "" || s.tlsKey == "") {
 		return nil, errors.New("GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY")
+	}
+	if s.xds {
+		x, err := xdsSettingsFromEnv(getenv)
+		if err != nil {
+			return nil, err
+		}
+		s.xdsClient = &x
 	}
 	return s, nil
 }

@@ -44,7 +44,7 @@ func TestSettingsRefused(t *testing.T) {
 		{map[string]string{"USE_STATSD": "true"}, []string{"USE_STATSD=true", "USE_PROMETHEUS=true"}},
 		{map[string]string{"USE_DOG_STATSD": "true"}, []string{"USE_DOG_STATSD=true", "USE_PROMETHEUS=true"}},
 		{map[string]string{"BACKEND_TYPE": "memcache"}, []string{"BACKEND_TYPE=memcache", "BACKEND_TYPE=redis"}},
-		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW"}, []string{"CONFIG_TYPE=GRPC_XDS_SOTW", "not supported yet", "CONFIG_TYPE=FILE"}},
+		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_JITTER": "often"}, []string{"XDS_CLIENT_BACKOFF_JITTER"}},
 		{map[string]string{"CONFIG_TYPE": "CONSUL"}, []string{"CONFIG_TYPE", "CONSUL"}},
 		{map[string]string{"MERGE_DOMAIN_CONFIG": "true"}, []string{"MERGE_DOMAIN_CONFIG=true", "one file"}},
 		{map[string]string{"REDIS_PERSECOND": "true"}, []string{"REDIS_PERSECOND=true", "unset REDIS_PERSECOND"}},
