@@ -232,15 +232,10 @@ func WithTimeout(d time.Duration) Option {
 	})
 }
 
-// DefaultMaxLookups is how many override lookups a TieredResolver runs at
-// once by default.
-const DefaultMaxLookups = 64
-
 // WithMaxLookups bounds the override lookups in flight at once, first
-// lookups and refreshes together; n must be positive. Default 64
-// (DefaultMaxLookups). A tenant whose first lookup finds them all busy
-// gets the tier defaults at once (counted as late) and is looked up again
-// on its next request; an expired entry keeps serving until a refresh can
+// lookups and refreshes together; n must be positive. Default 64. A
+// tenant whose first lookup finds them all busy gets the tier defaults at
+// once (counted as late) and is looked up again on its next request; an expired entry keeps serving until a refresh can
 // start. Size it to what the override source serves at once (its
 // connection pool).
 func WithMaxLookups(n int) Option {
@@ -306,7 +301,7 @@ func NewResolver(tiers Tiers, opts ...Option) (*TieredResolver, error) {
 		return nil, err
 	}
 	r := &TieredResolver{ttl: DefaultCacheTTL, timeout: 2 * time.Second, maxCache: 100_000,
-		lookups: make(chan struct{}, DefaultMaxLookups), now: time.Now, log: slog.Default()}
+		lookups: make(chan struct{}, 64), now: time.Now, log: slog.Default()}
 	for _, o := range opts {
 		if o != nil {
 			if err := o.applyResolver(r); err != nil {
