@@ -235,9 +235,9 @@ func WithTimeout(d time.Duration) Option {
 // WithMaxLookups bounds the override lookups in flight at once, first
 // lookups and refreshes together; n must be positive. Default 64. A
 // tenant whose first lookup finds them all busy gets the tier defaults at
-// once (counted as late) and is looked up again on its next request; an expired entry keeps serving until a refresh can
-// start. Size it to what the override source serves at once (its
-// connection pool).
+// once (counted as late) and is looked up again on its next request; an
+// expired entry keeps serving until a refresh can start. Size it to what
+// the override source serves at once (its connection pool).
 func WithMaxLookups(n int) Option {
 	return resolverOptionFunc(func(r *TieredResolver) error {
 		var v int
