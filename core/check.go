@@ -64,7 +64,7 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 	if err := l.validate(req); err != nil {
 		return Decision{Reason: ReasonInvalid, Cost: req.Cost}, err
 	}
-	buckets, err := l.resolver.Buckets(ctx, req.Tenant, req.Class)
+	buckets, err := l.buckets(ctx, req, req.Class)
 	if err == nil {
 		err = validateBuckets(buckets)
 	}
@@ -85,7 +85,7 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 			break
 		}
 		var more []quota.Bucket
-		if more, err = l.resolver.Buckets(ctx, req.Tenant, class); err == nil {
+		if more, err = l.buckets(ctx, req, class); err == nil {
 			err = validateBuckets(more)
 		}
 		for _, b := range more {
@@ -130,6 +130,20 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 	d, err := l.layers.decide(ctx, c)
 	d.class, d.also = req.Class, req.Also
 	return d, err
+}
+
+// buckets asks the resolver for the buckets of req's tenant in class,
+// counting an answer of tier defaults given in place of overrides not
+// loaded in time (tollgate.overrides.late).
+func (l *Limiter) buckets(ctx context.Context, req Request, class string) ([]quota.Bucket, error) {
+	if l.tiered == nil {
+		return l.resolver.Buckets(ctx, req.Tenant, class)
+	}
+	bs, late, err := l.tiered(ctx, req.Tenant, class)
+	if late != "" {
+		l.metrics.overridesLate(ctx, req.Tenant.Tier, class, late)
+	}
+	return bs, err
 }
 
 func (l *Limiter) validate(req Request) error {

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"context"
 	"fmt"
 	"github.com/tollgate-go/tollgate/core/internal/hooks"
 	"io"
@@ -102,6 +103,11 @@ type Limiter struct {
 	slotsClosing         chan struct{} // closed by Close
 	slotsWG              sync.WaitGroup
 	releases             releases
+
+	// tiered is the resolver's Buckets that also says why an answer is
+	// the tier defaults in place of overrides not loaded in time (a
+	// quota.TieredResolver's, see hooks.Resolve); nil for another resolver
+	tiered func(context.Context, quota.Tenant, string) ([]quota.Bucket, string, error)
 }
 
 // New returns a limiter that keeps its buckets in client (any go-redis v9
@@ -144,6 +150,9 @@ func New(client redis.UniversalClient, r quota.Resolver, opts ...Option) (*Limit
 	}
 	if hooks.BoundWait != nil {
 		hooks.BoundWait(r, cfg.timeout) // a first override lookup waits no longer than a check
+	}
+	if hooks.Resolve != nil {
+		l.tiered, _ = hooks.Resolve(r).(func(context.Context, quota.Tenant, string) ([]quota.Bucket, string, error))
 	}
 	l.shards = shard.New(cfg.breakerThreshold, cfg.breakerCooldown, cfg.timeout, l.scripts, l.now,
 		shard.Metrics{Durations: l.metrics.storeDur, Errors: l.metrics.storeErrs, Policy: cfg.policy.String()})

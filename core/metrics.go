@@ -86,6 +86,7 @@ type metrics struct {
 	storeDur      metric.Float64Histogram
 	storeErrs     metric.Int64Counter
 	shed          metric.Int64Counter
+	overrides     metric.Int64Counter // metricOverridesLate
 	denyCacheHits metric.Int64Counter
 	batches       metric.Int64Histogram
 	slotsHeld     metric.Int64UpDownCounter
@@ -138,6 +139,9 @@ func newMetrics(mp metric.MeterProvider, k int) *metrics {
 		otel.Handle(err)
 	}
 	if m.shed, err = meter.Int64Counter(metricShed, metric.WithDescription("Rate-limit checks shed: this process could not make them in time."), metric.WithUnit("{check}")); err != nil {
+		otel.Handle(err)
+	}
+	if m.overrides, err = meter.Int64Counter(metricOverridesLate, metric.WithDescription("Checks given the tier defaults: the tenant's overrides were not loaded in time."), metric.WithUnit("{check}")); err != nil {
 		otel.Handle(err)
 	}
 	if m.denyCacheHits, err = meter.Int64Counter(metricDenyCacheHits, metric.WithDescription("Requests denied by the local deny cache without a store call."), metric.WithUnit("{request}")); err != nil {

@@ -108,6 +108,9 @@ func TestResolverOptionsValidate(t *testing.T) {
 		{"cache ttl ok", quota.WithCacheTTL(time.Second), ""},
 		{"override timeout 0", quota.WithTimeout(0), "quota.WithTimeout: timeout must be positive, got 0s"},
 		{"override timeout ok", quota.WithTimeout(time.Second), ""},
+		{"max lookups 0", quota.WithMaxLookups(0), "quota.WithMaxLookups: n must be positive, got 0"},
+		{"max lookups -1", quota.WithMaxLookups(-1), "got -1"},
+		{"max lookups ok", quota.WithMaxLookups(1), ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -42,16 +42,11 @@ func (s *Server) shouldRateLimitRules(ctx context.Context, req *rlsv3.RateLimitR
 	res := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds))}
 
 	descs := make([]ruleDescriptor, len(ds))
-	replacing := map[string]bool{}
-	invalid := false
+	invalid, replacing := false, false
 	for i, d := range ds {
 		descs[i] = s.readRule(cfg, req, d)
 		invalid = invalid || descs[i].invalid != ""
-		if r := descs[i].r; r != nil {
-			for _, n := range r.replaces {
-				replacing[n] = true
-			}
-		}
+		replacing = replacing || descs[i].r != nil && len(descs[i].r.replaces) > 0
 	}
 	if invalid {
 		return invalidAnswer(len(descs), func(i int) string { return descs[i].invalid }), nil
@@ -63,7 +58,7 @@ func (s *Server) shouldRateLimitRules(ctx context.Context, req *rlsv3.RateLimitR
 		d := &descs[i]
 		r := d.r
 		switch {
-		case r == nil || !r.unlimited && r.name != "" && replacing[r.name]:
+		case r == nil || replacing && replaced(r, descs):
 			res.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 			continue
 		case r.unlimited:
@@ -106,6 +101,23 @@ func (s *Server) shouldRateLimitRules(ctx context.Context, req *rlsv3.RateLimitR
 		s.cfg.limitHdrs.add(res) // a limit of 0 has a status to read
 	}
 	return res, nil
+}
+
+// replaced reports whether a rule matched by one of descs replaces r (by
+// name), as the reference drops it: at most MaxDescriptors lookups in
+// the sets read at load, whatever the length of the replaces lists.
+func replaced(r *rule, descs []ruleDescriptor) bool {
+	if r.unlimited || r.name == "" {
+		return false
+	}
+	for i := range descs {
+		if o := descs[i].r; o != nil {
+			if _, ok := o.replaces[r.name]; ok {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // maxClassesPerCall is core's bound on the classes of one Request.

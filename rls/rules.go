@@ -59,7 +59,7 @@ type rule struct {
 	shadow    bool
 	quotaMode bool
 	name      string
-	replaces  []string
+	replaces  map[string]struct{} // names replaced, read once at load
 	// the tollgate extension: the bucket is the services' (tenant, class)
 	tenantKey   string
 	tierKey     string
@@ -340,10 +340,11 @@ func lines(root *yaml.Node, y *yamlRoot) {
 	walk(root, y.Descriptors)
 }
 
-// load reads descriptors into parent, as the reference's loadDescriptors.
+// load reads descriptors into parent, as the reference's loadDescriptors;
+// depth is how many levels are above ds (0 for a domain's descriptors).
 func (c *Config) load(file string, parent *ruleNode, domain, parentKey string, ds []yamlDescriptor, depth int) error {
-	if depth >= maxDepth {
-		return configError(file, 0, "descriptors nested deeper than %d", maxDepth)
+	if depth >= maxDepth && len(ds) > 0 {
+		return configError(file, ds[0].line, "descriptors nested deeper than %d", maxDepth)
 	}
 	for _, d := range ds {
 		if d.Key == "" {
@@ -423,7 +424,10 @@ func (c *Config) rule(file, domain, path string, d yamlDescriptor) (*rule, error
 		case rep.Name == y.Name:
 			return nil, configError(file, d.line, "replaces should not contain name of same descriptor")
 		}
-		r.replaces = append(r.replaces, rep.Name)
+		if r.replaces == nil {
+			r.replaces = make(map[string]struct{}, len(y.Replaces))
+		}
+		r.replaces[rep.Name] = struct{}{}
 	}
 	u := rlsv3.RateLimitResponse_RateLimit_Unit(unit)
 	r.limit = &rlsv3.RateLimitResponse_RateLimit{Name: y.Name, RequestsPerUnit: y.RequestsPerUnit, Unit: u}

@@ -252,17 +252,17 @@ func (c *Config) CheckReload(next *Config) error {
 	}
 	p := &parser{file: next.Source}
 	tiers := next.Tiers.Tiers
-	names := sortedTiers(tiers)
+	x := newTierIndex(tiers, nil)
 	if a := c.AnonymousTier; a != "" {
 		if _, ok := tiers[a]; !ok {
 			p.fail(0, "tiers", "tier %q is not defined, but it is the anonymous_tier of the running configuration: until a restart, anonymous callers would fail", a)
 		}
 	}
 	check := func(what string, r gate.Route) {
-		if r.Exempt || r.Class == "" {
-			return
+		if r.Exempt || r.Class == "" || x.everyKnown(r.Class) && x.admits(r.Class, r.Cost) || !p.reporting() {
+			return // every tier serves it, or no more problems are reported
 		}
-		for _, tn := range names {
+		for _, tn := range x.names {
 			t := tiers[tn]
 			field := "tiers." + tn
 			q, ok := t.Classes[r.Class]

@@ -188,27 +188,12 @@ func (p *schema) knownClass(n *yaml.Node, field, class string) bool {
 	if p.tierNames == nil {
 		return true
 	}
-	for _, tn := range sortedTiers(p.cfg.Tiers.Tiers) {
-		declared := p.tierClasses[tn]
-		if declared == nil || declared[class] {
-			return true
-		}
+	x := p.tierIndex()
+	if x.anyDeclares(class) {
+		return true
 	}
-	p.failAt(n, field, "class %q is not defined in any tier (classes: %s)", class, strings.Join(p.allClasses(), ", "))
+	if p.reporting() {
+		p.failAt(n, field, "class %q is not defined in any tier (classes: %s)", class, strings.Join(x.allClasses(), ", "))
+	}
 	return false
-}
-
-func (p *schema) allClasses() []string {
-	set := map[string]bool{}
-	for _, declared := range p.tierClasses {
-		for c := range declared {
-			set[c] = true
-		}
-	}
-	out := make([]string, 0, len(set))
-	for c := range set {
-		out = append(out, c)
-	}
-	slices.Sort(out)
-	return out
 }

@@ -52,6 +52,21 @@ type schema struct {
 	tierClasses map[string]map[string]bool
 	// routeLines is the line of each route key read so far, in both lists.
 	routeLines map[string]int
+	// index is the tiers' index for the route checks (see tiers), built
+	// once the tiers are read
+	index *tierIndex
+}
+
+// tiers returns the index of the file's tiers, for the checks of routes
+// and class settings against every tier.
+func (p *schema) tierIndex() *tierIndex {
+	if p.index == nil {
+		p.index = newTierIndex(p.cfg.Tiers.Tiers, func(tn string) (map[string]bool, bool) {
+			d := p.tierClasses[tn]
+			return d, d != nil
+		})
+	}
+	return p.index
 }
 
 // name checks a tier or class name.
@@ -544,11 +559,16 @@ func (p *schema) target(byName map[string]entry, item *yaml.Node, field string) 
 		ok = false
 	} else {
 		r.Class = s
-		for _, tn := range sortedTiers(tiers) {
-			if declared := p.tierClasses[tn]; declared != nil && !declared[s] {
-				p.failAt(deref(e.val), field+".class", "class %q is not defined in tier %q: its tenants' requests could not be resolved", s, tn)
-				ok = false
-				break
+		if x := p.tierIndex(); !x.everyKnown(s) {
+			ok = false
+			for _, tn := range x.names {
+				if !p.reporting() {
+					break
+				}
+				if declared := p.tierClasses[tn]; declared != nil && !declared[s] {
+					p.failAt(deref(e.val), field+".class", "class %q is not defined in tier %q: its tenants' requests could not be resolved", s, tn)
+					break
+				}
 			}
 		}
 	}
@@ -562,34 +582,28 @@ func (p *schema) target(byName map[string]entry, item *yaml.Node, field string) 
 			ok = false
 		default:
 			r.Cost = v
-			if r.Class == "" {
+			x := p.tierIndex()
+			if r.Class == "" || x.admits(r.Class, v) {
 				break
 			}
-			for _, tn := range sortedTiers(tiers) {
+			ok = false
+			for _, tn := range x.names {
+				if !p.reporting() {
+					break
+				}
 				t := tiers[tn]
 				if q, defined := t.Classes[r.Class]; defined && v > q.Capacity {
 					p.failAt(deref(e.val), field+".cost", "cost %d exceeds capacity %d of class %q in tier %q: such a request could never be admitted", v, q.Capacity, r.Class, tn)
-					ok = false
 					break
 				}
 				if t.Ceiling != nil && v > t.Ceiling.Capacity {
 					p.failAt(deref(e.val), field+".cost", "cost %d exceeds the ceiling capacity %d of tier %q: such a request could never be admitted", v, t.Ceiling.Capacity, tn)
-					ok = false
 					break
 				}
 			}
 		}
 	}
 	return r, ok
-}
-
-func sortedTiers(m map[string]quota.Tier) []string {
-	names := make([]string, 0, len(m))
-	for n := range m {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
 }
 
 func isSpaceOrControl(r rune) bool { return r <= ' ' || r == 0x7f }

@@ -96,6 +96,11 @@ func (p *parser) fail(line int, field, format string, args ...any) {
 	p.errs = append(p.errs, &FieldError{File: p.file, Line: line, Field: field, Msg: fmt.Sprintf(format, args...)})
 }
 
+// reporting reports whether another problem would still be reported
+// (fewer than maxErrors so far): a check may skip the work of describing
+// one otherwise.
+func (p *parser) reporting() bool { return len(p.errs) < maxErrors }
+
 func (p *parser) failAt(n *yaml.Node, field, format string, args ...any) {
 	line := 0
 	if n != nil {

@@ -141,15 +141,20 @@ const DefaultCacheTTL = 45 * time.Second
 //
 // Stale-while-revalidate: once a tenant's entry is past its TTL, requests
 // keep getting it while one background lookup refreshes it; only a tenant's
-// first lookup waits, and never past the caller's deadline, the override
-// timeout, or (under a Limiter) the limiter's check timeout: a waiter
-// that gives up gets an error, so the limiter answers by its failure
-// policy. Concurrent first lookups for one tenant share one query
-// (singleflight). When the source fails, the last known overrides keep
-// serving (stale-on-error), or the tier defaults if none was ever loaded,
-// and it is asked again after a short pause: a failing or hung database
-// never becomes an outage. Reading the cache takes no lock shared by
-// tenants. It is safe for concurrent use.
+// first lookup waits, and never past the override timeout or (under a
+// Limiter) the limiter's check timeout. A first lookup that does not answer
+// in that time is not a store failure: the request gets the tier defaults
+// (counted in Stats().Late and, under a Limiter, tollgate.overrides.late),
+// and the lookup goes on in the background to fill the cache for the
+// tenant's next request. Concurrent lookups for one tenant share one query
+// (singleflight), and at most WithMaxLookups of them run at once: past
+// that, a new tenant gets the tier defaults at once, so a flood of new
+// tenants cannot pile up queries or goroutines. A caller whose own context
+// ends first gets an error wrapping the context's. When the source fails,
+// the last known overrides keep serving (stale-on-error), or the tier
+// defaults if none was ever loaded, and it is asked again after a short
+// pause: a failing or hung database never becomes an outage. Reading the
+// cache takes no lock shared by tenants. It is safe for concurrent use.
 type TieredResolver struct {
 	tiers     atomic.Pointer[Tiers]
 	overrides Overrides
@@ -158,6 +163,7 @@ type TieredResolver struct {
 	timeout   time.Duration
 	wait      atomic.Int64 // a Limiter's check timeout, bounding a first lookup's wait; 0: none
 	maxCache  int
+	lookups   chan struct{} // a token per lookup in flight (WithMaxLookups)
 	now       func() time.Time
 	log       *slog.Logger
 
@@ -170,11 +176,13 @@ type TieredResolver struct {
 
 // ResolverStats counts what a TieredResolver did, for tests and metrics.
 // Hits are answers from a fresh entry, Misses first lookups (or after
-// Invalidate) that waited, StaleServed answers from an expired entry (while
-// it is refreshed, or after the source failed), Loads and LoadErrors the
-// queries to the override source and their failures.
+// Invalidate), StaleServed answers from an expired entry (while it is
+// refreshed, or after the source failed), Loads and LoadErrors the queries
+// to the override source and their failures. Late counts first lookups
+// answered with the tier defaults because the source did not answer in
+// time or WithMaxLookups lookups were already in flight.
 type ResolverStats struct {
-	Hits, Misses, Loads, LoadErrors, StaleServed atomic.Int64
+	Hits, Misses, Loads, LoadErrors, StaleServed, Late atomic.Int64
 }
 
 type cacheEntry struct {
@@ -224,6 +232,23 @@ func WithTimeout(d time.Duration) Option {
 	})
 }
 
+// WithMaxLookups bounds the override lookups in flight at once, first
+// lookups and refreshes together; n must be positive. Default 64. A
+// tenant whose first lookup finds them all busy gets the tier defaults at
+// once (counted as late) and is looked up again on its next request; an
+// expired entry keeps serving until a refresh can start. Size it to what
+// the override source serves at once (its connection pool).
+func WithMaxLookups(n int) Option {
+	return resolverOptionFunc(func(r *TieredResolver) error {
+		var v int
+		if err := errs.SetPositive(&v, "quota.WithMaxLookups", "n", n); err != nil {
+			return err
+		}
+		r.lookups = make(chan struct{}, v)
+		return nil
+	})
+}
+
 // WithCacheSize bounds the number of tenants whose overrides are cached.
 // n must be positive. Default 100,000. When full, expired entries are
 // dropped first, then arbitrary ones (they are reloaded on their next use).
@@ -262,6 +287,12 @@ func init() {
 			tr.boundWait(d)
 		}
 	}
+	hooks.Resolve = func(r any) any {
+		if tr, ok := r.(*TieredResolver); ok {
+			return tr.resolve
+		}
+		return nil
+	}
 }
 
 // NewResolver returns a resolver over tiers, which must be valid.
@@ -270,7 +301,7 @@ func NewResolver(tiers Tiers, opts ...Option) (*TieredResolver, error) {
 		return nil, err
 	}
 	r := &TieredResolver{ttl: DefaultCacheTTL, timeout: 2 * time.Second, maxCache: 100_000,
-		now: time.Now, log: slog.Default()}
+		lookups: make(chan struct{}, 64), now: time.Now, log: slog.Default()}
 	for _, o := range opts {
 		if o != nil {
 			if err := o.applyResolver(r); err != nil {
@@ -321,52 +352,86 @@ func (r *TieredResolver) boundWait(d time.Duration) {
 
 // Buckets implements [Resolver].
 func (r *TieredResolver) Buckets(ctx context.Context, t Tenant, class string) ([]Bucket, error) {
+	bs, _, err := r.resolve(ctx, t, class)
+	return bs, err
+}
+
+// Why a first lookup was answered with the tier defaults (resolve's late,
+// the cause label of tollgate.overrides.late).
+const (
+	lateTimeout = "timeout" // the source did not answer within the wait
+	lateBusy    = "busy"    // WithMaxLookups lookups were in flight
+)
+
+// resolve is Buckets, also saying why (lateTimeout, lateBusy) the answer is
+// the tier defaults in place of overrides not loaded in time; "" when it
+// is not. A Limiter calls it (hooks.Resolve) to count those answers.
+func (r *TieredResolver) resolve(ctx context.Context, t Tenant, class string) ([]Bucket, string, error) {
 	bs, err := r.tiers.Load().buckets(t.Tier, class)
 	if err != nil || r.overrides == nil || anon.Is(ctx) {
 		// anonymous callers (Gate's WithAnonymous) have no overrides: a
 		// lookup per new address would put the database in their hands
-		return bs, err
+		return bs, "", err
 	}
-	ov, err := r.lookup(ctx, t.ID)
+	ov, late, err := r.lookup(ctx, t.ID)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	for i := range bs {
 		if q, ok := ov[bs[i].Name]; ok && q.Validate() == nil {
 			bs[i].Quota = q
 		}
 	}
-	return bs, nil
+	return bs, late, nil
 }
 
-// errLookupWait is returned when a tenant's first override lookup did not
-// answer within the caller's deadline or the check timeout: the limiter
-// answers by its failure policy (it is not ErrResolve).
+// errLookupWait is returned when the caller's context ended before a
+// tenant's first override lookup answered (it is not ErrResolve): the
+// limiter answers the check as canceled.
 var errLookupWait = errors.New("override lookup did not answer in time")
 
-func (r *TieredResolver) lookup(ctx context.Context, tenantID string) (map[string]Quota, error) {
+// errBusy is a lookup that did not start: WithMaxLookups were in flight.
+var errBusy = errors.New("too many override lookups in flight")
+
+// query is the singleflight call loading tenantID, when a lookup token is
+// free; errBusy otherwise (it returns at once, so a flood of new tenants
+// holds no goroutine waiting for the source).
+func (r *TieredResolver) query(ctx context.Context, tenantID string) func() (any, error) {
+	return func() (any, error) {
+		select {
+		case r.lookups <- struct{}{}:
+		default:
+			return nil, errBusy
+		}
+		defer func() { <-r.lookups }()
+		return r.load(ctx, tenantID), nil
+	}
+}
+
+func (r *TieredResolver) lookup(ctx context.Context, tenantID string) (map[string]Quota, string, error) {
 	now := r.now()
 	if v, ok := r.cache.Load(tenantID); ok {
 		e := v.(*cacheEntry)
 		if now.Before(e.expires) {
 			r.stats.Hits.Add(1)
-			return e.overrides, nil
+			return e.overrides, "", nil
 		}
 		// expired: serve it, and let one request start the refresh
 		r.stats.StaleServed.Add(1)
 		if e.refreshing.CompareAndSwap(false, true) {
 			go func() {
-				r.group.Do(tenantID, func() (any, error) { return r.load(ctx, tenantID), nil })
+				r.group.Do(tenantID, r.query(ctx, tenantID))
 				// A load replaces e. If e is still cached, this refresh
 				// joined a call that began before e expired and loaded
-				// nothing: let the next request start another.
+				// nothing, or found every lookup token taken: let the next
+				// request start another.
 				e.refreshing.Store(false)
 			}()
 		}
-		return e.overrides, nil
+		return e.overrides, "", nil
 	}
 	r.stats.Misses.Add(1)
-	ch := r.group.DoChan(tenantID, func() (any, error) { return r.load(ctx, tenantID), nil })
+	ch := r.group.DoChan(tenantID, r.query(ctx, tenantID))
 	wait := r.timeout
 	if w := time.Duration(r.wait.Load()); w > 0 && w < wait {
 		wait = w
@@ -375,12 +440,19 @@ func (r *TieredResolver) lookup(ctx context.Context, tenantID string) (map[strin
 	defer timer.Stop()
 	select {
 	case res := <-ch:
+		if res.Err != nil { // errBusy
+			r.stats.Late.Add(1)
+			return nil, lateBusy, nil
+		}
 		ov, _ := res.Val.(map[string]Quota)
-		return ov, nil
+		return ov, "", nil
 	case <-timer.C:
-		return nil, fmt.Errorf("%w: tenant %s: no answer within %v", errLookupWait, names.Escape(tenantID), wait)
+		// not a store failure: the tier defaults serve, and the lookup
+		// goes on to fill the cache for the next request
+		r.stats.Late.Add(1)
+		return nil, lateTimeout, nil
 	case <-ctx.Done():
-		return nil, fmt.Errorf("%w: tenant %s: %w", errLookupWait, names.Escape(tenantID), ctx.Err())
+		return nil, "", fmt.Errorf("%w: tenant %s: %w", errLookupWait, names.Escape(tenantID), ctx.Err())
 	}
 }
 

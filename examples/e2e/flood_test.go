@@ -240,9 +240,10 @@ func TestFloodOfOneTenantOnGin(t *testing.T) {
 
 	// A tenant's first request waits for its override lookup (SQLite),
 	// which on a starved machine can outlast the check timeout and is then
-	// answered by the failure policy (docs/quotas.md, cache semantics): not
-	// what this test is about, so each tenant's lookup is made before its
-	// phase, with a request that counts.
+	// decided on the tier defaults (docs/quotas.md, cache semantics; the
+	// flood of new tenants is TestFloodOfNewTenantsOnGin): not what this
+	// test is about, so each tenant's lookup is made before its phase, with
+	// a request that counts.
 	warm := func(auth string, tally *httpTally) {
 		req, _ := http.NewRequest(http.MethodGet, base+app.PathProfile, nil)
 		req.Header.Set("Authorization", auth)

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -67,8 +68,9 @@ func postgres(t *testing.T) (admin *sql.DB, store *sqlquota.Store, table string)
 // whose override table another session holds an ACCESS EXCLUSIVE lock on:
 // every query waits). Tenants already cached keep their last quota, served
 // stale while the refresh waits in the background; a tenant's first lookup
-// waits no longer than the check timeout, then the failure policy answers.
-// No check waits for the override timeout (2 s).
+// waits no longer than the check timeout, then the tier defaults serve and
+// Redis decides the check (never the failure policy: the database is not
+// the store). No check waits for the override timeout (2 s).
 func TestOverrideDatabaseHung(t *testing.T) {
 	for _, p := range policies {
 		t.Run(p.String(), func(t *testing.T) {
@@ -112,14 +114,18 @@ func TestOverrideDatabaseHung(t *testing.T) {
 			var mu sync.Mutex
 			newReasons := map[core.Reason]int{}
 			var newWorst time.Duration
+			var newLate []error // new tenants answered by the policy for the database's lateness
 			stop := make(chan struct{})
 			var wg sync.WaitGroup
 			wg.Go(func() {
 				repeat(stop, func(i int) {
 					start := time.Now()
-					d, _ := lim.Allow(ctx, quota.Tenant{ID: "new" + strconv.Itoa(i)}, "default", 1)
+					d, err := lim.Allow(ctx, quota.Tenant{ID: "new" + strconv.Itoa(i)}, "default", 1)
 					took := time.Since(start)
 					mu.Lock()
+					if d.Degraded() && err != nil && strings.Contains(err.Error(), "resolve") {
+						newLate = append(newLate, err)
+					}
 					newReasons[d.Reason]++
 					newWorst = max(newWorst, took)
 					mu.Unlock()
@@ -144,8 +150,10 @@ func TestOverrideDatabaseHung(t *testing.T) {
 			if resolveErrs > 0 || m[core.ReasonOK] == 0 {
 				t.Fatalf("cached tenants were not served from their last known quota: %d waited for the database; %v", resolveErrs, m)
 			}
-			if err := degradedOnly(newReasons, p); err != nil {
-				t.Fatalf("new tenants: %v", err)
+			// (a Redis call timing out on a loaded machine is answered by
+			// policy too: only the resolver's part is asserted)
+			if len(newLate) > 0 || newReasons[core.ReasonOK] == 0 {
+				t.Fatalf("new tenants were not decided by Redis on the tier defaults: %v; %d answered by policy for the database, first %v", newReasons, len(newLate), newLate)
 			}
 			checkAccounting(t, ld, elapsed)
 			ld.mu.Lock()
@@ -164,7 +172,7 @@ func TestOverrideDatabaseHung(t *testing.T) {
 			t.Logf("worst check %v; cached tenants %v; new tenants %v", worst, m, newReasons)
 			record(row{"override database hung (PostgreSQL table lock held)", p,
 				"cached tenants served their last known quota (refreshed in the background); a new tenant's first lookup " +
-					policyAnswer(p) + " within the check timeout; accounting holds", worst})
+					"gets the tier defaults within the check timeout, decided by Redis, never the policy; accounting holds", worst})
 		})
 	}
 }
