@@ -1,7 +1,8 @@
 // Package conformance is tollgate's adapter conformance suite: one set of
 // scenarios, with expected answers kept as golden transcripts, that every
 // adapter (net/http, Gin, Echo v4 and v5, Fiber v2 and v3, gRPC, or your
-// own) must answer identically. It holds adapters to docs/semantics.md (the
+// own) must answer identically. It holds adapters to
+// https://github.com/tollgate-go/tollgate/blob/main/docs/semantics.md (the
 // wire rules: statuses, rate-limit headers, Retry-After, problem+json
 // bodies, keys in Redis, failure policies) against a real Redis, standalone
 // and Cluster.

@@ -27,8 +27,8 @@
 //
 // # The packages
 //
-// This package is the limiter and only the limiter (docs/api.md says what
-// each name is for):
+// This package is the limiter and only the limiter
+// (https://github.com/tollgate-go/tollgate/blob/main/docs/api.md says what each name is for):
 //
 //   - [Limiter], [New], [Request], [Decision], [BucketState], [Slot],
 //     [Reason]: the check itself and its answer, for services that call the

@@ -181,7 +181,7 @@ func New(client redis.UniversalClient, r quota.Resolver, opts ...Option) (*Limit
 // releases, waiting at most the check timeout for each) and closes the client it opened for its scripts (for go-redis's
 // standalone, failover, Cluster and Ring clients: a copy of the given
 // client's options with the check timeout on its sockets; see
-// docs/reliability.md). Checks after Close fail by the failure policy. It
+// https://github.com/tollgate-go/tollgate/blob/main/docs/reliability.md). Checks after Close fail by the failure policy. It
 // does not close the Redis client given to New.
 func (l *Limiter) Close() error {
 	l.calls.Close()

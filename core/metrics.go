@@ -17,7 +17,7 @@ import (
 )
 
 // Instrument names. Every adapter shares them, because they are recorded
-// here, in core; docs/observability.md lists them with their labels, and
+// here, in core; https://github.com/tollgate-go/tollgate/blob/main/docs/observability.md#metrics lists them with their labels, and
 // dashboards and alerts name them there.
 const (
 	// metricDecisions counts decisions, by outcome (allowed, denied,

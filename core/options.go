@@ -159,7 +159,9 @@ func WithLocalFallback(share float64) Option {
 // the cache may deny up to lag × rate tokens the store still holds. A quota
 // change is seen at once. Its cost is a map
 // lookup per check; a flood from one denied tenant makes no store call
-// until the bound allows (docs/benchmarks.md). Default off, although it
+// until the bound allows
+// (https://github.com/tollgate-go/tollgate/blob/main/docs/benchmarks.md#what-the-options-change).
+// Default off, although it
 // wins wherever denials repeat and costs nothing measurable elsewhere:
 // turning it on changes two observable behaviours, so it is a choice to make
 // (a tenant known to be over its limit keeps being denied while the store
@@ -212,7 +214,7 @@ func WithLeases(class string, size int64, ttl time.Duration) Option {
 }
 
 // WithMeterProvider sets the OpenTelemetry meter provider for the limiter's
-// metrics (docs/observability.md lists them). Default: the
+// metrics (https://github.com/tollgate-go/tollgate/blob/main/docs/observability.md lists them). Default: the
 // global provider (otel.GetMeterProvider), a no-op unless one is installed.
 // nil is ignored.
 func WithMeterProvider(mp metric.MeterProvider) Option {
@@ -265,7 +267,8 @@ func WithFailurePolicy(p FailurePolicy) Option {
 // 100 ms. The bound holds even for a client without ContextTimeoutEnabled,
 // without a goroutine per check: the limiter then sends its scripts through
 // a client of its own, built from the same options with
-// ContextTimeoutEnabled set (see Limiter.Close and docs/reliability.md).
+// ContextTimeoutEnabled set (see Limiter.Close and
+// https://github.com/tollgate-go/tollgate/blob/main/docs/reliability.md).
 func WithTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) error { return errs.SetPositive(&c.timeout, "WithTimeout", "timeout", d) })
 }
@@ -332,11 +335,11 @@ func WithLogger(l *slog.Logger) Option {
 // WithBatching coalesces concurrent checks into pipelined round trips: no
 // dispatcher goroutine and no added wait (a check that finds a free slot
 // sends at once; a lone check is a plain call), two pipelines in flight,
-// Cluster-aware through the client. Measured against one call per check it
-// ties at one caller and wins from 16 callers up (at 256 callers on this
-// project's 2-core machine: ~3x the throughput, ~half the Redis CPU per
-// check); see docs/benchmarks.md. Close waits for the batches in flight.
-// Default on.
+// Cluster-aware through the client. Against one call per check it ties at
+// one caller and wins from 16 callers up, in throughput and in the store's
+// CPU per check (measured in
+// https://github.com/tollgate-go/tollgate/blob/main/docs/benchmarks.md#what-the-options-change).
+// Close waits for the batches in flight. Default on.
 func WithBatching(on bool) Option {
 	return optionFunc(func(c *config) error { c.batching = on; return nil })
 }

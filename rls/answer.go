@@ -171,7 +171,7 @@ func (s *Server) readRule(cfg *Config, req *rlsv3.RateLimitRequest, d *ratelimit
 	}
 	switch {
 	case d.GetIsNegativeHits():
-		out.invalid = "is_negative_hits is not supported: tokens are never refunded"
+		out.invalid = "is_negative_hits is not supported yet"
 		return out
 	case cost > uint64(s.cfg.maxCost):
 		out.invalid = fmt.Sprintf("hits_addend must be 0 to %d, got %d", s.cfg.maxCost, cost)

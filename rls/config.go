@@ -147,7 +147,8 @@ func WithGlobalShadow(on bool) Option {
 
 // WithTrustedTier reads the descriptor's tier entry (KeyTier) as the
 // tenant's tier. Turn it on only when the gateway fills it from the
-// verified credential (a JWT claim, as docs/envoy.md's route does): a
+// verified credential (a JWT claim, as the route in
+// https://github.com/tollgate-go/tollgate/blob/main/docs/envoy.md#envoy-configuration does): a
 // tier the client can choose is a quota the client can choose. Default
 // off: the tier entry is ignored and every tenant has the tier file's
 // default tier (and its overrides). Without WithRules only.

@@ -2,8 +2,9 @@
 // (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit) over
 // [github.com/tollgate-go/tollgate/core], so that Envoy, Istio and
 // Envoy-based gateways charge the same buckets as the services behind them.
-// Like every adapter it only translates: the decision, its numbers and its
-// headers come from core.
+// The decision and its headers come from core; rls works out only what
+// Envoy's protocol asks for beyond them, a descriptor's limit_remaining and
+// duration_until_reset, from the bucket state core reports.
 //
 //	srv, err := rls.New(lim) // lim: the same *core.Limiter setup as the services
 //	g := grpc.NewServer()
@@ -30,7 +31,7 @@
 //	srv, err := rls.New(lim, rls.WithRules(rules))
 //	done := rules.Watch(ctx, "/etc/ratelimit/config", time.Second, logger)
 //
-// docs/envoy.md lists the differences by design (the bucket's
+// https://github.com/tollgate-go/tollgate/blob/main/docs/envoy.md#differences-by-design lists the differences by design (the bucket's
 // duration_until_reset, a denial charging nothing, all or nothing among the
 // descriptors of one tag and cost).
 //
@@ -85,5 +86,6 @@
 // denied. When the store fails, the limiter's failure policy answers:
 // fail-open answers OK without rate-limit headers; fail-closed answers the
 // gRPC status Unavailable, which Envoy turns into a denial only with
-// failure_mode_deny: true (see docs/envoy.md).
+// failure_mode_deny: true (see
+// https://github.com/tollgate-go/tollgate/blob/main/docs/envoy.md#store-failures-and-failure_mode_deny).
 package rls

@@ -32,7 +32,8 @@ const (
 const ruleClassPrefix = "envoy."
 
 // Config is an envoyproxy/ratelimit configuration, read: domains of nested
-// descriptor rules, in the reference's YAML format (see docs/envoy.md). It
+// descriptor rules, in the reference's YAML format (see
+// https://github.com/tollgate-go/tollgate/blob/main/docs/envoy.md#the-configuration). It
 // is immutable; load a new one to change it.
 type Config struct {
 	domains map[string]*ruleNode

@@ -161,7 +161,7 @@ func (s *Server) read(d *ratelimitv3.RateLimitDescriptor, hits uint32, n int) de
 	case !seen[0]:
 		out.invalid = "no " + KeyTenant + " entry"
 	case d.GetIsNegativeHits():
-		out.invalid = "is_negative_hits is not supported: tokens are never refunded"
+		out.invalid = "is_negative_hits is not supported yet"
 	case cost > uint64(s.cfg.maxCost):
 		out.invalid = fmt.Sprintf("hits_addend must be 0 to %d, got %d", s.cfg.maxCost, cost)
 	default:

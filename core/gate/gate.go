@@ -126,7 +126,7 @@ func WithHeaderStyle(s render.HeaderStyle) Option {
 // WithCostReports lets handlers report a request's actual cost
 // (ReportCost, or an adapter's cost header): the route's cost is then a
 // reservation, settled when the handler returns (Verdict.Done), as
-// docs/semantics.md's "Reserve, then settle" says. Default off: a request
+// https://github.com/tollgate-go/tollgate/blob/main/docs/semantics.md#reserve-then-settle says. Default off: a request
 // costs what its route says, and carries nothing to settle (no allocation
 // for it, and ReportCost reports an error).
 func WithCostReports() Option {

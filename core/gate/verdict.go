@@ -12,8 +12,11 @@ import (
 type Verdict struct {
 	// Proceed reports whether the handler should run.
 	Proceed bool
-	// Status is the HTTP status to answer with when !Proceed: 401, 400, 429
-	// or 503.
+	// Status is the HTTP status to answer with when !Proceed: 401 without a
+	// tenant, 400 for an invalid request, 429 for a denial, 503 when the
+	// store failed under fail-closed, the check was shed or the request's
+	// own context ended, and 500 for a misconfiguration (no quota for the
+	// request, or a CostFunc answer that breaks the route table's rules).
 	Status int
 	// Headers are set on the response whether or not it proceeds.
 	Headers []render.Header

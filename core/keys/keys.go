@@ -109,7 +109,7 @@ func writeEscaped(b *strings.Builder, s string) {
 }
 
 // Slots returns the key of the concurrency slots of tenantID's bucket (a
-// sorted set of deadlines, see docs/semantics.md): the bucket's key and
+// sorted set of deadlines, see https://github.com/tollgate-go/tollgate/blob/main/docs/semantics.md#concurrency-limits): the bucket's key and
 // ":slots". A bucket name holds no ':', so it never names a bucket, and it
 // carries the same hash tag. It fails as Bucket does.
 func (k Keys) Slots(tenantID, bucket string) (string, error) {

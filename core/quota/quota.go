@@ -37,7 +37,7 @@ type Quota struct {
 	RefillPerSecond float64
 	// Concurrency, when above 0, is the most requests of one tenant charged
 	// to this bucket that may be in flight at once, across every replica
-	// (docs/semantics.md, "Concurrency limits"). An admitted request holds a
+	// (https://github.com/tollgate-go/tollgate/blob/main/docs/semantics.md#concurrency-limits). An admitted request holds a
 	// slot until it ends (Decision.Slot). 0: no concurrency limit. At most
 	// one bucket of a request may carry one.
 	Concurrency int64
@@ -45,7 +45,7 @@ type Quota struct {
 	// may leave in this bucket, in tokens: a settle never takes the balance
 	// below -MaxDebt, and what lies beyond is forgiven, counted
 	// (tollgate.settles.forgiven) and logged. 0: no cap, a debt is carried
-	// in full (docs/semantics.md, "Reserve, then settle"). At most MaxCost.
+	// in full (https://github.com/tollgate-go/tollgate/blob/main/docs/semantics.md#reserve-then-settle). At most MaxCost.
 	MaxDebt int64
 	// MaxSettleRatio, when above 0, is the largest actual cost a settle
 	// charges this bucket, as a multiple of the request's estimate (its

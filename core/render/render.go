@@ -44,7 +44,7 @@ const (
 
 // Header is one response header (or gRPC metadata entry). Names are spelled
 // as their specifications spell them (RateLimit-Policy, X-RateLimit-Remaining,
-// Retry-After; docs/semantics.md lists them all); gRPC adapters lower-case
+// Retry-After; https://github.com/tollgate-go/tollgate/blob/main/docs/semantics.md#http lists them all); gRPC adapters lower-case
 // them.
 type Header struct{ Name, Value string }
 
@@ -167,10 +167,11 @@ func quoteSFString(s string) string {
 
 // Status is the HTTP status of a response for d: 200 when the request
 // proceeds (allowed, failed open, shadow-denied), 429 for a denial, 503 when
-// the store failed and the policy is fail-closed or when the request's own
-// context ended before the check (core.ReasonCanceled: the handler must not run;
-// a caller that is gone never reads it), 400 for an invalid request, 500
-// when no quota is configured for it.
+// the store failed and the policy is fail-closed, when the check was shed
+// (core.ReasonOverloaded) or when the request's own context ended before
+// the check (core.ReasonCanceled: the handler must not run; a caller that
+// is gone never reads it), 400 for an invalid request, 500 when no quota
+// is configured for it.
 func Status(d core.Decision) int {
 	switch {
 	case d.Allowed:

@@ -11,9 +11,10 @@ import (
 	"github.com/tollgate-go/tollgate/core/quota"
 )
 
-// TestFollowOneRequest is the request docs/reliability.md follows through
-// the check path ("Following one request"): one GET /v1/profile of a
-// free-tier tenant through Gate.Decide in the Gin example's default
+// TestFollowOneRequest is the request
+// docs/internals/following-one-request.md follows through the check path:
+// one GET /v1/profile of a free-tier tenant through Gate.Decide in the Gin
+// example's default
 // configuration (the built-in free tier, batching on, the circuit breaker
 // on, fail-open, no leases, no deny cache), after one warm-up request has
 // loaded the script and the tenant's resolver entry. tools/followpath runs

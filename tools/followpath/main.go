@@ -1,6 +1,6 @@
 // Command followpath follows one request through core's check path and
 // counts the files of core it enters and how many times it returns to a
-// file it already left (docs/reliability.md, "Following one request").
+// file it already left (docs/internals/following-one-request.md).
 //
 // It runs core/test's TestFollowOneRequest under Delve's tracer (dlv
 // trace, with a tracepoint on every function of core and its internal
