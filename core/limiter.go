@@ -102,6 +102,7 @@ type Limiter struct {
 	slotsClosing         chan struct{} // closed by Close
 	slotsWG              sync.WaitGroup
 	releases             releases
+	forgets              forgets
 }
 
 // New returns a limiter that keeps its buckets in client (any go-redis v9

@@ -56,6 +56,11 @@ func (s *scriptLayer) call(ctx context.Context, c *checkCall) (d Decision, wrote
 				err = &transport.RequestError{Err: err}
 			}
 		}
+		if err != nil && !neverRun(err) {
+			// the store may run it, or have run it: whatever the caller is
+			// answered, it holds no slot
+			l.forgetSlot(req, buckets[c.slot.index], c.slot)
+		}
 	}
 	if err != nil {
 		return Decision{}, wrote, err

@@ -1,0 +1,246 @@
+package faults_test
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/conformance/redistest"
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/keys"
+	"github.com/tollgate-go/tollgate/core/quota"
+)
+
+// TestConcurrencyAbandonedChecks: a check of a concurrency-limited class
+// whose answer the process did not deliver holds no slot, however late the
+// store runs it. Two faults, on a standalone server and on the master of a
+// 3-master Cluster holding the tenant's keys, with the default timeout,
+// breaker, batching and lease (10 s): Redis stalls (SIGSTOP) for 0.5 s with
+// 6 checks in flight, which time out and are answered by the failure
+// policy, and Redis runs them when it resumes; a client hangs up (its
+// context cancelled) after its check was written, during a 0.3 s stall.
+// Either way the tenant's next request is admitted within 1 s after Redis
+// resumes, and the limit still holds: exactly N of N+1 requests then get a
+// slot.
+func TestConcurrencyAbandonedChecks(t *testing.T) {
+	for _, topo := range []string{"standalone", "cluster"} {
+		t.Run(topo, func(t *testing.T) {
+			var writes atomic.Int64 // script commands written to any connection
+			dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+				c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+				if err != nil {
+					return nil, err
+				}
+				return &watchConn{Conn: c, writes: &writes}, nil
+			}
+			var c redis.UniversalClient
+			var stall func(tenant string) *redistest.Server
+			if topo == "standalone" {
+				srv := redistest.NewServer(t)
+				c = srv.Client(t, func(o *redis.Options) { o.Dialer = dial })
+				stall = func(string) *redistest.Server { return srv }
+			} else {
+				cl := redistest.NewCluster(t, 3, 0)
+				cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Dialer: dial, MaxRetries: -1})
+				t.Cleanup(func() { _ = cc.Close() })
+				c = cc
+				stall = func(tenant string) *redistest.Server {
+					ks, err := keys.New(redistest.Prefix(t))
+					if err != nil {
+						t.Fatal(err)
+					}
+					key, err := ks.Slots(tenant, "reports")
+					if err != nil {
+						t.Fatal(err)
+					}
+					m, err := cc.MasterForKey(context.Background(), key)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for i := range 3 {
+						if s := cl.Master(t, i); s.Addr() == m.Options().Addr {
+							return s
+						}
+					}
+					t.Fatalf("no master serves %s", m.Options().Addr)
+					return nil
+				}
+			}
+			t.Run("stall with 6 in flight", func(t *testing.T) {
+				abandoned(t, c, stall, 2, func(t *testing.T, l *core.Limiter, req core.Request, srv *redistest.Server) {
+					var wg sync.WaitGroup
+					pause(t, srv, 500*time.Millisecond, func() {
+						for range 6 {
+							wg.Add(1)
+							go func() {
+								defer wg.Done()
+								// one still queued in this process when Redis
+								// resumes is answered by Redis: it holds its
+								// slot as a running request, and ends
+								d, _ := l.Check(context.Background(), req)
+								d.Slot.Release()
+							}()
+						}
+					})
+					// the checks end within their budgets (the timeout, the
+					// local queue's) whether or not Redis resumes
+					waitGroup(t, &wg, 3*core.DefaultTimeout+2*time.Second, "the checks during the stall")
+				})
+			})
+			t.Run("client hangs up", func(t *testing.T) {
+				abandoned(t, c, stall, 1, func(t *testing.T, l *core.Limiter, req core.Request, srv *redistest.Server) {
+					pause(t, srv, 300*time.Millisecond, func() {
+						ctx, cancel := context.WithCancel(context.Background())
+						defer cancel()
+						before := writes.Load()
+						done := make(chan core.Decision, 1)
+						go func() {
+							d, _ := l.Check(ctx, req)
+							done <- d
+						}()
+						waitUntil(t, 2*time.Second, "the check written to Redis", func() bool { return writes.Load() > before })
+						cancel()
+						select {
+						case d := <-done:
+							if d.Reason != core.ReasonCanceled || d.Slot != nil {
+								t.Errorf("a check whose caller hung up: %v, slot %v; want canceled without a slot", d.Reason, d.Slot)
+							}
+						case <-time.After(2 * time.Second):
+							t.Fatal("a check whose caller hung up did not return within 2 s")
+						}
+					})
+				})
+			})
+		})
+	}
+}
+
+// abandoned runs fault against a fresh tenant of a class with concurrency
+// limit n on srv (stall picks the server holding the tenant's keys), then
+// wants the tenant's next request admitted within 1 s after Redis resumes,
+// and n, not n+1, requests holding slots at once.
+func abandoned(t *testing.T, c redis.UniversalClient, stall func(tenant string) *redistest.Server, n int64,
+	fault func(t *testing.T, l *core.Limiter, req core.Request, srv *redistest.Server)) {
+	q := quota.Quota{Capacity: 1000, RefillPerSecond: 100, Concurrency: n}
+	r := quota.ResolverFunc(func(context.Context, quota.Tenant, string) ([]quota.Bucket, error) {
+		return []quota.Bucket{{Name: "reports", Quota: q}}, nil
+	})
+	l, err := core.New(c, r, core.WithPrefix(redistest.Prefix(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	tenant := "t-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	req := core.Request{Tenant: quota.Tenant{ID: tenant}, Class: "reports", Cost: 1}
+	srv := stall(tenant)
+	// the script is loaded and the connections are up before the fault
+	d, err := l.Check(context.Background(), req)
+	if err != nil || d.Slot == nil {
+		t.Fatalf("before the fault: %v, %v", d.Reason, err)
+	}
+	d.Slot.Release()
+
+	fault(t, l, req, srv)
+	resumed := time.Now()
+
+	const within = time.Second
+	var last core.Decision
+	var lastErr error
+	var seen []string // the answers before the admission, when they change
+	for {
+		last, lastErr = l.Check(context.Background(), req)
+		if last.Slot != nil {
+			break
+		}
+		if r := last.Reason.String(); len(seen) == 0 || seen[len(seen)-1] != r {
+			seen = append(seen, r)
+			t.Logf("%v after Redis resumed: %v (%v)", time.Since(resumed).Round(time.Millisecond), r, lastErr)
+		}
+		if time.Since(resumed) > within {
+			t.Fatalf("the tenant's next request not admitted within %v after Redis resumed: last %v (%v)", within, last.Reason, lastErr)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("admitted %v after Redis resumed", time.Since(resumed).Round(time.Millisecond))
+	held := []*core.Slot{last.Slot}
+	defer func() {
+		for _, s := range held {
+			s.Release()
+		}
+	}()
+	for i := int64(1); i <= n; i++ {
+		d, err := l.Check(context.Background(), req)
+		switch {
+		case i < n && d.Slot == nil:
+			t.Fatalf("request %d of %d: %v, %v; want a slot", i+1, n, d.Reason, err)
+		case i == n && d.Reason != core.ReasonConcurrencyLimit:
+			t.Fatalf("request %d with %d held: %v, %v; want a concurrency denial", i+1, n, d.Reason, err)
+		}
+		if d.Slot != nil {
+			held = append(held, d.Slot)
+		}
+	}
+}
+
+// pause stops srv (SIGSTOP), runs during, and resumes it (SIGCONT) for
+// long after the pause began.
+func pause(t *testing.T, srv *redistest.Server, long time.Duration, during func()) {
+	t.Helper()
+	start := time.Now()
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			_ = srv.Resume()
+		}
+	}()
+	during()
+	time.Sleep(time.Until(start.Add(long))) // the stall's length: the fault itself
+	resumed = true
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitGroup(t *testing.T, wg *sync.WaitGroup, within time.Duration, what string) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(within):
+		t.Fatalf("%s: not done within %v", what, within)
+	}
+}
+
+func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, within)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// watchConn counts the script commands written through it.
+type watchConn struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c *watchConn) Write(b []byte) (int, error) {
+	if n := bytes.Count(b, []byte("evalsha")); n > 0 {
+		c.writes.Add(int64(n))
+	}
+	return c.Conn.Write(b)
+}
