@@ -389,6 +389,10 @@ type forgets struct {
 	mu      sync.Mutex
 	pending []forget
 	running bool
+	// wake tells a worker waiting out a back-off that a new forget came:
+	// a new one is sent at once (with the ones being retried), as a
+	// release is
+	wake chan struct{}
 }
 
 type forget struct {
@@ -405,6 +409,10 @@ func (l *Limiter) forgetSlot(req Request, b quota.Bucket, s *slotCall) {
 	fs.pending = append(fs.pending, f)
 	if fs.running {
 		fs.mu.Unlock()
+		select {
+		case fs.wake <- struct{}{}:
+		default: // already woken
+		}
 		return
 	}
 	l.slotMu.Lock()
@@ -422,14 +430,17 @@ func (l *Limiter) forgetSlot(req Request, b quota.Bucket, s *slotCall) {
 		return
 	}
 	fs.running = true
+	if fs.wake == nil {
+		fs.wake = make(chan struct{}, 1)
+	}
 	fs.mu.Unlock()
-	go l.forgetLoop()
+	go l.forgetLoop(fs.wake)
 }
 
 // forgetLoop sends the pending forgets until none is left, retrying the
-// failed ones with back-off within their leases; once the limiter closes,
-// each is tried once more.
-func (l *Limiter) forgetLoop() {
+// failed ones with back-off within their leases (a new forget ends the
+// wait); once the limiter closes, each is tried once more.
+func (l *Limiter) forgetLoop(wake chan struct{}) {
 	defer l.slotsWG.Done()
 	fs := &l.forgets
 	backoff := 25 * time.Millisecond
@@ -468,11 +479,13 @@ func (l *Limiter) forgetLoop() {
 		t := time.NewTimer(backoff)
 		select {
 		case <-t.C:
+			backoff = min(2*backoff, time.Second)
+		case <-wake:
+			t.Stop()
 		case <-l.slotsClosing:
 			t.Stop()
 			closing = true
 		}
-		backoff = min(2*backoff, time.Second)
 	}
 }
 
