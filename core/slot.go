@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -367,12 +368,14 @@ func (l *Limiter) slotSettings() {
 
 // neverRun reports whether a failed check's script call certainly never
 // ran in the store: shed or closed before it was sent, queued behind a
-// stalled store, or refused by an error reply (the script takes its slot
-// last, after every command that can fail).
+// stalled store, its connection never made (a failed dial: nothing was
+// written), or refused by an error reply (the script takes its slot last,
+// after every command that can fail).
 func neverRun(err error) bool {
 	var shed *transport.ShedError
+	var op *net.OpError
 	return errors.As(err, &shed) || errors.Is(err, transport.ErrClosed) || errors.Is(err, transport.ErrStalled) ||
-		transport.IsErrorReply(err)
+		(errors.As(err, &op) && op.Op == "dial") || transport.IsErrorReply(err)
 }
 
 // forgets frees the slots of checks whose answer was not delivered (a
@@ -499,7 +502,9 @@ func (l *Limiter) giveUp(failed []forget) {
 
 // sendForgets runs batch's forgets, pipelined (maxReleaseBatch to a round
 // trip, each bounded by the store timeout), and returns those the store did
-// not answer.
+// not answer. After a round trip the store answered none of, the rest wait
+// for the next attempt: an outage costs one timeout per attempt, not one
+// per round trip.
 func (l *Limiter) sendForgets(batch []forget) (failed []forget) {
 	now := l.nowArg()
 	for len(batch) > 0 {
@@ -519,6 +524,7 @@ func (l *Limiter) sendForgets(batch []forget) (failed []forget) {
 			}
 			return nil
 		})
+		before := len(failed)
 		for i, f := range part {
 			err := cmds[i].Err()
 			if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
@@ -531,6 +537,9 @@ func (l *Limiter) sendForgets(batch []forget) (failed []forget) {
 			}
 		}
 		cancel()
+		if len(failed)-before == len(part) {
+			return append(failed, batch...)
+		}
 	}
 	return failed
 }
