@@ -15,6 +15,9 @@ import (
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/keys"
 	"github.com/tollgate-go/tollgate/core/quota"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
 // TestConcurrencyAbandonedChecks: a check of a concurrency-limited class
@@ -249,4 +252,115 @@ func (c *watchConn) Write(b []byte) (int, error) {
 		c.writes.Add(int64(n))
 	}
 	return c.Conn.Write(b)
+}
+
+// TestConcurrencyDroppedReply: the check ran in time and took its slot, but
+// its reply was lost (the fault proxy forwards the command, drops the reply
+// and resets the connection): the check is answered by the failure policy,
+// and its slot is forgotten. The forget runs although its own replies are
+// dropped too (the store holds no live slot within a second), is retried
+// until one gets through (counted as nothing given up), and the tenant is
+// admitted once replies flow again. Then, a store that answers nothing
+// (blackhole) for longer than the lease: the forget is given up a lease
+// after its check and counted (slots.expired, cause release_failed).
+func TestConcurrencyDroppedReply(t *testing.T) {
+	srv := redistest.NewServer(t)
+	proxy := redistest.NewFaultProxy(t, srv.Addr())
+	opt, err := redis.ParseURL(proxy.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.MaxRetries = -1
+	client := redis.NewClient(opt)
+	t.Cleanup(func() { _ = client.Close() })
+	direct := srv.Client(t)
+	reader := sdkmetric.NewManualReader()
+	const timeout, lease = 200 * time.Millisecond, 1200 * time.Millisecond
+	q := quota.Quota{Capacity: 1000, RefillPerSecond: 100, Concurrency: 1}
+	l, err := core.New(client, resolver(q), core.WithPrefix(redistest.Prefix(t)), core.WithTimeout(timeout),
+		core.WithCircuitBreaker(0, 0), core.WithConcurrencySlots(lease, 0),
+		core.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	req := core.Request{Tenant: quota.Tenant{ID: "t1"}, Class: "default", Cost: 1}
+	key, err := l.Keys().Slots("t1", "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := func() int64 {
+		now, err := direct.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return direct.ZCount(ctx, key, "("+strconv.FormatInt(now.UnixMicro(), 10), "+inf").Val()
+	}
+	givenUp := func() (n int64) {
+		for _, m := range collectMetrics(t, reader) {
+			if m.Name != "tollgate.slots.expired" {
+				continue
+			}
+			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				if c, _ := dp.Attributes.Value(attribute.Key("cause")); c.AsString() == "release_failed" {
+					n += dp.Value
+				}
+			}
+		}
+		return n
+	}
+	d, err := l.Check(ctx, req)
+	if err != nil || d.Slot == nil {
+		t.Fatalf("before the fault: %v, %v", d.Reason, err)
+	}
+	d.Slot.Release()
+
+	proxy.Set(redistest.DropReply)
+	d, err = l.Check(ctx, req)
+	if d.Reason != core.ReasonFailedOpen || d.Slot != nil {
+		t.Fatalf("a check whose reply was dropped: %v (%v), slot %v; want failed open without a slot", d.Reason, err, d.Slot)
+	}
+	waitUntil(t, time.Second, "the slot of the check whose reply was dropped freed in the store", func() bool { return live() == 0 })
+	proxy.Set(redistest.Pass)
+	at := time.Now()
+	for {
+		d, err = l.Check(ctx, req)
+		if d.Slot != nil {
+			break
+		}
+		if time.Since(at) > time.Second {
+			t.Fatalf("not admitted within 1 s after replies flow again: %v (%v)", d.Reason, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	d.Slot.Release()
+	if n := givenUp(); n != 0 {
+		t.Fatalf("%d forgets given up, though the store answered a retry", n)
+	}
+
+	proxy.Set(redistest.Blackhole)
+	start := time.Now()
+	if d, _ = l.Check(ctx, req); d.Slot != nil {
+		t.Fatalf("a check while the store answers nothing: %v with a slot", d.Reason)
+	}
+	// given up once its lease from the check has run, within a last
+	// back-off and attempt (at most a second and a timeout)
+	waitUntil(t, lease+time.Second+2*timeout+time.Second, "the forget given up", func() bool { return givenUp() == 1 })
+	if took := time.Since(start); took < lease-timeout {
+		t.Fatalf("the forget given up %v after its check; want about the lease, %v", took, lease)
+	}
+	proxy.Set(redistest.Pass)
+	at = time.Now()
+	for {
+		d, err = l.Check(ctx, req)
+		if d.Slot != nil {
+			break
+		}
+		if time.Since(at) > time.Second {
+			t.Fatalf("not admitted within 1 s after the blackhole: %v (%v)", d.Reason, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	d.Slot.Release()
 }
