@@ -107,7 +107,8 @@ type Limiter struct {
 	// tiered is the resolver's Buckets that also says why an answer is
 	// the tier defaults in place of overrides not loaded in time (a
 	// quota.TieredResolver's, see hooks.Resolve); nil for another resolver
-	tiered func(context.Context, quota.Tenant, string) ([]quota.Bucket, string, error)
+	tiered  func(context.Context, quota.Tenant, string) ([]quota.Bucket, string, error)
+	forgets forgets
 }
 
 // New returns a limiter that keeps its buckets in client (any go-redis v9

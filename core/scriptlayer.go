@@ -56,12 +56,17 @@ func (s *scriptLayer) call(ctx context.Context, c *checkCall) (d Decision, wrote
 				err = &transport.RequestError{Err: err}
 			}
 		}
+		if err != nil && takes(cost, c.costs) && !neverRun(err) {
+			// the store may run it, or have run it: whatever the caller is
+			// answered, it holds no slot
+			l.forgetSlot(req, buckets[c.slot.index], c.slot)
+		}
 	}
 	if err != nil {
 		return Decision{}, wrote, err
 	}
 	d.mixedCosts = c.costs != nil
-	if c.slot != nil && d.Reason == ReasonOK && (cost > 0 || slices.ContainsFunc(c.costs, func(k int64) bool { return k > 0 })) {
+	if c.slot != nil && d.Reason == ReasonOK && takes(cost, c.costs) {
 		d.Slot = l.newSlot(req, buckets[c.slot.index], c.slot.key, c.slot.id, c.sent)
 	}
 	return d, wrote, nil
@@ -93,4 +98,10 @@ func (l *Limiter) run(ctx context.Context, tenant string, args []any) (v any, wr
 		err = transport.StoreError(ctx, l.cfg.timeout, err)
 	}
 	return v, wrote, err
+}
+
+// takes reports whether a check of the concurrency script takes a slot
+// when admitted: any cost above 0 (all 0 is a peek).
+func takes(cost int64, costs []int64) bool {
+	return cost > 0 || slices.ContainsFunc(costs, func(k int64) bool { return k > 0 })
 }

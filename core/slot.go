@@ -4,8 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -361,4 +364,182 @@ func (l *Limiter) slotSettings() {
 	l.leaseMicros = strconv.FormatInt(l.cfg.slotLease.Microseconds(), 10)
 	ms := (l.cfg.slotLease + time.Millisecond - 1) / time.Millisecond // rounded up
 	l.slotTTL = strconv.FormatInt(int64(ms)+1000, 10)
+}
+
+// neverRun reports whether a failed check's script call certainly never
+// ran in the store: shed or closed before it was sent, queued behind a
+// stalled store, its connection never made (a failed dial: nothing was
+// written), or refused by an error reply (the script takes its slot last,
+// after every command that can fail).
+func neverRun(err error) bool {
+	var shed *transport.ShedError
+	var op *net.OpError
+	return errors.As(err, &shed) || errors.Is(err, transport.ErrClosed) || errors.Is(err, transport.ErrStalled) ||
+		(errors.As(err, &op) && op.Op == "dial") || transport.IsErrorReply(err)
+}
+
+// forgets frees the slots of checks whose answer was not delivered (a
+// timeout, a late reply, a caller gone: the failure policy, a shed or a
+// cancellation answered it): the store may have run the check's script, or
+// may run it later, from a connection the process gave up on. Each is
+// forgotten by the concurrency script's Forget (see its header), which
+// removes the slot if it was taken and otherwise leaves a tombstone that
+// stops the take: either order frees it. The pending ones are sent in one
+// pipeline by a background worker, and retried with back-off (as releases
+// are) until the store answers each or its lease from the check has run
+// out; one given up is counted as a release that failed.
+type forgets struct {
+	mu      sync.Mutex
+	pending []forget
+	running bool
+	// wake tells a worker waiting out a back-off that a new forget came:
+	// a new one is sent at once (with the ones being retried), as a
+	// release is
+	wake chan struct{}
+}
+
+type forget struct {
+	key, id string
+	until   time.Time // retried until then: the lease from the check
+	labels  metric.AddOption
+}
+
+// forgetSlot forgets the slot s of req's check (see forgets).
+func (l *Limiter) forgetSlot(req Request, b quota.Bucket, s *slotCall) {
+	f := forget{key: s.key, id: s.id, until: time.Now().Add(l.cfg.slotLease), labels: l.metrics.slotSet(req, b.Name)}
+	fs := &l.forgets
+	fs.mu.Lock()
+	fs.pending = append(fs.pending, f)
+	if fs.running {
+		fs.mu.Unlock()
+		select {
+		case fs.wake <- struct{}{}:
+		default: // already woken
+		}
+		return
+	}
+	l.slotMu.Lock()
+	closed := l.slotsClosed
+	if !closed {
+		l.slotsWG.Add(1)
+	}
+	l.slotMu.Unlock()
+	if closed {
+		// the limiter is closing: one attempt, now
+		batch := fs.pending
+		fs.pending = nil
+		fs.mu.Unlock()
+		l.giveUp(l.sendForgets(batch))
+		return
+	}
+	fs.running = true
+	if fs.wake == nil {
+		fs.wake = make(chan struct{}, 1)
+	}
+	fs.mu.Unlock()
+	go l.forgetLoop(fs.wake)
+}
+
+// forgetLoop sends the pending forgets until none is left, retrying the
+// failed ones with back-off within their leases (a new forget ends the
+// wait); once the limiter closes, each is tried once more.
+func (l *Limiter) forgetLoop(wake chan struct{}) {
+	defer l.slotsWG.Done()
+	fs := &l.forgets
+	backoff := 25 * time.Millisecond
+	closing := false
+	for {
+		fs.mu.Lock()
+		batch := fs.pending
+		fs.pending = nil
+		if len(batch) == 0 {
+			fs.running = false
+			fs.mu.Unlock()
+			return
+		}
+		fs.mu.Unlock()
+		failed := l.sendForgets(batch)
+		if closing {
+			l.giveUp(failed)
+			continue
+		}
+		if len(failed) == 0 {
+			backoff = 25 * time.Millisecond
+			continue
+		}
+		now := time.Now()
+		keep := failed[:0]
+		for _, f := range failed {
+			if now.Add(backoff).Before(f.until) {
+				keep = append(keep, f)
+			} else {
+				l.giveUp([]forget{f})
+			}
+		}
+		fs.mu.Lock()
+		fs.pending = append(keep, fs.pending...)
+		fs.mu.Unlock()
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+			backoff = min(2*backoff, time.Second)
+		case <-wake:
+			t.Stop()
+		case <-l.slotsClosing:
+			t.Stop()
+			closing = true
+		}
+	}
+}
+
+// giveUp counts forgets that never reached the store: their slots, if the
+// store takes them, expire at their deadline.
+func (l *Limiter) giveUp(failed []forget) {
+	for _, f := range failed {
+		l.metrics.slotExpired(f.labels, "release_failed")
+	}
+}
+
+// sendForgets runs batch's forgets, pipelined (maxReleaseBatch to a round
+// trip, each bounded by the store timeout), and returns those the store did
+// not answer. After a round trip the store answered none of, the rest wait
+// for the next attempt: an outage costs one timeout per attempt, not one
+// per round trip.
+func (l *Limiter) sendForgets(batch []forget) (failed []forget) {
+	now := l.nowArg()
+	for len(batch) > 0 {
+		part := batch[:min(len(batch), maxReleaseBatch)]
+		batch = batch[len(part):]
+		lines := make([][]any, len(part))
+		for i, f := range part {
+			lines[i] = concurrencyScript.Line([]string{f.key}, now, f.id, l.leaseMicros, l.slotTTL, "forget")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.timeout)
+		cmds := make([]*redis.Cmd, len(part))
+		_, _ = l.scripts.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, line := range lines {
+				cmds[i] = redis.NewCmd(ctx, line...)
+				cmds[i].SetFirstKeyPos(3)
+				_ = p.Process(ctx, cmds[i])
+			}
+			return nil
+		})
+		before := len(failed)
+		for i, f := range part {
+			err := cmds[i].Err()
+			if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+				// the store lost its script cache: EVAL loads it
+				_, err = concurrencyScript.Run(ctx, l.scripts, lines[i])
+			}
+			if err != nil {
+				l.logDegraded("tollgate: the concurrency slot of an unanswered check could not be freed; retrying within its lease", Request{}, err, "key", f.key)
+				failed = append(failed, f)
+			}
+		}
+		cancel()
+		if len(failed)-before == len(part) {
+			return append(failed, batch...)
+		}
+	}
+	return failed
 }

@@ -41,6 +41,19 @@
 -- slot's deadline to now + lease and replies 1, or replies 0 when the slot
 -- is gone (released, reset, or past its deadline: then it no longer counted
 -- and another request may hold its place, so it is removed, not revived).
+--
+-- Forget (one key, the slot set; ARGV[1] to ARGV[4] as Renew's, ARGV[5]
+-- "forget"): the check that sent the slot id was not answered to its caller
+-- (timed out, abandoned): whether or not its acquire has run, it must hold
+-- no slot. A slot it took is removed (reply 1 while it still counted, else
+-- 0); when its acquire has not run (or never will), a tombstone is left in
+-- its place, member = the id, score = -(now + lease): it never counts (a
+-- negative score is never ahead of now), and an acquire that finds its own
+-- id in the set takes no slot and charges nothing (reason 3). The
+-- tombstone is removed with the expired slots once its score's deadline has
+-- passed, so an acquire run more than a lease after its forget is not
+-- stopped: that slot expires a lease after it was taken, as any slot whose
+-- holder is gone.
 
 -- A number handed to redis.call is formatted with 14 digits: deadlines
 -- (16 digits) are formatted here.
@@ -70,6 +83,17 @@ end
 if nk == 1 then
   local skey, id = KEYS[1], ARGV[2]
   local score = redis.call('ZSCORE', skey, id)
+  if ARGV[5] == 'forget' then
+    -- a live or expired slot has a positive score, a tombstone a negative one
+    if score and tonumber(score) > 0 then
+      redis.call('ZREM', skey, id)
+      if tonumber(score) > now then return 1 end
+      return 0
+    end
+    redis.call('ZADD', skey, fmt('%.17g', -(now + tonumber(ARGV[3]))), id)
+    extend(skey, ARGV[4])
+    return 0
+  end
   if not score then return 0 end
   if tonumber(score) <= now then
     redis.call('ZREM', skey, id)
@@ -134,8 +158,10 @@ for i = 1, n do
   end
 end
 
+-- the request's own id already in the set is its forget's tombstone: the
+-- caller is gone, nothing is taken
 local wait = 0
-if reason == 0 and spend > 0 and held >= limit then
+if reason == 0 and spend > 0 and (held >= limit or redis.call('ZSCORE', skey, ARGV[a + 2])) then
   reason = 3
   local first = redis.call('ZRANGEBYSCORE', skey, live, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   if first[2] then wait = tonumber(first[2]) - now end
@@ -166,8 +192,9 @@ if spend > 0 then
   -- a new set gets its TTL without reading one
   local all = held > 0 and redis.call('ZCARD', skey) or 0
   if all > held or (held == 0 and redis.call('EXISTS', skey) == 1) then
-    redis.call('ZREMRANGEBYSCORE', skey, '-inf', stamp)
-    all = held
+    -- the expired slots (scores up to now) and tombstones (down to -now)
+    redis.call('ZREMRANGEBYSCORE', skey, '-' .. stamp, stamp)
+    all = redis.call('ZCARD', skey)
   end
   redis.call('ZADD', skey, fmt('%.17g', now + tonumber(ARGV[a + 1])), ARGV[a + 2])
   if all == 0 then

@@ -11,6 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/keys"
+	"github.com/tollgate-go/tollgate/core/lua"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/core/render"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -351,5 +353,109 @@ func TestConcurrencyReleaseUnreachable(t *testing.T) {
 	d.Slot.Release()
 	if held() > 1 {
 		t.Fatalf("held %d", held())
+	}
+}
+
+// TestConcurrencyForget drives the concurrency script's Forget (the slot of
+// a check whose answer was not delivered) on real Redis, standalone and
+// Cluster, on its own clock: either order of take and forget leaves no
+// slot and the limit free; a take that comes after its forget takes
+// nothing and charges nothing; a forget sent twice (a retry) is the same as
+// once; the tombstone counts for nothing, and lives one lease, after which
+// an admission removes it.
+func TestConcurrencyForget(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			c := b.client(t)
+			ctx := context.Background()
+			src := lua.Concurrency()
+			ks, err := keys.New(redistest.Prefix(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			const lease = 1_000_000 // µs
+			take := func(tenant, id string, now int64) []any {
+				t.Helper()
+				bk, err := ks.Bucket(tenant, "reports")
+				if err != nil {
+					t.Fatal(err)
+				}
+				v, err := c.Eval(ctx, src, []string{bk, bk + ":slots"}, now, 1, 100, 1, 60000, 1, lease, id, 61000).Slice()
+				if err != nil {
+					t.Fatalf("take %s: %v", id, err)
+				}
+				return v
+			}
+			forget := func(tenant, id string, now int64) int64 {
+				t.Helper()
+				sk, _ := ks.Slots(tenant, "reports")
+				n, err := c.Eval(ctx, src, []string{sk}, now, id, lease, 61000, "forget").Int64()
+				if err != nil {
+					t.Fatalf("forget %s: %v", id, err)
+				}
+				return n
+			}
+			members := func(tenant string) []redis.Z {
+				sk, _ := ks.Slots(tenant, "reports")
+				return c.ZRangeWithScores(ctx, sk, 0, -1).Val()
+			}
+			for _, k := range []string{"f1", "f2"} {
+				sk, _ := ks.Slots(k, "reports")
+				bk, _ := ks.Bucket(k, "reports")
+				t.Cleanup(func() { c.Del(context.Background(), sk); c.Del(context.Background(), bk) })
+			}
+			const t0 = 1_000_000_000
+
+			// forgotten first: the late take takes nothing, charges nothing
+			if n := forget("f1", "late", t0); n != 0 {
+				t.Fatalf("forget before the take: %d; want 0", n)
+			}
+			if n := forget("f1", "late", t0+1); n != 0 {
+				t.Fatalf("forget retried: %d; want 0", n)
+			}
+			if z := members("f1"); len(z) != 1 || z[0].Member != "late" || z[0].Score >= 0 {
+				t.Fatalf("after the forget: %v; want one tombstone with a negative score", z)
+			}
+			if r := take("f1", "late", t0+2); r[0] != int64(0) || r[1] != int64(3) {
+				t.Fatalf("the take after its forget: %v; want refused, reason 3", r)
+			}
+			bk, _ := ks.Bucket("f1", "reports")
+			if n := c.Exists(ctx, bk).Val(); n != 0 {
+				t.Fatalf("the refused take wrote its bucket")
+			}
+			// the tombstone does not count: the one slot is free
+			if r := take("f1", "other", t0+3); r[0] != int64(1) || r[3] != int64(1) {
+				t.Fatalf("a take beside the tombstone: %v; want admitted, 1 held", r)
+			}
+			if n := forget("f1", "other", t0+4); n != 1 {
+				t.Fatalf("forget of a slot taken: %d; want 1", n)
+			}
+			// the tombstone outlives its lease only until an admission
+			if r := take("f1", "third", t0+1+lease+1); r[0] != int64(1) {
+				t.Fatalf("a take after the lease: %v", r)
+			}
+			for _, z := range members("f1") {
+				if z.Member == "late" {
+					t.Fatalf("the tombstone is still there a lease after its forget: %v", members("f1"))
+				}
+			}
+
+			// taken first: the forget removes it, and leaves no tombstone
+			if r := take("f2", "early", t0); r[0] != int64(1) {
+				t.Fatalf("take: %v", r)
+			}
+			if r := take("f2", "next", t0+1); r[1] != int64(3) {
+				t.Fatalf("a second take with one slot held: %v; want reason 3", r)
+			}
+			if n := forget("f2", "early", t0+2); n != 1 {
+				t.Fatalf("forget after the take: %d; want 1", n)
+			}
+			if z := members("f2"); len(z) != 0 {
+				t.Fatalf("after the forget of a slot taken: %v; want an empty set", z)
+			}
+			if r := take("f2", "next", t0+3); r[0] != int64(1) {
+				t.Fatalf("a take after the forget: %v; want admitted", r)
+			}
+		})
 	}
 }
