@@ -6,6 +6,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -114,12 +115,29 @@ func TestBatchingClose(t *testing.T) {
 // is long (10 s) so that the bound says "did not wait", not "was fast";
 // the stall is lifted as soon as the healthy checks are done, and the
 // slow master's tenants are then answered by Redis too.
+//
+// With batching off the same holds of connections: each master's pool is
+// its own (go-redis's, PoolSize per node), and so is the wait for one. The
+// pools are one connection each here, so that the slow master's calls
+// hold every connection they may.
 func TestBatchingSlowMasterHoldsOnlyItsTenants(t *testing.T) {
+	for _, batching := range []bool{true, false} {
+		t.Run(map[bool]string{true: "batched", false: "direct"}[batching], func(t *testing.T) {
+			slowMasterHoldsOnlyItsTenants(t, batching)
+		})
+	}
+}
+
+func slowMasterHoldsOnlyItsTenants(t *testing.T, batching bool) {
 	const timeout = 10 * time.Second
 	cl := redistest.NewCluster(t, 3, 0)
 	slow := cl.Master(t, 0).Addr()
 	proxy := redistest.NewFaultProxy(t, slow)
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(),
+	// without batching, one connection per master, opened by the warm-up
+	// below: a connection opened while the master's replies are held could
+	// not finish its handshake
+	pool := map[bool]int{true: 4, false: 1}[batching]
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), PoolSize: pool,
 		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			if addr == slow {
 				addr = proxy.Addr() // every connection to the slow master goes through the proxy
@@ -128,9 +146,10 @@ func TestBatchingSlowMasterHoldsOnlyItsTenants(t *testing.T) {
 			return d.DialContext(ctx, network, addr)
 		}})
 	t.Cleanup(func() { _ = cc.Close() })
+	direct := cl.Master(t, 0).Client(t) // not through the proxy
 	reader := sdkmetric.NewManualReader()
 	l := newLimiter(t, cc, staticResolver(quota.Bucket{Name: "default", Quota: quota.PerSecond(100000)}),
-		core.WithBatching(true), core.WithTimeout(timeout), core.WithFailurePolicy(core.FailClosed),
+		core.WithBatching(batching), core.WithTimeout(timeout), core.WithFailurePolicy(core.FailClosed),
 		core.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
 	ctx := context.Background()
 	var onSlow, onHealthy []string
@@ -156,6 +175,7 @@ func TestBatchingSlowMasterHoldsOnlyItsTenants(t *testing.T) {
 		check(t, l, tn, 0) // every master's connections and script cache warm
 	}
 
+	ran := evalshaCalls(t, direct)
 	proxy.Set(redistest.Stall)
 	t.Cleanup(func() { proxy.Set(redistest.Pass) })
 	before := roundTrips(t, reader)
@@ -168,9 +188,15 @@ func TestBatchingSlowMasterHoldsOnlyItsTenants(t *testing.T) {
 			slowAnswers[i], slowErrs[i] = d.Reason, err
 		})
 	}
-	// the slow master's checks are on the wire (two pipelines in flight),
-	// the rest of them queued
-	waitUntil(t, "the slow master's checks on the wire", func() bool { return roundTrips(t, reader) >= before+2 })
+	if batching {
+		// the slow master's checks are on the wire (two pipelines in
+		// flight), the rest of them queued
+		waitUntil(t, "the slow master's checks on the wire", func() bool { return roundTrips(t, reader) >= before+2 })
+	} else {
+		// the one connection to the slow master carries a check (the
+		// master ran it: only its reply is held), the rest wait for it
+		waitUntil(t, "the slow master's connection busy", func() bool { return evalshaCalls(t, direct) >= ran+1 })
+	}
 
 	const perTenant = 5
 	type answer struct {
@@ -221,4 +247,22 @@ func TestBatchingSlowMasterHoldsOnlyItsTenants(t *testing.T) {
 		}
 	}
 	t.Logf("%d checks on healthy masters while the slow master held its replies: the longest took %v", n, worst)
+}
+
+// evalshaCalls is how many EVALSHA calls c's server has run (INFO
+// commandstats).
+func evalshaCalls(t *testing.T, c *redis.Client) int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:calls="); ok {
+			calls, _, _ := strings.Cut(rest, ",")
+			n, _ := strconv.ParseInt(calls, 10, 64)
+			return n
+		}
+	}
+	return 0
 }

@@ -57,12 +57,9 @@ type Batcher struct {
 	sizes      metric.Int64Histogram // checks per round trip (nil: not recorded)
 	shares     *tenantShares         // queued checks by tenant, in every lane
 
-	one     lane       // the only lane, or on a Cluster the lane of checks whose master is not known
-	lanes   sync.Map   // Cluster master address -> *lane
-	nlanes  int        // under lanesMu
-	lanesMu sync.Mutex // a lane is added under it, and Close closes under it
-	closed  bool       // under lanesMu
-	wg      sync.WaitGroup
+	one   lane           // the only lane, or on a Cluster the lane of checks whose master is not known
+	lanes *masters[lane] // a lane per Cluster master
+	wg    sync.WaitGroup
 }
 
 // lane is one master's share of the batcher: its batches in flight, the
@@ -88,10 +85,6 @@ type lane struct {
 	loadMu sync.Mutex
 	loaded bool
 }
-
-// maxLanes bounds the lanes kept for Cluster masters (addresses change with
-// failovers): past it, new masters' checks share the default lane.
-const maxLanes = 1024
 
 // pendingCheck is one check's script call as the batcher holds it.
 type pendingCheck struct {
@@ -149,6 +142,11 @@ func NewBatcher(client redis.UniversalClient, script *Script, timeout, ctxTimeou
 		maxPending: defaultMaxPending, sizes: sizes, shares: newTenantShares(defaultMaxPerTenant)}
 	b.cluster, _ = client.(*redis.ClusterClient)
 	b.one.init(b, nil)
+	b.lanes = newMasters(client, &b.one, func(node *redis.Client) *lane {
+		ln := &lane{}
+		ln.init(b, node)
+		return ln
+	})
 	return b
 }
 
@@ -189,46 +187,7 @@ var (
 // returns its answer and when its command was sent, or ctx's error when the
 // caller leaves first, or a shedError.
 func (b *Batcher) Do(ctx context.Context, tenant string, args []any) (any, time.Time, error) {
-	return b.laneFor(ctx, args).do(ctx, tenant, args)
-}
-
-// laneFor returns the lane of the master that holds the keys of args (a
-// whole command line, see Script.Args): the only lane but on a Cluster.
-func (b *Batcher) laneFor(ctx context.Context, args []any) *lane {
-	if b.cluster == nil {
-		return &b.one
-	}
-	if n, _ := args[2].(int); n == 0 {
-		return &b.one
-	}
-	key, ok := args[3].(string)
-	if !ok {
-		return &b.one
-	}
-	// the slot map is cached (the breaker looks the same master up for
-	// the check); a lookup that must load it is bounded by the client's
-	// own timeouts
-	m, err := b.cluster.MasterForKey(ctx, key)
-	if err != nil {
-		return &b.one
-	}
-	addr := m.Options().Addr
-	if ln, ok := b.lanes.Load(addr); ok {
-		return ln.(*lane)
-	}
-	b.lanesMu.Lock()
-	defer b.lanesMu.Unlock()
-	if ln, ok := b.lanes.Load(addr); ok {
-		return ln.(*lane)
-	}
-	if b.closed || b.nlanes >= maxLanes {
-		return &b.one
-	}
-	ln := &lane{}
-	ln.init(b, m)
-	b.lanes.Store(addr, ln)
-	b.nlanes++
-	return ln
+	return b.lanes.of(ctx, args).do(ctx, tenant, args)
 }
 
 func (ln *lane) do(ctx context.Context, tenant string, args []any) (any, time.Time, error) {
@@ -560,15 +519,8 @@ func (ln *lane) close() {
 // Close refuses new checks and waits for the batches in flight, which
 // send the checks queued.
 func (b *Batcher) Close() {
-	b.lanesMu.Lock()
-	b.closed = true
-	b.lanesMu.Unlock()
 	// no lane is added from here on; a check that took a lane's lock
 	// before it closed is queued or on the wire, counted by wg
-	b.one.close()
-	b.lanes.Range(func(_, v any) bool {
-		v.(*lane).close()
-		return true
-	})
+	b.lanes.close((*lane).close)
 	b.wg.Wait() // queued checks are sent by the batches in flight
 }
