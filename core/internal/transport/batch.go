@@ -73,7 +73,10 @@ type lane struct {
 	mu      sync.Mutex
 	active  atomic.Int32             // batches on the wire; changed under mu, read without
 	pending fairQueue[*pendingCheck] // checks waiting for a batch
-	closed  bool                     // Close was called: checks are refused
+	// since is when the queue last moved (a batch left) or, if later,
+	// began (unix nanos); see stale
+	since  int64
+	closed bool // Close was called: checks are refused
 	// backSent is when the latest batch that came back with a reply was
 	// sent (unix nanos), and next is the next batch to come back: a check
 	// that waited out its budget in the queue was held by this process when
@@ -122,8 +125,11 @@ func (c *pendingCheck) result() (any, time.Time, error) {
 }
 
 const (
-	defaultMaxBatch   = 128
-	defaultInflight   = 2
+	defaultMaxBatch = 128
+	defaultInflight = 2
+	// maxInflight bounds a lane's batches on the wire when its queue is
+	// stale (see lane.stale)
+	maxInflight       = 4 * defaultInflight
 	defaultMaxPending = 16 * defaultMaxBatch
 	// defaultMaxPerTenant is one tenant's share of the queue: a quarter of
 	// it (512). One batch (128) was too little: a hot tenant behind 256
@@ -224,7 +230,7 @@ func (ln *lane) do(ctx context.Context, tenant string, args []any) (any, time.Ti
 		ln.handOff()
 		return v, sent, err
 	}
-	if int(ln.active.Load()) >= b.inflight {
+	if int(ln.active.Load()) >= b.inflight && !ln.stale(b) {
 		if !held && !b.shares.take(tenant) {
 			ln.mu.Unlock()
 			return nil, time.Time{}, errTenantShare
@@ -236,10 +242,15 @@ func (ln *lane) do(ctx context.Context, tenant string, args []any) (any, time.Ti
 		}
 		c := pendingChecks.Get().(*pendingCheck)
 		c.ctx, c.tenant, c.args, c.queued = ctx, tenant, args, time.Now()
+		if ln.pending.n == 0 {
+			ln.since = c.queued.UnixNano()
+		}
 		ln.pending.push(tenant, c)
 		ln.mu.Unlock()
 		return c.wait(ctx, ln)
 	}
+	// a batch slot is free, or the queue is stale: this check leads a
+	// batch of itself and what is queued
 	ln.active.Add(1)
 	c := pendingChecks.Get().(*pendingCheck)
 	c.ctx, c.tenant, c.args = ctx, tenant, args
@@ -330,10 +341,25 @@ func (ln *lane) back(sent time.Time, answered bool) {
 	close(cy.done)
 }
 
+// stale reports whether the lane's queue has waited half a queued check's
+// budget for a batch to leave while an extra batch may still go out
+// (fewer than maxInflight on the wire): its batches' store timeouts passed
+// long since, so their leaders, with a reply or a timeout in hand, wait to
+// be run (the process is starved of CPU, e.g. by a flood on thousands of
+// connections). A check that finds the queue stale leads a batch of its own
+// with the queue's head in it, instead of queueing behind them: the checks
+// queued leave within their budget, and are not shed for the leaders'
+// wait. Callers hold mu.
+func (ln *lane) stale(b *Batcher) bool {
+	return ln.pending.n > 0 && int(ln.active.Load()) < maxInflight &&
+		time.Now().UnixNano()-ln.since >= int64(LocalBudget(b.timeout)/2)
+}
+
 // take returns first plus up to maxBatch-1 queued checks, in the fair
 // queue's round-robin order, dropping the abandoned ones. Callers hold mu.
 func (ln *lane) take(first *pendingCheck) []*pendingCheck {
 	b := ln.b
+	ln.since = time.Now().UnixNano()
 	batch := make([]*pendingCheck, 0, min(ln.pending.n, b.maxBatch-1)+1)
 	batch = append(batch, first)
 	for len(batch) < b.maxBatch {
