@@ -79,9 +79,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "httpbench: -lease-ttl must be positive")
 		os.Exit(2)
 	}
-	if *flagServe {
+	switch {
+	case *flagServe:
 		err = serve(*flagConfig, *flagAddr, *flagRedis)
-	} else {
+	case *flagFlood > 0:
+		err = floodDrive()
+	default:
 		err = drive()
 	}
 	if err != nil {

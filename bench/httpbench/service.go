@@ -10,6 +10,7 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -134,15 +135,27 @@ func tenantID(c *gin.Context) string {
 // whose client had already gone when they were answered (wrk closes its
 // connections when a run ends, cancelling the requests in flight): no
 // client sees those answers, so they are neither admissions nor errors.
-type counts struct{ ok, limited, other, degraded, gone atomic.Int64 }
+type counts struct {
+	ok, limited, other, degraded, gone atomic.Int64
+	// errs counts the limiter's errors by message (its first 120 bytes),
+	// printed when the service stops: the flood mode's shed causes
+	errs sync.Map // string -> *atomic.Int64
+}
 
 // onError counts the limiter's errors: tollgate then decides by its
 // failure policy (fail open by default, e.g. after its 100 ms timeout);
 // the others answer 503. An error because the client went away is not
 // the limiter's.
-func (n *counts) onError(c *gin.Context, _ error) {
+func (n *counts) onError(c *gin.Context, err error) {
 	if c.Request.Context().Err() == nil {
 		n.degraded.Add(1)
+		msg := err.Error()
+		msg = msg[:min(len(msg), 120)]
+		v, ok := n.errs.Load(msg)
+		if !ok {
+			v, _ = n.errs.LoadOrStore(msg, new(atomic.Int64))
+		}
+		v.(*atomic.Int64).Add(1)
 	}
 }
 
@@ -312,6 +325,10 @@ func serve(config, addr, redisURL string) error {
 		return err
 	case <-ctx.Done():
 	}
+	n.errs.Range(func(k, v any) bool {
+		fmt.Fprintf(os.Stderr, "limiter error x%d: %s\n", v.(*atomic.Int64).Load(), k)
+		return true
+	})
 	shutdown, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, context.DeadlineExceeded) {

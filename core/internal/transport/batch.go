@@ -19,39 +19,64 @@ import (
 // back, the queue goes out as the next batch. So batches grow exactly as
 // fast as Redis answers.
 //
+// On a Cluster, each master has a lane of its own (its batches in flight,
+// its queue, its evidence of what came back): a check joins the lane of
+// the master that holds its keys (a tenant's keys share one slot), and a
+// batch carries only that master's checks, so a slow or silent master holds
+// only its own tenants' checks, never a batch or a queue of another
+// master's. A check whose master is not known (no slot map yet) takes a
+// lane of its own, shared by every such check. A standalone, failover or
+// Ring client has one lane.
+//
 // Time in the queue is the process's, not the store's: a command's store
 // timeout starts when its batch is handed to the connection. A queued check
 // waits at most LocalBudget(timeout) for its batch to leave; one that waited longer
 // is taken out of the queue unsent and shed (ShedError, ReasonOverloaded) when
-// batches kept coming back meanwhile, or answered by the failure policy
+// its lane's batches kept coming back meanwhile, or answered by the failure policy
 // (ErrStalled) when none did: then the store, not this process, held it. So is
-// is a check that finds the queue full or its tenant's share of it full
-// (maxPerTenant: one tenant's flood is shed, other tenants' checks still
+// is a check that finds its lane's queue full or its tenant's share of the
+// queues full (maxPerTenant: one tenant's flood is shed, other tenants' checks still
 // reach Redis). A shed check was never sent, so it charged nothing and says
 // nothing about the store.
 //
-// Every command in a pipeline is EVALSHA. The script is loaded on every
-// master before the first batch, and again when a reply says NOSCRIPT (a
+// Every command in a pipeline is EVALSHA. The script is loaded on a lane's
+// master before its first batch, and again when a reply says NOSCRIPT (a
 // restart, failover or SCRIPT FLUSH): a NOSCRIPT command was not executed, so
 // only those are sent again. A command that timed out or lost its connection
 // is never replayed: every script command is a noRetryCmd, so go-redis does
 // not resend it or the pipeline holding it, whatever MaxRetries says.
 type Batcher struct {
 	client     redis.UniversalClient
+	cluster    *redis.ClusterClient // nil: one lane
 	script     *Script
 	timeout    time.Duration // the store timeout (a queued check's budget is localBudget of it)
 	ctxTimeout time.Duration // set on each call's context when the client's sockets do not bound it
 	maxBatch   int
-	inflight   int
-	maxPending int
+	inflight   int                   // batches on the wire per lane
+	maxPending int                   // checks queued per lane
 	sizes      metric.Int64Histogram // checks per round trip (nil: not recorded)
+	shares     *tenantShares         // queued checks by tenant, in every lane
+
+	one   lane           // the only lane, or on a Cluster the lane of checks whose master is not known
+	lanes *masters[lane] // a lane per Cluster master
+	wg    sync.WaitGroup
+}
+
+// lane is one master's share of the batcher: its batches in flight, the
+// checks waiting for one, and what came back.
+type lane struct {
+	b *Batcher
+	// node is the master the lane's script is loaded on; nil: the client's
+	// (every master of a Cluster)
+	node *redis.Client
 
 	mu      sync.Mutex
 	active  atomic.Int32             // batches on the wire; changed under mu, read without
 	pending fairQueue[*pendingCheck] // checks waiting for a batch
-	shares  *tenantShares            // queued checks by tenant
-	closed  bool
-	wg      sync.WaitGroup
+	// since is when the queue last moved (a batch left) or, if later,
+	// began (unix nanos); see stale
+	since  int64
+	closed bool // Close was called: checks are refused
 	// backSent is when the latest batch that came back with a reply was
 	// sent (unix nanos), and next is the next batch to come back: a check
 	// that waited out its budget in the queue was held by this process when
@@ -100,8 +125,11 @@ func (c *pendingCheck) result() (any, time.Time, error) {
 }
 
 const (
-	defaultMaxBatch   = 128
-	defaultInflight   = 2
+	defaultMaxBatch = 128
+	defaultInflight = 2
+	// maxInflight bounds a lane's batches on the wire when its queue is
+	// stale (see lane.stale)
+	maxInflight       = 4 * defaultInflight
 	defaultMaxPending = 16 * defaultMaxBatch
 	// defaultMaxPerTenant is one tenant's share of the queue: a quarter of
 	// it (512). One batch (128) was too little: a hot tenant behind 256
@@ -117,9 +145,20 @@ const (
 // context, sizes (nil: none) observes each batch's size.
 func NewBatcher(client redis.UniversalClient, script *Script, timeout, ctxTimeout time.Duration, sizes metric.Int64Histogram) *Batcher {
 	b := &Batcher{client: client, script: script, timeout: timeout, ctxTimeout: ctxTimeout, maxBatch: defaultMaxBatch, inflight: defaultInflight,
-		maxPending: defaultMaxPending, sizes: sizes, shares: newTenantShares(defaultMaxPerTenant), pending: newFairQueue[*pendingCheck]()}
-	b.next.Store(&cycle{done: make(chan struct{})})
+		maxPending: defaultMaxPending, sizes: sizes, shares: newTenantShares(defaultMaxPerTenant)}
+	b.cluster, _ = client.(*redis.ClusterClient)
+	b.one.init(b, nil)
+	b.lanes = newMasters(client, &b.one, func(node *redis.Client) *lane {
+		ln := &lane{}
+		ln.init(b, node)
+		return ln
+	})
 	return b
+}
+
+func (ln *lane) init(b *Batcher, node *redis.Client) {
+	ln.b, ln.node, ln.pending = b, node, newFairQueue[*pendingCheck]()
+	ln.next.Store(&cycle{done: make(chan struct{})})
 }
 
 // ErrClosed is a check made after Close.
@@ -154,63 +193,73 @@ var (
 // returns its answer and when its command was sent, or ctx's error when the
 // caller leaves first, or a shedError.
 func (b *Batcher) Do(ctx context.Context, tenant string, args []any) (any, time.Time, error) {
+	return b.lanes.of(ctx, args).do(ctx, tenant, args)
+}
+
+func (ln *lane) do(ctx context.Context, tenant string, args []any) (any, time.Time, error) {
+	b := ln.b
 	// a check that will queue takes its tenant's share first, without the
 	// lock: a flood of refused checks never waits on mu ahead of the
 	// batches that serve every tenant
 	held := false
-	if int(b.active.Load()) >= b.inflight {
+	if int(ln.active.Load()) >= b.inflight {
 		if !b.shares.take(tenant) {
 			return nil, time.Time{}, errTenantShare
 		}
 		held = true
 	}
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
+	ln.mu.Lock()
+	if ln.closed {
+		ln.mu.Unlock()
 		b.release(held, tenant)
 		return nil, time.Time{}, ErrClosed
 	}
-	if int(b.active.Load()) < b.inflight && b.pending.n == 0 {
+	if int(ln.active.Load()) < b.inflight && ln.pending.n == 0 {
 		// alone (low concurrency): a plain call, inline, with nothing to
 		// hand over, so that one caller pays nothing for the batcher
-		b.active.Add(1)
+		ln.active.Add(1)
 		b.wg.Add(1)
-		b.mu.Unlock()
+		ln.mu.Unlock()
 		b.release(held, tenant)
 		if b.sizes != nil {
 			b.sizes.Record(context.Background(), 1)
 		}
 		sent := time.Now()
 		v, err := b.single(ctx, args)
-		b.back(sent, err == nil || IsErrorReply(err))
-		b.handOff()
+		ln.back(sent, err == nil || IsErrorReply(err))
+		ln.handOff()
 		return v, sent, err
 	}
-	if int(b.active.Load()) >= b.inflight {
+	if int(ln.active.Load()) >= b.inflight && !ln.stale(b) {
 		if !held && !b.shares.take(tenant) {
-			b.mu.Unlock()
+			ln.mu.Unlock()
 			return nil, time.Time{}, errTenantShare
 		}
-		if b.pending.n >= b.maxPending {
-			b.mu.Unlock()
+		if ln.pending.n >= b.maxPending {
+			ln.mu.Unlock()
 			b.shares.leave(tenant)
 			return nil, time.Time{}, errQueueFull
 		}
 		c := pendingChecks.Get().(*pendingCheck)
 		c.ctx, c.tenant, c.args, c.queued = ctx, tenant, args, time.Now()
-		b.pending.push(tenant, c)
-		b.mu.Unlock()
-		return c.wait(ctx, b)
+		if ln.pending.n == 0 {
+			ln.since = c.queued.UnixNano()
+		}
+		ln.pending.push(tenant, c)
+		ln.mu.Unlock()
+		return c.wait(ctx, ln)
 	}
-	b.active.Add(1)
+	// a batch slot is free, or the queue is stale: this check leads a
+	// batch of itself and what is queued
+	ln.active.Add(1)
 	c := pendingChecks.Get().(*pendingCheck)
 	c.ctx, c.tenant, c.args = ctx, tenant, args
 	c.state.Store(taken)
-	batch := b.take(c)
+	batch := ln.take(c)
 	b.wg.Add(1)
-	b.mu.Unlock()
+	ln.mu.Unlock()
 	b.release(held, tenant)
-	b.lead(batch)
+	ln.lead(batch)
 	<-c.done // finished by the batch just sent
 	return c.result()
 }
@@ -224,11 +273,11 @@ func (b *Batcher) release(held bool, tenant string) {
 
 // wait returns c's answer. A caller that leaves first gets its context's
 // error; one whose check is still queued after the timeout is shed
-// (errQueueWait), or fails with ErrStalled when no batch came back
-// meanwhile. Once its batch took it, its command is on the wire and the
+// (errQueueWait), or fails with ErrStalled when no batch of its lane came
+// back meanwhile. Once its batch took it, its command is on the wire and the
 // answer comes within the batch's store timeout.
-func (c *pendingCheck) wait(ctx context.Context, b *Batcher) (any, time.Time, error) {
-	t := time.NewTimer(LocalBudget(b.timeout))
+func (c *pendingCheck) wait(ctx context.Context, ln *lane) (any, time.Time, error) {
+	t := time.NewTimer(LocalBudget(ln.b.timeout))
 	defer t.Stop()
 	select {
 	case <-c.done:
@@ -238,7 +287,7 @@ func (c *pendingCheck) wait(ctx context.Context, b *Batcher) (any, time.Time, er
 		return nil, time.Time{}, ctx.Err()
 	case <-t.C:
 		if c.state.CompareAndSwap(queued, abandoned) {
-			return nil, time.Time{}, b.judgeWait(ctx, c.queued)
+			return nil, time.Time{}, ln.judgeWait(ctx, c.queued)
 		}
 	}
 	select {
@@ -258,15 +307,16 @@ type cycle struct {
 
 // judgeWait tells who held a check that waited out its budget in the queue
 // since queued (it was never sent): this process (errQueueWait: shed) when
-// a batch sent after it queued came back with a reply, or when the next
-// batch to come back does; the store (ErrStalled) when that batch brings no
-// reply either. The batches in flight end within the store timeout.
-func (b *Batcher) judgeWait(ctx context.Context, queued time.Time) error {
-	if b.backSent.Load() >= queued.UnixNano() {
+// a batch of its lane sent after it queued came back with a reply, or when
+// the lane's next batch to come back does; the store (ErrStalled) when that
+// batch brings no reply either. The batches in flight end within the store
+// timeout.
+func (ln *lane) judgeWait(ctx context.Context, queued time.Time) error {
+	if ln.backSent.Load() >= queued.UnixNano() {
 		return errQueueWait
 	}
-	cy := b.next.Load()
-	t := time.NewTimer(LocalBudget(b.timeout)) // the batches in flight end within the store timeout; this bounds the wait should the process be starved
+	cy := ln.next.Load()
+	t := time.NewTimer(LocalBudget(ln.b.timeout)) // the batches in flight end within the store timeout; this bounds the wait should the process be starved
 	defer t.Stop()
 	select {
 	case <-cy.done:
@@ -282,22 +332,38 @@ func (b *Batcher) judgeWait(ctx context.Context, queued time.Time) error {
 
 // back notes that a batch sent at sent came back, answered when with at
 // least one reply.
-func (b *Batcher) back(sent time.Time, answered bool) {
-	if n := sent.UnixNano(); answered && b.backSent.Load() < n {
-		b.backSent.Store(n)
+func (ln *lane) back(sent time.Time, answered bool) {
+	if n := sent.UnixNano(); answered && ln.backSent.Load() < n {
+		ln.backSent.Store(n)
 	}
-	cy := b.next.Swap(&cycle{done: make(chan struct{})})
+	cy := ln.next.Swap(&cycle{done: make(chan struct{})})
 	cy.answered = answered
 	close(cy.done)
 }
 
+// stale reports whether the lane's queue has waited half a queued check's
+// budget for a batch to leave while an extra batch may still go out
+// (fewer than maxInflight on the wire): its batches' store timeouts passed
+// long since, so their leaders, with a reply or a timeout in hand, wait to
+// be run (the process is starved of CPU, e.g. by a flood on thousands of
+// connections). A check that finds the queue stale leads a batch of its own
+// with the queue's head in it, instead of queueing behind them: the checks
+// queued leave within their budget, and are not shed for the leaders'
+// wait. Callers hold mu.
+func (ln *lane) stale(b *Batcher) bool {
+	return ln.pending.n > 0 && int(ln.active.Load()) < maxInflight &&
+		time.Now().UnixNano()-ln.since >= int64(LocalBudget(b.timeout)/2)
+}
+
 // take returns first plus up to maxBatch-1 queued checks, in the fair
 // queue's round-robin order, dropping the abandoned ones. Callers hold mu.
-func (b *Batcher) take(first *pendingCheck) []*pendingCheck {
-	batch := make([]*pendingCheck, 0, min(b.pending.n, b.maxBatch-1)+1)
+func (ln *lane) take(first *pendingCheck) []*pendingCheck {
+	b := ln.b
+	ln.since = time.Now().UnixNano()
+	batch := make([]*pendingCheck, 0, min(ln.pending.n, b.maxBatch-1)+1)
 	batch = append(batch, first)
 	for len(batch) < b.maxBatch {
-		c, ok := b.pending.pop()
+		c, ok := ln.pending.pop()
 		if !ok {
 			break
 		}
@@ -316,32 +382,34 @@ func (c *pendingCheck) finish(v any, err error) {
 
 // lead sends batch, then hands what queued meanwhile to a new leader, or
 // frees its slot.
-func (b *Batcher) lead(batch []*pendingCheck) {
-	b.send(batch)
-	b.handOff()
+func (ln *lane) lead(batch []*pendingCheck) {
+	ln.send(batch)
+	ln.handOff()
 }
 
 // handOff, after a batch came back, sends what queued meanwhile as the next
 // batch from a new leader, or frees the slot.
-func (b *Batcher) handOff() {
+func (ln *lane) handOff() {
+	b := ln.b
 	defer b.wg.Done()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for first, ok := b.pending.pop(); ok; first, ok = b.pending.pop() {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	for first, ok := ln.pending.pop(); ok; first, ok = ln.pending.pop() {
 		b.shares.leave(first.tenant)
 		if !first.state.CompareAndSwap(queued, taken) {
 			continue // abandoned: never sent
 		}
-		next := b.take(first)
+		next := ln.take(first)
 		b.wg.Add(1)
-		go b.lead(next)
+		go ln.lead(next)
 		return
 	}
-	b.active.Add(-1)
+	ln.active.Add(-1)
 }
 
 // send runs one batch as a pipeline and hands each caller its reply.
-func (b *Batcher) send(batch []*pendingCheck) {
+func (ln *lane) send(batch []*pendingCheck) {
+	b := ln.b
 	if b.sizes != nil {
 		b.sizes.Record(context.Background(), int64(len(batch)))
 	}
@@ -366,7 +434,7 @@ func (b *Batcher) send(batch []*pendingCheck) {
 		// without batching
 		c := live[0]
 		v, err := b.single(c.ctx, c.args)
-		b.back(sent, err == nil || IsErrorReply(err))
+		ln.back(sent, err == nil || IsErrorReply(err))
 		c.finish(v, err)
 		return
 	}
@@ -378,7 +446,7 @@ func (b *Batcher) send(batch []*pendingCheck) {
 	defer cancel()
 	// preloading is an optimisation: if it fails (a node is down), EVALSHA
 	// still runs where the script is cached and NOSCRIPT falls back to EVAL
-	_ = b.load(ctx)
+	_ = ln.load(ctx)
 	cmds := make([]*redis.Cmd, len(live))
 	_, _ = b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, c := range live {
@@ -395,7 +463,7 @@ func (b *Batcher) send(batch []*pendingCheck) {
 			break
 		}
 	}
-	b.back(sent, answered)
+	ln.back(sent, answered)
 	for i, c := range live {
 		v, err := cmds[i].Result()
 		if err != nil && !refreshed {
@@ -412,11 +480,11 @@ func (b *Batcher) send(batch []*pendingCheck) {
 		return
 	}
 	// the node lost its script cache (restart, failover, SCRIPT FLUSH): EVAL
-	// runs and caches the script wherever each key lives, and the next batch
-	// preloads it on every master again
-	b.loadMu.Lock()
-	b.loaded = false
-	b.loadMu.Unlock()
+	// runs and caches the script wherever each key lives, and the lane's
+	// next batch preloads it on its master again
+	ln.loadMu.Lock()
+	ln.loaded = false
+	ln.loadMu.Unlock()
 	cmds = make([]*redis.Cmd, len(retry))
 	_, _ = b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, c := range retry {
@@ -440,31 +508,45 @@ func (b *Batcher) single(ctx context.Context, args []any) (any, error) {
 	return v, err
 }
 
-// load makes sure every master has the script.
-func (b *Batcher) load(ctx context.Context) error {
-	b.loadMu.Lock()
-	defer b.loadMu.Unlock()
-	if b.loaded {
+// load makes sure the lane's master has the script (the default lane of a
+// Cluster: every master).
+func (ln *lane) load(ctx context.Context) error {
+	ln.loadMu.Lock()
+	defer ln.loadMu.Unlock()
+	if ln.loaded {
 		return nil
 	}
+	b := ln.b
 	var err error
-	if cc, ok := b.client.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+	switch {
+	case ln.node != nil:
+		err = b.script.loadOn(ctx, ln.node)
+	case b.cluster != nil:
+		err = b.cluster.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
 			return b.script.loadOn(ctx, n)
 		})
-	} else {
+	default:
 		err = b.script.loadOn(ctx, b.client)
 	}
 	if err != nil {
 		return err
 	}
-	b.loaded = true
+	ln.loaded = true
 	return nil
 }
 
+// close refuses the lane's new checks.
+func (ln *lane) close() {
+	ln.mu.Lock()
+	ln.closed = true
+	ln.mu.Unlock()
+}
+
+// Close refuses new checks and waits for the batches in flight, which
+// send the checks queued.
 func (b *Batcher) Close() {
-	b.mu.Lock()
-	b.closed = true
-	b.mu.Unlock()
+	// no lane is added from here on; a check that took a lane's lock
+	// before it closed is queued or on the wire, counted by wg
+	b.lanes.close((*lane).close)
 	b.wg.Wait() // queued checks are sent by the batches in flight
 }

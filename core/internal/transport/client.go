@@ -51,7 +51,8 @@ func LocalBudget(timeout time.Duration) time.Duration {
 // that each call is bounded by the limiter's timeout from when its command
 // is handed to the connection, without a goroutine per call. A standalone,
 // failover, Cluster or Ring client is replaced by one built from a copy of
-// its options, with the timeout as its read, write, dial and pool timeouts
+// its options, with the timeout as its read, write and pool timeouts and
+// LocalBudget(timeout) as its dial timeout (see bound)
 // (the socket's deadline is set when go-redis writes the command and when it
 // starts reading the reply, so time this process spends before the write,
 // or waking up to read a reply that arrived in time, is never the store's),
@@ -90,10 +91,20 @@ func Client(c redis.UniversalClient, timeout time.Duration) (sc redis.UniversalC
 	return c, nil, timeout
 }
 
-// bound sets a client's read, write, dial and pool timeouts to timeout and
-// its dial attempts to one: the same fields on every client type's options.
+// bound sets a client's read, write and pool timeouts to timeout, its dial
+// timeout to LocalBudget(timeout) and its dial attempts to one: the same
+// fields on every client type's options.
+//
+// A dial is this process's wait for a connection, like the pool's: a store
+// that is down refuses it at once, and one that is hung still completes it
+// (its kernel accepts). A dial bounded by the store timeout failed only in
+// a process starved of CPU, whose wake-up for the finished connect came
+// after the deadline; and go-redis, after a pool's worth of failed dials,
+// fails every dial at once until a background dial succeeds: every
+// connection a timeout closed could then not be replaced, and every check
+// failed without reaching the store.
 func bound(read, write, dial, pool *time.Duration, dialRetries *int, timeout time.Duration) {
-	*read, *write, *dial, *pool, *dialRetries = timeout, timeout, timeout, timeout, 1
+	*read, *write, *dial, *pool, *dialRetries = timeout, timeout, LocalBudget(timeout), timeout, 1
 }
 
 // ErrConnWait is a Direct check that found no connection free within its

@@ -16,14 +16,21 @@ import (
 // silence. While every slot is busy, checks wait in a fair queue (round
 // robin by tenant), and one tenant may have at most its share
 // (defaultMaxPerTenant) waiting: a flood of one tenant is shed, other
-// tenants' checks still reach Redis.
+// tenants' checks still reach Redis. On a Cluster each master has its
+// slots and queue, as go-redis has a pool per node: a slow master's calls
+// hold only its own connections, never another master's checks.
 type Direct struct {
 	client     redis.UniversalClient
 	script     *Script
 	timeout    time.Duration // a wait for a slot is bounded by localBudget of it
 	ctxTimeout time.Duration // see batcher
 	waiting    *tenantShares // checks waiting for a slot, by tenant
+	one        slots         // the only slots, or on a Cluster those of checks whose master is not known
+	slots      *masters[slots]
+}
 
+// slots are one pool's connections as Direct hands them out.
+type slots struct {
 	mu    sync.Mutex
 	free  atomic.Int32 // free slots; changed under mu, read without; -1: no bound
 	queue fairQueue[*slotWaiter]
@@ -39,17 +46,24 @@ type slotWaiter struct {
 // NewDirect returns a Direct sending script through client (see Client).
 func NewDirect(client redis.UniversalClient, script *Script, timeout, ctxTimeout time.Duration) *Direct {
 	d := &Direct{client: client, script: script, timeout: timeout, ctxTimeout: ctxTimeout,
-		waiting: newTenantShares(defaultMaxPerTenant), queue: newFairQueue[*slotWaiter]()}
+		waiting: newTenantShares(defaultMaxPerTenant)}
 	size := -1
 	switch c := client.(type) {
 	case *redis.Client:
 		size = c.Options().PoolSize
 	case *redis.ClusterClient:
-		size = c.Options().PoolSize // per node: a bound for the busiest one
+		size = c.Options().PoolSize // per node: each master's slots
 	case *redis.Ring:
 		size = c.Options().PoolSize
 	}
-	d.free.Store(int32(size))
+	mk := func(*redis.Client) *slots {
+		s := &slots{queue: newFairQueue[*slotWaiter]()}
+		s.free.Store(int32(size))
+		return s
+	}
+	d.one.queue = newFairQueue[*slotWaiter]()
+	d.one.free.Store(int32(size))
+	d.slots = newMasters(client, &d.one, mk)
 	return d
 }
 
@@ -57,11 +71,11 @@ func NewDirect(client redis.UniversalClient, script *Script, timeout, ctxTimeout
 // when its command was sent, or a shedError, or the caller's context's
 // error.
 func (d *Direct) Do(ctx context.Context, tenant string, args []any) (any, time.Time, error) {
-	if d.free.Load() >= 0 {
-		if err := d.acquire(ctx, tenant); err != nil {
+	if s := d.slots.of(ctx, args); s.free.Load() >= 0 {
+		if err := d.acquire(ctx, s, tenant); err != nil {
 			return nil, time.Time{}, err
 		}
-		defer d.release()
+		defer s.release()
 	}
 	wrote := time.Now()
 	call, cancel := withCallTimeout(ctx, d.ctxTimeout)
@@ -76,34 +90,34 @@ func (d *Direct) Do(ctx context.Context, tenant string, args []any) (any, time.T
 // Close does nothing: a Direct holds no background work.
 func (d *Direct) Close() {}
 
-// acquire takes a slot: at once when one is free and nobody waits, else in
-// the fair queue, within the local budget, while tenant holds less than its
-// share of the waiting checks (checked without the lock first, so that a
-// flood of refused checks never queues on mu).
-func (d *Direct) acquire(ctx context.Context, tenant string) error {
+// acquire takes one of s's slots: at once when one is free and nobody
+// waits, else in the fair queue, within the local budget, while tenant
+// holds less than its share of the waiting checks (checked without the
+// lock first, so that a flood of refused checks never queues on mu).
+func (d *Direct) acquire(ctx context.Context, s *slots, tenant string) error {
 	held := false
-	if d.free.Load() == 0 {
+	if s.free.Load() == 0 {
 		if !d.waiting.take(tenant) {
 			return errTenantShare
 		}
 		held = true
 	}
-	d.mu.Lock()
-	if d.free.Load() > 0 && d.queue.n == 0 {
-		d.free.Add(-1)
-		d.mu.Unlock()
+	s.mu.Lock()
+	if s.free.Load() > 0 && s.queue.n == 0 {
+		s.free.Add(-1)
+		s.mu.Unlock()
 		if held {
 			d.waiting.leave(tenant)
 		}
 		return nil
 	}
 	if !held && !d.waiting.take(tenant) {
-		d.mu.Unlock()
+		s.mu.Unlock()
 		return errTenantShare
 	}
 	w := &slotWaiter{granted: make(chan struct{})}
-	d.queue.push(tenant, w)
-	d.mu.Unlock()
+	s.queue.push(tenant, w)
+	s.mu.Unlock()
 	defer d.waiting.leave(tenant)
 	t := time.NewTimer(LocalBudget(d.timeout))
 	defer t.Stop()
@@ -117,20 +131,20 @@ func (d *Direct) acquire(ctx context.Context, tenant string) error {
 		err = ErrConnWait
 	}
 	if !w.state.CompareAndSwap(queued, abandoned) {
-		d.release() // granted as it left: hand the slot on
+		s.release() // granted as it left: hand the slot on
 	}
 	return err
 }
 
 // release frees a slot: to the next waiter in the fair queue, if any.
-func (d *Direct) release() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for w, ok := d.queue.pop(); ok; w, ok = d.queue.pop() {
+func (s *slots) release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for w, ok := s.queue.pop(); ok; w, ok = s.queue.pop() {
 		if w.state.CompareAndSwap(queued, taken) {
 			close(w.granted)
 			return
 		}
 	}
-	d.free.Add(1)
+	s.free.Add(1)
 }
