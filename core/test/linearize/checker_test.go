@@ -108,6 +108,21 @@ func TestBoundsOnMadeUpHistories(t *testing.T) {
 	if bad := degradedBounds(closed, []op{failed}); len(bad) == 0 {
 		t.Fatal("failed_open under fail-closed: not caught")
 	}
+	// a request whose classes cost differently is answered by the failure
+	// policy even with a local fallback
+	mixed := failed
+	mixed.AlsoCost = 2
+	if bad := degradedBounds(fb, []op{mixed}); len(bad) != 0 {
+		t.Fatalf("failed_open of a request of two costs, fail-open with a fallback: %v", bad)
+	}
+	if bad := degradedBounds(fb, []op{failed}); len(bad) == 0 {
+		t.Fatal("failed_open of a request of one cost with a fallback: not caught")
+	}
+	fbClosed := fb
+	fbClosed.Policy = 1
+	if bad := degradedBounds(fbClosed, []op{mixed}); len(bad) == 0 {
+		t.Fatal("failed_open of a request of two costs under fail-closed: not caught")
+	}
 }
 
 // TestCheckerOnMadeUpMixes: the multi-bucket, slot and settle parts of the

@@ -291,6 +291,13 @@ func degradedBounds(cfg config, ops []op) []string {
 	for _, o := range ops {
 		switch {
 		case o.Fallback:
+		case o.Cost > 0 && o.AlsoCost > 0 && o.Cost != o.AlsoCost && cfg.Fallback > 0:
+			// a request whose classes cost differently: the local fallback
+			// never answers it, the failure policy does
+			if o.Reason == core.ReasonFailedOpen.String() && (cfg.Policy != core.FailOpen || !o.Allowed) ||
+				o.Reason == core.ReasonFailedClosed.String() && (cfg.Policy != core.FailClosed || o.Allowed) {
+				bad = append(bad, fmt.Sprintf("%s under policy %v, costs %d and %d: %+v", o.Reason, cfg.Policy, o.Cost, o.AlsoCost, o))
+			}
 		case o.Reason == core.ReasonFailedOpen.String() && (cfg.Policy != core.FailOpen || cfg.Fallback > 0 || !o.Allowed):
 			bad = append(bad, fmt.Sprintf("failed_open under policy %v (fallback %v): %+v", cfg.Policy, cfg.Fallback, o))
 		case o.Reason == core.ReasonFailedClosed.String() && (cfg.Policy != core.FailClosed || cfg.Fallback > 0 || o.Allowed):

@@ -285,6 +285,9 @@ func checkOnce(ctx context.Context, lim *core.Limiter, req core.Request, lease i
 	if req.Class == classB {
 		o.Cost, o.AlsoCost = 0, req.Cost
 	}
+	if len(req.Also) > 0 || req.Class == classB {
+		o.Lease = 0 // only class a's checks alone are leased
+	}
 	// each bucket's balance and stamp, by name
 	state := func() {
 		for _, b := range d.Buckets {
