@@ -269,18 +269,21 @@ func multiMix(c *config)  { c.Mix, c.AlsoCapacity, c.AlsoRate = "multi", 6, 100 
 func slotsMix(c *config)  { c.Mix, c.Concurrency = "slots", 2 }
 func settleMix(c *config) { c.Mix = "settle" }
 
+func allMix(c *config) { multiMix(c); slotsMix(c); c.Mix = "all" }
+
 // mixes are the mixes every scenario also runs with under
-// LINEARIZE_DURATION; make test runs each under lost replies and resets
-// (the fault that leaves the most checks, settles and releases
-// ambiguous), and multi-bucket checks on the Cluster too.
+// LINEARIZE_DURATION; make test runs the three at once under lost replies
+// and resets (the fault that leaves the most checks, settles and releases
+// ambiguous), standalone and on the Cluster.
 var mixes = []struct {
 	name    string
 	options func(*config)
 	short   []string // the scenarios it runs in under make test
 }{
-	{"multi", multiMix, []string{"standalone/lost-replies-resets", "cluster/lost-replies-resets"}},
-	{"slots", slotsMix, []string{"standalone/lost-replies-resets"}},
-	{"settle", settleMix, []string{"standalone/lost-replies-resets"}},
+	{"multi", multiMix, nil},
+	{"slots", slotsMix, nil},
+	{"settle", settleMix, nil},
+	{"all", allMix, []string{"standalone/lost-replies-resets", "cluster/lost-replies-resets"}},
 }
 
 // withMixes is scenarios and, for each mix, every scenario with it.
@@ -338,10 +341,11 @@ func check(t *testing.T, name string, cfg config, ops []op, faults []window) tal
 		t.Fatalf("%s: a history without an admission by the store checks nothing: %s", name, c)
 	}
 	// a mix's history must hold the operations it is there to check
+	all := cfg.Mix == "all"
 	switch {
-	case cfg.Mix == "multi" && c.multi == 0,
-		cfg.Mix == "slots" && (c.slotDenied == 0 || c.released == 0),
-		cfg.Mix == "settle" && c.settled == 0:
+	case (all || cfg.Mix == "multi") && c.multi == 0,
+		(all || cfg.Mix == "slots") && (c.slotDenied == 0 || c.released == 0),
+		(all || cfg.Mix == "settle") && c.settled == 0:
 		t.Fatalf("%s: a history of mix %s without its operations checks nothing new: %s", name, cfg.Mix, c)
 	}
 	return c

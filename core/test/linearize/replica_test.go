@@ -58,7 +58,8 @@ type config struct {
 	// cost, or each its own: Request.AlsoCosts); "slots" checks of a class
 	// with a concurrency limit, each admitted one held a moment and
 	// released; "settle" checks, half of the admitted ones settled at
-	// another actual cost (a charge or a refund)
+	// another actual cost (a charge or a refund); "all" the three at once
+	// (class a with the concurrency limit)
 	Mix string
 	// AlsoCapacity and AlsoRate are class b's quota (Mix "multi")
 	AlsoCapacity int64
@@ -228,7 +229,7 @@ func (l *limiterDecider) decide(ctx context.Context, tenant string, rng *rand.Ra
 	t := tgquota.Tenant{ID: tenant}
 	cost := 1 + rng.Int64N(2)
 	req := core.Request{Tenant: t, Cost: cost}
-	if l.cfg.Mix == "multi" {
+	if l.cfg.Mix == "multi" || l.cfg.Mix == "all" {
 		switch rng.IntN(4) {
 		case 0: // class b alone
 			req.Class = classB
@@ -239,31 +240,35 @@ func (l *limiterDecider) decide(ctx context.Context, tenant string, rng *rand.Ra
 		}
 	}
 	o, d := checkOnce(ctx, l.lim, req, l.cfg.Lease)
-	o.Slot = l.cfg.Concurrency > 0
+	// class a carries the concurrency limit
+	o.Slot = l.cfg.Concurrency > 0 && o.Cost > 0
+	if o.Slot {
+		o.Lease = 0 // a check that takes a slot is never leased
+	}
 	ops := []op{o}
-	switch {
-	case d.Slot != nil:
+	settle := l.cfg.Mix == "settle" || l.cfg.Mix == "all"
+	// Settle refuses a decision of classes that cost differently
+	if settle && o.Kind == admitted && (o.Cost == 0 || o.AlsoCost == 0 || o.Cost == o.AlsoCost) && rng.IntN(2) == 0 {
+		if actual := rng.Int64N(6); actual != cost {
+			s := op{Kind: settled, Cost: o.Cost, AlsoCost: o.AlsoCost, Delta: actual - cost, Call: time.Now().UnixNano()}
+			f, err := l.lim.Settle(ctx, t, d, actual)
+			s.Return = time.Now().UnixNano()
+			s.Forgiven = f
+			if err != nil {
+				s.Kind, s.Reason = settleFailed, "error"
+			}
+			ops = append(ops, s)
+		}
+	}
+	if d.Slot != nil {
 		// held a moment (0 to 3 ms), then released: Release returns once
 		// the store answered, or after one attempt (the release is then
 		// retried in the background)
 		time.Sleep(time.Duration(rng.Int64N(int64(3 * time.Millisecond))))
-		r := op{Kind: released, Cost: cost, Slot: true, Call: time.Now().UnixNano()}
+		r := op{Kind: released, Slot: true, Call: time.Now().UnixNano()}
 		d.Slot.Release()
 		r.Return = time.Now().UnixNano()
 		ops = append(ops, r)
-	case l.cfg.Mix == "settle" && o.Kind == admitted && rng.IntN(2) == 0:
-		actual := rng.Int64N(6)
-		if actual == cost {
-			break
-		}
-		s := op{Kind: settled, Cost: cost, Delta: actual - cost, Call: time.Now().UnixNano()}
-		f, err := l.lim.Settle(ctx, t, d, actual)
-		s.Return = time.Now().UnixNano()
-		s.Forgiven = f
-		if err != nil {
-			s.Kind, s.Reason = settleFailed, "error"
-		}
-		ops = append(ops, s)
 	}
 	return ops
 }

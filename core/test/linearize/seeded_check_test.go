@@ -37,6 +37,11 @@ func TestSeededBugsAreCaught(t *testing.T) {
 		{name: "replay", proxied: true, fault: flicker},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
+			if !sc.proxied {
+				// the histories without a timed fault run side by side:
+				// what catches their bugs is contention, not timing
+				t.Parallel()
+			}
 			mix := sc.options
 			sc.options = func(c *config) {
 				if mix != nil {
@@ -77,6 +82,7 @@ func TestSeededControls(t *testing.T) {
 		{name: "settle", options: settleMix},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
 			mix := sc.options
 			sc.fault = noFault
 			sc.options = func(c *config) {
