@@ -204,7 +204,7 @@ func count(ops []op) tally {
 	var c tally
 	c.ops = len(ops)
 	for _, o := range ops {
-		if o.Cost > 0 && o.AlsoCost > 0 {
+		if o.Cost > 0 && o.AlsoCost > 0 && o.Kind != settled && o.Kind != settleFailed {
 			c.multi++
 		}
 		switch o.Kind {
