@@ -186,13 +186,17 @@ func (s *seeded) settle(ctx context.Context, tenant string, cost int64, rng *ran
 	}
 	r := op{Kind: settled, Cost: cost, Delta: actual - cost, Call: time.Now().UnixNano()}
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	err := s.script.Run(cctx, s.c, []string{s.key(tenant)}, "", actual-cost, s.cfg.Capacity,
-		strconv.FormatFloat(s.cfg.Rate, 'g', -1, 64)).Err()
+	v, err := s.script.Run(cctx, s.c, []string{s.key(tenant)}, "", actual-cost, s.cfg.Capacity,
+		strconv.FormatFloat(s.cfg.Rate, 'g', -1, 64)).Slice()
 	cancel()
 	r.Return = time.Now().UnixNano()
-	if err != nil {
+	if err != nil || len(v) == 0 {
 		r.Kind = settleFailed
+		return []op{o, r}
 	}
+	// what the script forgave (a debt past its floor): as Limiter.Settle
+	// returns it
+	r.Forgiven, _ = v[0].(int64)
 	return []op{o, r}
 }
 
