@@ -180,7 +180,7 @@ func (s *seeded) slots(ctx context.Context, tenant string, cost int64, rng *rand
 // admitted ones with the broken settle script.
 func (s *seeded) settle(ctx context.Context, tenant string, cost int64, rng *rand.Rand) []op {
 	o, _ := checkOnce(ctx, s.lim, core.Request{Tenant: tgquota.Tenant{ID: tenant}, Cost: cost}, 0)
-	actual := rng.Int64N(6)
+	actual := actualCost(rng, s.cfg)
 	if o.Kind != admitted || actual == cost || rng.IntN(2) == 0 {
 		return []op{o}
 	}
