@@ -249,7 +249,9 @@ func (l *limiterDecider) decide(ctx context.Context, tenant string, rng *rand.Ra
 	settle := l.cfg.Mix == "settle" || l.cfg.Mix == "all"
 	// Settle refuses a decision of classes that cost differently
 	if settle && o.Kind == admitted && (o.Cost == 0 || o.AlsoCost == 0 || o.Cost == o.AlsoCost) && rng.IntN(2) == 0 {
-		if actual := actualCost(rng, l.cfg); actual != cost {
+		// with the deny cache, no refunds: another replica's cache keeps
+		// denying what a refund gave back (docs/reliability.md)
+		if actual := actualCost(rng, l.cfg); actual != cost && (!l.cfg.DenyCache || actual > cost) {
 			s := op{Kind: settled, Cost: o.Cost, AlsoCost: o.AlsoCost, Delta: actual - cost, Call: time.Now().UnixNano()}
 			f, err := l.lim.Settle(ctx, t, d, actual)
 			s.Return = time.Now().UnixNano()
