@@ -191,6 +191,9 @@ func TestCheckerOnMadeUpMixes(t *testing.T) {
 		{"a refund above the capacity", q, []op{first, settle(5, settled, -1, 0), call(500, admitted, 2, 0.5)}, porcupine.Illegal},
 		{"a settle partly forgiven", q, []op{first, settle(5, settled, 5, 2), call(10, denied, 1, -2+qa.refill(0, at(0), at(10)))}, porcupine.Ok},
 		{"a lost settle, charged", q, []op{first, settle(5, settleFailed, 2, 0), call(10, denied, 1, qa.refill(-1, at(0), at(10)))}, porcupine.Ok},
+		{"a deny-cache denial after a refund gave the cost back", q, []op{first, call(1, denied, 2, qa.refill(1, at(0), at(1))), settle(5, settled, -1, 0), call(10, localDenied, 2, 0)}, porcupine.Illegal},
+		{"a deny-cache denial after a refund and an admission", q, []op{first, call(1, denied, 2, qa.refill(1, at(0), at(1))), settle(5, settled, -1, 0), call(8, admitted, 1, 1), call(10, localDenied, 1, 0)}, porcupine.Illegal},
+		{"a refund clamped at the capacity", q, []op{first, settle(5, settled, -1, 0), call(1500, admitted, 2, 0)}, porcupine.Ok},
 		{"a lost settle, not run", q, []op{first, settle(5, settleFailed, 2, 0), call(10, admitted, 1, qa.refill(1, at(0), at(10))-1)}, porcupine.Ok},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -147,10 +147,10 @@ func (q quota) refill(tok float64, last, now int64) float64 {
 }
 
 // bounds is the interval the balance lies in at now (>= last): exact
-// with nothing pending; else at least the refilled balance less the debt
-// and the most the settles charged (a charge never lowers the balance by
-// more than its cost, a refund never lowers it, and an admission never
-// leaves it below zero), and at most the uncapped refill less the debt and
+// with nothing pending, or only refunds; else at least the refilled
+// balance less the debt and the most the settles charged (a charge never
+// lowers the balance by more than its cost, a refund never lowers it, and
+// an admission never leaves it below zero), and at most the uncapped refill less the debt and
 // the least the settles charged, plus the refunds, and the capacity.
 func (q quota) bounds(b bucket, now int64) (lo, hi float64) {
 	full := q.refill(b.tok, b.last, now)
@@ -163,7 +163,12 @@ func (q quota) bounds(b bucket, now int64) (lo, hi float64) {
 		hi += float64(now-b.last) * q.rate / 1000000
 	}
 	lo = full - d - b.owedHi
-	if b.owedHi == 0 {
+	switch {
+	case d == 0 && b.owedHi == 0:
+		// only refunds ran: additions capped at the capacity, as the
+		// refill, so the balance is exactly the capped sum
+		lo = math.Min(q.capacity, full+b.refund)
+	case b.owedHi == 0:
 		// only admissions ran: each left the balance at zero or more
 		lo = math.Max(0, lo)
 	}
