@@ -44,6 +44,13 @@ type seeded struct {
 	lim    *core.Limiter // settle: the checks
 }
 
+// settlePerBucket: the settle script takes each bucket's capacity, rate,
+// delta and debt cap (ARGV[4i-2] to ARGV[4i+1]); before, one delta
+// (ARGV[2]) and each bucket's capacity and rate. The seeded settle client
+// speaks either (once every branch has the per-bucket form, the other can
+// go).
+var settlePerBucket = strings.Contains(lua.Settle(), "tonumber(ARGV[4 * i])")
+
 // broken is src with old replaced by new (src itself for a control), or
 // an error when src lacks old.
 func broken(cfg config, src, old, new string) (*redis.Script, error) {
@@ -73,7 +80,11 @@ func newSeeded(cfg config, uc redis.UniversalClient, clk *clock) (decider, error
 	case "slots":
 		s.script, err = broken(cfg, lua.Concurrency(), "held >= limit then", "held > limit then")
 	case "settle":
-		if s.script, err = broken(cfg, lua.Settle(), "local delta = tonumber(ARGV[2])", "local delta = math.min(0, tonumber(ARGV[2]))"); err == nil {
+		arg := "ARGV[2]"
+		if settlePerBucket {
+			arg = "ARGV[4 * i]"
+		}
+		if s.script, err = broken(cfg, lua.Settle(), "local delta = tonumber("+arg+")", "local delta = math.min(0, tonumber("+arg+"))"); err == nil {
 			s.lim, err = newLimiter(cfg, uc, clk)
 		}
 	default:
@@ -186,8 +197,12 @@ func (s *seeded) settle(ctx context.Context, tenant string, cost int64, rng *ran
 	}
 	r := op{Kind: settled, Cost: cost, Delta: actual - cost, Call: time.Now().UnixNano()}
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	v, err := s.script.Run(cctx, s.c, []string{s.key(tenant)}, "", actual-cost, s.cfg.Capacity,
-		strconv.FormatFloat(s.cfg.Rate, 'g', -1, 64)).Slice()
+	rate := strconv.FormatFloat(s.cfg.Rate, 'g', -1, 64)
+	args := []any{"", actual - cost, s.cfg.Capacity, rate}
+	if settlePerBucket {
+		args = []any{"", s.cfg.Capacity, rate, actual - cost, 0} // no debt cap
+	}
+	v, err := s.script.Run(cctx, s.c, []string{s.key(tenant)}, args...).Slice()
 	cancel()
 	r.Return = time.Now().UnixNano()
 	if err != nil || len(v) == 0 {
