@@ -54,11 +54,13 @@ func TestCheckerOnMadeUpHistories(t *testing.T) {
 		{"a lost reply charged twice", []op{first, call(10, ambiguous, 1, 0), call(1900, admitted, 1, after(1900, 3))}, porcupine.Illegal},
 		{"a lagging replica's admission at the stamp a lost reply wrote", []op{call(0, ambiguous, 1, 0), lagging}, porcupine.Ok},
 		{"a lagging replica's admission at a stamp nobody wrote", []op{lagging}, porcupine.Illegal},
+		{"an admission of 2 from a balance of 1.01", []op{first, call(10, admitted, 2, after(10, 2))}, porcupine.Illegal},
+		{"an admission of 2 from a balance of 1.01, after a lost reply", []op{first, call(5, ambiguous, 1, 0), call(10, admitted, 2, after(10, 2))}, porcupine.Illegal},
 		{"a lease taken", []op{leaseTaken, call(10, denied, 1, q.refill(0, base+500, base+10000))}, porcupine.Ok},
 		{"a lease not taken", []op{leaseTaken, call(10, denied, 1, q.refill(1, base+500, base+10000))}, porcupine.Illegal},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			if got, _ := linearizable(q, tt.ops, nil, 10*time.Second, false); got != tt.want {
+			if got, _ := linearizable(quotas{b: [nb]quota{q, q}}, tt.ops, nil, 10*time.Second, false); got != tt.want {
 				t.Fatalf("%s, want %s", got, tt.want)
 			}
 		})
@@ -105,5 +107,99 @@ func TestBoundsOnMadeUpHistories(t *testing.T) {
 	closed.Policy = 1
 	if bad := degradedBounds(closed, []op{failed}); len(bad) == 0 {
 		t.Fatal("failed_open under fail-closed: not caught")
+	}
+	// a request whose classes cost differently is answered by the failure
+	// policy even with a local fallback
+	mixed := failed
+	mixed.AlsoCost = 2
+	if bad := degradedBounds(fb, []op{mixed}); len(bad) != 0 {
+		t.Fatalf("failed_open of a request of two costs, fail-open with a fallback: %v", bad)
+	}
+	if bad := degradedBounds(fb, []op{failed}); len(bad) == 0 {
+		t.Fatal("failed_open of a request of one cost with a fallback: not caught")
+	}
+	fbClosed := fb
+	fbClosed.Policy = 1
+	if bad := degradedBounds(fbClosed, []op{mixed}); len(bad) == 0 {
+		t.Fatal("failed_open of a request of two costs under fail-closed: not caught")
+	}
+}
+
+// TestCheckerOnMadeUpMixes: the multi-bucket, slot and settle parts of the
+// model on made-up histories. Class a: 2 tokens, one a second; class b:
+// 4 tokens, 2 a second; for slots, 2 of them, and class a of 10 tokens
+// that never refill (every balance exact).
+func TestCheckerOnMadeUpMixes(t *testing.T) {
+	qa, qb := quota{capacity: 2, rate: 1}, quota{capacity: 4, rate: 2}
+	q := quotas{b: [nb]quota{qa, qb}}
+	qs := quotas{b: [nb]quota{{capacity: 10}, qb}, slots: 2}
+	at := func(ms int64) int64 { return base + ms*1000 + 500 }
+	// both classes: a charged ca, b charged cb, at ms
+	both := func(ms int64, k kind, ca, cb int64, ta, tb float64) op {
+		o := call(ms, k, ca, ta)
+		o.AlsoCost, o.AlsoTokens = cb, tb
+		if k == admitted {
+			o.AlsoStamp = o.Stamp
+		}
+		return o
+	}
+	bAlone := func(ms int64, k kind, cost int64, tokens float64) op {
+		o := both(ms, k, 0, cost, 0, tokens)
+		o.Stamp = 0
+		return o
+	}
+	// class b after a charge of 3 at 0 ms: 1 token, 2 a second
+	b3 := bAlone(0, admitted, 3, 1)
+	b3.AlsoStamp = at(0)
+	slot := func(o op, held int64) op { o.Slot, o.Held = true, held; return o }
+	take := func(ms int64, tokens float64, held int64) op { return slot(call(ms, admitted, 1, tokens), held) }
+	release := func(ms int64) op { o := call(ms, released, 1, 0); o.Slot = true; return o }
+	settle := func(ms int64, k kind, delta, forgiven int64) op {
+		o := call(ms, k, 1, 0)
+		o.Delta, o.Forgiven = delta, forgiven
+		return o
+	}
+	first := call(0, admitted, 1, 1)
+	for _, tt := range []struct {
+		name string
+		q    quotas
+		ops  []op
+		want porcupine.CheckResult
+	}{
+		{"both charged, then a denial by class b alone", q, []op{both(0, admitted, 1, 3, 1, 1), bAlone(10, denied, 2, qb.refill(1, at(0), at(10)))}, porcupine.Ok},
+		{"both charged, each its cost", q, []op{both(0, admitted, 2, 1, 0, 3), call(10, denied, 1, qa.refill(0, at(0), at(10)))}, porcupine.Ok},
+		{"a denial of both when both held their cost", q, []op{both(0, admitted, 1, 3, 1, 1), both(10, denied, 1, 1, qa.refill(1, at(0), at(10)), qb.refill(1, at(0), at(10)))}, porcupine.Illegal},
+		{"both charged although b was short", q, []op{b3, both(10, admitted, 1, 2, 1, qb.refill(1, at(0), at(10))-2)}, porcupine.Illegal},
+		{"a denial by b, a untouched", q, []op{b3, both(10, denied, 1, 2, 2, qb.refill(1, at(0), at(10))), call(20, admitted, 2, 0)}, porcupine.Ok},
+		{"a denial by b that charged a", q, []op{b3, both(10, denied, 1, 2, 2, qb.refill(1, at(0), at(10))), call(20, denied, 2, qa.refill(1, at(10), at(20)))}, porcupine.Illegal},
+		{"a lost reply of both, charged once", q, []op{both(0, ambiguous, 1, 3, 0, 0), bAlone(10, denied, 2, qb.refill(1, at(0), at(10)))}, porcupine.Ok},
+
+		{"two slots, a third denied", qs, []op{take(0, 9, 1), take(10, 8, 2), slot(call(20, slotDenied, 1, 8), 2)}, porcupine.Ok},
+		{"a third slot taken", qs, []op{take(0, 9, 1), take(10, 8, 2), take(20, 7, 3)}, porcupine.Illegal},
+		{"a third slot taken, reported as the second", qs, []op{take(0, 9, 1), take(10, 8, 2), take(20, 7, 2)}, porcupine.Illegal},
+		{"a slot released, then taken", qs, []op{take(0, 9, 1), take(10, 8, 2), release(20), take(30, 7, 2)}, porcupine.Ok},
+		{"a slot released, still counted", qs, []op{take(0, 9, 1), take(10, 8, 2), release(20), slot(call(30, slotDenied, 1, 8), 2)}, porcupine.Ok},
+		{"a slot denial with a slot free", qs, []op{take(0, 9, 1), slot(call(10, slotDenied, 1, 9), 1)}, porcupine.Illegal},
+		{"a lost take, then both slots", qs, []op{slot(call(0, ambiguous, 1, 0), 0), take(300, 8, 2), take(310, 7, 2)}, porcupine.Ok},
+		{"a lost take counted, then three", qs, []op{slot(call(0, ambiguous, 1, 0), 0), take(300, 8, 2), take(310, 7, 3)}, porcupine.Illegal},
+
+		{"a settle charging 2 more", q, []op{first, settle(5, settled, 2, 0), call(10, denied, 1, qa.refill(-1, at(0), at(10)))}, porcupine.Ok},
+		{"a settle charging 2 more, then an admission", q, []op{first, settle(5, settled, 2, 0), call(2500, admitted, 1, qa.refill(-1, at(0), at(2500))-1)}, porcupine.Ok},
+		{"a settle's charge ignored", q, []op{first, settle(5, settled, 2, 0), call(1500, admitted, 1, 1)}, porcupine.Illegal},
+		{"an admission from the debt a settle left", q, []op{first, settle(5, settled, 2, 0), call(10, admitted, 1, qa.refill(-1, at(0), at(10))-1)}, porcupine.Illegal},
+		{"a settle refunding 1", q, []op{first, settle(5, settled, -1, 0), call(10, admitted, 2, 0)}, porcupine.Ok},
+		{"a refund above the capacity", q, []op{first, settle(5, settled, -1, 0), call(500, admitted, 2, 0.5)}, porcupine.Illegal},
+		{"a settle partly forgiven", q, []op{first, settle(5, settled, 5, 2), call(10, denied, 1, -2+qa.refill(0, at(0), at(10)))}, porcupine.Ok},
+		{"a lost settle, charged", q, []op{first, settle(5, settleFailed, 2, 0), call(10, denied, 1, qa.refill(-1, at(0), at(10)))}, porcupine.Ok},
+		{"a deny-cache denial after a refund gave the cost back", q, []op{first, call(1, denied, 2, qa.refill(1, at(0), at(1))), settle(5, settled, -1, 0), call(10, localDenied, 2, 0)}, porcupine.Illegal},
+		{"a deny-cache denial after a refund and an admission", q, []op{first, call(1, denied, 2, qa.refill(1, at(0), at(1))), settle(5, settled, -1, 0), call(8, admitted, 1, 1), call(10, localDenied, 1, 0)}, porcupine.Illegal},
+		{"a refund clamped at the capacity", q, []op{first, settle(5, settled, -1, 0), call(1500, admitted, 2, 0)}, porcupine.Ok},
+		{"a lost settle, not run", q, []op{first, settle(5, settleFailed, 2, 0), call(10, admitted, 1, qa.refill(1, at(0), at(10))-1)}, porcupine.Ok},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got, _ := linearizable(tt.q, tt.ops, nil, 10*time.Second, false); got != tt.want {
+				t.Fatalf("%s, want %s", got, tt.want)
+			}
+		})
 	}
 }

@@ -137,13 +137,13 @@ type window struct{ from, to int64 }
 // arrives.
 const grace = 250 * time.Millisecond
 
-// extend sets each ambiguous op's extension: its command may run until
+// extend sets each ambiguous op's (and failed settle's) extension: its command may run until
 // grace after the later of its return and the end of every fault window
 // it overlapped.
 func extend(ops []op, faults []window) {
 	for i := range ops {
 		o := &ops[i]
-		if o.Kind != ambiguous || o.NotSent {
+		if (o.Kind != ambiguous && o.Kind != settleFailed) || o.NotSent {
 			continue
 		}
 		end := o.Return
@@ -163,11 +163,20 @@ type tally struct {
 	ambiguous, notSent, leased           int
 	failedOpen, failedClosed, overloaded int
 	fallbackAdmitted, fallbackDenied     int
+	// the mixes' operations: checks of both classes, denials for lack of
+	// a slot, slots released, settles answered and failed
+	multi, slotDenied, released int
+	settled, settleFailed       int
 }
 
 func (c tally) String() string {
-	return fmt.Sprintf("%d ops: %d admitted by the store, %d from a lease, %d denied by the store, %d denied by the deny cache; degraded: %d sent (charged once or not), %d not sent; failed_open %d, failed_closed %d, overloaded %d, fallback %d admitted / %d denied",
+	s := fmt.Sprintf("%d ops: %d admitted by the store, %d from a lease, %d denied by the store, %d denied by the deny cache; degraded: %d sent (charged once or not), %d not sent; failed_open %d, failed_closed %d, overloaded %d, fallback %d admitted / %d denied",
 		c.ops, c.admitted, c.leased, c.denied, c.localDenied, c.ambiguous, c.notSent, c.failedOpen, c.failedClosed, c.overloaded, c.fallbackAdmitted, c.fallbackDenied)
+	if c.multi+c.slotDenied+c.released+c.settled+c.settleFailed > 0 {
+		s += fmt.Sprintf("; %d checks of both classes, %d denied for lack of a slot, %d slots released, %d settled, %d settles failed",
+			c.multi, c.slotDenied, c.released, c.settled, c.settleFailed)
+	}
+	return s
 }
 
 // add adds o's counts to c.
@@ -184,12 +193,20 @@ func (c *tally) add(o tally) {
 	c.overloaded += o.overloaded
 	c.fallbackAdmitted += o.fallbackAdmitted
 	c.fallbackDenied += o.fallbackDenied
+	c.multi += o.multi
+	c.slotDenied += o.slotDenied
+	c.released += o.released
+	c.settled += o.settled
+	c.settleFailed += o.settleFailed
 }
 
 func count(ops []op) tally {
 	var c tally
 	c.ops = len(ops)
 	for _, o := range ops {
+		if o.Cost > 0 && o.AlsoCost > 0 && o.Kind != settled && o.Kind != settleFailed {
+			c.multi++
+		}
 		switch o.Kind {
 		case admitted:
 			c.admitted++
@@ -197,6 +214,14 @@ func count(ops []op) tally {
 			c.denied++
 		case localDenied:
 			c.localDenied++
+		case slotDenied:
+			c.slotDenied++
+		case released:
+			c.released++
+		case settled:
+			c.settled++
+		case settleFailed:
+			c.settleFailed++
 		case leased:
 			c.leased++
 		case ambiguous:
@@ -225,7 +250,7 @@ func count(ops []op) tally {
 // linearizable checks a history against the model; it returns porcupine's
 // verdict and, when it is not Ok, a description of the longest
 // linearizable prefix of the failing partition.
-func linearizable(q quota, ops []op, faults []window, timeout time.Duration, visualize bool) (porcupine.CheckResult, string) {
+func linearizable(q quotas, ops []op, faults []window, timeout time.Duration, visualize bool) (porcupine.CheckResult, string) {
 	extend(ops, faults)
 	m := model(q)
 	res, info := porcupine.CheckOperationsVerbose(m, operations(ops), timeout)
@@ -266,6 +291,13 @@ func degradedBounds(cfg config, ops []op) []string {
 	for _, o := range ops {
 		switch {
 		case o.Fallback:
+		case o.Cost > 0 && o.AlsoCost > 0 && o.Cost != o.AlsoCost && cfg.Fallback > 0:
+			// a request whose classes cost differently: the local fallback
+			// never answers it, the failure policy does
+			if o.Reason == core.ReasonFailedOpen.String() && (cfg.Policy != core.FailOpen || !o.Allowed) ||
+				o.Reason == core.ReasonFailedClosed.String() && (cfg.Policy != core.FailClosed || o.Allowed) {
+				bad = append(bad, fmt.Sprintf("%s under policy %v, costs %d and %d: %+v", o.Reason, cfg.Policy, o.Cost, o.AlsoCost, o))
+			}
 		case o.Reason == core.ReasonFailedOpen.String() && (cfg.Policy != core.FailOpen || cfg.Fallback > 0 || !o.Allowed):
 			bad = append(bad, fmt.Sprintf("failed_open under policy %v (fallback %v): %+v", cfg.Policy, cfg.Fallback, o))
 		case o.Reason == core.ReasonFailedClosed.String() && (cfg.Policy != core.FailClosed || cfg.Fallback > 0 || o.Allowed):

@@ -2,6 +2,7 @@ package linearize_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -262,6 +263,50 @@ var scenarios = []scenario{
 	{name: "cluster/client-clock-step", cluster: true, longOnly: true, fault: clockStep, options: func(c *config) { c.ClientClock = true }},
 }
 
+// The mixes beyond single-bucket checks (config.Mix), each a scenario's
+// options.
+func multiMix(c *config)  { c.Mix, c.AlsoCapacity, c.AlsoRate = "multi", 6, 100 }
+func slotsMix(c *config)  { c.Mix, c.Concurrency = "slots", 2 }
+func settleMix(c *config) { c.Mix = "settle" }
+
+func allMix(c *config) { multiMix(c); slotsMix(c); c.Mix = "all" }
+
+// mixes are the mixes every scenario also runs with under
+// LINEARIZE_DURATION; make test runs the three at once under lost replies
+// and resets (the fault that leaves the most checks, settles and releases
+// ambiguous), standalone and on the Cluster.
+var mixes = []struct {
+	name    string
+	options func(*config)
+	short   []string // the scenarios it runs in under make test
+}{
+	{"multi", multiMix, nil},
+	{"slots", slotsMix, nil},
+	{"settle", settleMix, nil},
+	{"all", allMix, []string{"standalone/lost-replies-resets", "cluster/lost-replies-resets"}},
+}
+
+// withMixes is scenarios and, for each mix, every scenario with it.
+func withMixes(scs []scenario) []scenario {
+	all := append([]scenario(nil), scs...)
+	for _, m := range mixes {
+		for _, sc := range scs {
+			mixed := sc
+			mixed.name = m.name + "/" + sc.name
+			mixed.longOnly = !slices.Contains(m.short, sc.name)
+			own, mix := sc.options, m.options
+			mixed.options = func(c *config) {
+				if own != nil {
+					own(c)
+				}
+				mix(c)
+			}
+			all = append(all, mixed)
+		}
+	}
+	return all
+}
+
 // aof: every acknowledged write is on disk before the reply, so a killed
 // and restarted server keeps every charge it acknowledged
 var aof = []string{"--appendonly", "yes", "--appendfsync", "always"}
@@ -283,7 +328,7 @@ func history(t *testing.T, sc scenario, tg target, unit time.Duration, tweak fun
 func check(t *testing.T, name string, cfg config, ops []op, faults []window) tally {
 	t.Helper()
 	start := time.Now()
-	res, info := linearizable(quota{capacity: float64(cfg.Capacity), rate: cfg.Rate}, ops, faults, 60*time.Second, true)
+	res, info := linearizable(cfg.quotas(), ops, faults, 60*time.Second, true)
 	c := count(ops)
 	report(t, name, c, time.Since(start))
 	if res != porcupine.Ok {
@@ -294,6 +339,14 @@ func check(t *testing.T, name string, cfg config, ops []op, faults []window) tal
 	}
 	if c.admitted == 0 {
 		t.Fatalf("%s: a history without an admission by the store checks nothing: %s", name, c)
+	}
+	// a mix's history must hold the operations it is there to check
+	all := cfg.Mix == "all"
+	switch {
+	case (all || cfg.Mix == "multi") && c.multi == 0,
+		(all || cfg.Mix == "slots") && (c.slotDenied == 0 || c.released == 0),
+		(all || cfg.Mix == "settle") && c.settled == 0:
+		t.Fatalf("%s: a history of mix %s without its operations checks nothing new: %s", name, cfg.Mix, c)
 	}
 	return c
 }
@@ -326,7 +379,7 @@ func TestLinearizable(t *testing.T) {
 	histories := 0
 	defer func() { t.Logf("%d histories; in all %s", histories, total) }()
 	for round := 0; round == 0 || time.Now().Before(deadline); round++ {
-		for _, sc := range scenarios {
+		for _, sc := range withMixes(scenarios) {
 			if sc.longOnly && long == 0 {
 				continue
 			}

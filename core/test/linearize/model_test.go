@@ -11,31 +11,54 @@ import (
 type kind uint8
 
 const (
-	// admitted by the store: the reply is the bucket's state (tokens, stamp)
+	// admitted by the store: the reply is each bucket's state (tokens,
+	// stamp), and the slot count when the check takes a slot
 	admitted kind = iota
-	// denied by the store: the reply is the balance at an unknown time of
-	// the call, nothing charged
+	// denied by the store: the reply is each bucket's balance at an
+	// unknown time of the call, nothing charged; some bucket lacked its
+	// cost
 	denied
 	// denied by the deny cache without a store call: the bucket must have
 	// held fewer tokens than the cost at some time of the call
 	localDenied
 	// degraded after its command may have been sent (timeout, reset, lost
 	// reply, late reply): it charged the cost once or not at all, at a
-	// time between its invocation and its (extended) return
+	// time between its invocation and its (extended) return; a check that
+	// takes a slot may have taken one, held by nobody
 	ambiguous
 	// admitted from this replica's lease, without a store call: checked
 	// against the lease bound (leaseBound), not the model
 	leased
+	// denied for lack of a concurrency slot: every bucket held its cost,
+	// and the reply is the slots in use, at least the limit
+	slotDenied
+	// a settle the store answered: each bucket of the reservation was
+	// charged delta (a refund when negative) less what it forgave, at an
+	// unknown time of the call
+	settled
+	// a settle whose command may have been sent and whose answer was lost:
+	// charged at most delta (refunded at most -delta) once, or not at all
+	settleFailed
+	// a slot released: its holder no longer holds it, and the store frees
+	// it at some time from the release's invocation on (the release is
+	// retried in the background, or the slot expires)
+	released
 )
 
-var kindNames = [...]string{"admitted", "denied", "local-denied", "ambiguous", "leased"}
+var kindNames = [...]string{"admitted", "denied", "local-denied", "ambiguous", "leased", "slot-denied", "settled", "settle-failed", "released"}
+
+// nb is the number of buckets of a tenant the model follows: the class a
+// check names, and a second class a multi-bucket check names with it
+// (Request.Also), charged all-or-nothing in one script call.
+const nb = 2
 
 // input is one operation as the model sees it. lo and hi bound the time,
 // in microseconds of the clock the script used (the server's, or the
 // replica's own in client-clock mode), at which the store could have run it.
 type input struct {
-	kind   kind
-	cost   int64
+	kind kind
+	// costs is each bucket's cost, 0 for a bucket the request does not name
+	costs  [nb]int64
 	lo, hi int64
 	// lease is the lease size when leases are on: a store admission then
 	// either charged the cost (a plain check) or took a lease (charged
@@ -46,33 +69,66 @@ type input struct {
 	// (client-clock mode): its deny cache may deny lag × rate tokens the
 	// store still holds (see WithDenyCache)
 	lag int64
+	// slot: the check takes a concurrency slot of the tenant (bucket 0's
+	// limit) when admitted
+	slot bool
+	// delta is a settle's actual - estimate; forgiven is what it reported
+	// forgiven (the most over its buckets)
+	delta, forgiven int64
 }
 
-// output is the store's answer: the balance, and for an admission the stamp
-// of the state written.
+// output is the store's answer: each bucket's balance, and for an
+// admission the stamp of the state written; held is the slots in use that
+// a check of a concurrency-limited bucket reports (after an admission,
+// counting its own).
 type output struct {
-	tokens float64
-	stamp  int64
+	tokens [nb]float64
+	stamps [nb]int64
+	held   int64
 }
 
-// bucket is the model's state: the balance tok at the stamp last, as the
-// last admission left it, less debt: the costs of ambiguous operations
-// the search chose to let run since, at unknown times. debt 0 is exact.
+// bucket is one bucket's state in the model: the balance tok at the stamp
+// last, as the last admission left it, changed since by operations the
+// search let run at unknown times: debt, the costs of ambiguous admissions
+// (exact); settle charges whose sum lies in [owedLo, owedHi]; and refunds,
+// at most refund. Nothing pending is exact.
 type bucket struct {
-	tok  float64
-	last int64
-	debt int64
+	tok            float64
+	last           int64
+	debt           int64
+	owedLo, owedHi float64
+	refund         float64
 	// approx marks a balance known only to within eps
 	approx bool
-	// pend is the latest stamp an ambiguous call counted in debt may have
+	// pend is the latest stamp an operation counted as pending may have
 	// written (the end of its window, in its replica's clock)
 	pend int64
 }
 
-// quota is the bucket's configuration, known to the model.
+// pending reports whether operations at unknown times changed b.
+func (b bucket) pending() bool { return b.debt != 0 || b.owedHi != 0 || b.refund != 0 }
+
+// state is a tenant's state: its buckets, and its concurrency slots:
+// holders is the slots held by requests admitted and not yet released;
+// orphans bounds the slots held by nobody that the store may still count
+// (taken by an ambiguous check, or released and not yet removed), each of
+// which may be freed at any time.
+type state struct {
+	b                [nb]bucket
+	holders, orphans int64
+}
+
+// quota is a bucket's configuration, known to the model.
 type quota struct {
 	capacity float64
 	rate     float64 // tokens per second
+}
+
+// quotas is a tenant's: each bucket's, and the concurrency limit of bucket
+// 0 (0: none).
+type quotas struct {
+	b     [nb]quota
+	slots int64
 }
 
 // eps absorbs float rounding in the interval checks (a debt makes the
@@ -91,99 +147,230 @@ func (q quota) refill(tok float64, last, now int64) float64 {
 }
 
 // bounds is the interval the balance lies in at now (>= last): exact
-// without debt; with debt D, at least the refilled balance less D (a charge
-// never lowers the balance by more than its cost) and at most the
-// uncapped refill less D, and the capacity.
+// with nothing pending, or only refunds; else at least the refilled
+// balance less the debt and the most the settles charged (a charge never
+// lowers the balance by more than its cost, a refund never lowers it, and
+// an admission never leaves it below zero), and at most the uncapped refill less the debt and
+// the least the settles charged, plus the refunds, and the capacity.
 func (q quota) bounds(b bucket, now int64) (lo, hi float64) {
 	full := q.refill(b.tok, b.last, now)
-	if b.debt == 0 {
+	if !b.pending() {
 		return full, full
 	}
 	d := float64(b.debt)
-	hi = b.tok - d
+	hi = b.tok - d - b.owedLo + b.refund
 	if now > b.last {
 		hi += float64(now-b.last) * q.rate / 1000000
 	}
-	return math.Max(0, full-d), math.Min(q.capacity, hi)
+	lo = full - d - b.owedHi
+	switch {
+	case d == 0 && b.owedHi == 0:
+		// only refunds ran: additions capped at the capacity, as the
+		// refill, so the balance is exactly the capped sum
+		lo = math.Min(q.capacity, full+b.refund)
+	case b.owedHi == 0:
+		// only admissions ran: each left the balance at zero or more
+		lo = math.Max(0, lo)
+	}
+	return lo, math.Min(q.capacity, hi)
 }
 
-// step is the model: the states that b can be in after the operation, none
-// when the answer is impossible.
-func (q quota) step(b bucket, in input, out output) []bucket {
+// step is the model: the states that st can be in after the operation,
+// none when the answer is impossible.
+func (q quotas) step(st state, in input, out output) []state {
 	switch in.kind {
 	case admitted:
-		s := out.stamp
-		// the stored stamp never moves backwards; a newer one is the
-		// clock's reading during the call, or, after an ambiguous call
-		// (debt), possibly the stamp that call wrote: in client-clock mode
-		// another replica's clock may be ahead of this one's
-		if s < b.last || (s > b.last && (s < in.lo || s > in.hi) && (b.debt == 0 || s > b.pend)) {
+		return q.admit(st, in, out)
+	case denied, localDenied, slotDenied:
+		return q.deny(st, in, out)
+	case settled, settleFailed:
+		next := st
+		for i := range nb {
+			if in.costs[i] == 0 {
+				continue
+			}
+			b := &next.b[i]
+			d := float64(in.delta)
+			switch {
+			case in.delta < 0:
+				// a refund: the balance rises by at most -delta (never
+				// above the capacity)
+				b.refund -= d
+			case in.kind == settled && in.forgiven == 0:
+				b.owedLo += d
+				b.owedHi += d
+			case in.kind == settled:
+				// this bucket forgave at most what the most forgiving one
+				// did, and charged at most delta
+				b.owedLo += max(0, d-float64(in.forgiven))
+				b.owedHi += d
+			default:
+				// ran or not; if it ran, its forgiving is unknown
+				b.owedHi += d
+			}
+			b.pend = max(b.pend, in.hi)
+		}
+		return []state{next}
+	case released:
+		if st.holders == 0 {
 			return nil
 		}
-		var next []bucket
-		if q.charged(b, s, in.cost, out.tokens, b.debt == 0 && !b.approx) {
-			next = append(next, bucket{tok: out.tokens, last: s})
-		}
-		if in.lease > in.cost {
-			// a lease: the decision's balance is the store's plus the
-			// lease's unspent tokens, a sum not exact in floating point;
-			// from an exact state the store's balance is known exactly
-			unspent := float64(in.lease - in.cost)
-			if b.debt == 0 && !b.approx {
-				lo, _ := q.bounds(b, s)
-				if stored := lo - float64(in.lease); math.Abs(stored+unspent-out.tokens) <= eps {
-					next = append(next, bucket{tok: stored, last: s})
-				}
-			} else if tok := out.tokens - unspent; q.charged(b, s, in.lease, tok, false) {
-				// an interval state: approximately, so the next check of
-				// this state is by interval too
-				next = append(next, bucket{tok: tok, last: s, approx: true})
-			}
-		}
-		return next
-	case denied, localDenied:
-		// the clock read during the call was in [lo, hi], or behind the
-		// stored stamp: last, or one an ambiguous call wrote
-		from, to := max(b.last, in.lo), max(b.last, in.hi)
-		if b.debt > 0 {
-			to = max(to, b.pend)
-		}
-		lo, _ := q.bounds(b, from)
-		_, hi := q.bounds(b, to)
-		if in.kind == localDenied {
-			if lo-float64(in.lag)*q.rate/1000000 >= float64(in.cost) {
-				return nil
-			}
-			return []bucket{b}
-		}
-		if out.tokens >= float64(in.cost) || out.tokens < lo-eps || out.tokens > hi+eps {
-			return nil
-		}
-		return []bucket{b}
+		next := st
+		next.holders--
+		next.orphans++
+		return []state{next}
 	default:
 		// ran once, or not at all
-		ran := b
-		ran.debt += in.cost
-		ran.pend = max(b.pend, in.hi)
-		next := []bucket{b, ran}
-		if in.lease > in.cost {
-			ran.debt += in.lease - in.cost
+		ran := st
+		for i := range nb {
+			if in.costs[i] > 0 {
+				ran.b[i].debt += in.costs[i]
+				ran.b[i].pend = max(ran.b[i].pend, in.hi)
+			}
+		}
+		if in.slot {
+			// a slot taken by nobody may be freed at any time: one more
+			// that may be held covers "not taken" too
+			ran.orphans++
+		}
+		next := []state{st, ran}
+		if in.lease > in.costs[0] {
+			ran.b[0].debt += in.lease - in.costs[0]
 			next = append(next, ran)
 		}
 		return next
 	}
 }
 
+// stampOK reports whether s can be the stamp an admission wrote to b: the
+// stored stamp never moves backwards; a newer one is the clock's reading
+// during the call, or, after an operation counted as pending, possibly
+// the stamp that one wrote: in client-clock mode another replica's clock
+// may be ahead of this one's.
+func stampOK(b bucket, in input, s int64) bool {
+	return s >= b.last && (s == b.last || (s >= in.lo && s <= in.hi) || (b.pending() && s <= b.pend))
+}
+
+// admit is an admission by the store: every bucket the request names held
+// its cost at the stamp and was charged it, and a slot was free.
+func (q quotas) admit(st state, in input, out output) []state {
+	next := st
+	for i := range nb {
+		cost := in.costs[i]
+		if cost == 0 {
+			continue
+		}
+		b, s := st.b[i], out.stamps[i]
+		if !stampOK(b, in, s) {
+			return nil
+		}
+		if i == 0 && in.lease > cost {
+			continue // below, with the lease
+		}
+		if !q.b[i].charged(b, s, cost, out.tokens[i], !b.pending() && !b.approx) {
+			return nil
+		}
+		next.b[i] = bucket{tok: out.tokens[i], last: s}
+	}
+	if in.slot {
+		// the slots in use before this one: every holder's, and some of
+		// the orphans; below the limit
+		before := out.held - 1
+		if before < st.holders || before > st.holders+st.orphans || before >= q.slots {
+			return nil
+		}
+		next.holders, next.orphans = st.holders+1, before-st.holders
+	}
+	if in.lease <= in.costs[0] {
+		return []state{next}
+	}
+	// leases are taken by single-bucket checks only
+	q0, b, s, tokens := q.b[0], st.b[0], out.stamps[0], out.tokens[0]
+	var res []state
+	if q0.charged(b, s, in.costs[0], tokens, !b.pending() && !b.approx) {
+		// a plain charge
+		next.b[0] = bucket{tok: tokens, last: s}
+		res = append(res, next)
+	}
+	// a lease: the decision's balance is the store's plus the lease's
+	// unspent tokens, a sum not exact in floating point; from an exact
+	// state the store's balance is known exactly
+	unspent := float64(in.lease - in.costs[0])
+	if !b.pending() && !b.approx {
+		lo, _ := q0.bounds(b, s)
+		if stored := lo - float64(in.lease); lo >= float64(in.lease) && math.Abs(stored+unspent-tokens) <= eps {
+			next.b[0] = bucket{tok: stored, last: s}
+			res = append(res, next)
+		}
+	} else if tok := tokens - unspent; q0.charged(b, s, in.lease, tok, false) {
+		// an interval state: approximately, so the next check of this
+		// state is by interval too
+		next.b[0] = bucket{tok: tok, last: s, approx: true}
+		res = append(res, next)
+	}
+	return res
+}
+
+// deny is a denial: by the store (each bucket's balance at one time of the
+// call, some bucket short of its cost; or every bucket holding its cost
+// and no slot free), or by the deny cache (the bucket short at some time).
+func (q quotas) deny(st state, in input, out output) []state {
+	short := false
+	for i := range nb {
+		cost := in.costs[i]
+		if cost == 0 {
+			continue
+		}
+		b, qi := st.b[i], q.b[i]
+		// the clock read during the call was in [lo, hi], or behind the
+		// stored stamp: last, or one a pending operation wrote
+		from, to := max(b.last, in.lo), max(b.last, in.hi)
+		if b.pending() {
+			to = max(to, b.pend)
+		}
+		lo, _ := qi.bounds(b, from)
+		_, hi := qi.bounds(b, to)
+		if in.kind == localDenied {
+			// one of the request's buckets was short at some time
+			if lo-float64(in.lag)*qi.rate/1000000 < float64(cost) {
+				short = true
+			}
+			continue
+		}
+		tok := out.tokens[i]
+		if tok < lo-eps || tok > hi+eps {
+			return nil
+		}
+		if tok < float64(cost) {
+			short = true
+		}
+	}
+	if in.kind == denied || in.kind == localDenied {
+		if !short {
+			return nil
+		}
+		return []state{st}
+	}
+	// slotDenied: every bucket held its cost, and every slot was in use
+	if short || out.held < q.slots || out.held < st.holders || out.held > st.holders+st.orphans {
+		return nil
+	}
+	next := st
+	next.orphans = out.held - st.holders
+	return []state{next}
+}
+
 // charged reports whether a charge of cost at the stamp s, from b, can
-// leave tokens: exactly the script's arithmetic when exact, else within
-// the state's interval.
+// leave tokens: the bucket held the cost (a balance below it is never
+// charged), and the charge is exactly the script's arithmetic when b is
+// exact, else within the state's interval.
 func (q quota) charged(b bucket, s, cost int64, tokens float64, exact bool) bool {
 	lo, hi := q.bounds(b, s)
 	if exact {
-		return lo-float64(cost) == tokens
+		return lo >= float64(cost) && lo-float64(cost) == tokens
 	}
 	got := tokens + float64(cost)
-	return got >= lo-eps && got <= hi+eps
+	return got >= float64(cost)-eps && got >= lo-eps && got <= hi+eps
 }
 
 // op is one recorded operation.
@@ -192,7 +379,7 @@ type op struct {
 	Client    int     `json:"c"`
 	Key       string  `json:"k"`
 	Kind      kind    `json:"kind"`
-	Cost      int64   `json:"cost"`
+	Cost      int64   `json:"cost"` // bucket 0's: the cost of the class checked
 	Call      int64   `json:"call"` // wall clock, ns
 	Return    int64   `json:"ret"`
 	Tokens    float64 `json:"tok"`
@@ -205,14 +392,27 @@ type op struct {
 	NotSent   bool    `json:"notsent"` // degraded without a store call
 	Lease     int64   `json:"lease"`   // the lease size, when leases are on
 	Extension int64   `json:"ext"`     // ns added to an ambiguous call's return
+	// bucket 1's cost (0: not named), balance and stamp: a multi-bucket
+	// check's second class
+	AlsoCost   int64   `json:"acost,omitempty"`
+	AlsoTokens float64 `json:"atok,omitempty"`
+	AlsoStamp  int64   `json:"astamp,omitempty"`
+	// Slot: a check of a concurrency-limited class; Held is the slots in
+	// use it reported
+	Slot bool  `json:"slot,omitempty"`
+	Held int64 `json:"held,omitempty"`
+	// a settle's actual - estimate, and what it reported forgiven
+	Delta    int64 `json:"delta,omitempty"`
+	Forgiven int64 `json:"forgiven,omitempty"`
 }
 
 // slack widens each call's window, in µs: the process's clock reading and
 // the server's are the same clock, each truncated to the microsecond.
 const slack = 2
 
-// model is the porcupine model over a history of ops, partitioned by key.
-func model(q quota) porcupine.Model {
+// model is the porcupine model over a history of ops, partitioned by
+// tenant.
+func model(q quotas) porcupine.Model {
 	nm := porcupine.NondeterministicModel{
 		Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
 			byKey := map[string][]porcupine.Operation{}
@@ -230,23 +430,40 @@ func model(q quota) porcupine.Model {
 			}
 			return out
 		},
-		Init: func() []interface{} { return []interface{}{bucket{tok: q.capacity}} },
-		Step: func(state, in, out interface{}) []interface{} {
-			next := q.step(state.(bucket), in.(input), out.(output))
+		Init: func() []interface{} {
+			var st state
+			for i := range nb {
+				st.b[i].tok = q.b[i].capacity
+			}
+			return []interface{}{st}
+		},
+		Step: func(st, in, out interface{}) []interface{} {
+			next := q.step(st.(state), in.(input), out.(output))
 			res := make([]interface{}, len(next))
-			for i, b := range next {
-				res[i] = b
+			for i, s := range next {
+				res[i] = s
 			}
 			return res
 		},
-		Equal: func(a, b interface{}) bool { return a.(bucket) == b.(bucket) },
+		Equal: func(a, b interface{}) bool { return a.(state) == b.(state) },
 		DescribeOperation: func(in, out interface{}) string {
 			i, o := in.(input), out.(output)
-			return fmt.Sprintf("%s cost %d [%d,%d] -> %.17g @%d", kindNames[i.kind], i.cost, i.lo, i.hi, o.tokens, o.stamp)
+			s := fmt.Sprintf("%s cost %v [%d,%d] -> %.17g @%v", kindNames[i.kind], i.costs, i.lo, i.hi, o.tokens, o.stamps)
+			if i.slot {
+				s += fmt.Sprintf(" held %d", o.held)
+			}
+			if i.kind == settled || i.kind == settleFailed {
+				s += fmt.Sprintf(" delta %d forgiven %d", i.delta, i.forgiven)
+			}
+			return s
 		},
 		DescribeState: func(s interface{}) string {
-			b := s.(bucket)
-			return fmt.Sprintf("%.17g @%d debt %d", b.tok, b.last, b.debt)
+			st := s.(state)
+			var out string
+			for i, b := range st.b {
+				out += fmt.Sprintf("[%d] %.17g @%d debt %d owed [%g,%g] refund %g; ", i, b.tok, b.last, b.debt, b.owedLo, b.owedHi, b.refund)
+			}
+			return out + fmt.Sprintf("slots %d held, up to %d orphans", st.holders, st.orphans)
 		},
 	}
 	return nm.ToModel()
@@ -263,10 +480,12 @@ func operations(ops []op) []porcupine.Operation {
 		ret := o.Return + o.Extension
 		// the other replicas' clocks are never stepped: a negative
 		// offset is this replica's lag behind them
-		in := input{kind: o.Kind, cost: o.Cost, lease: o.Lease, lag: max(0, -o.OffLo),
+		in := input{kind: o.Kind, costs: [nb]int64{o.Cost, o.AlsoCost}, lease: o.Lease, lag: max(0, -o.OffLo),
+			slot: o.Slot, delta: o.Delta, forgiven: o.Forgiven,
 			lo: o.Call/1000 + o.OffLo - slack, hi: ret/1000 + o.OffHi + slack}
+		out := output{tokens: [nb]float64{o.Tokens, o.AlsoTokens}, stamps: [nb]int64{o.Stamp, o.AlsoStamp}, held: o.Held}
 		h = append(h, porcupine.Operation{ClientId: o.Replica*1000 + o.Client, Input: in, Call: o.Call,
-			Output: output{tokens: o.Tokens, stamp: o.Stamp}, Return: ret, Metadata: o.Key})
+			Output: out, Return: ret, Metadata: o.Key})
 	}
 	return h
 }

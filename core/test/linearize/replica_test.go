@@ -47,14 +47,41 @@ type config struct {
 	// Client is the client under test: "limiter", or a seeded broken one
 	// (see seeded_test.go)
 	Client string
+	// Control: a seeded client runs the limiter's scripts unbroken (its
+	// histories must pass: what catches the broken one is the bug)
+	Control bool
 	// Skew is this replica's clock offset for the seeded client-clock
 	// client
 	Skew time.Duration
+	// Mix is the operations the goroutines run: "" single-bucket checks;
+	// "multi" checks of class a, class b or both in one request (the same
+	// cost, or each its own: Request.AlsoCosts); "slots" checks of a class
+	// with a concurrency limit, each admitted one held a moment and
+	// released; "settle" checks, half of the admitted ones settled at
+	// another actual cost (a charge or a refund); "all" the three at once
+	// (class a with the concurrency limit)
+	Mix string
+	// AlsoCapacity and AlsoRate are class b's quota (Mix "multi")
+	AlsoCapacity int64
+	AlsoRate     float64
+	// Concurrency is the class's concurrency limit (Mix "slots")
+	Concurrency int64
 }
 
-// decider is the client under test: it checks one request of tenant.
+// quotas is the model's view of cfg's buckets.
+func (cfg config) quotas() quotas {
+	return quotas{b: [nb]quota{{capacity: float64(cfg.Capacity), rate: cfg.Rate},
+		{capacity: float64(cfg.AlsoCapacity), rate: cfg.AlsoRate}}, slots: cfg.Concurrency}
+}
+
+// classB is the second class of Mix "multi".
+const classB = "b"
+
+// decider is the client under test: it runs one request of tenant (a
+// check, and what follows it in cfg's mix: a settle, a slot's release),
+// choosing its costs with rng, and returns its operations.
 type decider interface {
-	decide(ctx context.Context, tenant string, cost int64) op
+	decide(ctx context.Context, tenant string, rng *rand.Rand) []op
 	close()
 }
 
@@ -115,13 +142,14 @@ func runReplica(raw string) error {
 			var mine []op
 			for !stop.Load() {
 				tenant := cfg.Tenants[rng.IntN(len(cfg.Tenants))]
-				cost := 1 + rng.Int64N(2)
 				before := clk.off.Load()
-				o := d.decide(context.Background(), tenant, cost)
+				ops := d.decide(context.Background(), tenant, rng)
 				after := clk.off.Load()
-				o.Replica, o.Client, o.Key, o.Cost = cfg.ID, g, tenant, cost
-				o.OffLo, o.OffHi = min(before, after), max(before, after)
-				mine = append(mine, o)
+				for _, o := range ops {
+					o.Replica, o.Client, o.Key = cfg.ID, g, tenant
+					o.OffLo, o.OffHi = min(before, after), max(before, after)
+					mine = append(mine, o)
+				}
 				// a client's pause between requests (0 to 2 ms): 24 goroutines
 				// still contend for every token, and the histories stay
 				// small enough to check in seconds
@@ -153,15 +181,26 @@ func runReplica(raw string) error {
 
 // limiterDecider is the real limiter.
 type limiterDecider struct {
-	lim   *core.Limiter
-	lease int64
+	lim *core.Limiter
+	cfg config
 }
 
 func newDecider(cfg config, uc redis.UniversalClient, clk *clock) (decider, error) {
 	if cfg.Client != "limiter" {
-		return newSeeded(cfg, uc)
+		return newSeeded(cfg, uc, clk)
 	}
-	q := tgquota.Quota{Capacity: cfg.Capacity, RefillPerSecond: cfg.Rate}
+	lim, err := newLimiter(cfg, uc, clk)
+	if err != nil {
+		return nil, err
+	}
+	return &limiterDecider{lim: lim, cfg: cfg}, nil
+}
+
+// newLimiter is the limiter of cfg: class "default" (and class b, and a
+// concurrency limit, as cfg's mix needs).
+func newLimiter(cfg config, uc redis.UniversalClient, clk *clock) (*core.Limiter, error) {
+	q := tgquota.Quota{Capacity: cfg.Capacity, RefillPerSecond: cfg.Rate, Concurrency: cfg.Concurrency}
+	qb := tgquota.Quota{Capacity: cfg.AlsoCapacity, RefillPerSecond: cfg.AlsoRate}
 	opts := []core.Option{core.WithPrefix(cfg.Prefix), core.WithFailurePolicy(cfg.Policy),
 		core.WithTimeout(cfg.Timeout), core.WithDenyCache(cfg.DenyCache), core.WithBatching(cfg.Batching)}
 	if cfg.Lease > 0 {
@@ -173,13 +212,12 @@ func newDecider(cfg config, uc redis.UniversalClient, clk *clock) (decider, erro
 	if cfg.ClientClock {
 		opts = append(opts, core.WithClock(clk.now))
 	}
-	lim, err := core.New(uc, tgquota.ResolverFunc(func(context.Context, tgquota.Tenant, string) ([]tgquota.Bucket, error) {
+	return core.New(uc, tgquota.ResolverFunc(func(_ context.Context, _ tgquota.Tenant, class string) ([]tgquota.Bucket, error) {
+		if class == classB {
+			return []tgquota.Bucket{{Name: classB, Quota: qb}}, nil
+		}
 		return []tgquota.Bucket{{Name: tgquota.DefaultClass, Quota: q}}, nil
 	}), opts...)
-	if err != nil {
-		return nil, err
-	}
-	return &limiterDecider{lim: lim, lease: cfg.Lease}, nil
 }
 
 // leaseTTL is how long a lease's tokens may be spent.
@@ -187,28 +225,110 @@ const leaseTTL = 100 * time.Millisecond
 
 func (l *limiterDecider) close() { _ = l.lim.Close() }
 
-func (l *limiterDecider) decide(ctx context.Context, tenant string, cost int64) op {
-	o := op{Call: time.Now().UnixNano(), Lease: l.lease}
-	d, err := l.lim.Check(ctx, core.Request{Tenant: tgquota.Tenant{ID: tenant}, Cost: cost})
+func (l *limiterDecider) decide(ctx context.Context, tenant string, rng *rand.Rand) []op {
+	t := tgquota.Tenant{ID: tenant}
+	cost := 1 + rng.Int64N(2)
+	req := core.Request{Tenant: t, Cost: cost}
+	if l.cfg.Mix == "multi" || l.cfg.Mix == "all" {
+		switch rng.IntN(4) {
+		case 0: // class b alone
+			req.Class = classB
+		case 1: // both, one cost
+			req.Also = []string{classB}
+		case 2: // both, each its own cost
+			req.Also, req.AlsoCosts = []string{classB}, []int64{3 - cost}
+		}
+	}
+	o, d := checkOnce(ctx, l.lim, req, l.cfg.Lease)
+	// class a carries the concurrency limit
+	o.Slot = l.cfg.Concurrency > 0 && o.Cost > 0
+	if o.Slot {
+		o.Lease = 0 // a check that takes a slot is never leased
+	}
+	ops := []op{o}
+	settle := l.cfg.Mix == "settle" || l.cfg.Mix == "all"
+	// Settle refuses a decision of classes that cost differently
+	if settle && o.Kind == admitted && (o.Cost == 0 || o.AlsoCost == 0 || o.Cost == o.AlsoCost) && rng.IntN(2) == 0 {
+		// with the deny cache, no refunds: another replica's cache keeps
+		// denying what a refund gave back (docs/reliability.md)
+		if actual := actualCost(rng, l.cfg); actual != cost && (!l.cfg.DenyCache || actual > cost) {
+			s := op{Kind: settled, Cost: o.Cost, AlsoCost: o.AlsoCost, Delta: actual - cost, Call: time.Now().UnixNano()}
+			f, err := l.lim.Settle(ctx, t, d, actual)
+			s.Return = time.Now().UnixNano()
+			s.Forgiven = f
+			if err != nil {
+				s.Kind, s.Reason = settleFailed, "error"
+			}
+			ops = append(ops, s)
+		}
+	}
+	if d.Slot != nil {
+		// held a moment (0 to 3 ms), then released: Release returns once
+		// the store answered, or after one attempt (the release is then
+		// retried in the background)
+		time.Sleep(time.Duration(rng.Int64N(int64(3 * time.Millisecond))))
+		r := op{Kind: released, Slot: true, Call: time.Now().UnixNano()}
+		d.Slot.Release()
+		r.Return = time.Now().UnixNano()
+		ops = append(ops, r)
+	}
+	return ops
+}
+
+// checkOnce records one check by lim of req (its class "default", or class b
+// alone, or both) as an op.
+func checkOnce(ctx context.Context, lim *core.Limiter, req core.Request, lease int64) (op, core.Decision) {
+	o := op{Call: time.Now().UnixNano(), Lease: lease}
+	d, err := lim.Check(ctx, req)
 	o.Return = time.Now().UnixNano()
 	o.Reason, o.Allowed, o.Fallback = d.Reason.String(), d.Allowed, d.Fallback
+	o.Cost = req.Cost
+	if len(req.Also) > 0 {
+		o.AlsoCost = req.Cost
+		if req.AlsoCosts != nil {
+			o.AlsoCost = req.AlsoCosts[0]
+		}
+	}
+	if req.Class == classB {
+		o.Cost, o.AlsoCost = 0, req.Cost
+	}
+	if len(req.Also) > 0 || req.Class == classB {
+		o.Lease = 0 // only class a's checks alone are leased
+	}
+	// each bucket's balance and stamp, by name
+	state := func() {
+		for _, b := range d.Buckets {
+			if b.Name == classB {
+				o.AlsoTokens, o.AlsoStamp = b.Tokens, b.Stamp.UnixMicro()
+			} else {
+				o.Tokens, o.Stamp = b.Tokens, b.Stamp.UnixMicro()
+				o.Held = b.InFlight
+			}
+		}
+	}
 	switch {
 	case err == nil && d.Local && d.Reason == core.ReasonOverLimit:
 		o.Kind = localDenied
 	case err == nil && d.Local && d.Reason == core.ReasonOK:
 		o.Kind = leased
 	case err == nil && d.Reason == core.ReasonOK:
-		o.Kind, o.Tokens = admitted, d.Buckets[0].Tokens
-		o.Stamp = d.Buckets[0].Stamp.UnixMicro()
+		o.Kind = admitted
+		state()
 	case err == nil && d.Reason == core.ReasonOverLimit:
-		o.Kind, o.Tokens = denied, d.Buckets[0].Tokens
+		o.Kind = denied
+		state()
+		o.Stamp, o.AlsoStamp = 0, 0
+	case err == nil && d.Reason == core.ReasonConcurrencyLimit:
+		o.Kind = slotDenied
+		state()
+		o.Stamp, o.AlsoStamp = 0, 0
 	default:
 		o.Kind = ambiguous
 		// the store was not called: the circuit was open, or no connection
 		// could be made
 		o.NotSent = err != nil && notSent(err)
 	}
-	return o
+	return o, d
 }
 
 // notSent reports a store error that says the command never left: the
@@ -216,4 +336,13 @@ func (l *limiterDecider) decide(ctx context.Context, tenant string, cost int64) 
 func notSent(err error) bool {
 	m := err.Error()
 	return strings.Contains(m, "store not called") || strings.Contains(m, "connect: connection refused")
+}
+
+// actualCost is a settle's actual cost: 0 to 5, or one time in eight three
+// capacities (a debt past any floor: what is forgiven, or carried, shows).
+func actualCost(rng *rand.Rand, cfg config) int64 {
+	if rng.IntN(8) == 0 {
+		return 3 * cfg.Capacity
+	}
+	return rng.Int64N(6)
 }

@@ -3,11 +3,13 @@ package linearize_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/lua"
 	tgquota "github.com/tollgate-go/tollgate/core/quota"
 )
@@ -23,18 +25,49 @@ import (
 //     time from the server.
 //   - replay: the limiter's script sent through a client that retries a
 //     command whose reply was lost (go-redis's default): charged twice.
+//   - lenient: the limiter's script admitting a bucket half a token short
+//     of the cost (its answers' arithmetic otherwise right).
+//   - slots: the concurrency script admitting while every slot is in use
+//     (one more than the limit), its slots released with ZREM.
+//   - settle: the real limiter's checks, settled by the settle script
+//     charging nothing (a refund still refunds) and reporting nothing
+//     forgiven.
+//
+// Each broken script is the limiter's own with one condition replaced: a
+// replacement that no longer finds its text fails the history.
 type seeded struct {
 	cfg    config
 	c      redis.UniversalClient
 	script *redis.Script
 	key    func(tenant string) string
 	ttl    string
+	lim    *core.Limiter // settle: the checks
 }
 
-func newSeeded(cfg config, uc redis.UniversalClient) (decider, error) {
+// settlePerBucket: the settle script takes each bucket's capacity, rate,
+// delta and debt cap (ARGV[4i-2] to ARGV[4i+1]); before, one delta
+// (ARGV[2]) and each bucket's capacity and rate. The seeded settle client
+// speaks either (once every branch has the per-bucket form, the other can
+// go).
+var settlePerBucket = strings.Contains(lua.Settle(), "tonumber(ARGV[4 * i])")
+
+// broken is src with old replaced by new (src itself for a control), or
+// an error when src lacks old.
+func broken(cfg config, src, old, new string) (*redis.Script, error) {
+	if !strings.Contains(src, old) {
+		return nil, fmt.Errorf("%s: %q is no longer in the script", cfg.Client, old)
+	}
+	if cfg.Control {
+		return redis.NewScript(src), nil
+	}
+	return redis.NewScript(strings.Replace(src, old, new, 1)), nil
+}
+
+func newSeeded(cfg config, uc redis.UniversalClient, clk *clock) (decider, error) {
 	s := &seeded{cfg: cfg, c: uc, script: redis.NewScript(lua.TokenBucket()),
 		key: func(tenant string) string { return cfg.Prefix + ":{" + tenant + "}:" + tgquota.DefaultClass },
 		ttl: strconv.FormatInt(int64(float64(cfg.Capacity)/cfg.Rate*1000)+1000, 10)}
+	var err error
 	switch cfg.Client {
 	case "getset", "clientclock":
 	case "replay":
@@ -42,22 +75,47 @@ func newSeeded(cfg config, uc redis.UniversalClient) (decider, error) {
 		// is sent again
 		s.c = redis.NewClient(&redis.Options{Addr: cfg.Addrs[0], MaxRetries: 3,
 			MinRetryBackoff: time.Millisecond, MaxRetryBackoff: 2 * time.Millisecond})
+	case "lenient":
+		s.script, err = broken(cfg, lua.TokenBucket(), "if cost > cap or tokens < cost then", "if cost > cap or tokens < cost - 0.5 then")
+	case "slots":
+		s.script, err = broken(cfg, lua.Concurrency(), "held >= limit then", "held > limit then")
+	case "settle":
+		arg := "ARGV[2]"
+		if settlePerBucket {
+			arg = "ARGV[4 * i]"
+		}
+		if s.script, err = broken(cfg, lua.Settle(), "local delta = tonumber("+arg+")", "local delta = math.min(0, tonumber("+arg+"))"); err == nil {
+			s.lim, err = newLimiter(cfg, uc, clk)
+		}
 	default:
 		return nil, fmt.Errorf("unknown client %q", cfg.Client)
+	}
+	if err != nil {
+		return nil, err
 	}
 	return s, nil
 }
 
 func (s *seeded) close() {
-	if s.cfg.Client == "replay" {
+	switch s.cfg.Client {
+	case "replay":
 		_ = s.c.Close()
+	case "settle":
+		_ = s.lim.Close()
 	}
 }
 
-func (s *seeded) decide(ctx context.Context, tenant string, cost int64) op {
+func (s *seeded) decide(ctx context.Context, tenant string, rng *rand.Rand) []op {
+	cost := 1 + rng.Int64N(2)
+	switch s.cfg.Client {
+	case "slots":
+		return s.slots(ctx, tenant, cost, rng)
+	case "settle":
+		return s.settle(ctx, tenant, cost, rng)
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	o := op{Call: time.Now().UnixNano()}
+	o := op{Call: time.Now().UnixNano(), Cost: cost}
 	var (
 		reply string
 		err   error
@@ -75,17 +133,86 @@ func (s *seeded) decide(ctx context.Context, tenant string, cost int64) op {
 	o.Return = time.Now().UnixNano()
 	if err != nil {
 		o.Kind, o.Reason = ambiguous, "error"
-		return o
+		return []op{o}
 	}
 	tok, stamp, _ := strings.Cut(reply, " ")
 	o.Tokens, _ = strconv.ParseFloat(tok, 64)
 	if stamp == "" {
 		o.Kind, o.Reason = denied, "over_limit"
-		return o
+		return []op{o}
 	}
 	o.Kind, o.Reason, o.Allowed = admitted, "ok", true
 	o.Stamp, _ = strconv.ParseInt(stamp, 10, 64)
-	return o
+	return []op{o}
+}
+
+// slots checks one request with the broken concurrency script (the
+// limiter's arguments: one bucket, a lease of 10 s), holds an admitted
+// request's slot a moment and removes it.
+func (s *seeded) slots(ctx context.Context, tenant string, cost int64, rng *rand.Rand) []op {
+	key := s.key(tenant)
+	id := strconv.FormatInt(rng.Int64(), 36)
+	o := op{Call: time.Now().UnixNano(), Cost: cost, Slot: true}
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	v, err := s.script.Run(cctx, s.c, []string{key, key + ":slots"}, "", cost, s.cfg.Capacity,
+		strconv.FormatFloat(s.cfg.Rate, 'g', -1, 64), s.ttl, s.cfg.Concurrency, 10_000_000, id, 11_000).Slice()
+	cancel()
+	o.Return = time.Now().UnixNano()
+	if err != nil || len(v) != 6 {
+		o.Kind, o.Reason = ambiguous, "error"
+		return []op{o}
+	}
+	reason, _ := v[1].(int64)
+	o.Held, _ = v[3].(int64)
+	st, _ := v[5].(string)
+	tok, stamp, _ := strings.Cut(st, " ")
+	o.Tokens, _ = strconv.ParseFloat(tok, 64)
+	switch reason {
+	case 0:
+		o.Kind, o.Allowed = admitted, true
+		o.Stamp, _ = strconv.ParseInt(stamp, 10, 64)
+	case 3:
+		o.Kind = slotDenied
+		return []op{o}
+	default:
+		o.Kind = denied
+		return []op{o}
+	}
+	time.Sleep(time.Duration(rng.Int64N(int64(3 * time.Millisecond))))
+	r := op{Kind: released, Cost: cost, Slot: true, Call: time.Now().UnixNano()}
+	cctx, cancel = context.WithTimeout(ctx, s.cfg.Timeout)
+	_ = s.c.ZRem(cctx, key+":slots", id).Err()
+	cancel()
+	r.Return = time.Now().UnixNano()
+	return []op{o, r}
+}
+
+// settle checks one request with the real limiter and settles half of the
+// admitted ones with the broken settle script.
+func (s *seeded) settle(ctx context.Context, tenant string, cost int64, rng *rand.Rand) []op {
+	o, _ := checkOnce(ctx, s.lim, core.Request{Tenant: tgquota.Tenant{ID: tenant}, Cost: cost}, 0)
+	actual := actualCost(rng, s.cfg)
+	if o.Kind != admitted || actual == cost || rng.IntN(2) == 0 {
+		return []op{o}
+	}
+	r := op{Kind: settled, Cost: cost, Delta: actual - cost, Call: time.Now().UnixNano()}
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	rate := strconv.FormatFloat(s.cfg.Rate, 'g', -1, 64)
+	args := []any{"", actual - cost, s.cfg.Capacity, rate}
+	if settlePerBucket {
+		args = []any{"", s.cfg.Capacity, rate, actual - cost, 0} // no debt cap
+	}
+	v, err := s.script.Run(cctx, s.c, []string{s.key(tenant)}, args...).Slice()
+	cancel()
+	r.Return = time.Now().UnixNano()
+	if err != nil || len(v) == 0 {
+		r.Kind = settleFailed
+		return []op{o, r}
+	}
+	// what the script forgave (a debt past its floor): as Limiter.Settle
+	// returns it
+	r.Forgiven, _ = v[0].(int64)
+	return []op{o, r}
 }
 
 // getSet is the script's arithmetic run on the client between a GET and a
