@@ -47,10 +47,16 @@ type problemJSON struct {
 
 func configCheck(_ context.Context, e *env, args []string) error {
 	cfg, err := config.Load(args[0])
+	// heading: what the error is said under (a file's problems), or ""
+	// when it is one line already
+	heading := "invalid configuration"
+	if ce := (*config.Error)(nil); err != nil && !errors.As(err, &ce) {
+		err, heading = oneLine{err}, ""
+	}
 	if err == nil && e.opts.running != "" {
 		var base *config.Config
 		if base, err = config.Load(e.opts.running); err != nil {
-			err = fmt.Errorf("--running: %w", err)
+			err, heading = configError("--running", err), ""
 		} else {
 			err = base.CheckReload(cfg)
 		}
@@ -70,7 +76,10 @@ func configCheck(_ context.Context, e *env, args []string) error {
 				return perr
 			}
 		}
-		return fmt.Errorf("invalid configuration:\n%w", err)
+		if heading == "" {
+			return err
+		}
+		return fmt.Errorf("%s:\n%w", heading, err)
 	}
 	if e.opts.json {
 		tiers := map[string]map[string]any{}
