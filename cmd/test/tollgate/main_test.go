@@ -764,3 +764,14 @@ func TestMissingFileSaidOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestBucketResetOfNothingSaysSo: a reset that deletes no key says that
+// nothing was reset, and with --config names a bucket no tier defines.
+func TestBucketResetOfNothingSaysSo(t *testing.T) {
+	env, _ := redisEnv(t)
+	prefix := redistest.Prefix(t)
+	cfgPath := writeTemp(t, "tiers.yaml", tiersYAML)
+	tollgate(t, env, "bucket", "reset", "--prefix", prefix, "t42", "nosuch").check(t, 0, "nosuch: nothing to reset", "")
+	tollgate(t, env, "bucket", "reset", "--prefix", prefix, "--config", cfgPath, "t42", "nosuch").check(t, 0, "nothing to reset", `"nosuch" is not a class of any tier in `+cfgPath)
+	tollgate(t, env, "--json", "bucket", "reset", "--prefix", prefix, "t42", "export").check(t, 0, `"deleted": 0`, "")
+}
