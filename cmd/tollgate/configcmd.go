@@ -25,7 +25,9 @@ With --running, also checks that a service started with that file would
 apply this one on reload: its routes, gRPC methods and anonymous tier stay
 in force until a restart, so every class they name must still be defined
 (in every tier, with room for the route's cost), and so must the anonymous
-tier. A file that drops one is refused, naming the route and the class.
+tier and every tier of the running file (a tenant of a dropped tier would
+fail every check). A file that drops one is refused, naming the route and
+the class, or the tier.
 
 Example:
   tollgate config check tiers.yaml

@@ -247,7 +247,9 @@ func (c *Config) NewLimiter(client redis.UniversalClient, r quota.Resolver, opts
 // in the gate until a restart, so next's tiers must still serve them. Every
 // class a route of c names must be a class of every tier of next, with a
 // capacity (and a ceiling capacity) no smaller than the route's cost, and
-// c's anonymous_tier must be a tier of next. Otherwise those requests would
+// c's anonymous_tier must be a tier of next. Every tier of c must be a
+// tier of next too: a tenant of a dropped tier would fail every check (an
+// unknown tier). Otherwise those requests would
 // fail until a restart, and the error, an [*Error], names next's file, the
 // tier or class at fault and the route of c that needs it.
 //
@@ -262,6 +264,11 @@ func (c *Config) CheckReload(next *Config) error {
 	if a := c.AnonymousTier; a != "" {
 		if _, ok := tiers[a]; !ok {
 			p.fail(0, "tiers", "tier %q is not defined, but it is the anonymous_tier of the running configuration: until a restart, anonymous callers would fail", a)
+		}
+	}
+	for _, tn := range sortedTiers(c.Tiers.Tiers) {
+		if _, ok := tiers[tn]; !ok {
+			p.fail(0, "tiers", "tier %q is not defined, but the running configuration defines it: its tenants' requests would fail (an unknown tier) from the reload on; move them to another tier first, then drop it with a restart", tn)
 		}
 	}
 	check := func(what string, r gate.Route) {

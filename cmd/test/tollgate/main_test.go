@@ -775,3 +775,17 @@ func TestBucketResetOfNothingSaysSo(t *testing.T) {
 	tollgate(t, env, "bucket", "reset", "--prefix", prefix, "--config", cfgPath, "t42", "nosuch").check(t, 0, "nothing to reset", `"nosuch" is not a class of any tier in `+cfgPath)
 	tollgate(t, env, "--json", "bucket", "reset", "--prefix", prefix, "t42", "export").check(t, 0, `"deleted": 0`, "")
 }
+
+// TestConfigCheckRunningDroppedTier: a file that drops a tier of the
+// running file is refused, naming the tier: that tier's tenants would fail
+// every check (an unknown tier) from the reload on.
+func TestConfigCheckRunningDroppedTier(t *testing.T) {
+	running := writeTemp(t, "running.yaml", tiersYAML)
+	noPro := writeTemp(t, "new.yaml", tiersYAML[:strings.Index(tiersYAML, "  pro:\n")])
+	tollgate(t, nil, "config", "check", noPro).check(t, 0, "ok: 1 tier(s)", "") // valid on its own
+	r := tollgate(t, nil, "config", "check", "--running", running, noPro)
+	r.check(t, 1, "", noPro+`: tiers: tier "pro" is not defined, but the running configuration defines it`)
+	if strings.Contains(r.stdout, "ok") {
+		t.Errorf("refused file reported ok:\n%s", r.stdout)
+	}
+}
