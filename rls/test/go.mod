@@ -5,10 +5,10 @@ go 1.26.0
 require (
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/tollgate-go/tollgate/conformance v0.2.0
-	github.com/tollgate-go/tollgate/core v0.2.0
-	github.com/tollgate-go/tollgate/httplimit v0.2.0
-	github.com/tollgate-go/tollgate/rls v0.2.0
+	github.com/tollgate-go/tollgate/conformance v0.3.0
+	github.com/tollgate-go/tollgate/core v0.3.0
+	github.com/tollgate-go/tollgate/httplimit v0.3.0
+	github.com/tollgate-go/tollgate/rls v0.3.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/sdk/metric v1.47.0
 	google.golang.org/grpc v1.85.0
