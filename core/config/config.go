@@ -266,7 +266,7 @@ func (c *Config) CheckReload(next *Config) error {
 			p.fail(0, "tiers", "tier %q is not defined, but it is the anonymous_tier of the running configuration: until a restart, anonymous callers would fail", a)
 		}
 	}
-	for _, tn := range sortedTiers(c.Tiers.Tiers) {
+	for _, tn := range slices.Sorted(maps.Keys(c.Tiers.Tiers)) {
 		if _, ok := tiers[tn]; !ok {
 			p.fail(0, "tiers", "tier %q is not defined, but the running configuration defines it: its tenants' requests would fail (an unknown tier) from the reload on; move them to another tier first, then drop it with a restart", tn)
 		}
