@@ -5,8 +5,8 @@ go 1.26.0
 require (
 	github.com/labstack/echo/v5 v5.4.4
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/tollgate-go/tollgate/core v0.2.0
-	github.com/tollgate-go/tollgate/httplimit v0.2.0
+	github.com/tollgate-go/tollgate/core v0.3.0
+	github.com/tollgate-go/tollgate/httplimit v0.3.0
 )
 
 require (

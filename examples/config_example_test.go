@@ -28,7 +28,9 @@ func Example_configFile() {
 		config.WithRedisURL(redisURL()), // redis://, rediss://, redis+cluster:// or redis+sentinel://
 		// your options come after the file's and win: here a longer bound
 		// on a Redis call than the file's 100ms, for a busy test machine
-		config.WithLimiterOptions(core.WithTimeout(2*time.Second)))
+		config.WithLimiterOptions(core.WithTimeout(2*time.Second),
+			// and keys of its own, never a service's buckets (rl: by default)
+			core.WithPrefix("example")))
 	if err != nil {
 		fmt.Println(err) // every problem in the file, as file:line: field: message
 		return

@@ -20,9 +20,9 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/common v0.72.0
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/tollgate-go/tollgate/core v0.2.0
-	github.com/tollgate-go/tollgate/grpclimit v0.2.0
-	github.com/tollgate-go/tollgate/sqlquota v0.2.0
+	github.com/tollgate-go/tollgate/core v0.3.0
+	github.com/tollgate-go/tollgate/grpclimit v0.3.0
+	github.com/tollgate-go/tollgate/sqlquota v0.3.0
 	go.opentelemetry.io/otel/exporters/prometheus v0.69.0
 	go.opentelemetry.io/otel/metric v1.47.0
 	go.opentelemetry.io/otel/sdk/metric v1.47.0
@@ -140,13 +140,13 @@ require (
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/tollgate-go/tollgate/conformance v0.2.0
-	github.com/tollgate-go/tollgate/echolimit v0.2.0
-	github.com/tollgate-go/tollgate/echov5limit v0.2.0
-	github.com/tollgate-go/tollgate/fiberlimit v0.2.0
-	github.com/tollgate-go/tollgate/fiberv3limit v0.2.0
-	github.com/tollgate-go/tollgate/ginlimit v0.2.0
-	github.com/tollgate-go/tollgate/httplimit v0.2.0
+	github.com/tollgate-go/tollgate/conformance v0.3.0
+	github.com/tollgate-go/tollgate/echolimit v0.3.0
+	github.com/tollgate-go/tollgate/echov5limit v0.3.0
+	github.com/tollgate-go/tollgate/fiberlimit v0.3.0
+	github.com/tollgate-go/tollgate/fiberv3limit v0.3.0
+	github.com/tollgate-go/tollgate/ginlimit v0.3.0
+	github.com/tollgate-go/tollgate/httplimit v0.3.0
 	github.com/yuin/gopher-lua v1.1.1 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sync v0.25.0 // indirect

@@ -32,7 +32,8 @@ import (
 func Example_oneGate() {
 	svc, err := config.Open(context.Background(), "tollgate.yaml",
 		config.WithRedisURL(redisURL()),
-		config.WithLimiterOptions(core.WithTimeout(2*time.Second))) // a busy test machine
+		config.WithLimiterOptions(core.WithTimeout(2*time.Second), // a busy test machine
+			core.WithPrefix("example"))) // keys of its own, never a service's buckets
 	if err != nil {
 		fmt.Println(err) // the URL, every problem in the file, or Redis down
 		return

@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/tollgate-go/tollgate/core v0.2.0
+	github.com/tollgate-go/tollgate/core v0.3.0
 )
 
 require (

@@ -111,7 +111,7 @@ func overrideQuota(class string) (quota.Quota, bool) {
 	if err != nil || n == 0 || !known {
 		return quota.Quota{}, false
 	}
-	q, err := unitQuota(uint32(n), rlsv3.RateLimitResponse_RateLimit_Unit(u))
+	q, err := unitQuota(uint32(n), rlsv3.RateLimitResponse_RateLimit_Unit(u), 1)
 	return q, err == nil
 }
 

@@ -84,7 +84,7 @@ var unitSeconds = map[rlsv3.RateLimitResponse_RateLimit_Unit]float64{
 var (
 	rootKeys       = []string{"domain", "descriptors"}
 	descriptorKeys = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "tollgate"}
-	rateLimitKeys  = []string{"requests_per_unit", "unit", "unlimited", "name", "replaces"}
+	rateLimitKeys  = []string{"requests_per_unit", "unit", "unit_multiplier", "unlimited", "name", "replaces"}
 	replacesKeys   = []string{"name"}
 	tollgateKeys   = []string{"tenant", "tier", "class"}
 )
@@ -111,6 +111,7 @@ type yamlDescriptor struct {
 type yamlRateLimit struct {
 	RequestsPerUnit uint32 `yaml:"requests_per_unit"`
 	Unit            string `yaml:"unit"`
+	UnitMultiplier  uint32 `yaml:"unit_multiplier"` // 0 or 1: one unit
 	Unlimited       bool   `yaml:"unlimited"`
 	Name            string `yaml:"name"`
 	Replaces        []struct {
@@ -436,7 +437,7 @@ func (c *Config) rule(file, domain, path string, d yamlDescriptor) (*rule, error
 		if y.RequestsPerUnit == 0 {
 			r.zero = true
 		} else {
-			q, err := unitQuota(y.RequestsPerUnit, u)
+			q, err := unitQuota(y.RequestsPerUnit, u, max(y.UnitMultiplier, 1))
 			if err != nil {
 				return nil, configError(file, d.line, "%v", err)
 			}
@@ -447,13 +448,14 @@ func (c *Config) rule(file, domain, path string, d yamlDescriptor) (*rule, error
 	return r, nil
 }
 
-// unitQuota is the token bucket of n requests per unit: capacity n, refilled
-// evenly over the unit.
-func unitQuota(n uint32, u rlsv3.RateLimitResponse_RateLimit_Unit) (quota.Quota, error) {
+// unitQuota is the token bucket of n requests per mult units: capacity n,
+// refilled evenly over the window.
+func unitQuota(n uint32, u rlsv3.RateLimitResponse_RateLimit_Unit, mult uint32) (quota.Quota, error) {
 	secs, ok := unitSeconds[u]
 	if !ok {
 		return quota.Quota{}, fmt.Errorf("invalid rate limit unit %v", u)
 	}
+	secs *= float64(mult)
 	q := quota.Quota{Capacity: int64(n), RefillPerSecond: float64(n) / secs}
 	return q, q.Validate()
 }

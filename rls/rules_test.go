@@ -175,3 +175,24 @@ func TestGrouperOneCallWhateverTheCosts(t *testing.T) {
 		t.Errorf("equal costs: %+v, want AlsoCosts nil (the one-cost path)", req)
 	}
 }
+
+// TestUnitMultiplier: the reference's unit_multiplier stretches the window
+// (20 per 10 seconds: 20 burst, 2/s); the limit reported stays the one
+// written (20 per SECOND, as the reference's message has no multiplier);
+// a negative multiplier is refused.
+func TestUnitMultiplier(t *testing.T) {
+	cfg, err := ParseConfig("m.yaml", []byte("domain: m\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, unit_multiplier: 10, requests_per_unit: 20}\n  - key: b\n    rate_limit: {unit: minute, unit_multiplier: 1, requests_per_unit: 6}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := cfg.match("m", entries("a", "x"))
+	if r == nil || r.quota != (quota.Quota{Capacity: 20, RefillPerSecond: 2}) || r.limit.Unit != rlsv3.RateLimitResponse_RateLimit_SECOND || r.limit.RequestsPerUnit != 20 {
+		t.Errorf("a: %+v", r)
+	}
+	if r, _ := cfg.match("m", entries("b", "x")); r == nil || r.quota != (quota.Quota{Capacity: 6, RefillPerSecond: 0.1}) {
+		t.Errorf("b: %+v", r)
+	}
+	if _, err := ParseConfig("m.yaml", []byte("domain: m\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, unit_multiplier: -1, requests_per_unit: 20}\n")); err == nil {
+		t.Error("a negative unit_multiplier loaded")
+	}
+}

@@ -3,7 +3,7 @@ module github.com/tollgate-go/tollgate/sqlquota
 go 1.26.0
 
 require (
-	github.com/tollgate-go/tollgate/core v0.2.0
+	github.com/tollgate-go/tollgate/core v0.3.0
 	modernc.org/sqlite v1.62.0
 )
 

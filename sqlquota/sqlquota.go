@@ -266,7 +266,22 @@ func (st scanTime) Scan(src any) error {
 	return nil
 }
 
+// pastInfinity is PostgreSQL's '-infinity' read as a time: the earliest
+// one that is not the zero time (which means "never expires").
+var pastInfinity = time.Date(1, 1, 1, 0, 0, 0, 1000, time.UTC)
+
 func (st scanTime) parse(v string) error {
+	// PostgreSQL's special timestamps, as the pgx driver gives them: a
+	// row that expires at 'infinity' never expires (services apply it, as
+	// expires_at > now holds), one at '-infinity' always has
+	switch v {
+	case "infinity":
+		*st.t = time.Time{}
+		return nil
+	case "-infinity":
+		*st.t = pastInfinity
+		return nil
+	}
 	for _, layout := range []string{sqliteTime, time.RFC3339Nano, "2006-01-02 15:04:05.999999999-07:00", "2006-01-02 15:04:05"} {
 		if t, err := time.Parse(layout, v); err == nil {
 			*st.t = t.UTC()

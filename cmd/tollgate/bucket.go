@@ -321,12 +321,34 @@ func bucketReset(ctx context.Context, e *env, args []string) error {
 			Deleted int64    `json:"deleted"`
 		}{tenant, len(buckets) == 0, buckets, prefix, n})
 	}
+	if cfg != nil {
+		for _, b := range buckets {
+			if !definedBucket(cfg, b) {
+				fmt.Fprintf(e.stderr, "tollgate bucket reset: %q is not a class of any tier in %s\n", b, e.opts.configPath)
+			}
+		}
+	}
 	what := "every bucket"
 	if len(buckets) > 0 {
 		what = strings.Join(buckets, ", ")
 	}
+	if n == 0 {
+		fmt.Fprintf(e.stdout, "reset tenant %s (prefix %s): %s: nothing to reset: no key (a full bucket has none; check the tenant, the names and the prefix)\n", keys.EscapeID(tenant), prefix, what)
+		return nil
+	}
 	fmt.Fprintf(e.stdout, "reset tenant %s (prefix %s): %s: %d key(s) deleted\n", keys.EscapeID(tenant), prefix, what, n)
 	return nil
+}
+
+// definedBucket reports whether some tier of cfg has bucket b: a class, or
+// the tenant-wide ceiling of a tier that sets one.
+func definedBucket(cfg *config.Config, b string) bool {
+	for _, t := range cfg.Tiers.Tiers {
+		if _, ok := t.Classes[b]; ok || (b == quota.CeilingBucket && t.Ceiling != nil) {
+			return true
+		}
+	}
+	return false
 }
 
 // confirm asks question on the terminal and returns nil on "y" or "yes".

@@ -25,7 +25,9 @@ With --running, also checks that a service started with that file would
 apply this one on reload: its routes, gRPC methods and anonymous tier stay
 in force until a restart, so every class they name must still be defined
 (in every tier, with room for the route's cost), and so must the anonymous
-tier. A file that drops one is refused, naming the route and the class.
+tier and every tier of the running file (a tenant of a dropped tier would
+fail every check). A file that drops one is refused, naming the route and
+the class, or the tier.
 
 Example:
   tollgate config check tiers.yaml
@@ -47,10 +49,16 @@ type problemJSON struct {
 
 func configCheck(_ context.Context, e *env, args []string) error {
 	cfg, err := config.Load(args[0])
+	// heading: what the error is said under (a file's problems), or ""
+	// when it is one line already
+	heading := "invalid configuration"
+	if ce := (*config.Error)(nil); err != nil && !errors.As(err, &ce) {
+		err, heading = oneLine{err}, ""
+	}
 	if err == nil && e.opts.running != "" {
 		var base *config.Config
 		if base, err = config.Load(e.opts.running); err != nil {
-			err = fmt.Errorf("--running: %w", err)
+			err, heading = configError("--running", err), ""
 		} else {
 			err = base.CheckReload(cfg)
 		}
@@ -70,7 +78,10 @@ func configCheck(_ context.Context, e *env, args []string) error {
 				return perr
 			}
 		}
-		return fmt.Errorf("invalid configuration:\n%w", err)
+		if heading == "" {
+			return err
+		}
+		return fmt.Errorf("%s:\n%w", heading, err)
 	}
 	if e.opts.json {
 		tiers := map[string]map[string]any{}

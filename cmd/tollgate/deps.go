@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -134,10 +135,30 @@ func (e *env) loadConfig(required bool) (*config.Config, error) {
 	}
 	cfg, err := config.Load(e.opts.configPath)
 	if err != nil {
-		return nil, fmt.Errorf("invalid --config:\n%w", err)
+		return nil, configError("--config", err)
 	}
 	return cfg, nil
 }
+
+// configError says what is wrong with a tier file given as what: the
+// file's problems under a heading, one a line, or what kept it from being
+// read (a missing file) on one line.
+func configError(what string, err error) error {
+	if ce := (*config.Error)(nil); errors.As(err, &ce) {
+		return fmt.Errorf("invalid %s:\n%w", what, err)
+	}
+	return fmt.Errorf("%s: %w", what, oneLine{err})
+}
+
+// oneLine is a read error said without core's "invalid configuration"
+// heading, which the command's own message replaces.
+type oneLine struct{ err error }
+
+func (o oneLine) Error() string {
+	return strings.TrimPrefix(o.err.Error(), core.ErrInvalidConfig.Error()+": ")
+}
+
+func (o oneLine) Unwrap() error { return o.err }
 
 // prefix is --prefix, else the config's key_prefix, else the default.
 func (e *env) prefix(cfg *config.Config) (string, error) {

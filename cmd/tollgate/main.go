@@ -119,7 +119,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	o := &options{}
 	global := flag.NewFlagSet("tollgate", flag.ContinueOnError)
 	global.SetOutput(io.Discard)
-	registerCommon(global, o, fRedis|fDatabase|fPrefix, getenv)
+	// every common flag may come before the command too; a command uses
+	// those it takes (their value is its flag's default) and ignores the
+	// others, so one set of flags can go before every command
+	registerCommon(global, o, fRedis|fDatabase|fPrefix|fTimeout|fConfig, getenv)
 	global.BoolVar(&o.json, "json", false, "")
 	showVersion := global.Bool("version", false, "")
 	if err := global.Parse(args); err != nil {
@@ -249,16 +252,24 @@ func registerCommon(fs *flag.FlagSet, o *options, groups int, getenv func(string
 			def = getenv("DATABASE_URL")
 		}
 		fs.StringVar(&o.databaseURL, "database-url", def, "override database: sqlite://path or postgres://... (default $DATABASE_URL)")
-		fs.StringVar(&o.table, "table", "tollgate_overrides", "override table name (PostgreSQL: may be schema.table)")
+		table := o.table
+		if table == "" {
+			table = "tollgate_overrides"
+		}
+		fs.StringVar(&o.table, "table", table, "override table name (PostgreSQL: may be schema.table)")
 	}
 	if groups&fPrefix != 0 {
 		fs.StringVar(&o.prefix, "prefix", o.prefix, "Redis key prefix (default: the config file's key_prefix, else rl)")
 	}
 	if groups&fTimeout != 0 {
-		fs.DurationVar(&o.timeout, "timeout", 5*time.Second, "bound on each Redis or database call")
+		timeout := o.timeout
+		if timeout == 0 {
+			timeout = 5 * time.Second
+		}
+		fs.DurationVar(&o.timeout, "timeout", timeout, "bound on each Redis or database call")
 	}
 	if groups&fConfig != 0 {
-		fs.StringVar(&o.configPath, "config", "", "tier configuration file (YAML; see docs/quotas.md)")
+		fs.StringVar(&o.configPath, "config", o.configPath, "tier configuration file (YAML; see docs/quotas.md)")
 	}
 }
 
@@ -283,10 +294,14 @@ Commands:
 		fmt.Fprintf(w, "  %-18s %s\n", c.name, c.summary)
 	}
 	fmt.Fprint(w, `
-Flags accepted before the command and by the commands that use them:
+Flags accepted before the command too (a command ignores those it does
+not take; one given after the command wins):
   --redis-url URL      Redis URL (default $REDIS_URL)
   --database-url URL   sqlite://path or postgres://... (default $DATABASE_URL)
+  --table NAME         override table name
   --prefix PREFIX      Redis key prefix
+  --config FILE        tier configuration file
+  --timeout DURATION   bound on each Redis or database call
   --json               print JSON instead of text
   --version            print the build's version, commit and Go version
 

@@ -18,14 +18,14 @@ func MainWithCluster(m *testing.M, ignore ...goleak.Option) {
 	os.Exit(RunChecked(m, ignore...))
 }
 
-// RunChecked runs the tests, stops every server this package started, and
-// then, if the tests passed, checks for leaked goroutines (goleak; ignore
+// RunChecked runs the tests, checks the keys they left in the shared Redis
+// ([CheckKeys]), stops every server this package started, and then, if the
+// tests passed, checks for leaked goroutines (goleak; ignore
 // lists goroutines a dependency keeps on purpose). It returns the exit
 // code: 1 for a leak, which it prints. It is for a TestMain with more to do
 // around the tests than MainWithCluster does.
 func RunChecked(m *testing.M, ignore ...goleak.Option) int {
-	code := m.Run()
-	Shutdown()
+	code := finish(m.Run())
 	if code == 0 {
 		if err := goleak.Find(ignore...); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)

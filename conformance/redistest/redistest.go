@@ -18,7 +18,10 @@
 // under CI=true and skip otherwise.
 //
 // Tests share servers, so they isolate themselves with a random key prefix
-// ([Prefix]) and never FLUSHDB or FLUSHALL.
+// ([Prefix]) and never FLUSHDB or FLUSHALL. Every key a test leaves in the
+// shared server has a TTL, and none is under the production prefix
+// ([ProductionPrefix]): [Main] and [RunChecked] fail a run that breaks
+// either rule ([CheckKeys]).
 //
 // Call [Main] from TestMain so that servers started for the package are
 // stopped when it ends.
@@ -64,13 +67,12 @@ func atExit(f func()) {
 	cleanupMu.Unlock()
 }
 
-// Main runs the package's tests and then stops every server this package
-// started for them. Use it as TestMain: func TestMain(m *testing.M) {
+// Main runs the package's tests, checks the keys they left in the shared
+// Redis ([CheckKeys]), and then stops every server this package started for
+// them. Use it as TestMain: func TestMain(m *testing.M) {
 // redistest.Main(m) }.
 func Main(m *testing.M) {
-	code := m.Run()
-	Shutdown()
-	os.Exit(code)
+	os.Exit(finish(m.Run()))
 }
 
 // Shutdown stops every server started by this package.
@@ -128,10 +130,17 @@ func Prefix(t testing.TB) string {
 	if _, err := rand.Read(b[:]); err != nil {
 		t.Fatalf("redistest: random prefix: %v", err)
 	}
-	return "test-" + hex.EncodeToString(b[:])
+	p := "test-" + hex.EncodeToString(b[:])
+	notePrefix(p)
+	return p
 }
 
-func findShared() (string, error) {
+func findShared() (u string, err error) {
+	defer func() {
+		if err == nil {
+			noteShared(u)
+		}
+	}()
 	if u := os.Getenv("REDIS_URL"); u != "" {
 		return u, ping(u)
 	}

@@ -114,14 +114,20 @@ const (
 // read takes), which is why writers should write a temporary file and
 // rename it into place.
 func readFile(path string) ([]byte, error) {
+	data, _, err := readFileTime(path)
+	return data, err
+}
+
+// readFileTime is readFile that also returns the file's modification time.
+func readFileTime(path string) ([]byte, time.Time, error) {
 	delay := readRetryDelay
 	for attempt := 0; ; attempt++ {
-		data, settled, err := readOnce(path, attempt)
+		data, mtime, settled, err := readOnce(path, attempt)
 		if err != nil || settled {
-			return data, err
+			return data, mtime, err
 		}
 		if attempt+1 == maxReadAttempts {
-			return nil, fmt.Errorf("%w: %s: the file changed while it was read, %d times; write it to a temporary file and rename it into place",
+			return nil, time.Time{}, fmt.Errorf("%w: %s: the file changed while it was read, %d times; write it to a temporary file and rename it into place",
 				core.ErrInvalidConfig, path, maxReadAttempts)
 		}
 		time.Sleep(delay)
@@ -129,48 +135,48 @@ func readFile(path string) ([]byte, error) {
 	}
 }
 
-// readOnce reads the file at path once. settled reports that the file was
+// readOnce reads the file at path once, and its modification time. settled reports that the file was
 // the same before and after: same file at path, same size, same
 // modification time, and as many bytes read as its size.
-func readOnce(path string, attempt int) (data []byte, settled bool, err error) {
+func readOnce(path string, attempt int) (data []byte, mtime time.Time, settled bool, err error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, false, fmt.Errorf("%w: %w", core.ErrInvalidConfig, err)
+		return nil, time.Time{}, false, fmt.Errorf("%w: %w", core.ErrInvalidConfig, err)
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return nil, false, fmt.Errorf("%w: %w", core.ErrInvalidConfig, err)
+		return nil, time.Time{}, false, fmt.Errorf("%w: %w", core.ErrInvalidConfig, err)
 	}
 	if !st.Mode().IsRegular() {
-		return nil, false, fmt.Errorf("%w: %s: not a regular file", core.ErrInvalidConfig, path)
+		return nil, time.Time{}, false, fmt.Errorf("%w: %s: not a regular file", core.ErrInvalidConfig, path)
 	}
 	if st.Size() > MaxFileSize {
-		return nil, false, fmt.Errorf("%w: %s: file is %d bytes, larger than %d", core.ErrInvalidConfig, path, st.Size(), MaxFileSize)
+		return nil, time.Time{}, false, fmt.Errorf("%w: %s: file is %d bytes, larger than %d", core.ErrInvalidConfig, path, st.Size(), MaxFileSize)
 	}
 	data, err = io.ReadAll(io.LimitReader(f, MaxFileSize+1))
 	if err != nil {
-		return nil, false, fmt.Errorf("%w: %w", core.ErrInvalidConfig, err)
+		return nil, time.Time{}, false, fmt.Errorf("%w: %w", core.ErrInvalidConfig, err)
 	}
 	if afterRead != nil {
 		afterRead(attempt)
 	}
 	if len(data) > MaxFileSize {
-		return nil, false, fmt.Errorf("%w: %s: file is larger than %d bytes", core.ErrInvalidConfig, path, MaxFileSize)
+		return nil, time.Time{}, false, fmt.Errorf("%w: %s: file is larger than %d bytes", core.ErrInvalidConfig, path, MaxFileSize)
 	}
 	after, err := f.Stat()
 	if err != nil {
-		return nil, false, fmt.Errorf("%w: %w", core.ErrInvalidConfig, err)
+		return nil, time.Time{}, false, fmt.Errorf("%w: %w", core.ErrInvalidConfig, err)
 	}
 	atPath, err := os.Stat(path)
 	if err != nil {
 		// Gone or replaced mid-read: read again, and report what the
 		// next read finds.
-		return nil, false, nil
+		return nil, time.Time{}, false, nil
 	}
 	settled = int64(len(data)) == st.Size() && after.Size() == st.Size() && after.ModTime().Equal(st.ModTime()) &&
 		os.SameFile(st, atPath)
-	return data, settled, nil
+	return data, st.ModTime(), settled, nil
 }
 
 // LimiterOptions returns the limiter options the file sets: key prefix,
@@ -241,7 +247,9 @@ func (c *Config) NewLimiter(client redis.UniversalClient, r quota.Resolver, opts
 // in the gate until a restart, so next's tiers must still serve them. Every
 // class a route of c names must be a class of every tier of next, with a
 // capacity (and a ceiling capacity) no smaller than the route's cost, and
-// c's anonymous_tier must be a tier of next. Otherwise those requests would
+// c's anonymous_tier must be a tier of next. Every tier of c must be a
+// tier of next too: a tenant of a dropped tier would fail every check (an
+// unknown tier). Otherwise those requests would
 // fail until a restart, and the error, an [*Error], names next's file, the
 // tier or class at fault and the route of c that needs it.
 //
@@ -256,6 +264,11 @@ func (c *Config) CheckReload(next *Config) error {
 	if a := c.AnonymousTier; a != "" {
 		if _, ok := tiers[a]; !ok {
 			p.fail(0, "tiers", "tier %q is not defined, but it is the anonymous_tier of the running configuration: until a restart, anonymous callers would fail", a)
+		}
+	}
+	for _, tn := range slices.Sorted(maps.Keys(c.Tiers.Tiers)) {
+		if _, ok := tiers[tn]; !ok {
+			p.fail(0, "tiers", "tier %q is not defined, but the running configuration defines it: its tenants' requests would fail (an unknown tier) from the reload on; move them to another tier first, then drop it with a restart", tn)
 		}
 	}
 	check := func(what string, r gate.Route) {

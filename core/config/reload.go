@@ -26,15 +26,20 @@ const DefaultPollInterval = 2 * time.Second
 // It re-reads the file when its contents change (the file is read and
 // hashed every poll interval, so an editor's rename-into-place and an
 // in-place rewrite are both seen; a file that changes while it is read is
-// read again), and on the signals given with
+// read again; a changed file is applied once two polls at least half an
+// interval apart find the same contents and modification time, so a
+// change takes effect within two intervals, and a writer that pauses less
+// than half an interval between its writes is never applied half-written),
+// and on the signals given with
 // [WithSignals] (none by default: a library does not take a process's
 // signals unless asked), and swaps the new tiers in with
 // [quota.TieredResolver.SetTiers]: one atomic pointer store, so requests in
 // flight see either the old tiers or the new, never a mix, and none fails.
 //
-// Writers should write a temporary file and rename it into place: a file
-// rewritten in place can be caught between two writes, and its first part
-// may be valid on its own.
+// Writers should still write a temporary file and rename it into place: a
+// file rewritten in place by a writer that pauses longer can be caught
+// between two writes, and its first part may be valid on its own. A forced
+// reload (a signal, [Reloader.Reload]) applies the file as it reads it.
 //
 // A file is applied whole or not at all. An invalid file (a syntax error, a
 // bad value, a file still changing after a few reads) is refused, and so is a
@@ -70,7 +75,16 @@ type Reloader struct {
 	mu       sync.Mutex // serialises reloads; guards the fields below
 	seen     [sha256.Size]byte
 	haveSeen bool
-	lastErr  error
+	// pending is a changed file a poll found, not yet applied: a poll
+	// applies it only when it finds the same contents and modification
+	// time at least half an interval after pending.since.
+	pending struct {
+		sum   [sha256.Size]byte
+		mtime time.Time
+		since time.Time
+		ok    bool
+	}
+	lastErr error
 	// base is the first configuration applied: its route table and
 	// anonymous tier are the ones in the gate until a restart, so every
 	// later file is checked against it (Config.CheckReload).
@@ -243,14 +257,20 @@ func (rl *Reloader) ReloadStats() (applied, refused int64) {
 func (rl *Reloader) reload(force bool) (bool, error) {
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
-	data, err := readFile(rl.path)
+	data, mtime, err := readFileTime(rl.path)
 	if err != nil {
+		rl.pending.ok = false
 		return false, rl.refuse(err, force)
 	}
 	sum := sha256.Sum256(data)
 	if !force && rl.haveSeen && sum == rl.seen {
+		rl.pending.ok = false
 		return false, nil
 	}
+	if !force && !rl.settled(sum, mtime) {
+		return false, nil
+	}
+	rl.pending.ok = false
 	rl.seen, rl.haveSeen = sum, true
 	cfg, err := Parse(rl.path, data)
 	if err == nil && rl.base != nil {
@@ -278,6 +298,21 @@ func (rl *Reloader) reload(force bool) (bool, error) {
 	}
 	rl.onReload(cfg, nil)
 	return true, nil
+}
+
+// settled reports whether a changed file (contents sum, modification time
+// mtime) has stayed the same for at least half a poll interval, by this
+// process's clock: a writer rewriting the file in place, pausing between
+// its writes, would otherwise have its first part applied, which may be a
+// valid file on its own. The first poll that sees a change only notes it.
+func (rl *Reloader) settled(sum [sha256.Size]byte, mtime time.Time) bool {
+	now := time.Now()
+	p := &rl.pending
+	if !p.ok || p.sum != sum || !p.mtime.Equal(mtime) {
+		p.sum, p.mtime, p.since, p.ok = sum, mtime, now, true
+		return false
+	}
+	return now.Sub(p.since) >= rl.interval/2
 }
 
 // refuse records a refused reload. It logs when told to, or when the reason

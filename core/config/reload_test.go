@@ -443,3 +443,53 @@ tiers:
 		t.Errorf("class export no longer resolves: %+v, %v", bs, err)
 	}
 }
+
+// TestReloadWaitsForASlowWriter rewrites the file in place again and
+// again, each time in two writes with a pause shorter than half the poll
+// interval between them; the first write alone is a valid file (the tiers
+// without the routes). The reloader must never apply that half: only a
+// file unchanged over half a poll interval is applied, and then the whole
+// one is.
+func TestReloadWaitsForASlowWriter(t *testing.T) {
+	const interval = 200 * time.Millisecond
+	var mu sync.Mutex
+	var applied []*config.Config
+	path, r, _, _ := setup(t, config.WithPollInterval(interval), config.WithOnReload(func(c *config.Config, err error) {
+		if err == nil {
+			mu.Lock()
+			applied = append(applied, c)
+			mu.Unlock()
+		}
+	}))
+	full := version(9)
+	cut := strings.Index(full, "routes:")
+	half, rest := full[:cut], full[cut:]
+	if _, err := config.Parse("half.yaml", []byte(half)); err != nil {
+		t.Fatalf("the first write must be a valid file on its own: %v", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for range 30 { // several poll intervals of rewriting
+		if err := f.Truncate(0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt([]byte(half), 0); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(interval / 10)
+		if _, err := f.WriteAt([]byte(rest), int64(len(half))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the whole file to be applied", func() bool { c, _, _ := classCap(t, r); return c == 19 })
+	mu.Lock()
+	defer mu.Unlock()
+	for _, c := range applied {
+		if len(c.Routes) != 1 {
+			t.Fatalf("a half-written file was applied: %d routes, want 1", len(c.Routes))
+		}
+	}
+}

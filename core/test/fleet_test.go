@@ -123,6 +123,7 @@ func runReplica() int {
 					continue
 				}
 				running, err := client.Incr(ctx, counter).Result()
+				client.Expire(ctx, counter, 10*time.Minute) // as every key a test leaves
 				time.Sleep(time.Duration(20+rand.IntN(61)) * time.Millisecond)
 				client.Decr(ctx, counter)
 				d.Slot.Release()

@@ -4,9 +4,9 @@ go 1.26.0
 
 require (
 	github.com/labstack/echo/v5 v5.4.4
-	github.com/tollgate-go/tollgate/conformance v0.2.0
-	github.com/tollgate-go/tollgate/core v0.2.0
-	github.com/tollgate-go/tollgate/echov5limit v0.2.0
+	github.com/tollgate-go/tollgate/conformance v0.3.0
+	github.com/tollgate-go/tollgate/core v0.3.0
+	github.com/tollgate-go/tollgate/echov5limit v0.3.0
 )
 
 require (
@@ -53,7 +53,7 @@ require (
 	github.com/testcontainers/testcontainers-go/modules/redis v0.45.0 // indirect
 	github.com/tklauser/go-sysconf v0.4.0 // indirect
 	github.com/tklauser/numcpus v0.12.0 // indirect
-	github.com/tollgate-go/tollgate/httplimit v0.2.0 // indirect
+	github.com/tollgate-go/tollgate/httplimit v0.3.0 // indirect
 	github.com/yusufpapurcu/wmi v1.2.4 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp v0.69.0 // indirect

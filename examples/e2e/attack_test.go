@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/tollgate-go/tollgate/conformance/redistest"
-	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/keys"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/examples"
@@ -29,10 +28,10 @@ import (
 const attackFor = 1500 * time.Millisecond
 
 // bucketKey is the Redis key of tenant's class bucket in the services'
-// Redis (their default key prefix).
+// Redis (the tests' key prefix, testPrefix).
 func bucketKey(t *testing.T, tenant, class string) string {
 	t.Helper()
-	ks, err := keys.New(core.DefaultPrefix)
+	ks, err := keys.New(testPrefix(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
+	"github.com/tollgate-go/tollgate/examples"
 )
 
 // secret is the HS256 secret every process of these tests is started with,
@@ -134,6 +136,51 @@ func environ(extra ...string) []string {
 	return append(env, extra...)
 }
 
+var (
+	prefixOnce sync.Once
+	keyPrefix  string
+)
+
+// testPrefix is the key prefix of every service the tests start: one per
+// test binary (keys of the services' tenants, named in the tests as
+// bucketKey does), never the production prefix a service defaults to in
+// the shared Redis.
+func testPrefix(t *testing.T) string {
+	prefixOnce.Do(func() { keyPrefix = redistest.Prefix(t) })
+	return keyPrefix
+}
+
+// ownPrefix returns env with its tier file (TOLLGATE_CONFIG, or the
+// examples' default when unset) given the tests' key prefix, unless the
+// file sets one itself.
+func ownPrefix(t *testing.T, env []string) []string {
+	t.Helper()
+	cfg, at := examples.DefaultConfig, -1
+	for i, kv := range env {
+		if path, ok := strings.CutPrefix(kv, "TOLLGATE_CONFIG="); ok {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("tier file: %v", err)
+			}
+			cfg, at = b, i
+		}
+	}
+	if bytes.Contains(cfg, []byte("\nkey_prefix:")) {
+		return env
+	}
+	path := filepath.Join(t.TempDir(), "tollgate.yaml")
+	b := append(append(bytes.TrimRight(bytes.Clone(cfg), "\n"), "\nkey_prefix: "...), testPrefix(t)+"\n"...)
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env = slices.Clone(env)
+	if at < 0 {
+		return append(env, "TOLLGATE_CONFIG="+path)
+	}
+	env[at] = "TOLLGATE_CONFIG=" + path
+	return env
+}
+
 // start runs the built example name with env added to the environment. It
 // never outlives the test: the cleanup kills it if the test did not stop
 // it, and logs its output when the test failed.
@@ -152,7 +199,7 @@ func startHelper(t *testing.T, role string, env ...string) *process {
 func startCmd(t *testing.T, name string, cmd *exec.Cmd, env ...string) *process {
 	t.Helper()
 	p := &process{name: name, out: &conformance.LogBuffer{}, done: make(chan struct{}), cmd: cmd}
-	p.cmd.Env = environ(env...)
+	p.cmd.Env = environ(ownPrefix(t, env)...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	p.cmd.WaitDelay = time.Second
 	// Should the test binary itself die (a -timeout panic skips cleanups),

@@ -39,8 +39,8 @@ func writeConfig(t *testing.T, yaml string) string {
 	return path
 }
 
-// bucketReader reads the services' buckets from their Redis (the default
-// key prefix) with a limiter of its own on the same tier file: Peek, which
+// bucketReader reads the services' buckets from their Redis (the tests'
+// key prefix, testPrefix) with a limiter of its own on the same tier file: Peek, which
 // charges nothing.
 type bucketReader struct {
 	lim *core.Limiter
@@ -56,7 +56,7 @@ func newBucketReader(t *testing.T, configPath string) *bucketReader {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim, err := core.New(redistest.Client(t), r, core.WithTimeout(10*time.Second))
+	lim, err := core.New(redistest.Client(t), r, core.WithTimeout(10*time.Second), core.WithPrefix(testPrefix(t)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,9 +11,9 @@ replace (
 
 require (
 	github.com/gofiber/fiber/v2 v2.52.15
-	github.com/tollgate-go/tollgate/conformance v0.2.0
-	github.com/tollgate-go/tollgate/core v0.2.0
-	github.com/tollgate-go/tollgate/fiberlimit v0.2.0
+	github.com/tollgate-go/tollgate/conformance v0.3.0
+	github.com/tollgate-go/tollgate/core v0.3.0
+	github.com/tollgate-go/tollgate/fiberlimit v0.3.0
 	github.com/valyala/fasthttp v1.51.0
 	go.uber.org/goleak v1.3.0
 )
@@ -67,7 +67,7 @@ require (
 	github.com/testcontainers/testcontainers-go/modules/redis v0.45.0 // indirect
 	github.com/tklauser/go-sysconf v0.4.0 // indirect
 	github.com/tklauser/numcpus v0.12.0 // indirect
-	github.com/tollgate-go/tollgate/httplimit v0.2.0 // indirect
+	github.com/tollgate-go/tollgate/httplimit v0.3.0 // indirect
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
 	github.com/valyala/tcplisten v1.0.0 // indirect
 	github.com/yusufpapurcu/wmi v1.2.4 // indirect

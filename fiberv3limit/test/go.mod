@@ -4,9 +4,9 @@ go 1.26.0
 
 require (
 	github.com/gofiber/fiber/v3 v3.1.0
-	github.com/tollgate-go/tollgate/conformance v0.2.0
-	github.com/tollgate-go/tollgate/core v0.2.0
-	github.com/tollgate-go/tollgate/fiberv3limit v0.2.0
+	github.com/tollgate-go/tollgate/conformance v0.3.0
+	github.com/tollgate-go/tollgate/core v0.3.0
+	github.com/tollgate-go/tollgate/fiberv3limit v0.3.0
 	github.com/valyala/fasthttp v1.69.0
 )
 
@@ -61,7 +61,7 @@ require (
 	github.com/tinylib/msgp v1.6.3 // indirect
 	github.com/tklauser/go-sysconf v0.4.0 // indirect
 	github.com/tklauser/numcpus v0.12.0 // indirect
-	github.com/tollgate-go/tollgate/httplimit v0.2.0 // indirect
+	github.com/tollgate-go/tollgate/httplimit v0.3.0 // indirect
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
 	github.com/yusufpapurcu/wmi v1.2.4 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect

@@ -7,10 +7,10 @@ require (
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
 	github.com/envoyproxy/go-control-plane/ratelimit v0.1.1-0.20250812085011-4cf7e8485428
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/tollgate-go/tollgate/conformance v0.2.0
-	github.com/tollgate-go/tollgate/core v0.2.0
-	github.com/tollgate-go/tollgate/httplimit v0.2.0
-	github.com/tollgate-go/tollgate/rls v0.2.0
+	github.com/tollgate-go/tollgate/conformance v0.3.0
+	github.com/tollgate-go/tollgate/core v0.3.0
+	github.com/tollgate-go/tollgate/httplimit v0.3.0
+	github.com/tollgate-go/tollgate/rls v0.3.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/sdk/metric v1.47.0
 	go.yaml.in/yaml/v3 v3.0.6

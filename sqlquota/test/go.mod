@@ -10,9 +10,9 @@ replace (
 
 require (
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/tollgate-go/tollgate/conformance v0.2.0
-	github.com/tollgate-go/tollgate/core v0.2.0
-	github.com/tollgate-go/tollgate/sqlquota v0.2.0
+	github.com/tollgate-go/tollgate/conformance v0.3.0
+	github.com/tollgate-go/tollgate/core v0.3.0
+	github.com/tollgate-go/tollgate/sqlquota v0.3.0
 	modernc.org/sqlite v1.62.0
 )
 

@@ -39,8 +39,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "build tollgate: %v\n%s", err, out)
 		os.Exit(1)
 	}
-	code := m.Run()
-	redistest.Shutdown()
+	code := redistest.RunChecked(m)
 	_ = os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -723,4 +722,70 @@ func TestBucketSlots(t *testing.T) {
 		t.Fatalf("after reset: %v, %v", d.Reason, err)
 	}
 	d.Slot.Release()
+}
+
+// TestFlagsBeforeTheCommand: every common flag a command takes may come
+// before the command too (tollgate --config tiers.yaml bucket get t42),
+// with the value it would have after it; a flag given after the command
+// wins.
+func TestFlagsBeforeTheCommand(t *testing.T) {
+	env, client := redisEnv(t)
+	prefix := redistest.Prefix(t)
+	cfgPath := writeTemp(t, "tiers.yaml", tiersYAML)
+	lim := serviceLimiter(t, client, cfgPath, prefix)
+	if d, err := lim.Allow(t.Context(), quota.Tenant{ID: "t42"}, "default", 5); err != nil || !d.Allowed {
+		t.Fatalf("Allow: %+v, %v", d, err)
+	}
+	tollgate(t, env, "--config", cfgPath, "--prefix", prefix, "--timeout", "3s", "bucket", "get", "t42", "default").check(t, 0, "default  15.", "")
+	tollgate(t, env, "--config", cfgPath, "bucket", "get", "--prefix", prefix, "t42", "default").check(t, 0, "default  15.", "")
+	// after the command wins: the pro tier's file says capacity 200 for
+	// tier pro, the free file 20
+	pro := writeTemp(t, "pro.yaml", strings.Replace(tiersYAML, "default_tier: free", "default_tier: pro", 1))
+	tollgate(t, env, "--config", cfgPath, "bucket", "get", "--json", "--config", pro, "--prefix", prefix, "t42", "default").check(t, 0, `"capacity": 200`, "")
+	tollgate(t, env, "--timeout", "soon", "bucket", "get", "t42").check(t, 2, "", `invalid value "soon" for flag -timeout`)
+	tollgate(t, env, "--config", filepath.Join(t.TempDir(), "none.yaml"), "simulate").check(t, 1, "", "none.yaml")
+}
+
+// TestMissingFileSaidOnce: a file that cannot be read is one line naming
+// the flag, the file and the reason, not a heading repeated over it.
+func TestMissingFileSaidOnce(t *testing.T) {
+	none := filepath.Join(t.TempDir(), "none.yaml")
+	cfg := writeTemp(t, "tiers.yaml", tiersYAML)
+	for _, args := range [][]string{
+		{"simulate", "--config", none},
+		{"bucket", "get", "--redis-url", "redis://127.0.0.1:1", "--config", none, "t1"},
+		{"config", "check", none},
+		{"config", "check", "--running", none, cfg},
+	} {
+		res := tollgate(t, nil, args...)
+		res.check(t, 1, "", none+": no such file or directory")
+		if lines := strings.Count(strings.TrimSpace(res.stderr), "\n") + 1; lines != 1 || strings.Count(res.stderr, "invalid") > 0 {
+			t.Errorf("%v: want one line without a repeated heading, got:\n%s", args, res.stderr)
+		}
+	}
+}
+
+// TestBucketResetOfNothingSaysSo: a reset that deletes no key says that
+// nothing was reset, and with --config names a bucket no tier defines.
+func TestBucketResetOfNothingSaysSo(t *testing.T) {
+	env, _ := redisEnv(t)
+	prefix := redistest.Prefix(t)
+	cfgPath := writeTemp(t, "tiers.yaml", tiersYAML)
+	tollgate(t, env, "bucket", "reset", "--prefix", prefix, "t42", "nosuch").check(t, 0, "nosuch: nothing to reset", "")
+	tollgate(t, env, "bucket", "reset", "--prefix", prefix, "--config", cfgPath, "t42", "nosuch").check(t, 0, "nothing to reset", `"nosuch" is not a class of any tier in `+cfgPath)
+	tollgate(t, env, "--json", "bucket", "reset", "--prefix", prefix, "t42", "export").check(t, 0, `"deleted": 0`, "")
+}
+
+// TestConfigCheckRunningDroppedTier: a file that drops a tier of the
+// running file is refused, naming the tier: that tier's tenants would fail
+// every check (an unknown tier) from the reload on.
+func TestConfigCheckRunningDroppedTier(t *testing.T) {
+	running := writeTemp(t, "running.yaml", tiersYAML)
+	noPro := writeTemp(t, "new.yaml", tiersYAML[:strings.Index(tiersYAML, "  pro:\n")])
+	tollgate(t, nil, "config", "check", noPro).check(t, 0, "ok: 1 tier(s)", "") // valid on its own
+	r := tollgate(t, nil, "config", "check", "--running", running, noPro)
+	r.check(t, 1, "", noPro+`: tiers: tier "pro" is not defined, but the running configuration defines it`)
+	if strings.Contains(r.stdout, "ok") {
+		t.Errorf("refused file reported ok:\n%s", r.stdout)
+	}
 }

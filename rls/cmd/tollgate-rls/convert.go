@@ -74,9 +74,37 @@ func (l rlLimit) quota() (quota.Quota, error) {
 	return q, q.Validate()
 }
 
+// window says the limit as the reference states it: "2 per minute", "5
+// per 2 hours".
+func (l rlLimit) window() string {
+	unit := strings.ToLower(l.Unit)
+	if l.UnitMultiplier > 1 {
+		return fmt.Sprintf("%d per %d %ss", l.RequestsPerUnit, l.UnitMultiplier, unit)
+	}
+	return fmt.Sprintf("%d per %s", l.RequestsPerUnit, unit)
+}
+
+// class is one converted class: its quota, and the window it came from.
+type class struct {
+	q      quota.Quota
+	window string
+}
+
+// rate writes a refill rate exactly (the shortest decimal that reads back
+// as the same float64), followed, when that decimal is long (2 per minute
+// is 0.03333333333333333), by a comment with the window it came from.
+func rate(c class) string {
+	r := strconv.FormatFloat(c.q.RefillPerSecond, 'g', -1, 64)
+	digits := strings.TrimLeft(strings.NewReplacer(".", "", "-", "").Replace(strings.SplitN(r, "e", 2)[0]), "0")
+	if len(digits) > 6 {
+		return r + "} # " + c.window
+	}
+	return r + "}"
+}
+
 // converter collects tiers and what it could not convert.
 type converter struct {
-	tiers    map[string]map[string]quota.Quota
+	tiers    map[string]map[string]class
 	problems []string
 }
 
@@ -84,7 +112,7 @@ func (c *converter) problem(path, format string, args ...any) {
 	c.problems = append(c.problems, path+": "+fmt.Sprintf(format, args...))
 }
 
-func (c *converter) set(path, tier, class string, l *rlLimit) {
+func (c *converter) set(path, tier, name string, l *rlLimit) {
 	if l == nil {
 		return
 	}
@@ -98,13 +126,13 @@ func (c *converter) set(path, tier, class string, l *rlLimit) {
 		return
 	}
 	if c.tiers[tier] == nil {
-		c.tiers[tier] = map[string]quota.Quota{}
+		c.tiers[tier] = map[string]class{}
 	}
-	if _, dup := c.tiers[tier][class]; dup {
-		c.problem(path, "tier %q class %q given twice; the first is kept", tier, class)
+	if _, dup := c.tiers[tier][name]; dup {
+		c.problem(path, "tier %q class %q given twice; the first is kept", tier, name)
 		return
 	}
-	c.tiers[tier][class] = q
+	c.tiers[tier][name] = class{q: q, window: l.window()}
 }
 
 // node converts one descriptor under tier (known so far) at path.
@@ -162,7 +190,7 @@ func convert(data []byte) (out []byte, problems []string, err error) {
 	if err := dec.Decode(&in); err != nil && err != io.EOF {
 		return nil, nil, fmt.Errorf("%s", knownFieldsError.ReplaceAllString(err.Error(), ""))
 	}
-	c := &converter{tiers: map[string]map[string]quota.Quota{}}
+	c := &converter{tiers: map[string]map[string]class{}}
 	for _, d := range in.Descriptors {
 		c.node(d, defaultTier, in.Domain, 0)
 	}
@@ -191,9 +219,10 @@ func convert(data []byte) (out []byte, problems []string, err error) {
 			classes = append(classes, n)
 		}
 		slices.Sort(classes)
-		for _, class := range classes {
-			q := c.tiers[tier][class]
-			fmt.Fprintf(&b, "      %s: {capacity: %d, refill_per_second: %s}\n", class, q.Capacity, strconv.FormatFloat(q.RefillPerSecond, 'g', -1, 64))
+		for _, name := range classes {
+			// quoted: a class named null, true or 1 is a string key
+			cl := c.tiers[tier][name]
+			fmt.Fprintf(&b, "      %s: {capacity: %d, refill_per_second: %s\n", strconv.Quote(name), cl.q.Capacity, rate(cl))
 		}
 	}
 	out = []byte(b.String())

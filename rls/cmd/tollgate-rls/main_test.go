@@ -217,12 +217,12 @@ default_tier: "free"
 tiers:
   "free":
     classes:
-      default: {capacity: 10, refill_per_second: 10}
-      export: {capacity: 30, refill_per_second: 0.5}
+      "default": {capacity: 10, refill_per_second: 10}
+      "export": {capacity: 30, refill_per_second: 0.5}
   "pro":
     classes:
-      default: {capacity: 100, refill_per_second: 100}
-      export: {capacity: 720, refill_per_second: 0.1}
+      "default": {capacity: 100, refill_per_second: 100}
+      "export": {capacity: 720, refill_per_second: 0.1}
 `
 	if got := out.String(); !strings.HasSuffix(got, want) {
 		t.Errorf("output:\n%s\nwant it to end with:\n%s", got, want)
