@@ -37,12 +37,13 @@ var grpcMethods = map[string]string{
 }
 
 // grpcTarget runs the conformance suite over bufconn against the generated
-// test service behind grpclimit's interceptors.
-type grpcTarget struct{}
+// test service behind grpclimit's interceptors; more are options appended
+// to the suite's (a wrong variant's mistake).
+type grpcTarget struct{ more []grpclimit.Option }
 
 func (grpcTarget) Protocol() conformance.Protocol { return conformance.ProtocolGRPC }
 
-func (grpcTarget) NewInstance(t testing.TB, s conformance.Setup) (conformance.Instance, error) {
+func (gt grpcTarget) NewInstance(t testing.TB, s conformance.Setup) (conformance.Instance, error) {
 	routes := gate.Routes{}
 	for name, r := range s.Routes {
 		if m, ok := grpcMethods[name]; ok {
@@ -66,7 +67,8 @@ func (grpcTarget) NewInstance(t testing.TB, s conformance.Setup) (conformance.In
 			return ss.SendMsg(new(emptypb.Empty))
 		}))
 	}
-	e := newServerEnv(t, g, srvOpts, grpclimit.WithErrorHandler(func(_ context.Context, _ string, err error) { s.OnError(err) }))
+	opts := append([]grpclimit.Option{grpclimit.WithErrorHandler(func(_ context.Context, _ string, err error) { s.OnError(err) })}, gt.more...)
+	e := newServerEnv(t, g, srvOpts, opts...)
 	svc.Store(e.svc)
 	return &grpcInstance{t: t, e: e, conns: map[string]*grpc.ClientConn{}}, nil
 }
@@ -201,4 +203,16 @@ func (h health) Check(context.Context, *healthpb.HealthCheckRequest) (*healthpb.
 
 func TestConformance(t *testing.T) {
 	conformance.Run(t, grpcTarget{})
+}
+
+// The suite rejects a gRPC service that gets the standard wrong, which
+// proves that the target above can fail the catch-all scenario.
+func TestConformanceRejectsWrongVariants(t *testing.T) {
+	// a filter that limits only the service's own methods lets the
+	// unknown-service handler (a proxy) run unchecked
+	t.Run("filter-to-own-services", func(t *testing.T) {
+		conformance.RunFailing(t, grpcTarget{more: []grpclimit.Option{grpclimit.WithFilter(func(_ context.Context, m string) bool {
+			return strings.HasPrefix(m, "/tollgate.test.") || strings.HasPrefix(m, "/grpc.health.")
+		})}}, "catch-all")
+	})
 }
