@@ -249,6 +249,22 @@ func TestCatchAll(t *testing.T) {
 		e.RouteNotFound("/*", spa(&reached))
 		check(t, e, "example.com", "/nowhere", &reached)
 	})
+	t.Run("echo.MethodNotAllowedHandler set by the service", func(t *testing.T) {
+		reached := 0
+		defer func(h echo.HandlerFunc) { echo.MethodNotAllowedHandler = h }(echo.MethodNotAllowedHandler)
+		echo.MethodNotAllowedHandler = spa(&reached)
+		e := echo.New()
+		e.Use(tenant("var405"), echolimit.Middleware(g))
+		e.GET("/open", ok)
+		for i := range 2 {
+			if w := get(e, "POST", "/open"); w.Code != 200 || w.Header().Get("RateLimit-Policy") != `"default";q=2;w=200` || reached != i+1 {
+				t.Fatalf("request %d: %d %v, reached %d times", i+1, w.Code, w.Header(), reached)
+			}
+		}
+		if w := get(e, "POST", "/open"); w.Code != 429 || reached != 2 {
+			t.Fatalf("on an empty bucket: %d, reached %d times", w.Code, reached)
+		}
+	})
 	t.Run("echo.NotFoundHandler set by the service", func(t *testing.T) {
 		reached := 0
 		defer func(h echo.HandlerFunc) { echo.NotFoundHandler = h }(echo.NotFoundHandler)

@@ -255,6 +255,20 @@ func TestCatchAll(t *testing.T) {
 		e.GET("/open", func(c *echo.Context) error { return c.NoContent(http.StatusOK) })
 		charged(t, e, "/nowhere", &reached, true)
 	})
+	t.Run("RouterConfig.MethodNotAllowedHandler", func(t *testing.T) {
+		reached := 0
+		e := echo.NewWithConfig(echo.Config{Router: echo.NewRouter(echo.RouterConfig{MethodNotAllowedHandler: spa(&reached)})})
+		e.Use(as("config405"), echov5limit.Middleware(g))
+		e.GET("/open", func(c *echo.Context) error { return c.NoContent(http.StatusOK) })
+		for i := range 2 {
+			if w := serve(e, "POST", "/open"); w.Code != 200 || w.Header().Get("RateLimit-Policy") != `"default";q=2;w=200` || reached != i+1 {
+				t.Fatalf("request %d: %d %v, reached %d times", i+1, w.Code, w.Header(), reached)
+			}
+		}
+		if w := serve(e, "POST", "/open"); w.Code != 429 || reached != 2 {
+			t.Fatalf("on an empty bucket: %d, reached %d times", w.Code, reached)
+		}
+	})
 	t.Run("a group's own, the limiter last in the group", func(t *testing.T) {
 		e := echo.New()
 		e.Group("/v1", as("own"), echov5limit.Middleware(g))
