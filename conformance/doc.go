@@ -23,7 +23,11 @@
 //   - one handler per endpoint of [HTTPEndpoints] that counts its calls
 //     ([Counter]), reports the actual cost a settle scenario names in
 //     [ActualCostHeader] with [ReportActualCost] on the context it got from
-//     your adapter, and answers 200.
+//     your adapter, and answers 200;
+//   - when [Setup.CatchAll] is set, your framework's catch-all for what no
+//     route matches (Gin's NoRoute, Echo's RouteNotFound("/*"), a
+//     ServeMux "/" pattern, gRPC's grpc.UnknownServiceHandler), behind
+//     your adapter, counting its calls and answering 200 as the others.
 //
 // Then, in a test of your adapter's package:
 //

@@ -95,6 +95,8 @@ type config struct {
 	serverClock bool
 	// costReports: the handlers report actual costs (Setup.CostReports).
 	costReports bool
+	// catchAll: the service registers a catch-all handler (Setup.CatchAll).
+	catchAll bool
 }
 
 // env is one run of one scenario on one backend.
@@ -196,6 +198,7 @@ func (e *env) instance() Instance {
 		Anonymous:   e.cfg.anonymous,
 		Clock:       e.clock.Now,
 		CostReports: e.cfg.costReports,
+		CatchAll:    e.cfg.catchAll,
 		OnError: func(err error) {
 			e.mu.Lock()
 			e.errs = append(e.errs, err)

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/netip"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/tollgate-go/tollgate/conformance"
@@ -24,19 +25,27 @@ func ExampleRun() {
 		// 3. the service's handlers, counting their calls and reporting
 		// the actual cost a settle scenario asks for
 		var calls conformance.Counter
+		handler := func(w http.ResponseWriter, r *http.Request) {
+			calls.Inc()
+			if err := conformance.ReportActualCost(r.Context(), r.Header.Get(conformance.ActualCostHeader)); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+			}
+		}
 		mux := http.NewServeMux()
 		for _, e := range conformance.HTTPEndpoints {
-			mux.HandleFunc(e.Method+" "+e.Path, func(w http.ResponseWriter, r *http.Request) {
-				calls.Inc()
-				if err := conformance.ReportActualCost(r.Context(), r.Header.Get(conformance.ActualCostHeader)); err != nil {
-					http.Error(w, err.Error(), http.StatusInternalServerError)
-				}
-			})
+			mux.HandleFunc(e.Method+" "+e.Path, handler)
+		}
+		if s.CatchAll {
+			mux.HandleFunc("/", handler) // the service's catch-all: charged
 		}
 		limited := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			_, pattern := mux.Handler(r)
+			_, pattern := mux.Handler(r) // "" when the mux answers 404 or 405 itself
+			_, template, _ := strings.Cut(pattern, " ")
+			if template == "" {
+				template = pattern
+			}
 			ip, _ := netip.ParseAddrPort(r.RemoteAddr)
-			v := g.Decide(r.Context(), gate.Endpoint{Method: r.Method, Pattern: pattern[len(r.Method)+1:], ClientIP: ip.Addr().String()})
+			v := g.Decide(r.Context(), gate.Endpoint{Method: r.Method, Pattern: template, ClientIP: ip.Addr().String(), Unmatched: pattern == ""})
 			if v.Err != nil {
 				s.OnError(v.Err)
 			}

@@ -35,7 +35,7 @@ var grpcHeaders = []string{"Ratelimit", "Ratelimit-Policy", "Retry-After"}
 // client IP (port 40000). Targets that serve an http.Handler use
 // [HandlerInstance] instead; others (Fiber) translate this request.
 func NewHTTPRequest(r Request) (*http.Request, error) {
-	e, ok := httpEndpoint(r.Endpoint)
+	e, ok := httpEndpoint(r.Endpoint, r.Param)
 	if !ok {
 		return nil, fmt.Errorf("conformance: unknown endpoint %q", r.Endpoint)
 	}

@@ -46,6 +46,7 @@ func scenarios() []scenario {
 		{name: "route-template", golden: true, run: routeTemplate},
 		{name: "head-as-get", httpOnly: true, run: headAsGet},
 		{name: "unmatched-route", httpOnly: true, run: unmatchedRoute},
+		{name: "catch-all", cfg: config{catchAll: true}, run: catchAll},
 		{name: "multi-bucket", golden: true, run: multiBucket},
 		{name: "cost-exceeds-capacity", golden: true, run: costExceedsCapacity},
 		{name: "concurrency-limit", golden: true, run: concurrencyLimit},
@@ -297,6 +298,45 @@ func unmatchedRoute(e *env) {
 		want(e, "X-RateLimit-Remaining", en.header("X-Ratelimit-Remaining"), fmt.Sprint(2-i))
 	}
 	want(e, "handler calls", e.calls(in), 3)
+	e.expectNoHookErrors()
+}
+
+// A catch-all handler the service registered (Gin's NoRoute, Echo's
+// RouteNotFound, a ServeMux "/" pattern, a Fiber app.Use after the routes,
+// gRPC's unknown-service handler) runs the service's code for a request no
+// route matches: the request is charged as the default route, never let
+// through as the framework's own 404 is (unmatched-route). On pro's default
+// bucket of 5, 5 of 30 requests to unknown paths reach the handler and 25
+// are denied; a caller without identity is refused 401; nothing else is
+// charged.
+func catchAll(e *env) {
+	in := e.instance()
+	admitted, denied := 0, 0
+	for i := range 30 {
+		en := e.do(in, Request{Endpoint: EndpointUnrouted, Param: fmt.Sprint("p", i), Tenant: "acme", Tier: "pro"})
+		switch en.status {
+		case 200:
+			admitted++
+		case 429:
+			denied++
+		default:
+			e.t.Errorf("conformance: %s -> %d, want 200 (the catch-all handler ran, charged) or 429", en.request, en.status)
+		}
+	}
+	want(e, "requests to the catch-all admitted", admitted, 5)
+	want(e, "requests to the catch-all denied 429", denied, 25)
+	want(e, "handler calls", e.calls(in), 5)
+	// the catch-all needs an identity as any charged route does
+	en := e.do(in, Request{Endpoint: EndpointUnrouted})
+	wantStatus(e, en, 401)
+	want(e, "handler calls", e.calls(in), 5)
+	// the default bucket, and pro's tenant ceiling beside it
+	if keys := e.keys(); fmt.Sprint(keys) != "[rl:{acme}:default rl:{acme}:tenant]" {
+		e.t.Errorf("conformance: catch-all requests wrote keys %v, want acme's default bucket and ceiling", keys)
+	}
+	// the bucket the catch-all drained is the default route's
+	en = e.send(in, EndpointProfile, "acme", "pro")
+	wantStatus(e, en, 429)
 	e.expectNoHookErrors()
 }
 

@@ -42,6 +42,7 @@ const (
 	releaseMissing     fault = "release-missing"
 	releaseTwice       fault = "release-twice"
 	costContextLost    fault = "cost-context-lost"
+	catchAllUnmatched  fault = "catch-all-unmatched"
 )
 
 // reference is the thinnest possible adapter: net/http calling the Gate
@@ -54,26 +55,35 @@ func reference(f fault) Target {
 			return nil, err
 		}
 		var calls Counter
+		handler := func(w http.ResponseWriter, r *http.Request) {
+			calls.Inc()
+			if err := ReportActualCost(r.Context(), r.Header.Get(ActualCostHeader)); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			w.WriteHeader(http.StatusOK)
+		}
 		mux := http.NewServeMux()
 		for _, e := range HTTPEndpoints {
-			mux.HandleFunc(e.Method+" "+e.Path, func(w http.ResponseWriter, r *http.Request) {
-				calls.Inc()
-				if err := ReportActualCost(r.Context(), r.Header.Get(ActualCostHeader)); err != nil {
-					http.Error(w, err.Error(), http.StatusInternalServerError)
-					return
-				}
-				w.WriteHeader(http.StatusOK)
-			})
+			mux.HandleFunc(e.Method+" "+e.Path, handler)
+		}
+		if s.CatchAll {
+			mux.HandleFunc("/", handler) // every path no other pattern matches
 		}
 		limit := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			_, pattern := mux.Handler(r)
-			_, pattern, _ = strings.Cut(pattern, " ")
+			if _, template, ok := strings.Cut(pattern, " "); ok {
+				pattern = template // without the method
+			}
 			if f == rawURL {
 				pattern = r.URL.Path
 			}
 			ip, _, _ := net.SplitHostPort(r.RemoteAddr)
 			// no pattern: the mux answers 404 or 405 itself
 			unmatched := pattern == "" && f != chargesUnmatched
+			if f == catchAllUnmatched && pattern == "/" {
+				unmatched = true // the catch-all taken for the mux's 404
+			}
 			v := g.Decide(r.Context(), gate.Endpoint{Method: r.Method, Pattern: pattern, ClientIP: ip, Unmatched: unmatched})
 			if v.Err != nil {
 				s.OnError(v.Err)
@@ -139,7 +149,7 @@ func TestWrongTargets(t *testing.T) {
 	if os.Getenv(envWrong) == "" {
 		t.Skip("run by TestSuiteCatchesDivergence in a child process")
 	}
-	for _, f := range []fault{dropsRetryAfter, tenantFromHeader, rawURL, handlerOnDeny, storeFailureIs429, headersOnlyOnAllow, chargesUnmatched, releaseMissing, releaseTwice, costContextLost} {
+	for _, f := range []fault{dropsRetryAfter, tenantFromHeader, rawURL, handlerOnDeny, storeFailureIs429, headersOnlyOnAllow, chargesUnmatched, releaseMissing, releaseTwice, costContextLost, catchAllUnmatched} {
 		t.Run(string(f), func(t *testing.T) { Run(t, reference(f)) })
 	}
 }
@@ -174,9 +184,10 @@ func TestSuiteCatchesDivergence(t *testing.T) {
 		chargesUnmatched:   {"unmatched-route"},
 		// no Done: nothing is settled; Done before the handler: settled
 		// before the handler reported
-		releaseMissing:  {"concurrency-limit", "settle-refund", "settle-debt"},
-		releaseTwice:    {"concurrency-limit", "settle-refund", "settle-debt"},
-		costContextLost: {"settle-refund", "settle-debt"},
+		releaseMissing:    {"concurrency-limit", "settle-refund", "settle-debt"},
+		releaseTwice:      {"concurrency-limit", "settle-refund", "settle-debt"},
+		costContextLost:   {"settle-refund", "settle-debt"},
+		catchAllUnmatched: {"catch-all"},
 	}
 	for f, scenarios := range expect {
 		for _, s := range scenarios {

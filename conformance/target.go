@@ -108,6 +108,15 @@ type Setup struct {
 	// [ErrNoCostReports] from NewInstance, and those scenarios are skipped
 	// for it.
 	CostReports bool
+	// CatchAll is set for the catch-all scenario: the service also
+	// registers, after its endpoints, the handler its framework runs for a
+	// request no route of the service matches (Gin's NoRoute, Echo's
+	// RouteNotFound("/*"), a ServeMux "/" pattern, a Fiber app.Use after
+	// the routes, gRPC's grpc.UnknownServiceHandler), behind the adapter as
+	// the endpoints are. Like theirs, it counts its calls and answers 200
+	// (gRPC: OK). Such a handler runs the service's code, so the limiter
+	// must charge its requests as the default route.
+	CatchAll bool
 }
 
 // GateOptions returns s as core gate options, with routes as the route
@@ -135,10 +144,14 @@ const (
 	// EndpointItem has a path parameter: HTTP GET /v1/items/{id}. Requests
 	// to different items must share one route (template, never raw URL).
 	EndpointItem = "item"
-	// EndpointUnrouted is a path no target serves: HTTP GET /v1/unrouted,
-	// under the /v1 prefix of the routes that exist. It is not in
-	// HTTPEndpoints (targets register nothing for it); the framework
-	// answers it 404 and the limiter must charge nothing.
+	// EndpointUnrouted is a path no target serves: HTTP GET /v1/unrouted
+	// (with a Param, /v1/unrouted/<param>), under the /v1 prefix of the
+	// routes that exist; gRPC: the method Call of a service no target
+	// registers, UnroutedMethod. It is not in HTTPEndpoints (targets
+	// register no route for it): the framework answers it 404 (gRPC:
+	// Unimplemented, which no interceptor sees) and the limiter must
+	// charge nothing, unless the service registered a catch-all handler
+	// (Setup.CatchAll), which answers it and is charged.
 	EndpointUnrouted = "unrouted"
 )
 
@@ -182,13 +195,20 @@ var HTTPEndpoints = map[string]HTTPEndpoint{
 	EndpointItem:    {http.MethodGet, "/v1/items/{id}"},
 }
 
+// UnroutedMethod is the gRPC full method of EndpointUnrouted: a service
+// no target registers.
+const UnroutedMethod = "/tollgate.conformance.Unrouted/Call"
+
 // unroutedEndpoint is where the suite sends EndpointUnrouted requests.
 var unroutedEndpoint = HTTPEndpoint{http.MethodGet, "/v1/unrouted"}
 
 // httpEndpoint returns the HTTP route of an endpoint name, EndpointUnrouted
-// included.
-func httpEndpoint(name string) (HTTPEndpoint, bool) {
+// included (its Param, when set, one more path segment).
+func httpEndpoint(name, param string) (HTTPEndpoint, bool) {
 	if name == EndpointUnrouted {
+		if param != "" {
+			return HTTPEndpoint{unroutedEndpoint.Method, unroutedEndpoint.Path + "/{param}"}, true
+		}
 		return unroutedEndpoint, true
 	}
 	e, ok := HTTPEndpoints[name]

@@ -22,13 +22,21 @@ import (
 //
 // For each request: skip (WithSkipper)? Otherwise ask the gate for a Verdict
 // on (method, c.Path(), c.RealIP()), or on the route WithRouteFunc names, set its rate-limit headers on the
-// response, and either call next or the deny handler. A request no route
-// the service registered matches (Echo's 404 or 405, a RouteNotFound
-// route such as the one a group's Use adds) is charged nothing and gets
-// no headers; HEAD, which Echo answers 405 unless a HEAD route exists, is
-// charged as the GET route of its path when one does. The headers are set
-// before next runs, so they survive a handler that returns an error
-// (Echo's HTTPErrorHandler writes its body under them).
+// response, and either call next or the deny handler. HEAD, which Echo
+// answers 405 unless a HEAD route exists, is charged as the GET route of
+// its path when one does. The headers are set before next runs, so they
+// survive a handler that returns an error (Echo's HTTPErrorHandler writes
+// its body under them).
+//
+// A request no route the service registered matches is charged as the
+// default route when a handler of the service answers it
+// (gate.Endpoint.Fallback): a RouteNotFound route the service registered
+// (e.RouteNotFound("/*", spa), or a group's), or a handler the service
+// set as echo.NotFoundHandler or echo.MethodNotAllowedHandler. Echo's own
+// 404 or 405 (its handlers, a RouteNotFound route a group's Use adds) is
+// charged nothing and gets no headers. Middleware (e.Use after the
+// limiter, such as Static with HTML5) that answers such a request itself
+// is not seen: register the fallback as a RouteNotFound route.
 //
 // A nil gate does not panic: every request is answered as misconfigured
 // (500 with a fixed problem+json body, by the deny handler), the cause
@@ -42,8 +50,8 @@ func Middleware(g *gate.Gate, opts ...Option) echo.MiddlewareFunc {
 				return next(ec)
 			}
 			req := ec.Request()
-			path, matched := routes.matched(ec)
-			v := c.Decide(req.Context(), ec, gate.Endpoint{Method: req.Method, Pattern: path, ClientIP: ec.RealIP(), Unmatched: !matched})
+			r := routes.routeOf(ec)
+			v := c.Decide(req.Context(), ec, gate.Endpoint{Method: req.Method, Pattern: r.path, ClientIP: ec.RealIP(), Unmatched: r.unmatched, Fallback: r.service})
 			adapt.SetHeaders(ec.Response().Header(), v.Headers)
 			if v.Proceed {
 				defer v.Done() // frees a concurrency slot and settles the reported cost, panics included

@@ -22,13 +22,26 @@ import (
 //
 // For each request: skip (WithSkipper)? Otherwise ask the gate for a Verdict
 // on (method, c.Path(), c.RealIP()), or on the route WithRouteFunc names, set its rate-limit headers on the
-// response, and either call next or the deny handler. A request no route
-// matches (the router's 404 or 405, or a RouteNotFound route such as the
-// one a group's Use adds) is charged nothing and gets no headers; HEAD,
-// which Echo answers 405 unless a HEAD route exists, is charged as the GET
-// route of its path when one does. The headers are set
-// before next runs, so they survive a handler that returns an error (Echo's
-// HTTPErrorHandler writes its body under them).
+// response, and either call next or the deny handler. HEAD, which Echo
+// answers 405 unless a HEAD route exists, is charged as the GET route of
+// its path when one does. The headers are set before next runs, so they
+// survive a handler that returns an error (Echo's HTTPErrorHandler writes
+// its body under them).
+//
+// A request no route of the service matches is charged as the default
+// route when a handler of the service answers it (gate.Endpoint.Fallback):
+// a RouteNotFound route (e.RouteNotFound("/*", spa), or a group's), or
+// the not-found or method-not-allowed handler the service set in
+// echo.RouterConfig. The router's own 404 or 405 is charged nothing and
+// gets no headers, and so is the RouteNotFound route a group's Use adds
+// when the limiter is the group's last middleware (v1.Use(auth, limiter)).
+// Under e.Use, Echo v5 does not tell the routes a group's Use adds from
+// the service's own: the limiter charges both, so an unknown path under a
+// group with middleware costs a request of the default route there; mount
+// the limiter on the group, or set echo.Config.NoGroupAutoRegister404Routes,
+// to keep those 404s free. Middleware that answers such a request itself
+// (Static with HTML5 under e.Use) is not seen: register the fallback as a
+// RouteNotFound route.
 //
 // A nil gate does not panic: every request is answered as misconfigured
 // (500 with a fixed problem+json body, by the deny handler), the cause
@@ -36,12 +49,14 @@ import (
 func Middleware(g *gate.Gate, opts ...Option) echo.MiddlewareFunc {
 	c := adapt.New(g, DefaultDenyHandler, opts)
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		wrapsEcho := isEcho(next) // a group's RouteNotFound route, with this middleware last
 		return func(ec *echo.Context) error {
 			if c.Skipped(ec) {
 				return next(ec)
 			}
 			req := ec.Request()
-			v := c.Decide(req.Context(), ec, gate.Endpoint{Method: req.Method, Pattern: ec.Path(), ClientIP: ec.RealIP(), Unmatched: unmatched(ec)})
+			r := routeOf(ec, wrapsEcho)
+			v := c.Decide(req.Context(), ec, gate.Endpoint{Method: req.Method, Pattern: ec.Path(), ClientIP: ec.RealIP(), Unmatched: r.unmatched, Fallback: r.service})
 			adapt.SetHeaders(ec.Response().Header(), v.Headers)
 			if v.Proceed {
 				defer v.Done() // frees a concurrency slot and settles the reported cost, panics included
@@ -53,14 +68,6 @@ func Middleware(g *gate.Gate, opts ...Option) echo.MiddlewareFunc {
 			return c.Deny(ec, v)
 		}
 	}
-}
-
-// unmatched reports whether the router matched no route of the service for
-// ec's request: Echo's 404 and 405, and RouteNotFound routes. Before
-// routing (e.Pre) the route is unknown, not unmatched.
-func unmatched(ec *echo.Context) bool {
-	ri := ec.RouteInfo()
-	return ri.Method == echo.RouteNotFound || ri.Name == echo.NotFoundRouteName || ri.Name == echo.MethodNotAllowedRouteName
 }
 
 // DefaultDenyHandler writes core's answer: v.Status with the RFC 9457

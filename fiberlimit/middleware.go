@@ -28,7 +28,10 @@ import (
 // the final route yet and reports the mount prefix ("/v1"), so route table
 // keys are then prefixes. The HEAD route app.Get registers beside the GET
 // runs the same handlers and is charged as the GET route; a request no
-// route matches never reaches the handler and is charged nothing.
+// route matches never reaches the handler and is charged nothing, unless
+// the service mounts a catch-all after its routes behind the limiter
+// (app.Use(limiter, spa)): that handler runs, and the request is charged
+// by the mount prefix ("/"), the default route unless the table names it.
 //
 // Strings taken from the request (method, client IP) are copied before
 // they reach core, so nothing of fasthttp's reused buffers outlives the

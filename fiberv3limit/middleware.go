@@ -28,7 +28,10 @@ import (
 // so route table keys are then prefixes (or set WithPatternFunc). The HEAD
 // route Fiber v3 registers for every GET route runs the same handlers and
 // is charged as the GET route; a request no route matches never reaches the
-// handler and is charged nothing.
+// handler and is charged nothing, unless the service mounts a catch-all
+// after its routes behind the limiter (app.Use(limiter, spa)): that handler
+// runs, and the request is charged by the mount prefix ("/"), the default
+// route unless the table names it.
 //
 // The client IP is copied before it reaches core (c.IP() may point into
 // fasthttp's reused buffers); the method and the route template are the

@@ -1,6 +1,8 @@
 package ginlimit
 
 import (
+	"reflect"
+
 	"github.com/gin-gonic/gin"
 	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/httplimit/adapt"
@@ -22,23 +24,41 @@ import (
 // Verdict on (method, c.FullPath(), c.ClientIP()), or on the route
 // WithRouteFunc names, set its rate-limit headers, and either call c.Next
 // or abort and call the deny handler. c.FullPath() is the route template
-// ("/v1/items/:id"), never the raw URL; it is empty for a request no route
-// matches (Gin's 404, or 405 with HandleMethodNotAllowed), which is charged
-// nothing and gets no headers. Gin answers HEAD 404 unless a HEAD route
-// exists; such a route is charged as the GET route of its path.
+// ("/v1/items/:id"), never the raw URL. Gin answers HEAD 404 unless a HEAD
+// route exists; such a route is charged as the GET route of its path.
+//
+// c.FullPath() is empty for a request no route matches, which Gin hands
+// to the engine's global middleware and then to the NoRoute handlers (the
+// NoMethod ones for a 405 with HandleMethodNotAllowed). When handlers run
+// after the limiter for it (a NoRoute or NoMethod handler: an SPA
+// fallback, a reverse proxy; or global middleware used after the
+// limiter, which may answer it, as a static file server does), the
+// request is charged as the default route (gate.Endpoint.Fallback). When
+// the limiter is the last handler, Gin answers 404 or 405 itself: the
+// request is charged nothing and gets no headers. So use the limiter last
+// among the global middleware, or Gin's own 404s are charged too.
 //
 // A nil gate does not panic: every request is answered as misconfigured
 // (500 with a fixed problem+json body), the cause reported to the error
 // handler only.
 func Middleware(g *gate.Gate, opts ...Option) gin.HandlerFunc {
 	c := adapt.New(g, DefaultDenyHandler, opts)
-	return func(gc *gin.Context) {
+	var self uintptr // the code of mw, the same for every limiter
+	mw := func(gc *gin.Context) {
 		if c.Skipped(gc) {
 			gc.Next()
 			return
 		}
 		path := gc.FullPath()
-		v := c.Decide(gc.Request.Context(), gc, gate.Endpoint{Method: gc.Request.Method, Pattern: path, ClientIP: gc.ClientIP(), Unmatched: path == ""})
+		e := gate.Endpoint{Method: gc.Request.Method, Pattern: path, ClientIP: gc.ClientIP(), Unmatched: path == ""}
+		if e.Unmatched {
+			// Gin's chain for a request no route matches is the global
+			// middleware, then the NoRoute (or NoMethod) handlers: when
+			// its last handler is a limiter, no code of the service runs
+			// after it, and Gin answers 404 or 405 itself
+			e.Fallback = reflect.ValueOf(gc.Handler()).Pointer() != self
+		}
+		v := c.Decide(gc.Request.Context(), gc, e)
 		adapt.SetHeaders(gc.Writer.Header(), v.Headers)
 		if v.Proceed {
 			defer v.Done() // frees a concurrency slot and settles the reported cost, panics included
@@ -51,6 +71,8 @@ func Middleware(g *gate.Gate, opts ...Option) gin.HandlerFunc {
 		gc.Abort()
 		c.Deny(gc, v)
 	}
+	self = reflect.ValueOf(mw).Pointer()
+	return mw
 }
 
 // DefaultDenyHandler writes core's answer: v.Status with the RFC 9457

@@ -25,7 +25,11 @@
 // function; default class "default", cost 1) before
 // the handler runs; a stream is charged when it opens, and with
 // [WithMessageCost] each message a client or bidi stream receives is
-// charged too. The answers:
+// charged too. A call the server's grpc.UnknownServiceHandler answers (a
+// proxy of unknown services) goes through the stream interceptor and is
+// charged by its full method as well; without one, grpc-go answers
+// Unimplemented before any interceptor runs, and nothing is charged. The
+// answers:
 //
 //   - Allowed (or shadow-denied, core.WithShadow): the handler runs; the
 //     header metadata carries ratelimit and ratelimit-policy (IETF draft-11

@@ -22,6 +22,9 @@ import (
 // 404 or 405 is charged nothing and gets no headers, and the mux's own
 // pattern names the route even when an outer mux mounted it; HEAD, which
 // the mux serves with a GET route's handler, is charged as that GET route.
+// A catch-all pattern ("/", "GET /") is a route like any other: the
+// requests it answers are charged, as the table's "/" entry or the default
+// route.
 //
 // A nil gate does not panic: every request is answered as misconfigured
 // (500 with a fixed problem+json body), the cause reported to the error

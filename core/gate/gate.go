@@ -24,13 +24,21 @@ type Endpoint struct {
 	// ClientIP is the caller's address as the framework resolved it; used
 	// only for anonymous callers (WithAnonymous).
 	ClientIP string
-	// Unmatched says the framework matched no route: it answers the
-	// request 404 or 405 itself (a mux's not-found answer, Echo's
-	// RouteNotFound routes). Such a request is charged nothing and gets no
-	// rate-limit headers, whoever sends it. Set it only when the framework
-	// says so: a request whose route the adapter merely cannot name is
-	// charged as the default route.
+	// Unmatched says the framework matched no route of the service. Set
+	// it only when the framework says so: a request whose route the
+	// adapter merely cannot name is charged as the default route. Unless
+	// Fallback is set too, the framework answers the request 404 or 405
+	// itself, and it is charged nothing and gets no rate-limit headers,
+	// whoever sends it (see Routed).
 	Unmatched bool
+	// Fallback says a handler of the service answers a request no route
+	// matched: a catch-all the service registered for what its routes do
+	// not match (Gin's NoRoute and NoMethod handlers, Echo's RouteNotFound
+	// routes and not-found handlers). The service's code runs, so the
+	// request is charged, as the default route: the route table is not
+	// consulted (Pattern names no route of it), a cost function or an
+	// adapter's route function may still name a route.
+	Fallback bool
 	// Route, when not the zero Route, is the request's class and cost as
 	// the adapter already resolved it (an adapter's framework-typed route
 	// function): the gate uses it instead of its cost function and route
@@ -191,12 +199,13 @@ func New(l *core.Limiter, opts ...Option) (*Gate, error) {
 
 // Route returns the class and cost of a request to e by tenant t:
 // e.Route when set, else the cost function's answer, else the route
-// table's, else the default route.
+// table's (never for a fallback, Endpoint.Fallback), else the default
+// route.
 func (g *Gate) Route(ctx context.Context, t quota.Tenant, e Endpoint) Route {
 	if r, given := g.givenRoute(ctx, t, e); given {
 		return r
 	}
-	if r, ok := g.routes.Lookup(e.Method, e.Pattern); ok {
+	if r, ok := g.routes.lookup(e); ok {
 		return r
 	}
 	return g.fallback
@@ -224,18 +233,20 @@ func (g *Gate) givenRoute(ctx context.Context, t quota.Tenant, e Endpoint) (r Ro
 // (400, Err wrapping core.ErrInvalidRequest) whether or not this Gate admits
 // anonymous callers: it would share that caller's bucket.
 //
-// An unmatched request (Endpoint.Unmatched) proceeds to the framework's own
-// 404 or 405 unchecked: no route, no charge.
+// A request that reaches no handler of the service (Endpoint.Routed false:
+// the framework's own 404 or 405) proceeds unchecked: no route, no charge.
+// One a fallback handler of the service answers (Endpoint.Fallback) is
+// charged as the default route.
 //
 // It looks the route table up once, for the exemption and for the route
 // (Route's answer), and checks per request only a route given by the
 // adapter or the cost function.
 func (g *Gate) Decide(ctx context.Context, e Endpoint) Verdict {
-	if e.Unmatched {
+	if !e.Routed() {
 		return Verdict{Proceed: true, Unmatched: true}
 	}
 	// an exempt route (health, metrics) needs no identity
-	table, inTable := g.routes.Lookup(e.Method, e.Pattern)
+	table, inTable := g.routes.lookup(e)
 	if inTable && table.Exempt {
 		return Verdict{Proceed: true, Route: table}
 	}

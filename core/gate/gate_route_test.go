@@ -85,3 +85,47 @@ func TestGateRoutesCopied(t *testing.T) {
 		t.Errorf("route of /u added to the caller's map after New: %+v, want the default route", r)
 	}
 }
+
+// Only a request that reaches no handler of the service (the framework's
+// own 404 or 405) proceeds unchecked; one a fallback handler of the
+// service answers (a catch-all) is checked like any route, as the default
+// route: the table, whose keys name routes, is not consulted for it.
+func TestGateFallback(t *testing.T) {
+	for _, c := range []struct {
+		e    gate.Endpoint
+		want bool
+	}{
+		{gate.Endpoint{}, true},
+		{gate.Endpoint{Unmatched: true}, false},
+		{gate.Endpoint{Unmatched: true, Fallback: true}, true},
+		{gate.Endpoint{Fallback: true}, true},
+	} {
+		if got := c.e.Routed(); got != c.want {
+			t.Errorf("%+v.Routed() = %v, want %v", c.e, got, c.want)
+		}
+	}
+	g := offlineGate(t, gate.WithRoutes(gate.Routes{"/*": {Exempt: true}, "GET /*": {Class: "table", Cost: 2}}))
+	// no identity: the framework's 404 passes, a catch-all needs a tenant
+	// (and is not exempt by the table's "/*")
+	v := g.Decide(context.Background(), gate.Endpoint{Method: http.MethodGet, Pattern: "/*", Unmatched: true})
+	if !v.Proceed || !v.Unmatched || v.Checked || v.Unauthenticated {
+		t.Errorf("the framework's 404: %+v, want to proceed unchecked", v)
+	}
+	v = g.Decide(context.Background(), gate.Endpoint{Method: http.MethodGet, Pattern: "/*", Unmatched: true, Fallback: true})
+	if v.Proceed || v.Unmatched || !v.Unauthenticated || v.Status != http.StatusUnauthorized {
+		t.Errorf("a catch-all without identity: %+v, want 401", v)
+	}
+	if r := g.Route(context.Background(), quota.Tenant{ID: "t"}, gate.Endpoint{Method: http.MethodGet, Pattern: "/*", Unmatched: true, Fallback: true}); r != (gate.Route{Class: "default", Cost: 1}) {
+		t.Errorf("a catch-all's route = %+v, want the default route", r)
+	}
+	if r := g.Route(context.Background(), quota.Tenant{ID: "t"}, gate.Endpoint{Method: http.MethodGet, Pattern: "/*"}); r.Class != "table" {
+		t.Errorf("the matched route /*: %+v, want the table's", r)
+	}
+	// a cost function still prices a catch-all
+	g = offlineGate(t, gate.WithCostFunc(func(_ context.Context, _ quota.Tenant, e gate.Endpoint) (gate.Route, bool) {
+		return gate.Route{Class: "spa", Cost: 3}, e.Fallback
+	}))
+	if r := g.Route(context.Background(), quota.Tenant{ID: "t"}, gate.Endpoint{Unmatched: true, Fallback: true}); r.Class != "spa" {
+		t.Errorf("a catch-all priced by the cost function: %+v", r)
+	}
+}

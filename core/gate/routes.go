@@ -95,6 +95,30 @@ func (rs Routes) Lookup(method, pattern string) (Route, bool) {
 	return Route{}, false
 }
 
+// Routed reports whether e reaches a handler of the service, which the
+// gate then checks: a route of the service matched it (Unmatched false),
+// or no route matched but a fallback handler of the service answers it
+// (Fallback). A request that is neither, the framework's own 404 or 405,
+// reaches no code of the service and proceeds unchecked.
+//
+// A catch-all is a handler: Gin's NoRoute and NoMethod handlers, Echo's
+// RouteNotFound routes, a net/http ServeMux "/" pattern, a Fiber handler
+// mounted with app.Use after the routes and gRPC's unknown-service
+// handler all run the service's code, and a limiter that let them through
+// unchecked would let a client spend the service's resources (a reverse
+// proxy, a page render) without a quota.
+func (e Endpoint) Routed() bool { return !e.Unmatched || e.Fallback }
+
+// lookup returns the table's route of e: Lookup of its method and pattern,
+// and none for a fallback, whose pattern names no route of the table (a
+// catch-all is charged as the default route).
+func (rs Routes) lookup(e Endpoint) (Route, bool) {
+	if e.Fallback {
+		return Route{}, false
+	}
+	return rs.Lookup(e.Method, e.Pattern)
+}
+
 // splitFullMethod splits a gRPC full method "/pkg.Service/Method" into its
 // service and method; ok is false when s is not of that form.
 func splitFullMethod(s string) (service, method string, ok bool) {

@@ -35,8 +35,8 @@ type Verdict struct {
 	Route Route
 	// Checked is false when no check ran (exempt route, no tenant).
 	Checked bool
-	// Unmatched is set when the framework matched no route
-	// (Endpoint.Unmatched): the request proceeds to the framework's 404 or
+	// Unmatched is set when the request reaches no handler of the service
+	// (Endpoint.Routed false): it proceeds to the framework's own 404 or
 	// 405, unchecked and without headers.
 	Unmatched bool
 	// Unauthenticated is set when no tenant was in the context and

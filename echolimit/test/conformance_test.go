@@ -67,6 +67,16 @@ func target(m mount) conformance.Target {
 				e.Add(ep.Method, ep.ColonPath(), handler)
 			}
 		}
+		if s.CatchAll {
+			switch m {
+			case group:
+				v1.RouteNotFound("/*", handler) // replaces the one the group's Use added
+			case perRoute:
+				e.RouteNotFound("/*", handler, mw)
+			default:
+				e.RouteNotFound("/*", handler)
+			}
+		}
 		return conformance.HandlerInstance(e, &calls), nil
 	})
 }

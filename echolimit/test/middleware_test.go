@@ -179,3 +179,99 @@ func TestRouteMatching(t *testing.T) {
 		check(t, e, "example.com")
 	})
 }
+
+// A handler of the service that Echo runs for a request no route matches
+// is charged as the default route (a bucket of 2 here): a RouteNotFound
+// route of the service, wherever the limiter is mounted, and a handler the
+// service set as echo.NotFoundHandler. The RouteNotFound routes a group's
+// Use adds answer Echo's own 404, unchecked, beside them.
+func TestCatchAll(t *testing.T) {
+	lim := conformance.NewUnitLimiter(t)
+	g := conformance.NewUnitGate(t, lim)
+	spa := func(reached *int) echo.HandlerFunc {
+		return func(c echo.Context) error { *reached++; return c.NoContent(http.StatusOK) }
+	}
+	check := func(t *testing.T, e *echo.Echo, host, path string, reached *int) {
+		t.Helper()
+		send := func() *httptest.ResponseRecorder {
+			req := httptest.NewRequest("GET", path, nil)
+			req.Host = host
+			w := httptest.NewRecorder()
+			e.ServeHTTP(w, req)
+			return w
+		}
+		for i := range 2 {
+			if w := send(); w.Code != 200 || w.Header().Get("RateLimit-Policy") != `"default";q=2;w=200` || *reached != i+1 {
+				t.Fatalf("request %d to %s: %d %v, reached %d times", i+1, path, w.Code, w.Header(), *reached)
+			}
+		}
+		if w := send(); w.Code != 429 || *reached != 2 {
+			t.Fatalf("on an empty bucket: %d, reached %d times", w.Code, *reached)
+		}
+	}
+	t.Run("global, beside a group's own", func(t *testing.T) {
+		e := echo.New()
+		e.Use(tenant("global"), echolimit.Middleware(g))
+		v1 := e.Group("/v1", func(next echo.HandlerFunc) echo.HandlerFunc { return next }) // adds RouteNotFound /v1/*
+		v1.GET("/items/:id", ok)
+		reached := 0
+		e.RouteNotFound("/*", spa(&reached))
+		for range 3 {
+			if w := get(e, "GET", "/v1/nowhere"); w.Code != 404 || w.Header().Get("RateLimit") != "" {
+				t.Fatalf("the group's 404: %d %v", w.Code, w.Header())
+			}
+		}
+		check(t, e, "example.com", "/app/page", &reached)
+	})
+	t.Run("group", func(t *testing.T) {
+		e := echo.New()
+		v1 := e.Group("/v1", tenant("group"), echolimit.Middleware(g))
+		reached := 0
+		v1.RouteNotFound("/*", spa(&reached))
+		check(t, e, "example.com", "/v1/nowhere", &reached)
+	})
+	t.Run("host", func(t *testing.T) {
+		e := echo.New()
+		e.Use(tenant("host"), echolimit.Middleware(g))
+		api := e.Host("api.test")
+		reached := 0
+		api.RouteNotFound("/*", spa(&reached))
+		e.GET("/open", ok)
+		if w := get(e, "GET", "/nowhere"); w.Code != 404 || w.Header().Get("RateLimit") != "" {
+			t.Fatalf("another host's 404: %d %v", w.Code, w.Header())
+		}
+		check(t, e, "api.test", "/nowhere", &reached)
+	})
+	t.Run("pre", func(t *testing.T) {
+		e := echo.New()
+		e.Pre(tenant("pre"), echolimit.Middleware(g))
+		reached := 0
+		e.RouteNotFound("/*", spa(&reached))
+		check(t, e, "example.com", "/nowhere", &reached)
+	})
+	t.Run("echo.MethodNotAllowedHandler set by the service", func(t *testing.T) {
+		reached := 0
+		defer func(h echo.HandlerFunc) { echo.MethodNotAllowedHandler = h }(echo.MethodNotAllowedHandler)
+		echo.MethodNotAllowedHandler = spa(&reached)
+		e := echo.New()
+		e.Use(tenant("var405"), echolimit.Middleware(g))
+		e.GET("/open", ok)
+		for i := range 2 {
+			if w := get(e, "POST", "/open"); w.Code != 200 || w.Header().Get("RateLimit-Policy") != `"default";q=2;w=200` || reached != i+1 {
+				t.Fatalf("request %d: %d %v, reached %d times", i+1, w.Code, w.Header(), reached)
+			}
+		}
+		if w := get(e, "POST", "/open"); w.Code != 429 || reached != 2 {
+			t.Fatalf("on an empty bucket: %d, reached %d times", w.Code, reached)
+		}
+	})
+	t.Run("echo.NotFoundHandler set by the service", func(t *testing.T) {
+		reached := 0
+		defer func(h echo.HandlerFunc) { echo.NotFoundHandler = h }(echo.NotFoundHandler)
+		echo.NotFoundHandler = spa(&reached)
+		e := echo.New()
+		e.Use(tenant("var"), echolimit.Middleware(g))
+		e.GET("/open", ok)
+		check(t, e, "example.com", "/nowhere", &reached)
+	})
+}

@@ -199,3 +199,97 @@ func TestRouteMatching(t *testing.T) {
 		}
 	})
 }
+
+// A handler of the service that Echo v5 runs for a request no route
+// matches is charged as the default route (a bucket of 2 here): a
+// RouteNotFound route of the service, and the not-found handler the service
+// set in RouterConfig. A group's own RouteNotFound route answers Echo's 404
+// unchecked when the limiter is the group's last middleware; under e.Use,
+// or with middleware after the limiter, it is charged too, unless
+// NoGroupAutoRegister404Routes keeps the group from adding it.
+func TestCatchAll(t *testing.T) {
+	lim := conformance.NewUnitLimiter(t)
+	g := conformance.NewUnitGate(t, lim)
+	pass := func(next echo.HandlerFunc) echo.HandlerFunc { return func(c *echo.Context) error { return next(c) } }
+	spa := func(reached *int) echo.HandlerFunc {
+		return func(c *echo.Context) error { *reached++; return c.NoContent(http.StatusOK) }
+	}
+	charged := func(t *testing.T, e *echo.Echo, path string, reached *int, handler bool) {
+		t.Helper()
+		for i := range 2 {
+			w := serve(e, "GET", path)
+			if w.Header().Get("RateLimit-Policy") != `"default";q=2;w=200` || (handler && (w.Code != 200 || *reached != i+1)) {
+				t.Fatalf("request %d to %s: %d %v, reached %d times", i+1, path, w.Code, w.Header(), *reached)
+			}
+		}
+		if w := serve(e, "GET", path); w.Code != 429 || (handler && *reached != 2) {
+			t.Fatalf("on an empty bucket: %d, reached %d times", w.Code, *reached)
+		}
+	}
+	free := func(t *testing.T, e *echo.Echo, path string) {
+		t.Helper()
+		for range 3 {
+			if w := serve(e, "GET", path); w.Code != 404 || w.Header().Get("RateLimit") != "" {
+				t.Fatalf("Echo's 404 for %s: %d %v", path, w.Code, w.Header())
+			}
+		}
+	}
+	t.Run("global", func(t *testing.T) {
+		e := echo.New()
+		e.Use(as("global"), echov5limit.Middleware(g))
+		reached := 0
+		e.RouteNotFound("/*", spa(&reached))
+		charged(t, e, "/app/page", &reached, true)
+	})
+	t.Run("group", func(t *testing.T) {
+		e := echo.New()
+		v1 := e.Group("/v1", as("group"), echov5limit.Middleware(g))
+		reached := 0
+		v1.RouteNotFound("/*", spa(&reached))
+		charged(t, e, "/v1/nowhere", &reached, true)
+	})
+	t.Run("RouterConfig.NotFoundHandler", func(t *testing.T) {
+		reached := 0
+		e := echo.NewWithConfig(echo.Config{Router: echo.NewRouter(echo.RouterConfig{NotFoundHandler: spa(&reached)})})
+		e.Use(as("config"), echov5limit.Middleware(g))
+		e.GET("/open", func(c *echo.Context) error { return c.NoContent(http.StatusOK) })
+		charged(t, e, "/nowhere", &reached, true)
+	})
+	t.Run("RouterConfig.MethodNotAllowedHandler", func(t *testing.T) {
+		reached := 0
+		e := echo.NewWithConfig(echo.Config{Router: echo.NewRouter(echo.RouterConfig{MethodNotAllowedHandler: spa(&reached)})})
+		e.Use(as("config405"), echov5limit.Middleware(g))
+		e.GET("/open", func(c *echo.Context) error { return c.NoContent(http.StatusOK) })
+		for i := range 2 {
+			if w := serve(e, "POST", "/open"); w.Code != 200 || w.Header().Get("RateLimit-Policy") != `"default";q=2;w=200` || reached != i+1 {
+				t.Fatalf("request %d: %d %v, reached %d times", i+1, w.Code, w.Header(), reached)
+			}
+		}
+		if w := serve(e, "POST", "/open"); w.Code != 429 || reached != 2 {
+			t.Fatalf("on an empty bucket: %d, reached %d times", w.Code, reached)
+		}
+	})
+	t.Run("a group's own, the limiter last in the group", func(t *testing.T) {
+		e := echo.New()
+		e.Group("/v1", as("own"), echov5limit.Middleware(g))
+		free(t, e, "/v1/nowhere")
+	})
+	t.Run("a group's own, middleware after the limiter", func(t *testing.T) {
+		e := echo.New()
+		e.Group("/v1", as("after"), echov5limit.Middleware(g), pass)
+		charged(t, e, "/v1/nowhere", new(int), false)
+	})
+	t.Run("a group's own, under e.Use", func(t *testing.T) {
+		e := echo.New()
+		e.Use(as("use"), echov5limit.Middleware(g))
+		e.Group("/v1", pass)
+		charged(t, e, "/v1/nowhere", new(int), false)
+		free(t, e, "/nowhere") // outside the group: the router's 404
+	})
+	t.Run("NoGroupAutoRegister404Routes, under e.Use", func(t *testing.T) {
+		e := echo.NewWithConfig(echo.Config{NoGroupAutoRegister404Routes: true})
+		e.Use(as("noauto"), echov5limit.Middleware(g))
+		e.Group("/v1", pass).GET("/items/:id", func(c *echo.Context) error { return c.NoContent(http.StatusOK) })
+		free(t, e, "/v1/nowhere")
+	})
+}

@@ -49,6 +49,9 @@ var target = conformance.HTTPTarget(func(t testing.TB, s conformance.Setup) (con
 		}
 		app.Add(e.Method, e.ColonPath(), limit, handler)
 	}
+	if s.CatchAll {
+		app.Use(limit, handler) // after the routes: what no route matched
+	}
 	inst.handler = app.Handler()
 	return inst, nil
 })

@@ -72,6 +72,12 @@ func target(m mount, more ...fiberv3limit.Option) conformance.Target {
 				app.Add([]string{ep.Method}, ep.ColonPath(), limit, handler)
 			}
 		}
+		switch {
+		case s.CatchAll && m == use:
+			app.Use(handler) // after the routes: what no route matched
+		case s.CatchAll:
+			app.Use(limit, handler)
+		}
 		return conformance.HandlerInstance(adaptor.FiberApp(app), &calls), nil
 	})
 }

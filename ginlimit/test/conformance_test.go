@@ -72,6 +72,12 @@ func targetReportingOn(m mount, ctx func(*gin.Context) context.Context) conforma
 				routes.Handle(e.Method, e.ColonPath(), handler)
 			}
 		}
+		switch {
+		case s.CatchAll && m == perRoute:
+			r.NoRoute(mw, handler)
+		case s.CatchAll:
+			r.NoRoute(handler) // after the global middleware, the limiter among them
+		}
 		return conformance.HandlerInstance(r, &calls), nil
 	})
 }

@@ -52,6 +52,83 @@ func TestMounting(t *testing.T) {
 	})
 }
 
+// A handler of the service that Gin runs for a request no route matches
+// is charged as the default route (a bucket of 2 here): the NoRoute and
+// NoMethod handlers, a limiter mounted in the NoRoute chain itself, and
+// global middleware used after the limiter (it may answer, as a static
+// file server does). Only with the limiter last does Gin answer itself,
+// unchecked.
+func TestCatchAll(t *testing.T) {
+	lim := conformance.NewUnitLimiter(t)
+	g := conformance.NewUnitGate(t, lim)
+	next := func(c *gin.Context) { c.Next() }
+	for _, c := range []struct {
+		name         string
+		build        func(r *gin.Engine, reached *int)
+		method, path string
+	}{
+		{"NoRoute", func(r *gin.Engine, reached *int) {
+			r.Use(tenant("noroute"), ginlimit.Middleware(g))
+			r.NoRoute(func(c *gin.Context) { *reached++; c.Status(http.StatusOK) })
+		}, "GET", "/app/anything"},
+		{"NoMethod", func(r *gin.Engine, reached *int) {
+			r.HandleMethodNotAllowed = true
+			r.Use(tenant("nomethod"), ginlimit.Middleware(g))
+			r.NoMethod(func(c *gin.Context) { *reached++; c.Status(http.StatusOK) })
+		}, "POST", "/v1/items/1"},
+		{"limiter in the NoRoute chain", func(r *gin.Engine, reached *int) {
+			r.Use(tenant("inchain"))
+			r.NoRoute(ginlimit.Middleware(g), func(c *gin.Context) { *reached++; c.Status(http.StatusOK) })
+		}, "GET", "/app/anything"},
+		{"middleware after the limiter", func(r *gin.Engine, reached *int) {
+			r.Use(tenant("after"), ginlimit.Middleware(g), func(c *gin.Context) { *reached++; c.Next() })
+		}, "GET", "/nowhere"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := gin.New()
+			reached := 0
+			c.build(r, &reached)
+			r.GET("/v1/items/:id", ok)
+			for i := range 2 {
+				w := get(r, c.method, c.path)
+				if w.Code == 429 || w.Header().Get("RateLimit-Policy") != `"default";q=2;w=200` || reached != i+1 {
+					t.Fatalf("request %d: %d %v, reached %d times", i+1, w.Code, w.Header(), reached)
+				}
+			}
+			if w := get(r, c.method, c.path); w.Code != 429 || reached != 2 {
+				t.Fatalf("on an empty bucket: %d, reached %d times", w.Code, reached)
+			}
+		})
+	}
+	t.Run("Gin's own 404 and 405 with the limiter last", func(t *testing.T) {
+		r := gin.New()
+		r.HandleMethodNotAllowed = true
+		r.Use(next, tenant("own"), ginlimit.Middleware(g))
+		r.NoMethod() // none set: Gin's 405
+		r.GET("/v1/items/:id", ok)
+		for range 3 {
+			for _, c := range []struct {
+				method, path string
+				status       int
+			}{{"GET", "/nowhere", 404}, {"POST", "/v1/items/1", 405}} {
+				if w := get(r, c.method, c.path); w.Code != c.status || w.Header().Get("RateLimit-Policy") != "" {
+					t.Fatalf("%s %s: %d %v", c.method, c.path, w.Code, w.Header())
+				}
+			}
+		}
+	})
+	t.Run("route func prices a catch-all", func(t *testing.T) {
+		r := gin.New()
+		r.Use(tenant("priced"), ginlimit.Middleware(g, ginlimit.WithRouteFunc(func(c *gin.Context) (gate.Route, bool) {
+			return gate.Route{Class: "export", Cost: 4}, c.FullPath() == ""
+		})))
+		r.NoRoute(ok)
+		if got := get(r, "GET", "/app").Header().Get("X-RateLimit-Remaining"); got != "6" {
+			t.Fatalf("remaining %q, want 6 of export's 10", got)
+		}
+	})
+}
+
 func TestOptions(t *testing.T) {
 	lim := conformance.NewUnitLimiter(t)
 	g := conformance.NewUnitGate(t, lim)

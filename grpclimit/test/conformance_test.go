@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
 )
 
 // grpcMethods maps the suite's abstract endpoints to the test service's
@@ -35,12 +37,13 @@ var grpcMethods = map[string]string{
 }
 
 // grpcTarget runs the conformance suite over bufconn against the generated
-// test service behind grpclimit's interceptors.
-type grpcTarget struct{}
+// test service behind grpclimit's interceptors; more are options appended
+// to the suite's (a wrong variant's mistake).
+type grpcTarget struct{ more []grpclimit.Option }
 
 func (grpcTarget) Protocol() conformance.Protocol { return conformance.ProtocolGRPC }
 
-func (grpcTarget) NewInstance(t testing.TB, s conformance.Setup) (conformance.Instance, error) {
+func (gt grpcTarget) NewInstance(t testing.TB, s conformance.Setup) (conformance.Instance, error) {
 	routes := gate.Routes{}
 	for name, r := range s.Routes {
 		if m, ok := grpcMethods[name]; ok {
@@ -51,7 +54,22 @@ func (grpcTarget) NewInstance(t testing.TB, s conformance.Setup) (conformance.In
 	if err != nil {
 		return nil, err
 	}
-	e := newEnv(t, g, grpclimit.WithErrorHandler(func(_ context.Context, _ string, err error) { s.OnError(err) }))
+	var srvOpts []grpc.ServerOption
+	var svc atomic.Pointer[service]
+	if s.CatchAll {
+		// the service's handler of every method no service registered: the
+		// stream interceptor runs before it, as before a registered stream
+		srvOpts = append(srvOpts, grpc.UnknownServiceHandler(func(_ any, ss grpc.ServerStream) error {
+			svc.Load().calls.Add(1)
+			if err := ss.RecvMsg(new(emptypb.Empty)); err != nil {
+				return err
+			}
+			return ss.SendMsg(new(emptypb.Empty))
+		}))
+	}
+	opts := append([]grpclimit.Option{grpclimit.WithErrorHandler(func(_ context.Context, _ string, err error) { s.OnError(err) })}, gt.more...)
+	e := newServerEnv(t, g, srvOpts, opts...)
+	svc.Store(e.svc)
 	return &grpcInstance{t: t, e: e, conns: map[string]*grpc.ClientConn{}}, nil
 }
 
@@ -77,6 +95,9 @@ func (in *grpcInstance) HandlerCalls() int { return int(in.e.svc.calls.Load()) }
 
 func (in *grpcInstance) Do(r conformance.Request) (conformance.Response, error) {
 	method, ok := grpcMethods[r.Endpoint]
+	if r.Endpoint == conformance.EndpointUnrouted {
+		method, ok = conformance.UnroutedMethod, true
+	}
 	if !ok {
 		return conformance.Response{}, errors.New("grpc target: unknown endpoint " + r.Endpoint)
 	}
@@ -101,6 +122,8 @@ func (in *grpcInstance) Do(r conformance.Request) (conformance.Response, error) 
 	case mExport:
 		res := export(ctx, testpb.NewTestServiceClient(cc))
 		err, header, trailer = res.err, res.header, res.trailer
+	case conformance.UnroutedMethod:
+		err = cc.Invoke(ctx, method, new(emptypb.Empty), new(emptypb.Empty), grpc.Header(&header), grpc.Trailer(&trailer))
 	default:
 		_, err = healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&header), grpc.Trailer(&trailer))
 	}
@@ -180,4 +203,16 @@ func (h health) Check(context.Context, *healthpb.HealthCheckRequest) (*healthpb.
 
 func TestConformance(t *testing.T) {
 	conformance.Run(t, grpcTarget{})
+}
+
+// The suite rejects a gRPC service that gets the standard wrong, which
+// proves that the target above can fail the catch-all scenario.
+func TestConformanceRejectsWrongVariants(t *testing.T) {
+	// a filter that limits only the service's own methods lets the
+	// unknown-service handler (a proxy) run unchecked
+	t.Run("filter-to-own-services", func(t *testing.T) {
+		conformance.RunFailing(t, grpcTarget{more: []grpclimit.Option{grpclimit.WithFilter(func(_ context.Context, m string) bool {
+			return strings.HasPrefix(m, "/tollgate.test.") || strings.HasPrefix(m, "/grpc.health.")
+		})}}, "catch-all")
+	})
 }

@@ -225,6 +225,12 @@ type env struct {
 // before grpclimit's).
 func newEnv(t testing.TB, g *gate.Gate, opts ...grpclimit.Option) *env {
 	t.Helper()
+	return newServerEnv(t, g, nil, opts...)
+}
+
+// newServerEnv is newEnv whose server also takes srvOpts.
+func newServerEnv(t testing.TB, g *gate.Gate, srvOpts []grpc.ServerOption, opts ...grpclimit.Option) *env {
+	t.Helper()
 	e := &env{svc: &service{}, lis: peerListener{bufconn.Listen(1 << 20)}}
 	count := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		e.arrive()
@@ -234,10 +240,10 @@ func newEnv(t testing.TB, g *gate.Gate, opts ...grpclimit.Option) *env {
 		e.arrive()
 		return h(srv, ss)
 	}
-	srv := grpc.NewServer(
+	srv := grpc.NewServer(append([]grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(count, authUnary, grpclimit.UnaryServerInterceptor(g, opts...)),
 		grpc.ChainStreamInterceptor(countStream, authStreamInt, grpclimit.StreamServerInterceptor(g, opts...)),
-	)
+	}, srvOpts...)...)
 	testpb.RegisterTestServiceServer(srv, e.svc)
 	healthpb.RegisterHealthServer(srv, health{svc: e.svc})
 	done := make(chan struct{})

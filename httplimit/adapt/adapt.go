@@ -147,7 +147,8 @@ var errZeroRoute = fmt.Errorf("%w: route function: ok with the zero Route", core
 // Decide asks the gate for the verdict on e in ctx and reports Verdict.Err
 // to OnError: the per-request part every adapter shares, between reading
 // the request and writing the verdict. RouteFunc, when set and the request
-// matched a route, names e.Route first: the framework's context never
+// reaches a handler of the service (gate.Endpoint.Routed: a matched route
+// or a catch-all), names e.Route first: the framework's context never
 // travels through ctx. With a nil gate, or a route function's zero Route,
 // the verdict is the misconfiguration answer: 500 with the fixed
 // Misconfigured problem+json body, that does not proceed, the cause in
@@ -157,7 +158,7 @@ func (c *Config[F, D]) Decide(ctx context.Context, f F, e gate.Endpoint) gate.Ve
 	switch {
 	case c.Gate == nil:
 		v = MisconfiguredVerdict(ErrNilGate)
-	case c.RouteFunc != nil && !e.Unmatched:
+	case c.RouteFunc != nil && e.Routed():
 		r, ok := c.RouteFunc(f)
 		if ok && r == (gate.Route{}) {
 			v = MisconfiguredVerdict(errZeroRoute)

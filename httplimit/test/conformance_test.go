@@ -66,6 +66,12 @@ func target(m mount) conformance.Target {
 				mux.Handle(e.Method+" "+e.Path, handler)
 			}
 		}
+		switch {
+		case s.CatchAll && m == perRoute:
+			mux.Handle("/", mw(handler)) // every path no other pattern matches
+		case s.CatchAll:
+			mux.Handle("/", handler)
+		}
 		switch m {
 		case perRoute:
 			return conformance.HandlerInstance(auth(mux), &calls), nil

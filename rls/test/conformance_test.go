@@ -3,6 +3,7 @@ package test
 import (
 	"context"
 	"errors"
+	"maps"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -43,7 +44,14 @@ func (gatewayTarget) NewInstance(t testing.TB, s conformance.Setup) (conformance
 		rls.WithTrustedTier(true), // the gateway's tier entry is the verified token's
 		rls.WithErrorHandler(func(_ context.Context, err error) { s.OnError(err) }),
 	)
-	return &gateway{client: c, routes: s.Routes, anonymous: s.Anonymous}, nil
+	routes := s.Routes
+	if s.CatchAll {
+		// the gateway's catch-all route (prefix "/", after the others),
+		// whose rate_limits name the default class
+		routes = maps.Clone(routes)
+		routes[conformance.EndpointUnrouted] = gate.Route{Class: "default", Cost: 1}
+	}
+	return &gateway{client: c, routes: routes, anonymous: s.Anonymous}, nil
 }
 
 type gateway struct {
