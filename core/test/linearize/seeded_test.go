@@ -78,7 +78,7 @@ func newSeeded(cfg config, uc redis.UniversalClient, clk *clock) (decider, error
 	case "lenient":
 		s.script, err = broken(cfg, lua.TokenBucket(), "if cost > cap or tokens < cost then", "if cost > cap or tokens < cost - 0.5 then")
 	case "slots":
-		s.script, err = broken(cfg, lua.Concurrency(), "held >= limit then", "held > limit then")
+		s.script, err = broken(cfg, lua.Concurrency(), "(held >= limit or", "(held > limit or")
 	case "settle":
 		arg := "ARGV[2]"
 		if settlePerBucket {
