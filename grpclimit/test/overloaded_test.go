@@ -2,6 +2,7 @@ package grpclimit_test
 
 import (
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,10 +39,17 @@ func TestOverloadedIsUnavailableWithRetry(t *testing.T) {
 	const calls, share = 800, 512 // 2 on the wire, 512 queued (the tenant's share), the rest shed
 	results := make([]result, calls)
 	var wg sync.WaitGroup
+	var returned atomic.Int64
 	for i := range calls {
-		wg.Go(func() { results[i] = getProfile(as("flood", ""), c) })
+		wg.Go(func() { results[i] = getProfile(as("flood", ""), c); returned.Add(1) })
 	}
-	time.Sleep(500 * time.Millisecond)
+	// the shed calls return at once, the queued ones wait for the store:
+	// resume once the calls beyond the share have returned (however slowly
+	// a loaded machine delivers them), or after a bound
+	deadline := time.Now().Add(30 * time.Second)
+	for returned.Load() < calls-share-2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if err := srv.Resume(); err != nil {
 		t.Fatal(err)
 	}
