@@ -397,16 +397,17 @@ type Call struct {
 	Start time.Time
 }
 
-// Begin starts a store call for key: nil and ErrCircuitOpen when the
-// key's shard is open. now is the limiter's clock.
-func (bs *Set) Begin(ctx context.Context, key string, now time.Time) (*Call, error) {
+// Begin starts a store call for key: ErrCircuitOpen when the key's shard
+// is open. now is the limiter's clock. The Call is a value, kept by its
+// caller: one check's, never allocated.
+func (bs *Set) Begin(ctx context.Context, key string, now time.Time) (Call, error) {
 	sh := bs.ForKey(ctx, key)
 	ok, probe := sh.Allow(now)
 	if !ok {
 		bs.record(ctx, 0, ErrCircuitOpen)
-		return nil, ErrCircuitOpen
+		return Call{}, ErrCircuitOpen
 	}
-	return &Call{shard: sh, probe: probe, Start: time.Now()}, nil
+	return Call{shard: sh, probe: probe, Start: time.Now()}, nil
 }
 
 // End settles the call on its shard's breaker and says what its error

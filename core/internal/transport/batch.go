@@ -81,7 +81,9 @@ type lane struct {
 	// sent (unix nanos), and next is the next batch to come back: a check
 	// that waited out its budget in the queue was held by this process when
 	// a batch sent after it queued came back answered, or when the next one
-	// does; by the store's silence when not (see judgeWait)
+	// does; by the store's silence when not (see judgeWait). next is nil
+	// until a check waits for it: a batch that comes back with nobody
+	// waiting allocates nothing
 	backSent atomic.Int64
 	next     atomic.Pointer[cycle]
 
@@ -158,7 +160,6 @@ func NewBatcher(client redis.UniversalClient, script *Script, timeout, ctxTimeou
 
 func (ln *lane) init(b *Batcher, node *redis.Client) {
 	ln.b, ln.node, ln.pending = b, node, newFairQueue[*pendingCheck]()
-	ln.next.Store(&cycle{done: make(chan struct{})})
 }
 
 // ErrClosed is a check made after Close.
@@ -277,8 +278,8 @@ func (b *Batcher) release(held bool, tenant string) {
 // back meanwhile. Once its batch took it, its command is on the wire and the
 // answer comes within the batch's store timeout.
 func (c *pendingCheck) wait(ctx context.Context, ln *lane) (any, time.Time, error) {
-	t := time.NewTimer(LocalBudget(ln.b.timeout))
-	defer t.Stop()
+	t := getTimer(LocalBudget(ln.b.timeout))
+	defer putTimer(t)
 	select {
 	case <-c.done:
 		return c.result()
@@ -298,6 +299,33 @@ func (c *pendingCheck) wait(ctx context.Context, ln *lane) (any, time.Time, erro
 	}
 }
 
+// timers recycles the timers that bound a wait in this process (a queued
+// check's, a wait for a connection): most waits end before them.
+var timers = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}}
+
+// getTimer returns a timer firing in d.
+func getTimer(d time.Duration) *time.Timer {
+	t := timers.Get().(*time.Timer)
+	t.Reset(d)
+	return t
+}
+
+// putTimer stops t, drains its channel (a timer that fired unread, under
+// asynctimerchan=1) and recycles it.
+func putTimer(t *time.Timer) {
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
+		}
+	}
+	timers.Put(t)
+}
+
 // cycle is one batch coming back: done is closed when it has, answered
 // set before that when it brought a reply.
 type cycle struct {
@@ -315,7 +343,7 @@ func (ln *lane) judgeWait(ctx context.Context, queued time.Time) error {
 	if ln.backSent.Load() >= queued.UnixNano() {
 		return errQueueWait
 	}
-	cy := ln.next.Load()
+	cy := ln.nextBack()
 	t := time.NewTimer(LocalBudget(ln.b.timeout)) // the batches in flight end within the store timeout; this bounds the wait should the process be starved
 	defer t.Stop()
 	select {
@@ -336,9 +364,24 @@ func (ln *lane) back(sent time.Time, answered bool) {
 	if n := sent.UnixNano(); answered && ln.backSent.Load() < n {
 		ln.backSent.Store(n)
 	}
-	cy := ln.next.Swap(&cycle{done: make(chan struct{})})
-	cy.answered = answered
-	close(cy.done)
+	if cy := ln.next.Swap(nil); cy != nil {
+		cy.answered = answered
+		close(cy.done)
+	}
+}
+
+// nextBack returns the cycle of the lane's next batch to come back, made by
+// the first check that waits for it.
+func (ln *lane) nextBack() *cycle {
+	for {
+		if cy := ln.next.Load(); cy != nil {
+			return cy
+		}
+		cy := &cycle{done: make(chan struct{})}
+		if ln.next.CompareAndSwap(nil, cy) {
+			return cy
+		}
+	}
 }
 
 // stale reports whether the lane's queue has waited half a queued check's

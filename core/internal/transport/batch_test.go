@@ -93,3 +93,38 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 	t.Fatal("timed out waiting")
 }
+
+// TestJudgeWaitAsksTheNextBatchBack: a check that waited out its budget in
+// the queue, with no batch sent after it answered yet, is judged by the
+// lane's next batch to come back: shed (errQueueWait) when that batch
+// brought a reply, ErrStalled when it brought none. A batch that comes back
+// with no such check waiting allocates nothing.
+func TestJudgeWaitAsksTheNextBatchBack(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:0"}) // never dialed
+	defer c.Close()
+	b := NewBatcher(c, NewScript("return 1"), 5*time.Second, time.Second, nil)
+	defer b.Close()
+	ln := &b.one
+	if n := testing.AllocsPerRun(100, func() { ln.back(time.Now(), true) }); n != 0 {
+		t.Fatalf("a batch coming back with no check waiting allocates %v times, want 0", n)
+	}
+	for _, answered := range []bool{true, false} {
+		queued := time.Now()
+		errc := make(chan error, 1)
+		go func() { errc <- ln.judgeWait(context.Background(), queued) }()
+		waitFor(t, func() bool { return ln.next.Load() != nil })
+		ln.back(queued.Add(-time.Second), answered) // sent before the check queued
+		want := error(errQueueWait)
+		if !answered {
+			want = ErrStalled
+		}
+		select {
+		case err := <-errc:
+			if err != want {
+				t.Fatalf("next batch back answered=%v: judged %v, want %v", answered, err, want)
+			}
+		case <-time.After(LocalBudget(b.timeout)): // past the judge's own bound
+			t.Fatalf("next batch back answered=%v: the waiting check was not judged", answered)
+		}
+	}
+}

@@ -36,12 +36,17 @@ type slots struct {
 	queue fairQueue[*slotWaiter]
 }
 
-// slotWaiter is a check waiting for a slot: granted is closed when it gets
-// one, unless it left first (state).
+// slotWaiter is a check waiting for a slot: granted receives once when it
+// gets one, unless it left first (state).
 type slotWaiter struct {
-	granted chan struct{}
-	state   atomic.Int32 // queued, taken (granted) or abandoned
+	granted chan struct{} // buffered: release sends exactly once, never blocks
+	state   atomic.Int32  // queued, taken (granted) or abandoned
 }
+
+// slotWaiters recycles waiters with their channels. A waiter goes back only
+// from a check that received its slot: one that left first may still be in
+// the queue, or be granted as it leaves.
+var slotWaiters = sync.Pool{New: func() any { return &slotWaiter{granted: make(chan struct{}, 1)} }}
 
 // NewDirect returns a Direct sending script through client (see Client).
 func NewDirect(client redis.UniversalClient, script *Script, timeout, ctxTimeout time.Duration) *Direct {
@@ -115,15 +120,17 @@ func (d *Direct) acquire(ctx context.Context, s *slots, tenant string) error {
 		s.mu.Unlock()
 		return errTenantShare
 	}
-	w := &slotWaiter{granted: make(chan struct{})}
+	w := slotWaiters.Get().(*slotWaiter)
 	s.queue.push(tenant, w)
 	s.mu.Unlock()
 	defer d.waiting.leave(tenant)
-	t := time.NewTimer(LocalBudget(d.timeout))
-	defer t.Stop()
+	t := getTimer(LocalBudget(d.timeout))
+	defer putTimer(t)
 	var err error
 	select {
 	case <-w.granted:
+		w.state.Store(queued)
+		slotWaiters.Put(w)
 		return nil
 	case <-ctx.Done():
 		err = ctx.Err()
@@ -142,7 +149,7 @@ func (s *slots) release() {
 	defer s.mu.Unlock()
 	for w, ok := s.queue.pop(); ok; w, ok = s.queue.pop() {
 		if w.state.CompareAndSwap(queued, taken) {
-			close(w.granted)
+			w.granted <- struct{}{}
 			return
 		}
 	}

@@ -10,7 +10,12 @@ type fairQueue[T any] struct {
 	ring     []*tenantQueue[T] // tenants with checks waiting, in serving order
 	next     int               // the ring's next tenant to serve
 	n        int               // checks waiting in all
+	// free holds emptied tenant queues for the next tenants to wait (at
+	// most maxFreeTenantQueues): a tenant's first check waiting allocates none
+	free []*tenantQueue[T]
 }
+
+const maxFreeTenantQueues = 256
 
 type tenantQueue[T any] struct {
 	tenant string
@@ -22,7 +27,13 @@ func newFairQueue[T any]() fairQueue[T] { return fairQueue[T]{byTenant: map[stri
 func (q *fairQueue[T]) push(tenant string, c T) {
 	tq := q.byTenant[tenant]
 	if tq == nil {
-		tq = &tenantQueue[T]{tenant: tenant}
+		if n := len(q.free); n > 0 {
+			tq, q.free[n-1] = q.free[n-1], nil
+			q.free = q.free[:n-1]
+			tq.tenant = tenant
+		} else {
+			tq = &tenantQueue[T]{tenant: tenant}
+		}
 		q.byTenant[tenant] = tq
 		q.ring = append(q.ring, tq)
 	}
@@ -50,6 +61,10 @@ func (q *fairQueue[T]) pop() (c T, ok bool) {
 		copy(q.ring[q.next:], q.ring[q.next+1:])
 		q.ring[len(q.ring)-1] = nil
 		q.ring = q.ring[:len(q.ring)-1]
+		if len(q.free) < maxFreeTenantQueues {
+			tq.tenant, tq.checks = "", tq.checks[:0]
+			q.free = append(q.free, tq)
+		}
 	} else {
 		q.next++
 	}

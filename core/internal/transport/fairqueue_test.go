@@ -31,6 +31,25 @@ func TestFairQueueRoundRobin(t *testing.T) {
 	if c, ok := q.pop(); !ok || c != "c2" {
 		t.Fatalf("pop after refill: %q %v", c, ok)
 	}
+	// emptied tenant queues are reused by the next tenants to wait, each
+	// carrying its own checks, and a tenant's first check then allocates
+	// nothing
+	q.push("x", "x1")
+	q.push("y", "y1")
+	q.push("x", "x2")
+	got = got[:0]
+	for c, ok := q.pop(); ok; c, ok = q.pop() {
+		got = append(got, c)
+	}
+	if want := []string{"x1", "y1", "x2"}; !slices.Equal(got, want) || len(q.byTenant) != 0 {
+		t.Fatalf("after reuse served %v (%d tenants left), want %v", got, len(q.byTenant), want)
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		q.push("z", "z1")
+		q.pop()
+	}); n != 0 {
+		t.Fatalf("a tenant's first check waiting allocates %v times, want 0", n)
+	}
 }
 
 // TestTenantSharesBound: one tenant holds at most its share; another
