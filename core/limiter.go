@@ -162,7 +162,7 @@ func New(client redis.UniversalClient, r quota.Resolver, opts ...Option) (*Limit
 		l.breaker.fallback = fallback.New(cfg.fallbackShare, 100_000)
 	}
 	if cfg.denyCache {
-		l.deny = denycache.New(100_000)
+		l.deny = denycache.New(100_000, cfg.timeout) // a refund elsewhere is seen within a check timeout
 	}
 	if len(cfg.leases) > 0 {
 		l.leases = lease.New(cfg.leases, 100_000)

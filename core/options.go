@@ -148,25 +148,32 @@ func WithLocalFallback(share float64) Option {
 
 // WithDenyCache turns on the deny cache: after a denial the limiter
 // knows an upper bound on each bucket's tokens (the balance the store
-// reported plus the refill since; other replicas can only lower it), and
-// denies locally, without a store call, while that bound is below the cost.
-// It never denies a request the store would admit, except after a Reset made
-// by another process (e.g. the tollgate CLI), which it sees within the
-// denial's retry time, and, in client-clock mode (WithClock), while this
-// replica's clock is behind the time another replica stored with the
-// bucket: the store then refills nothing for this replica's requests, so
-// a denial's balance can be older than the request by up to that lag, and
-// the cache may deny up to lag × rate tokens the store still holds. A quota
-// change is seen at once. Its cost is a map
-// lookup per check; a flood from one denied tenant makes no store call
-// until the bound allows
+// reported plus the refill since; other replicas' checks can only lower
+// it), and denies locally, without a store call, while that bound is below
+// the cost and for less than the check timeout (WithTimeout) after the
+// denied request was sent; then the store is asked again. It never admits
+// what the store would deny. It may deny what the store would admit only
+// for tokens that a refund (Limiter.Settle with an actual cost below the
+// estimate, by any replica) or a Reset by another process (e.g. the
+// tollgate CLI) put back: a check sent a check timeout or more after that
+// refund or Reset returned (on this limiter's clock) is never denied for
+// lack of them (this limiter's own Reset, and its own refund of the bucket
+// set it checks, clear its entry at once); and, in client-clock mode
+// (WithClock), while this replica's clock is behind the time another
+// replica stored with the bucket: the store then refills nothing for this
+// replica's requests, so a denial's balance can be older than the request
+// by up to that lag, and the cache may deny up to lag × rate tokens the
+// store still holds. A quota change is seen at once. Its cost is a map
+// lookup per check; a flood from one denied tenant makes at most one store
+// call per check timeout, none while the bound and the timeout allow
 // (https://github.com/tollgate-go/tollgate/blob/main/docs/benchmarks.md#what-the-options-change).
 // Default off, although it
 // wins wherever denials repeat and costs nothing measurable elsewhere:
 // turning it on changes two observable behaviours, so it is a choice to make
 // (a tenant known to be over its limit keeps being denied while the store
-// is down, rather than answered by the failure policy; a Reset by another
-// process is seen late).
+// is down, for up to a check timeout, rather than answered by the failure
+// policy; a refund or Reset by another replica or process is seen up to a
+// check timeout late).
 func WithDenyCache(on bool) Option {
 	return optionFunc(func(c *config) error { c.denyCache = on; return nil })
 }

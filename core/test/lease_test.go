@@ -176,14 +176,15 @@ func TestLeaseArithmetic(t *testing.T) {
 
 // TestDenyCacheFloodSendsNothing: once one tenant is denied, a flood of its
 // requests makes no store call (counted by the server) until the bound
-// allows, then exactly the calls needed.
+// allows (here within the check timeout, which would end it too), then
+// exactly the calls needed.
 func TestDenyCacheFloodSendsNothing(t *testing.T) {
 	forEachVariant(t, func(t *testing.T, v variant) {
 		srv := redistest.NewServer(t)
 		c := srv.Client(t)
 		clock := conformance.NewFakeClock()
 		l := v.newLimiter(t, c, staticResolver(quota.Bucket{Name: "default", Quota: quota.Quota{Capacity: 5, RefillPerSecond: 0.5}}),
-			core.WithClock(clock.Now), core.WithDenyCache(true))
+			core.WithClock(clock.Now), core.WithDenyCache(true), core.WithTimeout(5*time.Second))
 		for range 5 {
 			check(t, l, "flood", 1)
 		}

@@ -1,9 +1,14 @@
 // Package denycache is the deny cache of the check path: after a denial it
 // remembers an upper bound on each bucket's tokens, the balance the store
-// reported plus the refill since the request was sent (other replicas can
-// only lower it). While that bound is below a request's cost, the store
-// would deny it too, so the request is denied locally, without a round
-// trip. It never denies a request the store would admit.
+// reported plus the refill since the request was sent. While that bound is
+// below a request's cost, and for at most maxAge after the denied request
+// was sent, the request is denied locally, without a round trip.
+//
+// Other replicas' charges can only lower the balance; their refunds
+// (Limiter.Settle) and Resets raise it unseen, so the bound holds only
+// until a refund elsewhere: maxAge is how long the cache may keep denying
+// what such a refund gave back. Whatever the bound, a check sent maxAge or
+// more after the denial it would be answered from asks the store.
 package denycache
 
 import (
@@ -29,6 +34,7 @@ type Cache struct {
 	mu      sync.RWMutex
 	entries map[string]entry // by the first bucket key
 	max     int
+	maxAge  time.Duration
 }
 
 type entry struct {
@@ -38,9 +44,10 @@ type entry struct {
 	since  time.Time // when the denied request was sent
 }
 
-// New returns an empty cache of at most max entries.
-func New(max int) *Cache {
-	return &Cache{entries: map[string]entry{}, max: max}
+// New returns an empty cache of at most max entries, each trusted for less
+// than maxAge after its denied request was sent.
+func New(max int, maxAge time.Duration) *Cache {
+	return &Cache{entries: map[string]entry{}, max: max, maxAge: maxAge}
 }
 
 // Check reports whether the cache proves that charging cost to the buckets
@@ -53,10 +60,12 @@ func (c *Cache) Check(keys []string, quota func(i int) Quota, cost int64, now ti
 	if !ok || len(e.keys) != len(keys) {
 		return nil, false
 	}
-	if now.Before(e.since) {
+	if now.Before(e.since) || now.Sub(e.since) >= c.maxAge {
 		// the clock stepped back (client-clock mode): the store keeps the
 		// later stamp and refills nothing, so another replica's refill since
-		// may already have been admitted from; the bound proves nothing
+		// may already have been admitted from; the bound proves nothing.
+		// Or the entry is maxAge old: another replica's refund may have
+		// raised the balance above the bound; the store knows
 		c.drop(keys[0], e.since)
 		return nil, false
 	}

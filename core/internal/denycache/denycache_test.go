@@ -10,7 +10,7 @@ func TestCheckProvesOnlyWhatTheStoreWouldDeny(t *testing.T) {
 	quota := func(int) Quota { return q }
 	keys := []string{"t:{a}:default"}
 	t0 := time.Unix(1000, 0)
-	c := New(10)
+	c := New(10, time.Hour)
 	c.Remember(keys, []Quota{q}, []float64{0.5}, t0)
 
 	if tok, ok := c.Check(keys, quota, 2, t0.Add(time.Second)); !ok || tok[0] != 1.5 {
@@ -45,5 +45,26 @@ func TestCheckProvesOnlyWhatTheStoreWouldDeny(t *testing.T) {
 	}
 	if _, ok := c.Check(keys, quota, 11, t0); ok {
 		t.Fatal("an empty cache proved a denial")
+	}
+}
+
+// TestEntriesLastLessThanMaxAge: however far the bound is below the cost
+// (a debt), an entry proves nothing from maxAge after its request was sent:
+// another replica's refund may have raised the balance since.
+func TestEntriesLastLessThanMaxAge(t *testing.T) {
+	q := Quota{Capacity: 10, RefillPerSecond: 0.001}
+	quota := func(int) Quota { return q }
+	keys := []string{"t:{a}:default"}
+	t0 := time.Unix(1000, 0)
+	c := New(10, 100*time.Millisecond)
+	c.Remember(keys, []Quota{q}, []float64{-1000}, t0)
+	if _, ok := c.Check(keys, quota, 1, t0.Add(100*time.Millisecond-time.Nanosecond)); !ok {
+		t.Fatal("a debt of 1000 did not prove a denial within maxAge")
+	}
+	if _, ok := c.Check(keys, quota, 1, t0.Add(100*time.Millisecond)); ok {
+		t.Fatal("an entry maxAge old proved a denial")
+	}
+	if _, ok := c.Check(keys, quota, 1, t0); ok {
+		t.Fatal("the entry survived its maxAge")
 	}
 }

@@ -160,6 +160,12 @@ func TestCheckerOnMadeUpMixes(t *testing.T) {
 		return o
 	}
 	first := call(0, admitted, 1, 1)
+	// with a deny cache whose entries last 100 ms (the check timeout)
+	qd := q
+	qd.denyAge = 100_000
+	// a store denial of 2 at 1 ms, then a refund of 1 returned at 6 ms
+	refunded := []op{first, call(1, denied, 2, qa.refill(1, at(0), at(1))), settle(5, settled, -1, 0)}
+	then := func(o ...op) []op { return append(append([]op(nil), refunded...), o...) }
 	for _, tt := range []struct {
 		name string
 		q    quotas
@@ -191,8 +197,12 @@ func TestCheckerOnMadeUpMixes(t *testing.T) {
 		{"a refund above the capacity", q, []op{first, settle(5, settled, -1, 0), call(500, admitted, 2, 0.5)}, porcupine.Illegal},
 		{"a settle partly forgiven", q, []op{first, settle(5, settled, 5, 2), call(10, denied, 1, -2+qa.refill(0, at(0), at(10)))}, porcupine.Ok},
 		{"a lost settle, charged", q, []op{first, settle(5, settleFailed, 2, 0), call(10, denied, 1, qa.refill(-1, at(0), at(10)))}, porcupine.Ok},
-		{"a deny-cache denial after a refund gave the cost back", q, []op{first, call(1, denied, 2, qa.refill(1, at(0), at(1))), settle(5, settled, -1, 0), call(10, localDenied, 2, 0)}, porcupine.Illegal},
-		{"a deny-cache denial after a refund and an admission", q, []op{first, call(1, denied, 2, qa.refill(1, at(0), at(1))), settle(5, settled, -1, 0), call(8, admitted, 1, 1), call(10, localDenied, 1, 0)}, porcupine.Illegal},
+		{"a denial without a deny cache after a refund gave the cost back", q, then(call(10, localDenied, 2, 0)), porcupine.Illegal},
+		{"a deny-cache denial within a check timeout of a refund that gave the cost back", qd, then(call(10, localDenied, 2, 0)), porcupine.Ok},
+		{"a deny-cache denial within a check timeout of a refund and an admission", qd, then(call(8, admitted, 1, 1), call(10, localDenied, 1, 0)), porcupine.Ok},
+		{"a deny-cache denial a check timeout after a refund that gave the cost back", qd, then(call(6+100+2+1, localDenied, 2, 0)), porcupine.Illegal},
+		{"a deny-cache denial of more than a refund gave back", qd, then(call(10, localDenied, 1, 0)), porcupine.Illegal},
+		{"a deny-cache denial within a check timeout of a lost refund", qd, []op{first, call(1, denied, 2, qa.refill(1, at(0), at(1))), settle(5, settleFailed, -1, 0), call(10, localDenied, 2, 0)}, porcupine.Ok},
 		{"a refund clamped at the capacity", q, []op{first, settle(5, settled, -1, 0), call(1500, admitted, 2, 0)}, porcupine.Ok},
 		{"a lost settle, not run", q, []op{first, settle(5, settleFailed, 2, 0), call(10, admitted, 1, qa.refill(1, at(0), at(10))-1)}, porcupine.Ok},
 	} {

@@ -20,10 +20,11 @@
 // held by nobody (a lost reply's, a release not yet applied) that may be
 // freed at any time, so that no linearization holds more than the limit
 // at any point. A settle charges the difference (less what it reports
-// forgiven) or refunds it at an unknown time of its call. (Histories with
-// the deny cache settle only charges: another replica's cache keeps
-// denying what a refund gave back, which the model rejects; see
-// docs/reliability.md.)
+// forgiven) or refunds it at an unknown time of its call. A deny-cache
+// denial may miss what refunds that returned less than the deny cache's
+// bound (a check timeout, widened by the replica's longest store denial
+// and its clock's steps) before its call gave back (see WithDenyCache and
+// docs/reliability.md); the model counts those refunds per bucket.
 //
 // Degraded decisions are recorded as such: their store call may or may
 // not have run, which the model allows once, and their answers are

@@ -253,7 +253,7 @@ func count(ops []op) tally {
 func linearizable(q quotas, ops []op, faults []window, timeout time.Duration, visualize bool) (porcupine.CheckResult, string) {
 	extend(ops, faults)
 	m := model(q)
-	res, info := porcupine.CheckOperationsVerbose(m, operations(ops), timeout)
+	res, info := porcupine.CheckOperationsVerbose(m, operations(q, ops), timeout)
 	if res == porcupine.Ok || !visualize {
 		return res, ""
 	}

@@ -274,7 +274,8 @@ func allMix(c *config) { multiMix(c); slotsMix(c); c.Mix = "all" }
 // mixes are the mixes every scenario also runs with under
 // LINEARIZE_DURATION; make test runs the three at once under lost replies
 // and resets (the fault that leaves the most checks, settles and releases
-// ambiguous), standalone and on the Cluster.
+// ambiguous), standalone and on the Cluster, and settles (refunds among
+// them) with the deny cache under a clock step.
 var mixes = []struct {
 	name    string
 	options func(*config)
@@ -282,7 +283,7 @@ var mixes = []struct {
 }{
 	{"multi", multiMix, nil},
 	{"slots", slotsMix, nil},
-	{"settle", settleMix, nil},
+	{"settle", settleMix, []string{"standalone/client-clock-step"}},
 	{"all", allMix, []string{"standalone/lost-replies-resets", "cluster/lost-replies-resets"}},
 }
 

@@ -75,6 +75,14 @@ type input struct {
 	// delta is a settle's actual - estimate; forgiven is what it reported
 	// forgiven (the most over its buckets)
 	delta, forgiven int64
+	// call and ret are the call's invocation and (extended) return, µs of
+	// the wall clock every process shares
+	call, ret int64
+	// window: a deny-cache denial may be short only of what refunds that
+	// returned after call - window gave back (see WithDenyCache); keep: no
+	// operation linearized after this one can ignore a refund that
+	// returned before call - keep
+	window, keep int64
 }
 
 // output is the store's answer: each bucket's balance, and for an
@@ -103,6 +111,62 @@ type bucket struct {
 	// pend is the latest stamp an operation counted as pending may have
 	// written (the end of its window, in its replica's clock)
 	pend int64
+	// refunds are the refunds a deny-cache denial may not have seen yet:
+	// each one's tokens and return, oldest first, unused ones zero
+	refunds [4]refundMark
+}
+
+// refundMark is a refund of tok tokens whose settle returned at ret (µs,
+// wall clock).
+type refundMark struct {
+	tok float64
+	ret int64
+}
+
+// addRefund records a refund of tok returned at ret; when every mark is
+// used, the two oldest merge into one of their sum at the later return (a
+// deny-cache denial may then ignore both for longer: the model errs on
+// accepting).
+func (b *bucket) addRefund(tok float64, ret int64) {
+	n := 0
+	for n < len(b.refunds) && b.refunds[n].tok != 0 {
+		n++
+	}
+	if n == len(b.refunds) {
+		b.refunds[1] = refundMark{tok: b.refunds[0].tok + b.refunds[1].tok, ret: max(b.refunds[0].ret, b.refunds[1].ret)}
+		copy(b.refunds[:], b.refunds[1:])
+		n--
+	}
+	b.refunds[n] = refundMark{tok: tok, ret: ret}
+	for i := n; i > 0 && b.refunds[i].ret < b.refunds[i-1].ret; i-- {
+		b.refunds[i], b.refunds[i-1] = b.refunds[i-1], b.refunds[i]
+	}
+}
+
+// pruneRefunds forgets the refunds that returned before cutoff: no
+// deny-cache denial still to be linearized can ignore them.
+func (b *bucket) pruneRefunds(cutoff int64) {
+	n := 0
+	for n < len(b.refunds) && b.refunds[n].tok != 0 && b.refunds[n].ret < cutoff {
+		n++
+	}
+	if n > 0 {
+		copy(b.refunds[:], b.refunds[n:])
+		clear(b.refunds[len(b.refunds)-n:])
+	}
+}
+
+// unseen is what the refunds that returned after since gave back, at most:
+// a deny-cache denial sent within its window after them may be short of
+// that much.
+func (b bucket) unseen(since int64) float64 {
+	sum := 0.0
+	for _, m := range b.refunds {
+		if m.tok != 0 && m.ret > since {
+			sum += m.tok
+		}
+	}
+	return sum
 }
 
 // pending reports whether operations at unknown times changed b.
@@ -129,6 +193,9 @@ type quota struct {
 type quotas struct {
 	b     [nb]quota
 	slots int64
+	// denyAge is how long, in µs, a deny-cache entry is trusted: the check
+	// timeout (see WithDenyCache); 0: no deny cache ignores a refund
+	denyAge int64
 }
 
 // eps absorbs float rounding in the interval checks (a debt makes the
@@ -178,6 +245,11 @@ func (q quota) bounds(b bucket, now int64) (lo, hi float64) {
 // step is the model: the states that st can be in after the operation,
 // none when the answer is impossible.
 func (q quotas) step(st state, in input, out output) []state {
+	if in.keep > 0 {
+		for i := range nb {
+			st.b[i].pruneRefunds(in.call - in.keep)
+		}
+	}
 	switch in.kind {
 	case admitted:
 		return q.admit(st, in, out)
@@ -194,8 +266,10 @@ func (q quotas) step(st state, in input, out output) []state {
 			switch {
 			case in.delta < 0:
 				// a refund: the balance rises by at most -delta (never
-				// above the capacity)
+				// above the capacity), which another replica's deny cache
+				// may not see for a while
 				b.refund -= d
+				b.addRefund(-d, in.ret)
 			case in.kind == settled && in.forgiven == 0:
 				b.owedLo += d
 				b.owedHi += d
@@ -270,7 +344,7 @@ func (q quotas) admit(st state, in input, out output) []state {
 		if !q.b[i].charged(b, s, cost, out.tokens[i], !b.pending() && !b.approx) {
 			return nil
 		}
-		next.b[i] = bucket{tok: out.tokens[i], last: s}
+		next.b[i] = bucket{tok: out.tokens[i], last: s, refunds: b.refunds}
 	}
 	if in.slot {
 		// the slots in use before this one: every holder's, and some of
@@ -289,7 +363,7 @@ func (q quotas) admit(st state, in input, out output) []state {
 	var res []state
 	if q0.charged(b, s, in.costs[0], tokens, !b.pending() && !b.approx) {
 		// a plain charge
-		next.b[0] = bucket{tok: tokens, last: s}
+		next.b[0] = bucket{tok: tokens, last: s, refunds: b.refunds}
 		res = append(res, next)
 	}
 	// a lease: the decision's balance is the store's plus the lease's
@@ -299,13 +373,13 @@ func (q quotas) admit(st state, in input, out output) []state {
 	if !b.pending() && !b.approx {
 		lo, _ := q0.bounds(b, s)
 		if stored := lo - float64(in.lease); lo >= float64(in.lease) && math.Abs(stored+unspent-tokens) <= eps {
-			next.b[0] = bucket{tok: stored, last: s}
+			next.b[0] = bucket{tok: stored, last: s, refunds: b.refunds}
 			res = append(res, next)
 		}
 	} else if tok := tokens - unspent; q0.charged(b, s, in.lease, tok, false) {
 		// an interval state: approximately, so the next check of this
 		// state is by interval too
-		next.b[0] = bucket{tok: tok, last: s, approx: true}
+		next.b[0] = bucket{tok: tok, last: s, approx: true, refunds: b.refunds}
 		res = append(res, next)
 	}
 	return res
@@ -331,8 +405,9 @@ func (q quotas) deny(st state, in input, out output) []state {
 		lo, _ := qi.bounds(b, from)
 		_, hi := qi.bounds(b, to)
 		if in.kind == localDenied {
-			// one of the request's buckets was short at some time
-			if lo-float64(in.lag)*qi.rate/1000000 < float64(cost) {
+			// one of the request's buckets was short at some time, but
+			// for the refunds the cache may not have seen
+			if lo-float64(in.lag)*qi.rate/1000000-b.unseen(in.call-in.window) < float64(cost) {
 				short = true
 			}
 			continue
@@ -471,7 +546,40 @@ func model(q quotas) porcupine.Model {
 
 // operations turns recorded ops into porcupine's history: degraded ops
 // without a store call are left out (they touch no bucket).
-func operations(ops []op) []porcupine.Operation {
+//
+// A deny-cache denial of replica r sent at t is answered from a store
+// denial D of r sent, on r's clock, less than q.denyAge before; D missed
+// only the refunds that returned after D's call, which began at most the
+// longest store denial of r before D read the clock, and r's clock moved
+// at most its offsets' spread apart from the wall clock: so it may ignore
+// the refunds that returned after t - (denyAge + spread + longest denial).
+func operations(q quotas, ops []op) []porcupine.Operation {
+	windows := map[int]int64{}
+	var keep int64
+	if q.denyAge > 0 {
+		offLo, offHi, longest := map[int]int64{}, map[int]int64{}, map[int]int64{}
+		for _, o := range ops {
+			lo, ok := offLo[o.Replica]
+			offLo[o.Replica] = o.OffLo
+			if ok {
+				offLo[o.Replica] = min(lo, o.OffLo)
+			}
+			offHi[o.Replica] = max(offHi[o.Replica], o.OffHi)
+			if o.Kind == denied {
+				longest[o.Replica] = max(longest[o.Replica], (o.Return-o.Call)/1000+slack)
+			}
+		}
+		for r := range offLo {
+			windows[r] = q.denyAge + offHi[r] - min(0, offLo[r]) + longest[r] + slack
+		}
+		// a later-linearized denial returned after this op's call, and
+		// was called at most the longest deny-cache denial before
+		for _, o := range ops {
+			if o.Kind == localDenied {
+				keep = max(keep, windows[o.Replica]+(o.Return-o.Call)/1000+slack)
+			}
+		}
+	}
 	h := make([]porcupine.Operation, 0, len(ops))
 	for _, o := range ops {
 		if o.NotSent || o.Kind == leased {
@@ -482,7 +590,8 @@ func operations(ops []op) []porcupine.Operation {
 		// offset is this replica's lag behind them
 		in := input{kind: o.Kind, costs: [nb]int64{o.Cost, o.AlsoCost}, lease: o.Lease, lag: max(0, -o.OffLo),
 			slot: o.Slot, delta: o.Delta, forgiven: o.Forgiven,
-			lo: o.Call/1000 + o.OffLo - slack, hi: ret/1000 + o.OffHi + slack}
+			lo: o.Call/1000 + o.OffLo - slack, hi: ret/1000 + o.OffHi + slack,
+			call: o.Call / 1000, ret: ret/1000 + slack, window: windows[o.Replica], keep: keep}
 		out := output{tokens: [nb]float64{o.Tokens, o.AlsoTokens}, stamps: [nb]int64{o.Stamp, o.AlsoStamp}, held: o.Held}
 		h = append(h, porcupine.Operation{ClientId: o.Replica*1000 + o.Client, Input: in, Call: o.Call,
 			Output: out, Return: ret, Metadata: o.Key})

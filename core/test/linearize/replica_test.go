@@ -70,8 +70,12 @@ type config struct {
 
 // quotas is the model's view of cfg's buckets.
 func (cfg config) quotas() quotas {
-	return quotas{b: [nb]quota{{capacity: float64(cfg.Capacity), rate: cfg.Rate},
+	q := quotas{b: [nb]quota{{capacity: float64(cfg.Capacity), rate: cfg.Rate},
 		{capacity: float64(cfg.AlsoCapacity), rate: cfg.AlsoRate}}, slots: cfg.Concurrency}
+	if cfg.DenyCache {
+		q.denyAge = cfg.Timeout.Microseconds()
+	}
+	return q
 }
 
 // classB is the second class of Mix "multi".
@@ -249,9 +253,7 @@ func (l *limiterDecider) decide(ctx context.Context, tenant string, rng *rand.Ra
 	settle := l.cfg.Mix == "settle" || l.cfg.Mix == "all"
 	// Settle refuses a decision of classes that cost differently
 	if settle && o.Kind == admitted && (o.Cost == 0 || o.AlsoCost == 0 || o.Cost == o.AlsoCost) && rng.IntN(2) == 0 {
-		// with the deny cache, no refunds: another replica's cache keeps
-		// denying what a refund gave back (docs/reliability.md)
-		if actual := actualCost(rng, l.cfg); actual != cost && (!l.cfg.DenyCache || actual > cost) {
+		if actual := actualCost(rng, l.cfg); actual != cost {
 			s := op{Kind: settled, Cost: o.Cost, AlsoCost: o.AlsoCost, Delta: actual - cost, Call: time.Now().UnixNano()}
 			f, err := l.lim.Settle(ctx, t, d, actual)
 			s.Return = time.Now().UnixNano()
