@@ -585,7 +585,13 @@ func TestServeLocalCacheIsTheDenyCache(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, "d.yaml"), []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		env, m := refEnvRedis(t, root, map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": tc.size})
+		// a check timeout a loaded machine cannot miss: a cached denial
+		// lasts less than one, and the third request must come within it
+		tiers := filepath.Join(root, "tollgate.yaml")
+		if err := os.WriteFile(tiers, []byte("version: 1\ndefault_tier: free\ntimeout: 10s\ntiers:\n  free:\n    classes:\n      default: {capacity: 20, refill_per_second: 2}\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		env, m := refEnvRedis(t, root, map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": tc.size, "TOLLGATE_CONFIG": tiers})
 		a := serveAll(t, env)
 		cc, err := grpc.NewClient(a.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
