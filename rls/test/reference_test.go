@@ -50,6 +50,7 @@ var differences = map[string]string{
 	"error":    "an empty domain or no descriptors: both answer an error; the reference's gRPC code is Unknown, tollgate's InvalidArgument. Only the error is compared.",
 	"denied":   "a denied request is not charged in tollgate (the bucket keeps its tokens), while the reference's counter keeps counting; so after a denial the reference stays over limit for a peek (hits_addend 0) and tollgate reports the tokens left.",
 	"twice":    "one descriptor named twice in a request is one bucket charged once in tollgate; the reference increments its counter once per descriptor.",
+	"quota":    "quota_mode over its limit: the reference installed (January 2026) answers the descriptor OK and never the request OVER_LIMIT for it; since March 2026 (envoyproxy/ratelimit#1059) it answers the descriptor OVER_LIMIT and the request OVER_LIMIT when every quota of it is over (or a descriptor that is not a quota), as tollgate does.",
 	"negative": "is_negative_hits: the reference ignores the flag and charges the hits; tollgate answers the request invalid (negative hits are not supported yet, and a flag it cannot honour is not ignored).",
 	// shown by TestOneTagAllOrNothingWhateverTheCosts and TestMixedCost*:
 	// the reference's own files give one tag to one descriptor's entries,
@@ -264,6 +265,14 @@ func sequences() map[string][]step {
 		},
 		"one descriptor twice": {{req: rd(0, desc("remote_address", "8.8.8.8"), desc("remote_address", "8.8.8.8")), differs: "twice"}},
 		"is_negative_hits":     {{req: rd(0, &ratelimitv3.RateLimitDescriptor{Entries: desc("remote_address", "6.6.6.6").Entries, IsNegativeHits: true}), differs: "negative"}},
+		// plan has 2 an hour, seat 3: the steps past 2 show "quota"
+		"quota_mode: the request over only when every quota is": append(times(2, step{req: rd(0, desc("plan", "p1"), desc("seat", "s1"))}),
+			times(2, step{req: rd(0, desc("plan", "p1"), desc("seat", "s1")), differs: "quota"})...),
+		"quota_mode beside a rule: over when the one quota is, the rule under": append(times(2, step{req: rd(0, desc("plan", "p2"), desc("remote_address", "5.5.5.5"))}),
+			step{req: rd(0, desc("plan", "p2"), desc("remote_address", "5.5.5.5")), differs: "quota"}),
+		"quota_mode beside a rule over its limit: over": one(rd(0, desc("plan", "p4"), desc("remote_address", "50.0.0.5"))),
+		"quota_mode alone: over when its one quota is": append(times(2, step{req: rd(0, desc("plan", "p3"))}),
+			step{req: rd(0, desc("plan", "p3")), differs: "quota"}),
 		"descriptor limit override": times(4, step{req: rd(0, &ratelimitv3.RateLimitDescriptor{
 			Entries: desc("remote_address", "7.7.7.7").Entries,
 			Limit:   &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 3, Unit: typev3.RateLimitUnit_HOUR},
