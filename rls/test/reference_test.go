@@ -25,6 +25,8 @@ import (
 	"github.com/tollgate-go/tollgate/rls"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -117,8 +119,9 @@ func freePort(t *testing.T) int {
 }
 
 // startReference runs the reference on redisType ("single" or "cluster")
-// at redisURL with the configuration file, and returns a client of it.
-func startReference(t *testing.T, redisType, redisURL, config string) rlsv3.RateLimitServiceClient {
+// at redisURL with the configuration file and the settings extra
+// ("NAME=value"), and returns a client of it.
+func startReference(t *testing.T, redisType, redisURL, config string, extra ...string) rlsv3.RateLimitServiceClient {
 	t.Helper()
 	bin := referenceBinary(t)
 	root := t.TempDir()
@@ -142,6 +145,7 @@ func startReference(t *testing.T, redisType, redisURL, config string) rlsv3.Rate
 		"HOST=127.0.0.1", "PORT=" + strconv.Itoa(freePort(t)),
 		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + strconv.Itoa(freePort(t)),
 	}
+	env = append(env, extra...)
 	cmd := exec.Command(bin)
 	cmd.Env = env
 	var out conformance.LogBuffer
@@ -182,8 +186,9 @@ func startReference(t *testing.T, redisType, redisURL, config string) rlsv3.Rate
 	}
 }
 
-// startTollgate serves the same configuration from an rls.Server on c.
-func startTollgate(t *testing.T, c redis.UniversalClient, config string) rlsv3.RateLimitServiceClient {
+// startTollgate serves the same configuration from an rls.Server on c,
+// with opts besides the reference's defaults.
+func startTollgate(t *testing.T, c redis.UniversalClient, config string, opts ...rls.Option) rlsv3.RateLimitServiceClient {
 	t.Helper()
 	cfg, err := rls.LoadConfig(config)
 	if err != nil {
@@ -198,7 +203,7 @@ func startTollgate(t *testing.T, c redis.UniversalClient, config string) rlsv3.R
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = lim.Close() })
-	return serve(t, lim, rls.WithRules(rules), rls.WithDescriptorLimits(true))
+	return serve(t, lim, append([]rls.Option{rls.WithRules(rules), rls.WithDescriptorLimits(true)}, opts...)...)
 }
 
 // step is one request sent to both services.
@@ -315,7 +320,37 @@ func compare(ref, tg *rlsv3.RateLimitResponse, refErr, tgErr error, names []stri
 	if names != nil {
 		diffs = append(diffs, compareHeaders(ref, tg, names)...)
 	}
+	if d := compareMetadata(ref.GetDynamicMetadata(), tg.GetDynamicMetadata()); d != "" {
+		diffs = append(diffs, d)
+	}
 	return diffs
+}
+
+// compareMetadata compares the dynamic metadata of two answers
+// (RESPONSE_DYNAMIC_METADATA), "" when alike: every field but the pinned
+// reference's quotaModeEnabled and quotaModeViolations, which the
+// reference dropped in March 2026 (envoyproxy/ratelimit#1059) and tollgate
+// never sent; a limit override's text with its spaces collapsed (protobuf's
+// text output varies them from one binary to another).
+func compareMetadata(ref, tg *structpb.Struct) string {
+	norm := func(s *structpb.Struct) *structpb.Struct {
+		if s == nil {
+			return nil
+		}
+		s = proto.Clone(s).(*structpb.Struct)
+		delete(s.Fields, "quotaModeEnabled")
+		delete(s.Fields, "quotaModeViolations")
+		for _, d := range s.Fields["descriptors"].GetListValue().GetValues() {
+			if l := d.GetStructValue().GetFields()["limit"]; l != nil {
+				d.GetStructValue().Fields["limit"] = structpb.NewStringValue(strings.Join(strings.Fields(l.GetStringValue()), " "))
+			}
+		}
+		return s
+	}
+	if r, g := norm(ref), norm(tg); !proto.Equal(r, g) {
+		return fmt.Sprintf("dynamic_metadata: reference %v, tollgate %v", r, g)
+	}
+	return ""
 }
 
 // compareHeaders compares the headers of two answers under
@@ -413,6 +448,24 @@ func TestDifferentialStandalone(t *testing.T) {
 	tgRedis := redistest.NewServer(t)
 	ref := startReference(t, "single", refRedis.Addr(), referenceConfig)
 	tg := startTollgate(t, tgRedis.Client(t), referenceConfig)
+	runDifferential(t, ref, tg)
+}
+
+// TestDifferentialDynamicMetadata runs every sequence with
+// RESPONSE_DYNAMIC_METADATA=true: the domain, the descriptors and the
+// hits_addend in the answer's dynamic metadata, compared with the rest.
+// The pinned reference has no user metadata (April 2026): that part is
+// TestDynamicMetadataAsTheReference's.
+func TestDifferentialDynamicMetadata(t *testing.T) {
+	refRedis := redistest.NewServer(t)
+	tgRedis := redistest.NewServer(t)
+	ref := startReference(t, "single", refRedis.Addr(), referenceConfig, "RESPONSE_DYNAMIC_METADATA=true")
+	tg := startTollgate(t, tgRedis.Client(t), referenceConfig, rls.WithDynamicMetadata(true))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if res, err := ref.ShouldRateLimit(ctx, rd(0, desc("remote_address", "1.2.3.4"))); err != nil || res.GetDynamicMetadata() == nil {
+		t.Fatalf("the reference sent no dynamic metadata: %v, %v", res, err)
+	}
 	runDifferential(t, ref, tg)
 }
 
