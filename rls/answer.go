@@ -94,13 +94,9 @@ func (s *Server) shouldRateLimitRules(ctx context.Context, req *rlsv3.RateLimitR
 		gr.add(k, d.tenant, d.cost, d.class, i)
 	}
 
-	var headline *group
 	for _, g := range gr.groups {
 		if err := s.decide(ctx, g); err != nil {
 			return nil, err
-		}
-		if headline == nil || outranks(g.d, headline.d) {
-			headline = g
 		}
 		for _, i := range g.members {
 			res.Statuses[i] = ruleStatus(g, descs[i])
@@ -130,6 +126,17 @@ func (s *Server) shouldRateLimitRules(ctx context.Context, req *rlsv3.RateLimitR
 	}
 	if quotas > 0 && quotas == quotasOver {
 		res.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	// the headers speak for the answer: a quota's denial not when the
+	// request passes on another
+	var headline *group
+	for _, g := range gr.groups {
+		if g.d.Denied() && soft[g.members[0]] && res.OverallCode == rlsv3.RateLimitResponse_OK {
+			continue
+		}
+		if headline == nil || outranks(g.d, headline.d) {
+			headline = g
+		}
 	}
 	if s.cfg.shadow {
 		res.OverallCode = rlsv3.RateLimitResponse_OK

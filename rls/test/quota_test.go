@@ -84,6 +84,21 @@ func TestQuotaModeAsTheReference(t *testing.T) {
 	}
 }
 
+// TestQuotaPassingSpeaksForTheHeaders: a request that passes on one quota
+// while another is denied carries the passing one's headers, no
+// Retry-After and no body.
+func TestQuotaPassingSpeaksForTheHeaders(t *testing.T) {
+	c, _, _ := rulesServer(t, quotaRules, nil)
+	ask(t, c, qr(desc("a", "hh")))
+	res := ask(t, c, qr(desc("a", "hh"), desc("b", "hh")))
+	if got := answerCodes(res); got != "OK:OVER_LIMIT/0,OK/1" {
+		t.Fatalf("%s, want a denied and b passing", got)
+	}
+	if h := headerMap(res); h["Retry-After"] != "" || len(res.GetRawBody()) != 0 || h["RateLimit"] == "" {
+		t.Errorf("a request passing on a quota: headers %v, body %q; want the passing quota's, no Retry-After, no body", h, res.GetRawBody())
+	}
+}
+
 func TestGlobalQuotaAsTheReference(t *testing.T) {
 	c, _, _ := rulesServer(t, quotaRules, nil, rls.WithGlobalQuota(true))
 	for i, tc := range []struct {
