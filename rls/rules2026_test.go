@@ -2,6 +2,7 @@ package rls
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -218,4 +219,26 @@ func metadataOf(r *rule) *structpb.Struct {
 		return nil
 	}
 	return r.metadata
+}
+
+// BenchmarkMatchWildcards: a match that tries every wildcard of a level
+// (32 middle wildcards, none matching, then the key alone).
+func BenchmarkMatchWildcards(b *testing.B) {
+	var y strings.Builder
+	y.WriteString("domain: d\ndescriptors:\n")
+	for i := range 32 {
+		fmt.Fprintf(&y, "  - key: path\n    value: /api/%d/*/v%d/*\n    rate_limit: {unit: hour, requests_per_unit: 1}\n", i, i)
+	}
+	y.WriteString("  - key: path\n    rate_limit: {unit: hour, requests_per_unit: 1}\n")
+	cfg, err := ParseConfig("b.yaml", []byte(y.String()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	d := entries("path", "/api/other/users/1234/v2/items")
+	b.ReportAllocs()
+	for b.Loop() {
+		if r, _ := cfg.match("d", d); r == nil || r.path != "d.path" {
+			b.Fatal("no match")
+		}
+	}
 }
