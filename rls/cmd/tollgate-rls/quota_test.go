@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,5 +65,16 @@ func TestServeQuotaModeAndDynamicMetadata(t *testing.T) {
 	st.rulesPath = ""
 	if _, _, err := rulesEnv(envOf(nil), st); err == nil {
 		t.Error("QUOTA_MODE=true without a configuration: accepted")
+	}
+}
+
+// convert names a descriptor's metadata and a wildcard inside a value as
+// left out, never converting the wildcard as a literal value.
+func TestConvertLeavesOutMetadataAndMiddleWildcards(t *testing.T) {
+	in := "domain: edge\ndescriptors:\n  - key: path\n    value: /api/*/v2\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: tier\n    value: pro\n    metadata: {team: a}\n    rate_limit: {unit: second, requests_per_unit: 1}\n"
+	var out, errs strings.Builder
+	code := convertMain(nil, strings.NewReader(in), &out, &errs)
+	if code != 1 || !strings.Contains(errs.String(), "metadata") || !strings.Contains(errs.String(), "wildcard value") || strings.Contains(out.String(), "/api/") {
+		t.Errorf("exit %d, stderr %q, out %q; want 1, both named, no wildcard class", code, errs.String(), out.String())
 	}
 }
