@@ -14,6 +14,8 @@ import (
 	"github.com/tollgate-go/tollgate/core/quota"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // ruleDescriptor is one request descriptor matched against the rules.
@@ -25,8 +27,12 @@ type ruleDescriptor struct {
 	invalid string
 }
 
-// shadowed reports whether a denial of r answers OK.
-func (r *rule) shadowed() bool { return r.shadow || r.quotaMode }
+// quota reports whether a descriptor matched to r (nil for none) is a
+// quota (quota_mode, or every descriptor with WithGlobalQuota): its denial
+// fails the request only when every quota of the request is denied.
+func (s *Server) quota(r *rule) bool {
+	return s.cfg.quota || r != nil && r.quotaMode
+}
 
 // shouldRateLimitRules answers req by the configured rules (WithRules).
 func (s *Server) shouldRateLimitRules(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
@@ -49,11 +55,16 @@ func (s *Server) shouldRateLimitRules(ctx context.Context, req *rlsv3.RateLimitR
 		replacing = replacing || descs[i].r != nil && len(descs[i].r.replaces) > 0
 	}
 	if invalid {
-		return invalidAnswer(len(descs), func(i int) string { return descs[i].invalid }), nil
+		res := invalidAnswer(len(descs), func(i int) string { return descs[i].invalid })
+		if s.cfg.metadata {
+			res.DynamicMetadata = dynamicMetadata(req, nil)
+		}
+		return res, nil
 	}
 
 	// answered without the store: no rule, replaced, unlimited, zero
 	var gr grouper[groupKey]
+	live := make([]bool, len(descs)) // a rule applies: neither replaced nor unlimited
 	for i := range descs {
 		d := &descs[i]
 		r := d.r
@@ -64,43 +75,144 @@ func (s *Server) shouldRateLimitRules(ctx context.Context, req *rlsv3.RateLimitR
 		case r.unlimited:
 			res.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
 			continue
-		case r.zero:
+		}
+		live[i] = true
+		if r.zero {
 			st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT, CurrentLimit: r.limit}
-			if r.shadowed() {
+			if r.shadow {
 				st.Code = rlsv3.RateLimitResponse_OK
 			}
 			res.Statuses[i] = st
 			continue
 		}
-		gr.add(groupKey{d.tenant, r.shadowed()}, d.tenant, d.cost, d.class, i)
+		// a quota is charged on its own: the request may pass on it while
+		// another quota of it is denied
+		k := groupKey{t: d.tenant, shadow: r.shadow}
+		if s.quota(r) {
+			k.quota = i + 1
+		}
+		gr.add(k, d.tenant, d.cost, d.class, i)
 	}
 
-	var headline *group
 	for _, g := range gr.groups {
 		if err := s.decide(ctx, g); err != nil {
 			return nil, err
-		}
-		if headline == nil || outranks(g.d, headline.d) {
-			headline = g
 		}
 		for _, i := range g.members {
 			res.Statuses[i] = ruleStatus(g, descs[i])
 		}
 	}
-	for _, st := range res.Statuses {
-		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
+	// as the reference: OVER_LIMIT when a descriptor that is not a quota
+	// is over its limit, or when every quota is (an unlimited descriptor
+	// is neither)
+	soft := make([]bool, len(descs))
+	quotas, quotasOver := 0, 0
+	for i, st := range res.Statuses {
+		over := st.Code == rlsv3.RateLimitResponse_OVER_LIMIT
+		r := descs[i].r
+		unlimited := r != nil && r.unlimited
+		if !live[i] {
+			r = nil // replaced: no rule, as the reference
+		}
+		if !unlimited && s.quota(r) {
+			soft[i] = true
+			quotas++
+			if over {
+				quotasOver++
+			}
+		} else if over {
 			res.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+	}
+	if quotas > 0 && quotas == quotasOver {
+		res.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	// the headers speak for the answer: a quota's denial not when the
+	// request passes on another
+	var headline *group
+	for _, g := range gr.groups {
+		if g.d.Denied() && soft[g.members[0]] && res.OverallCode == rlsv3.RateLimitResponse_OK {
+			continue
+		}
+		if headline == nil || outranks(g.d, headline.d) {
+			headline = g
 		}
 	}
 	if s.cfg.shadow {
 		res.OverallCode = rlsv3.RateLimitResponse_OK
 	}
-	if headline != nil {
+	switch {
+	case s.cfg.limitHdrs != nil:
+		s.cfg.limitHdrs.addFor(res, soft) // a limit of 0 has a status to read
+	case headline != nil:
 		s.addHeaders(res, headline.d) // a body only when the answer denies
-	} else if s.cfg.limitHdrs != nil {
-		s.cfg.limitHdrs.add(res) // a limit of 0 has a status to read
+	}
+	if s.cfg.metadata {
+		// the rules of the descriptors that passed, in order
+		var passed []*structpb.Struct
+		for i, st := range res.Statuses {
+			if live[i] && st.Code != rlsv3.RateLimitResponse_OVER_LIMIT && descs[i].r.metadata != nil {
+				passed = append(passed, descs[i].r.metadata)
+			}
+		}
+		res.DynamicMetadata = dynamicMetadata(req, passed)
 	}
 	return res, nil
+}
+
+// dynamicMetadata is the answer's dynamic metadata, as the reference's
+// ratelimitToMetadata builds it: the domain, each descriptor (its entries
+// as "key=value", its limit override, its hits_addend), the request's
+// hits_addend unless 0, and under "metadata" the passed rules' metadata
+// merged (see mergeMetadata), when there is any.
+func dynamicMetadata(req *rlsv3.RateLimitRequest, passed []*structpb.Struct) *structpb.Struct {
+	fields := map[string]*structpb.Value{"domain": structpb.NewStringValue(req.GetDomain())}
+	ds := make([]*structpb.Value, 0, len(req.GetDescriptors()))
+	for _, d := range req.GetDescriptors() {
+		if d == nil {
+			continue
+		}
+		es := make([]*structpb.Value, 0, len(d.GetEntries()))
+		for _, e := range d.GetEntries() {
+			es = append(es, structpb.NewStringValue(e.GetKey()+"="+e.GetValue()))
+		}
+		f := map[string]*structpb.Value{"entries": structpb.NewListValue(&structpb.ListValue{Values: es})}
+		if l := d.GetLimit(); l != nil {
+			f["limit"] = structpb.NewStringValue(l.String())
+		}
+		if h := d.GetHitsAddend(); h != nil {
+			f["hitsAddend"] = structpb.NewNumberValue(float64(h.GetValue()))
+		}
+		ds = append(ds, structpb.NewStructValue(&structpb.Struct{Fields: f}))
+	}
+	fields["descriptors"] = structpb.NewListValue(&structpb.ListValue{Values: ds})
+	if h := req.GetHitsAddend(); h != 0 {
+		fields["hitsAddend"] = structpb.NewNumberValue(float64(h))
+	}
+	merged := &structpb.Struct{Fields: map[string]*structpb.Value{}}
+	for _, m := range passed {
+		mergeMetadata(merged, m)
+	}
+	if len(merged.Fields) > 0 {
+		fields["metadata"] = structpb.NewStructValue(merged)
+	}
+	return &structpb.Struct{Fields: fields}
+}
+
+// mergeMetadata merges src into dst as the reference's mergeMetadata: a
+// key dst lacks is added, a key both hold as structs is merged, and any
+// other key keeps dst's value (the first descriptor's). src, a rule's
+// own, is never changed: what dst takes from it is a copy.
+func mergeMetadata(dst, src *structpb.Struct) {
+	for k, v := range src.GetFields() {
+		cur, ok := dst.Fields[k]
+		switch {
+		case !ok:
+			dst.Fields[k] = proto.Clone(v).(*structpb.Value)
+		case cur.GetStructValue() != nil && v.GetStructValue() != nil:
+			mergeMetadata(cur.GetStructValue(), v.GetStructValue())
+		}
+	}
 }
 
 // replaced reports whether a rule matched by one of descs replaces r (by
@@ -129,6 +241,7 @@ const maxClassesPerCall = 16
 type groupKey struct {
 	t      quota.Tenant
 	shadow bool
+	quota  int // a quota's descriptor index + 1: charged on its own; 0 for the others
 }
 
 // ruleStatus is the answer for descriptor d of g.
@@ -146,9 +259,6 @@ func ruleStatus(g *group, d ruleDescriptor) *rlsv3.RateLimitResponse_DescriptorS
 	}
 	if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
 		st.LimitRemaining = 0
-		if d.r.quotaMode {
-			return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, CurrentLimit: st.CurrentLimit}
-		}
 		if d.r.shadow {
 			st.Code = rlsv3.RateLimitResponse_OK
 		}

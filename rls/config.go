@@ -48,6 +48,8 @@ type config struct {
 	rules     *Rules
 	limits    bool
 	shadow    bool
+	quota     bool
+	metadata  bool
 	trustTier bool
 	tiers     *quota.TieredResolver
 	limitHdrs *limitHeaders
@@ -64,8 +66,8 @@ func newConfig(opts []Option) config {
 }
 
 func (c *config) validate() error {
-	if c.rules == nil && (c.limits || c.shadow) {
-		return fmt.Errorf("%w: rls: WithDescriptorLimits and WithGlobalShadow need WithRules", core.ErrInvalidConfig)
+	if c.rules == nil && (c.limits || c.shadow || c.quota || c.metadata) {
+		return fmt.Errorf("%w: rls: WithDescriptorLimits, WithGlobalShadow, WithGlobalQuota and WithDynamicMetadata need WithRules", core.ErrInvalidConfig)
 	}
 	if c.rules != nil && (c.trustTier || c.tiers != nil) {
 		return fmt.Errorf("%w: rls: WithTrustedTier and WithTiers are for the tenant mapping, not WithRules (a rule names its tier entry)", core.ErrInvalidConfig)
@@ -143,6 +145,26 @@ func WithDescriptorLimits(on bool) Option {
 // [WithRules] only. Default off.
 func WithGlobalShadow(on bool) Option {
 	return optionFunc(func(c *config) { c.shadow = on })
+}
+
+// WithGlobalQuota makes every descriptor a quota, as the reference's
+// QUOTA_MODE makes every rule quota_mode: a request is answered
+// OVER_LIMIT only when every descriptor of it (but the unlimited ones) is
+// over its limit, each keeping its own status, and each is charged on its
+// own. With [WithRules] only. Default off: only the rules with quota_mode
+// are quotas.
+func WithGlobalQuota(on bool) Option {
+	return optionFunc(func(c *config) { c.quota = on })
+}
+
+// WithDynamicMetadata puts what the reference's RESPONSE_DYNAMIC_METADATA
+// puts in every answer's dynamic_metadata: the domain, the descriptors
+// (entries as "key=value", limit override, hits_addend), the request's
+// hits_addend when not 0, and "metadata", the rule metadata of the
+// descriptors that passed (not over their limit), merged in order. With
+// [WithRules] only. Default off.
+func WithDynamicMetadata(on bool) Option {
+	return optionFunc(func(c *config) { c.metadata = on })
 }
 
 // WithTrustedTier reads the descriptor's tier entry (KeyTier) as the

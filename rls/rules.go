@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // Limits on a configuration: a file larger than maxConfigBytes (or a
@@ -43,10 +44,46 @@ type Config struct {
 // ruleNode is one level of a domain's descriptor tree.
 type ruleNode struct {
 	children  map[string]*ruleNode // by "key" or "key_value"
-	wildcards []string             // children keys ending in '*', in file order
+	wildcards []wildcard           // children keys holding a '*', in file order
 	rule      *rule                // nil: no limit at this level
 	share     bool                 // share_threshold
 	pattern   string               // with share: the wildcard value, "*" included
+}
+
+// wildcard is a child key holding '*': each '*' matches any run of bytes,
+// the empty one included, as the reference's wildcardMatch.
+type wildcard struct {
+	key   string   // the child's "key_value"
+	parts []string // key split on '*', read once at load
+}
+
+func newWildcard(key string) wildcard { return wildcard{key: key, parts: strings.Split(key, "*")} }
+
+// matches reports whether final ("key_value" of an entry) matches w: it
+// begins with the first part and ends with the last, and the parts between
+// appear in order, none overlapping another.
+func (w wildcard) matches(final string) bool {
+	p := w.parts
+	if len(p) == 1 {
+		return p[0] == final
+	}
+	first, last := p[0], p[len(p)-1]
+	fixed := 0
+	for _, s := range p {
+		fixed += len(s)
+	}
+	if len(final) < fixed || !strings.HasPrefix(final, first) || !strings.HasSuffix(final, last) {
+		return false
+	}
+	rest := final[len(first) : len(final)-len(last)]
+	for _, s := range p[1 : len(p)-1] {
+		i := strings.Index(rest, s)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(s):]
+	}
+	return true
 }
 
 // rule is one descriptor's rate_limit.
@@ -59,6 +96,7 @@ type rule struct {
 	zero      bool // requests_per_unit 0: every request is over limit
 	shadow    bool
 	quotaMode bool
+	metadata  *structpb.Struct // the descriptor's metadata; nil: none
 	name      string
 	replaces  map[string]struct{} // names replaced, read once at load
 	// the tollgate extension: the bucket is the services' (tenant, class)
@@ -83,7 +121,7 @@ var unitSeconds = map[rlsv3.RateLimitResponse_RateLimit_Unit]float64{
 // own block on a descriptor.
 var (
 	rootKeys       = []string{"domain", "descriptors"}
-	descriptorKeys = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "tollgate"}
+	descriptorKeys = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "metadata", "tollgate"}
 	rateLimitKeys  = []string{"requests_per_unit", "unit", "unit_multiplier", "unlimited", "name", "replaces"}
 	replacesKeys   = []string{"name"}
 	tollgateKeys   = []string{"tenant", "tier", "class"}
@@ -104,6 +142,7 @@ type yamlDescriptor struct {
 	DetailedMetric bool             `yaml:"detailed_metric"`
 	ValueToMetric  bool             `yaml:"value_to_metric"`
 	ShareThreshold bool             `yaml:"share_threshold"`
+	Metadata       map[string]any   `yaml:"metadata"`
 	Tollgate       *yamlTollgate    `yaml:"tollgate"`
 	line           int
 }
@@ -252,6 +291,12 @@ func checkKeys(file string, n *yaml.Node, depth int) error {
 				sub, list = replacesKeys, true
 			case "tollgate":
 				sub = tollgateKeys
+			case "metadata":
+				// the user's own: any keys, read by metadataStruct
+				if v.Kind != yaml.MappingNode && v.Tag != "!!null" {
+					return configError(file, v.Line, "key %q takes a mapping", k.Value)
+				}
+				continue
 			default:
 				if v.Kind != yaml.ScalarNode {
 					return configError(file, v.Line, "key %q takes a single value", k.Value)
@@ -361,22 +406,28 @@ func (c *Config) load(file string, parent *ruleNode, domain, parentKey string, d
 			return configError(file, d.line, "duplicate descriptor composite key '%s'", path)
 		}
 		n := &ruleNode{children: map[string]*ruleNode{}}
-		wild := strings.HasSuffix(finalKey, "*")
+		wild := strings.Contains(finalKey, "*")
 		if d.ShareThreshold {
 			if !wild {
-				return configError(file, d.line, "share_threshold can only be used with wildcard values (ending with '*'), but found key '%s'", finalKey)
+				return configError(file, d.line, "share_threshold can only be used with wildcard values (containing '*'), but found key '%s'", finalKey)
 			}
 			n.share, n.pattern = true, strings.TrimPrefix(finalKey, d.Key+"_")
+		}
+		// read at every level, as the reference does; sent with a rule's answers
+		md, err := metadataStruct(d.Metadata)
+		if err != nil {
+			return configError(file, d.line, "error parsing metadata: %v", err)
 		}
 		if d.RateLimit != nil || d.Tollgate != nil {
 			r, err := c.rule(file, domain, path, d)
 			if err != nil {
 				return err
 			}
+			r.metadata = md
 			n.rule = r
 		}
 		if wild {
-			parent.wildcards = append(parent.wildcards, finalKey)
+			parent.wildcards = append(parent.wildcards, newWildcard(finalKey))
 		}
 		if err := c.load(file, n, domain, path+".", d.Descriptors, depth+1); err != nil {
 			return err
@@ -448,6 +499,41 @@ func (c *Config) rule(file, domain, path string, d yamlDescriptor) (*rule, error
 	return r, nil
 }
 
+// metadataStruct is a descriptor's metadata as the reference sends it
+// (RESPONSE_DYNAMIC_METADATA): a JSON-like struct, nested mappings' keys
+// written as strings; nil for none. A value no struct can hold (a YAML
+// timestamp, binary) is an error.
+func metadataStruct(m map[string]any) (*structpb.Struct, error) {
+	if len(m) == 0 {
+		return nil, nil
+	}
+	var conv func(v any) any
+	conv = func(v any) any {
+		switch v := v.(type) {
+		case map[string]any:
+			out := make(map[string]any, len(v))
+			for k, e := range v {
+				out[k] = conv(e)
+			}
+			return out
+		case map[any]any:
+			out := make(map[string]any, len(v))
+			for k, e := range v {
+				out[fmt.Sprint(k)] = conv(e)
+			}
+			return out
+		case []any:
+			out := make([]any, len(v))
+			for i, e := range v {
+				out[i] = conv(e)
+			}
+			return out
+		}
+		return v
+	}
+	return structpb.NewStruct(conv(m).(map[string]any))
+}
+
 // unitQuota is the token bucket of n requests per mult units: capacity n,
 // refilled evenly over the window.
 func unitQuota(n uint32, u rlsv3.RateLimitResponse_RateLimit_Unit, mult uint32) (quota.Quota, error) {
@@ -492,7 +578,8 @@ func (c *Config) Domains() []string {
 
 // match finds the rule for descriptor d of domain, as the reference's
 // GetLimit: at each entry the key and value, else a wildcard value, else
-// the key alone; a rule applies when it sits at the descriptor's last
+// the key alone (a wildcard value holds '*'s, each matching any run of
+// bytes, and the first in file order that matches wins); a rule applies when it sits at the descriptor's last
 // entry. shared holds, per entry, the wildcard value that replaces the
 // entry's value in the bucket's identity (share_threshold), or "".
 func (c *Config) match(domain string, d *ratelimitv3.RateLimitDescriptor) (r *rule, shared []string) {
@@ -504,11 +591,11 @@ func (c *Config) match(domain string, d *ratelimitv3.RateLimitDescriptor) (r *ru
 	for i, e := range es {
 		final := e.GetKey() + "_" + e.GetValue()
 		next := n.children[final]
-		wildcard := false
+		viaWildcard := false
 		if next == nil {
 			for _, w := range n.wildcards {
-				if strings.HasPrefix(final, strings.TrimSuffix(w, "*")) {
-					next, wildcard = n.children[w], true
+				if w.matches(final) {
+					next, viaWildcard = n.children[w.key], true
 					break
 				}
 			}
@@ -519,7 +606,7 @@ func (c *Config) match(domain string, d *ratelimitv3.RateLimitDescriptor) (r *ru
 		if next == nil {
 			return nil, nil
 		}
-		if wildcard && next.share {
+		if viaWildcard && next.share {
 			if shared == nil {
 				shared = make([]string, len(es))
 			}

@@ -429,14 +429,18 @@ func currentLimit(name string, q quota.Quota) *rlsv3.RateLimitResponse_RateLimit
 // would choose: the one with a limit and the least remaining, or the last
 // one over its limit; none when no status has a limit. The reset is the
 // status's duration_until_reset in whole seconds, rounded up.
-func (h *limitHeaders) add(res *rlsv3.RateLimitResponse) {
+func (h *limitHeaders) add(res *rlsv3.RateLimitResponse) { h.addFor(res, nil) }
+
+// addFor is add where soft[i] marks a quota (quota_mode): as the
+// reference, a quota over its limit is chosen only by its remaining count.
+func (h *limitHeaders) addFor(res *rlsv3.RateLimitResponse, soft []bool) {
 	var chosen *rlsv3.RateLimitResponse_DescriptorStatus
 	least := uint32(math.MaxUint32)
-	for _, st := range res.GetStatuses() {
+	for i, st := range res.GetStatuses() {
 		if st.GetCurrentLimit() != nil && st.GetLimitRemaining() < least {
 			chosen, least = st, st.GetLimitRemaining()
 		}
-		if st.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT && st.GetCurrentLimit() != nil {
+		if st.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT && st.GetCurrentLimit() != nil && (i >= len(soft) || !soft[i]) {
 			chosen, least = st, 0
 		}
 	}

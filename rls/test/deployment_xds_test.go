@@ -209,9 +209,13 @@ func TestDifferentialDeploymentXDS(t *testing.T) {
 	waitHealth(http.StatusOK)
 	names := []string{"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"}
 	const noShare = "share_threshold cannot be pushed: ratelimit.config.ratelimit.v3.RateLimitDescriptor has no such field"
+	const noQuota = "quota_mode cannot be pushed: ratelimit.config.ratelimit.v3.RateLimitDescriptor has no such field"
 	runDifferentialExcept(t, ref.rls, tg.rls, names, map[string]string{
-		"share_threshold: one limit for every match": noShare,
-		"hits_addend: two costs on one shared limit": noShare,
+		"share_threshold: one limit for every match":                           noShare,
+		"hits_addend: two costs on one shared limit":                           noShare,
+		"quota_mode: the request over only when every quota is":                noQuota,
+		"quota_mode beside a rule: over when the one quota is, the rule under": noQuota,
+		"quota_mode alone: over when its one quota is":                         noQuota,
 	})
 
 	// a change reaches both: a second domain

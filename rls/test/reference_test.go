@@ -25,6 +25,8 @@ import (
 	"github.com/tollgate-go/tollgate/rls"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -50,6 +52,7 @@ var differences = map[string]string{
 	"error":    "an empty domain or no descriptors: both answer an error; the reference's gRPC code is Unknown, tollgate's InvalidArgument. Only the error is compared.",
 	"denied":   "a denied request is not charged in tollgate (the bucket keeps its tokens), while the reference's counter keeps counting; so after a denial the reference stays over limit for a peek (hits_addend 0) and tollgate reports the tokens left.",
 	"twice":    "one descriptor named twice in a request is one bucket charged once in tollgate; the reference increments its counter once per descriptor.",
+	"quota":    "quota_mode over its limit: the reference installed (January 2026) answers the descriptor OK and never the request OVER_LIMIT for it; since March 2026 (envoyproxy/ratelimit#1059) it answers the descriptor OVER_LIMIT and the request OVER_LIMIT when every quota of it is over (or a descriptor that is not a quota), as tollgate does.",
 	"negative": "is_negative_hits: the reference ignores the flag and charges the hits; tollgate answers the request invalid (negative hits are not supported yet, and a flag it cannot honour is not ignored).",
 	// shown by TestOneTagAllOrNothingWhateverTheCosts and TestMixedCost*:
 	// the reference's own files give one tag to one descriptor's entries,
@@ -116,8 +119,9 @@ func freePort(t *testing.T) int {
 }
 
 // startReference runs the reference on redisType ("single" or "cluster")
-// at redisURL with the configuration file, and returns a client of it.
-func startReference(t *testing.T, redisType, redisURL, config string) rlsv3.RateLimitServiceClient {
+// at redisURL with the configuration file and the settings extra
+// ("NAME=value"), and returns a client of it.
+func startReference(t *testing.T, redisType, redisURL, config string, extra ...string) rlsv3.RateLimitServiceClient {
 	t.Helper()
 	bin := referenceBinary(t)
 	root := t.TempDir()
@@ -141,6 +145,7 @@ func startReference(t *testing.T, redisType, redisURL, config string) rlsv3.Rate
 		"HOST=127.0.0.1", "PORT=" + strconv.Itoa(freePort(t)),
 		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + strconv.Itoa(freePort(t)),
 	}
+	env = append(env, extra...)
 	cmd := exec.Command(bin)
 	cmd.Env = env
 	var out conformance.LogBuffer
@@ -181,8 +186,9 @@ func startReference(t *testing.T, redisType, redisURL, config string) rlsv3.Rate
 	}
 }
 
-// startTollgate serves the same configuration from an rls.Server on c.
-func startTollgate(t *testing.T, c redis.UniversalClient, config string) rlsv3.RateLimitServiceClient {
+// startTollgate serves the same configuration from an rls.Server on c,
+// with opts besides the reference's defaults.
+func startTollgate(t *testing.T, c redis.UniversalClient, config string, opts ...rls.Option) rlsv3.RateLimitServiceClient {
 	t.Helper()
 	cfg, err := rls.LoadConfig(config)
 	if err != nil {
@@ -197,7 +203,7 @@ func startTollgate(t *testing.T, c redis.UniversalClient, config string) rlsv3.R
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = lim.Close() })
-	return serve(t, lim, rls.WithRules(rules), rls.WithDescriptorLimits(true))
+	return serve(t, lim, append([]rls.Option{rls.WithRules(rules), rls.WithDescriptorLimits(true)}, opts...)...)
 }
 
 // step is one request sent to both services.
@@ -264,6 +270,14 @@ func sequences() map[string][]step {
 		},
 		"one descriptor twice": {{req: rd(0, desc("remote_address", "8.8.8.8"), desc("remote_address", "8.8.8.8")), differs: "twice"}},
 		"is_negative_hits":     {{req: rd(0, &ratelimitv3.RateLimitDescriptor{Entries: desc("remote_address", "6.6.6.6").Entries, IsNegativeHits: true}), differs: "negative"}},
+		// plan has 2 an hour, seat 3: the steps past 2 show "quota"
+		"quota_mode: the request over only when every quota is": append(times(2, step{req: rd(0, desc("plan", "p1"), desc("seat", "s1"))}),
+			times(2, step{req: rd(0, desc("plan", "p1"), desc("seat", "s1")), differs: "quota"})...),
+		"quota_mode beside a rule: over when the one quota is, the rule under": append(times(2, step{req: rd(0, desc("plan", "p2"), desc("remote_address", "5.5.5.5"))}),
+			step{req: rd(0, desc("plan", "p2"), desc("remote_address", "5.5.5.5")), differs: "quota"}),
+		"quota_mode beside a rule over its limit: over": one(rd(0, desc("plan", "p4"), desc("remote_address", "50.0.0.5"))),
+		"quota_mode alone: over when its one quota is": append(times(2, step{req: rd(0, desc("plan", "p3"))}),
+			step{req: rd(0, desc("plan", "p3")), differs: "quota"}),
 		"descriptor limit override": times(4, step{req: rd(0, &ratelimitv3.RateLimitDescriptor{
 			Entries: desc("remote_address", "7.7.7.7").Entries,
 			Limit:   &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 3, Unit: typev3.RateLimitUnit_HOUR},
@@ -306,7 +320,37 @@ func compare(ref, tg *rlsv3.RateLimitResponse, refErr, tgErr error, names []stri
 	if names != nil {
 		diffs = append(diffs, compareHeaders(ref, tg, names)...)
 	}
+	if d := compareMetadata(ref.GetDynamicMetadata(), tg.GetDynamicMetadata()); d != "" {
+		diffs = append(diffs, d)
+	}
 	return diffs
+}
+
+// compareMetadata compares the dynamic metadata of two answers
+// (RESPONSE_DYNAMIC_METADATA), "" when alike: every field but the pinned
+// reference's quotaModeEnabled and quotaModeViolations, which the
+// reference dropped in March 2026 (envoyproxy/ratelimit#1059) and tollgate
+// never sent; a limit override's text with its spaces collapsed (protobuf's
+// text output varies them from one binary to another).
+func compareMetadata(ref, tg *structpb.Struct) string {
+	norm := func(s *structpb.Struct) *structpb.Struct {
+		if s == nil {
+			return nil
+		}
+		s = proto.Clone(s).(*structpb.Struct)
+		delete(s.Fields, "quotaModeEnabled")
+		delete(s.Fields, "quotaModeViolations")
+		for _, d := range s.Fields["descriptors"].GetListValue().GetValues() {
+			if l := d.GetStructValue().GetFields()["limit"]; l != nil {
+				d.GetStructValue().Fields["limit"] = structpb.NewStringValue(strings.Join(strings.Fields(l.GetStringValue()), " "))
+			}
+		}
+		return s
+	}
+	if r, g := norm(ref), norm(tg); !proto.Equal(r, g) {
+		return fmt.Sprintf("dynamic_metadata: reference %v, tollgate %v", r, g)
+	}
+	return ""
 }
 
 // compareHeaders compares the headers of two answers under
@@ -404,6 +448,24 @@ func TestDifferentialStandalone(t *testing.T) {
 	tgRedis := redistest.NewServer(t)
 	ref := startReference(t, "single", refRedis.Addr(), referenceConfig)
 	tg := startTollgate(t, tgRedis.Client(t), referenceConfig)
+	runDifferential(t, ref, tg)
+}
+
+// TestDifferentialDynamicMetadata runs every sequence with
+// RESPONSE_DYNAMIC_METADATA=true: the domain, the descriptors and the
+// hits_addend in the answer's dynamic metadata, compared with the rest.
+// The pinned reference has no user metadata (April 2026): that part is
+// TestDynamicMetadataAsTheReference's.
+func TestDifferentialDynamicMetadata(t *testing.T) {
+	refRedis := redistest.NewServer(t)
+	tgRedis := redistest.NewServer(t)
+	ref := startReference(t, "single", refRedis.Addr(), referenceConfig, "RESPONSE_DYNAMIC_METADATA=true")
+	tg := startTollgate(t, tgRedis.Client(t), referenceConfig, rls.WithDynamicMetadata(true))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if res, err := ref.ShouldRateLimit(ctx, rd(0, desc("remote_address", "1.2.3.4"))); err != nil || res.GetDynamicMetadata() == nil {
+		t.Fatalf("the reference sent no dynamic metadata: %v, %v", res, err)
+	}
 	runDifferential(t, ref, tg)
 }
 

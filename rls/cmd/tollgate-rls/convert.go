@@ -29,10 +29,11 @@ type rlDescriptor struct {
 	ShadowMode  bool           `yaml:"shadow_mode"`
 	// the reference's other keys: read so that they are known, reported
 	// as left out when set
-	QuotaMode      bool `yaml:"quota_mode"`
-	DetailedMetric bool `yaml:"detailed_metric"`
-	ValueToMetric  bool `yaml:"value_to_metric"`
-	ShareThreshold bool `yaml:"share_threshold"`
+	QuotaMode      bool           `yaml:"quota_mode"`
+	DetailedMetric bool           `yaml:"detailed_metric"`
+	ValueToMetric  bool           `yaml:"value_to_metric"`
+	ShareThreshold bool           `yaml:"share_threshold"`
+	Metadata       map[string]any `yaml:"metadata"`
 }
 
 type rlLimit struct {
@@ -147,7 +148,10 @@ func (c *converter) node(d rlDescriptor, tier, path string, depth int) {
 	if d.QuotaMode {
 		c.problem(path, "quota_mode has no tier-file equivalent; not converted")
 	}
-	if d.ShareThreshold || strings.HasSuffix(d.Value, "*") {
+	if len(d.Metadata) > 0 {
+		c.problem(path, "metadata has no tier-file equivalent (tollgate-rls sends it with RLS_CONFIG and RESPONSE_DYNAMIC_METADATA); not converted")
+	}
+	if d.ShareThreshold || strings.Contains(d.Value, "*") {
 		c.problem(path, "a wildcard value has no tier-file equivalent (tollgate-rls serves it with RLS_CONFIG); left out")
 		return
 	}

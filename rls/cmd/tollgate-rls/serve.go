@@ -350,6 +350,19 @@ func rulesEnv(getenv func(string) string, st *settings) (string, []rls.Option, e
 		}
 		opts = append(opts, o.opt(on))
 	}
+	for _, o := range []struct {
+		env string
+		on  bool
+		opt func(bool) rls.Option
+	}{{"QUOTA_MODE", st.quotaMode, rls.WithGlobalQuota}, {"RESPONSE_DYNAMIC_METADATA", st.dynamicMetadata, rls.WithDynamicMetadata}} {
+		if !o.on {
+			continue
+		}
+		if !configured {
+			return "", nil, fmt.Errorf("%s needs RLS_CONFIG (an envoyproxy/ratelimit configuration)", o.env)
+		}
+		opts = append(opts, o.opt(true))
+	}
 	return path, opts, nil
 }
 

@@ -52,6 +52,7 @@ type settings struct {
 	xdsClient                        *xdsSettings // with xds
 	denyCache                        bool
 	keyPrefix                        string
+	quotaMode, dynamicMetadata       bool // QUOTA_MODE, RESPONSE_DYNAMIC_METADATA
 
 	// notes are the settings accepted without effect, logged once each
 	notes []string
@@ -285,8 +286,8 @@ var referenceEnv = []envSetting{
 	{"LIMIT_REMAINING_HEADER", "RateLimit-Remaining", func(s *settings, v string) error { s.remainingHdr = v; return nil }, ""},
 	{"LIMIT_RESET_HEADER", "RateLimit-Reset", func(s *settings, v string) error { s.resetHdr = v; return nil }, ""},
 	{"SHADOW_MODE", "false", nil, ""}, // shared with tollgate: read by rulesEnv
-	{"QUOTA_MODE", "false", refuseTrue("QUOTA_MODE", "the global quota mode is not supported yet: unset it (a rule's quota_mode is read)"), ""},
-	{"RESPONSE_DYNAMIC_METADATA", "false", refuseTrue("RESPONSE_DYNAMIC_METADATA", "dynamic metadata in the answer is not supported yet: unset it"), ""},
+	{"QUOTA_MODE", "false", boolInto(func(s *settings) *bool { return &s.quotaMode }), ""},
+	{"RESPONSE_DYNAMIC_METADATA", "false", boolInto(func(s *settings) *bool { return &s.dynamicMetadata }), ""},
 
 	// tracing
 	{"TRACING_ENABLED", "false", nil, "tollgate-rls exports no traces"},
