@@ -50,7 +50,7 @@ var differences = map[string]string{
 	"error":    "an empty domain or no descriptors: both answer an error; the reference's gRPC code is Unknown, tollgate's InvalidArgument. Only the error is compared.",
 	"denied":   "a denied request is not charged in tollgate (the bucket keeps its tokens), while the reference's counter keeps counting; so after a denial the reference stays over limit for a peek (hits_addend 0) and tollgate reports the tokens left.",
 	"twice":    "one descriptor named twice in a request is one bucket charged once in tollgate; the reference increments its counter once per descriptor.",
-	"negative": "is_negative_hits: the reference ignores the flag and charges the hits; tollgate answers the request invalid (negative hits are not supported yet, and a flag it cannot honour is not ignored).",
+	"negative": "is_negative_hits: the installable reference ignores the flag and charges the hits; tollgate refunds them (never above the capacity) and answers OK without a limit.",
 	// shown by TestOneTagAllOrNothingWhateverTheCosts and TestMixedCost*:
 	// the reference's own files give one tag to one descriptor's entries,
 	// so only tollgate's tenant block puts two buckets on one tag; one
