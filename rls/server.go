@@ -231,8 +231,9 @@ func groupDescriptors(descs []descriptor) []*group {
 func (s *Server) decide(ctx context.Context, g *group) error {
 	g.d, g.err = s.lim.Check(ctx, g.request())
 	// a slot taken is held until the request's negative hit frees it, or
-	// for the hold time (WithSlotHold; without it, freed at once)
-	s.hold(g.tenant, g.d)
+	// for the hold time (WithSlotHold; without it, freed at once); a hit
+	// that charged nothing is owed its negative hit
+	s.settled(g)
 	if g.err != nil && s.cfg.onError != nil {
 		s.cfg.onError(ctx, g.err)
 	}

@@ -17,6 +17,75 @@ import (
 type holder struct {
 	mu sync.Mutex
 	by map[heldKey][]*heldSlot // oldest first
+	// owed: hits of a tenant's class that charged nothing (denied), whose
+	// negative hits Envoy still sends when their streams end
+	owed map[owedKey]owed
+}
+
+// owedKey is a tenant's class.
+type owedKey struct{ tenant, class string }
+
+// owed is the negative hits a class's uncharged hits are owed, until: a
+// denied request's stream ends at once (its 429), so its negative hit
+// comes right after; one not come by then is not awaited.
+type owed struct {
+	n     int
+	until time.Time
+}
+
+// owedLife is how long an uncharged hit's negative hit is awaited.
+const owedLife = 5 * time.Second
+
+// maxOwedKeys bounds the classes with negative hits owed before the
+// expired ones are swept.
+const maxOwedKeys = 4096
+
+// owe notes that tenant t's hit of each of classes charged nothing: their
+// negative hits will free and refund nothing.
+func (hd *holder) owe(t quota.Tenant, classes []string) {
+	now := time.Now()
+	hd.mu.Lock()
+	defer hd.mu.Unlock()
+	if hd.owed == nil {
+		hd.owed = map[owedKey]owed{}
+	}
+	if len(hd.owed) >= maxOwedKeys {
+		for k, o := range hd.owed {
+			if !now.Before(o.until) {
+				delete(hd.owed, k)
+			}
+		}
+	}
+	for _, c := range classes {
+		k := owedKey{t.ID, c}
+		o := hd.owed[k]
+		if !now.Before(o.until) {
+			o.n = 0
+		}
+		hd.owed[k] = owed{n: o.n + 1, until: now.Add(owedLife)}
+	}
+}
+
+// paid reports whether a negative hit of tenant t's class pays one owed
+// by an uncharged hit (and so does nothing else).
+func (hd *holder) paid(t quota.Tenant, class string) bool {
+	k := owedKey{t.ID, class}
+	hd.mu.Lock()
+	defer hd.mu.Unlock()
+	o, ok := hd.owed[k]
+	if !ok {
+		return false
+	}
+	if !time.Now().Before(o.until) || o.n <= 0 {
+		delete(hd.owed, k)
+		return false
+	}
+	if o.n == 1 {
+		delete(hd.owed, k)
+	} else {
+		hd.owed[k] = owed{n: o.n - 1, until: o.until}
+	}
+	return true
 }
 
 // heldKey is a tenant's bucket with a concurrency limit.
@@ -87,6 +156,17 @@ func (hd *holder) take(k heldKey) *core.Slot {
 	return h.slot
 }
 
+// settled notes what a hit of group g took: its slot held (hold), or, when
+// it charged nothing (denied, failed open, shadowed), the negative hits
+// owed to its classes.
+func (s *Server) settled(g *group) {
+	if g.d.Reason != core.ReasonOK {
+		s.held.owe(g.tenant, g.classes)
+		return
+	}
+	s.hold(g.tenant, g.d)
+}
+
 // concurrencyBucket names the bucket with a concurrency limit among bs, or
 // "".
 func concurrencyBucket(bs []core.BucketState) string {
@@ -107,8 +187,8 @@ func concurrencyBucket(bs []core.BucketState) string {
 // answered OK whatever happened: Envoy reads nothing from it.
 func (s *Server) negative(ctx context.Context, t quota.Tenant, class string, cost int64) *rlsv3.RateLimitResponse_DescriptorStatus {
 	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
-	if cost == 0 {
-		return st // a peek's: it charged nothing and took no slot
+	if cost == 0 || s.held.paid(t, class) {
+		return st // a peek's or a denied hit's: it charged nothing and took no slot
 	}
 	d, err := s.lim.Peek(ctx, t, class)
 	if err != nil {

@@ -59,7 +59,8 @@ func inFlight(t *testing.T, lim *core.Limiter, tenant string) int64 {
 // TestGatewayConcurrencyAcrossReplicas: a class with a concurrency limit
 // of 2 holds 2 in flight at the gateway across two tollgate-rls replicas:
 // a hit takes a slot and holds it, a negative hit frees one, whichever
-// replica each reaches; a service's slot in the same bucket is never
+// replica each reaches, and a denied hit's negative hit frees none; a
+// service's slot in the same bucket is never
 // freed by a gateway's negative hit.
 func TestGatewayConcurrencyAcrossReplicas(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
@@ -75,6 +76,16 @@ func TestGatewayConcurrencyAcrossReplicas(t *testing.T) {
 			}
 			if n := inFlight(t, limA, "t1"); n != held {
 				t.Fatalf("%s: %d in flight, want %d", step, n, held)
+			}
+			if code == rlsv3.RateLimitResponse_OVER_LIMIT {
+				// Envoy sends a denied request's negative hit too, when its
+				// 429 ends the stream: it frees nothing
+				if res := ask(t, c, neg); res.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+					t.Fatalf("%s, its negative hit: %v", step, res)
+				}
+				if n := inFlight(t, limA, "t1"); n != held {
+					t.Fatalf("%s, its negative hit: %d in flight, want %d: a denied hit's negative hit freed a slot", step, n, held)
+				}
 			}
 		}
 		want("hit at A", a, hit, rlsv3.RateLimitResponse_OK, 1)
@@ -158,7 +169,8 @@ func TestGatewayDeadClientSlotReturns(t *testing.T) {
 
 // TestNegativeHitRefund: for a class without a concurrency limit a
 // negative hit refunds its hits_addend to the buckets the hit charged
-// (the class's and the tenant-wide ceiling), never above their capacity.
+// (the class's and the tenant-wide ceiling), never above their capacity;
+// a denied hit's negative hit refunds nothing.
 func TestNegativeHitRefund(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
 		clock := conformance.NewFakeClock() // frozen: no refill
@@ -194,6 +206,21 @@ func TestNegativeHitRefund(t *testing.T) {
 		res = ask(t, client, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{hit, neg}})
 		if res.GetOverallCode() != rlsv3.RateLimitResponse_OK || res.GetStatuses()[0].GetLimitRemaining() != 4 || stored(t, c, lim, "r1", quota.CeilingBucket) != 4 {
 			t.Fatalf("a hit of 2 and a negative hit of 1: %v; ceiling %v", res, stored(t, c, lim, "r1", quota.CeilingBucket))
+		}
+		// a denied hit charged nothing: its negative hit refunds nothing
+		hit.HitsAddend = wrapperspb.UInt64(5)
+		if res := ask(t, client, request(0, hit)); res.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("a hit of 5 with 4 left: %v", res)
+		}
+		neg.HitsAddend = wrapperspb.UInt64(5)
+		ask(t, client, request(0, neg))
+		if e, ce := stored(t, c, lim, "r1", "export"), stored(t, c, lim, "r1", quota.CeilingBucket); e != 8 || ce != 4 {
+			t.Fatalf("the denied hit's negative hit: export %v, ceiling %v; want 8, 4 (nothing refunded)", e, ce)
+		}
+		neg.HitsAddend = wrapperspb.UInt64(1)
+		ask(t, client, request(0, neg))
+		if e, ce := stored(t, c, lim, "r1", "export"), stored(t, c, lim, "r1", quota.CeilingBucket); e != 9 || ce != 5 {
+			t.Fatalf("the next negative hit: export %v, ceiling %v; want 9, 5", e, ce)
 		}
 	})
 }

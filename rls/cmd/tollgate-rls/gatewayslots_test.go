@@ -112,6 +112,10 @@ func TestServeGatewayConcurrency(t *testing.T) {
 		if got := hitCode(t, s.c, s.req); got != s.want {
 			t.Fatalf("%s: %v, want %v", s.name, got, s.want)
 		}
+		if s.want == rlsv3.RateLimitResponse_OVER_LIMIT {
+			// Envoy sends a denied request's negative hit too: it frees nothing
+			hitCode(t, s.c, neg)
+		}
 	}
 
 	// a gateway process takes both of t2's slots at A, and is killed
