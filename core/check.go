@@ -125,7 +125,7 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 	} else if ci >= 0 {
 		// the concurrency script: no token lease (a slot is taken per
 		// request), the deny cache still proves a bucket's denial
-		c.slot = &slotCall{index: ci, key: ks[ci] + ":slots", id: newSlotID()}
+		c.slot = &slotCall{index: ci, key: ks[ci] + ":slots", id: l.newSlotID()}
 	}
 	d, err := l.layers.decide(ctx, c)
 	d.class, d.also = req.Class, req.Also

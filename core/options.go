@@ -75,6 +75,7 @@ type config struct {
 	slotLease        time.Duration
 	slotLeaseSet     bool
 	slotRetry        time.Duration // 0: until the earliest deadline
+	slotGroup        string        // "": none (WithSlotGroup)
 }
 
 func defaultConfig() config {
@@ -105,6 +106,23 @@ func WithConcurrencySlots(lease, retryAfter time.Duration) Option {
 			return badOption("WithConcurrencySlots", "retryAfter must be from 0 to the lease %v, got %v", lease, retryAfter)
 		}
 		c.slotLease, c.slotLeaseSet, c.slotRetry = lease, true, retryAfter
+		return nil
+	})
+}
+
+// WithSlotGroup marks the concurrency slots this limiter takes as the
+// group's: a caller that sees a request's start and end as two calls that
+// may reach different processes, as a gateway's hit and negative hit
+// (tollgate-rls), frees any slot of its group with [Limiter.ReleaseAny].
+// Every process of the group must name it alike; no other caller's slot
+// (a service's, in the same bucket) is ever freed so. name is 1 to 64
+// letters, digits, '_', '-' or '.' (quota.ValidateName). Default: none.
+func WithSlotGroup(name string) Option {
+	return optionFunc(func(c *config) error {
+		if err := quota.ValidateName(name); err != nil {
+			return badValue("WithSlotGroup", err)
+		}
+		c.slotGroup = name
 		return nil
 	})
 }

@@ -45,6 +45,7 @@ type Slot struct {
 	once   sync.Once
 	stop   chan struct{}
 	tried  chan struct{} // closed once the first removal was answered (or the slot was gone)
+	gone   atomic.Bool   // freed by Limiter.ReleaseAny: nothing left to remove
 }
 
 // Release frees the slot. It returns once the store has answered the
@@ -88,8 +89,72 @@ func randomPrefix() string {
 	return hex.EncodeToString(b[:]) + "-"
 }
 
-func newSlotID() string {
-	return slotIDs.prefix + strconv.FormatUint(slotIDs.n.Add(1), 36)
+func (l *Limiter) newSlotID() string {
+	id := slotIDs.prefix + strconv.FormatUint(slotIDs.n.Add(1), 36)
+	if l.cfg.slotGroup != "" {
+		return l.cfg.slotGroup + "/" + id
+	}
+	return id
+}
+
+// ReleaseAny frees one concurrency slot of tenant t's class: s while the
+// store still holds it, else, with a slot group (WithSlotGroup), the live
+// slot of the group in the class's bucket with the earliest deadline,
+// whichever process of the group holds it (that holder's next renewal
+// finds it gone and stops; counted as tollgate.slots.expired{cause="lost"}).
+// It is for callers that see a request's start and end as two calls that
+// may reach different processes, as a gateway's hit and negative hit;
+// every other caller releases its own Slot. s, when not nil, is released
+// in any case (it must be a slot of t's class). It reports whether a slot
+// was freed: false when none of the group's is in use, or when the class
+// has no concurrency limit. One round trip, bounded by the check timeout
+// and by ctx; a store failure returns an error wrapping ErrStore, and s is
+// then released as Release does (retried within its lease).
+func (l *Limiter) ReleaseAny(ctx context.Context, t quota.Tenant, class string, s *Slot) (bool, error) {
+	if class == "" {
+		class = quota.DefaultClass
+	}
+	key, id := "", ""
+	if s != nil {
+		key, id = s.key, s.id
+	} else {
+		if err := l.validate(Request{Tenant: t, Class: class}); err != nil {
+			return false, err
+		}
+		bs, err := l.buckets(ctx, Request{Tenant: t, Class: class}, class)
+		if err != nil {
+			return false, err
+		}
+		ci, err := concurrentBucket(bs)
+		if err != nil || ci < 0 {
+			return false, err
+		}
+		if key, err = l.keys.Bucket(t.ID, bs[ci].Name); err != nil {
+			return false, err
+		}
+		key += ":slots"
+	}
+	group := ""
+	if l.cfg.slotGroup != "" {
+		group = l.cfg.slotGroup + "/"
+	}
+	cctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
+	defer cancel()
+	v, err := concurrencyScript.Run(cctx, l.scripts, concurrencyScript.Line([]string{key}, l.nowArg(), id, l.leaseMicros, l.slotTTL, "free", group))
+	if err != nil {
+		s.Release()
+		return false, transport.StoreError(cctx, l.cfg.timeout, err)
+	}
+	n, ok := v.(int64)
+	if !ok {
+		s.Release()
+		return false, fmt.Errorf("%w: free reply %T", errProtocol, v)
+	}
+	if s != nil {
+		s.gone.Store(true) // freed above, or already gone: nothing to remove
+		s.Release()
+	}
+	return n == 1, nil
 }
 
 // slotLine is the concurrency script's command line for a check. costs,
@@ -244,7 +309,7 @@ func (s *Slot) renew() (bool, error) {
 // store no longer has it.
 func (s *Slot) release(deadline time.Time, lost bool) {
 	defer s.l.metrics.slotsHeld.Add(context.Background(), -1, s.labels)
-	if lost {
+	if lost || s.gone.Load() {
 		close(s.tried)
 		return
 	}

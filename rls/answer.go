@@ -25,6 +25,8 @@ type ruleDescriptor struct {
 	class   string
 	cost    int64
 	invalid string
+	// negative: is_negative_hits, a refund or a slot's end
+	negative bool
 }
 
 // quota reports whether a descriptor matched to r (nil for none) is a
@@ -71,6 +73,12 @@ func (s *Server) shouldRateLimitRules(ctx context.Context, req *rlsv3.RateLimitR
 		switch {
 		case r == nil || replacing && replaced(r, descs):
 			res.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+			continue
+		case d.negative && (r.unlimited || r.zero):
+			res.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+			continue
+		case d.negative:
+			res.Statuses[i] = s.negative(ctx, d.tenant, d.class, d.cost)
 			continue
 		case r.unlimited:
 			res.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
@@ -279,15 +287,11 @@ func (s *Server) readRule(cfg *Config, req *rlsv3.RateLimitRequest, d *ratelimit
 	if h := d.GetHitsAddend(); h != nil {
 		cost = h.GetValue()
 	}
-	switch {
-	case d.GetIsNegativeHits():
-		out.invalid = "is_negative_hits is not supported yet"
-		return out
-	case cost > uint64(s.cfg.maxCost):
+	if cost > uint64(s.cfg.maxCost) {
 		out.invalid = fmt.Sprintf("hits_addend must be 0 to %d, got %d", s.cfg.maxCost, cost)
 		return out
 	}
-	out.cost = int64(cost)
+	out.cost, out.negative = int64(cost), d.GetIsNegativeHits()
 
 	var r *rule
 	var shared []string

@@ -53,6 +53,7 @@ type config struct {
 	trustTier bool
 	tiers     *quota.TieredResolver
 	limitHdrs *limitHeaders
+	maxHold   time.Duration // 0: a slot is freed at once (WithSlotHold)
 }
 
 func newConfig(opts []Option) config {
@@ -79,10 +80,30 @@ func (c *config) validate() error {
 			}
 		}
 	}
+	if c.maxHold < 0 || c.maxHold > MaxSlotHold {
+		return fmt.Errorf("%w: rls: slot hold must be 0 to %v, got %v", core.ErrInvalidConfig, MaxSlotHold, c.maxHold)
+	}
 	if c.maxCost < 1 || c.maxCost > quota.MaxCost {
 		return fmt.Errorf("%w: rls: max cost must be 1 to %d, got %d", core.ErrInvalidConfig, int64(quota.MaxCost), c.maxCost)
 	}
 	return nil
+}
+
+// MaxSlotHold is the longest WithSlotHold.
+const MaxSlotHold = 24 * time.Hour
+
+// WithSlotHold holds the concurrency slot a hit takes (a class with a
+// concurrency limit) until a negative hit (is_negative_hits, sent by
+// Envoy's apply_on_stream_done when the request ends) of the same tenant
+// and class frees it, or for at most maxHold: a gateway that dies
+// mid-request, or a route that never sends the negative hit, keeps a slot
+// no longer than maxHold past its hit (plus the lease when this process
+// dies too). Set it above the longest request the routes allow (their
+// timeouts). 0, the default, frees a hit's slot at once: such a class is
+// then only denied while the services' requests fill it. At most
+// MaxSlotHold.
+func WithSlotHold(maxHold time.Duration) Option {
+	return optionFunc(func(c *config) { c.maxHold = maxHold })
 }
 
 // WithHeaderStyle selects the rate-limit header families put in

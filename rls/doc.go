@@ -75,8 +75,14 @@
 // X-RateLimit-*, Retry-After on a denial; [WithHeaderStyle]); a denial also
 // carries the same problem+json body (raw_body) and its Content-Type.
 //
-// A descriptor without a tenant, with an invalid tenant or class, with a
-// cost above [WithMaxCost] or with is_negative_hits is answered
+// A descriptor with is_negative_hits (Envoy's apply_on_stream_done, when
+// the request ends) refunds its cost to its buckets, never above their
+// capacity, or, for a class with a concurrency limit under
+// [WithSlotHold], frees a slot its hit took; a denied hit's negative hit
+// does nothing. It is answered OK.
+//
+// A descriptor without a tenant, with an invalid tenant or class, or with a
+// cost above [WithMaxCost] is answered
 // OVER_LIMIT with the reason in its current_limit name, and nothing in the
 // request is charged (the other descriptors answer UNKNOWN). A descriptor
 // whose tier or class has no quota is answered OVER_LIMIT the same way:

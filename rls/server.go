@@ -25,8 +25,9 @@ import (
 // concurrent use.
 type Server struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	lim *core.Limiter
-	cfg config
+	lim  *core.Limiter
+	cfg  config
+	held holder // the slots hits took (WithSlotHold)
 }
 
 // New returns a Server answering from lim, or an error naming a bad option.
@@ -46,6 +47,8 @@ type descriptor struct {
 	tenant quota.Tenant
 	class  string
 	cost   int64
+	// negative: is_negative_hits, a refund or a slot's end
+	negative bool
 	// invalid, when set, is why the descriptor cannot be checked.
 	invalid string
 }
@@ -82,8 +85,16 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	}
 	res := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds))}
 
+	for i, d := range descs {
+		if d.negative {
+			res.Statuses[i] = s.negative(ctx, d.tenant, d.class, d.cost)
+		}
+	}
 	groups := groupDescriptors(descs)
 	var headline *group
+	if len(groups) == 0 { // negative hits only
+		return res, nil
+	}
 	for _, g := range groups {
 		if err := s.decide(ctx, g); err != nil {
 			return nil, err
@@ -160,8 +171,6 @@ func (s *Server) read(d *ratelimitv3.RateLimitDescriptor, hits uint32, n int) de
 	switch {
 	case !seen[0]:
 		out.invalid = "no " + KeyTenant + " entry"
-	case d.GetIsNegativeHits():
-		out.invalid = "is_negative_hits is not supported yet"
 	case cost > uint64(s.cfg.maxCost):
 		out.invalid = fmt.Sprintf("hits_addend must be 0 to %d, got %d", s.cfg.maxCost, cost)
 	default:
@@ -177,6 +186,7 @@ func (s *Server) read(d *ratelimitv3.RateLimitDescriptor, hits uint32, n int) de
 		}
 	}
 	out.cost = int64(cost)
+	out.negative = d.GetIsNegativeHits()
 	return out
 }
 
@@ -207,7 +217,9 @@ func (s *Server) unknown(tier, class string) string {
 func groupDescriptors(descs []descriptor) []*group {
 	var gr grouper[quota.Tenant]
 	for i, d := range descs {
-		gr.add(d.tenant, d.tenant, d.cost, d.class, i)
+		if !d.negative {
+			gr.add(d.tenant, d.tenant, d.cost, d.class, i)
+		}
 	}
 	return gr.groups
 }
@@ -218,11 +230,10 @@ func groupDescriptors(descs []descriptor) []*group {
 // call's answer when the store cannot decide and the policy is fail closed.
 func (s *Server) decide(ctx context.Context, g *group) error {
 	g.d, g.err = s.lim.Check(ctx, g.request())
-	// Envoy's API has no call when the request ends, so a gateway holds no
-	// concurrency slot: one taken (a class with a limit, which tollgate-rls
-	// refuses at start-up, or a tenant's override) is freed at once, and
-	// such a class is only denied while the services' requests fill it
-	g.d.Slot.Release()
+	// a slot taken is held until the request's negative hit frees it, or
+	// for the hold time (WithSlotHold; without it, freed at once); a hit
+	// that charged nothing is owed its negative hit
+	s.settled(g)
 	if g.err != nil && s.cfg.onError != nil {
 		s.cfg.onError(ctx, g.err)
 	}

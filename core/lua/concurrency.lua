@@ -55,6 +55,15 @@
 -- stopped: that slot expires a lease after it was taken, as any slot whose
 -- holder is gone.
 
+-- Free (one key, the slot set; ARGV[1] to ARGV[4] as Renew's, ARGV[5]
+-- "free", ARGV[6] a group's id prefix or ""): frees one slot for a caller
+-- that sees a request's start and end as two calls, possibly to different
+-- processes (a gateway's hit and negative hit). The slot ARGV[2] ("" for
+-- none) is removed while it still counts; else, with a prefix, the live
+-- slot whose id starts with it and whose deadline is the earliest (at most
+-- N live slots are read). Replies 1 when a slot was removed, else 0. Its
+-- holder, if another process, finds it gone at its next renewal.
+
 -- A number handed to redis.call is formatted with 14 digits: deadlines
 -- (16 digits) are formatted here.
 
@@ -82,6 +91,25 @@ end
 
 if nk == 1 then
   local skey, id = KEYS[1], ARGV[2]
+  if ARGV[5] == 'free' then
+    -- the slot id when it still counts, else the live slot of group
+    -- ARGV[6] (an id prefix, "" for none) with the earliest deadline
+    local score = id ~= '' and redis.call('ZSCORE', skey, id)
+    if score and tonumber(score) > now then
+      redis.call('ZREM', skey, id)
+      return 1
+    end
+    local p = ARGV[6]
+    if p == '' then return 0 end
+    local live = redis.call('ZRANGEBYSCORE', skey, '(' .. stamp, '+inf')
+    for _, m in ipairs(live) do
+      if sub(m, 1, #p) == p then
+        redis.call('ZREM', skey, m)
+        return 1
+      end
+    end
+    return 0
+  end
   local score = redis.call('ZSCORE', skey, id)
   if ARGV[5] == 'forget' then
     -- a live or expired slot has a positive score, a tombstone a negative one

@@ -53,7 +53,7 @@ var differences = map[string]string{
 	"denied":   "a denied request is not charged in tollgate (the bucket keeps its tokens), while the reference's counter keeps counting; so after a denial the reference stays over limit for a peek (hits_addend 0) and tollgate reports the tokens left.",
 	"twice":    "one descriptor named twice in a request is one bucket charged once in tollgate; the reference increments its counter once per descriptor.",
 	"quota":    "quota_mode over its limit: the reference installed (January 2026) answers the descriptor OK and never the request OVER_LIMIT for it; since March 2026 (envoyproxy/ratelimit#1059) it answers the descriptor OVER_LIMIT and the request OVER_LIMIT when every quota of it is over (or a descriptor that is not a quota), as tollgate does.",
-	"negative": "is_negative_hits: the reference ignores the flag and charges the hits; tollgate answers the request invalid (negative hits are not supported yet, and a flag it cannot honour is not ignored).",
+	"negative": "is_negative_hits: the installable reference ignores the flag and charges the hits; tollgate refunds them (never above the capacity) and answers OK without a limit.",
 	// shown by TestOneTagAllOrNothingWhateverTheCosts and TestMixedCost*:
 	// the reference's own files give one tag to one descriptor's entries,
 	// so only tollgate's tenant block puts two buckets on one tag; one

@@ -251,8 +251,6 @@ func TestInvalidDescriptors(t *testing.T) {
 	c := redistest.Client(t)
 	lim := newLimiter(t, c)
 	client := serve(t, lim, rls.WithMaxCost(50), rls.WithTrustedTier(true))
-	negative := desc("tenant", "t1")
-	negative.IsNegativeHits = true
 	big := desc("tenant", "t1")
 	big.HitsAddend = wrapperspb.UInt64(51)
 	cases := []struct {
@@ -265,7 +263,6 @@ func TestInvalidDescriptors(t *testing.T) {
 		{desc("tenant", strings.Repeat("x", 300)), "tenant ID"},
 		{desc("tenant", "t1", "class", "no such/class"), "bucket name"},
 		{desc("tenant", "t1", "tenant", "t2"), `"tenant" given twice`},
-		{negative, "is_negative_hits"},
 		{big, "hits_addend must be 0 to 50, got 51"},
 	}
 	req := request(0)

@@ -90,10 +90,9 @@ func TestTenantRuleSharesTheServicesBucket(t *testing.T) {
 	}
 }
 
-// TestTenantRuleHoldsNoSlot: a tenant rule's class with a concurrency
-// limit (a tenant's override can give it one while the service runs) takes
-// a slot, and Envoy never says when the request ends: the slot is freed at
-// once, as without rules, or the tenant's next request is denied.
+// TestTenantRuleHoldsNoSlot: without WithSlotHold a tenant rule's class
+// with a concurrency limit frees the slot a hit takes at once, as without
+// rules: the tenant's next request is admitted.
 func TestTenantRuleHoldsNoSlot(t *testing.T) {
 	ts := quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{"free": {Classes: map[string]quota.Quota{
 		"jobs": {Capacity: 100, RefillPerSecond: 100, Concurrency: 1},
@@ -102,6 +101,34 @@ func TestTenantRuleHoldsNoSlot(t *testing.T) {
 	for i := range 3 {
 		if st := ask(t, c, edge(desc("tenant", "t1"))).GetStatuses()[0]; st.GetCode() != rlsv3.RateLimitResponse_OK {
 			t.Fatalf("request %d: %v; want OK, the slot of the one before freed", i, st)
+		}
+	}
+}
+
+// TestTenantRuleHoldsItsSlot: with WithSlotHold the tenant rule's hit
+// holds its slot until its negative hit, as without rules.
+func TestTenantRuleHoldsItsSlot(t *testing.T) {
+	ts := quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{"free": {Classes: map[string]quota.Quota{
+		"jobs": {Capacity: 100, RefillPerSecond: 100, Concurrency: 1},
+	}}}}
+	c, _, _ := rulesServerOver(t, ts, "domain: edge\ndescriptors:\n  - key: tenant\n    tollgate: {tenant: tenant, class: jobs}\n",
+		[]core.Option{core.WithSlotGroup("gw")}, rls.WithSlotHold(time.Minute))
+	neg := desc("tenant", "t1")
+	neg.IsNegativeHits = true
+	for i, step := range []struct {
+		d    *ratelimitv3.RateLimitDescriptor
+		want rlsv3.RateLimitResponse_Code
+	}{
+		{desc("tenant", "t1"), rlsv3.RateLimitResponse_OK},
+		{desc("tenant", "t1"), rlsv3.RateLimitResponse_OVER_LIMIT},
+		{neg, rlsv3.RateLimitResponse_OK}, // the denied hit's: frees nothing
+		{desc("tenant", "t1"), rlsv3.RateLimitResponse_OVER_LIMIT},
+		{neg, rlsv3.RateLimitResponse_OK},
+		{neg, rlsv3.RateLimitResponse_OK}, // the first hit's
+		{desc("tenant", "t1"), rlsv3.RateLimitResponse_OK},
+	} {
+		if res := ask(t, c, edge(step.d)); res.GetOverallCode() != step.want {
+			t.Fatalf("step %d: %v, want %v", i, res, step.want)
 		}
 	}
 }

@@ -167,17 +167,15 @@ func TestServeBadConfig(t *testing.T) {
 	}
 }
 
-// A concurrency limit is refused at start-up: Envoy cannot release a slot.
-func TestServeRefusesConcurrency(t *testing.T) {
-	cfg := filepath.Join(t.TempDir(), "tiers.yaml")
-	yaml := "version: 1\ndefault_tier: free\ntiers:\n  free:\n    classes:\n      default: {capacity: 20, refill_per_second: 2}\n      reports: {capacity: 100, refill_per_second: 10, concurrency: 2}\n"
-	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	env := map[string]string{"ADDR": "127.0.0.1:0", "METRICS_ADDR": "off", "TOLLGATE_CONFIG": cfg}
-	err := run(context.Background(), func(k string) string { return env[k] }, io.Discard, nil)
-	if err == nil || !strings.Contains(err.Error(), `tier "free" class "reports" has a concurrency limit, which tollgate-rls cannot enforce`) {
-		t.Fatalf("run with a concurrency limit: %v", err)
+// TOLLGATE_SLOT_MAX_HOLD takes a duration from 0 to rls.MaxSlotHold; any
+// other value stops the start, naming it.
+func TestServeBadSlotHold(t *testing.T) {
+	for _, v := range []string{"soon", "-1s", "25h"} {
+		env := map[string]string{"ADDR": "127.0.0.1:0", "METRICS_ADDR": "off", "TOLLGATE_SLOT_MAX_HOLD": v}
+		err := run(context.Background(), func(k string) string { return env[k] }, io.Discard, nil)
+		if err == nil || !strings.Contains(err.Error(), "TOLLGATE_SLOT_MAX_HOLD") {
+			t.Errorf("TOLLGATE_SLOT_MAX_HOLD=%s: %v", v, err)
+		}
 	}
 }
 

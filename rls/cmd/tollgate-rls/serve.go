@@ -9,11 +9,9 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"maps"
 	"net"
 	"net/http"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -125,7 +123,9 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 	opts := []config.OpenOption{
 		config.WithRedisClient(client),
 		config.WithLogger(log),
-		config.WithLimiterOptions(st.limiterOptions(mp)...),
+		// every replica's gateway slots are one group: a negative hit
+		// frees one of them wherever its hit was (docs/envoy.md)
+		config.WithLimiterOptions(append(st.limiterOptions(mp), core.WithSlotGroup(slotGroup))...),
 	}
 	if u := getenv("DATABASE_URL"); u != "" {
 		store, closeDB, err := openOverrides(ctx, u, log)
@@ -139,6 +139,11 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 	if err != nil {
 		return err
 	}
+	hold, err := slotHold(getenv)
+	if err != nil {
+		return err
+	}
+	srvOpts = append(srvOpts, rls.WithSlotHold(hold))
 	// With RLS_CONFIG the limiter resolves through its rules, which fall
 	// back to the tiers for the services' classes.
 	var rules *rls.Rules
@@ -172,10 +177,6 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 		return fmt.Errorf("TOLLGATE_CONFIG: %w", err)
 	case err != nil: // Redis does not answer
 		return fmt.Errorf("REDIS_URL: %w", err)
-	}
-	if err := refuseConcurrency(svc.Config.Tiers); err != nil {
-		_ = svc.Close()
-		return fmt.Errorf("TOLLGATE_CONFIG: %w", err)
 	}
 	closers = append(closers, func() { _ = svc.Close() })
 	lim, style := svc.Limiter, svc.Config.HeaderStyle
@@ -460,22 +461,26 @@ func openOverrides(ctx context.Context, u string, log *slog.Logger) (*sqlquota.S
 	return s, func() { _ = db.Close() }, nil
 }
 
-// refuseConcurrency refuses a tier file with a concurrency limit: Envoy's
-// rate limit service API has no call that ends a request, so a gateway
-// could take a slot but never free it (docs/envoy.md).
-func refuseConcurrency(ts quota.Tiers) error {
-	for _, tn := range slices.Sorted(maps.Keys(ts.Tiers)) {
-		t := ts.Tiers[tn]
-		for _, class := range slices.Sorted(maps.Keys(t.Classes)) {
-			if t.Classes[class].Concurrency > 0 {
-				return fmt.Errorf("tier %q class %q has a concurrency limit, which tollgate-rls cannot enforce: Envoy's rate limit API has no call when a request ends, so a slot would never be freed; enforce it in the service with a tollgate adapter", tn, class)
-			}
-		}
-		if t.Ceiling != nil && t.Ceiling.Concurrency > 0 {
-			return fmt.Errorf("tier %q ceiling has a concurrency limit, which tollgate-rls cannot enforce: Envoy's rate limit API has no call when a request ends, so a slot would never be freed; enforce it in the service with a tollgate adapter", tn)
-		}
+// slotGroup marks the concurrency slots tollgate-rls takes (core.WithSlotGroup).
+const slotGroup = "tollgate-rls"
+
+// defaultSlotHold is how long a hit's concurrency slot is held at most
+// without its negative hit (TOLLGATE_SLOT_MAX_HOLD).
+const defaultSlotHold = time.Minute
+
+// slotHold reads TOLLGATE_SLOT_MAX_HOLD: the longest a hit's concurrency
+// slot is held without its negative hit (rls.WithSlotHold), a Go duration
+// above 0 and at most rls.MaxSlotHold; "0" frees a hit's slot at once.
+func slotHold(getenv func(string) string) (time.Duration, error) {
+	v := getenv("TOLLGATE_SLOT_MAX_HOLD")
+	if v == "" {
+		return defaultSlotHold, nil
 	}
-	return nil
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 || d > rls.MaxSlotHold {
+		return 0, fmt.Errorf("TOLLGATE_SLOT_MAX_HOLD: want a duration from 0 to %v (as 90s), got %q", rls.MaxSlotHold, v)
+	}
+	return d, nil
 }
 
 // newLogger is the command's logger: text (or with LOG_FORMAT=json, JSON)
