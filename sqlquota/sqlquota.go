@@ -294,12 +294,10 @@ func (st scanTime) parse(v string) error {
 // checkTenant reports whether id can be stored: TEXT columns hold valid
 // UTF-8 without NUL (PostgreSQL refuses anything else).
 func checkTenant(id string) error {
-	switch {
-	case id == "":
-		return fmt.Errorf("%w: tenant ID is empty", core.ErrInvalidRequest)
-	case len(id) > quota.MaxTenantIDLen:
-		return fmt.Errorf("%w: tenant ID is %d bytes, longer than %d", core.ErrInvalidRequest, len(id), quota.MaxTenantIDLen)
-	case !storable(id):
+	if err := keys.ValidateTenantID(id); err != nil {
+		return err
+	}
+	if !storable(id) {
 		return fmt.Errorf("%w: tenant ID %q is not valid UTF-8 text without NUL bytes, so it cannot have overrides", core.ErrInvalidRequest, keys.EscapeID(id))
 	}
 	return nil
