@@ -304,7 +304,7 @@ func (g *Gate) CheckRoute(ctx context.Context, t quota.Tenant, r Route) Verdict 
 func (g *Gate) render(t quota.Tenant, r Route, d core.Decision, err error) Verdict {
 	v := Verdict{Proceed: d.Allowed, Decision: d, Tenant: t, Route: r, Checked: true, Err: err,
 		Headers: render.Headers(d, g.style, g.now())}
-	if g.reports && settleable(d) {
+	if g.reports && d.Settleable() {
 		v.report = &costReport{lim: g.lim}
 	}
 	if !d.Allowed {
