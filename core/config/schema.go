@@ -322,41 +322,26 @@ func (p *schema) classes(n *yaml.Node, field string) (classes map[string]quota.Q
 	return out, declared
 }
 
-// intIn reads field's integer, which must be lo to hi: below lo it fails
-// with "must be <low>", above hi with "must be <= hi"; 0 and false for
-// a value it refused.
-func (p *schema) intIn(n *yaml.Node, field string, lo, hi int64, low string) (int64, bool) {
-	v, ok := p.int64(n, field)
-	switch {
+// inRange reads field with read (p.int64 or p.float): a finite number,
+// not tooLow (else it fails with "must be <low>") and at most hi. It
+// returns 0 and false for a value it refused.
+func inRange[T int64 | float64](p *schema, n *yaml.Node, field string, read func(*yaml.Node, string) (T, bool), tooLow func(T) bool, hi T, low string) (T, bool) {
+	v, ok := read(n, field)
+	switch f := float64(v); {
 	case !ok:
-	case v < lo:
-		p.failAt(deref(n), field, "must be %s, got %d", low, v)
+	case math.IsNaN(f) || math.IsInf(f, 0):
+		p.failAt(deref(n), field, "must be finite, got %v", v)
+	case tooLow(v):
+		p.failAt(deref(n), field, "must be %s, got %v", low, v)
 	case v > hi:
-		p.failAt(deref(n), field, "must be <= %d, got %d", hi, v)
+		p.failAt(deref(n), field, "must be <= %v, got %v", hi, v)
 	default:
 		return v, true
 	}
 	return 0, false
 }
 
-// floatIn reads field's number, which must be finite, not tooLow (else it
-// fails with "must be <low>") and at most hi; 0 and false for a value it
-// refused.
-func (p *schema) floatIn(n *yaml.Node, field string, tooLow func(float64) bool, hi float64, low string) (float64, bool) {
-	v, ok := p.float(n, field)
-	switch {
-	case !ok:
-	case math.IsNaN(v) || math.IsInf(v, 0):
-		p.failAt(deref(n), field, "must be finite, got %v", v)
-	case tooLow(v):
-		p.failAt(deref(n), field, "must be %s, got %v", low, v)
-	case v > hi:
-		p.failAt(deref(n), field, "must be <= %g, got %v", hi, v)
-	default:
-		return v, true
-	}
-	return 0, false
-}
+func belowOne[T int64 | float64](v T) bool { return v < 1 }
 
 func (p *schema) quota(n *yaml.Node, field string) (quota.Quota, bool) {
 	var q quota.Quota
@@ -369,16 +354,16 @@ func (p *schema) quota(n *yaml.Node, field string) (quota.Quota, bool) {
 		switch e.name {
 		case "capacity":
 			capSeen = true
-			q.Capacity, capOK = p.intIn(e.val, field+".capacity", 1, quota.MaxCapacity, "> 0")
+			q.Capacity, capOK = inRange(p, e.val, field+".capacity", p.int64, belowOne, quota.MaxCapacity, "> 0")
 		case "concurrency":
-			q.Concurrency, _ = p.intIn(e.val, field+".concurrency", 1, quota.MaxConcurrency, ">= 1 (omit it for no concurrency limit)")
+			q.Concurrency, _ = inRange(p, e.val, field+".concurrency", p.int64, belowOne, quota.MaxConcurrency, ">= 1 (omit it for no concurrency limit)")
 		case "max_debt":
-			q.MaxDebt, _ = p.intIn(e.val, field+".max_debt", 1, quota.MaxCost, ">= 1 (omit it to carry a debt in full)")
+			q.MaxDebt, _ = inRange(p, e.val, field+".max_debt", p.int64, belowOne, quota.MaxCost, ">= 1 (omit it to carry a debt in full)")
 		case "max_settle_ratio":
-			q.MaxSettleRatio, _ = p.floatIn(e.val, field+".max_settle_ratio", func(v float64) bool { return v < 1 }, quota.MaxSettleRatioLimit, ">= 1 (omit it to settle any actual cost)")
+			q.MaxSettleRatio, _ = inRange(p, e.val, field+".max_settle_ratio", p.float, belowOne, quota.MaxSettleRatioLimit, ">= 1 (omit it to settle any actual cost)")
 		case "refill_per_second":
 			rateSeen = true
-			q.RefillPerSecond, rateOK = p.floatIn(e.val, field+".refill_per_second", func(v float64) bool { return v <= 0 }, quota.MaxRefillPerSecond, "> 0")
+			q.RefillPerSecond, rateOK = inRange(p, e.val, field+".refill_per_second", p.float, func(v float64) bool { return v <= 0 }, quota.MaxRefillPerSecond, "> 0")
 		}
 	}
 	if !capSeen {
