@@ -107,6 +107,9 @@ func (c *converter) node(d rlconfig.Descriptor, tier, path string, depth int) {
 	if d.QuotaMode {
 		c.problem(path, "quota_mode has no tier-file equivalent; not converted")
 	}
+	if len(d.Metadata) > 0 {
+		c.problem(path, "metadata has no tier-file equivalent (tollgate-rls sends it with RLS_CONFIG and RESPONSE_DYNAMIC_METADATA); not converted")
+	}
 	if d.Tollgate != nil {
 		c.problem(path, "the tollgate block has no tier-file equivalent (tollgate-rls serves it with RLS_CONFIG); left out")
 		return

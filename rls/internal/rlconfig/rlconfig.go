@@ -30,6 +30,8 @@ type Descriptor struct {
 	DetailedMetric bool         `yaml:"detailed_metric,omitempty"`
 	ValueToMetric  bool         `yaml:"value_to_metric,omitempty"`
 	ShareThreshold bool         `yaml:"share_threshold,omitempty"`
+	// Metadata is the descriptor's metadata, the user's own keys.
+	Metadata map[string]any `yaml:"metadata,omitempty"`
 	// Tollgate is tollgate-rls's own block: the descriptor's bucket is the
 	// services' (tenant, class).
 	Tollgate *Tollgate `yaml:"tollgate,omitempty"`
