@@ -5,7 +5,7 @@ import (
 	"github.com/tollgate-go/tollgate/core/quota"
 )
 
-// The token-bucket arithmetic of the script (lua/tokenbucket.lua), for the
+// The token-bucket arithmetic of the scripts (lua/refill.lua), for the
 // answers the limiter works out without it: the local fallback, the deny
 // cache, leases and the retry time of the script's own denials. The
 // formulas and their operand order are the script's, so that the same

@@ -125,7 +125,11 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 	} else if ci >= 0 {
 		// the concurrency script: no token lease (a slot is taken per
 		// request), the deny cache still proves a bucket's denial
-		c.slot = &slotCall{index: ci, key: ks[ci] + ":slots", id: l.newSlotID()}
+		sk, err := l.keys.Slots(req.Tenant.ID, buckets[ci].Name)
+		if err != nil {
+			return Decision{Reason: ReasonInvalid, Cost: req.Cost}, err
+		}
+		c.slot = &slotCall{index: ci, key: sk, id: l.newSlotID()}
 	}
 	d, err := l.layers.decide(ctx, c)
 	d.class, d.also = req.Class, req.Also
@@ -147,7 +151,7 @@ func (l *Limiter) buckets(ctx context.Context, req Request, class string) ([]quo
 }
 
 func (l *Limiter) validate(req Request) error {
-	if err := validateTenantID(req.Tenant.ID); err != nil {
+	if err := keys.ValidateTenantID(req.Tenant.ID); err != nil {
 		return err
 	}
 	if err := quota.ValidateName(req.Class); err != nil {
@@ -180,18 +184,6 @@ func orDefault(class string) string {
 		return quota.DefaultClass
 	}
 	return class
-}
-
-// validateTenantID reports what is wrong with a tenant ID: empty, or longer
-// than MaxTenantIDLen.
-func validateTenantID(id string) error {
-	if id == "" {
-		return fmt.Errorf("%w: tenant ID is empty", ErrInvalidRequest)
-	}
-	if len(id) > quota.MaxTenantIDLen {
-		return fmt.Errorf("%w: tenant ID is %d bytes, longer than %d", ErrInvalidRequest, len(id), quota.MaxTenantIDLen)
-	}
-	return nil
 }
 
 // concurrentBucket returns the index of the bucket with a concurrency

@@ -91,6 +91,21 @@ type BucketState struct {
 	InFlight int64
 }
 
+// Remaining is b's balance rounded down, never negative: a decision's
+// Remaining, and what each bucket of it has left.
+func (b BucketState) Remaining() int64 {
+	if r := math.Floor(b.Tokens); r > 0 {
+		return int64(r)
+	}
+	return 0
+}
+
+// ResetAfter is how long until b is full again at its refill rate: a
+// decision's ResetAfter, and each bucket's.
+func (b BucketState) ResetAfter() time.Duration {
+	return bucketmath.Duration((float64(b.Quota.Capacity) - b.Tokens) / b.Quota.RefillPerSecond)
+}
+
 // Decision is the limiter's answer to one request. Every number an adapter
 // renders (headers, status, body, gRPC details) is derived from it by
 // package render, so every adapter renders the same answer.
@@ -167,12 +182,10 @@ func newDecision(states []BucketState, binding int, reason Reason, retry float64
 		Cost:    cost,
 		Buckets: states,
 	}
-	if r := math.Floor(b.Tokens); r > 0 {
-		d.Remaining = int64(r)
-	}
+	d.Remaining = b.Remaining()
 	if reason == ReasonOverLimit {
 		d.RetryAfter = bucketmath.Duration(retry)
 	}
-	d.ResetAfter = bucketmath.Duration((float64(b.Quota.Capacity) - b.Tokens) / b.Quota.RefillPerSecond)
+	d.ResetAfter = b.ResetAfter()
 	return d
 }

@@ -6,7 +6,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/tollgate-go/tollgate/core/internal/names"
 	"github.com/tollgate-go/tollgate/core/quota"
 )
 
@@ -23,9 +22,13 @@ func (l *Limiter) Reset(ctx context.Context, t quota.Tenant, buckets ...string) 
 		if err != nil {
 			return 0, err
 		}
-		keys = append(keys, k, k+":slots") // keys.Keys.Slots
+		sk, err := l.keys.Slots(t.ID, b)
+		if err != nil {
+			return 0, err
+		}
+		keys = append(keys, k, sk)
 	}
-	pattern, err := names.TenantPattern(l.keys.Prefix(), t.ID)
+	pattern, err := l.keys.TenantPattern(t.ID)
 	if err != nil {
 		return 0, err
 	}

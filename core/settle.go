@@ -18,12 +18,12 @@ import (
 // and batcher are untouched.
 var settleScript = transport.NewScript(lua.Settle())
 
-// settleable reports whether d is a reservation that Limiter.Settle can settle:
-// admitted and charged by the store (ReasonOK, not by the local fallback)
-// with a cost above zero. A request let through unchecked (failed open,
-// shadow mode) or charged by the local fallback has nothing in the store to
-// settle.
-func (d Decision) settleable() bool {
+// Settleable reports whether d is a reservation that Limiter.Settle can
+// settle: admitted and charged by the store (ReasonOK, not by the local
+// fallback) with a cost above zero. A request let through unchecked (failed
+// open, shadow mode) or charged by the local fallback has nothing in the
+// store to settle, and Settle makes no call for it.
+func (d Decision) Settleable() bool {
 	return d.Reason == ReasonOK && !d.Fallback && d.Cost > 0 && len(d.Buckets) > 0
 }
 
@@ -64,7 +64,7 @@ func (l *Limiter) Settle(ctx context.Context, t quota.Tenant, d Decision, actual
 	if actual < 0 || actual > quota.MaxCost {
 		return 0, fmt.Errorf("%w: actual cost must be 0 to %d, got %d", ErrInvalidRequest, int64(quota.MaxCost), actual)
 	}
-	if !d.settleable() || actual == d.Cost {
+	if !d.Settleable() || actual == d.Cost {
 		return 0, nil
 	}
 	if d.mixedCosts {

@@ -44,7 +44,7 @@ const (
 
 // misconfiguredMessage is the status message of every misconfiguration
 // answer (codes.Internal): fixed, the cause goes to the error handler only.
-const misconfiguredMessage = "The rate limiter is misconfigured."
+var misconfiguredMessage = render.MisconfiguredProblem().Detail
 
 // interceptors is a configured pair of server interceptors over one gate.
 // err, when set, is a misconfiguration: every call is answered Internal

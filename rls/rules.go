@@ -15,6 +15,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/rls/internal/rlconfig"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 )
@@ -105,18 +106,6 @@ type rule struct {
 	tenantClass string
 }
 
-// unitSeconds are the reference's units; a month is 30 days and a year 365
-// (a bucket refills continuously: there is no calendar).
-var unitSeconds = map[rlsv3.RateLimitResponse_RateLimit_Unit]float64{
-	rlsv3.RateLimitResponse_RateLimit_SECOND: 1,
-	rlsv3.RateLimitResponse_RateLimit_MINUTE: 60,
-	rlsv3.RateLimitResponse_RateLimit_HOUR:   3600,
-	rlsv3.RateLimitResponse_RateLimit_DAY:    86400,
-	rlsv3.RateLimitResponse_RateLimit_WEEK:   7 * 86400,
-	rlsv3.RateLimitResponse_RateLimit_MONTH:  30 * 86400,
-	rlsv3.RateLimitResponse_RateLimit_YEAR:   365 * 86400,
-}
-
 // The keys each level of a file may hold: the reference's, plus tollgate's
 // own block on a descriptor.
 var (
@@ -127,42 +116,12 @@ var (
 	tollgateKeys   = []string{"tenant", "tier", "class"}
 )
 
-type yamlRoot struct {
-	Domain      string           `yaml:"domain"`
-	Descriptors []yamlDescriptor `yaml:"descriptors"`
-}
-
-type yamlDescriptor struct {
-	Key            string           `yaml:"key"`
-	Value          string           `yaml:"value"`
-	RateLimit      *yamlRateLimit   `yaml:"rate_limit"`
-	Descriptors    []yamlDescriptor `yaml:"descriptors"`
-	ShadowMode     bool             `yaml:"shadow_mode"`
-	QuotaMode      bool             `yaml:"quota_mode"`
-	DetailedMetric bool             `yaml:"detailed_metric"`
-	ValueToMetric  bool             `yaml:"value_to_metric"`
-	ShareThreshold bool             `yaml:"share_threshold"`
-	Metadata       map[string]any   `yaml:"metadata"`
-	Tollgate       *yamlTollgate    `yaml:"tollgate"`
-	line           int
-}
-
-type yamlRateLimit struct {
-	RequestsPerUnit uint32 `yaml:"requests_per_unit"`
-	Unit            string `yaml:"unit"`
-	UnitMultiplier  uint32 `yaml:"unit_multiplier"` // 0 or 1: one unit
-	Unlimited       bool   `yaml:"unlimited"`
-	Name            string `yaml:"name"`
-	Replaces        []struct {
-		Name string `yaml:"name"`
-	} `yaml:"replaces"`
-}
-
-type yamlTollgate struct {
-	Tenant string `yaml:"tenant"`
-	Tier   string `yaml:"tier"`
-	Class  string `yaml:"class"`
-}
+// The reference's YAML, read into rlconfig's types (tollgate-rls convert
+// and its xDS client use the same).
+type (
+	yamlRoot       = rlconfig.Root
+	yamlDescriptor = rlconfig.Descriptor
+)
 
 // ParseConfig reads one envoyproxy/ratelimit configuration file (one
 // domain) named name. The error names the file and line of the first
@@ -378,7 +337,7 @@ func lines(root *yaml.Node, y *yamlRoot) {
 			seq := n.Content[i+1]
 			for j, e := range seq.Content {
 				if j < len(ds) {
-					ds[j].line = e.Line
+					ds[j].Line = e.Line
 					walk(e, ds[j].Descriptors)
 				}
 			}
@@ -391,11 +350,11 @@ func lines(root *yaml.Node, y *yamlRoot) {
 // depth is how many levels are above ds (0 for a domain's descriptors).
 func (c *Config) load(file string, parent *ruleNode, domain, parentKey string, ds []yamlDescriptor, depth int) error {
 	if depth >= maxDepth && len(ds) > 0 {
-		return configError(file, ds[0].line, "descriptors nested deeper than %d", maxDepth)
+		return configError(file, ds[0].Line, "descriptors nested deeper than %d", maxDepth)
 	}
 	for _, d := range ds {
 		if d.Key == "" {
-			return configError(file, d.line, "descriptor has empty key")
+			return configError(file, d.Line, "descriptor has empty key")
 		}
 		finalKey := d.Key
 		if d.Value != "" {
@@ -403,20 +362,20 @@ func (c *Config) load(file string, parent *ruleNode, domain, parentKey string, d
 		}
 		path := parentKey + finalKey
 		if _, dup := parent.children[finalKey]; dup {
-			return configError(file, d.line, "duplicate descriptor composite key '%s'", path)
+			return configError(file, d.Line, "duplicate descriptor composite key '%s'", path)
 		}
 		n := &ruleNode{children: map[string]*ruleNode{}}
 		wild := strings.Contains(finalKey, "*")
 		if d.ShareThreshold {
 			if !wild {
-				return configError(file, d.line, "share_threshold can only be used with wildcard values (containing '*'), but found key '%s'", finalKey)
+				return configError(file, d.Line, "share_threshold can only be used with wildcard values (containing '*'), but found key '%s'", finalKey)
 			}
 			n.share, n.pattern = true, strings.TrimPrefix(finalKey, d.Key+"_")
 		}
 		// read at every level, as the reference does; sent with a rule's answers
 		md, err := metadataStruct(d.Metadata)
 		if err != nil {
-			return configError(file, d.line, "error parsing metadata: %v", err)
+			return configError(file, d.Line, "error parsing metadata: %v", err)
 		}
 		if d.RateLimit != nil || d.Tollgate != nil {
 			r, err := c.rule(file, domain, path, d)
@@ -442,20 +401,20 @@ func (c *Config) rule(file, domain, path string, d yamlDescriptor) (*rule, error
 	r := &rule{path: path, shadow: d.ShadowMode, quotaMode: d.QuotaMode, class: ruleClass(path)}
 	if t := d.Tollgate; t != nil {
 		if d.RateLimit != nil {
-			return nil, configError(file, d.line, "a descriptor with tollgate.tenant takes its quota from the tier file and overrides: remove its rate_limit")
+			return nil, configError(file, d.Line, "a descriptor with tollgate.tenant takes its quota from the tier file and overrides: remove its rate_limit")
 		}
 		if t.Tenant == "" {
-			return nil, configError(file, d.line, "tollgate: tenant (the descriptor entry holding the tenant ID) is required")
+			return nil, configError(file, d.Line, "tollgate: tenant (the descriptor entry holding the tenant ID) is required")
 		}
 		r.tenantKey, r.tierKey, r.tenantClass = t.Tenant, t.Tier, t.Class
 		if r.tenantClass == "" {
 			r.tenantClass = quota.DefaultClass
 		}
 		if err := quota.ValidateName(r.tenantClass); err != nil {
-			return nil, configError(file, d.line, "tollgate: class: %v", err)
+			return nil, configError(file, d.Line, "tollgate: class: %v", err)
 		}
 		if strings.HasPrefix(r.tenantClass, ruleClassPrefix) {
-			return nil, configError(file, d.line, "tollgate: class %q: the prefix %q is kept for rules", r.tenantClass, ruleClassPrefix)
+			return nil, configError(file, d.Line, "tollgate: class %q: the prefix %q is kept for rules", r.tenantClass, ruleClassPrefix)
 		}
 		c.rules[r.class] = r
 		return r, nil
@@ -465,17 +424,17 @@ func (c *Config) rule(file, domain, path string, d yamlDescriptor) (*rule, error
 	validUnit = validUnit && unit != int32(rlsv3.RateLimitResponse_RateLimit_UNKNOWN)
 	switch {
 	case y.Unlimited && validUnit:
-		return nil, configError(file, d.line, "should not specify rate limit unit when unlimited")
+		return nil, configError(file, d.Line, "should not specify rate limit unit when unlimited")
 	case !y.Unlimited && !validUnit:
-		return nil, configError(file, d.line, "invalid rate limit unit '%s'", y.Unit)
+		return nil, configError(file, d.Line, "invalid rate limit unit '%s'", y.Unit)
 	}
 	r.unlimited, r.name = y.Unlimited, y.Name
 	for _, rep := range y.Replaces {
 		switch {
 		case rep.Name == "":
-			return nil, configError(file, d.line, "should not have an empty replaces entry")
+			return nil, configError(file, d.Line, "should not have an empty replaces entry")
 		case rep.Name == y.Name:
-			return nil, configError(file, d.line, "replaces should not contain name of same descriptor")
+			return nil, configError(file, d.Line, "replaces should not contain name of same descriptor")
 		}
 		if r.replaces == nil {
 			r.replaces = make(map[string]struct{}, len(y.Replaces))
@@ -490,7 +449,7 @@ func (c *Config) rule(file, domain, path string, d yamlDescriptor) (*rule, error
 		} else {
 			q, err := unitQuota(y.RequestsPerUnit, u, max(y.UnitMultiplier, 1))
 			if err != nil {
-				return nil, configError(file, d.line, "%v", err)
+				return nil, configError(file, d.Line, "%v", err)
 			}
 			r.quota = q
 		}
@@ -537,13 +496,11 @@ func metadataStruct(m map[string]any) (*structpb.Struct, error) {
 // unitQuota is the token bucket of n requests per mult units: capacity n,
 // refilled evenly over the window.
 func unitQuota(n uint32, u rlsv3.RateLimitResponse_RateLimit_Unit, mult uint32) (quota.Quota, error) {
-	secs, ok := unitSeconds[u]
+	secs, ok := rlconfig.Window(u.String(), mult)
 	if !ok {
 		return quota.Quota{}, fmt.Errorf("invalid rate limit unit %v", u)
 	}
-	secs *= float64(mult)
-	q := quota.Quota{Capacity: int64(n), RefillPerSecond: float64(n) / secs}
-	return q, q.Validate()
+	return rlconfig.Quota(n, secs)
 }
 
 // ruleClass is the bucket name of the rule at path: readable, unique (a

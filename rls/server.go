@@ -366,8 +366,7 @@ func descriptorStatus(g *group, class string) *rlsv3.RateLimitResponse_Descripto
 		}
 	}
 	b := mine[binding]
-	reset := time.Duration(math.Ceil((float64(b.Quota.Capacity) - b.Tokens) / b.Quota.RefillPerSecond * 1e9))
-	remaining := uint32(min(max(math.Floor(b.Tokens), 0), math.MaxUint32))
+	remaining := uint32(min(b.Remaining(), math.MaxUint32))
 	if code == rlsv3.RateLimitResponse_OVER_LIMIT {
 		remaining = 0 // as the reference: a denial leaves nothing for this request
 	}
@@ -375,7 +374,7 @@ func descriptorStatus(g *group, class string) *rlsv3.RateLimitResponse_Descripto
 		Code:               code,
 		CurrentLimit:       currentLimit(b.Name, b.Quota),
 		LimitRemaining:     remaining,
-		DurationUntilReset: durationpb.New(max(reset, 0)),
+		DurationUntilReset: durationpb.New(b.ResetAfter()),
 	}
 }
 

@@ -294,12 +294,10 @@ func (st scanTime) parse(v string) error {
 // checkTenant reports whether id can be stored: TEXT columns hold valid
 // UTF-8 without NUL (PostgreSQL refuses anything else).
 func checkTenant(id string) error {
-	switch {
-	case id == "":
-		return fmt.Errorf("%w: tenant ID is empty", core.ErrInvalidRequest)
-	case len(id) > quota.MaxTenantIDLen:
-		return fmt.Errorf("%w: tenant ID is %d bytes, longer than %d", core.ErrInvalidRequest, len(id), quota.MaxTenantIDLen)
-	case !storable(id):
+	if err := keys.ValidateTenantID(id); err != nil {
+		return err
+	}
+	if !storable(id) {
 		return fmt.Errorf("%w: tenant ID %q is not valid UTF-8 text without NUL bytes, so it cannot have overrides", core.ErrInvalidRequest, keys.EscapeID(id))
 	}
 	return nil
@@ -495,22 +493,21 @@ func scanAll(rows *sql.Rows) (out []Override, bad []error, err error) {
 // types one by one, so that a value of the wrong type is its row's error,
 // not the query's. The conversions are database/sql's own.
 
-func readText(v any, column string, dst *string) error {
-	var s sql.NullString
-	if err := s.Scan(v); err != nil || !s.Valid {
-		return cellErr(column, v, errors.New("not text"))
+// readCell reads a non-NULL cell of column into dst, as database/sql
+// converts it; want says what the column holds, for the error.
+func readCell[T any](v any, column, want string, dst *T) error {
+	var n sql.Null[T]
+	if err := n.Scan(v); err != nil || !n.Valid {
+		return cellErr(column, v, errors.New(want))
 	}
-	*dst = s.String
+	*dst = n.V
 	return nil
 }
 
+func readText(v any, column string, dst *string) error { return readCell(v, column, "not text", dst) }
+
 func readInt(v any, column string, dst *int64) error {
-	var n sql.NullInt64
-	if err := n.Scan(v); err != nil || !n.Valid {
-		return cellErr(column, v, errors.New("not an integer"))
-	}
-	*dst = n.Int64
-	return nil
+	return readCell(v, column, "not an integer", dst)
 }
 
 // readNullInt reads a nullable integer column: NULL is 0.
@@ -532,12 +529,7 @@ func concurrencyArg(n int64) any {
 }
 
 func readFloat(v any, column string, dst *float64) error {
-	var f sql.NullFloat64
-	if err := f.Scan(v); err != nil || !f.Valid {
-		return cellErr(column, v, errors.New("not a number"))
-	}
-	*dst = f.Float64
-	return nil
+	return readCell(v, column, "not a number", dst)
 }
 
 // cellErr names the column and shows the value err is about.

@@ -183,11 +183,8 @@ func (e *env) printJSON(v any) error {
 
 // checkTenant validates a tenant argument.
 func checkTenant(id string) error {
-	switch {
-	case id == "":
-		return usagef("bad tenant: empty")
-	case len(id) > quota.MaxTenantIDLen:
-		return usagef("bad tenant: %d bytes, longer than %d", len(id), quota.MaxTenantIDLen)
+	if err := keys.ValidateTenantID(id); err != nil {
+		return usagef("bad tenant: %v", strings.TrimPrefix(err.Error(), core.ErrInvalidRequest.Error()+": "))
 	}
 	return nil
 }

@@ -322,6 +322,27 @@ func (p *schema) classes(n *yaml.Node, field string) (classes map[string]quota.Q
 	return out, declared
 }
 
+// inRange reads field with read (p.int64 or p.float): a finite number,
+// not tooLow (else it fails with "must be <low>") and at most hi. It
+// returns 0 and false for a value it refused.
+func inRange[T int64 | float64](p *schema, n *yaml.Node, field string, read func(*yaml.Node, string) (T, bool), tooLow func(T) bool, hi T, low string) (T, bool) {
+	v, ok := read(n, field)
+	switch f := float64(v); {
+	case !ok:
+	case math.IsNaN(f) || math.IsInf(f, 0):
+		p.failAt(deref(n), field, "must be finite, got %v", v)
+	case tooLow(v):
+		p.failAt(deref(n), field, "must be %s, got %v", low, v)
+	case v > hi:
+		p.failAt(deref(n), field, "must be <= %v, got %v", hi, v)
+	default:
+		return v, true
+	}
+	return 0, false
+}
+
+func belowOne[T int64 | float64](v T) bool { return v < 1 }
+
 func (p *schema) quota(n *yaml.Node, field string) (quota.Quota, bool) {
 	var q quota.Quota
 	entries, ok := p.mapping(n, field, "capacity", "refill_per_second", "concurrency", "max_debt", "max_settle_ratio")
@@ -333,80 +354,16 @@ func (p *schema) quota(n *yaml.Node, field string) (quota.Quota, bool) {
 		switch e.name {
 		case "capacity":
 			capSeen = true
-			sub := field + ".capacity"
-			v, ok := p.int64(e.val, sub)
-			if !ok {
-				break
-			}
-			switch {
-			case v <= 0:
-				p.failAt(deref(e.val), sub, "must be > 0, got %d", v)
-			case v > quota.MaxCapacity:
-				p.failAt(deref(e.val), sub, "must be <= %d, got %d", int64(quota.MaxCapacity), v)
-			default:
-				q.Capacity, capOK = v, true
-			}
+			q.Capacity, capOK = inRange(p, e.val, field+".capacity", p.int64, belowOne, quota.MaxCapacity, "> 0")
 		case "concurrency":
-			sub := field + ".concurrency"
-			v, ok := p.int64(e.val, sub)
-			if !ok {
-				break
-			}
-			switch {
-			case v < 1:
-				p.failAt(deref(e.val), sub, "must be >= 1 (omit it for no concurrency limit), got %d", v)
-			case v > quota.MaxConcurrency:
-				p.failAt(deref(e.val), sub, "must be <= %d, got %d", quota.MaxConcurrency, v)
-			default:
-				q.Concurrency = v
-			}
+			q.Concurrency, _ = inRange(p, e.val, field+".concurrency", p.int64, belowOne, quota.MaxConcurrency, ">= 1 (omit it for no concurrency limit)")
 		case "max_debt":
-			sub := field + ".max_debt"
-			v, ok := p.int64(e.val, sub)
-			if !ok {
-				break
-			}
-			switch {
-			case v < 1:
-				p.failAt(deref(e.val), sub, "must be >= 1 (omit it to carry a debt in full), got %d", v)
-			case v > quota.MaxCost:
-				p.failAt(deref(e.val), sub, "must be <= %d, got %d", int64(quota.MaxCost), v)
-			default:
-				q.MaxDebt = v
-			}
+			q.MaxDebt, _ = inRange(p, e.val, field+".max_debt", p.int64, belowOne, quota.MaxCost, ">= 1 (omit it to carry a debt in full)")
 		case "max_settle_ratio":
-			sub := field + ".max_settle_ratio"
-			v, ok := p.float(e.val, sub)
-			if !ok {
-				break
-			}
-			switch {
-			case math.IsNaN(v) || math.IsInf(v, 0):
-				p.failAt(deref(e.val), sub, "must be finite, got %v", v)
-			case v < 1:
-				p.failAt(deref(e.val), sub, "must be >= 1 (omit it to settle any actual cost), got %v", v)
-			case v > quota.MaxSettleRatioLimit:
-				p.failAt(deref(e.val), sub, "must be <= %g, got %v", float64(quota.MaxSettleRatioLimit), v)
-			default:
-				q.MaxSettleRatio = v
-			}
+			q.MaxSettleRatio, _ = inRange(p, e.val, field+".max_settle_ratio", p.float, belowOne, quota.MaxSettleRatioLimit, ">= 1 (omit it to settle any actual cost)")
 		case "refill_per_second":
 			rateSeen = true
-			sub := field + ".refill_per_second"
-			v, ok := p.float(e.val, sub)
-			if !ok {
-				break
-			}
-			switch {
-			case math.IsNaN(v) || math.IsInf(v, 0):
-				p.failAt(deref(e.val), sub, "must be finite, got %v", v)
-			case v <= 0:
-				p.failAt(deref(e.val), sub, "must be > 0, got %v", v)
-			case v > quota.MaxRefillPerSecond:
-				p.failAt(deref(e.val), sub, "must be <= %g, got %v", float64(quota.MaxRefillPerSecond), v)
-			default:
-				q.RefillPerSecond, rateOK = v, true
-			}
+			q.RefillPerSecond, rateOK = inRange(p, e.val, field+".refill_per_second", p.float, func(v float64) bool { return v <= 0 }, quota.MaxRefillPerSecond, "> 0")
 		}
 	}
 	if !capSeen {

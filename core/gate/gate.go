@@ -275,7 +275,7 @@ func (g *Gate) Decide(ctx context.Context, e Endpoint) Verdict {
 	}
 	if given {
 		if err := validRoute(r); err != nil {
-			p := misconfiguredProblem()
+			p := render.MisconfiguredProblem()
 			return Verdict{Status: p.Status, ContentType: render.ProblemContentType, Body: p.JSON(), Problem: p,
 				Decision: core.Decision{Reason: core.ReasonUnresolved, Cost: r.Cost}, Tenant: t, Route: r,
 				Err: fmt.Errorf("%w: cost function: %w", core.ErrInvalidConfig, err)}
@@ -304,7 +304,7 @@ func (g *Gate) CheckRoute(ctx context.Context, t quota.Tenant, r Route) Verdict 
 func (g *Gate) render(t quota.Tenant, r Route, d core.Decision, err error) Verdict {
 	v := Verdict{Proceed: d.Allowed, Decision: d, Tenant: t, Route: r, Checked: true, Err: err,
 		Headers: render.Headers(d, g.style, g.now())}
-	if g.reports && settleable(d) {
+	if g.reports && d.Settleable() {
 		v.report = &costReport{lim: g.lim}
 	}
 	if !d.Allowed {
@@ -314,13 +314,4 @@ func (g *Gate) render(t quota.Tenant, r Route, d core.Decision, err error) Verdi
 		v.Body = v.Problem.JSON()
 	}
 	return v
-}
-
-// misconfiguredProblem is the body of the 500 answered when the gate's
-// configuration cannot decide a request (an adapter's bad option, a cost
-// function's invalid answer). The cause goes to the error hook, never to
-// the client.
-func misconfiguredProblem() render.Problem {
-	return render.Problem{Type: "about:blank", Title: "Internal Server Error", Status: 500,
-		Detail: "The rate limiter is misconfigured."}
 }

@@ -10,13 +10,6 @@ import (
 	"github.com/tollgate-go/tollgate/core/quota"
 )
 
-// settleable reports whether d is a reservation that Limiter.Settle can
-// settle (admitted and charged by the store with a cost above zero): only
-// then does a Verdict carry a cost report.
-func settleable(d core.Decision) bool {
-	return d.Reason == core.ReasonOK && !d.Fallback && d.Cost > 0 && len(d.Buckets) > 0
-}
-
 // costReport is what a Verdict's context carries for its handler to report
 // the request's actual cost (ReportCost); Verdict.Done settles it.
 type costReport struct {

@@ -11,8 +11,9 @@ import (
 	"github.com/tollgate-go/tollgate/core/internal/names"
 )
 
-// Keys builds the Redis keys of a limiter. It is the only place in tollgate
-// where a key is made, so every service and adapter writes the same keys.
+// Keys builds the Redis keys of a limiter: a bucket's, its slots', and the
+// pattern over all of a tenant's. It is the only place in tollgate where a
+// key is made, so every service and adapter writes the same keys.
 //
 // A bucket key is
 //
@@ -46,81 +47,71 @@ func New(prefix string) (Keys, error) {
 // Prefix returns the key prefix.
 func (k Keys) Prefix() string { return k.prefix }
 
+// ValidateTenantID reports an empty tenant ID, or one longer than
+// quota.MaxTenantIDLen, wrapping [errs.InvalidRequest] (core.ErrInvalidRequest).
+// It is the one tenant-ID check: the limiter, the key scheme and the
+// override store all refuse a tenant ID with it.
+func ValidateTenantID(id string) error {
+	if id == "" {
+		return fmt.Errorf("%w: tenant ID is empty", errs.InvalidRequest)
+	}
+	if len(id) > names.MaxTenantIDLen {
+		return fmt.Errorf("%w: tenant ID is %d bytes, longer than %d", errs.InvalidRequest, len(id), names.MaxTenantIDLen)
+	}
+	return nil
+}
+
 // Bucket returns the key of tenantID's bucket. It fails, wrapping
 // [errs.InvalidRequest], when tenantID is empty or longer than quota.MaxTenantIDLen,
 // or bucket is not a valid name.
 //
 // It is on every check's path: it sizes the key exactly (one allocation,
-// however many bytes are escaped), then writes it, with the escape table;
-// it calls out of this file only to word an error.
+// however many bytes are escaped), then writes it.
 func (k Keys) Bucket(tenantID, bucket string) (string, error) {
-	if tenantID == "" || len(tenantID) > names.MaxTenantIDLen {
-		return "", names.ValidateTenantID(tenantID)
-	}
-	if bucket == "" || len(bucket) > names.MaxNameLen {
-		return "", fmt.Errorf("%w: bucket name must be 1 to %d bytes, got %d", errs.InvalidRequest, names.MaxNameLen, len(bucket))
-	}
-	var b strings.Builder
-	b.Grow(len(k.prefix) + len(":{") + escapedLen(tenantID) + len("}:") + escapedLen(bucket))
-	b.WriteString(k.prefix)
-	b.WriteString(":{")
-	writeEscaped(&b, tenantID)
-	b.WriteString("}:")
-	writeEscaped(&b, bucket)
-	return b.String(), nil
-}
-
-// escaped[c] reports whether byte c of a tenant ID or a bucket name is
-// written as %XX in a key: names.NeedsEscape, the one definition of the
-// rule, compiled into a table once so that a key is written without a call
-// per byte.
-var escaped = func() (t [256]bool) {
-	for c := range t {
-		t[c] = names.NeedsEscape(byte(c))
-	}
-	return t
-}()
-
-const hexDigits = "0123456789ABCDEF"
-
-// escapedLen returns the length of s escaped.
-func escapedLen(s string) int {
-	n := len(s)
-	for i := 0; i < len(s); i++ {
-		if escaped[s[i]] {
-			n += 2
-		}
-	}
-	return n
-}
-
-// writeEscaped writes s escaped (names.Escape(s)) to b.
-func writeEscaped(b *strings.Builder, s string) {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if escaped[c] {
-			b.WriteByte('%')
-			b.WriteByte(hexDigits[c>>4])
-			b.WriteByte(hexDigits[c&15])
-			continue
-		}
-		b.WriteByte(c)
-	}
+	return k.key(tenantID, bucket, "")
 }
 
 // Slots returns the key of the concurrency slots of tenantID's bucket (a
 // sorted set of deadlines, see https://github.com/tollgate-go/tollgate/blob/main/docs/semantics.md#concurrency-limits): the bucket's key and
 // ":slots". A bucket name holds no ':', so it never names a bucket, and it
-// carries the same hash tag. It fails as Bucket does.
+// carries the same hash tag. It fails as Bucket does, and allocates as
+// Bucket does, once.
 func (k Keys) Slots(tenantID, bucket string) (string, error) {
-	key, err := k.Bucket(tenantID, bucket)
-	if err != nil {
-		return "", err
-	}
-	return key + slotsSuffix, nil
+	return k.key(tenantID, bucket, slotsSuffix)
 }
 
 const slotsSuffix = ":slots"
+
+// key writes <prefix>:{<tenant>}:<bucket><suffix>, sized exactly.
+func (k Keys) key(tenantID, bucket, suffix string) (string, error) {
+	if tenantID == "" || len(tenantID) > names.MaxTenantIDLen {
+		return "", ValidateTenantID(tenantID)
+	}
+	if bucket == "" || len(bucket) > names.MaxNameLen {
+		return "", fmt.Errorf("%w: bucket name must be 1 to %d bytes, got %d", errs.InvalidRequest, names.MaxNameLen, len(bucket))
+	}
+	var b strings.Builder
+	b.Grow(len(k.prefix) + len(":{") + names.EscapedLen(tenantID) + len("}:") + names.EscapedLen(bucket) + len(suffix))
+	b.WriteString(k.prefix)
+	b.WriteString(":{")
+	names.WriteEscaped(&b, tenantID)
+	b.WriteString("}:")
+	names.WriteEscaped(&b, bucket)
+	b.WriteString(suffix)
+	return b.String(), nil
+}
+
+// TenantPattern returns a SCAN MATCH pattern for every key of tenantID: its
+// buckets and their slots. The escaping leaves no glob byte in the tenant,
+// so the pattern matches no other tenant's keys, and its hash tag is the
+// tenant's, so on a Cluster every key it matches is in one slot. It fails
+// as ValidateTenantID does.
+func (k Keys) TenantPattern(tenantID string) (string, error) {
+	if err := ValidateTenantID(tenantID); err != nil {
+		return "", err
+	}
+	return k.prefix + ":{" + names.Escape(tenantID) + "}:*", nil
+}
 
 // EscapeID returns s with every byte that is not safe in a key, a log line or
 // a header value written as %XX. The mapping is injective and its output is

@@ -46,6 +46,39 @@ func TestKeys(t *testing.T) {
 	}
 }
 
+// A bucket's slots key is its key and ":slots", in the tenant's slot, under
+// the tenant's pattern; bad input fails as Bucket fails.
+func TestSlotsKeyIsTheBucketKeyAndSlots(t *testing.T) {
+	k, err := New("rl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tenant := range []string{"t42", "acme:eu{1}", "*"} {
+		bk, err := k.Bucket(tenant, "export")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sk, err := k.Slots(tenant, "export")
+		if err != nil || sk != bk+":slots" {
+			t.Errorf("Slots(%q) = %q, %v; want %q", tenant, sk, err, bk+":slots")
+		}
+		p, err := k.TenantPattern(tenant)
+		if err != nil || p != "rl:{"+EscapeID(tenant)+"}:*" || hashTag(p) != hashTag(sk) {
+			t.Errorf("TenantPattern(%q) = %q, %v", tenant, p, err)
+		}
+	}
+	for _, bad := range [][2]string{{"", "x"}, {"t", ""}, {strings.Repeat("x", names.MaxTenantIDLen+1), "x"}} {
+		_, berr := k.Bucket(bad[0], bad[1])
+		_, serr := k.Slots(bad[0], bad[1])
+		if berr == nil || serr == nil || berr.Error() != serr.Error() {
+			t.Errorf("Slots(%q, %q) error %v, Bucket's %v", bad[0], bad[1], serr, berr)
+		}
+	}
+	if _, err := k.TenantPattern(""); err == nil {
+		t.Error("TenantPattern of an empty tenant ID accepted")
+	}
+}
+
 // hashTag returns the text Redis Cluster hashes: between the first '{' and
 // the next '}', when that is non-empty; else the whole key.
 func hashTag(key string) string {
@@ -114,7 +147,7 @@ func FuzzKeys(f *testing.F) {
 		if !ok || unescape(t, rest) != bucket || strings.ContainsAny(rest, "{}:") {
 			t.Fatalf("key %q does not decode to bucket %q", key, bucket)
 		}
-		p, err := names.TenantPattern(k.Prefix(), tenant)
+		p, err := k.TenantPattern(tenant)
 		if err != nil || !strings.HasPrefix(key, strings.TrimSuffix(p, "*")) || strings.ContainsAny(strings.TrimSuffix(p, "*")[len("rl:v1:"):], "*?[]\\") {
 			t.Fatalf("pattern %q for key %q: %v", p, key, err)
 		}
@@ -141,7 +174,7 @@ func BenchmarkBucket(b *testing.B) {
 }
 
 // The key scheme writes names.Escape's escaping and refuses the tenant IDs
-// names.ValidateTenantID refuses, with its error: its escape table and
+// ValidateTenantID refuses, with its error: its escape table and
 // length check are names' rules compiled, not a second definition.
 func TestBucketAgreesWithNames(t *testing.T) {
 	k, err := New("rl")
@@ -158,7 +191,7 @@ func TestBucketAgreesWithNames(t *testing.T) {
 	for _, n := range []int{0, 1, names.MaxTenantIDLen, names.MaxTenantIDLen + 1} {
 		id := strings.Repeat("x", n)
 		_, err := k.Bucket(id, "default")
-		want := names.ValidateTenantID(id)
+		want := ValidateTenantID(id)
 		if (err == nil) != (want == nil) || (err != nil && err.Error() != want.Error()) {
 			t.Errorf("tenant ID of %d bytes: Bucket's error %v, names' %v", n, err, want)
 		}
@@ -174,6 +207,9 @@ func TestBucketAllocatesOnce(t *testing.T) {
 	for _, tenant := range []string{"t42", strings.Repeat("{", names.MaxTenantIDLen)} {
 		if n := testing.AllocsPerRun(50, func() { _, _ = k.Bucket(tenant, "a:b c") }); n != 1 {
 			t.Errorf("Bucket(%d bytes of %q): %v allocations, want 1", len(tenant), tenant[:1], n)
+		}
+		if n := testing.AllocsPerRun(50, func() { _, _ = k.Slots(tenant, "a:b c") }); n != 1 {
+			t.Errorf("Slots(%d bytes of %q): %v allocations, want 1", len(tenant), tenant[:1], n)
 		}
 	}
 }

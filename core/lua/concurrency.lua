@@ -69,17 +69,7 @@
 
 local nk = #KEYS
 local fmt, find, sub = string.format, string.find, string.sub
-local stamp, now = ARGV[1], nil
-if stamp == '' then
-  local t = redis.call('TIME')
-  local sec, us = t[1], t[2]
-  -- as the token-bucket script: exact below 2^53, two short strtods
-  now = sec * 1000000 + us
-  if #us < 6 then us = sub('00000' .. us, -6) end
-  stamp = sec .. us
-else
-  now = tonumber(stamp)
-end
+-- #include clock
 
 -- keep the set's TTL at least ttl ms: never shorten it below another
 -- holder's deadline (replicas may be configured with different leases)
@@ -158,32 +148,9 @@ for i = 1, n do
     if cost > spend then spend = cost end
   end
   caps[i], rates[i], costs[i] = cap, rate, cost
-  local tokens, last, ls = cap, now, stamp
-  local v = redis.call('GET', KEYS[i])
-  if v then
-    local sep = find(v, ' ', 1, true)
-    if sep then
-      local s = sub(v, sep + 1)
-      local t, l = tonumber(sub(v, 1, sep - 1)), tonumber(s)
-      if t and l and t >= -1125899906842624 and t <= cap and l >= 0 and l < 9007199254740992 then
-        tokens, last, ls = t, l, s
-      end
-    end
-  end
-  if now > last then
-    tokens = tokens + (now - last) * rate / 1000000
-    if tokens > cap then tokens = cap end
-    ls = stamp
-  end
-  toks[i], stamps[i] = tokens, ls
-
-  if cost > cap then
-    if reason ~= 2 then reason, binding = 2, i end
-  elseif tokens < cost and reason ~= 2 then
-    local wait = (cost - tokens) / rate
-    if reason == 0 or wait > retry then binding, retry = i, wait end
-    reason = 1
-  end
+  local key = KEYS[i]
+  -- #include refill
+  -- #include judge
 end
 
 -- the request's own id already in the set is its forget's tombstone: the
@@ -195,26 +162,8 @@ if reason == 0 and spend > 0 and (held >= limit or redis.call('ZSCORE', skey, AR
   if first[2] then wait = tonumber(first[2]) - now end
 end
 
-local reply = {reason == 0 and 1 or 0, reason, binding, held, wait}
-if reason ~= 0 then
-  for i = 1, n do reply[5 + i] = fmt('%.17g', toks[i]) end
-  return reply
-end
-local best, bestReset = nil, nil
-for i = 1, n do
-  local cost = costs[i]
-  local left = toks[i] - cost
-  local state = fmt('%.17g %s', left, stamps[i])
-  if cost > 0 then
-    redis.call('SET', KEYS[i], state, 'PX', ARGV[w * i - w + 5])
-  end
-  reply[5 + i] = state
-  local reset = (caps[i] - left) / rates[i]
-  if best == nil or left < best or (left == best and reset > bestReset) then
-    best, bestReset, binding = left, reset, i
-  end
-end
-reply[3] = binding
+local reply, at = {reason == 0 and 1 or 0, reason, binding, held, wait}, 5
+-- #include charge
 if spend > 0 then
   -- expired slots are removed only when there are some (ZCARD is O(1));
   -- a new set gets its TTL without reading one

@@ -32,16 +32,7 @@
 
 local n = #KEYS
 local fmt, find, sub, ceil = string.format, string.find, string.sub, math.ceil
-local stamp, now = ARGV[1], nil
-if stamp == '' then
-  local t = redis.call('TIME')
-  local sec, us = t[1], t[2]
-  now = sec * 1000000 + us
-  if #us < 6 then us = sub('00000' .. us, -6) end
-  stamp = sec .. us
-else
-  now = tonumber(stamp)
-end
+-- #include clock
 local deepest = 1125899906842624 -- 2^50
 
 local reply = {}
@@ -53,23 +44,8 @@ for i = 1, n do
   local floor = rate * 34560000
   if floor > deepest then floor = deepest end
   if limit > 0 and limit < floor then floor = limit end
-  local tokens, last, ls = cap, now, stamp
-  local v = redis.call('GET', KEYS[i])
-  if v then
-    local sep = find(v, ' ', 1, true)
-    if sep then
-      local s = sub(v, sep + 1)
-      local t, l = tonumber(sub(v, 1, sep - 1)), tonumber(s)
-      if t and l and t >= -deepest and t <= cap and l >= 0 and l < 9007199254740992 then
-        tokens, last, ls = t, l, s
-      end
-    end
-  end
-  if now > last then
-    tokens = tokens + (now - last) * rate / 1000000
-    if tokens > cap then tokens = cap end
-    ls = stamp
-  end
+  local key = KEYS[i]
+  -- #include refill
   local left, forgiven = tokens - delta, 0
   if left > cap then left = cap end
   if left < -floor and delta > 0 then

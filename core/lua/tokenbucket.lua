@@ -61,41 +61,15 @@
 
 local n = #KEYS
 local fmt, find, sub = string.format, string.find, string.sub
-local stamp, now = ARGV[1], nil
-if stamp == '' then
-  local t = redis.call('TIME')
-  local sec, us = t[1], t[2]
-  -- exact (below 2^53), and two short strtods cost less than one of 16 digits
-  now = sec * 1000000 + us
-  if #us < 6 then us = sub('00000' .. us, -6) end
-  stamp = sec .. us
-else
-  now = tonumber(stamp)
-end
+-- #include clock
 -- '1' is the common cost: no strtod. "" (per-bucket costs) reads bucket 1's
 -- own, which is the one bucket's on the path below
 local cost = ARGV[2] == '1' and 1 or tonumber(ARGV[2]) or tonumber(ARGV[6])
 
 if n == 1 then
   local key = KEYS[1]
-  local cap = tonumber(ARGV[3])
-  local tokens, last, ls = cap, now, stamp
-  local v = redis.call('GET', key)
-  if v then
-    local sep = find(v, ' ', 1, true)
-    if sep then
-      local s = sub(v, sep + 1)
-      local t, l = tonumber(sub(v, 1, sep - 1)), tonumber(s)
-      if t and l and t >= -1125899906842624 and t <= cap and l >= 0 and l < 9007199254740992 then
-        tokens, last, ls = t, l, s
-      end
-    end
-  end
-  if now > last then
-    tokens = tokens + (now - last) * tonumber(ARGV[4]) / 1000000
-    if tokens > cap then tokens = cap end
-    ls = stamp
-  end
+  local cap, rate = tonumber(ARGV[3]), tonumber(ARGV[4])
+  -- #include refill
   if cost > cap or tokens < cost then
     return fmt('%.17g', tokens)
   end
@@ -123,56 +97,11 @@ for i = 1, n do
   local rate = tonumber(ARGV[base + 1])
   local cost = mixed and tonumber(ARGV[base + 3]) or cost
   caps[i], rates[i], costs[i] = cap, rate, cost
-  local tokens, last, ls = cap, now, stamp
-  local v = redis.call('GET', KEYS[i])
-  if v then
-    local sep = find(v, ' ', 1, true)
-    if sep then
-      local s = sub(v, sep + 1)
-      local t, l = tonumber(sub(v, 1, sep - 1)), tonumber(s)
-      if t and l and t >= -1125899906842624 and t <= cap and l >= 0 and l < 9007199254740992 then
-        tokens, last, ls = t, l, s
-      end
-    end
-  end
-  -- now <= last is a clock step backwards: no refill, and the later stamp
-  -- is kept so that the step is not counted again when the clock recovers
-  if now > last then
-    tokens = tokens + (now - last) * rate / 1000000
-    if tokens > cap then tokens = cap end
-    ls = stamp
-  end
-  toks[i], stamps[i] = tokens, ls
-
-  if cost > cap then
-    if reason ~= 2 then reason, binding = 2, i end
-  elseif tokens < cost and reason ~= 2 then
-    local wait = (cost - tokens) / rate
-    if reason == 0 or wait > retry then binding, retry = i, wait end
-    reason = 1
-  end
+  local key = KEYS[i]
+  -- #include refill
+  -- #include judge
 end
 
-local reply = {reason == 0 and 1 or 0, reason, binding}
-if reason ~= 0 then
-  for i = 1, n do reply[3 + i] = fmt('%.17g', toks[i]) end
-  return reply
-end
--- every bucket admits: charge all; the binding bucket is the one left with
--- the fewest tokens (ties: the one slowest to refill to full)
-local best, bestReset = nil, nil
-for i = 1, n do
-  local cost = costs[i]
-  local left = toks[i] - cost
-  local state = fmt('%.17g %s', left, stamps[i])
-  if cost > 0 then
-    redis.call('SET', KEYS[i], state, 'PX', ARGV[w * i - w + 5])
-  end
-  reply[3 + i] = state
-  local reset = (caps[i] - left) / rates[i]
-  if best == nil or left < best or (left == best and reset > bestReset) then
-    best, bestReset, binding = left, reset, i
-  end
-end
-reply[3] = binding
+local reply, at = {reason == 0 and 1 or 0, reason, binding}, 3
+-- #include charge
 return reply

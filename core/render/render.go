@@ -252,6 +252,15 @@ func plainProblem(status int, title, detail string) Problem {
 	return Problem{Type: "about:blank", Title: title, Status: status, Detail: detail}
 }
 
+// MisconfiguredProblem is the body of the 500 answered when the limiter's
+// configuration cannot decide a request (an adapter's bad option, a cost
+// function's invalid answer). It is fixed: the cause goes to the error
+// hook, never to the client. Its Detail is the message of the gRPC
+// adapter's Internal answer.
+func MisconfiguredProblem() Problem {
+	return plainProblem(500, "Internal Server Error", "The rate limiter is misconfigured.")
+}
+
 // UnauthenticatedProblem is the body of a 401 answered when a request reaches
 // the limiter with no verified tenant in its context.
 func UnauthenticatedProblem() Problem {

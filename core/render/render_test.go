@@ -164,3 +164,12 @@ func newDecision(states []core.BucketState, binding int, reason core.Reason, ret
 	d.ResetAfter = bucketmath.Duration((float64(b.Quota.Capacity) - b.Tokens) / b.Quota.RefillPerSecond)
 	return d
 }
+
+// The misconfiguration answer is one fixed body, the same from every
+// adapter, naming no cause.
+func TestMisconfiguredProblemIsFixed(t *testing.T) {
+	const want = `{"type":"about:blank","title":"Internal Server Error","status":500,"detail":"The rate limiter is misconfigured."}`
+	if got := string(MisconfiguredProblem().JSON()); got != want {
+		t.Errorf("MisconfiguredProblem().JSON() = %s, want %s", got, want)
+	}
+}

@@ -243,5 +243,4 @@ func canonical(name string) string {
 // Misconfigured is the body of the 500 a misconfigured adapter answers
 // with (its configuration error goes to the error hook, never to the
 // client).
-var Misconfigured = render.Problem{Type: "about:blank", Title: "Internal Server Error",
-	Status: http.StatusInternalServerError, Detail: "The rate limiter is misconfigured."}
+var Misconfigured = render.MisconfiguredProblem()

@@ -1,7 +1,7 @@
-// Package bucketmath holds the token-bucket refill of the script
-// (lua/tokenbucket.lua) for the layers that answer without it. Its formula
-// and operand order are the script's, so that the same balances give the
-// same doubles.
+// Package bucketmath holds the token-bucket refill of the scripts
+// (lua/refill.lua, the fragment every script is built with) for the layers
+// that answer without it. Its formula and operand order are the
+// fragment's, so that the same balances give the same doubles.
 package bucketmath
 
 import (

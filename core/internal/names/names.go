@@ -1,14 +1,10 @@
-// Package names holds the rules for the names that travel into Redis keys,
+// Package names holds the limits of the names that travel into Redis keys,
 // headers and logs (tenant IDs, bucket names) and their escaping, shared by
-// packages core, quota and keys so that there is one definition of each.
+// packages quota and keys so that there is one definition of each. The key
+// scheme itself, and the tenant-ID check, are package keys'.
 package names
 
-import (
-	"fmt"
-	"strings"
-
-	"github.com/tollgate-go/tollgate/core/internal/errs"
-)
+import "strings"
 
 // MaxTenantIDLen is the longest tenant ID accepted, in bytes.
 const MaxTenantIDLen = 256
@@ -16,40 +12,48 @@ const MaxTenantIDLen = 256
 // MaxNameLen is the longest bucket (class) name.
 const MaxNameLen = 64
 
-// ValidateTenantID reports an empty or over-long tenant ID, wrapping
-// errs.InvalidRequest.
-func ValidateTenantID(id string) error {
-	if id == "" {
-		return fmt.Errorf("%w: tenant ID is empty", errs.InvalidRequest)
-	}
-	if len(id) > MaxTenantIDLen {
-		return fmt.Errorf("%w: tenant ID is %d bytes, longer than %d", errs.InvalidRequest, len(id), MaxTenantIDLen)
-	}
-	return nil
-}
-
 // Escape returns s with every byte that NeedsEscape written as %XX. The
 // mapping is injective and its output is printable ASCII without { } : * ?
 // [ ] \ or space.
 func Escape(s string) string {
-	for i := 0; i < len(s); i++ {
-		if NeedsEscape(s[i]) {
-			var b strings.Builder
-			b.Grow(len(s) + 8)
-			WriteEscaped(&b, s)
-			return b.String()
-		}
+	n := EscapedLen(s)
+	if n == len(s) {
+		return s
 	}
-	return s
+	var b strings.Builder
+	b.Grow(n)
+	WriteEscaped(&b, s)
+	return b.String()
 }
+
+// escaped[c] is NeedsEscape(c), compiled into a table once so that a key
+// is written without a call per byte.
+var escaped = func() (t [256]bool) {
+	for c := range t {
+		t[c] = NeedsEscape(byte(c))
+	}
+	return t
+}()
 
 const hexDigits = "0123456789ABCDEF"
 
-// WriteEscaped writes Escape(s) to b.
+// EscapedLen returns len(Escape(s)) without writing it.
+func EscapedLen(s string) int {
+	n := len(s)
+	for i := 0; i < len(s); i++ {
+		if escaped[s[i]] {
+			n += 2
+		}
+	}
+	return n
+}
+
+// WriteEscaped writes Escape(s) to b. It is the one escape writer: keys,
+// log lines and error texts all escape through it.
 func WriteEscaped(b *strings.Builder, s string) {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if NeedsEscape(c) {
+		if escaped[c] {
 			b.WriteByte('%')
 			b.WriteByte(hexDigits[c>>4])
 			b.WriteByte(hexDigits[c&15])
@@ -70,13 +74,4 @@ func NeedsEscape(c byte) bool {
 		return true
 	}
 	return false
-}
-
-// TenantPattern returns a SCAN MATCH pattern for every key of tenantID
-// under prefix.
-func TenantPattern(prefix, tenantID string) (string, error) {
-	if err := ValidateTenantID(tenantID); err != nil {
-		return "", err
-	}
-	return prefix + ":{" + Escape(tenantID) + "}:*", nil
 }

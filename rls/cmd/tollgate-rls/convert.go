@@ -12,72 +12,31 @@ import (
 
 	"github.com/tollgate-go/tollgate/core/config"
 	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/rls/internal/rlconfig"
 	"go.yaml.in/yaml/v3"
 )
-
-// An envoyproxy/ratelimit configuration (the fields the converter reads).
-type rlConfig struct {
-	Domain      string         `yaml:"domain"`
-	Descriptors []rlDescriptor `yaml:"descriptors"`
-}
-
-type rlDescriptor struct {
-	Key         string         `yaml:"key"`
-	Value       string         `yaml:"value"`
-	RateLimit   *rlLimit       `yaml:"rate_limit"`
-	Descriptors []rlDescriptor `yaml:"descriptors"`
-	ShadowMode  bool           `yaml:"shadow_mode"`
-	// the reference's other keys: read so that they are known, reported
-	// as left out when set
-	QuotaMode      bool           `yaml:"quota_mode"`
-	DetailedMetric bool           `yaml:"detailed_metric"`
-	ValueToMetric  bool           `yaml:"value_to_metric"`
-	ShareThreshold bool           `yaml:"share_threshold"`
-	Metadata       map[string]any `yaml:"metadata"`
-}
-
-type rlLimit struct {
-	Unit            string `yaml:"unit"`
-	RequestsPerUnit int64  `yaml:"requests_per_unit"`
-	UnitMultiplier  int64  `yaml:"unit_multiplier"`
-	Unlimited       bool   `yaml:"unlimited"`
-	Name            string `yaml:"name"`
-	Replaces        []struct {
-		Name string `yaml:"name"`
-	} `yaml:"replaces"`
-}
 
 // maxInput bounds what convert reads: a larger input is refused, never
 // cut short.
 const maxInput = 16 << 20
 
-// unitSeconds are envoyproxy/ratelimit's units; a month is 30 days and a
-// year 365 (tollgate's buckets refill continuously, there is no calendar).
-var unitSeconds = map[string]float64{
-	"second": 1, "minute": 60, "hour": 3600, "day": 86400,
-	"week": 7 * 86400, "month": 30 * 86400, "year": 365 * 86400,
-}
-
 // defaultTier is the tier that descriptors without a tier entry fill.
 const defaultTier = "free"
 
-// quota maps a fixed window to a token bucket: the window's requests are
-// the burst, refilled evenly over the window.
-func (l rlLimit) quota() (quota.Quota, error) {
-	secs, ok := unitSeconds[strings.ToLower(l.Unit)]
+// limitQuota maps a fixed window to a token bucket, as tollgate-rls serves
+// it (rlconfig.Quota): the window's requests are the burst, refilled evenly
+// over the window.
+func limitQuota(l *rlconfig.RateLimit) (quota.Quota, error) {
+	secs, ok := rlconfig.Window(l.Unit, l.UnitMultiplier)
 	if !ok {
 		return quota.Quota{}, fmt.Errorf("unknown unit %q", l.Unit)
 	}
-	if l.UnitMultiplier > 1 {
-		secs *= float64(l.UnitMultiplier)
-	}
-	q := quota.Quota{Capacity: l.RequestsPerUnit, RefillPerSecond: float64(l.RequestsPerUnit) / secs}
-	return q, q.Validate()
+	return rlconfig.Quota(l.RequestsPerUnit, secs)
 }
 
 // window says the limit as the reference states it: "2 per minute", "5
 // per 2 hours".
-func (l rlLimit) window() string {
+func window(l *rlconfig.RateLimit) string {
 	unit := strings.ToLower(l.Unit)
 	if l.UnitMultiplier > 1 {
 		return fmt.Sprintf("%d per %d %ss", l.RequestsPerUnit, l.UnitMultiplier, unit)
@@ -113,7 +72,7 @@ func (c *converter) problem(path, format string, args ...any) {
 	c.problems = append(c.problems, path+": "+fmt.Sprintf(format, args...))
 }
 
-func (c *converter) set(path, tier, name string, l *rlLimit) {
+func (c *converter) set(path, tier, name string, l *rlconfig.RateLimit) {
 	if l == nil {
 		return
 	}
@@ -121,7 +80,7 @@ func (c *converter) set(path, tier, name string, l *rlLimit) {
 		c.problem(path, "unlimited has no tollgate equivalent (every class has a quota); left out")
 		return
 	}
-	q, err := l.quota()
+	q, err := limitQuota(l)
 	if err != nil {
 		c.problem(path, "%v", err)
 		return
@@ -133,11 +92,11 @@ func (c *converter) set(path, tier, name string, l *rlLimit) {
 		c.problem(path, "tier %q class %q given twice; the first is kept", tier, name)
 		return
 	}
-	c.tiers[tier][name] = class{q: q, window: l.window()}
+	c.tiers[tier][name] = class{q: q, window: window(l)}
 }
 
 // node converts one descriptor under tier (known so far) at path.
-func (c *converter) node(d rlDescriptor, tier, path string, depth int) {
+func (c *converter) node(d rlconfig.Descriptor, tier, path string, depth int) {
 	path += "/" + d.Key
 	if d.Value != "" {
 		path += "=" + d.Value
@@ -150,6 +109,10 @@ func (c *converter) node(d rlDescriptor, tier, path string, depth int) {
 	}
 	if len(d.Metadata) > 0 {
 		c.problem(path, "metadata has no tier-file equivalent (tollgate-rls sends it with RLS_CONFIG and RESPONSE_DYNAMIC_METADATA); not converted")
+	}
+	if d.Tollgate != nil {
+		c.problem(path, "the tollgate block has no tier-file equivalent (tollgate-rls serves it with RLS_CONFIG); left out")
+		return
 	}
 	if d.ShareThreshold || strings.Contains(d.Value, "*") {
 		c.problem(path, "a wildcard value has no tier-file equivalent (tollgate-rls serves it with RLS_CONFIG); left out")
@@ -188,7 +151,7 @@ func (c *converter) node(d rlDescriptor, tier, path string, depth int) {
 // convert turns an envoyproxy/ratelimit YAML document into a tollgate tier
 // file. problems lists what it left out; the file holds the rest.
 func convert(data []byte) (out []byte, problems []string, err error) {
-	var in rlConfig
+	var in rlconfig.Root
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true) // a misspelled key is an error, never a default
 	if err := dec.Decode(&in); err != nil && err != io.EOF {
@@ -238,7 +201,7 @@ func convert(data []byte) (out []byte, problems []string, err error) {
 
 // knownFieldsError is the Go type yaml names in an unknown-key error,
 // which says nothing to a user.
-var knownFieldsError = regexp.MustCompile(` in type main\.\w+`)
+var knownFieldsError = regexp.MustCompile(` in type [\w.]+`)
 
 // readBounded reads r whole, refusing more than maxInput bytes.
 func readBounded(r io.Reader, name string) ([]byte, error) {

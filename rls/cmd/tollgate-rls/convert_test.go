@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 
@@ -57,5 +58,22 @@ func TestConvertRateReadable(t *testing.T) {
 	}
 	if got := cfg.Tiers.Tiers["free"].Classes["default"].RefillPerSecond; got != 2.0/60 {
 		t.Errorf("default refills %v per second, want 2/60", got)
+	}
+}
+
+// convert reads the YAML tollgate-rls serves (rlconfig's types): its
+// tollgate block is known, named and left out; a count the reference
+// cannot hold (requests_per_unit is a uint32) is bad input, as RLS_CONFIG
+// refuses it.
+func TestConvertReadsTheServedYAML(t *testing.T) {
+	var errs bytes.Buffer
+	in := "domain: x\ndescriptors:\n  - key: tier\n    value: a\n    rate_limit: {unit: second, requests_per_unit: 5}\n  - key: user\n    tollgate: {tenant: user}\n"
+	if code := convertMain(nil, strings.NewReader(in), io.Discard, &errs); code != 1 || !strings.Contains(errs.String(), "x/user: the tollgate block") {
+		t.Errorf("a tollgate block: exit %d, %q; want 1 with it named", code, errs.String())
+	}
+	errs.Reset()
+	in = "domain: x\ndescriptors:\n  - key: tier\n    value: a\n    rate_limit: {unit: second, requests_per_unit: -5}\n"
+	if code := convertMain(nil, strings.NewReader(in), io.Discard, &errs); code != 2 || !strings.Contains(errs.String(), "line 5") {
+		t.Errorf("a negative count: exit %d, %q; want 2 naming its line", code, errs.String())
 	}
 }

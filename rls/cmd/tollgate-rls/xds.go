@@ -19,6 +19,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"github.com/tollgate-go/tollgate/rls"
+	"github.com/tollgate-go/tollgate/rls/internal/rlconfig"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -253,46 +254,22 @@ func xdsConfig(res []*anypb.Any) (*rls.Config, error) {
 	return rls.ParseConfigs(files...)
 }
 
-type xdsYAMLRoot struct {
-	Domain      string              `yaml:"domain"`
-	Descriptors []xdsYAMLDescriptor `yaml:"descriptors,omitempty"`
+// xdsRoot is pb as the reference's YAML document, for rls to read as it
+// reads a file.
+func xdsRoot(pb *rlsconfv3.RateLimitConfig) rlconfig.Root {
+	return rlconfig.Root{Domain: pb.GetDomain(), Descriptors: xdsDescriptors(pb.GetDescriptors())}
 }
 
-type xdsYAMLDescriptor struct {
-	Key            string              `yaml:"key"`
-	Value          string              `yaml:"value,omitempty"`
-	RateLimit      *xdsYAMLRateLimit   `yaml:"rate_limit,omitempty"`
-	Descriptors    []xdsYAMLDescriptor `yaml:"descriptors,omitempty"`
-	ShadowMode     bool                `yaml:"shadow_mode,omitempty"`
-	DetailedMetric bool                `yaml:"detailed_metric,omitempty"`
-}
-
-type xdsYAMLRateLimit struct {
-	RequestsPerUnit uint32           `yaml:"requests_per_unit"`
-	Unit            string           `yaml:"unit"`
-	Unlimited       bool             `yaml:"unlimited,omitempty"`
-	Name            string           `yaml:"name,omitempty"`
-	Replaces        []xdsYAMLReplace `yaml:"replaces,omitempty"`
-}
-
-type xdsYAMLReplace struct {
-	Name string `yaml:"name"`
-}
-
-func xdsRoot(pb *rlsconfv3.RateLimitConfig) xdsYAMLRoot {
-	return xdsYAMLRoot{Domain: pb.GetDomain(), Descriptors: xdsDescriptors(pb.GetDescriptors())}
-}
-
-func xdsDescriptors(pb []*rlsconfv3.RateLimitDescriptor) []xdsYAMLDescriptor {
-	ds := make([]xdsYAMLDescriptor, len(pb))
+func xdsDescriptors(pb []*rlsconfv3.RateLimitDescriptor) []rlconfig.Descriptor {
+	ds := make([]rlconfig.Descriptor, len(pb))
 	for i, d := range pb {
-		ds[i] = xdsYAMLDescriptor{Key: d.GetKey(), Value: d.GetValue(), Descriptors: xdsDescriptors(d.GetDescriptors()),
+		ds[i] = rlconfig.Descriptor{Key: d.GetKey(), Value: d.GetValue(), Descriptors: xdsDescriptors(d.GetDescriptors()),
 			ShadowMode: d.GetShadowMode(), DetailedMetric: d.GetDetailedMetric()}
 		if p := d.GetRateLimit(); p != nil {
-			rl := &xdsYAMLRateLimit{RequestsPerUnit: p.GetRequestsPerUnit(), Unit: p.GetUnit().String(),
+			rl := &rlconfig.RateLimit{RequestsPerUnit: p.GetRequestsPerUnit(), Unit: p.GetUnit().String(),
 				Unlimited: p.GetUnlimited(), Name: p.GetName()}
 			for _, r := range p.GetReplaces() {
-				rl.Replaces = append(rl.Replaces, xdsYAMLReplace{Name: r.GetName()})
+				rl.Replaces = append(rl.Replaces, rlconfig.Replace{Name: r.GetName()})
 			}
 			ds[i].RateLimit = rl
 		}
