@@ -7,6 +7,7 @@ import (
 	"github.com/tollgate-go/tollgate/core/keys"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"slices"
+	"time"
 )
 
 // Allow checks and charges cost tokens of tenant t's class buckets. See
@@ -132,18 +133,33 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 	return d, err
 }
 
+// tieredResolver is a resolver that also says why an answer is the tier
+// defaults in place of overrides not loaded in time, waiting for a first
+// override lookup no longer than it is told (quota.TieredResolver's
+// BucketsWithin).
+type tieredResolver interface {
+	BucketsWithin(ctx context.Context, t quota.Tenant, class string, wait time.Duration) ([]quota.Bucket, string, error)
+}
+
 // buckets asks the resolver for the buckets of req's tenant in class,
 // counting an answer of tier defaults given in place of overrides not
 // loaded in time (tollgate.overrides.late).
 func (l *Limiter) buckets(ctx context.Context, req Request, class string) ([]quota.Bucket, error) {
-	if l.tiered == nil {
-		return l.resolver.Buckets(ctx, req.Tenant, class)
-	}
-	bs, late, err := l.tiered(ctx, req.Tenant, class)
+	bs, late, err := l.resolve(ctx, req.Tenant, class)
 	if late != "" {
 		l.metrics.overridesLate(ctx, req.Tenant.Tier, class, late)
 	}
 	return bs, err
+}
+
+// resolve asks the resolver for the buckets of tenant t in class; a
+// tiered resolver's first override lookup waits no longer than a check.
+func (l *Limiter) resolve(ctx context.Context, t quota.Tenant, class string) (bs []quota.Bucket, late string, err error) {
+	if l.tiered == nil {
+		bs, err = l.resolver.Buckets(ctx, t, class)
+		return bs, "", err
+	}
+	return l.tiered.BucketsWithin(ctx, t, class, l.cfg.timeout)
 }
 
 func (l *Limiter) validate(req Request) error {
