@@ -65,7 +65,7 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 	if err := l.validate(req); err != nil {
 		return Decision{Reason: ReasonInvalid, Cost: req.Cost}, err
 	}
-	buckets, err := l.buckets(ctx, req, req.Class)
+	buckets, err := l.buckets(ctx, req, 0)
 	if err == nil {
 		err = validateBuckets(buckets)
 	}
@@ -81,12 +81,12 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 			costs[i] = req.Cost
 		}
 	}
-	for j, class := range req.Also {
+	for j := range req.Also {
 		if err != nil {
 			break
 		}
 		var more []quota.Bucket
-		if more, err = l.buckets(ctx, req, class); err == nil {
+		if more, err = l.buckets(ctx, req, 1+j); err == nil {
 			err = validateBuckets(more)
 		}
 		for _, b := range more {
@@ -141,10 +141,18 @@ type tieredResolver interface {
 	BucketsWithin(ctx context.Context, t quota.Tenant, class string, wait time.Duration) ([]quota.Bucket, string, error)
 }
 
-// buckets asks the resolver for the buckets of req's tenant in class,
-// counting an answer of tier defaults given in place of overrides not
-// loaded in time (tollgate.overrides.late).
-func (l *Limiter) buckets(ctx context.Context, req Request, class string) ([]quota.Bucket, error) {
+// buckets returns the buckets of req's i-th class (Class, then Also's):
+// the caller's (Request.Resolved), or else the resolver's, counting an
+// answer of tier defaults given in place of overrides not loaded in time
+// (tollgate.overrides.late).
+func (l *Limiter) buckets(ctx context.Context, req Request, i int) ([]quota.Bucket, error) {
+	if req.Resolved != nil && req.Resolved[i] != nil {
+		return req.Resolved[i], nil
+	}
+	class := req.Class
+	if i > 0 {
+		class = req.Also[i-1]
+	}
 	bs, late, err := l.resolve(ctx, req.Tenant, class)
 	if late != "" {
 		l.metrics.overridesLate(ctx, req.Tenant.Tier, class, late)
@@ -179,6 +187,9 @@ func (l *Limiter) validate(req Request) error {
 		if err := quota.ValidateName(class); err != nil {
 			return err
 		}
+	}
+	if req.Resolved != nil && len(req.Resolved) != 1+len(req.Also) {
+		return fmt.Errorf("%w: %d bucket lists in Resolved for %d classes", ErrInvalidRequest, len(req.Resolved), 1+len(req.Also))
 	}
 	if req.AlsoCosts != nil && len(req.AlsoCosts) != len(req.Also) {
 		return fmt.Errorf("%w: %d costs in AlsoCosts for %d classes in Also", ErrInvalidRequest, len(req.AlsoCosts), len(req.Also))

@@ -54,6 +54,16 @@ type Request struct {
 	// when the store cannot be reached the failure policy answers it. Its
 	// Decision states Cost as its cost, and [Limiter.Settle] refuses it.
 	AlsoCosts []int64
+	// Resolved, when set, holds buckets the caller resolved itself (a
+	// gateway answering from the snapshot of its rules it holds, as
+	// envoyproxy/ratelimit's DoLimit is given its limits): one entry per
+	// class, Class's first and then Also's in order. A non-nil entry is
+	// that class's buckets, checked as the resolver's answer would be
+	// (quotas validated, names unique); the resolver is asked for a class
+	// whose entry is nil. Nil: the resolver answers every class.
+	// [Limiter.Settle] asks the resolver, as for any other request, for
+	// the quotas in force when it settles.
+	Resolved [][]quota.Bucket
 }
 
 // mixed reports whether req charges its classes different costs: then only
