@@ -17,8 +17,9 @@ import (
 )
 
 // Rules holds the current [Config] of a Server (see [WithRules]) and
-// resolves its buckets: it is the quota.Resolver of the limiter given to
-// [New]. Classes beginning with [ruleClassPrefix] are the rules' own
+// resolves its buckets: the Server passes them with each check, and Rules
+// is a quota.Resolver too, for a limiter that resolves through it.
+// Classes beginning with [ruleClassPrefix] are the rules' own
 // buckets; every other class (a rule's tollgate.class, or a request
 // without a configuration) goes to the tier resolver, tiers and
 // overrides. It is safe for concurrent use; [Rules.Set] swaps the
