@@ -7,6 +7,7 @@ import (
 	"github.com/tollgate-go/tollgate/core/keys"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"slices"
+	"time"
 )
 
 // Allow checks and charges cost tokens of tenant t's class buckets. See
@@ -64,7 +65,7 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 	if err := l.validate(req); err != nil {
 		return Decision{Reason: ReasonInvalid, Cost: req.Cost}, err
 	}
-	buckets, err := l.buckets(ctx, req, req.Class)
+	buckets, err := l.buckets(ctx, req, 0)
 	if err == nil {
 		err = validateBuckets(buckets)
 	}
@@ -80,12 +81,12 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 			costs[i] = req.Cost
 		}
 	}
-	for j, class := range req.Also {
+	for j := range req.Also {
 		if err != nil {
 			break
 		}
 		var more []quota.Bucket
-		if more, err = l.buckets(ctx, req, class); err == nil {
+		if more, err = l.buckets(ctx, req, 1+j); err == nil {
 			err = validateBuckets(more)
 		}
 		for _, b := range more {
@@ -136,18 +137,41 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 	return d, err
 }
 
-// buckets asks the resolver for the buckets of req's tenant in class,
-// counting an answer of tier defaults given in place of overrides not
-// loaded in time (tollgate.overrides.late).
-func (l *Limiter) buckets(ctx context.Context, req Request, class string) ([]quota.Bucket, error) {
-	if l.tiered == nil {
-		return l.resolver.Buckets(ctx, req.Tenant, class)
+// tieredResolver is a resolver that also says why an answer is the tier
+// defaults in place of overrides not loaded in time, waiting for a first
+// override lookup no longer than it is told (quota.TieredResolver's
+// BucketsWithin).
+type tieredResolver interface {
+	BucketsWithin(ctx context.Context, t quota.Tenant, class string, wait time.Duration) ([]quota.Bucket, string, error)
+}
+
+// buckets returns the buckets of req's i-th class (Class, then Also's):
+// the caller's (Request.Resolved), or else the resolver's, counting an
+// answer of tier defaults given in place of overrides not loaded in time
+// (tollgate.overrides.late).
+func (l *Limiter) buckets(ctx context.Context, req Request, i int) ([]quota.Bucket, error) {
+	if req.Resolved != nil && req.Resolved[i] != nil {
+		return req.Resolved[i], nil
 	}
-	bs, late, err := l.tiered(ctx, req.Tenant, class)
+	class := req.Class
+	if i > 0 {
+		class = req.Also[i-1]
+	}
+	bs, late, err := l.resolve(ctx, req.Tenant, class)
 	if late != "" {
 		l.metrics.overridesLate(ctx, req.Tenant.Tier, class, late)
 	}
 	return bs, err
+}
+
+// resolve asks the resolver for the buckets of tenant t in class; a
+// tiered resolver's first override lookup waits no longer than a check.
+func (l *Limiter) resolve(ctx context.Context, t quota.Tenant, class string) (bs []quota.Bucket, late string, err error) {
+	if l.tiered == nil {
+		bs, err = l.resolver.Buckets(ctx, t, class)
+		return bs, "", err
+	}
+	return l.tiered.BucketsWithin(ctx, t, class, l.cfg.timeout)
 }
 
 func (l *Limiter) validate(req Request) error {
@@ -167,6 +191,9 @@ func (l *Limiter) validate(req Request) error {
 		if err := quota.ValidateName(class); err != nil {
 			return err
 		}
+	}
+	if req.Resolved != nil && len(req.Resolved) != 1+len(req.Also) {
+		return fmt.Errorf("%w: %d bucket lists in Resolved for %d classes", ErrInvalidRequest, len(req.Resolved), 1+len(req.Also))
 	}
 	if req.AlsoCosts != nil && len(req.AlsoCosts) != len(req.Also) {
 		return fmt.Errorf("%w: %d costs in AlsoCosts for %d classes in Also", ErrInvalidRequest, len(req.AlsoCosts), len(req.Also))

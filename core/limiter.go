@@ -1,9 +1,7 @@
 package core
 
 import (
-	"context"
 	"fmt"
-	"github.com/tollgate-go/tollgate/core/internal/hooks"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -56,6 +54,16 @@ type Request struct {
 	// when the store cannot be reached the failure policy answers it. Its
 	// Decision states Cost as its cost, and [Limiter.Settle] refuses it.
 	AlsoCosts []int64
+	// Resolved, when set, holds buckets the caller resolved itself (a
+	// gateway answering from the snapshot of its rules it holds, as
+	// envoyproxy/ratelimit's DoLimit is given its limits): one entry per
+	// class, Class's first and then Also's in order. A non-nil entry is
+	// that class's buckets, checked as the resolver's answer would be
+	// (quotas validated, names unique); the resolver is asked for a class
+	// whose entry is nil. Nil: the resolver answers every class.
+	// [Limiter.Settle] asks the resolver, as for any other request, for
+	// the quotas in force when it settles.
+	Resolved [][]quota.Bucket
 }
 
 // mixed reports whether req charges its classes different costs: then only
@@ -104,10 +112,10 @@ type Limiter struct {
 	slotsWG              sync.WaitGroup
 	releases             releases
 
-	// tiered is the resolver's Buckets that also says why an answer is
-	// the tier defaults in place of overrides not loaded in time (a
-	// quota.TieredResolver's, see hooks.Resolve); nil for another resolver
-	tiered  func(context.Context, quota.Tenant, string) ([]quota.Bucket, string, error)
+	// tiered is the resolver when it also says why an answer is the tier
+	// defaults in place of overrides not loaded in time (a
+	// quota.TieredResolver); nil for another resolver
+	tiered  tieredResolver
 	forgets forgets
 }
 
@@ -149,12 +157,7 @@ func New(client redis.UniversalClient, r quota.Resolver, opts ...Option) (*Limit
 	if cfg.clock != nil {
 		l.now = cfg.clock
 	}
-	if hooks.BoundWait != nil {
-		hooks.BoundWait(r, cfg.timeout) // a first override lookup waits no longer than a check
-	}
-	if hooks.Resolve != nil {
-		l.tiered, _ = hooks.Resolve(r).(func(context.Context, quota.Tenant, string) ([]quota.Bucket, string, error))
-	}
+	l.tiered, _ = r.(tieredResolver)
 	l.shards = shard.New(cfg.breakerThreshold, cfg.breakerCooldown, cfg.timeout, l.scripts, l.now,
 		shard.Metrics{Durations: l.metrics.storeDur, Errors: l.metrics.storeErrs, Policy: cfg.policy.String()})
 	l.breaker = &breakerLayer{shards: l.shards, policy: cfg.policy, metrics: l.metrics, log: l.logDegraded, now: l.now, script: &scriptLayer{l: l}}

@@ -154,7 +154,7 @@ func (l *Limiter) settleQuotas(ctx context.Context, t quota.Tenant, d Decision) 
 		if j >= 0 {
 			class = d.also[j]
 		}
-		bs, err := l.resolver.Buckets(ctx, t, class)
+		bs, _, err := l.resolve(ctx, t, class)
 		if err != nil {
 			continue
 		}

@@ -45,8 +45,7 @@ func (s *Server) shouldRateLimitRules(ctx context.Context, req *rlsv3.RateLimitR
 	if len(ds) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "tollgate: rate limit descriptor list must not be empty")
 	}
-	cfg := s.cfg.rules.current()
-	ctx = context.WithValue(ctx, snapshotKey{}, cfg)
+	cfg := s.cfg.rules.current() // the one snapshot this request is answered by
 	res := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds))}
 
 	descs := make([]ruleDescriptor, len(ds))
@@ -103,6 +102,7 @@ func (s *Server) shouldRateLimitRules(ctx context.Context, req *rlsv3.RateLimitR
 	}
 
 	for _, g := range gr.groups {
+		g.resolved = cfg.resolved(g.classes) // the limits matched, passed as data
 		if err := s.decide(ctx, g); err != nil {
 			return nil, err
 		}

@@ -27,9 +27,15 @@
 //
 //	cfg, err := rls.LoadConfig("/etc/ratelimit/config")
 //	rules, err := rls.NewRules(cfg, tiers) // tiers: the services' *quota.TieredResolver
-//	lim, err := core.New(client, rules)
+//	lim, err := core.New(client, tiers)    // the services' limiter, as it is
 //	srv, err := rls.New(lim, rls.WithRules(rules))
 //	done := rules.Watch(ctx, "/etc/ratelimit/config", time.Second, logger)
+//
+// The server passes the limiter the buckets of the rules it matched a
+// request against with its check (core.Request's Resolved): a request is
+// decided on the one configuration it was matched against, and the
+// limiter's resolver is asked only for the services' classes (a limiter
+// given the [Rules] themselves, a quota.Resolver too, works alike).
 //
 // https://github.com/tollgate-go/tollgate/blob/main/docs/envoy.md#differences-by-design lists the differences by design (the bucket's
 // duration_until_reset, a denial charging nothing, all or nothing among the

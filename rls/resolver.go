@@ -17,8 +17,9 @@ import (
 )
 
 // Rules holds the current [Config] of a Server (see [WithRules]) and
-// resolves its buckets: it is the quota.Resolver of the limiter given to
-// [New]. Classes beginning with [ruleClassPrefix] are the rules' own
+// resolves its buckets: the Server passes them with each check, and Rules
+// is a quota.Resolver too, for a limiter that resolves through it.
+// Classes beginning with [ruleClassPrefix] are the rules' own
 // buckets; every other class (a rule's tollgate.class, or a request
 // without a configuration) goes to the tier resolver, tiers and
 // overrides. It is safe for concurrent use; [Rules.Set] swaps the
@@ -57,9 +58,11 @@ func (r *Rules) Domains() []string { return r.current().Domains() }
 // current returns the current configuration.
 func (r *Rules) current() *Config { return r.cur.Load() }
 
-type snapshotKey struct{}
-
-// Buckets implements quota.Resolver.
+// Buckets implements quota.Resolver: a rule's class by the current
+// configuration, any other by the tier resolver. A Server answering by
+// the rules does not ask it for the rules' classes: it passes their
+// buckets, from the configuration it matched the request against, with
+// the check (core.Request's Resolved).
 func (r *Rules) Buckets(ctx context.Context, t quota.Tenant, class string) ([]quota.Bucket, error) {
 	if !strings.HasPrefix(class, ruleClassPrefix) {
 		if r.tiers == nil {
@@ -67,17 +70,42 @@ func (r *Rules) Buckets(ctx context.Context, t quota.Tenant, class string) ([]qu
 		}
 		return r.tiers.Buckets(ctx, t, class)
 	}
-	if q, ok := overrideQuota(class); ok {
-		return []quota.Bucket{{Name: class, Quota: q}}, nil
-	}
-	cfg, _ := ctx.Value(snapshotKey{}).(*Config)
-	if cfg == nil {
-		cfg = r.cur.Load()
-	}
-	if ru := cfg.rules[class]; ru != nil && ru.tenantKey == "" && !ru.unlimited && !ru.zero {
-		return []quota.Bucket{{Name: class, Quota: ru.quota}}, nil
+	if bs := r.current().buckets(class); bs != nil {
+		return bs, nil
 	}
 	return nil, fmt.Errorf("%w: no rule has the class %q", core.ErrResolve, class)
+}
+
+// buckets returns the bucket of a rule's class (or of a descriptor's limit
+// override) in c; nil for a class c does not resolve: a tier class (the
+// tier resolver's) or one no rule has.
+func (c *Config) buckets(class string) []quota.Bucket {
+	if !strings.HasPrefix(class, ruleClassPrefix) {
+		return nil
+	}
+	if q, ok := overrideQuota(class); ok {
+		return []quota.Bucket{{Name: class, Quota: q}}
+	}
+	if ru := c.rules[class]; ru != nil && ru.tenantKey == "" && !ru.unlimited && !ru.zero {
+		return []quota.Bucket{{Name: class, Quota: ru.quota}}
+	}
+	return nil
+}
+
+// resolved returns the buckets c gives classes, for core.Request's
+// Resolved: nil when c gives none of them (the limiter's resolver answers
+// every class).
+func (c *Config) resolved(classes []string) [][]quota.Bucket {
+	var out [][]quota.Bucket
+	for i, class := range classes {
+		if bs := c.buckets(class); bs != nil {
+			if out == nil {
+				out = make([][]quota.Bucket, len(classes))
+			}
+			out[i] = bs
+		}
+	}
+	return out
 }
 
 // knownTier reports whether tier is one of the tier file's.

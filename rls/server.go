@@ -62,6 +62,10 @@ type group struct {
 	members []int    // descriptor indexes
 	d       core.Decision
 	err     error
+
+	// resolved is the buckets of the classes the rules resolve (see
+	// core.Request's Resolved); nil: the limiter's resolver answers them
+	resolved [][]quota.Bucket
 }
 
 // ShouldRateLimit decides every descriptor of req. See the package
@@ -244,7 +248,7 @@ func (s *Server) decide(ctx context.Context, g *group) error {
 }
 
 func (g *group) request() core.Request {
-	req := core.Request{Tenant: g.tenant, Class: g.classes[0], Also: g.classes[1:], Cost: g.costs[0]}
+	req := core.Request{Tenant: g.tenant, Class: g.classes[0], Also: g.classes[1:], Cost: g.costs[0], Resolved: g.resolved}
 	for _, c := range g.costs[1:] {
 		if c != req.Cost {
 			req.AlsoCosts = g.costs[1:]

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"strings"
 	"time"
 
 	"github.com/tollgate-go/tollgate/core"
@@ -260,7 +259,6 @@ func (g *Gate) Decide(ctx context.Context, e Endpoint) Verdict {
 				Headers: []render.Header{{Name: "WWW-Authenticate", Value: "Bearer"}}}
 		}
 		t = quota.Tenant{ID: anon.ID(e.ClientIP), Tier: g.anonTier}
-		ctx = anon.With(ctx)
 	}
 	r, given := g.givenRoute(ctx, t, e)
 	switch {
@@ -281,7 +279,7 @@ func (g *Gate) Decide(ctx context.Context, e Endpoint) Verdict {
 				Err: fmt.Errorf("%w: cost function: %w", core.ErrInvalidConfig, err)}
 		}
 	}
-	if verified && strings.HasPrefix(t.ID, anon.Prefix) {
+	if verified && anon.Is(t.ID) {
 		// anonymous callers' IDs: a verified tenant spelled like one would
 		// share that caller's bucket (and deny cache entry), each draining
 		// the other's quota

@@ -124,7 +124,8 @@ type Tenant struct {
 	// ID names the tenant. It may hold any bytes (1 to MaxTenantIDLen of
 	// them); the key scheme escapes what Redis Cluster or a log would
 	// misread. IDs beginning with "anonymous:" are kept for the Gate's
-	// anonymous callers: Gate.Decide refuses a verified tenant spelled so.
+	// anonymous callers: Gate.Decide refuses a verified tenant spelled so,
+	// and a TieredResolver serves such a tenant its tier defaults only.
 	ID string
 	// Tier selects the tenant's default quotas (for example "free" or
 	// "pro"). Empty means the resolver's default tier.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"github.com/tollgate-go/tollgate/core/internal/anon"
 	"github.com/tollgate-go/tollgate/core/internal/errs"
-	"github.com/tollgate-go/tollgate/core/internal/hooks"
 	"github.com/tollgate-go/tollgate/core/internal/names"
 	"log/slog"
 	"sort"
@@ -161,7 +160,6 @@ type TieredResolver struct {
 	ttl       time.Duration
 	retry     time.Duration
 	timeout   time.Duration
-	wait      atomic.Int64 // a Limiter's check timeout, bounding a first lookup's wait; 0: none
 	maxCache  int
 	lookups   chan struct{} // a token per lookup in flight (WithMaxLookups)
 	now       func() time.Time
@@ -281,20 +279,6 @@ func WithClock(now func() time.Time) Option {
 	})
 }
 
-func init() {
-	hooks.BoundWait = func(r any, d time.Duration) {
-		if tr, ok := r.(*TieredResolver); ok {
-			tr.boundWait(d)
-		}
-	}
-	hooks.Resolve = func(r any) any {
-		if tr, ok := r.(*TieredResolver); ok {
-			return tr.resolve
-		}
-		return nil
-	}
-}
-
 // NewResolver returns a resolver over tiers, which must be valid.
 func NewResolver(tiers Tiers, opts ...Option) (*TieredResolver, error) {
 	if err := tiers.Validate(); err != nil {
@@ -339,41 +323,35 @@ func (r *TieredResolver) Invalidate(tenantID string) {
 	}
 }
 
-// boundWait makes a first lookup wait at most d (a Limiter's check
-// timeout; the smallest of several limiters sharing r).
-func (r *TieredResolver) boundWait(d time.Duration) {
-	for {
-		w := r.wait.Load()
-		if d <= 0 || (w > 0 && w <= int64(d)) || r.wait.CompareAndSwap(w, int64(d)) {
-			return
-		}
-	}
-}
-
 // Buckets implements [Resolver].
 func (r *TieredResolver) Buckets(ctx context.Context, t Tenant, class string) ([]Bucket, error) {
-	bs, _, err := r.resolve(ctx, t, class)
+	bs, _, err := r.BucketsWithin(ctx, t, class, 0)
 	return bs, err
 }
 
-// Why a first lookup was answered with the tier defaults (resolve's late,
-// the cause label of tollgate.overrides.late).
+// Why a first lookup was answered with the tier defaults (BucketsWithin's
+// late, the cause label of tollgate.overrides.late).
 const (
 	lateTimeout = "timeout" // the source did not answer within the wait
 	lateBusy    = "busy"    // WithMaxLookups lookups were in flight
 )
 
-// resolve is Buckets, also saying why (lateTimeout, lateBusy) the answer is
-// the tier defaults in place of overrides not loaded in time; "" when it
-// is not. A Limiter calls it (hooks.Resolve) to count those answers.
-func (r *TieredResolver) resolve(ctx context.Context, t Tenant, class string) ([]Bucket, string, error) {
+// BucketsWithin is Buckets for a caller that waits at most wait for a
+// tenant's first override lookup (a Limiter passes its check timeout; 0 or
+// more than WithTimeout: WithTimeout's), also saying why the answer is the
+// tier defaults in place of overrides not loaded in time: "timeout" (the
+// source did not answer within the wait) or "busy" (WithMaxLookups lookups
+// were in flight); "" when it is not. A Limiter given r calls it in place
+// of Buckets, and counts those answers (tollgate.overrides.late); a
+// resolver wrapping r may offer it too, with this signature, to keep that.
+func (r *TieredResolver) BucketsWithin(ctx context.Context, t Tenant, class string, wait time.Duration) ([]Bucket, string, error) {
 	bs, err := r.tiers.Load().buckets(t.Tier, class)
-	if err != nil || r.overrides == nil || anon.Is(ctx) {
+	if err != nil || r.overrides == nil || anon.Is(t.ID) {
 		// anonymous callers (Gate's WithAnonymous) have no overrides: a
 		// lookup per new address would put the database in their hands
 		return bs, "", err
 	}
-	ov, late, err := r.lookup(ctx, t.ID)
+	ov, late, err := r.lookup(ctx, t.ID, wait)
 	if err != nil {
 		return nil, "", err
 	}
@@ -408,7 +386,7 @@ func (r *TieredResolver) query(ctx context.Context, tenantID string) func() (any
 	}
 }
 
-func (r *TieredResolver) lookup(ctx context.Context, tenantID string) (map[string]Quota, string, error) {
+func (r *TieredResolver) lookup(ctx context.Context, tenantID string, wait time.Duration) (map[string]Quota, string, error) {
 	now := r.now()
 	if v, ok := r.cache.Load(tenantID); ok {
 		e := v.(*cacheEntry)
@@ -432,9 +410,8 @@ func (r *TieredResolver) lookup(ctx context.Context, tenantID string) (map[strin
 	}
 	r.stats.Misses.Add(1)
 	ch := r.group.DoChan(tenantID, r.query(ctx, tenantID))
-	wait := r.timeout
-	if w := time.Duration(r.wait.Load()); w > 0 && w < wait {
-		wait = w
+	if wait <= 0 || wait > r.timeout {
+		wait = r.timeout
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()

@@ -40,7 +40,7 @@ func TestResolverRefreshNotSwallowed(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if _, _, err := r.lookup(ctx, "a"); err != nil { // miss: the first load
+	if _, _, err := r.lookup(ctx, "a", 0); err != nil { // miss: the first load
 		t.Fatal(err)
 	}
 
@@ -54,7 +54,7 @@ func TestResolverRefreshNotSwallowed(t *testing.T) {
 	}()
 	<-held
 	advance(2 * time.Second)
-	if _, _, err := r.lookup(ctx, "a"); err != nil { // stale: starts a refresh, which joins the held call
+	if _, _, err := r.lookup(ctx, "a", 0); err != nil { // stale: starts a refresh, which joins the held call
 		t.Fatal(err)
 	}
 	// give the refresh goroutine time to join the held call, then let it go
@@ -66,7 +66,7 @@ func TestResolverRefreshNotSwallowed(t *testing.T) {
 	// the next requests must refresh the entry
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
-		if _, _, err := r.lookup(ctx, "a"); err != nil {
+		if _, _, err := r.lookup(ctx, "a", 0); err != nil {
 			t.Fatal(err)
 		}
 		if src.calls.Load() > loadsBefore && r.stats.Hits.Load() > 0 {
@@ -134,9 +134,8 @@ func TestResolverSlowFirstLookupGetsTierDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const checkTimeout = 20 * time.Millisecond
-	r.boundWait(checkTimeout) // as a Limiter with this check timeout does
-	bs, late, err := r.resolve(context.Background(), Tenant{ID: "new"}, DefaultClass)
+	const checkTimeout = 20 * time.Millisecond // a Limiter passes its check timeout
+	bs, late, err := r.BucketsWithin(context.Background(), Tenant{ID: "new"}, DefaultClass, checkTimeout)
 	if err != nil {
 		t.Fatalf("a first lookup past the check timeout is an error (the limiter's failure policy): %v", err)
 	}
@@ -146,9 +145,10 @@ func TestResolverSlowFirstLookupGetsTierDefaults(t *testing.T) {
 	if n := r.stats.Late.Load(); n != 1 {
 		t.Fatalf("late answers counted %d, want 1", n)
 	}
-	// Buckets, the public face, answers the same way
-	if bs, err := r.Buckets(context.Background(), Tenant{ID: "new"}, DefaultClass); err != nil || bs[0].Quota != PerSecond(20) {
-		t.Fatalf("Buckets: %v %v", bs, err)
+	// a second request while the lookup is still held joins it, and is
+	// late again
+	if bs, late, err := r.BucketsWithin(context.Background(), Tenant{ID: "new"}, DefaultClass, checkTimeout); err != nil || bs[0].Quota != PerSecond(20) || late != lateTimeout {
+		t.Fatalf("second request: %v (late %q) %v", bs, late, err)
 	}
 	close(src.release) // the database answers
 	waitFor(t, "the late lookup fills the cache", func() bool { return r.stats.Loads.Load() == 1 && src.inFlight.Load() == 0 })
@@ -156,7 +156,7 @@ func TestResolverSlowFirstLookupGetsTierDefaults(t *testing.T) {
 		v, ok := r.cache.Load("new")
 		return ok && v.(*cacheEntry).loaded
 	})
-	bs, late, err = r.resolve(context.Background(), Tenant{ID: "new"}, DefaultClass)
+	bs, late, err = r.BucketsWithin(context.Background(), Tenant{ID: "new"}, DefaultClass, checkTimeout)
 	if err != nil || bs[0].Quota != PerSecond(500) || late != "" {
 		t.Fatalf("after the lookup answered: %v (late %q) %v, want the override", bs, late, err)
 	}
@@ -180,13 +180,13 @@ func TestResolverLookupsBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.boundWait(10 * time.Millisecond)
+	const checkTimeout = 10 * time.Millisecond
 	const tenants = 200
 	var wg sync.WaitGroup
 	var timeouts, busy, bad atomic.Int64
 	for i := range tenants {
 		wg.Go(func() {
-			bs, late, err := r.resolve(context.Background(), Tenant{ID: "flood-" + strconv.Itoa(i)}, DefaultClass)
+			bs, late, err := r.BucketsWithin(context.Background(), Tenant{ID: "flood-" + strconv.Itoa(i)}, DefaultClass, checkTimeout)
 			switch {
 			case err != nil || bs[0].Quota != PerSecond(20):
 				bad.Add(1)
@@ -215,7 +215,7 @@ func TestResolverLookupsBounded(t *testing.T) {
 	// a tenant turned away is looked up on its next request
 	for i := range tenants {
 		if _, ok := r.cache.Load("flood-" + strconv.Itoa(i)); !ok {
-			if _, late, err := r.resolve(context.Background(), Tenant{ID: "flood-" + strconv.Itoa(i)}, DefaultClass); err != nil || late != "" {
+			if _, late, err := r.BucketsWithin(context.Background(), Tenant{ID: "flood-" + strconv.Itoa(i)}, DefaultClass, checkTimeout); err != nil || late != "" {
 				t.Fatalf("a turned-away tenant's next request: late %q %v", late, err)
 			}
 			if c := src.calls.Load(); c != maxLookups+1 {

@@ -271,6 +271,23 @@ func TestGateAnonymousSkipsOverrides(t *testing.T) {
 	if n := calls.Load(); n != 0 {
 		t.Fatalf("anonymous callers made %d override lookups", n)
 	}
+	// the tenant is what marks an anonymous caller, not the call that
+	// admitted it: a later unit of work of a caller Decide admitted
+	// (CheckRoute, one more message on a stream), or the limiter given
+	// that tenant, looks nothing up either
+	v := g.Decide(context.Background(), gate.Endpoint{Pattern: "/x", ClientIP: "198.51.100.1"})
+	if !v.Proceed {
+		t.Fatalf("%+v", v)
+	}
+	if w := g.CheckRoute(context.Background(), v.Tenant, v.Route); !w.Proceed {
+		t.Fatalf("CheckRoute: %+v", w)
+	}
+	if _, err := l.Check(context.Background(), core.Request{Tenant: v.Tenant}); err != nil {
+		t.Fatal(err)
+	}
+	if n := calls.Load(); n != 0 {
+		t.Fatalf("an anonymous caller's later checks made %d override lookups", n)
+	}
 	// an authenticated tenant still gets its overrides looked up
 	g.Decide(gate.ContextWithTenant(context.Background(), quota.Tenant{ID: "acme"}), gate.Endpoint{Pattern: "/x"})
 	if n := calls.Load(); n != 1 {

@@ -1,11 +1,12 @@
 // Package anon is the anonymous caller's identity, shared by the gate that
 // admits anonymous callers and the resolver that serves them from the tier
-// defaults only.
+// defaults only. The identity is the tenant ID itself (its Prefix): nothing
+// else marks a request as an anonymous caller's.
 package anon
 
 import (
-	"context"
 	"net/netip"
+	"strings"
 )
 
 // Prefix starts the tenant ID of an anonymous caller (gate.WithAnonymous):
@@ -34,14 +35,7 @@ func ID(ip string) string {
 	return Prefix + p.String()
 }
 
-type key struct{}
-
-// With marks ctx as an anonymous caller's check. Only the gate calls it; a
-// client cannot set it.
-func With(ctx context.Context) context.Context { return context.WithValue(ctx, key{}, true) }
-
-// Is reports whether ctx is the context of an anonymous caller's check.
-func Is(ctx context.Context) bool {
-	v, _ := ctx.Value(key{}).(bool)
-	return v
-}
+// Is reports whether tenantID is an anonymous caller's (ID's form): the
+// gate refuses a verified tenant spelled so, and the tiered resolver serves
+// such a tenant the tier defaults only.
+func Is(tenantID string) bool { return strings.HasPrefix(tenantID, Prefix) }

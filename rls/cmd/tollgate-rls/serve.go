@@ -144,19 +144,19 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 		return err
 	}
 	srvOpts = append(srvOpts, rls.WithSlotHold(hold))
-	// With RLS_CONFIG the limiter resolves through its rules, which fall
-	// back to the tiers for the services' classes.
+	// With RLS_CONFIG the rules are built over the tiers (for the services'
+	// classes) and given to the server alone: it passes the limiter the
+	// buckets of the rules it matched with each check, and the limiter
+	// resolves the services' classes through the tiers.
 	var rules *rls.Rules
 	var rulesErr error
 	opts = append(opts, config.WithLimiterResolver(func(tiers *quota.TieredResolver) (quota.Resolver, error) {
 		if st.xds { // no rules until the first push
 			rules, rulesErr = rls.NewRules(nil, tiers)
-			return rules, rulesErr
+		} else {
+			rules, rulesErr = openRules(rulesPath, tiers, getenv, st, log)
 		}
-		if rules, rulesErr = openRules(rulesPath, tiers, getenv, st, log); rulesErr != nil || rules == nil {
-			return tiers, rulesErr
-		}
-		return rules, nil
+		return tiers, rulesErr
 	}))
 	// The one setup path: the tier file (or the built-in one) builds the
 	// resolver and the limiter, and TOLLGATE_CONFIG is watched.
