@@ -121,7 +121,7 @@ func (l *Limiter) ReleaseAny(ctx context.Context, t quota.Tenant, class string, 
 		if err := l.validate(Request{Tenant: t, Class: class}); err != nil {
 			return false, err
 		}
-		bs, err := l.buckets(ctx, Request{Tenant: t, Class: class}, class)
+		bs, err := l.buckets(ctx, Request{Tenant: t, Class: class}, 0)
 		if err != nil {
 			return false, err
 		}
@@ -129,10 +129,9 @@ func (l *Limiter) ReleaseAny(ctx context.Context, t quota.Tenant, class string, 
 		if err != nil || ci < 0 {
 			return false, err
 		}
-		if key, err = l.keys.Bucket(t.ID, bs[ci].Name); err != nil {
+		if key, err = l.keys.Slots(t.ID, bs[ci].Name); err != nil {
 			return false, err
 		}
-		key += ":slots"
 	}
 	group := ""
 	if l.cfg.slotGroup != "" {

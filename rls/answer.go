@@ -77,7 +77,7 @@ func (s *Server) shouldRateLimitRules(ctx context.Context, req *rlsv3.RateLimitR
 			res.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 			continue
 		case d.negative:
-			res.Statuses[i] = s.negative(ctx, d.tenant, d.class, d.cost)
+			res.Statuses[i] = s.negative(ctx, d.tenant, d.class, d.cost, cfg.buckets(d.class))
 			continue
 		case r.unlimited:
 			res.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}

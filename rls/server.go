@@ -91,7 +91,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 
 	for i, d := range descs {
 		if d.negative {
-			res.Statuses[i] = s.negative(ctx, d.tenant, d.class, d.cost)
+			res.Statuses[i] = s.negative(ctx, d.tenant, d.class, d.cost, nil)
 		}
 	}
 	groups := groupDescriptors(descs)

@@ -185,12 +185,19 @@ func concurrencyBucket(bs []core.BucketState) string {
 // and refunds no token (the request ran); for any other class it refunds
 // cost tokens to the class's buckets, never above their capacity. It is
 // answered OK whatever happened: Envoy reads nothing from it.
-func (s *Server) negative(ctx context.Context, t quota.Tenant, class string, cost int64) *rlsv3.RateLimitResponse_DescriptorStatus {
+//
+// rule is the buckets a rule of the configuration gives class (nil: the
+// limiter's resolver answers it), passed as data as a hit's are.
+func (s *Server) negative(ctx context.Context, t quota.Tenant, class string, cost int64, rule []quota.Bucket) *rlsv3.RateLimitResponse_DescriptorStatus {
 	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 	if cost == 0 || s.held.paid(t, class) {
 		return st // a peek's or a denied hit's: it charged nothing and took no slot
 	}
-	d, err := s.lim.Peek(ctx, t, class)
+	req := core.Request{Tenant: t, Class: class}
+	if rule != nil {
+		req.Resolved = [][]quota.Bucket{rule}
+	}
+	d, err := s.lim.Check(ctx, req)
 	if err != nil {
 		s.failed(ctx, err)
 		return st

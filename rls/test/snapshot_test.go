@@ -11,6 +11,7 @@ import (
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/rls"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // The server passes the limiter the buckets of the rules it matched a
@@ -75,5 +76,50 @@ func TestRulesDecideOnTheConfigurationTheyMatched(t *testing.T) {
 	}
 	if asked.Load() != 1 {
 		t.Fatalf("the limiter's resolver was asked %d times for the rules' classes", asked.Load()-1)
+	}
+}
+
+// TestNegativeHitOnARuleWithTheTiersResolver: a negative hit on a rule's
+// descriptor refunds the rule's bucket when the limiter resolves through
+// the tiers alone (as tollgate-rls wires it): the rule's buckets go with
+// the refund as data, as a hit's do.
+func TestNegativeHitOnARuleWithTheTiersResolver(t *testing.T) {
+	cfg, err := rls.ParseConfig("rules.yaml", []byte("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: hour, requests_per_unit: 5}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tiers, err := quota.NewResolver(testTiers())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, err := rls.NewRules(cfg, tiers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := core.New(redistest.Client(t), tiers, core.WithPrefix(redistest.Prefix(t)), core.WithTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lim.Close() })
+	var failed atomic.Int64
+	c := serve(t, lim, rls.WithRules(rules), rls.WithErrorHandler(func(context.Context, error) { failed.Add(1) }))
+	hit := desc("remote_address", "192.0.2.7")
+	hit.HitsAddend = wrapperspb.UInt64(4)
+	if res := ask(t, c, edge(hit)); res.GetOverallCode() != rlsv3.RateLimitResponse_OK || res.GetStatuses()[0].GetLimitRemaining() != 1 {
+		t.Fatalf("a hit of 4 on 5 an hour: %v, want OK with 1 left", res)
+	}
+	neg := desc("remote_address", "192.0.2.7")
+	neg.IsNegativeHits = true
+	neg.HitsAddend = wrapperspb.UInt64(3)
+	if res := ask(t, c, edge(neg)); res.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("the negative hit of 3: %v", res)
+	}
+	if n := failed.Load(); n != 0 {
+		t.Fatalf("the negative hit failed %d times (its rule's buckets not found)", n)
+	}
+	peek := desc("remote_address", "192.0.2.7")
+	peek.HitsAddend = wrapperspb.UInt64(0)
+	if res := ask(t, c, edge(peek)); res.GetStatuses()[0].GetLimitRemaining() != 4 {
+		t.Fatalf("after the refund of 3: %v, want 4 left", res)
 	}
 }
