@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"strings"
-	"time"
 
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/internal/anon"
@@ -67,7 +66,6 @@ type Gate struct {
 	anonTier  string
 	anonymous bool
 	reports   bool // WithCostReports
-	now       func() time.Time
 }
 
 // Option configures a Gate. One given a value it cannot use makes New fail
@@ -162,25 +160,12 @@ func WithAnonymous(tier string) Option {
 	})
 }
 
-// WithClock takes the time from now instead of the system clock, to date
-// epoch-style headers (render.HeaderXRateLimitEpoch): tests and simulations
-// pass the clock their Limiter runs on (core.WithClock). nil is ignored.
-// Default time.Now.
-func WithClock(now func() time.Time) Option {
-	return gateOptionFunc(func(g *Gate) error {
-		if now != nil {
-			g.now = now
-		}
-		return nil
-	})
-}
-
 // New returns the shared request flow over l.
 func New(l *core.Limiter, opts ...Option) (*Gate, error) {
 	if l == nil {
 		return nil, fmt.Errorf("%w: nil core.Limiter", core.ErrInvalidConfig)
 	}
-	g := &Gate{lim: l, fallback: Route{Class: quota.DefaultClass, Cost: 1}, style: render.DefaultHeaderStyle, now: time.Now}
+	g := &Gate{lim: l, fallback: Route{Class: quota.DefaultClass, Cost: 1}, style: render.DefaultHeaderStyle}
 	for _, o := range opts {
 		if o != nil {
 			if err := o.applyGate(g); err != nil {
@@ -303,7 +288,7 @@ func (g *Gate) CheckRoute(ctx context.Context, t quota.Tenant, r Route) Verdict 
 // render turns the limiter's answer for (t, r) into a Verdict.
 func (g *Gate) render(t quota.Tenant, r Route, d core.Decision, err error) Verdict {
 	v := Verdict{Proceed: d.Allowed, Decision: d, Tenant: t, Route: r, Checked: true, Err: err,
-		Headers: render.Headers(d, g.style, g.now())}
+		Headers: render.Headers(d, g.style, g.lim.Now())}
 	if g.reports && settleable(d) {
 		v.report = &costReport{lim: g.lim}
 	}
