@@ -106,12 +106,13 @@ func WithDefaultRoute(r Route) Option {
 }
 
 // WithCostFunc sets a dynamic class/cost decision, consulted before the
-// route table. nil is ignored. Default: none (the route table decides).
+// route table. nil is an error. Default: none (the route table decides).
 func WithCostFunc(f CostFunc) Option {
 	return gateOptionFunc(func(g *Gate) error {
-		if f != nil {
-			g.costFunc = f
+		if f == nil {
+			return errs.BadOption("gate.WithCostFunc", "nil function")
 		}
+		g.costFunc = f
 		return nil
 	})
 }
