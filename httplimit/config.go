@@ -79,8 +79,7 @@ func WithErrorHandler(f func(r *http.Request, err error)) Option {
 // ReportCost, stands) and reported to the error handler. With it the
 // handler's ResponseWriter is wrapped (Flush and http.ResponseController
 // reach the original; a type assertion to http.Hijacker does not). Default:
-// none. A name that is not an HTTP
-// header name is an error.
+// none. A name that is not an HTTP header name ("" included) is an error.
 func WithCostHeader(name string) Option {
 	return adapt.CostHeader[optionFunc]("httplimit.WithCostHeader", name)
 }

@@ -52,13 +52,6 @@ type Config[F, D any] struct {
 	CostHeader string
 }
 
-// An Option sets one field of a Config, or says why it cannot (an error
-// naming the adapter's option). An adapter's own option type wraps it in
-// a sealed interface; the constructors below serve every adapter, given
-// the adapter's option's full name for the error:
-// adapt.Skipper[optionFunc]("ginlimit.WithSkipper", f).
-type Option[F, D any] func(*Config[F, D]) error
-
 // New returns the Config of an adapter over g, with deny as the deny
 // handler until an option replaces it, and opts applied in order by apply
 // (nil ones skipped). fn is the adapter's constructor ("ginlimit.Middleware").
@@ -92,6 +85,13 @@ type optionError struct{ option, msg string }
 
 func (e *optionError) Error() string { return "tollgate: " + e.option + ": " + e.msg }
 func (e *optionError) Unwrap() error { return core.ErrInvalidConfig }
+
+// The option constructors below (Skipper to DenyHandler) serve every
+// adapter: each returns an adapter's option function O, a
+// func(*Config[F, D]) error that sets one field or says why it cannot,
+// with an error naming option, the adapter's option's full name. An
+// adapter wraps its O in a sealed Option interface and applies it with
+// New: adapt.Skipper[optionFunc]("ginlimit.WithSkipper", f).
 
 // Skipper sets Config.Skip; nil is an error.
 func Skipper[O ~func(*Config[F, D]) error, F, D any](option string, f func(F) bool) O {

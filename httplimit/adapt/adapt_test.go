@@ -18,7 +18,7 @@ type frameworkCtx struct{ big bool }
 
 type deny func(*frameworkCtx, gate.Verdict)
 
-// option is an adapter's option function: adapt.Option's underlying type,
+// option is an adapter's option function, the type adapt's constructors return,
 // with the method of the adapter's sealed Option interface.
 type option func(*adapt.Config[*frameworkCtx, deny]) error
 
