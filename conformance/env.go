@@ -196,7 +196,6 @@ func (e *env) instance() Instance {
 		Routes:      scenarioRoutes(),
 		HeaderStyle: style,
 		Anonymous:   e.cfg.anonymous,
-		Clock:       e.clock.Now,
 		CostReports: e.cfg.costReports,
 		CatchAll:    e.cfg.catchAll,
 		OnError: func(err error) {

@@ -5,7 +5,6 @@ import (
 	"net/url"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/gate"
@@ -94,9 +93,6 @@ type Setup struct {
 	// tenants keyed by the client address the framework resolves
 	// (gate.WithAnonymous("")), instead of answering 401.
 	Anonymous bool
-	// Clock is the time of day used for time-of-day header values (the
-	// epoch X-RateLimit-Reset); pass it to the adapter (gate.WithClock).
-	Clock func() time.Time
 	// OnError is the adapter's error hook: wire it so that it receives
 	// Verdict.Err whenever the limiter reports an error (store failure).
 	// Never nil.
@@ -122,7 +118,7 @@ type Setup struct {
 // GateOptions returns s as core gate options, with routes as the route
 // table: what most adapters' "pass gate options through" option takes.
 func (s Setup) GateOptions(routes gate.Routes) []gate.Option {
-	opts := []gate.Option{gate.WithRoutes(routes), gate.WithHeaderStyle(s.HeaderStyle), gate.WithClock(s.Clock)}
+	opts := []gate.Option{gate.WithRoutes(routes), gate.WithHeaderStyle(s.HeaderStyle)}
 	if s.Anonymous {
 		opts = append(opts, gate.WithAnonymous(""))
 	}

@@ -309,8 +309,9 @@ func (now clockOption) apply(c *config) error {
 
 // WithClock takes the time from now instead of the system clock, and makes
 // the script take it from now instead of calling TIME on the server: use it
-// in tests and simulations (pass the same clock to quota.WithClock and
-// gate.WithClock to run a resolver and a gate on it too), and in production
+// in tests and simulations (the gate and the Envoy server built over the
+// limiter read it too, see Limiter.Now; pass the same clock to
+// quota.WithClock to run a resolver on it), and in production
 // only for a managed Redis that forbids TIME in scripts
 // (WithClock(time.Now)); replicas whose clocks disagree then see slightly
 // different buckets. A clock that steps backwards neither mints nor burns

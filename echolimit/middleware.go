@@ -38,11 +38,10 @@ import (
 // limiter, such as Static with HTML5) that answers such a request itself
 // is not seen: register the fallback as a RouteNotFound route.
 //
-// A nil gate does not panic: every request is answered as misconfigured
-// (500 with a fixed problem+json body, by the deny handler), the cause
-// reported to the error handler only.
+// A nil gate, or an option given a value it cannot use, panics here,
+// where the limiter is registered, as http.Handle(pattern, nil) does.
 func Middleware(g *gate.Gate, opts ...Option) echo.MiddlewareFunc {
-	c := adapt.New(g, DefaultDenyHandler, opts)
+	c := adapt.New("echolimit.Middleware", g, DefaultDenyHandler, opts, Option.apply)
 	var routes routeTable
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(ec echo.Context) error {

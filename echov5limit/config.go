@@ -8,10 +8,16 @@ import (
 )
 
 // Option configures the middleware. Options are applied in order; a nil
-// Option, and an option given a nil value, is ignored. Everything core
-// decides (routes, default route, cost function, header style, anonymous
-// callers, clock) is configured on the gate.Gate instead.
-type Option func(*config)
+// Option is skipped. An option given a value it cannot use (a nil
+// function) makes Middleware panic with a message naming it, where the
+// limiter is registered. Everything core decides (routes, default route,
+// cost function, header style, anonymous callers) is configured on the
+// gate.Gate instead.
+type Option interface{ apply(*config) error }
+
+type optionFunc func(*config) error
+
+func (f optionFunc) apply(c *config) error { return f(c) }
 
 type config = adapt.Config[*echo.Context, func(*echo.Context, gate.Verdict) error]
 
@@ -19,31 +25,33 @@ type config = adapt.Config[*echo.Context, func(*echo.Context, gate.Verdict) erro
 // *echo.Context (c.Param values, a key the authentication middleware set),
 // consulted before the gate's cost function and route table (ok false
 // falls back to them). Its answer is held to the route table's rules: a
-// bad one is answered as a misconfiguration. Default: none. nil is ignored.
+// bad one is answered as a misconfiguration. Default: none. nil is an error.
 func WithRouteFunc(f func(*echo.Context) (gate.Route, bool)) Option {
-	return adapt.RouteFunc[Option](f)
+	return adapt.RouteFunc[optionFunc]("echov5limit.WithRouteFunc", f)
 }
 
 // WithSkipper skips the limiter (no check, no headers) for requests it
 // returns true for, like the Skipper of Echo's own middleware configs.
-// Default: none (middleware.DefaultSkipper). nil is ignored.
-func WithSkipper(s middleware.Skipper) Option { return adapt.Skipper[Option](s) }
+// Default: none (middleware.DefaultSkipper). nil is an error.
+func WithSkipper(s middleware.Skipper) Option {
+	return adapt.Skipper[optionFunc]("echov5limit.WithSkipper", s)
+}
 
 // WithDenyHandler sets what answers a request that does not proceed (429,
 // 503, 401, 400; 500 when misconfigured). The rate-limit headers are
 // already set on the response, and they stay there if the handler returns
 // an error instead of writing (an *echo.HTTPError rendered by Echo's
 // HTTPErrorHandler). Default: DefaultDenyHandler (core's RFC 9457
-// problem+json, the body every tollgate adapter writes). nil is ignored.
+// problem+json, the body every tollgate adapter writes). nil is an error.
 func WithDenyHandler(f func(c *echo.Context, v gate.Verdict) error) Option {
-	return adapt.DenyHandler[Option](f)
+	return adapt.DenyHandler[optionFunc]("echov5limit.WithDenyHandler", f)
 }
 
 // WithErrorHandler sets a hook called with Verdict.Err whenever the limiter
 // reports an error (the store failed, or the request could not be keyed),
-// and with the cause of a misconfiguration (a nil gate, a route function's
+// and with the cause of a misconfiguration (a route function's
 // bad route), which the client never sees. Use it for logs and metrics.
-// Default: none (core logs degraded decisions). nil is ignored.
+// Default: none (core logs degraded decisions). nil is an error.
 func WithErrorHandler(f func(c *echo.Context, err error)) Option {
-	return adapt.ErrorHandler[Option](f)
+	return adapt.ErrorHandler[optionFunc]("echov5limit.WithErrorHandler", f)
 }

@@ -43,11 +43,10 @@ import (
 // (Static with HTML5 under e.Use) is not seen: register the fallback as a
 // RouteNotFound route.
 //
-// A nil gate does not panic: every request is answered as misconfigured
-// (500 with a fixed problem+json body, by the deny handler), the cause
-// reported to the error handler only.
+// A nil gate, or an option given a value it cannot use, panics here,
+// where the limiter is registered, as http.Handle(pattern, nil) does.
 func Middleware(g *gate.Gate, opts ...Option) echo.MiddlewareFunc {
-	c := adapt.New(g, DefaultDenyHandler, opts)
+	c := adapt.New("echov5limit.Middleware", g, DefaultDenyHandler, opts, Option.apply)
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		wrapsEcho := isEcho(next) // a group's RouteNotFound route, with this middleware last
 		return func(ec *echo.Context) error {

@@ -7,10 +7,16 @@ import (
 )
 
 // Option configures the handler. Options are applied in order; a nil
-// Option, and an option given a nil value, is ignored. Everything core
-// decides (routes, default route, cost function, header style, anonymous
-// callers, clock) is configured on the gate.Gate instead.
-type Option func(*config)
+// Option is skipped. An option given a value it cannot use (a nil
+// function) makes New panic with a message naming it, where the
+// limiter is registered. Everything core decides (routes, default route,
+// cost function, header style, anonymous callers) is configured on the
+// gate.Gate instead.
+type Option interface{ apply(*config) error }
+
+type optionFunc func(*config) error
+
+func (f optionFunc) apply(c *config) error { return f(c) }
 
 type config = adapt.Config[fiber.Ctx, func(fiber.Ctx, gate.Verdict) error]
 
@@ -19,37 +25,41 @@ type config = adapt.Config[fiber.Ctx, func(fiber.Ctx, gate.Verdict) error]
 // consulted before the gate's cost function and route table (ok false
 // falls back to them). It must not keep the context or strings from it.
 // Its answer is held to the route table's rules: a bad one is answered as
-// a misconfiguration. Default: none. nil is ignored.
+// a misconfiguration. Default: none. nil is an error.
 func WithRouteFunc(f func(fiber.Ctx) (gate.Route, bool)) Option {
-	return adapt.RouteFunc[Option](f)
+	return adapt.RouteFunc[optionFunc]("fiberv3limit.WithRouteFunc", f)
 }
 
 // WithNext skips the limiter (no check, no headers) for requests it returns
 // true for, like the Next field of Fiber's own middleware configs. Default:
-// none. nil is ignored.
-func WithNext(f func(c fiber.Ctx) bool) Option { return adapt.Skipper[Option](f) }
+// none. nil is an error.
+func WithNext(f func(c fiber.Ctx) bool) Option {
+	return adapt.Skipper[optionFunc]("fiberv3limit.WithNext", f)
+}
 
 // WithPatternFunc sets how the route template of a request is found, for
 // a handler mounted with app.Use or app.Group, where c.Route().Path is the mount prefix. Never return the raw URL path: every distinct path would be a
 // route of its own. The string is used during the call only. Default:
-// c.Route().Path. nil is ignored.
-func WithPatternFunc(f func(c fiber.Ctx) string) Option { return adapt.PatternFunc[Option](f) }
+// c.Route().Path. nil is an error.
+func WithPatternFunc(f func(c fiber.Ctx) string) Option {
+	return adapt.PatternFunc[optionFunc]("fiberv3limit.WithPatternFunc", f)
+}
 
 // WithDenyHandler sets what answers a request that does not proceed (429,
 // 503, 401, 400; 500 when misconfigured). The rate-limit headers are
 // already set, and they stay if the handler returns an error instead of
 // writing (a *fiber.Error such as fiber.ErrTooManyRequests), which the
 // app's ErrorHandler renders. Default: DefaultDenyHandler (core's RFC 9457
-// problem+json, the body every tollgate adapter writes). nil is ignored.
+// problem+json, the body every tollgate adapter writes). nil is an error.
 func WithDenyHandler(f func(c fiber.Ctx, v gate.Verdict) error) Option {
-	return adapt.DenyHandler[Option](f)
+	return adapt.DenyHandler[optionFunc]("fiberv3limit.WithDenyHandler", f)
 }
 
 // WithErrorHandler sets a hook called with Verdict.Err whenever the limiter
 // reports an error (the store failed, or the request could not be keyed),
-// and with the cause of a misconfiguration (a nil gate, a route function's
+// and with the cause of a misconfiguration (a route function's
 // bad route), which the client never sees. Use it for logs and metrics.
-// Default: none (core logs degraded decisions). nil is ignored.
+// Default: none (core logs degraded decisions). nil is an error.
 func WithErrorHandler(f func(c fiber.Ctx, err error)) Option {
-	return adapt.ErrorHandler[Option](f)
+	return adapt.ErrorHandler[optionFunc]("fiberv3limit.WithErrorHandler", f)
 }

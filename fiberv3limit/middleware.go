@@ -37,11 +37,10 @@ import (
 // fasthttp's reused buffers); the method and the route template are the
 // app's own strings.
 //
-// A nil gate does not panic: every request is answered as misconfigured
-// (500 with a fixed problem+json body, by the deny handler), the cause
-// reported to the error handler only.
+// A nil gate, or an option given a value it cannot use, panics here,
+// where the limiter is registered, as http.Handle(pattern, nil) does.
 func New(g *gate.Gate, opts ...Option) fiber.Handler {
-	c := adapt.New(g, DefaultDenyHandler, opts)
+	c := adapt.New("fiberv3limit.New", g, DefaultDenyHandler, opts, Option.apply)
 	return func(fc fiber.Ctx) error {
 		if c.Skipped(fc) {
 			return fc.Next()

@@ -7,10 +7,16 @@ import (
 )
 
 // Option configures the middleware. Options are applied in order; a nil
-// Option, and an option given a nil value, is ignored. Everything core
-// decides (routes, default route, cost function, header style, anonymous
-// callers, clock) is configured on the gate.Gate instead.
-type Option func(*config)
+// Option is skipped. An option given a value it cannot use (a nil
+// function) makes Middleware panic with a message naming it, where the
+// limiter is registered. Everything core decides (routes, default route,
+// cost function, header style, anonymous callers) is configured on the
+// gate.Gate instead.
+type Option interface{ apply(*config) error }
+
+type optionFunc func(*config) error
+
+func (f optionFunc) apply(c *config) error { return f(c) }
 
 type config = adapt.Config[*gin.Context, func(*gin.Context, gate.Verdict)]
 
@@ -18,29 +24,31 @@ type config = adapt.Config[*gin.Context, func(*gin.Context, gate.Verdict)]
 // *gin.Context (c.Param values, a key the authentication middleware set),
 // consulted before the gate's cost function and route table (ok false
 // falls back to them). Its answer is held to the route table's rules: a
-// bad one is answered as a misconfiguration. Default: none. nil is ignored.
+// bad one is answered as a misconfiguration. Default: none. nil is an error.
 func WithRouteFunc(f func(*gin.Context) (gate.Route, bool)) Option {
-	return adapt.RouteFunc[Option](f)
+	return adapt.RouteFunc[optionFunc]("ginlimit.WithRouteFunc", f)
 }
 
 // WithSkipper skips the limiter (no check, no headers) for requests it
-// returns true for. Default: none. nil is ignored.
-func WithSkipper(f func(*gin.Context) bool) Option { return adapt.Skipper[Option](f) }
+// returns true for. Default: none. nil is an error.
+func WithSkipper(f func(*gin.Context) bool) Option {
+	return adapt.Skipper[optionFunc]("ginlimit.WithSkipper", f)
+}
 
 // WithDenyHandler sets what answers a request that does not proceed (429,
 // 503, 401, 400; 500 when misconfigured). The rate-limit headers are
 // already set, and the chain is already aborted. Default:
-// DefaultDenyHandler (core's RFC 9457 problem+json). nil is ignored.
+// DefaultDenyHandler (core's RFC 9457 problem+json). nil is an error.
 func WithDenyHandler(f func(c *gin.Context, v gate.Verdict)) Option {
-	return adapt.DenyHandler[Option](f)
+	return adapt.DenyHandler[optionFunc]("ginlimit.WithDenyHandler", f)
 }
 
 // WithErrorHandler sets a hook called with Verdict.Err whenever the limiter
 // reports an error (the store failed, or the request could not be keyed),
-// and with the cause of a misconfiguration (a nil gate, a route function's
+// and with the cause of a misconfiguration (a route function's
 // bad route), which the client never sees. Use it for logs and metrics
 // (c.Error(err) adds it to Gin's error list). Default: none (core logs
-// degraded decisions). nil is ignored.
+// degraded decisions). nil is an error.
 func WithErrorHandler(f func(c *gin.Context, err error)) Option {
-	return adapt.ErrorHandler[Option](f)
+	return adapt.ErrorHandler[optionFunc]("ginlimit.WithErrorHandler", f)
 }

@@ -38,11 +38,10 @@ import (
 // request is charged nothing and gets no headers. So use the limiter last
 // among the global middleware, or Gin's own 404s are charged too.
 //
-// A nil gate does not panic: every request is answered as misconfigured
-// (500 with a fixed problem+json body), the cause reported to the error
-// handler only.
+// A nil gate, or an option given a value it cannot use, panics here,
+// where the limiter is registered, as http.Handle(pattern, nil) does.
 func Middleware(g *gate.Gate, opts ...Option) gin.HandlerFunc {
-	c := adapt.New(g, DefaultDenyHandler, opts)
+	c := adapt.New("ginlimit.Middleware", g, DefaultDenyHandler, opts, Option.apply)
 	var self uintptr // the code of mw, the same for every limiter
 	mw := func(gc *gin.Context) {
 		if c.Skipped(gc) {

@@ -3,6 +3,7 @@ package grpclimit
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/gate"
@@ -13,10 +14,21 @@ import (
 const defaultDomain = "tollgate.dev"
 
 // Option configures the server interceptors. Options are applied in order;
-// a nil Option, and an option given a nil value, is ignored. Everything
-// core decides (the method table, default route, cost function, header
-// style, anonymous callers, clock) is configured on the gate.Gate instead.
-type Option func(*config)
+// a nil Option is skipped. An option given a value it cannot use makes
+// UnaryServerInterceptor and StreamServerInterceptor panic with a message
+// naming it, where the interceptor is registered. Everything core decides
+// (the method table, default route, cost function, header style,
+// anonymous callers) is configured on the gate.Gate instead.
+type Option interface{ apply(*config) error }
+
+type optionFunc func(*config) error
+
+func (f optionFunc) apply(c *config) error { return f(c) }
+
+// badOption is the error of an option given a value it cannot use.
+func badOption(option, format string, args ...any) error {
+	return fmt.Errorf("%w: grpclimit.%s: %s", core.ErrInvalidConfig, option, fmt.Sprintf(format, args...))
+}
 
 type config struct {
 	filters    []func(ctx context.Context, fullMethod string) bool
@@ -26,56 +38,58 @@ type config struct {
 	onError    func(ctx context.Context, fullMethod string, err error)
 }
 
-func newConfig(opts []Option) config {
+// newConfig applies opts, panicking as fn (the interceptor's constructor)
+// when one is given a value it cannot use.
+func newConfig(fn string, opts []Option) config {
 	c := config{deniedCode: codes.ResourceExhausted, domain: defaultDomain}
 	for _, o := range opts {
-		if o != nil {
-			o(&c)
+		if o == nil {
+			continue
+		}
+		if err := o.apply(&c); err != nil {
+			panic("tollgate: grpclimit." + fn + ": " + strings.TrimPrefix(err.Error(), "tollgate: "))
 		}
 	}
 	return c
 }
 
-func (c *config) validate() error {
-	if c.deniedCode != codes.ResourceExhausted && c.deniedCode != codes.Unavailable {
-		return fmt.Errorf("%w: grpclimit: WithDeniedCode: must be ResourceExhausted or Unavailable, got %v", core.ErrInvalidConfig, c.deniedCode)
-	}
-	if c.message != nil {
-		if err := (gate.Routes{"message cost": *c.message}).Validate(); err != nil {
-			return fmt.Errorf("grpclimit: WithMessageCost: %w", err)
-		}
-	}
-	return nil
-}
-
 // WithFilter adds a filter; a call to fullMethod ("/pkg.Service/Method")
 // is limited only if every filter returns true, and let through unchecked
-// otherwise. Default: every call is limited. nil is ignored.
+// otherwise. Default: every call is limited. nil is an error.
 func WithFilter(f func(ctx context.Context, fullMethod string) bool) Option {
-	return func(c *config) {
-		if f != nil {
-			c.filters = append(c.filters, f)
+	return optionFunc(func(c *config) error {
+		if f == nil {
+			return badOption("WithFilter", "nil function")
 		}
-	}
+		c.filters = append(c.filters, f)
+		return nil
+	})
 }
 
 // WithDeniedCode sets the status code of a denial: codes.ResourceExhausted
 // (the default) or codes.Unavailable, for clients that only retry
-// Unavailable. Any other code is a misconfiguration (every call answered
-// Internal, the cause reported to the error handler). The details and
-// trailers are the same either way.
+// Unavailable. Any other code is an error. The details and trailers are
+// the same either way.
 func WithDeniedCode(code codes.Code) Option {
-	return func(c *config) { c.deniedCode = code }
+	return optionFunc(func(c *config) error {
+		if code != codes.ResourceExhausted && code != codes.Unavailable {
+			return badOption("WithDeniedCode", "must be ResourceExhausted or Unavailable, got %v", code)
+		}
+		c.deniedCode = code
+		return nil
+	})
 }
 
 // WithDomain sets the ErrorInfo domain of a denial. Default "tollgate.dev";
-// "" is ignored.
+// "" is an error.
 func WithDomain(domain string) Option {
-	return func(c *config) {
-		if domain != "" {
-			c.domain = domain
+	return optionFunc(func(c *config) error {
+		if domain == "" {
+			return badOption("WithDomain", "empty domain")
 		}
-	}
+		c.domain = domain
+		return nil
+	})
 }
 
 // WithMessageCost also charges every message received on a client-stream
@@ -83,21 +97,30 @@ func WithDomain(domain string) Option {
 // stream opens. A denied message is not delivered: the handler's RecvMsg
 // returns the denial's status error (with its details and trailers), which
 // the handler should return. A class or cost the route table would refuse
-// is a misconfiguration. Default: messages are not charged.
+// is an error. Default: messages are not charged.
 func WithMessageCost(class string, cost int64) Option {
-	return func(c *config) { c.message = &gate.Route{Class: class, Cost: cost} }
+	return optionFunc(func(c *config) error {
+		r := gate.Route{Class: class, Cost: cost}
+		if err := (gate.Routes{"message cost": r}).Validate(); err != nil {
+			return badOption("WithMessageCost", "%s", strings.TrimPrefix(err.Error(), "tollgate: "))
+		}
+		c.message = &r
+		return nil
+	})
 }
 
 // WithErrorHandler sets a hook that receives the limiter's errors (store
 // failures, invalid requests) for a call to fullMethod, for logs and
 // metrics; the failure policy has already answered the call. It also
-// receives the cause of a misconfiguration (a nil gate, a bad option, a
-// cost function's bad route), which the client never sees. Default: none
-// (core logs degraded decisions). nil is ignored.
+// receives the cause of a misconfiguration (a cost function's bad route),
+// which the client never sees. Default: none (core logs degraded
+// decisions). nil is an error.
 func WithErrorHandler(h func(ctx context.Context, fullMethod string, err error)) Option {
-	return func(c *config) {
-		if h != nil {
-			c.onError = h
+	return optionFunc(func(c *config) error {
+		if h == nil {
+			return badOption("WithErrorHandler", "nil function")
 		}
-	}
+		c.onError = h
+		return nil
+	})
 }

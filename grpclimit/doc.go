@@ -65,9 +65,10 @@
 //   - No tenant in the context: codes.Unauthenticated, unless
 //     gate.WithAnonymous keys such callers by their peer IP.
 //   - An invalid request (a tenant ID core cannot key): InvalidArgument.
-//   - A misconfiguration (a nil gate, a bad option, a cost function's bad
-//     route): codes.Internal with the fixed message "The rate limiter is
-//     misconfigured."; the cause goes to [WithErrorHandler] only.
+//   - A cost function's bad route: codes.Internal with the fixed message
+//     "The rate limiter is misconfigured."; the cause goes to
+//     [WithErrorHandler] only. (A nil gate or a bad option panics where
+//     the interceptor is registered.)
 //
 // A message denied by [WithMessageCost] is dropped and the stream's
 // RecvMsg returns the denial's status error; the header metadata has

@@ -2,7 +2,6 @@ package grpclimit
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -47,22 +46,18 @@ const (
 var misconfiguredMessage = render.MisconfiguredProblem().Detail
 
 // interceptors is a configured pair of server interceptors over one gate.
-// err, when set, is a misconfiguration: every call is answered Internal
-// with the fixed message, err reported to the error handler.
 type interceptors struct {
 	gate *gate.Gate
 	cfg  config
-	err  error
 }
 
-func newInterceptors(g *gate.Gate, opts []Option) *interceptors {
-	i := &interceptors{gate: g, cfg: newConfig(opts)}
+// newInterceptors is the interceptors of fn over g; a nil gate, or an
+// option given a value it cannot use, panics, naming fn.
+func newInterceptors(fn string, g *gate.Gate, opts []Option) *interceptors {
 	if g == nil {
-		i.err = fmt.Errorf("%w: grpclimit: nil *gate.Gate (build one with gate.New)", core.ErrInvalidConfig)
-	} else {
-		i.err = i.cfg.validate()
+		panic("tollgate: grpclimit." + fn + ": nil gate")
 	}
-	return i
+	return &interceptors{gate: g, cfg: newConfig(fn, opts)}
 }
 
 // UnaryServerInterceptor limits unary calls with gate, built and validated
@@ -73,12 +68,12 @@ func newInterceptors(g *gate.Gate, opts []Option) *interceptors {
 // calls the handler with the rate-limit values in header metadata, or
 // answers the denial (see the package documentation) without calling it.
 //
-// A misconfiguration (a nil gate, a denied code other than
-// ResourceExhausted or Unavailable, a bad WithMessageCost) does not panic:
-// every call then fails with codes.Internal and a fixed message, the cause
-// reported to the error handler only, never to the client.
+// A nil gate, or an option given a value it cannot use (a denied code
+// other than ResourceExhausted or Unavailable, a bad WithMessageCost),
+// panics here, where the interceptor is registered, as
+// http.Handle(pattern, nil) does.
 func UnaryServerInterceptor(g *gate.Gate, opts ...Option) grpc.UnaryServerInterceptor {
-	return newInterceptors(g, opts).unary()
+	return newInterceptors("UnaryServerInterceptor", g, opts).unary()
 }
 
 // StreamServerInterceptor limits streams with gate: each stream is charged
@@ -86,22 +81,11 @@ func UnaryServerInterceptor(g *gate.Gate, opts ...Option) grpc.UnaryServerInterc
 // each message a client or bidi stream receives is charged too. See
 // [UnaryServerInterceptor] for the rest, including misconfigurations.
 func StreamServerInterceptor(g *gate.Gate, opts ...Option) grpc.StreamServerInterceptor {
-	return newInterceptors(g, opts).stream()
-}
-
-// misconfigured reports i.err and returns the fixed Internal answer.
-func (i *interceptors) misconfigured(ctx context.Context, method string) error {
-	if i.cfg.onError != nil {
-		i.cfg.onError(ctx, method, i.err)
-	}
-	return status.Error(codes.Internal, misconfiguredMessage)
+	return newInterceptors("StreamServerInterceptor", g, opts).stream()
 }
 
 func (i *interceptors) unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if i.err != nil {
-			return nil, i.misconfigured(ctx, info.FullMethod)
-		}
 		if !i.limited(ctx, info.FullMethod) {
 			return handler(ctx, req)
 		}
@@ -122,13 +106,6 @@ func (i *interceptors) unary() grpc.UnaryServerInterceptor {
 
 func (i *interceptors) stream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if i.err != nil {
-			ctx := context.Background()
-			if ss != nil {
-				ctx = ss.Context()
-			}
-			return i.misconfigured(ctx, info.FullMethod)
-		}
 		ctx := ss.Context()
 		if !i.limited(ctx, info.FullMethod) {
 			return handler(srv, ss)

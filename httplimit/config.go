@@ -8,10 +8,16 @@ import (
 )
 
 // Option configures the middleware. Options are applied in order; a nil
-// Option, and an option given a nil value, is ignored. Everything core
-// decides (routes, default route, cost function, header style, anonymous
-// callers, clock) is configured on the gate.Gate instead.
-type Option func(*config)
+// Option is skipped. An option given a value it cannot use (a nil
+// function) makes Middleware panic with a message naming it, where the
+// limiter is registered. Everything core decides (routes, default route,
+// cost function, header style, anonymous callers) is configured on the
+// gate.Gate instead.
+type Option interface{ apply(*config) error }
+
+type optionFunc func(*config) error
+
+func (f optionFunc) apply(c *config) error { return f(c) }
 
 type (
 	config      = adapt.Config[*http.Request, denyHandler]
@@ -22,14 +28,16 @@ type (
 // request itself (its size, a header the authentication layer set),
 // consulted before the gate's cost function and route table (ok false
 // falls back to them). Its answer is held to the route table's rules: a
-// bad one is answered as a misconfiguration. Default: none. nil is ignored.
+// bad one is answered as a misconfiguration. Default: none. nil is an error.
 func WithRouteFunc(f func(*http.Request) (gate.Route, bool)) Option {
-	return adapt.RouteFunc[Option](f)
+	return adapt.RouteFunc[optionFunc]("httplimit.WithRouteFunc", f)
 }
 
 // WithSkipper skips the limiter (no check, no headers) for requests it
-// returns true for. Default: none. nil is ignored.
-func WithSkipper(f func(*http.Request) bool) Option { return adapt.Skipper[Option](f) }
+// returns true for. Default: none. nil is an error.
+func WithSkipper(f func(*http.Request) bool) Option {
+	return adapt.Skipper[optionFunc]("httplimit.WithSkipper", f)
+}
 
 // WithPatternFunc sets how the route template of a request is found, for
 // routers other than ServeMux (chi: chi.RouteContext(r.Context()).RoutePattern(),
@@ -37,25 +45,27 @@ func WithSkipper(f func(*http.Request) bool) Option { return adapt.Skipper[Optio
 // raw URL path: every distinct path would be a route of its own. Default:
 // when the middleware wraps a *http.ServeMux directly, the pattern that mux
 // routes r to (a request it has none for, its 404 or 405, is charged
-// nothing); otherwise r.Pattern without its method. nil is ignored.
-func WithPatternFunc(f func(*http.Request) string) Option { return adapt.PatternFunc[Option](f) }
+// nothing); otherwise r.Pattern without its method. nil is an error.
+func WithPatternFunc(f func(*http.Request) string) Option {
+	return adapt.PatternFunc[optionFunc]("httplimit.WithPatternFunc", f)
+}
 
 // WithDenyHandler sets what answers a request that does not proceed (429,
 // 503, 401, 400; 500 when misconfigured). The rate-limit headers are
 // already set on w. Default: DefaultDenyHandler (core's RFC 9457
-// problem+json). nil is ignored.
+// problem+json). nil is an error.
 func WithDenyHandler(f func(w http.ResponseWriter, r *http.Request, v gate.Verdict)) Option {
-	return adapt.DenyHandler[Option](f)
+	return adapt.DenyHandler[optionFunc]("httplimit.WithDenyHandler", f)
 }
 
 // WithErrorHandler sets a hook called with Verdict.Err whenever the limiter
 // reports an error (the store failed, or the request could not be keyed),
 // before the failure policy's answer is rendered; and with the cause of a
-// misconfiguration (a nil gate, a route function's bad route), which the
+// misconfiguration (a route function's bad route), which the
 // client never sees. Use it for logs and metrics. Default: none (core logs
-// degraded decisions). nil is ignored.
+// degraded decisions). nil is an error.
 func WithErrorHandler(f func(r *http.Request, err error)) Option {
-	return adapt.ErrorHandler[Option](f)
+	return adapt.ErrorHandler[optionFunc]("httplimit.WithErrorHandler", f)
 }
 
 // WithCostHeader names a response header (such as "Tollgate-Cost") in which
@@ -69,5 +79,7 @@ func WithErrorHandler(f func(r *http.Request, err error)) Option {
 // ReportCost, stands) and reported to the error handler. With it the
 // handler's ResponseWriter is wrapped (Flush and http.ResponseController
 // reach the original; a type assertion to http.Hijacker does not). Default:
-// none. "" is ignored.
-func WithCostHeader(name string) Option { return adapt.CostHeader[Option](name) }
+// none. A name that is not an HTTP header name ("" included) is an error.
+func WithCostHeader(name string) Option {
+	return adapt.CostHeader[optionFunc]("httplimit.WithCostHeader", name)
+}

@@ -26,11 +26,10 @@ import (
 // requests it answers are charged, as the table's "/" entry or the default
 // route.
 //
-// A nil gate does not panic: every request is answered as misconfigured
-// (500 with a fixed problem+json body), the cause reported to the error
-// handler only.
+// A nil gate, or an option given a value it cannot use, panics here,
+// where the limiter is registered, as http.Handle(pattern, nil) does.
 func Middleware(g *gate.Gate, opts ...Option) func(http.Handler) http.Handler {
-	c := adapt.New(g, DefaultDenyHandler, opts)
+	c := adapt.New("httplimit.Middleware", g, DefaultDenyHandler, opts, Option.apply)
 	return func(next http.Handler) http.Handler {
 		mux, _ := next.(*http.ServeMux)
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -33,16 +33,22 @@ const MaxDescriptors = 64
 // answered by the failure policy or as invalid.
 type ErrorHandler func(ctx context.Context, err error)
 
-// Option configures a Server. Options are applied in order.
-type Option interface{ apply(*config) }
+// Option configures a Server. Options are applied in order; nil ones are
+// skipped. One given a value it cannot use makes New fail with an error
+// naming it and wrapping core.ErrInvalidConfig.
+type Option interface{ apply(*config) error }
 
-type optionFunc func(*config)
+type optionFunc func(*config) error
 
-func (f optionFunc) apply(c *config) { f(c) }
+func (f optionFunc) apply(c *config) error { return f(c) }
+
+// badOption is the error of an option given a value it cannot use.
+func badOption(option, format string, args ...any) error {
+	return fmt.Errorf("%w: rls.%s: %s", core.ErrInvalidConfig, option, fmt.Sprintf(format, args...))
+}
 
 type config struct {
 	style     render.HeaderStyle
-	now       func() time.Time
 	maxCost   int64
 	onError   ErrorHandler
 	rules     *Rules
@@ -56,14 +62,16 @@ type config struct {
 	maxHold   time.Duration // 0: a slot is freed at once (WithSlotHold)
 }
 
-func newConfig(opts []Option) config {
-	c := config{style: render.DefaultHeaderStyle, now: time.Now, maxCost: quota.MaxCost}
+func newConfig(opts []Option) (config, error) {
+	c := config{style: render.DefaultHeaderStyle, maxCost: quota.MaxCost}
 	for _, o := range opts {
 		if o != nil {
-			o.apply(&c)
+			if err := o.apply(&c); err != nil {
+				return config{}, err
+			}
 		}
 	}
-	return c
+	return c, c.validate()
 }
 
 func (c *config) validate() error {
@@ -103,53 +111,66 @@ const MaxSlotHold = 24 * time.Hour
 // then only denied while the services' requests fill it. At most
 // MaxSlotHold.
 func WithSlotHold(maxHold time.Duration) Option {
-	return optionFunc(func(c *config) { c.maxHold = maxHold })
+	return optionFunc(func(c *config) error {
+		if maxHold < 0 || maxHold > MaxSlotHold {
+			return fmt.Errorf("%w: rls.WithSlotHold: want 0 to %v, got %v", core.ErrInvalidConfig, MaxSlotHold, maxHold)
+		}
+		c.maxHold = maxHold
+		return nil
+	})
 }
 
 // WithHeaderStyle selects the rate-limit header families put in
 // response_headers_to_add, as gate.WithHeaderStyle does for the HTTP
 // adapters. Default render.DefaultHeaderStyle.
 func WithHeaderStyle(s render.HeaderStyle) Option {
-	return optionFunc(func(c *config) { c.style = s })
-}
-
-// WithClock sets the time of day used for time-of-day header values (the
-// epoch X-RateLimit-Reset), as core.WithClock. Default time.Now. nil is
-// ignored.
-func WithClock(now func() time.Time) Option {
-	return optionFunc(func(c *config) {
-		if now != nil {
-			c.now = now
+	return optionFunc(func(c *config) error {
+		const known = render.HeaderIETF | render.HeaderXRateLimit | render.HeaderXRateLimitEpoch | render.HeaderDraft06
+		if s&^known != 0 {
+			return badOption("WithHeaderStyle", "unknown header style bits %#x", uint(s&^known))
 		}
+		c.style = s
+		return nil
 	})
 }
 
 // WithMaxCost bounds the cost (hits_addend) of one descriptor: a larger one
 // is answered invalid and charges nothing. Default and most quota.MaxCost.
 func WithMaxCost(n int64) Option {
-	return optionFunc(func(c *config) { c.maxCost = n })
+	return optionFunc(func(c *config) error {
+		if n < 1 || n > quota.MaxCost {
+			return badOption("WithMaxCost", "max cost must be 1 to %d, got %d", int64(quota.MaxCost), n)
+		}
+		c.maxCost = n
+		return nil
+	})
 }
 
 // WithErrorHandler sets the hook that receives the limiter's errors.
-// Default: none (core logs and counts them). nil is ignored.
+// Default: none (core logs and counts them). nil is an error (leave the
+// option out instead).
 func WithErrorHandler(h ErrorHandler) Option {
-	return optionFunc(func(c *config) {
-		if h != nil {
-			c.onError = h
+	return optionFunc(func(c *config) error {
+		if h == nil {
+			return badOption("WithErrorHandler", "nil handler")
 		}
+		c.onError = h
+		return nil
 	})
 }
 
 // WithRules answers by an envoyproxy/ratelimit configuration (see
 // [Config]) instead of the tenant, tier and class entries: each descriptor
 // is matched against its domain's rules as the reference does. The limiter
-// given to New must resolve with r (core.New(client, r, ...)). nil is
-// ignored.
+// given to New must resolve with r (core.New(client, r, ...)). nil is an
+// error.
 func WithRules(r *Rules) Option {
-	return optionFunc(func(c *config) {
-		if r != nil {
-			c.rules = r
+	return optionFunc(func(c *config) error {
+		if r == nil {
+			return badOption("WithRules", "nil *Rules (build them with NewRules)")
 		}
+		c.rules = r
+		return nil
 	})
 }
 
@@ -158,14 +179,14 @@ func WithRules(r *Rules) Option {
 // the rule it matches, as the reference does; with [WithRules] only.
 // Default off: the gateway would choose the quota.
 func WithDescriptorLimits(on bool) Option {
-	return optionFunc(func(c *config) { c.limits = on })
+	return optionFunc(func(c *config) error { c.limits = on; return nil })
 }
 
 // WithGlobalShadow answers every request OK while its descriptors keep
 // their OVER_LIMIT statuses, as the reference's SHADOW_MODE; with
 // [WithRules] only. Default off.
 func WithGlobalShadow(on bool) Option {
-	return optionFunc(func(c *config) { c.shadow = on })
+	return optionFunc(func(c *config) error { c.shadow = on; return nil })
 }
 
 // WithGlobalQuota makes every descriptor a quota, as the reference's
@@ -175,7 +196,7 @@ func WithGlobalShadow(on bool) Option {
 // own. With [WithRules] only. Default off: only the rules with quota_mode
 // are quotas.
 func WithGlobalQuota(on bool) Option {
-	return optionFunc(func(c *config) { c.quota = on })
+	return optionFunc(func(c *config) error { c.quota = on; return nil })
 }
 
 // WithDynamicMetadata puts what the reference's RESPONSE_DYNAMIC_METADATA
@@ -185,7 +206,7 @@ func WithGlobalQuota(on bool) Option {
 // descriptors that passed (not over their limit), merged in order. With
 // [WithRules] only. Default off.
 func WithDynamicMetadata(on bool) Option {
-	return optionFunc(func(c *config) { c.metadata = on })
+	return optionFunc(func(c *config) error { c.metadata = on; return nil })
 }
 
 // WithTrustedTier reads the descriptor's tier entry (KeyTier) as the
@@ -196,19 +217,21 @@ func WithDynamicMetadata(on bool) Option {
 // off: the tier entry is ignored and every tenant has the tier file's
 // default tier (and its overrides). Without WithRules only.
 func WithTrustedTier(on bool) Option {
-	return optionFunc(func(c *config) { c.trustTier = on })
+	return optionFunc(func(c *config) error { c.trustTier = on; return nil })
 }
 
 // WithTiers names the tier file behind the limiter (its resolver): a
 // descriptor whose tier or class it does not define is then answered
 // invalid without a check, so that descriptor values never become metric
 // labels or resolver lookups of their own. Without WithRules only (the
-// rules bound their names themselves). nil is ignored.
+// rules bound their names themselves). nil is an error.
 func WithTiers(t *quota.TieredResolver) Option {
-	return optionFunc(func(c *config) {
-		if t != nil {
-			c.tiers = t
+	return optionFunc(func(c *config) error {
+		if t == nil {
+			return badOption("WithTiers", "nil *quota.TieredResolver")
 		}
+		c.tiers = t
+		return nil
 	})
 }
 
@@ -226,10 +249,18 @@ const (
 // count and the seconds until reset of the descriptor closest to its limit
 // (the last one over it, if any), as the reference chooses it, each read
 // from that descriptor's status. An empty name is the reference's default
-// (DefaultLimitHeader, DefaultRemainingHeader, DefaultResetHeader).
+// (DefaultLimitHeader, DefaultRemainingHeader, DefaultResetHeader); a
+// name that is not an HTTP field name is an error.
 func WithLimitHeaders(limit, remaining, reset string) Option {
-	return optionFunc(func(c *config) {
-		c.limitHdrs = &limitHeaders{cmp.Or(limit, DefaultLimitHeader), cmp.Or(remaining, DefaultRemainingHeader), cmp.Or(reset, DefaultResetHeader)}
+	return optionFunc(func(c *config) error {
+		h := &limitHeaders{cmp.Or(limit, DefaultLimitHeader), cmp.Or(remaining, DefaultRemainingHeader), cmp.Or(reset, DefaultResetHeader)}
+		for _, n := range []string{h.limit, h.remaining, h.reset} {
+			if !validHeaderName(n) {
+				return badOption("WithLimitHeaders", "limit header name %q is not an HTTP header name", n)
+			}
+		}
+		c.limitHdrs = h
+		return nil
 	})
 }
 

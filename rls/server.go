@@ -35,8 +35,8 @@ func New(lim *core.Limiter, opts ...Option) (*Server, error) {
 	if lim == nil {
 		return nil, fmt.Errorf("%w: rls: nil limiter", core.ErrInvalidConfig)
 	}
-	cfg := newConfig(opts)
-	if err := cfg.validate(); err != nil {
+	cfg, err := newConfig(opts)
+	if err != nil {
 		return nil, err
 	}
 	return &Server{lim: lim, cfg: cfg}, nil
@@ -125,7 +125,7 @@ func (s *Server) addHeaders(res *rlsv3.RateLimitResponse, d core.Decision) {
 		h.add(res)
 		return
 	}
-	for _, h := range render.Headers(d, s.cfg.style, s.cfg.now()) {
+	for _, h := range render.Headers(d, s.cfg.style, s.lim.Now()) {
 		res.ResponseHeadersToAdd = append(res.ResponseHeadersToAdd, &corev3.HeaderValue{Key: h.Name, Value: h.Value})
 	}
 	if res.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && d.Denied() {

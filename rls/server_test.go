@@ -1,8 +1,11 @@
 package rls
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -54,8 +57,21 @@ func TestNewValidates(t *testing.T) {
 			t.Errorf("WithMaxCost(%d): %v", n, err)
 		}
 	}
-	if _, err := New(lim, WithMaxCost(quota.MaxCost), nil, WithClock(nil), WithErrorHandler(nil)); err != nil {
+	if _, err := New(lim, WithMaxCost(quota.MaxCost), nil, WithErrorHandler(func(context.Context, error) {})); err != nil {
 		t.Errorf("valid options: %v", err)
+	}
+	// an option given nothing it can use fails New, naming the option
+	for name, o := range map[string]Option{
+		"rls.WithErrorHandler": WithErrorHandler(nil),
+		"rls.WithRules":        WithRules(nil),
+		"rls.WithTiers":        WithTiers(nil),
+		"rls.WithHeaderStyle":  WithHeaderStyle(1 << 7),
+		"rls.WithMaxCost":      WithMaxCost(0),
+	} {
+		_, err := New(lim, o)
+		if !errors.Is(err, core.ErrInvalidConfig) || !strings.Contains(fmt.Sprint(err), name+":") {
+			t.Errorf("%s: got %v, want an error naming it", name, err)
+		}
 	}
 	for _, names := range [][3]string{{"Bad Name", "", ""}, {"", "X-Left:", ""}, {"", "", "Reset\n"}} {
 		if _, err := New(lim, WithLimitHeaders(names[0], names[1], names[2])); !errors.Is(err, core.ErrInvalidConfig) {

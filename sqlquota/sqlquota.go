@@ -127,35 +127,41 @@ type Store struct {
 	qOverrides, qGet, qList, qListAll, qListTenant, qListTenantAll, qUpsert, qDelete, qPurge string
 }
 
-// Option configures a Store.
-type Option interface{ apply(*Store) }
+// Option configures a Store. One given a value it cannot use makes New
+// fail with an error naming it and wrapping core.ErrInvalidConfig; nil
+// options are skipped.
+type Option interface{ apply(*Store) error }
 
-type optionFunc func(*Store)
+type optionFunc func(*Store) error
 
-func (f optionFunc) apply(s *Store) { f(s) }
+func (f optionFunc) apply(s *Store) error { return f(s) }
 
 // WithTable sets the table name. Default DefaultTable. For PostgreSQL it may
 // be schema-qualified ("tenants.tollgate_overrides"). It must be a plain
 // identifier (letters, digits, '_'); New rejects others.
-func WithTable(name string) Option { return optionFunc(func(s *Store) { s.table = name }) }
+func WithTable(name string) Option {
+	return optionFunc(func(s *Store) error { s.table = name; return nil })
+}
 
 // WithClock sets the clock that decides which overrides have expired and
 // stamps updated_at. Default time.Now; nil is ignored.
 func WithClock(now func() time.Time) Option {
-	return optionFunc(func(s *Store) {
+	return optionFunc(func(s *Store) error {
 		if now != nil {
 			s.now = now
 		}
+		return nil
 	})
 }
 
 // WithLogger sets the logger for rows that cannot be served (a bad quota
 // written by hand). Default slog.Default(); nil is ignored.
 func WithLogger(l *slog.Logger) Option {
-	return optionFunc(func(s *Store) {
+	return optionFunc(func(s *Store) error {
 		if l != nil {
 			s.log = l
 		}
+		return nil
 	})
 }
 
@@ -173,7 +179,9 @@ func New(db *sql.DB, dialect Dialect, opts ...Option) (*Store, error) {
 	s := &Store{db: db, dialect: dialect, table: DefaultTable, now: time.Now, log: slog.Default()}
 	for _, o := range opts {
 		if o != nil {
-			o.apply(s)
+			if err := o.apply(s); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if err := validTable(s.table, dialect); err != nil {

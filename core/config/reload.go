@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/internal/errs"
 	"github.com/tollgate-go/tollgate/core/quota"
 )
 
@@ -97,48 +98,52 @@ type Reloader struct {
 	done     chan struct{}
 }
 
-// ReloadOption configures a Reloader.
-type ReloadOption interface{ applyReload(*Reloader) }
+// ReloadOption configures a Reloader. One given a value it cannot use
+// makes NewReloader (and Watch, and Open with WithWatch) fail with an
+// error naming it and wrapping core.ErrInvalidConfig; nil options are
+// skipped.
+type ReloadOption interface{ applyReload(*Reloader) error }
 
-type reloadOptionFunc func(*Reloader)
+type reloadOptionFunc func(*Reloader) error
 
-func (f reloadOptionFunc) applyReload(r *Reloader) { f(r) }
+func (f reloadOptionFunc) applyReload(r *Reloader) error { return f(r) }
 
-// WithPollInterval sets how often the file is checked for changes. Default
-// DefaultPollInterval; values <= 0 are ignored.
+// WithPollInterval sets how often the file is checked for changes; d must
+// be positive. Default DefaultPollInterval.
 func WithPollInterval(d time.Duration) ReloadOption {
-	return reloadOptionFunc(func(r *Reloader) {
-		if d > 0 {
-			r.interval = d
-		}
+	return reloadOptionFunc(func(r *Reloader) error {
+		return errs.SetPositive(&r.interval, "config.WithPollInterval", "poll interval", d)
 	})
 }
 
 // WithSignals sets the signals that force a reload, for example
 // syscall.SIGHUP. Default: none; the file is only polled.
 func WithSignals(sigs ...os.Signal) ReloadOption {
-	return reloadOptionFunc(func(r *Reloader) { r.signals = sigs })
+	return reloadOptionFunc(func(r *Reloader) error { r.signals = sigs; return nil })
 }
 
 // WithReloadLogger sets the logger for reloads and refused files. Default
 // slog.Default(); nil is ignored.
 func WithReloadLogger(l *slog.Logger) ReloadOption {
-	return reloadOptionFunc(func(r *Reloader) {
+	return reloadOptionFunc(func(r *Reloader) error {
 		if l != nil {
 			r.log = l
 		}
+		return nil
 	})
 }
 
 // WithOnReload sets a function called after every reload attempt that read
 // a changed file (or was forced): with the new Config and a nil error when
 // it was applied, with nil and the reason when it was refused. It runs on
-// the reloading goroutine; keep it short. nil is ignored.
+// the reloading goroutine; keep it short. nil is an error.
 func WithOnReload(f func(*Config, error)) ReloadOption {
-	return reloadOptionFunc(func(r *Reloader) {
-		if f != nil {
-			r.onReload = f
+	return reloadOptionFunc(func(r *Reloader) error {
+		if f == nil {
+			return errs.BadOption("config.WithOnReload", "nil function")
 		}
+		r.onReload = f
+		return nil
 	})
 }
 
@@ -161,7 +166,9 @@ func NewReloader(path string, r *quota.TieredResolver, opts ...ReloadOption) (*R
 	}
 	for _, o := range opts {
 		if o != nil {
-			o.applyReload(rl)
+			if err := o.applyReload(rl); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return rl, nil

@@ -493,3 +493,23 @@ func TestReloadWaitsForASlowWriter(t *testing.T) {
 		}
 	}
 }
+
+// A reload option given a value it cannot use fails NewReloader, naming
+// it; a nil option is skipped.
+func TestReloadOptionsRefuseBadValues(t *testing.T) {
+	r, err := quota.NewResolver(quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{"free": {Classes: map[string]quota.Quota{"default": quota.PerSecond(1)}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for option, o := range map[string]config.ReloadOption{
+		"config.WithPollInterval": config.WithPollInterval(0),
+		"config.WithOnReload":     config.WithOnReload(nil),
+	} {
+		if _, err := config.NewReloader("tiers.yaml", r, o); !errors.Is(err, core.ErrInvalidConfig) || !strings.Contains(err.Error(), option+": ") {
+			t.Errorf("%s: %v, want an error naming it", option, err)
+		}
+	}
+	if _, err := config.NewReloader("tiers.yaml", r, nil, config.WithPollInterval(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+}

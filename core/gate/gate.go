@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"time"
 
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/internal/anon"
@@ -66,7 +65,6 @@ type Gate struct {
 	anonTier  string
 	anonymous bool
 	reports   bool // WithCostReports
-	now       func() time.Time
 }
 
 // Option configures a Gate. One given a value it cannot use makes New fail
@@ -107,12 +105,13 @@ func WithDefaultRoute(r Route) Option {
 }
 
 // WithCostFunc sets a dynamic class/cost decision, consulted before the
-// route table. nil is ignored. Default: none (the route table decides).
+// route table. nil is an error. Default: none (the route table decides).
 func WithCostFunc(f CostFunc) Option {
 	return gateOptionFunc(func(g *Gate) error {
-		if f != nil {
-			g.costFunc = f
+		if f == nil {
+			return errs.BadOption("gate.WithCostFunc", "nil function")
 		}
+		g.costFunc = f
 		return nil
 	})
 }
@@ -161,25 +160,12 @@ func WithAnonymous(tier string) Option {
 	})
 }
 
-// WithClock takes the time from now instead of the system clock, to date
-// epoch-style headers (render.HeaderXRateLimitEpoch): tests and simulations
-// pass the clock their Limiter runs on (core.WithClock). nil is ignored.
-// Default time.Now.
-func WithClock(now func() time.Time) Option {
-	return gateOptionFunc(func(g *Gate) error {
-		if now != nil {
-			g.now = now
-		}
-		return nil
-	})
-}
-
 // New returns the shared request flow over l.
 func New(l *core.Limiter, opts ...Option) (*Gate, error) {
 	if l == nil {
 		return nil, fmt.Errorf("%w: nil core.Limiter", core.ErrInvalidConfig)
 	}
-	g := &Gate{lim: l, fallback: Route{Class: quota.DefaultClass, Cost: 1}, style: render.DefaultHeaderStyle, now: time.Now}
+	g := &Gate{lim: l, fallback: Route{Class: quota.DefaultClass, Cost: 1}, style: render.DefaultHeaderStyle}
 	for _, o := range opts {
 		if o != nil {
 			if err := o.applyGate(g); err != nil {
@@ -301,7 +287,7 @@ func (g *Gate) CheckRoute(ctx context.Context, t quota.Tenant, r Route) Verdict 
 // render turns the limiter's answer for (t, r) into a Verdict.
 func (g *Gate) render(t quota.Tenant, r Route, d core.Decision, err error) Verdict {
 	v := Verdict{Proceed: d.Allowed, Decision: d, Tenant: t, Route: r, Checked: true, Err: err,
-		Headers: render.Headers(d, g.style, g.now())}
+		Headers: render.Headers(d, g.style, g.lim.Now())}
 	if g.reports && d.Settleable() {
 		v.report = &costReport{lim: g.lim}
 	}

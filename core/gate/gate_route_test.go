@@ -129,3 +129,20 @@ func TestGateFallback(t *testing.T) {
 		t.Errorf("a catch-all priced by the cost function: %+v", r)
 	}
 }
+
+// A nil cost function is an error naming the option, not a silent default.
+func TestGateCostFuncNil(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	t.Cleanup(func() { _ = client.Close() })
+	res, err := quota.NewResolver(quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{"free": {Classes: map[string]quota.Quota{"default": quota.PerSecond(1)}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := core.New(client, res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gate.New(lim, gate.WithCostFunc(nil)); !errors.Is(err, core.ErrInvalidConfig) || err.Error() != "tollgate: gate.WithCostFunc: nil function" {
+		t.Fatalf("WithCostFunc(nil): %v", err)
+	}
+}

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/tollgate-go/tollgate/core/internal/errs"
 )
 
 // Defaults of a Policy.
@@ -48,66 +51,70 @@ var (
 	ErrDeadline = fmt.Errorf("%w: the context's deadline would pass before the retry", ErrNoRetry)
 )
 
-// Option configures a Policy.
-type Option interface{ apply(*Policy) }
+// Option configures a Policy. One given a value it cannot use makes New
+// panic with a message naming it, where the policy is built (New returns
+// no error: a policy is built once, with values the program chose).
+type Option interface{ apply(*Policy) error }
 
-type optionFunc func(*Policy)
+type optionFunc func(*Policy) error
 
-func (f optionFunc) apply(p *Policy) { f(p) }
+func (f optionFunc) apply(p *Policy) error { return f(p) }
 
 // WithMaxAttempts sets how many attempts a request gets, the first
-// included. Default 3; values < 1 are ignored; 1 disables retries.
+// included; n must be at least 1 (1 disables retries). Default 3.
 func WithMaxAttempts(n int) Option {
-	return optionFunc(func(p *Policy) {
-		if n >= 1 {
-			p.maxAttempts = n
-		}
+	return optionFunc(func(p *Policy) error {
+		return errs.SetPositive(&p.maxAttempts, "retry.WithMaxAttempts", "attempts", n)
 	})
 }
 
-// WithMaxDelay caps one wait, jitter included. A hint longer than d is not
-// retried at all (a shorter wait would be denied again). Default 30 s;
-// values <= 0 are ignored.
+// WithMaxDelay caps one wait, jitter included; d must be positive. A hint
+// longer than d is not retried at all (a shorter wait would be denied
+// again). Default 30 s.
 func WithMaxDelay(d time.Duration) Option {
-	return optionFunc(func(p *Policy) {
-		if d > 0 {
-			p.maxDelay = d
-		}
+	return optionFunc(func(p *Policy) error {
+		return errs.SetPositive(&p.maxDelay, "retry.WithMaxDelay", "max delay", d)
 	})
 }
 
 // WithJitter sets the upward jitter: a wait is drawn uniformly from
 // [hint, hint+spread), spread = max(fraction*hint, min), then capped at the
-// maximum delay. Default fraction 0.2, min 10 ms. Negative, NaN or infinite
-// values are ignored; 0, 0 turns jitter off.
+// maximum delay. Default fraction 0.2, min 10 ms. Both must be finite and
+// not negative; 0, 0 turns jitter off.
 func WithJitter(fraction float64, min time.Duration) Option {
-	return optionFunc(func(p *Policy) {
-		if fraction >= 0 && !math.IsInf(fraction, 0) && min >= 0 {
-			p.jitter, p.minJitter = fraction, min
+	return optionFunc(func(p *Policy) error {
+		if !(fraction >= 0) || math.IsInf(fraction, 0) || min < 0 {
+			return errs.BadOption("retry.WithJitter", "want a finite fraction and a minimum not negative, got %v, %v", fraction, min)
 		}
+		p.jitter, p.minJitter = fraction, min
+		return nil
 	})
 }
 
 // WithRand sets the random source of the jitter, for example a seeded
 // rand.New(rand.NewPCG(1, 2)) in tests. Calls are serialised, so r need not
 // be safe for concurrent use. Default: math/rand/v2's global source. nil is
-// ignored.
+// an error.
 func WithRand(r *rand.Rand) Option {
-	return optionFunc(func(p *Policy) {
-		if r != nil {
-			p.rnd = r
+	return optionFunc(func(p *Policy) error {
+		if r == nil {
+			return errs.BadOption("retry.WithRand", "nil *rand.Rand")
 		}
+		p.rnd = r
+		return nil
 	})
 }
 
 // WithSleep replaces how the policy waits (default [Sleep]): for tests
 // that record waits instead of sleeping, or to account waits in a metric.
-// f must return ctx's error when ctx is done. nil is ignored.
+// f must return ctx's error when ctx is done. nil is an error.
 func WithSleep(f func(ctx context.Context, d time.Duration) error) Option {
-	return optionFunc(func(p *Policy) {
-		if f != nil {
-			p.sleep = f
+	return optionFunc(func(p *Policy) error {
+		if f == nil {
+			return errs.BadOption("retry.WithSleep", "nil function")
 		}
+		p.sleep = f
+		return nil
 	})
 }
 
@@ -124,12 +131,14 @@ type Policy struct {
 }
 
 // New returns a policy with the defaults, changed by opts (nil options are
-// ignored).
+// skipped). An option given a value it cannot use panics, naming it.
 func New(opts ...Option) *Policy {
 	p := &Policy{maxAttempts: DefaultMaxAttempts, maxDelay: DefaultMaxDelay, jitter: DefaultJitter, minJitter: DefaultMinJitter, sleep: Sleep}
 	for _, o := range opts {
 		if o != nil {
-			o.apply(p)
+			if err := o.apply(p); err != nil {
+				panic("tollgate: retry.New: " + strings.TrimPrefix(err.Error(), "tollgate: "))
+			}
 		}
 	}
 	return p

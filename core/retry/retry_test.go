@@ -3,8 +3,10 @@ package retry_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -121,9 +123,36 @@ func TestDelayRefuses(t *testing.T) {
 	}
 }
 
-func TestOptionsIgnoreBadValues(t *testing.T) {
-	p := retry.New(nil, retry.WithMaxAttempts(0), retry.WithMaxDelay(-1), retry.WithJitter(math.NaN(), 0),
-		retry.WithJitter(-1, 0), retry.WithJitter(math.Inf(1), 0), retry.WithRand(nil), retry.WithSleep(nil))
+// An option given a value it cannot use panics where the policy is
+// built, naming it; nil options are skipped and leave the defaults.
+func TestOptionsRefuseBadValues(t *testing.T) {
+	for option, o := range map[string]retry.Option{
+		"retry.WithMaxAttempts": retry.WithMaxAttempts(0),
+		"retry.WithMaxDelay":    retry.WithMaxDelay(-1),
+		"retry.WithJitter":      retry.WithJitter(math.NaN(), 0),
+		"retry.WithRand":        retry.WithRand(nil),
+		"retry.WithSleep":       retry.WithSleep(nil),
+	} {
+		func() {
+			defer func() {
+				if r := fmt.Sprint(recover()); !strings.HasPrefix(r, "tollgate: retry.New: "+option+": ") {
+					t.Errorf("%s: recovered %q, want a panic naming it", option, r)
+				}
+			}()
+			retry.New(o)
+		}()
+	}
+	for _, bad := range []retry.Option{retry.WithJitter(-1, 0), retry.WithJitter(math.Inf(1), 0), retry.WithJitter(0.1, -1)} {
+		func() {
+			defer func() {
+				if r := fmt.Sprint(recover()); !strings.HasPrefix(r, "tollgate: retry.New: retry.WithJitter: ") {
+					t.Errorf("recovered %q, want a panic naming WithJitter", r)
+				}
+			}()
+			retry.New(bad)
+		}()
+	}
+	p := retry.New(nil)
 	if p.MaxAttempts() != retry.DefaultMaxAttempts || p.MaxDelay() != retry.DefaultMaxDelay {
 		t.Fatalf("defaults changed: %d %v", p.MaxAttempts(), p.MaxDelay())
 	}

@@ -146,22 +146,41 @@ func TestOptions(t *testing.T) {
 // misconfiguredBody is the fixed body of every misconfiguration answer.
 const misconfiguredBody = `{"type":"about:blank","title":"Internal Server Error","status":500,"detail":"The rate limiter is misconfigured."}`
 
-// A nil gate, and a route function's bad route, are the one
-// misconfiguration answer: 500 with the fixed problem+json body, the cause
-// only for the error hook. Nil options are ignored.
+// A route function's bad route is the misconfiguration answer: 500 with
+// the fixed problem+json body, the cause only for the error hook.
 func TestMisconfigured(t *testing.T) {
 	lim := conformance.NewUnitLimiter(t)
 	bad := echov5limit.WithRouteFunc(func(*echo.Context) (gate.Route, bool) { return gate.Route{Class: "a b", Cost: 1}, true })
-	for name, gt := range map[string]*gate.Gate{"nil gate": nil, "bad route": conformance.NewUnitGate(t, lim)} {
-		var hooked error
-		e := echo.New()
-		e.Use(as("t"), echov5limit.Middleware(gt, nil, echov5limit.WithErrorHandler(func(_ *echo.Context, err error) { hooked = err }),
-			echov5limit.WithRouteFunc(nil), echov5limit.WithSkipper(nil), echov5limit.WithDenyHandler(nil), echov5limit.WithErrorHandler(nil), bad))
-		e.GET("/", func(c *echo.Context) error { return c.NoContent(http.StatusOK) })
-		w := serve(e, "GET", "/")
-		if w.Code != 500 || w.Header().Get("Content-Type") != render.ProblemContentType || w.Body.String() != misconfiguredBody || !errors.Is(hooked, core.ErrInvalidConfig) {
-			t.Fatalf("%s: %d %v %q, hook got %v", name, w.Code, w.Header(), w.Body, hooked)
-		}
+	var hooked error
+	e := echo.New()
+	e.Use(as("t"), echov5limit.Middleware(conformance.NewUnitGate(t, lim), nil, echov5limit.WithErrorHandler(func(_ *echo.Context, err error) { hooked = err }), bad))
+	e.GET("/", func(c *echo.Context) error { return c.NoContent(http.StatusOK) })
+	w := serve(e, "GET", "/")
+	if w.Code != 500 || w.Header().Get("Content-Type") != render.ProblemContentType || w.Body.String() != misconfiguredBody || !errors.Is(hooked, core.ErrInvalidConfig) {
+		t.Fatalf("bad route: %d %v %q, hook got %v", w.Code, w.Header(), w.Body, hooked)
+	}
+}
+
+// An option given nothing it can use fails where the middleware is
+// registered, naming the option, as a nil gate does (see the package's own
+// tests); a nil Option is skipped.
+func TestMisconfiguredPanics(t *testing.T) {
+	g := conformance.NewUnitGate(t, conformance.NewUnitLimiter(t))
+	echov5limit.Middleware(g, nil)
+	for option, o := range map[string]echov5limit.Option{
+		"echov5limit.WithRouteFunc":    echov5limit.WithRouteFunc(nil),
+		"echov5limit.WithSkipper":      echov5limit.WithSkipper(nil),
+		"echov5limit.WithDenyHandler":  echov5limit.WithDenyHandler(nil),
+		"echov5limit.WithErrorHandler": echov5limit.WithErrorHandler(nil),
+	} {
+		func() {
+			defer func() {
+				if r := recover(); r != "tollgate: echov5limit.Middleware: "+option+": nil function" {
+					t.Errorf("%s(nil): recovered %v, want a panic naming it", option, r)
+				}
+			}()
+			echov5limit.Middleware(g, o)
+		}()
 	}
 }
 

@@ -134,20 +134,40 @@ func TestOptions(t *testing.T) {
 // misconfiguredBody is the fixed body of every misconfiguration answer.
 const misconfiguredBody = `{"type":"about:blank","title":"Internal Server Error","status":500,"detail":"The rate limiter is misconfigured."}`
 
-// A nil gate, and a route function's bad route, are the one
-// misconfiguration answer: 500 with the fixed problem+json body, the cause
-// only for the error hook. Nil options are ignored.
+// A route function's bad route is the misconfiguration answer: 500 with
+// the fixed problem+json body, the cause only for the error hook.
 func TestMisconfigured(t *testing.T) {
 	lim := conformance.NewUnitLimiter(t)
 	bad := fiberv3limit.WithRouteFunc(func(fiber.Ctx) (tggate.Route, bool) { return tggate.Route{Class: "a b", Cost: 1}, true })
-	for name, gate := range map[string]*tggate.Gate{"nil gate": nil, "bad route": conformance.NewUnitGate(t, lim)} {
-		var hooked error
-		app := fiber.New()
-		app.Get("/", as("t"), fiberv3limit.New(gate, nil, fiberv3limit.WithErrorHandler(func(_ fiber.Ctx, err error) { hooked = err }),
-			fiberv3limit.WithRouteFunc(nil), fiberv3limit.WithNext(nil), fiberv3limit.WithPatternFunc(nil), fiberv3limit.WithDenyHandler(nil), fiberv3limit.WithErrorHandler(nil), bad), ok)
-		w := serve(app, "GET", "/")
-		if w.Code != 500 || w.Header().Get("Content-Type") != render.ProblemContentType || w.Body.String() != misconfiguredBody || !errors.Is(hooked, core.ErrInvalidConfig) {
-			t.Fatalf("%s: %d %v %q, hook got %v", name, w.Code, w.Header(), w.Body, hooked)
-		}
+	var hooked error
+	app := fiber.New()
+	app.Get("/", as("t"), fiberv3limit.New(conformance.NewUnitGate(t, lim), nil, fiberv3limit.WithErrorHandler(func(_ fiber.Ctx, err error) { hooked = err }), bad), ok)
+	w := serve(app, "GET", "/")
+	if w.Code != 500 || w.Header().Get("Content-Type") != render.ProblemContentType || w.Body.String() != misconfiguredBody || !errors.Is(hooked, core.ErrInvalidConfig) {
+		t.Fatalf("bad route: %d %v %q, hook got %v", w.Code, w.Header(), w.Body, hooked)
+	}
+}
+
+// An option given nothing it can use fails where the middleware is
+// registered, naming the option, as a nil gate does (see the package's own
+// tests); a nil Option is skipped.
+func TestMisconfiguredPanics(t *testing.T) {
+	g := conformance.NewUnitGate(t, conformance.NewUnitLimiter(t))
+	fiberv3limit.New(g, nil)
+	for option, o := range map[string]fiberv3limit.Option{
+		"fiberv3limit.WithRouteFunc":    fiberv3limit.WithRouteFunc(nil),
+		"fiberv3limit.WithNext":         fiberv3limit.WithNext(nil),
+		"fiberv3limit.WithPatternFunc":  fiberv3limit.WithPatternFunc(nil),
+		"fiberv3limit.WithDenyHandler":  fiberv3limit.WithDenyHandler(nil),
+		"fiberv3limit.WithErrorHandler": fiberv3limit.WithErrorHandler(nil),
+	} {
+		func() {
+			defer func() {
+				if r := recover(); r != "tollgate: fiberv3limit.New: "+option+": nil function" {
+					t.Errorf("%s(nil): recovered %v, want a panic naming it", option, r)
+				}
+			}()
+			fiberv3limit.New(g, o)
+		}()
 	}
 }

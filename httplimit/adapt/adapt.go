@@ -29,8 +29,7 @@ import (
 // fiber.Ctx of Fiber v3, *http.Request); D is the adapter's deny handler
 // type.
 type Config[F, D any] struct {
-	// Gate decides every request; nil answers every request as
-	// misconfigured (see Decide).
+	// Gate decides every request; New refuses a nil one.
 	Gate *gate.Gate
 	// RouteFunc names the request's class and cost from the framework's
 	// context (an adapter's WithRouteFunc); ok false leaves it to the gate
@@ -53,75 +52,124 @@ type Config[F, D any] struct {
 	CostHeader string
 }
 
-// An Option sets one field of a Config; an adapter's Option type has the
-// same underlying type, so that the constructors below serve every
-// adapter: adapt.Skipper[ginlimit.Option](f).
-type Option[F, D any] func(*Config[F, D])
-
-// New returns the Config of an adapter over gate, with deny as the deny
-// handler until an option replaces it, and opts applied in order (nil ones
-// skipped).
-func New[O ~func(*Config[F, D]), F, D any](g *gate.Gate, deny D, opts []O) *Config[F, D] {
+// New returns the Config of an adapter over g, with deny as the deny
+// handler until an option replaces it, and opts applied in order by apply
+// (nil ones skipped). fn is the adapter's constructor ("ginlimit.Middleware").
+// A nil gate, or an option given a value it cannot use, panics with a
+// message naming fn and the option, as http.Handle(pattern, nil) does:
+// an adapter's constructor runs where the limiter is registered, and
+// returns no error.
+func New[O any, F, D any](fn string, g *gate.Gate, deny D, opts []O, apply func(O, *Config[F, D]) error) *Config[F, D] {
+	if g == nil {
+		panic("tollgate: " + fn + ": nil gate")
+	}
 	c := &Config[F, D]{Gate: g, Deny: deny}
 	for _, o := range opts {
-		if o != nil {
-			o(c)
+		if any(o) == nil {
+			continue
+		}
+		if err := apply(o, c); err != nil {
+			panic("tollgate: " + fn + ": " + strings.TrimPrefix(err.Error(), "tollgate: "))
 		}
 	}
 	return c
 }
 
-// Skipper sets Config.Skip; nil is ignored.
-func Skipper[O ~func(*Config[F, D]), F, D any](f func(F) bool) O {
-	return func(c *Config[F, D]) {
-		if f != nil {
-			c.Skip = f
+// OptionError is the error of option, an adapter's option given a value
+// it cannot use: it names the option and wraps core.ErrInvalidConfig.
+func OptionError(option, msg string) error {
+	return &optionError{option: option, msg: msg}
+}
+
+type optionError struct{ option, msg string }
+
+func (e *optionError) Error() string { return "tollgate: " + e.option + ": " + e.msg }
+func (e *optionError) Unwrap() error { return core.ErrInvalidConfig }
+
+// The option constructors below (Skipper to DenyHandler) serve every
+// adapter: each returns an adapter's option function O, a
+// func(*Config[F, D]) error that sets one field or says why it cannot,
+// with an error naming option, the adapter's option's full name. An
+// adapter wraps its O in a sealed Option interface and applies it with
+// New: adapt.Skipper[optionFunc]("ginlimit.WithSkipper", f).
+
+// Skipper sets Config.Skip; nil is an error.
+func Skipper[O ~func(*Config[F, D]) error, F, D any](option string, f func(F) bool) O {
+	return func(c *Config[F, D]) error {
+		if f == nil {
+			return OptionError(option, "nil function")
 		}
+		c.Skip = f
+		return nil
 	}
 }
 
-// RouteFunc sets Config.RouteFunc; nil is ignored.
-func RouteFunc[O ~func(*Config[F, D]), F, D any](f func(F) (gate.Route, bool)) O {
-	return func(c *Config[F, D]) {
-		if f != nil {
-			c.RouteFunc = f
+// RouteFunc sets Config.RouteFunc; nil is an error.
+func RouteFunc[O ~func(*Config[F, D]) error, F, D any](option string, f func(F) (gate.Route, bool)) O {
+	return func(c *Config[F, D]) error {
+		if f == nil {
+			return OptionError(option, "nil function")
 		}
+		c.RouteFunc = f
+		return nil
 	}
 }
 
-// PatternFunc sets Config.PatternFunc; nil is ignored.
-func PatternFunc[O ~func(*Config[F, D]), F, D any](f func(F) string) O {
-	return func(c *Config[F, D]) {
-		if f != nil {
-			c.PatternFunc = f
+// PatternFunc sets Config.PatternFunc; nil is an error.
+func PatternFunc[O ~func(*Config[F, D]) error, F, D any](option string, f func(F) string) O {
+	return func(c *Config[F, D]) error {
+		if f == nil {
+			return OptionError(option, "nil function")
 		}
+		c.PatternFunc = f
+		return nil
 	}
 }
 
-// ErrorHandler sets Config.OnError; nil is ignored.
-func ErrorHandler[O ~func(*Config[F, D]), F, D any](f func(F, error)) O {
-	return func(c *Config[F, D]) {
-		if f != nil {
-			c.OnError = f
+// ErrorHandler sets Config.OnError; nil is an error.
+func ErrorHandler[O ~func(*Config[F, D]) error, F, D any](option string, f func(F, error)) O {
+	return func(c *Config[F, D]) error {
+		if f == nil {
+			return OptionError(option, "nil function")
 		}
+		c.OnError = f
+		return nil
 	}
 }
 
-// CostHeader sets Config.CostHeader, canonicalized; "" is ignored.
-func CostHeader[O ~func(*Config[F, D]), F, D any](name string) O {
-	return func(c *Config[F, D]) {
-		if name != "" {
-			c.CostHeader = http.CanonicalHeaderKey(name)
+// CostHeader sets Config.CostHeader, canonicalized; a name that is not an
+// HTTP field name ("" included) is an error.
+func CostHeader[O ~func(*Config[F, D]) error, F, D any](option string, name string) O {
+	return func(c *Config[F, D]) error {
+		if !validHeaderName(name) {
+			return OptionError(option, fmt.Sprintf("%q is not an HTTP header name", name))
 		}
+		c.CostHeader = http.CanonicalHeaderKey(name)
+		return nil
 	}
 }
 
-// DenyHandler sets Config.Deny; a nil function is ignored.
-func DenyHandler[O ~func(*Config[F, D]), F, D any](d D) O {
-	return func(c *Config[F, D]) {
-		if v := reflect.ValueOf(d); v.IsValid() && !(v.Kind() == reflect.Func && v.IsNil()) {
-			c.Deny = d
+// validHeaderName reports whether s is an HTTP field name (RFC 9110 token).
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
 		}
+	}
+	return true
+}
+
+// DenyHandler sets Config.Deny; a nil function is an error.
+func DenyHandler[O ~func(*Config[F, D]) error, F, D any](option string, d D) O {
+	return func(c *Config[F, D]) error {
+		if v := reflect.ValueOf(d); !v.IsValid() || v.Kind() == reflect.Func && v.IsNil() {
+			return OptionError(option, "nil function")
+		}
+		c.Deny = d
+		return nil
 	}
 }
 
@@ -137,9 +185,6 @@ func (c *Config[F, D]) Pattern(f F, framework string) string {
 	return framework
 }
 
-// ErrNilGate is the configuration error of an adapter given a nil gate.
-var ErrNilGate = fmt.Errorf("%w: nil *gate.Gate (build one with gate.New)", core.ErrInvalidConfig)
-
 // errZeroRoute is the error of a route function that answered ok with the
 // zero Route.
 var errZeroRoute = fmt.Errorf("%w: route function: ok with the zero Route", core.ErrInvalidConfig)
@@ -149,15 +194,12 @@ var errZeroRoute = fmt.Errorf("%w: route function: ok with the zero Route", core
 // the request and writing the verdict. RouteFunc, when set and the request
 // reaches a handler of the service (gate.Endpoint.Routed: a matched route
 // or a catch-all), names e.Route first: the framework's context never
-// travels through ctx. With a nil gate, or a route function's zero Route,
-// the verdict is the misconfiguration answer: 500 with the fixed
+// travels through ctx. With a route function's zero Route, the verdict is the misconfiguration answer: 500 with the fixed
 // Misconfigured problem+json body, that does not proceed, the cause in
 // Verdict.Err (for the hook and the log, never for the client).
 func (c *Config[F, D]) Decide(ctx context.Context, f F, e gate.Endpoint) gate.Verdict {
 	var v gate.Verdict
 	switch {
-	case c.Gate == nil:
-		v = MisconfiguredVerdict(ErrNilGate)
 	case c.RouteFunc != nil && e.Routed():
 		r, ok := c.RouteFunc(f)
 		if ok && r == (gate.Route{}) {

@@ -18,8 +18,32 @@ type frameworkCtx struct{ big bool }
 
 type deny func(*frameworkCtx, gate.Verdict)
 
-// option is an adapter's Option: the underlying type of adapt.Option.
-type option func(*adapt.Config[*frameworkCtx, deny])
+// option is an adapter's option function, the type adapt's constructors return,
+// with the method of the adapter's sealed Option interface.
+type option func(*adapt.Config[*frameworkCtx, deny]) error
+
+func (o option) apply(c *adapt.Config[*frameworkCtx, deny]) error { return o(c) }
+
+// sealed is an adapter's Option: a sealed interface the option functions
+// implement.
+type sealed interface {
+	apply(*adapt.Config[*frameworkCtx, deny]) error
+}
+
+// newConfig is adapt.New as an adapter calls it.
+func newConfig(g *gate.Gate, d deny, opts ...sealed) *adapt.Config[*frameworkCtx, deny] {
+	return adapt.New("fw.Middleware", g, d, opts, sealed.apply)
+}
+
+// offlineGate is a gate over offlineLimiter.
+func offlineGate(t *testing.T) *gate.Gate {
+	t.Helper()
+	g, err := gate.New(offlineLimiter(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
 
 // offlineLimiter is a limiter whose store refuses every connection:
 // core.New makes no network call, and Gate.Route consults no store.
@@ -49,10 +73,10 @@ func TestDecideRouteFunc(t *testing.T) {
 		t.Fatal(err)
 	}
 	var seen *frameworkCtx
-	c := adapt.New(g, deny(nil), []option{nil, adapt.RouteFunc[option](func(f *frameworkCtx) (gate.Route, bool) {
+	c := newConfig(g, deny(nil), nil, adapt.RouteFunc[option]("fw.WithRouteFunc", func(f *frameworkCtx) (gate.Route, bool) {
 		seen = f
 		return gate.Route{Exempt: true}, f.big
-	})})
+	}))
 	ctx := gate.ContextWithTenant(context.Background(), quota.Tenant{ID: "t", Tier: "free"})
 	big := &frameworkCtx{big: true}
 	if v := c.Decide(ctx, big, gate.Endpoint{Method: "GET", Pattern: "/u"}); !v.Proceed || !v.Route.Exempt || seen != big {
@@ -83,7 +107,7 @@ func TestSetHeaders(t *testing.T) {
 }
 
 // Decide reports a store failure to the typed error hook, with the
-// framework's context; nil hooks are ignored by the setters.
+// framework's context.
 func TestDecideReportsErrors(t *testing.T) {
 	g, err := gate.New(offlineLimiter(t, core.WithFailurePolicy(core.FailOpen)))
 	if err != nil {
@@ -92,7 +116,7 @@ func TestDecideReportsErrors(t *testing.T) {
 	var got *frameworkCtx
 	var reported error
 	hook := func(f *frameworkCtx, err error) { got, reported = f, err }
-	c := adapt.New(g, deny(nil), []option{adapt.ErrorHandler[option](hook), adapt.ErrorHandler[option](nil)})
+	c := newConfig(g, deny(nil), adapt.ErrorHandler[option]("fw.WithErrorHandler", hook))
 	fc := &frameworkCtx{}
 	ctx := gate.ContextWithTenant(context.Background(), quota.Tenant{ID: "t"})
 	v := c.Decide(ctx, fc, gate.Endpoint{Method: "GET", Pattern: "/"})
@@ -101,21 +125,20 @@ func TestDecideReportsErrors(t *testing.T) {
 	}
 }
 
-// A nil gate, and a route function's zero Route, are the one
-// misconfiguration answer: a 500 that does not proceed, with the fixed
-// body, and the cause only in Verdict.Err (and so the hook).
+// A route function's zero Route is the misconfiguration answer: a 500
+// that does not proceed, with the fixed body, and the cause only in
+// Verdict.Err (and so the hook).
 func TestDecideMisconfigured(t *testing.T) {
 	g, err := gate.New(offlineLimiter(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var reported error
-	hook := adapt.ErrorHandler[option](func(_ *frameworkCtx, err error) { reported = err })
-	zero := adapt.RouteFunc[option](func(*frameworkCtx) (gate.Route, bool) { return gate.Route{}, true })
+	hook := adapt.ErrorHandler[option]("fw.WithErrorHandler", func(_ *frameworkCtx, err error) { reported = err })
+	zero := adapt.RouteFunc[option]("fw.WithRouteFunc", func(*frameworkCtx) (gate.Route, bool) { return gate.Route{}, true })
 	ctx := gate.ContextWithTenant(context.Background(), quota.Tenant{ID: "t"})
 	for name, c := range map[string]*adapt.Config[*frameworkCtx, deny]{
-		"nil gate":   adapt.New(nil, deny(nil), []option{hook}),
-		"zero route": adapt.New(g, deny(nil), []option{hook, zero}),
+		"zero route": newConfig(g, deny(nil), hook, zero),
 	} {
 		reported = nil
 		v := c.Decide(ctx, &frameworkCtx{}, gate.Endpoint{Method: "GET", Pattern: "/"})
@@ -126,25 +149,23 @@ func TestDecideMisconfigured(t *testing.T) {
 	}
 }
 
-// Skipped follows the skip function set last; Skipper ignores nil, and
-// with none set nothing is skipped. DenyHandler ignores a nil function.
+// Skipped follows the skip function set last, and with none set nothing
+// is skipped; the deny handler is the default until an option replaces it.
 func TestOptions(t *testing.T) {
+	g := offlineGate(t)
 	skip, keep := &frameworkCtx{}, &frameworkCtx{}
-	if adapt.New[option](nil, deny(nil), nil).Skipped(skip) {
+	if newConfig(g, deny(nil)).Skipped(skip) {
 		t.Fatal("skipped with no skip function")
 	}
-	var denied bool
-	c := adapt.New(nil, deny(func(*frameworkCtx, gate.Verdict) { denied = true }), []option{
-		adapt.Skipper[option](func(f *frameworkCtx) bool { return f == skip }),
-		adapt.Skipper[option](nil),
-		adapt.DenyHandler[option](deny(nil)),
-		adapt.PatternFunc[option](func(*frameworkCtx) string { return "/p" }),
-	})
+	var denied, replaced bool
+	c := newConfig(g, deny(func(*frameworkCtx, gate.Verdict) { denied = true }),
+		adapt.Skipper[option]("fw.WithSkipper", func(f *frameworkCtx) bool { return f == keep }),
+		adapt.Skipper[option]("fw.WithSkipper", func(f *frameworkCtx) bool { return f == skip }),
+		adapt.PatternFunc[option]("fw.WithPatternFunc", func(*frameworkCtx) string { return "/p" }),
+		adapt.CostHeader[option]("fw.WithCostHeader", "tollgate-cost"),
+	)
 	if !c.Skipped(skip) || c.Skipped(keep) {
 		t.Fatalf("Skipped: %v for the skipped request, %v for the other", c.Skipped(skip), c.Skipped(keep))
-	}
-	if c.Deny == nil {
-		t.Fatal("a nil deny handler replaced the default")
 	}
 	c.Deny(keep, gate.Verdict{})
 	if !denied {
@@ -152,5 +173,60 @@ func TestOptions(t *testing.T) {
 	}
 	if p := c.Pattern(keep, "/framework"); p != "/p" {
 		t.Fatalf("Pattern = %q, want the pattern func's", p)
+	}
+	if c.CostHeader != "Tollgate-Cost" {
+		t.Fatalf("CostHeader = %q, want it canonical", c.CostHeader)
+	}
+	c = newConfig(g, deny(nil), adapt.DenyHandler[option]("fw.WithDenyHandler", deny(func(*frameworkCtx, gate.Verdict) { replaced = true })))
+	c.Deny(keep, gate.Verdict{})
+	if !replaced {
+		t.Fatal("WithDenyHandler did not replace the default")
+	}
+}
+
+// A nil gate, and an option given a value it cannot use, panic where the
+// adapter is registered, naming the constructor and the option, as
+// http.Handle(pattern, nil) does; a nil option is skipped.
+func TestNewPanicsOnMisconfiguration(t *testing.T) {
+	g := offlineGate(t)
+	for want, build := range map[string]func(){
+		"tollgate: fw.Middleware: nil gate": func() { newConfig(nil, deny(nil)) },
+		"tollgate: fw.Middleware: fw.WithSkipper: nil function": func() {
+			newConfig(g, deny(nil), adapt.Skipper[option]("fw.WithSkipper", nil))
+		},
+		"tollgate: fw.Middleware: fw.WithRouteFunc: nil function": func() {
+			newConfig(g, deny(nil), adapt.RouteFunc[option]("fw.WithRouteFunc", nil))
+		},
+		"tollgate: fw.Middleware: fw.WithPatternFunc: nil function": func() {
+			newConfig(g, deny(nil), adapt.PatternFunc[option]("fw.WithPatternFunc", nil))
+		},
+		"tollgate: fw.Middleware: fw.WithErrorHandler: nil function": func() {
+			newConfig(g, deny(nil), adapt.ErrorHandler[option]("fw.WithErrorHandler", nil))
+		},
+		"tollgate: fw.Middleware: fw.WithDenyHandler: nil function": func() {
+			newConfig(g, deny(nil), adapt.DenyHandler[option]("fw.WithDenyHandler", deny(nil)))
+		},
+		`tollgate: fw.Middleware: fw.WithCostHeader: "" is not an HTTP header name`: func() {
+			newConfig(g, deny(nil), adapt.CostHeader[option]("fw.WithCostHeader", ""))
+		},
+		`tollgate: fw.Middleware: fw.WithCostHeader: "Cost:" is not an HTTP header name`: func() {
+			newConfig(g, deny(nil), adapt.CostHeader[option]("fw.WithCostHeader", "Cost:"))
+		},
+	} {
+		func() {
+			defer func() {
+				if r := recover(); r != want {
+					t.Errorf("recovered %v, want %q", r, want)
+				}
+			}()
+			build()
+			t.Errorf("returned, want the panic %q", want)
+		}()
+	}
+	if c := newConfig(g, deny(nil), nil); c.Gate != g {
+		t.Fatal("a nil option was not skipped")
+	}
+	if err := adapt.OptionError("fw.WithX", "why"); !errors.Is(err, core.ErrInvalidConfig) || err.Error() != "tollgate: fw.WithX: why" {
+		t.Fatalf("OptionError: %v", err)
 	}
 }

@@ -5,14 +5,12 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 
 	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
-	"github.com/tollgate-go/tollgate/core/render"
 	"github.com/tollgate-go/tollgate/httplimit"
 )
 
@@ -126,16 +124,26 @@ func TestOptions(t *testing.T) {
 // misconfiguredBody is the fixed body of every misconfiguration answer.
 var misconfiguredBody = []byte(`{"type":"about:blank","title":"Internal Server Error","status":500,"detail":"The rate limiter is misconfigured."}`)
 
-// A nil gate is the one misconfiguration answer: 500 with the fixed
-// problem+json body, the cause only for the error hook. Nil options are
-// ignored.
-func TestMisconfigured(t *testing.T) {
-	var hooked error
-	h := httplimit.Middleware(nil, nil, httplimit.WithErrorHandler(func(_ *http.Request, err error) { hooked = err }),
-		httplimit.WithSkipper(nil), httplimit.WithDenyHandler(nil), httplimit.WithErrorHandler(nil), httplimit.WithPatternFunc(nil), httplimit.WithRouteFunc(nil))(ok)
-	w := serve(h, withTenant(httptest.NewRequest("GET", "/", nil), "t"))
-	if w.Code != 500 || w.Header().Get("Content-Type") != render.ProblemContentType || w.Body.String() != string(misconfiguredBody) ||
-		!errors.Is(hooked, core.ErrInvalidConfig) || strings.Contains(w.Body.String(), "Gate") {
-		t.Fatalf("misconfigured middleware answered %d %v %q, hook got %v", w.Code, w.Header(), w.Body, hooked)
+// An option given nothing it can use fails where the middleware is
+// registered, naming the option, as a nil gate does (see the package's own
+// tests); a nil Option is skipped.
+func TestMisconfiguredPanics(t *testing.T) {
+	g := conformance.NewUnitGate(t, conformance.NewUnitLimiter(t))
+	httplimit.Middleware(g, nil)
+	for option, o := range map[string]httplimit.Option{
+		"httplimit.WithSkipper":      httplimit.WithSkipper(nil),
+		"httplimit.WithDenyHandler":  httplimit.WithDenyHandler(nil),
+		"httplimit.WithErrorHandler": httplimit.WithErrorHandler(nil),
+		"httplimit.WithPatternFunc":  httplimit.WithPatternFunc(nil),
+		"httplimit.WithRouteFunc":    httplimit.WithRouteFunc(nil),
+	} {
+		func() {
+			defer func() {
+				if r := recover(); r != "tollgate: httplimit.Middleware: "+option+": nil function" {
+					t.Errorf("%s(nil): recovered %v, want a panic naming it", option, r)
+				}
+			}()
+			httplimit.Middleware(g, o)
+		}()
 	}
 }

@@ -40,7 +40,6 @@ func (gatewayTarget) NewInstance(t testing.TB, s conformance.Setup) (conformance
 	}
 	c := serve(t, s.Limiter,
 		rls.WithHeaderStyle(s.HeaderStyle),
-		rls.WithClock(s.Clock),
 		rls.WithTrustedTier(true), // the gateway's tier entry is the verified token's
 		rls.WithErrorHandler(func(_ context.Context, err error) { s.OnError(err) }),
 	)

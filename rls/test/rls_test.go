@@ -81,7 +81,7 @@ func TestBurstThenOverLimit(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
 		clock := conformance.NewFakeClock()
 		lim := newLimiter(t, c, core.WithClock(clock.Now))
-		client := serve(t, lim, rls.WithClock(clock.Now))
+		client := serve(t, lim)
 		req := request(0, desc("tenant", "t42"))
 		for i := range 3 {
 			res := ask(t, client, req)
@@ -216,8 +216,8 @@ func TestHeadersMatchHTTPAdapter(t *testing.T) {
 			clock := conformance.NewFakeClock()
 			clock.Advance(1234567 * time.Microsecond) // fractional seconds
 			lim := newLimiter(t, c, core.WithClock(clock.Now))
-			client := serve(t, lim, rls.WithHeaderStyle(style), rls.WithClock(clock.Now))
-			svc := httplimit.Middleware(conformance.NewUnitGate(t, lim, gate.WithHeaderStyle(style), gate.WithClock(clock.Now)))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			client := serve(t, lim, rls.WithHeaderStyle(style))
+			svc := httplimit.Middleware(conformance.NewUnitGate(t, lim, gate.WithHeaderStyle(style)))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 			for i := range 5 {
 				if i == 4 {
 					clock.Advance(700 * time.Millisecond)
@@ -412,7 +412,7 @@ func mustRules(t *testing.T) *rls.Rules {
 func TestLimitHeaders(t *testing.T) {
 	clock := conformance.NewFakeClock()
 	lim := newLimiter(t, redistest.Client(t), core.WithClock(clock.Now))
-	client := serve(t, lim, rls.WithLimitHeaders("", "X-Left", ""), rls.WithClock(clock.Now))
+	client := serve(t, lim, rls.WithLimitHeaders("", "X-Left", ""))
 	req := request(0, desc("tenant", "gw", "class", "export"), desc("tenant", "gw"))
 	var got []string
 	for i := range 4 { // default: 3 burst, 1/s; export: 10, 0.5/s
