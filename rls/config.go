@@ -4,12 +4,12 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/core/render"
+	"golang.org/x/net/http/httpguts"
 )
 
 // Descriptor entry keys the server reads. Other entries are ignored.
@@ -83,7 +83,7 @@ func (c *config) validate() error {
 	}
 	if h := c.limitHdrs; h != nil {
 		for _, n := range []string{h.limit, h.remaining, h.reset} {
-			if !validHeaderName(n) {
+			if !httpguts.ValidHeaderFieldName(n) {
 				return fmt.Errorf("%w: rls: limit header name %q is not an HTTP header name", core.ErrInvalidConfig, n)
 			}
 		}
@@ -255,7 +255,7 @@ func WithLimitHeaders(limit, remaining, reset string) Option {
 	return optionFunc(func(c *config) error {
 		h := &limitHeaders{cmp.Or(limit, DefaultLimitHeader), cmp.Or(remaining, DefaultRemainingHeader), cmp.Or(reset, DefaultResetHeader)}
 		for _, n := range []string{h.limit, h.remaining, h.reset} {
-			if !validHeaderName(n) {
+			if !httpguts.ValidHeaderFieldName(n) {
 				return badOption("WithLimitHeaders", "limit header name %q is not an HTTP header name", n)
 			}
 		}
@@ -265,16 +265,3 @@ func WithLimitHeaders(limit, remaining, reset string) Option {
 }
 
 type limitHeaders struct{ limit, remaining, reset string }
-
-// validHeaderName reports whether s is an HTTP field name (RFC 9110 token).
-func validHeaderName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, c := range []byte(s) {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
-			return false
-		}
-	}
-	return true
-}
