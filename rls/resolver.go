@@ -143,11 +143,11 @@ func overrideQuota(class string) (quota.Quota, bool) {
 	return q, err == nil
 }
 
-// Watch reloads the configuration from path (as [LoadConfig]) whenever a
-// file's name, size or modification time changes, checking every interval
-// (at least 100 ms), until ctx ends. An invalid new configuration is
+// Watch reloads the configuration from path (as [LoadConfig], with opts)
+// whenever a file's name, size or modification time changes, checking
+// every interval (at least 100 ms), until ctx ends. An invalid new configuration is
 // logged and the old one kept. The channel closes when it has stopped.
-func (r *Rules) Watch(ctx context.Context, path string, every time.Duration, log *slog.Logger) <-chan struct{} {
+func (r *Rules) Watch(ctx context.Context, path string, every time.Duration, log *slog.Logger, opts ...LoadOption) <-chan struct{} {
 	every = max(every, 100*time.Millisecond)
 	if log == nil {
 		log = slog.Default()
@@ -169,7 +169,7 @@ func (r *Rules) Watch(ctx context.Context, path string, every time.Duration, log
 				continue
 			}
 			last = now
-			cfg, err := LoadConfig(path)
+			cfg, err := LoadConfig(path, opts...)
 			if err != nil {
 				log.Error("rls: configuration not reloaded; the previous one stays", "path", path, "err", err)
 				continue

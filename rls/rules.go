@@ -129,7 +129,7 @@ type (
 // other mistakes the reference refuses.
 func ParseConfig(name string, data []byte) (*Config, error) {
 	c := &Config{domains: map[string]*ruleNode{}, rules: map[string]*rule{}}
-	if err := c.add(name, data); err != nil {
+	if err := c.add(name, data, false); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -142,11 +142,44 @@ type ConfigFile struct {
 	Data []byte
 }
 
+// LoadOption configures how [LoadConfig], [ParseConfigs] and
+// [Rules.Watch] read several files. Nil ones are skipped.
+type LoadOption interface{ applyLoad(*loadConfig) }
+
+type loadOptionFunc func(*loadConfig)
+
+func (f loadOptionFunc) applyLoad(c *loadConfig) { f(c) }
+
+type loadConfig struct {
+	merge bool
+}
+
+func newLoadConfig(opts []LoadOption) loadConfig {
+	var c loadConfig
+	for _, o := range opts {
+		if o != nil {
+			o.applyLoad(&c)
+		}
+	}
+	return c
+}
+
+// MergeDomains, on, merges files holding the same domain as the
+// reference's MERGE_DOMAIN_CONFIG=true does: a later file's descriptors
+// join the domain's, and a descriptor at the top of two files (the same
+// key and value) is an error, whatever lies below it. Off, the default, a
+// domain in two files is an error.
+func MergeDomains(on bool) LoadOption {
+	return loadOptionFunc(func(c *loadConfig) { c.merge = on })
+}
+
 // ParseConfigs reads several configuration documents into one
 // configuration, as [LoadConfig] reads a directory's files: each holds one
-// domain, a domain in two is an error, and together they are bounded as a
-// directory is. It is how configurations pushed over xDS are read.
-func ParseConfigs(files ...ConfigFile) (*Config, error) {
+// domain, a domain in two is an error (unless [MergeDomains]), and
+// together they are bounded as a directory is. It is how configurations
+// pushed over xDS are read.
+func ParseConfigs(files []ConfigFile, opts ...LoadOption) (*Config, error) {
+	lc := newLoadConfig(opts)
 	c := &Config{domains: map[string]*ruleNode{}, rules: map[string]*rule{}}
 	total := 0
 	for _, f := range files {
@@ -154,7 +187,7 @@ func ParseConfigs(files ...ConfigFile) (*Config, error) {
 		if total > maxConfigBytes {
 			return nil, configError(f.Name, 0, "configurations larger than %d bytes together", maxConfigBytes)
 		}
-		if err := c.add(f.Name, f.Data); err != nil {
+		if err := c.add(f.Name, f.Data, lc.merge); err != nil {
 			return nil, err
 		}
 	}
@@ -163,8 +196,10 @@ func ParseConfigs(files ...ConfigFile) (*Config, error) {
 
 // LoadConfig reads path: one file, or every *.yaml and *.yml file of a
 // directory (not recursively, in name order), each holding one domain. A
-// domain in two files is an error, as in the reference.
-func LoadConfig(path string) (*Config, error) {
+// domain in two files is an error, as in the reference, unless
+// [MergeDomains].
+func LoadConfig(path string, opts ...LoadOption) (*Config, error) {
+	lc := newLoadConfig(opts)
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("%w: rls: %w", core.ErrInvalidConfig, err)
@@ -190,7 +225,7 @@ func LoadConfig(path string) (*Config, error) {
 			return nil, err
 		}
 		total += len(data)
-		if err := c.add(f, data); err != nil {
+		if err := c.add(f, data, lc.merge); err != nil {
 			return nil, err
 		}
 	}
@@ -283,8 +318,9 @@ func checkKeys(file string, n *yaml.Node, depth int) error {
 	return walk(n, rootKeys, depth)
 }
 
-// add reads one file into c.
-func (c *Config) add(file string, data []byte) error {
+// add reads one file into c; merge: a domain c holds already takes the
+// file's descriptors, as the reference's MERGE_DOMAIN_CONFIG.
+func (c *Config) add(file string, data []byte, merge bool) error {
 	if len(data) > maxConfigBytes {
 		return configError(file, 0, "configuration larger than %d bytes", maxConfigBytes)
 	}
@@ -315,10 +351,13 @@ func (c *Config) add(file string, data []byte) error {
 	if y.Domain == "" {
 		return configError(file, root.Line, "config file cannot have empty domain")
 	}
-	if _, dup := c.domains[y.Domain]; dup {
+	top, dup := c.domains[y.Domain]
+	if dup && !merge {
 		return configError(file, root.Line, "duplicate domain %q in config file", y.Domain)
 	}
-	top := &ruleNode{children: map[string]*ruleNode{}}
+	if !dup {
+		top = &ruleNode{children: map[string]*ruleNode{}}
+	}
 	if err := c.load(file, top, y.Domain, y.Domain+".", y.Descriptors, 0); err != nil {
 		return err
 	}

@@ -181,13 +181,15 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 	closers = append(closers, func() { _ = svc.Close() })
 	lim, style := svc.Limiter, svc.Config.HeaderStyle
 	if rules != nil && st.xds {
-		if err := watchRulesXDS(ctx, *st.xdsClient, rules, st.forceStart, &closers, log); err != nil {
+		xs := *st.xdsClient
+		xs.mergeDomains = st.mergeDomains
+		if err := watchRulesXDS(ctx, xs, rules, st.forceStart, &closers, log); err != nil {
 			return err
 		}
 		srvOpts = append(srvOpts, rls.WithRules(rules))
 	} else if rules != nil {
 		wctx, cancel := context.WithCancel(context.Background())
-		done := rules.Watch(wctx, rulesPath, time.Second, log)
+		done := rules.Watch(wctx, rulesPath, time.Second, log, rls.MergeDomains(st.mergeDomains))
 		closers = append(closers, func() { cancel(); <-done })
 		srvOpts = append(srvOpts, rls.WithRules(rules))
 	} else {
@@ -385,7 +387,7 @@ func openRules(path string, tiers *quota.TieredResolver, getenv func(string) str
 		log.Warn("no rate limit configuration yet: every descriptor is answered OK until one appears", "path", path, "from", name)
 		return rls.NewRules(nil, tiers)
 	}
-	cfg, err := rls.LoadConfig(path)
+	cfg, err := rls.LoadConfig(path, rls.MergeDomains(st.mergeDomains))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}

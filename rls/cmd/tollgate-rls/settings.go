@@ -53,6 +53,7 @@ type settings struct {
 	denyCache                        bool
 	keyPrefix                        string
 	quotaMode, dynamicMetadata       bool // QUOTA_MODE, RESPONSE_DYNAMIC_METADATA
+	mergeDomains                     bool // MERGE_DOMAIN_CONFIG: files of one domain merged
 
 	// notes are the settings accepted without effect, logged once each
 	notes []string
@@ -147,12 +148,7 @@ var referenceEnv = []envSetting{
 	{"RUNTIME_APPDIRECTORY", "config", func(s *settings, v string) error { s.rulesPath = filepath.Join(s.rulesPath, v); return nil }, ""},
 	{"RUNTIME_IGNOREDOTFILES", "false", nil, "files whose names start with a dot are always skipped"},
 	{"RUNTIME_WATCH_ROOT", "true", nil, "the configuration directory's files are polled every second either way, so a change is seen whether the root or the directory is swapped"},
-	{"MERGE_DOMAIN_CONFIG", "false", func(s *settings, v string) error {
-		if on, err := parseBool("MERGE_DOMAIN_CONFIG", v); err != nil || !on {
-			return err
-		}
-		return errors.New("MERGE_DOMAIN_CONFIG=true: merging one domain's rules from several files is not supported; put each domain's rules in one file")
-	}, ""},
+	{"MERGE_DOMAIN_CONFIG", "false", boolInto(func(s *settings) *bool { return &s.mergeDomains }), ""},
 	{"CONFIG_GRPC_XDS_NODE_ID", "default", readByXDS, ""},
 	{"CONFIG_GRPC_XDS_NODE_METADATA", "", readByXDS, ""},
 	{"CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000", readByXDS, ""},

@@ -44,7 +44,8 @@ type xdsSettings struct {
 	backoffMin, backoffMax time.Duration
 	backoffFactor          float64
 	jitter                 bool
-	maxMsgSize             int // XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES; 0: gRPC's default
+	maxMsgSize             int  // XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES; 0: gRPC's default
+	mergeDomains           bool // MERGE_DOMAIN_CONFIG: resources of one domain merged
 }
 
 // readByXDS marks the settings xdsSettingsFromEnv reads (with
@@ -216,7 +217,7 @@ func xdsStream(ctx context.Context, s xdsSettings, apply func(*rls.Config) error
 			return received, err
 		}
 		received = true
-		cfg, err := xdsConfig(resp.Resources)
+		cfg, err := xdsConfig(resp.Resources, s.mergeDomains)
 		if err == nil {
 			err = apply(cfg)
 		}
@@ -237,8 +238,9 @@ func xdsStream(ctx context.Context, s xdsSettings, apply func(*rls.Config) error
 // xdsConfig reads a response's resources into one configuration: each
 // RateLimitConfig is turned into the YAML the reference would read from a
 // file (as its config.ConfigXdsProtoToYaml does) and read as files are, so
-// a pushed configuration is held to the same rules as a file.
-func xdsConfig(res []*anypb.Any) (*rls.Config, error) {
+// a pushed configuration is held to the same rules as a file (merge:
+// MERGE_DOMAIN_CONFIG, resources of one domain merged as files are).
+func xdsConfig(res []*anypb.Any, merge bool) (*rls.Config, error) {
 	files := make([]rls.ConfigFile, 0, len(res))
 	for _, a := range res {
 		var pb rlsconfv3.RateLimitConfig
@@ -251,7 +253,7 @@ func xdsConfig(res []*anypb.Any) (*rls.Config, error) {
 		}
 		files = append(files, rls.ConfigFile{Name: "xds:" + pb.GetName(), Data: data})
 	}
-	return rls.ParseConfigs(files...)
+	return rls.ParseConfigs(files, rls.MergeDomains(merge))
 }
 
 // xdsRoot is pb as the reference's YAML document, for rls to read as it
