@@ -237,7 +237,7 @@ var referenceEnv = []envSetting{
 		return nil
 	}, ""},
 	{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "false", nil, "/healthcheck does not ask Redis: a store outage is answered by the tier file's failure policy"},
-	{"REDIS_PERSECOND", "false", refuseTrue("REDIS_PERSECOND", "per-second rules in a second Redis are not supported yet: unset REDIS_PERSECOND and every rule is kept in REDIS_URL's store"), ""},
+	{"REDIS_PERSECOND", "false", refuseTrue("REDIS_PERSECOND", "per-second rules in a second Redis are not supported: a request's descriptors are decided in one all-or-nothing call on one store; unset REDIS_PERSECOND and every rule, per-second ones included, is kept in REDIS_URL's store"), ""},
 	{"REDIS_PERSECOND_SOCKET_TYPE", "unix", nil, "read only with REDIS_PERSECOND=true"},
 	{"REDIS_PERSECOND_TYPE", "SINGLE", nil, "read only with REDIS_PERSECOND=true"},
 	{"REDIS_PERSECOND_URL", "/var/run/nutcracker/ratelimitpersecond.sock", nil, "read only with REDIS_PERSECOND=true"},

@@ -47,7 +47,7 @@ func TestSettingsRefused(t *testing.T) {
 		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_JITTER": "often"}, []string{"XDS_CLIENT_BACKOFF_JITTER"}},
 		{map[string]string{"CONFIG_TYPE": "CONSUL"}, []string{"CONFIG_TYPE", "CONSUL"}},
 		{map[string]string{"MERGE_DOMAIN_CONFIG": "maybe"}, []string{"MERGE_DOMAIN_CONFIG", "maybe"}},
-		{map[string]string{"REDIS_PERSECOND": "true"}, []string{"REDIS_PERSECOND=true", "unset REDIS_PERSECOND"}},
+		{map[string]string{"REDIS_PERSECOND": "true"}, []string{"REDIS_PERSECOND=true", "all-or-nothing", "unset REDIS_PERSECOND"}},
 		{map[string]string{"REDIS_POOL_ON_EMPTY_BEHAVIOR": "ERROR"}, []string{"REDIS_POOL_ON_EMPTY_BEHAVIOR=ERROR", "WAIT"}},
 		{map[string]string{"LOG_LEVEL": "loud"}, []string{"LOG_LEVEL", "loud"}},
 		{map[string]string{"LOG_FORMAT": "xml"}, []string{"LOG_FORMAT", "xml"}},
