@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tollgate-go/tollgate/core/internal/denycache"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // denyLayer answers a check from the deny cache (WithDenyCache) when the
@@ -24,8 +25,8 @@ func (dl *denyLayer) decide(ctx context.Context, c checkCall) (Decision, error) 
 		return dl.next.decide(ctx, c)
 	}
 	if c.req.Cost > 0 {
-		quota := func(i int) denycache.Quota { return denycache.Quota(c.buckets[i].Quota) }
-		if tokens, ok := dl.cache.Check(c.keys, quota, c.req.Cost, c.sent); ok {
+		quotaOf := func(i int) quota.Quota { return c.buckets[i].Quota }
+		if tokens, ok := dl.cache.Check(c.keys, quotaOf, c.req.Cost, c.sent); ok {
 			states := make([]BucketState, len(c.buckets))
 			for i, b := range c.buckets {
 				states[i] = BucketState{Name: b.Name, Quota: b.Quota, Tokens: tokens[i]}
@@ -53,10 +54,10 @@ func (dl *denyLayer) decide(ctx context.Context, c checkCall) (Decision, error) 
 }
 
 func (dl *denyLayer) remember(keys []string, d Decision, sent time.Time) {
-	quotas := make([]denycache.Quota, len(d.Buckets))
+	quotas := make([]quota.Quota, len(d.Buckets))
 	tokens := make([]float64, len(d.Buckets))
 	for i, s := range d.Buckets {
-		quotas[i], tokens[i] = denycache.Quota(s.Quota), s.Tokens
+		quotas[i], tokens[i] = s.Quota, s.Tokens
 	}
 	dl.cache.Remember(keys, quotas, tokens, sent)
 }

@@ -125,11 +125,7 @@ func (bl *breakerLayer) degradeQuiet(req Request, keys []string, buckets []quota
 	case bl.fallback != nil && buckets != nil && !req.mixed():
 		// (a mixed-cost request is answered by the policy: the fallback
 		// buckets charge one cost per call)
-		quotas := make([]fallback.Quota, len(buckets))
-		for i, b := range buckets {
-			quotas[i] = fallback.Quota{Capacity: b.Quota.Capacity, RefillPerSecond: b.Quota.RefillPerSecond}
-		}
-		a := bl.fallback.Take(keys, quotas, req.Cost, bl.now())
+		a := bl.fallback.Take(keys, buckets, req.Cost, bl.now())
 		states := make([]BucketState, len(buckets))
 		for i, b := range buckets {
 			states[i] = BucketState{Name: b.Name, Quota: b.Quota, Tokens: a.Tokens[i]}

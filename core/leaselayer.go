@@ -39,7 +39,7 @@ func (ll *leaseLayer) decide(ctx context.Context, c checkCall) (Decision, error)
 	if req.Cost > size || size <= 1 {
 		return ll.next.decide(ctx, c)
 	}
-	q := func(i int) lease.Quota { return lease.Quota(buckets[i].Quota) }
+	q := func(i int) quota.Quota { return buckets[i].Quota }
 	tokens, ok, wait, acquiring := ll.leases.Spend(keys, q, req.Cost, sent, true)
 	if ok {
 		return leased(buckets, tokens, req.Cost), nil
@@ -90,10 +90,10 @@ func (ll *leaseLayer) decide(ctx context.Context, c checkCall) (Decision, error)
 		return ll.next.decide(ctx, c)
 	}
 	unspent := size - req.Cost
-	quotas := make([]lease.Quota, len(d.Buckets))
+	quotas := make([]quota.Quota, len(d.Buckets))
 	base := make([]float64, len(d.Buckets))
 	for i, s := range d.Buckets {
-		quotas[i], base[i] = lease.Quota(s.Quota), s.Tokens
+		quotas[i], base[i] = s.Quota, s.Tokens
 	}
 	// the lease runs from when the check started: never longer than ttl
 	ll.leases.Release(acquiring, quotas, base, unspent, sent.Add(lc.TTL), nil)

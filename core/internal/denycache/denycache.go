@@ -17,17 +17,8 @@ import (
 	"time"
 
 	"github.com/tollgate-go/tollgate/core/internal/bucketmath"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
-
-// Quota is a bucket's quota, field for field the limiter's.
-type Quota struct {
-	Capacity        int64
-	RefillPerSecond float64
-	Concurrency     int64
-	// the settle settings, unused here: kept so that quota.Quota converts
-	MaxDebt        int64
-	MaxSettleRatio float64
-}
 
 // Cache is the deny cache, bounded to max entries, one per bucket set.
 type Cache struct {
@@ -39,7 +30,7 @@ type Cache struct {
 
 type entry struct {
 	keys   []string
-	quotas []Quota
+	quotas []quota.Quota
 	tokens []float64
 	since  time.Time // when the denied request was sent
 }
@@ -51,9 +42,9 @@ func New(max int, maxAge time.Duration) *Cache {
 }
 
 // Check reports whether the cache proves that charging cost to the buckets
-// of keys (quota(i) is bucket i's quota now) would be denied, and if so
+// of keys (quotaOf(i) is bucket i's quota now) would be denied, and if so
 // returns each bucket's bound, refilled to now.
-func (c *Cache) Check(keys []string, quota func(i int) Quota, cost int64, now time.Time) ([]float64, bool) {
+func (c *Cache) Check(keys []string, quotaOf func(i int) quota.Quota, cost int64, now time.Time) ([]float64, bool) {
 	c.mu.RLock()
 	e, ok := c.entries[keys[0]]
 	c.mu.RUnlock()
@@ -73,7 +64,7 @@ func (c *Cache) Check(keys []string, quota func(i int) Quota, cost int64, now ti
 	tokens := make([]float64, len(keys))
 	denied := false
 	for i := range keys {
-		q := quota(i)
+		q := quotaOf(i)
 		if e.keys[i] != keys[i] || e.quotas[i] != q {
 			return nil, false // another set of buckets, or a changed quota
 		}
@@ -100,7 +91,7 @@ func (c *Cache) drop(key string, since time.Time) {
 // Remember keeps the balances of a denial of a request sent at sent: the
 // buckets of keys, with quotas and tokens. At the bound the cache starts
 // over.
-func (c *Cache) Remember(keys []string, quotas []Quota, tokens []float64, sent time.Time) {
+func (c *Cache) Remember(keys []string, quotas []quota.Quota, tokens []float64, sent time.Time) {
 	c.mu.Lock()
 	if len(c.entries) >= c.max {
 		clear(c.entries)

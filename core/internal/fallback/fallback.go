@@ -13,13 +13,8 @@ import (
 	"time"
 
 	"github.com/tollgate-go/tollgate/core/internal/bucketmath"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
-
-// Quota is a bucket's quota, field for field the limiter's rate part.
-type Quota struct {
-	Capacity        int64
-	RefillPerSecond float64
-}
 
 // Buckets is the fallback's state: a local bucket per key, at most max.
 type Buckets struct {
@@ -30,7 +25,7 @@ type Buckets struct {
 }
 
 type bucket struct {
-	quota  Quota
+	quota  quota.Quota // the local share: rate part only
 	tokens float64
 	last   time.Time
 }
@@ -54,32 +49,33 @@ type Answer struct {
 }
 
 // Take is the fallback's decision on charging cost to the buckets of keys
-// (quotas[i] is bucket i's real quota): each holds share of its quota in
+// (buckets[i].Quota is bucket i's real quota): each holds share of its quota in
 // process (capacity at least 1), checked and charged all or nothing. The
 // answer is "never" (CostExceedsCapacity) only when the cost is above a
 // real capacity; a cost above the shrunken capacity alone is an over-limit
 // denial whose retry is the time the real bucket takes to earn the cost
 // (the store is expected back by then).
-func (fb *Buckets) Take(keys []string, quotas []Quota, cost int64, now time.Time) Answer {
-	local := make([]Quota, len(quotas))
-	for i, q := range quotas {
-		local[i] = Quota{Capacity: max(1, int64(float64(q.Capacity)*fb.share)), RefillPerSecond: q.RefillPerSecond * fb.share}
+func (fb *Buckets) Take(keys []string, buckets []quota.Bucket, cost int64, now time.Time) Answer {
+	local := make([]quota.Quota, len(buckets))
+	for i, b := range buckets {
+		q := b.Quota
+		local[i] = quota.Quota{Capacity: max(1, int64(float64(q.Capacity)*fb.share)), RefillPerSecond: q.RefillPerSecond * fb.share}
 	}
 	verdict, binding, retry, tokens := fb.take(keys, local, cost, now)
-	for i, q := range quotas {
-		tokens[i] = math.Min(float64(q.Capacity), tokens[i]/fb.share)
+	for i, b := range buckets {
+		tokens[i] = math.Min(float64(b.Quota.Capacity), tokens[i]/fb.share)
 	}
-	for i, q := range quotas {
-		if cost > q.Capacity {
+	for i, b := range buckets {
+		if cost > b.Quota.Capacity {
 			return Answer{Verdict: bucketmath.CostExceedsCapacity, Binding: i, Tokens: tokens}
 		}
 	}
 	switch verdict {
 	case bucketmath.CostExceedsCapacity: // above the share only
 		retry = 0
-		for i, q := range quotas {
+		for i, b := range buckets {
 			if cost > local[i].Capacity {
-				if w := bucketmath.WaitFor(q.RefillPerSecond, 0, cost); w > retry {
+				if w := bucketmath.WaitFor(b.Quota.RefillPerSecond, 0, cost); w > retry {
 					binding, retry = i, w
 				}
 			}
@@ -95,7 +91,7 @@ func (fb *Buckets) Take(keys []string, quotas []Quota, cost int64, now time.Time
 
 // take checks and charges cost against every (key, quota) pair, all or
 // nothing, and returns the script's verdict and the balances after it.
-func (fb *Buckets) take(keys []string, quotas []Quota, cost int64, now time.Time) (verdict uint8, binding int, retry float64, tokens []float64) {
+func (fb *Buckets) take(keys []string, quotas []quota.Quota, cost int64, now time.Time) (verdict uint8, binding int, retry float64, tokens []float64) {
 	fb.mu.Lock()
 	defer fb.mu.Unlock()
 	if len(fb.buckets) >= fb.max {

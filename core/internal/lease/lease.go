@@ -13,17 +13,9 @@ import (
 	"strings"
 	"sync"
 	"time"
-)
 
-// Quota is a bucket's quota, field for field the limiter's.
-type Quota struct {
-	Capacity        int64
-	RefillPerSecond float64
-	Concurrency     int64
-	// the settle settings, unused here: kept so that quota.Quota converts
-	MaxDebt        int64
-	MaxSettleRatio float64
-}
+	"github.com/tollgate-go/tollgate/core/quota"
+)
 
 // Class is one class's lease setting.
 type Class struct {
@@ -45,9 +37,9 @@ type Map struct {
 // Lease is one bucket set's lease.
 type Lease struct {
 	keys    []string
-	quotas  []Quota   // the buckets' quotas when the lease was charged
-	base    []float64 // the store's balances after the lease was charged
-	tokens  int64     // unspent
+	quotas  []quota.Quota // the buckets' quotas when the lease was charged
+	base    []float64     // the store's balances after the lease was charged
+	tokens  int64         // unspent
 	expires time.Time
 	// acquiring is non-nil while one check takes a new lease from the store;
 	// it is done when that check is.
@@ -86,11 +78,11 @@ func (m *Map) Class(name string) (Class, bool) {
 // lease); when another check is taking one, it returns that acquisition to
 // wait on. With neither (acquire false, or a full map of live leases) the
 // caller makes a plain check.
-func (m *Map) Spend(keys []string, quota func(i int) Quota, cost int64, now time.Time, acquire bool) (tokens []float64, ok bool, wait *Acquisition, acquiring *Lease) {
+func (m *Map) Spend(keys []string, quotaOf func(i int) quota.Quota, cost int64, now time.Time, acquire bool) (tokens []float64, ok bool, wait *Acquisition, acquiring *Lease) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e := m.entries[keys[0]]
-	if e != nil && !e.matches(keys, quota) {
+	if e != nil && !e.matches(keys, quotaOf) {
 		// another bucket set or a changed quota: the lease proves nothing
 		if e.acquiring != nil {
 			return nil, false, e.acquiring, nil
@@ -157,7 +149,7 @@ func (m *Map) sweep(now time.Time) bool {
 // after it charged the lease, of buckets of quotas), the lease holds
 // unspent tokens until expires, if it is still the map's; with none (nil)
 // it is dropped.
-func (m *Map) Release(e *Lease, quotas []Quota, base []float64, unspent int64, expires time.Time, failure error) {
+func (m *Map) Release(e *Lease, quotas []quota.Quota, base []float64, unspent int64, expires time.Time, failure error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if a := e.acquiring; a != nil {
@@ -180,12 +172,12 @@ func (m *Map) Release(e *Lease, quotas []Quota, base []float64, unspent int64, e
 	}
 }
 
-func (e *Lease) matches(keys []string, quota func(i int) Quota) bool {
+func (e *Lease) matches(keys []string, quotaOf func(i int) quota.Quota) bool {
 	if len(e.keys) != len(keys) || (e.base != nil && len(e.base) != len(keys)) {
 		return false
 	}
 	for i := range keys {
-		if e.keys[i] != keys[i] || (e.base != nil && e.quotas[i] != quota(i)) {
+		if e.keys[i] != keys[i] || (e.base != nil && e.quotas[i] != quotaOf(i)) {
 			return false
 		}
 	}

@@ -3,6 +3,8 @@ package lease
 import (
 	"testing"
 	"time"
+
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // TestMapFullKeepsLiveLeases: at its bound the lease map never drops a
@@ -12,34 +14,34 @@ import (
 // released when it ends, with its failure.
 func TestMapFullKeepsLiveLeases(t *testing.T) {
 	ls := New(map[string]Class{"default": {Size: 5, TTL: time.Second}}, 2)
-	q := Quota{Capacity: 10, RefillPerSecond: 10}
-	quota := func(int) Quota { return q }
+	q := quota.Quota{Capacity: 10, RefillPerSecond: 10}
+	quotaOf := func(int) quota.Quota { return q }
 	now := time.Now()
 	k1, k2, k3 := []string{"rl:{a}:default"}, []string{"rl:{b}:default"}, []string{"rl:{c}:default"}
-	_, _, _, acq := ls.Spend(k1, quota, 1, now, true)
+	_, _, _, acq := ls.Spend(k1, quotaOf, 1, now, true)
 	if acq == nil {
 		t.Fatal("first check does not take the lease")
 	}
-	_, _, wait, _ := ls.Spend(k1, quota, 1, now, true)
+	_, _, wait, _ := ls.Spend(k1, quotaOf, 1, now, true)
 	if wait == nil {
 		t.Fatal("second check does not wait")
 	}
-	_, _, _, acq2 := ls.Spend(k2, quota, 1, now, true)
-	if _, _, w, a := ls.Spend(k3, quota, 1, now, true); w != nil || a != nil {
+	_, _, _, acq2 := ls.Spend(k2, quotaOf, 1, now, true)
+	if _, _, w, a := ls.Spend(k3, quotaOf, 1, now, true); w != nil || a != nil {
 		t.Fatal("a full map of live leases gave a third tenant a lease")
 	}
-	ls.Release(acq, []Quota{q}, []float64{5}, 4, now.Add(time.Second), nil)
-	ls.Release(acq2, []Quota{q}, []float64{5}, 4, now.Add(2*time.Second), nil)
+	ls.Release(acq, []quota.Quota{q}, []float64{5}, 4, now.Add(time.Second), nil)
+	ls.Release(acq2, []quota.Quota{q}, []float64{5}, 4, now.Add(2*time.Second), nil)
 	select {
 	case <-wait.Done():
 	case <-time.After(2 * time.Second):
 		t.Fatal("the waiter was stranded")
 	}
-	if _, _, _, a := ls.Spend(k3, quota, 1, now.Add(500*time.Millisecond), true); a != nil {
+	if _, _, _, a := ls.Spend(k3, quotaOf, 1, now.Add(500*time.Millisecond), true); a != nil {
 		t.Fatal("a live lease was dropped to make room")
 	}
 	for i := range 4 {
-		tokens, ok, _, _ := ls.Spend(k1, quota, 1, now.Add(500*time.Millisecond), false)
+		tokens, ok, _, _ := ls.Spend(k1, quotaOf, 1, now.Add(500*time.Millisecond), false)
 		if !ok {
 			t.Fatal("the unspent leased tokens were burned")
 		}
@@ -47,13 +49,13 @@ func TestMapFullKeepsLiveLeases(t *testing.T) {
 			t.Fatalf("spend %d: the lease states %v tokens, want %v", i+1, tokens[0], want)
 		}
 	}
-	if _, _, _, a := ls.Spend(k3, quota, 1, now.Add(1500*time.Millisecond), true); a == nil {
+	if _, _, _, a := ls.Spend(k3, quotaOf, 1, now.Add(1500*time.Millisecond), true); a == nil {
 		t.Fatal("an expired lease was not dropped to make room")
 	}
-	if _, ok, _, _ := ls.Spend(k2, quota, 1, now.Add(1500*time.Millisecond), false); !ok {
+	if _, ok, _, _ := ls.Spend(k2, quotaOf, 1, now.Add(1500*time.Millisecond), false); !ok {
 		t.Fatal("the live lease of k2 was dropped with the expired one")
 	}
-	if _, ok, _, _ := ls.Spend(k2, func(int) Quota { return Quota{Capacity: 20, RefillPerSecond: 10} }, 1, now.Add(1500*time.Millisecond), false); ok {
+	if _, ok, _, _ := ls.Spend(k2, func(int) quota.Quota { return quota.Quota{Capacity: 20, RefillPerSecond: 10} }, 1, now.Add(1500*time.Millisecond), false); ok {
 		t.Fatal("a lease was spent after its quota changed")
 	}
 }
