@@ -111,7 +111,7 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 		}
 		// a custom resolver's own backend failed: a store failure
 		err = fmt.Errorf("%w: resolve: %w", ErrStore, err)
-		return l.breaker.degrade(req, nil, nil, err), err
+		return l.path.breaker.degrade(req, nil, nil, err), err
 	}
 	ks := make([]string, len(buckets))
 	for i, b := range buckets {
@@ -132,7 +132,7 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 		}
 		c.slot = &slotCall{index: ci, key: sk, id: l.newSlotID()}
 	}
-	d, err := l.layers.decide(ctx, c)
+	d, err := l.path.layers.decide(ctx, c)
 	d.class, d.also = req.Class, req.Also
 	return d, err
 }
@@ -167,11 +167,11 @@ func (l *Limiter) buckets(ctx context.Context, req Request, i int) ([]quota.Buck
 // resolve asks the resolver for the buckets of tenant t in class; a
 // tiered resolver's first override lookup waits no longer than a check.
 func (l *Limiter) resolve(ctx context.Context, t quota.Tenant, class string) (bs []quota.Bucket, late string, err error) {
-	if l.tiered == nil {
-		bs, err = l.resolver.Buckets(ctx, t, class)
+	if l.quotas.tiered == nil {
+		bs, err = l.quotas.resolver.Buckets(ctx, t, class)
 		return bs, "", err
 	}
-	return l.tiered.BucketsWithin(ctx, t, class, l.cfg.timeout)
+	return l.quotas.tiered.BucketsWithin(ctx, t, class, l.cfg.timeout)
 }
 
 func (l *Limiter) validate(req Request) error {

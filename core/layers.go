@@ -51,12 +51,12 @@ type checkCall struct {
 // call at the bottom, the circuit breaker and fallback above it, then the
 // deny cache and leases when they are on.
 func (l *Limiter) stack() layer {
-	var top layer = l.breaker
-	if l.deny != nil {
-		top = &denyLayer{cache: l.deny, metrics: l.metrics, next: top}
+	var top layer = l.path.breaker
+	if l.path.deny != nil {
+		top = &denyLayer{cache: l.path.deny, metrics: l.metrics, next: top}
 	}
-	if l.leases != nil {
-		top = &leaseLayer{l: l, leases: l.leases, next: top}
+	if l.path.leases != nil {
+		top = &leaseLayer{l: l, leases: l.path.leases, next: top}
 	}
 	return top
 }

@@ -58,7 +58,7 @@ func (ll *leaseLayer) decide(ctx context.Context, c checkCall) (Decision, error)
 		case errors.As(err, &why):
 			return shed(ctx, l.metrics, req, why)
 		case err != nil:
-			return l.breaker.degrade(req, keys, buckets, err), err
+			return l.path.breaker.degrade(req, keys, buckets, err), err
 		}
 		return ll.next.decide(ctx, c)
 	}

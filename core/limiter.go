@@ -83,40 +83,59 @@ const maxClasses = 16
 // Limiter checks requests against per-tenant token buckets kept in Redis.
 // It is safe for concurrent use; create one per process and share it.
 type Limiter struct {
-	client   redis.UniversalClient
+	client  redis.UniversalClient
+	keys    keys.Keys
+	cfg     config
+	metrics *metrics
+	now     func() time.Time
+	lastLog atomic.Int64 // when logDegraded last logged, in Unix nanoseconds
+	quotas  quotaSource
+	store   storeConn
+	path    checkPath
+	slots   slotState
+}
+
+// quotaSource is where the limiter's quotas come from, and the script
+// arguments made from them.
+type quotaSource struct {
 	resolver quota.Resolver
-	keys     keys.Keys
-	cfg      config
+	// tiered is the resolver when it also says why an answer is the tier
+	// defaults in place of overrides not loaded in time (a
+	// quota.TieredResolver); nil for another resolver
+	tiered tieredResolver
+	args   sync.Map // Quota -> [3]any, see quotaArgs
+	nargs  atomic.Int64
+}
+
+// storeConn is the limiter's way to the store.
+type storeConn struct {
 	// scripts is the client the script calls go through, bounded by the
 	// timeout (see transport.Client); owned is closed by Close when the limiter
 	// opened it.
 	scripts redis.UniversalClient
 	owned   io.Closer
-	lastLog atomic.Int64
 	shards  *shard.Set       // store shards: last answers and breakers
-	deny    *denycache.Cache // nil: off
-	metrics *metrics
-	now     func() time.Time
 	calls   transport.Caller // a Batcher, or a Direct call per check
+}
+
+// checkPath is the check path's layers (see stack) and the state of those
+// that Settle and Reset reach.
+type checkPath struct {
 	layers  layer            // the check path (see stack)
 	breaker *breakerLayer    // the store shards' breakers and the answers without the store
+	deny    *denycache.Cache // nil: off
 	leases  *lease.Map       // nil: no class leases
-	args    sync.Map         // Quota -> [3]any, see quotaArgs
-	nargs   atomic.Int64
+}
 
-	// concurrency slots held by this process (see Slot)
-	leaseMicros, slotTTL string // the lease, formatted for the script
-	slotMu               sync.Mutex
-	slotsClosed          bool
-	slotsClosing         chan struct{} // closed by Close
-	slotsWG              sync.WaitGroup
-	releases             releases
-
-	// tiered is the resolver when it also says why an answer is the tier
-	// defaults in place of overrides not loaded in time (a
-	// quota.TieredResolver); nil for another resolver
-	tiered  tieredResolver
-	forgets forgets
+// slotState is the concurrency slots held by this process (see Slot).
+type slotState struct {
+	leaseMicros, ttl string // the lease, formatted for the script
+	mu               sync.Mutex
+	closed           bool
+	closing          chan struct{} // closed by Close
+	wg               sync.WaitGroup
+	releases         releases
+	forgets          forgets
 }
 
 // New returns a limiter that keeps its buckets in client (any go-redis v9
@@ -149,33 +168,33 @@ func New(client redis.UniversalClient, r quota.Resolver, opts ...Option) (*Limit
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{client: client, resolver: r, keys: ks, cfg: cfg,
-		metrics: newMetrics(cfg.meterProvider, cfg.tenantTopK), now: time.Now, slotsClosing: make(chan struct{})}
+	l := &Limiter{client: client, keys: ks, cfg: cfg, quotas: quotaSource{resolver: r},
+		metrics: newMetrics(cfg.meterProvider, cfg.tenantTopK), now: time.Now, slots: slotState{closing: make(chan struct{})}}
 	l.slotSettings()
 	var ctxTimeout time.Duration
-	l.scripts, l.owned, ctxTimeout = transport.Client(client, cfg.timeout)
+	l.store.scripts, l.store.owned, ctxTimeout = transport.Client(client, cfg.timeout)
 	if cfg.clock != nil {
 		l.now = cfg.clock
 	}
-	l.tiered, _ = r.(tieredResolver)
-	l.shards = shard.New(cfg.breakerThreshold, cfg.breakerCooldown, cfg.timeout, l.scripts, l.now,
+	l.quotas.tiered, _ = r.(tieredResolver)
+	l.store.shards = shard.New(cfg.breakerThreshold, cfg.breakerCooldown, cfg.timeout, l.store.scripts, l.now,
 		shard.Metrics{Durations: l.metrics.storeDur, Errors: l.metrics.storeErrs, Policy: cfg.policy.String()})
-	l.breaker = &breakerLayer{shards: l.shards, policy: cfg.policy, metrics: l.metrics, log: l.logDegraded, now: l.now, script: &scriptLayer{l: l}}
+	l.path.breaker = &breakerLayer{shards: l.store.shards, policy: cfg.policy, metrics: l.metrics, log: l.logDegraded, now: l.now, script: &scriptLayer{l: l}}
 	if cfg.fallbackShare > 0 {
-		l.breaker.fallback = fallback.New(cfg.fallbackShare, 100_000)
+		l.path.breaker.fallback = fallback.New(cfg.fallbackShare, 100_000)
 	}
 	if cfg.denyCache {
-		l.deny = denycache.New(100_000, cfg.timeout) // a refund elsewhere is seen within a check timeout
+		l.path.deny = denycache.New(100_000, cfg.timeout) // a refund elsewhere is seen within a check timeout
 	}
 	if len(cfg.leases) > 0 {
-		l.leases = lease.New(cfg.leases, 100_000)
+		l.path.leases = lease.New(cfg.leases, 100_000)
 	}
-	l.layers = l.stack()
+	l.path.layers = l.stack()
 	scripts := transport.Pair(tokenBucket, concurrencyScript)
 	if cfg.batching {
-		l.calls = transport.NewBatcher(l.scripts, scripts, cfg.timeout, ctxTimeout, l.metrics.batches)
+		l.store.calls = transport.NewBatcher(l.store.scripts, scripts, cfg.timeout, ctxTimeout, l.metrics.batches)
 	} else {
-		l.calls = transport.NewDirect(l.scripts, scripts, cfg.timeout, ctxTimeout)
+		l.store.calls = transport.NewDirect(l.store.scripts, scripts, cfg.timeout, ctxTimeout)
 	}
 	return l, nil
 }
@@ -188,11 +207,11 @@ func New(client redis.UniversalClient, r quota.Resolver, opts ...Option) (*Limit
 // https://github.com/tollgate-go/tollgate/blob/main/docs/reliability.md). Checks after Close fail by the failure policy. It
 // does not close the Redis client given to New.
 func (l *Limiter) Close() error {
-	l.calls.Close()
+	l.store.calls.Close()
 	l.closeSlots()
-	l.shards.Close()
-	if l.owned != nil {
-		return l.owned.Close()
+	l.store.shards.Close()
+	if l.store.owned != nil {
+		return l.store.owned.Close()
 	}
 	return nil
 }

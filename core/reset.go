@@ -51,11 +51,11 @@ func (l *Limiter) Reset(ctx context.Context, t quota.Tenant, buckets ...string) 
 			return 0, fmt.Errorf("%w: reset: %w", ErrStore, err)
 		}
 	}
-	if l.deny != nil {
-		l.deny.Forget(pattern[:len(pattern)-1])
+	if l.path.deny != nil {
+		l.path.deny.Forget(pattern[:len(pattern)-1])
 	}
-	if l.leases != nil {
-		l.leases.Forget(pattern[:len(pattern)-1])
+	if l.path.leases != nil {
+		l.path.leases.Forget(pattern[:len(pattern)-1])
 	}
 	if len(keys) == 0 {
 		return 0, nil

@@ -75,13 +75,13 @@ func (s *scriptLayer) call(ctx context.Context, c *checkCall) (d Decision, wrote
 // quotaArgs returns a quota's script arguments (capacity, rate, TTL),
 // formatted once per quota: quotas are few, checks many.
 func (l *Limiter) quotaArgs(q quota.Quota) [3]any {
-	if v, ok := l.args.Load(q); ok {
+	if v, ok := l.quotas.args.Load(q); ok {
 		return v.([3]any)
 	}
 	a := [3]any{strconv.FormatInt(q.Capacity, 10), strconv.FormatFloat(q.RefillPerSecond, 'f', -1, 64), ttlMillis(q)}
-	if l.nargs.Load() < maxCachedSets {
-		if _, loaded := l.args.LoadOrStore(q, a); !loaded {
-			l.nargs.Add(1)
+	if l.quotas.nargs.Load() < maxCachedSets {
+		if _, loaded := l.quotas.args.LoadOrStore(q, a); !loaded {
+			l.quotas.nargs.Add(1)
 		}
 	}
 	return a
@@ -93,7 +93,7 @@ func (l *Limiter) quotaArgs(q quota.Quota) [3]any {
 // it too. wrote is when the command was handed over (zero when it never
 // was).
 func (l *Limiter) run(ctx context.Context, tenant string, args []any) (v any, wrote time.Time, err error) {
-	v, wrote, err = l.calls.Do(ctx, tenant, args)
+	v, wrote, err = l.store.calls.Do(ctx, tenant, args)
 	if err != nil {
 		err = transport.StoreError(ctx, l.cfg.timeout, err)
 	}

@@ -90,7 +90,7 @@ func (l *Limiter) Settle(ctx context.Context, t quota.Tenant, d Decision, actual
 		a := l.quotaArgs(q)
 		args = append(args, a[0], a[1], strconv.FormatInt(charged-d.Cost, 10), strconv.FormatInt(q.MaxDebt, 10))
 	}
-	v, err := settleScript.Run(cctx, l.scripts, settleScript.Line(keys, args...))
+	v, err := settleScript.Run(cctx, l.store.scripts, settleScript.Line(keys, args...))
 	if err != nil {
 		return 0, l.settleFailed(t, transport.StoreError(cctx, l.cfg.timeout, err))
 	}
@@ -114,9 +114,9 @@ func (l *Limiter) Settle(ctx context.Context, t quota.Tenant, d Decision, actual
 		l.logDegraded("tollgate: a settle did not charge the whole actual cost", Request{Tenant: t, Class: d.class}, excuse,
 			"actual", actual, "estimate", d.Cost, "uncharged", forgiven)
 	}
-	if l.deny != nil && actual < d.Cost {
+	if l.path.deny != nil && actual < d.Cost {
 		// a refund: a remembered denial may no longer be proved
-		l.deny.Delete(keys[0])
+		l.path.deny.Delete(keys[0])
 	}
 	return forgiven, nil
 }

@@ -139,7 +139,7 @@ func (l *Limiter) ReleaseAny(ctx context.Context, t quota.Tenant, class string, 
 	}
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
 	defer cancel()
-	v, err := concurrencyScript.Run(cctx, l.scripts, concurrencyScript.Line([]string{key}, l.nowArg(), id, l.leaseMicros, l.slotTTL, "free", group))
+	v, err := concurrencyScript.Run(cctx, l.store.scripts, concurrencyScript.Line([]string{key}, l.nowArg(), id, l.slots.leaseMicros, l.slots.ttl, "free", group))
 	if err != nil {
 		s.Release()
 		return false, transport.StoreError(cctx, l.cfg.timeout, err)
@@ -174,7 +174,7 @@ func (l *Limiter) slotLine(keys []string, buckets []quota.Bucket, now string, co
 			args = append(args, q[0], q[1], q[2], strconv.FormatInt(costs[i], 10))
 		}
 	}
-	args = append(args, strconv.FormatInt(buckets[s.index].Quota.Concurrency, 10), l.leaseMicros, s.id, l.slotTTL)
+	args = append(args, strconv.FormatInt(buckets[s.index].Quota.Concurrency, 10), l.slots.leaseMicros, s.id, l.slots.ttl)
 	return concurrencyScript.Line(all, args...)
 }
 
@@ -230,12 +230,12 @@ func (l *Limiter) parseSlotReply(v any, buckets []quota.Bucket, cost int64, cost
 func (l *Limiter) newSlot(req Request, b quota.Bucket, key, id string, sent time.Time) *Slot {
 	s := &Slot{l: l, key: key, id: id, stop: make(chan struct{}), tried: make(chan struct{}),
 		labels: l.metrics.slotSet(req, b.Name)}
-	l.slotMu.Lock()
-	closed := l.slotsClosed
+	l.slots.mu.Lock()
+	closed := l.slots.closed
 	if !closed {
-		l.slotsWG.Add(1)
+		l.slots.wg.Add(1)
 	}
-	l.slotMu.Unlock()
+	l.slots.mu.Unlock()
 	l.metrics.slotsHeld.Add(context.Background(), 1, s.labels)
 	if closed {
 		// the limiter is closing: free it now, once
@@ -252,7 +252,7 @@ func (l *Limiter) newSlot(req Request, b quota.Bucket, key, id string, sent time
 // latest time, on this process's clock, by which the store is known to
 // hold the slot.
 func (s *Slot) hold(deadline time.Time) {
-	defer s.l.slotsWG.Done()
+	defer s.l.slots.wg.Done()
 	lease := s.l.cfg.slotLease
 	t := time.NewTimer(lease / 3)
 	defer t.Stop()
@@ -262,7 +262,7 @@ func (s *Slot) hold(deadline time.Time) {
 		case <-s.stop:
 			s.release(deadline, lost)
 			return
-		case <-s.l.slotsClosing:
+		case <-s.l.slots.closing:
 			s.release(deadline, lost)
 			return
 		case <-t.C:
@@ -290,8 +290,8 @@ func (s *Slot) hold(deadline time.Time) {
 func (s *Slot) renew() (bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.l.cfg.timeout)
 	defer cancel()
-	line := concurrencyScript.Line([]string{s.key}, s.l.nowArg(), s.id, s.l.leaseMicros, s.l.slotTTL)
-	v, err := concurrencyScript.Run(ctx, s.l.scripts, line)
+	line := concurrencyScript.Line([]string{s.key}, s.l.nowArg(), s.id, s.l.slots.leaseMicros, s.l.slots.ttl)
+	v, err := concurrencyScript.Run(ctx, s.l.store.scripts, line)
 	if err != nil {
 		return false, err
 	}
@@ -323,7 +323,7 @@ func (s *Slot) release(deadline time.Time, lost bool) {
 		t := time.NewTimer(backoff)
 		select {
 		case <-t.C:
-		case <-s.l.slotsClosing:
+		case <-s.l.slots.closing:
 			t.Stop()
 			if !s.remove() {
 				s.l.metrics.slotExpired(s.labels, "release_failed")
@@ -337,7 +337,7 @@ func (s *Slot) release(deadline time.Time, lost bool) {
 // remove deletes the slot from the store, once, within the store timeout,
 // in one pipeline with the other releases of the moment.
 func (s *Slot) remove() bool {
-	if err := s.l.releases.do(s.l, s.key, s.id); err != nil {
+	if err := s.l.slots.releases.do(s.l, s.key, s.id); err != nil {
 		s.l.logDegraded("tollgate: a concurrency slot could not be released; retrying within its lease", Request{}, err, "key", s.key)
 		return false
 	}
@@ -391,7 +391,7 @@ func (r *releases) send(l *Limiter, batch []*release) {
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.timeout)
 	defer cancel()
 	cmds := make([]*redis.IntCmd, len(batch))
-	_, _ = l.scripts.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, _ = l.store.scripts.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, rel := range batch {
 			cmds[i] = p.ZRem(ctx, rel.key, rel.id)
 		}
@@ -414,20 +414,20 @@ func (l *Limiter) nowArg() string {
 // closeSlots frees every slot still held (once each) and waits for the
 // releases, each bounded by the store timeout.
 func (l *Limiter) closeSlots() {
-	l.slotMu.Lock()
-	if !l.slotsClosed {
-		l.slotsClosed = true
-		close(l.slotsClosing)
+	l.slots.mu.Lock()
+	if !l.slots.closed {
+		l.slots.closed = true
+		close(l.slots.closing)
 	}
-	l.slotMu.Unlock()
-	l.slotsWG.Wait()
+	l.slots.mu.Unlock()
+	l.slots.wg.Wait()
 }
 
 // slotSettings formats the lease for the script, once.
 func (l *Limiter) slotSettings() {
-	l.leaseMicros = strconv.FormatInt(l.cfg.slotLease.Microseconds(), 10)
+	l.slots.leaseMicros = strconv.FormatInt(l.cfg.slotLease.Microseconds(), 10)
 	ms := (l.cfg.slotLease + time.Millisecond - 1) / time.Millisecond // rounded up
-	l.slotTTL = strconv.FormatInt(int64(ms)+1000, 10)
+	l.slots.ttl = strconv.FormatInt(int64(ms)+1000, 10)
 }
 
 // neverRun reports whether a failed check's script call certainly never
@@ -471,7 +471,7 @@ type forget struct {
 // forgetSlot forgets the slot s of req's check (see forgets).
 func (l *Limiter) forgetSlot(req Request, b quota.Bucket, s *slotCall) {
 	f := forget{key: s.key, id: s.id, until: time.Now().Add(l.cfg.slotLease), labels: l.metrics.slotSet(req, b.Name)}
-	fs := &l.forgets
+	fs := &l.slots.forgets
 	fs.mu.Lock()
 	fs.pending = append(fs.pending, f)
 	if fs.running {
@@ -482,12 +482,12 @@ func (l *Limiter) forgetSlot(req Request, b quota.Bucket, s *slotCall) {
 		}
 		return
 	}
-	l.slotMu.Lock()
-	closed := l.slotsClosed
+	l.slots.mu.Lock()
+	closed := l.slots.closed
 	if !closed {
-		l.slotsWG.Add(1)
+		l.slots.wg.Add(1)
 	}
-	l.slotMu.Unlock()
+	l.slots.mu.Unlock()
 	if closed {
 		// the limiter is closing: one attempt, now
 		batch := fs.pending
@@ -508,8 +508,8 @@ func (l *Limiter) forgetSlot(req Request, b quota.Bucket, s *slotCall) {
 // failed ones with back-off within their leases (a new forget ends the
 // wait); once the limiter closes, each is tried once more.
 func (l *Limiter) forgetLoop(wake chan struct{}) {
-	defer l.slotsWG.Done()
-	fs := &l.forgets
+	defer l.slots.wg.Done()
+	fs := &l.slots.forgets
 	backoff := 25 * time.Millisecond
 	closing := false
 	for {
@@ -549,7 +549,7 @@ func (l *Limiter) forgetLoop(wake chan struct{}) {
 			backoff = min(2*backoff, time.Second)
 		case <-wake:
 			t.Stop()
-		case <-l.slotsClosing:
+		case <-l.slots.closing:
 			t.Stop()
 			closing = true
 		}
@@ -576,11 +576,11 @@ func (l *Limiter) sendForgets(batch []forget) (failed []forget) {
 		batch = batch[len(part):]
 		lines := make([][]any, len(part))
 		for i, f := range part {
-			lines[i] = concurrencyScript.Line([]string{f.key}, now, f.id, l.leaseMicros, l.slotTTL, "forget")
+			lines[i] = concurrencyScript.Line([]string{f.key}, now, f.id, l.slots.leaseMicros, l.slots.ttl, "forget")
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.timeout)
 		cmds := make([]*redis.Cmd, len(part))
-		_, _ = l.scripts.Pipelined(ctx, func(p redis.Pipeliner) error {
+		_, _ = l.store.scripts.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, line := range lines {
 				cmds[i] = redis.NewCmd(ctx, line...)
 				cmds[i].SetFirstKeyPos(3)
@@ -593,7 +593,7 @@ func (l *Limiter) sendForgets(batch []forget) (failed []forget) {
 			err := cmds[i].Err()
 			if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
 				// the store lost its script cache: EVAL loads it
-				_, err = concurrencyScript.Run(ctx, l.scripts, lines[i])
+				_, err = concurrencyScript.Run(ctx, l.store.scripts, lines[i])
 			}
 			if err != nil {
 				l.logDegraded("tollgate: the concurrency slot of an unanswered check could not be freed; retrying within its lease", Request{}, err, "key", f.key)
