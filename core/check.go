@@ -37,6 +37,9 @@ func (l *Limiter) Peek(ctx context.Context, t quota.Tenant, class string) (Decis
 // always usable.
 func (l *Limiter) Check(ctx context.Context, req Request) (Decision, error) {
 	d, err := l.check(ctx, req)
+	if d.Settleable() {
+		d.limiterID, d.reservation, d.admitted = l.store.reservations.id, l.store.reservations.next.Add(1), l.now().UnixNano()
+	}
 	if !d.Allowed && d.Denied() && l.shadowed(req) {
 		d.Allowed, d.Reason = true, ReasonShadowDenied
 	}

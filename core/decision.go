@@ -156,6 +156,13 @@ type Decision struct {
 	// Settle resolves their buckets' quotas as they are when it runs.
 	class string
 	also  []string
+	// reservation names a settleable admission in the store: its limiter's
+	// id (limiterID) and a number; admitted is when it was made, in Unix
+	// nanoseconds on the limiter's clock. Settle marks it settled under
+	// that name for the settle window (WithSettleWindow).
+	limiterID   string
+	reservation uint64
+	admitted    int64
 }
 
 // Degraded reports whether the decision was made without the store because

@@ -116,6 +116,11 @@ type storeConn struct {
 	owned   io.Closer
 	shards  *shard.Set       // store shards: last answers and breakers
 	calls   transport.Caller // a Batcher, or a Direct call per check
+	// reservations names the settleable admissions (see Settle)
+	reservations struct {
+		id   string // random, this limiter's
+		next atomic.Uint64
+	}
 }
 
 // checkPath is the check path's layers (see stack) and the state of those
@@ -173,6 +178,7 @@ func New(client redis.UniversalClient, r quota.Resolver, opts ...Option) (*Limit
 	l.slotSettings()
 	var ctxTimeout time.Duration
 	l.store.scripts, l.store.owned, ctxTimeout = transport.Client(client, cfg.timeout)
+	l.store.reservations.id = newLimiterID()
 	if cfg.clock != nil {
 		l.now = cfg.clock
 	}

@@ -76,12 +76,16 @@ type config struct {
 	slotLeaseSet     bool
 	slotRetry        time.Duration // 0: until the earliest deadline
 	slotGroup        string        // "": none (WithSlotGroup)
+	settleWindow     time.Duration // how long a reservation may be settled
 }
+
+// defaultSettleWindow is WithSettleWindow's default.
+const defaultSettleWindow = 10 * time.Minute
 
 func defaultConfig() config {
 	return config{prefix: DefaultPrefix, policy: FailOpen, timeout: DefaultTimeout, log: slog.Default(),
 		breakerThreshold: defaultBreakerThreshold, breakerCooldown: defaultBreakerCooldown,
-		batching: true, slotRetry: defaultSlotRetry}
+		batching: true, slotRetry: defaultSlotRetry, settleWindow: defaultSettleWindow}
 }
 
 // WithConcurrencySlots sets the lease of concurrency slots (Quota.Concurrency)
@@ -284,6 +288,23 @@ func WithFailurePolicy(p FailurePolicy) Option {
 			return badOption("WithFailurePolicy", "unknown failure policy %d", p)
 		}
 		c.policy = p
+		return nil
+	})
+}
+
+// WithSettleWindow sets how long after its admission a reservation may be
+// settled (Limiter.Settle): a settle is applied once, however often it is
+// repeated, because the store marks the reservation settled until the
+// window ends. The mark is one key of about 150 bytes per settle that
+// changed the charge, living at most the window: keep the window no longer
+// than your longest request plus its retries. A settle after the window is
+// refused. d must be 1 s to 24 h. Default: 10 minutes.
+func WithSettleWindow(d time.Duration) Option {
+	return optionFunc(func(c *config) error {
+		if d < time.Second || d > 24*time.Hour {
+			return errs.BadOption("WithSettleWindow", "the window must be 1s to 24h, got %v", d)
+		}
+		c.settleWindow = d
 		return nil
 	})
 }

@@ -49,6 +49,8 @@ func TestLimiterOptionsValidate(t *testing.T) {
 		{"breaker ok", core.WithCircuitBreaker(3, time.Second), ""},
 		{"timeout 0", core.WithTimeout(0), "WithTimeout: timeout must be positive, got 0s"},
 		{"timeout -1ms", core.WithTimeout(-time.Millisecond), "WithTimeout"},
+		{"settle window 999ms", core.WithSettleWindow(999 * time.Millisecond), "WithSettleWindow: the window must be 1s to 24h, got 999ms"},
+		{"settle window 25h", core.WithSettleWindow(25 * time.Hour), "WithSettleWindow"},
 		{"timeout ok", core.WithTimeout(time.Millisecond), ""},
 		{"tenant label -1", core.WithTenantLabel(-1), "WithTenantLabel: k must be >= 0, got -1"},
 		{"tenant label 0", core.WithTenantLabel(0), ""},

@@ -2,11 +2,14 @@ package core
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tollgate-go/tollgate/core/internal/transport"
 	"github.com/tollgate-go/tollgate/core/lua"
@@ -50,8 +53,15 @@ func (d Decision) Settleable() bool {
 // actual cost some bucket did not charge (refused plus forgiven, the
 // largest over d's buckets): 0 when every bucket took it all.
 //
-// Settle once per admission: a second call charges the difference again.
-// A reservation never settled stays charged at the estimate. When d has
+// A reservation is settled once: Settle marks it settled in the store,
+// atomically with the buckets, and a repeated Settle of the same Decision
+// (a retry after an error whose reply was lost, a report delivered twice)
+// changes nothing and returns what the first one did. Any actual counts
+// as a repeat: the first settle's figure stands. The mark lives until the
+// settle window (WithSettleWindow) has passed since the admission; a
+// Settle after that is refused (an error wrapping ErrInvalidRequest,
+// nothing settled), as its mark may be gone. A reservation never settled
+// stays charged at the estimate. When d has
 // nothing in the store to settle (denied, failed open, shadow mode, the
 // local fallback's) or actual equals the estimate, Settle makes no call and
 // returns 0, nil. actual must be 0 to quota.MaxCost (else an error wrapping
@@ -70,12 +80,17 @@ func (l *Limiter) Settle(ctx context.Context, t quota.Tenant, d Decision, actual
 	if d.mixedCosts {
 		return 0, fmt.Errorf("%w: a decision of a request with AlsoCosts charged its buckets different costs and cannot be settled", ErrInvalidRequest)
 	}
+	left := l.cfg.settleWindow - l.now().Sub(time.Unix(0, d.admitted))
+	if d.reservation == 0 || left <= 0 {
+		return 0, fmt.Errorf("%w: the reservation was admitted %v ago, past the settle window of %v: not settled",
+			ErrInvalidRequest, l.now().Sub(time.Unix(0, d.admitted)).Round(time.Millisecond), l.cfg.settleWindow)
+	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.timeout)
 	defer cancel()
 	quotas := l.settleQuotas(cctx, t, d)
-	keys := make([]string, len(d.Buckets))
+	keys := make([]string, len(d.Buckets), len(d.Buckets)+1)
 	refused := make([]int64, len(d.Buckets))
-	args := make([]any, 0, 1+4*len(d.Buckets))
+	args := make([]any, 0, 2+4*len(d.Buckets))
 	args = append(args, l.nowArg())
 	for i, b := range d.Buckets {
 		if keys[i], err = l.keys.Bucket(t.ID, b.Name); err != nil {
@@ -90,10 +105,18 @@ func (l *Limiter) Settle(ctx context.Context, t quota.Tenant, d Decision, actual
 		a := l.quotaArgs(q)
 		args = append(args, a[0], a[1], strconv.FormatInt(charged-d.Cost, 10), strconv.FormatInt(q.MaxDebt, 10))
 	}
+	mark, err := l.keys.Settled(t.ID, d.Buckets[0].Name, d.limiterID+strconv.FormatUint(d.reservation, 36))
+	if err != nil {
+		return 0, err
+	}
+	n := len(keys)
+	keys = append(keys, mark)
+	args = append(args, strconv.FormatInt(max(left.Milliseconds(), 1), 10))
 	v, err := settleScript.Run(cctx, l.store.scripts, settleScript.Line(keys, args...))
 	if err != nil {
-		return 0, l.settleFailed(t, transport.StoreError(cctx, l.cfg.timeout, err))
+		return 0, l.settleFailed(t, fmt.Errorf("%w: %w", ErrStore, transport.StoreError(cctx, l.cfg.timeout, err)))
 	}
+	keys = keys[:n]
 	a, ok := v.([]any)
 	if !ok || len(a) != 2*len(keys) {
 		return 0, l.settleFailed(t, fmt.Errorf("%w: settle script reply %T of length %d", errProtocol, v, len(a)))
@@ -119,6 +142,16 @@ func (l *Limiter) Settle(ctx context.Context, t quota.Tenant, d Decision, actual
 		l.path.deny.Delete(keys[0])
 	}
 	return forgiven, nil
+}
+
+// newLimiterID returns a random name for a limiter's reservations: 13
+// base-36 digits (64 bits), so two limiters' reservations never share a
+// mark.
+func newLimiterID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	id := strconv.FormatUint(binary.LittleEndian.Uint64(b[:]), 36)
+	return strings.Repeat("0", 13-len(id)) + id
 }
 
 // uncharged says, for a log, why a settle did not charge bucket (of

@@ -82,6 +82,20 @@ func (k Keys) Slots(tenantID, bucket string) (string, error) {
 
 const slotsSuffix = ":slots"
 
+// Settled returns the key that marks reservation id of tenantID's bucket
+// settled (core.Limiter.Settle): the bucket's key, ":settled:" and id. It
+// carries the bucket's hash tag, so a settle's script declares it with the
+// buckets on a Cluster. id must be 1 to 64 bytes of [0-9a-z]; otherwise it
+// fails, as Bucket does for a bad tenant or bucket.
+func (k Keys) Settled(tenantID, bucket, id string) (string, error) {
+	if id == "" || len(id) > 64 || strings.IndexFunc(id, func(r rune) bool { return (r < '0' || r > '9') && (r < 'a' || r > 'z') }) >= 0 {
+		return "", fmt.Errorf("%w: reservation id must be 1 to 64 bytes of [0-9a-z], got %q", errs.InvalidRequest, id)
+	}
+	return k.key(tenantID, bucket, settledInfix+id)
+}
+
+const settledInfix = ":settled:"
+
 // key writes <prefix>:{<tenant>}:<bucket><suffix>, sized exactly.
 func (k Keys) key(tenantID, bucket, suffix string) (string, error) {
 	if tenantID == "" || len(tenantID) > names.MaxTenantIDLen {

@@ -1,17 +1,23 @@
--- tollgate settle, v2. Settles a reservation: a request admitted with an
+-- tollgate settle, v3. Settles a reservation: a request admitted with an
 -- estimated cost (charged by the token-bucket or concurrency script) whose
 -- actual cost is now known. Every bucket of the request is refilled to now
 -- and charged its difference, actual - estimate, in one call: atomic with
--- the request's other buckets, as its admission was.
+-- the request's other buckets, as its admission was. A reservation is
+-- settled once: the call marks it settled, with its reply, and a later call
+-- for it (a retry after a lost reply, a report delivered twice) changes
+-- nothing and answers the first call's reply.
 --
 -- KEYS[i]     bucket key i (1 <= i <= n), as the token-bucket script's; every
 --             key carries the same hash tag (the tenant).
+-- KEYS[n+1]   the reservation's mark, with the same hash tag.
 -- ARGV[1]     now, integer microseconds, or "" to read the server clock.
 -- ARGV[4i-2]  capacity C_i of bucket i, an integer > 0 (its quota now).
 -- ARGV[4i-1]  refill rate r_i of bucket i, tokens per second, a decimal > 0.
 -- ARGV[4i]    delta d_i = charged - estimate for bucket i, an integer (may
 --             be negative: a refund).
 -- ARGV[4i+1]  the debt cap D_i of bucket i, an integer >= 0; 0: no cap.
+-- ARGV[4n+2]  how long the mark lives, integer milliseconds > 0: as long as
+--             the reservation may still be settled.
 --
 -- A refund (d_i < 0) never lifts a balance above its capacity. A charge
 -- (d_i > 0) may take it below zero, a debt the tenant repays at the refill
@@ -28,9 +34,15 @@
 --
 -- Reply: {forgiven_1, ..., forgiven_n, state_1, ..., state_n}: forgiven_i
 -- the integer tokens of the charge bucket i could not take (0 unless a
--- floor was reached), state_i the value written, "<tokens> <last>".
+-- floor was reached), state_i the value written, "<tokens> <last>"; for a
+-- reservation already settled, the reply its first settle gave.
 
-local n = #KEYS
+local n = #KEYS - 1
+local mark = KEYS[n + 1]
+local done = redis.call('GET', mark)
+if done then
+  return cjson.decode(done)
+end
 local fmt, find, sub, ceil = string.format, string.find, string.sub, math.ceil
 -- #include clock
 local deepest = 1125899906842624 -- 2^50
@@ -60,4 +72,5 @@ for i = 1, n do
   reply[i] = forgiven
   reply[n + i] = state
 end
+redis.call('SET', mark, cjson.encode(reply), 'PX', ARGV[4 * n + 2])
 return reply
