@@ -37,7 +37,9 @@ func (l *Limiter) Peek(ctx context.Context, t quota.Tenant, class string) (Decis
 // always usable.
 func (l *Limiter) Check(ctx context.Context, req Request) (Decision, error) {
 	d, err := l.check(ctx, req)
-	if d.Settleable() {
+	if d.Reason == ReasonOK && !d.Fallback && len(d.Buckets) > 0 {
+		// a store admission, a peek's included (rls refunds a negative
+		// hit by settling a peek given the hit's cost): Settle names it
 		d.limiterID, d.reservation, d.admitted = l.store.reservations.id, l.store.reservations.next.Add(1), l.now().UnixNano()
 	}
 	if !d.Allowed && d.Denied() && l.shadowed(req) {

@@ -1,10 +1,12 @@
 package keys
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
+	"github.com/tollgate-go/tollgate/core/internal/errs"
 	"github.com/tollgate-go/tollgate/core/internal/names"
 )
 
@@ -210,6 +212,23 @@ func TestBucketAllocatesOnce(t *testing.T) {
 		}
 		if n := testing.AllocsPerRun(50, func() { _, _ = k.Slots(tenant, "a:b c") }); n != 1 {
 			t.Errorf("Slots(%d bytes of %q): %v allocations, want 1", len(tenant), tenant[:1], n)
+		}
+	}
+}
+
+func TestSettledKeyIsTheBucketKeySettledAndID(t *testing.T) {
+	k, err := New("rl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bk, _ := k.Bucket("acme", "llm")
+	sk, err := k.Settled("acme", "llm", "0abc9z")
+	if err != nil || sk != bk+":settled:0abc9z" {
+		t.Fatalf("Settled = %q, %v; want %q", sk, err, bk+":settled:0abc9z")
+	}
+	for _, id := range []string{"", "ABC", "a:b", "a*", strings.Repeat("a", 65)} {
+		if _, err := k.Settled("acme", "llm", id); !errors.Is(err, errs.InvalidRequest) {
+			t.Errorf("Settled(id %q): %v, want an invalid request", id, err)
 		}
 	}
 }
