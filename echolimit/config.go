@@ -13,13 +13,9 @@ import (
 // limiter is registered. Everything core decides (routes, default route,
 // cost function, header style, anonymous callers) is configured on the
 // gate.Gate instead.
-type Option interface{ apply(*config) error }
+type Option = adapt.Option[echo.Context, denyHandler]
 
-type optionFunc func(*config) error
-
-func (f optionFunc) apply(c *config) error { return f(c) }
-
-type config = adapt.Config[echo.Context, func(echo.Context, gate.Verdict) error]
+type denyHandler = func(echo.Context, gate.Verdict) error
 
 // WithRouteFunc sets how a request's class and cost are named from the
 // echo.Context (c.Param values, a key the authentication middleware set),
@@ -27,14 +23,14 @@ type config = adapt.Config[echo.Context, func(echo.Context, gate.Verdict) error]
 // falls back to them). Its answer is held to the route table's rules: a
 // bad one is answered as a misconfiguration. Default: none. nil is an error.
 func WithRouteFunc(f func(echo.Context) (gate.Route, bool)) Option {
-	return adapt.RouteFunc[optionFunc]("echolimit.WithRouteFunc", f)
+	return adapt.RouteFunc[echo.Context, denyHandler]("echolimit.WithRouteFunc", f)
 }
 
 // WithSkipper skips the limiter (no check, no headers) for requests it
 // returns true for, like the Skipper of Echo's own middleware configs.
 // Default: none (middleware.DefaultSkipper). nil is an error.
 func WithSkipper(s middleware.Skipper) Option {
-	return adapt.Skipper[optionFunc]("echolimit.WithSkipper", s)
+	return adapt.Skipper[echo.Context, denyHandler]("echolimit.WithSkipper", s)
 }
 
 // WithDenyHandler sets what answers a request that does not proceed (429,
@@ -44,7 +40,7 @@ func WithSkipper(s middleware.Skipper) Option {
 // HTTPErrorHandler). Default: DefaultDenyHandler (core's RFC 9457
 // problem+json, the body every tollgate adapter writes). nil is an error.
 func WithDenyHandler(f func(c echo.Context, v gate.Verdict) error) Option {
-	return adapt.DenyHandler[optionFunc]("echolimit.WithDenyHandler", f)
+	return adapt.DenyHandler[echo.Context, denyHandler]("echolimit.WithDenyHandler", f)
 }
 
 // WithErrorHandler sets a hook called with Verdict.Err whenever the limiter
@@ -53,5 +49,5 @@ func WithDenyHandler(f func(c echo.Context, v gate.Verdict) error) Option {
 // bad route), which the client never sees. Use it for logs and metrics.
 // Default: none (core logs degraded decisions). nil is an error.
 func WithErrorHandler(f func(c echo.Context, err error)) Option {
-	return adapt.ErrorHandler[optionFunc]("echolimit.WithErrorHandler", f)
+	return adapt.ErrorHandler[echo.Context, denyHandler]("echolimit.WithErrorHandler", f)
 }

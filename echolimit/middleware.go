@@ -41,7 +41,7 @@ import (
 // A nil gate, or an option given a value it cannot use, panics here,
 // where the limiter is registered, as http.Handle(pattern, nil) does.
 func Middleware(g *gate.Gate, opts ...Option) echo.MiddlewareFunc {
-	c := adapt.New("echolimit.Middleware", g, DefaultDenyHandler, opts, Option.apply)
+	c := adapt.New("echolimit.Middleware", g, DefaultDenyHandler, opts)
 	var routes routeTable
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(ec echo.Context) error {

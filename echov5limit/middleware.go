@@ -46,7 +46,7 @@ import (
 // A nil gate, or an option given a value it cannot use, panics here,
 // where the limiter is registered, as http.Handle(pattern, nil) does.
 func Middleware(g *gate.Gate, opts ...Option) echo.MiddlewareFunc {
-	c := adapt.New("echov5limit.Middleware", g, DefaultDenyHandler, opts, Option.apply)
+	c := adapt.New("echov5limit.Middleware", g, DefaultDenyHandler, opts)
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		wrapsEcho := isEcho(next) // a group's RouteNotFound route, with this middleware last
 		return func(ec *echo.Context) error {

@@ -12,13 +12,9 @@ import (
 // limiter is registered. Everything core decides (routes, default route,
 // cost function, header style, anonymous callers) is configured on the
 // gate.Gate instead.
-type Option interface{ apply(*config) error }
+type Option = adapt.Option[fiber.Ctx, denyHandler]
 
-type optionFunc func(*config) error
-
-func (f optionFunc) apply(c *config) error { return f(c) }
-
-type config = adapt.Config[fiber.Ctx, func(fiber.Ctx, gate.Verdict) error]
+type denyHandler = func(fiber.Ctx, gate.Verdict) error
 
 // WithRouteFunc sets how a request's class and cost are named from the
 // fiber.Ctx (c.Params values, a local the authentication middleware set),
@@ -27,14 +23,14 @@ type config = adapt.Config[fiber.Ctx, func(fiber.Ctx, gate.Verdict) error]
 // Its answer is held to the route table's rules: a bad one is answered as
 // a misconfiguration. Default: none. nil is an error.
 func WithRouteFunc(f func(fiber.Ctx) (gate.Route, bool)) Option {
-	return adapt.RouteFunc[optionFunc]("fiberv3limit.WithRouteFunc", f)
+	return adapt.RouteFunc[fiber.Ctx, denyHandler]("fiberv3limit.WithRouteFunc", f)
 }
 
 // WithNext skips the limiter (no check, no headers) for requests it returns
 // true for, like the Next field of Fiber's own middleware configs. Default:
 // none. nil is an error.
 func WithNext(f func(c fiber.Ctx) bool) Option {
-	return adapt.Skipper[optionFunc]("fiberv3limit.WithNext", f)
+	return adapt.Skipper[fiber.Ctx, denyHandler]("fiberv3limit.WithNext", f)
 }
 
 // WithPatternFunc sets how the route template of a request is found, for
@@ -42,7 +38,7 @@ func WithNext(f func(c fiber.Ctx) bool) Option {
 // route of its own. The string is used during the call only. Default:
 // c.Route().Path. nil is an error.
 func WithPatternFunc(f func(c fiber.Ctx) string) Option {
-	return adapt.PatternFunc[optionFunc]("fiberv3limit.WithPatternFunc", f)
+	return adapt.PatternFunc[fiber.Ctx, denyHandler]("fiberv3limit.WithPatternFunc", f)
 }
 
 // WithDenyHandler sets what answers a request that does not proceed (429,
@@ -52,7 +48,7 @@ func WithPatternFunc(f func(c fiber.Ctx) string) Option {
 // app's ErrorHandler renders. Default: DefaultDenyHandler (core's RFC 9457
 // problem+json, the body every tollgate adapter writes). nil is an error.
 func WithDenyHandler(f func(c fiber.Ctx, v gate.Verdict) error) Option {
-	return adapt.DenyHandler[optionFunc]("fiberv3limit.WithDenyHandler", f)
+	return adapt.DenyHandler[fiber.Ctx, denyHandler]("fiberv3limit.WithDenyHandler", f)
 }
 
 // WithErrorHandler sets a hook called with Verdict.Err whenever the limiter
@@ -61,5 +57,5 @@ func WithDenyHandler(f func(c fiber.Ctx, v gate.Verdict) error) Option {
 // bad route), which the client never sees. Use it for logs and metrics.
 // Default: none (core logs degraded decisions). nil is an error.
 func WithErrorHandler(f func(c fiber.Ctx, err error)) Option {
-	return adapt.ErrorHandler[optionFunc]("fiberv3limit.WithErrorHandler", f)
+	return adapt.ErrorHandler[fiber.Ctx, denyHandler]("fiberv3limit.WithErrorHandler", f)
 }

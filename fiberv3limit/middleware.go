@@ -40,7 +40,7 @@ import (
 // A nil gate, or an option given a value it cannot use, panics here,
 // where the limiter is registered, as http.Handle(pattern, nil) does.
 func New(g *gate.Gate, opts ...Option) fiber.Handler {
-	c := adapt.New("fiberv3limit.New", g, DefaultDenyHandler, opts, Option.apply)
+	c := adapt.New("fiberv3limit.New", g, DefaultDenyHandler, opts)
 	return func(fc fiber.Ctx) error {
 		if c.Skipped(fc) {
 			return fc.Next()

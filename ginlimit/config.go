@@ -12,13 +12,9 @@ import (
 // limiter is registered. Everything core decides (routes, default route,
 // cost function, header style, anonymous callers) is configured on the
 // gate.Gate instead.
-type Option interface{ apply(*config) error }
+type Option = adapt.Option[*gin.Context, denyHandler]
 
-type optionFunc func(*config) error
-
-func (f optionFunc) apply(c *config) error { return f(c) }
-
-type config = adapt.Config[*gin.Context, func(*gin.Context, gate.Verdict)]
+type denyHandler = func(*gin.Context, gate.Verdict)
 
 // WithRouteFunc sets how a request's class and cost are named from the
 // *gin.Context (c.Param values, a key the authentication middleware set),
@@ -26,13 +22,13 @@ type config = adapt.Config[*gin.Context, func(*gin.Context, gate.Verdict)]
 // falls back to them). Its answer is held to the route table's rules: a
 // bad one is answered as a misconfiguration. Default: none. nil is an error.
 func WithRouteFunc(f func(*gin.Context) (gate.Route, bool)) Option {
-	return adapt.RouteFunc[optionFunc]("ginlimit.WithRouteFunc", f)
+	return adapt.RouteFunc[*gin.Context, denyHandler]("ginlimit.WithRouteFunc", f)
 }
 
 // WithSkipper skips the limiter (no check, no headers) for requests it
 // returns true for. Default: none. nil is an error.
 func WithSkipper(f func(*gin.Context) bool) Option {
-	return adapt.Skipper[optionFunc]("ginlimit.WithSkipper", f)
+	return adapt.Skipper[*gin.Context, denyHandler]("ginlimit.WithSkipper", f)
 }
 
 // WithDenyHandler sets what answers a request that does not proceed (429,
@@ -40,7 +36,7 @@ func WithSkipper(f func(*gin.Context) bool) Option {
 // already set, and the chain is already aborted. Default:
 // DefaultDenyHandler (core's RFC 9457 problem+json). nil is an error.
 func WithDenyHandler(f func(c *gin.Context, v gate.Verdict)) Option {
-	return adapt.DenyHandler[optionFunc]("ginlimit.WithDenyHandler", f)
+	return adapt.DenyHandler[*gin.Context, denyHandler]("ginlimit.WithDenyHandler", f)
 }
 
 // WithErrorHandler sets a hook called with Verdict.Err whenever the limiter
@@ -50,5 +46,5 @@ func WithDenyHandler(f func(c *gin.Context, v gate.Verdict)) Option {
 // (c.Error(err) adds it to Gin's error list). Default: none (core logs
 // degraded decisions). nil is an error.
 func WithErrorHandler(f func(c *gin.Context, err error)) Option {
-	return adapt.ErrorHandler[optionFunc]("ginlimit.WithErrorHandler", f)
+	return adapt.ErrorHandler[*gin.Context, denyHandler]("ginlimit.WithErrorHandler", f)
 }

@@ -41,7 +41,7 @@ import (
 // A nil gate, or an option given a value it cannot use, panics here,
 // where the limiter is registered, as http.Handle(pattern, nil) does.
 func Middleware(g *gate.Gate, opts ...Option) gin.HandlerFunc {
-	c := adapt.New("ginlimit.Middleware", g, DefaultDenyHandler, opts, Option.apply)
+	c := adapt.New("ginlimit.Middleware", g, DefaultDenyHandler, opts)
 	var self uintptr // the code of mw, the same for every limiter
 	mw := func(gc *gin.Context) {
 		if c.Skipped(gc) {

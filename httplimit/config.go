@@ -13,11 +13,7 @@ import (
 // limiter is registered. Everything core decides (routes, default route,
 // cost function, header style, anonymous callers) is configured on the
 // gate.Gate instead.
-type Option interface{ apply(*config) error }
-
-type optionFunc func(*config) error
-
-func (f optionFunc) apply(c *config) error { return f(c) }
+type Option = adapt.Option[*http.Request, denyHandler]
 
 type (
 	config      = adapt.Config[*http.Request, denyHandler]
@@ -30,13 +26,13 @@ type (
 // falls back to them). Its answer is held to the route table's rules: a
 // bad one is answered as a misconfiguration. Default: none. nil is an error.
 func WithRouteFunc(f func(*http.Request) (gate.Route, bool)) Option {
-	return adapt.RouteFunc[optionFunc]("httplimit.WithRouteFunc", f)
+	return adapt.RouteFunc[*http.Request, denyHandler]("httplimit.WithRouteFunc", f)
 }
 
 // WithSkipper skips the limiter (no check, no headers) for requests it
 // returns true for. Default: none. nil is an error.
 func WithSkipper(f func(*http.Request) bool) Option {
-	return adapt.Skipper[optionFunc]("httplimit.WithSkipper", f)
+	return adapt.Skipper[*http.Request, denyHandler]("httplimit.WithSkipper", f)
 }
 
 // WithPatternFunc sets how the route template of a request is found, for
@@ -47,7 +43,7 @@ func WithSkipper(f func(*http.Request) bool) Option {
 // routes r to (a request it has none for, its 404 or 405, is charged
 // nothing); otherwise r.Pattern without its method. nil is an error.
 func WithPatternFunc(f func(*http.Request) string) Option {
-	return adapt.PatternFunc[optionFunc]("httplimit.WithPatternFunc", f)
+	return adapt.PatternFunc[*http.Request, denyHandler]("httplimit.WithPatternFunc", f)
 }
 
 // WithDenyHandler sets what answers a request that does not proceed (429,
@@ -55,7 +51,7 @@ func WithPatternFunc(f func(*http.Request) string) Option {
 // already set on w. Default: DefaultDenyHandler (core's RFC 9457
 // problem+json). nil is an error.
 func WithDenyHandler(f func(w http.ResponseWriter, r *http.Request, v gate.Verdict)) Option {
-	return adapt.DenyHandler[optionFunc]("httplimit.WithDenyHandler", f)
+	return adapt.DenyHandler[*http.Request, denyHandler]("httplimit.WithDenyHandler", f)
 }
 
 // WithErrorHandler sets a hook called with Verdict.Err whenever the limiter
@@ -65,7 +61,7 @@ func WithDenyHandler(f func(w http.ResponseWriter, r *http.Request, v gate.Verdi
 // client never sees. Use it for logs and metrics. Default: none (core logs
 // degraded decisions). nil is an error.
 func WithErrorHandler(f func(r *http.Request, err error)) Option {
-	return adapt.ErrorHandler[optionFunc]("httplimit.WithErrorHandler", f)
+	return adapt.ErrorHandler[*http.Request, denyHandler]("httplimit.WithErrorHandler", f)
 }
 
 // WithCostHeader names a response header (such as "Tollgate-Cost") in which
@@ -81,5 +77,5 @@ func WithErrorHandler(f func(r *http.Request, err error)) Option {
 // reach the original; a type assertion to http.Hijacker does not). Default:
 // none. A name that is not an HTTP header name ("" included) is an error.
 func WithCostHeader(name string) Option {
-	return adapt.CostHeader[optionFunc]("httplimit.WithCostHeader", name)
+	return adapt.CostHeader[*http.Request, denyHandler]("httplimit.WithCostHeader", name)
 }

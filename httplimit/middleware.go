@@ -29,7 +29,7 @@ import (
 // A nil gate, or an option given a value it cannot use, panics here,
 // where the limiter is registered, as http.Handle(pattern, nil) does.
 func Middleware(g *gate.Gate, opts ...Option) func(http.Handler) http.Handler {
-	c := adapt.New("httplimit.Middleware", g, DefaultDenyHandler, opts, Option.apply)
+	c := adapt.New("httplimit.Middleware", g, DefaultDenyHandler, opts)
 	return func(next http.Handler) http.Handler {
 		mux, _ := next.(*http.ServeMux)
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

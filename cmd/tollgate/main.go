@@ -21,6 +21,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/tollgate-go/tollgate/core/config"
 )
 
 func main() {
@@ -135,7 +137,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	rest := global.Args()
 	if *showVersion {
-		fmt.Fprintln(stdout, version("tollgate"))
+		fmt.Fprintln(stdout, config.BuildVersion("tollgate"))
 		return exitOK
 	}
 	if len(rest) == 0 {

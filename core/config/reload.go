@@ -338,50 +338,29 @@ func (rl *Reloader) refuse(err error, log bool) error {
 // when a limiter is built.
 func restartFields(a, b *Config) []string {
 	var out []string
-	if a.KeyPrefix != b.KeyPrefix {
-		out = append(out, "key_prefix")
-	}
-	if a.FailurePolicy != b.FailurePolicy {
-		out = append(out, "failure_policy")
-	}
-	if a.Timeout != b.Timeout {
-		out = append(out, "timeout")
-	}
-	if a.HeaderStyle != b.HeaderStyle {
-		out = append(out, "header_style")
-	}
-	if a.CacheTTL != b.CacheTTL {
-		out = append(out, "cache_ttl")
-	}
-	if !maps.Equal(a.Routes, b.Routes) {
-		out = append(out, "routes")
-	}
-	if !maps.Equal(a.GRPCMethods, b.GRPCMethods) {
-		out = append(out, "grpc_methods")
-	}
-	if a.AnonymousTier != b.AnonymousTier {
-		out = append(out, "anonymous_tier")
-	}
-	if !reflect.DeepEqual(a.Breaker, b.Breaker) {
-		out = append(out, "breaker")
-	}
-	if a.LocalFallback != b.LocalFallback {
-		out = append(out, "local_fallback")
-	}
-	if a.DenyCache != b.DenyCache {
-		out = append(out, "deny_cache")
-	}
-	if a.Shadow != b.Shadow {
-		out = append(out, "shadow")
-	}
-	if !slices.Equal(a.ShadowClasses, b.ShadowClasses) {
-		out = append(out, "shadow_classes")
-	}
-	if !maps.Equal(a.Leases, b.Leases) {
-		out = append(out, "leases")
-	}
-	if a.Batching != b.Batching {
-		out = append(out, "batching")
+	for _, f := range []struct {
+		name string
+		same bool
+	}{
+		{"key_prefix", a.KeyPrefix == b.KeyPrefix},
+		{"failure_policy", a.FailurePolicy == b.FailurePolicy},
+		{"timeout", a.Timeout == b.Timeout},
+		{"header_style", a.HeaderStyle == b.HeaderStyle},
+		{"cache_ttl", a.CacheTTL == b.CacheTTL},
+		{"routes", maps.Equal(a.Routes, b.Routes)},
+		{"grpc_methods", maps.Equal(a.GRPCMethods, b.GRPCMethods)},
+		{"anonymous_tier", a.AnonymousTier == b.AnonymousTier},
+		{"breaker", reflect.DeepEqual(a.Breaker, b.Breaker)},
+		{"local_fallback", a.LocalFallback == b.LocalFallback},
+		{"deny_cache", a.DenyCache == b.DenyCache},
+		{"shadow", a.Shadow == b.Shadow},
+		{"shadow_classes", slices.Equal(a.ShadowClasses, b.ShadowClasses)},
+		{"leases", maps.Equal(a.Leases, b.Leases)},
+		{"batching", a.Batching == b.Batching},
+	} {
+		if !f.same {
+			out = append(out, f.name)
+		}
 	}
 	return out
 }

@@ -52,23 +52,36 @@ type Config[F, D any] struct {
 	CostHeader string
 }
 
+// Option configures an adapter's Config. It is sealed: the constructors
+// below (Skipper to DenyHandler) make every Option. An adapter names its
+// instance, type Option = adapt.Option[*gin.Context, denyHandler], and
+// exports its options as functions that return one:
+// adapt.Skipper[*gin.Context, denyHandler]("ginlimit.WithSkipper", f).
+type Option[F, D any] interface{ apply(*Config[F, D]) error }
+
+// optionFunc is the Option the constructors return: a function that sets
+// one field of the Config or says why it cannot.
+type optionFunc[F, D any] func(*Config[F, D]) error
+
+func (o optionFunc[F, D]) apply(c *Config[F, D]) error { return o(c) }
+
 // New returns the Config of an adapter over g, with deny as the deny
-// handler until an option replaces it, and opts applied in order by apply
-// (nil ones skipped). fn is the adapter's constructor ("ginlimit.Middleware").
-// A nil gate, or an option given a value it cannot use, panics with a
-// message naming fn and the option, as http.Handle(pattern, nil) does:
-// an adapter's constructor runs where the limiter is registered, and
-// returns no error.
-func New[O any, F, D any](fn string, g *gate.Gate, deny D, opts []O, apply func(O, *Config[F, D]) error) *Config[F, D] {
+// handler until an option replaces it, and opts applied in order (nil ones
+// skipped). fn is the adapter's constructor ("ginlimit.Middleware"). A nil
+// gate, or an option given a value it cannot use, panics with a message
+// naming fn and the option, as http.Handle(pattern, nil) does: an
+// adapter's constructor runs where the limiter is registered, and returns
+// no error.
+func New[F, D any](fn string, g *gate.Gate, deny D, opts []Option[F, D]) *Config[F, D] {
 	if g == nil {
 		panic("tollgate: " + fn + ": nil gate")
 	}
 	c := &Config[F, D]{Gate: g, Deny: deny}
 	for _, o := range opts {
-		if any(o) == nil {
+		if o == nil {
 			continue
 		}
-		if err := apply(o, c); err != nil {
+		if err := o.apply(c); err != nil {
 			panic("tollgate: " + fn + ": " + strings.TrimPrefix(err.Error(), "tollgate: "))
 		}
 	}
@@ -87,66 +100,40 @@ func (e *optionError) Error() string { return "tollgate: " + e.option + ": " + e
 func (e *optionError) Unwrap() error { return core.ErrInvalidConfig }
 
 // The option constructors below (Skipper to DenyHandler) serve every
-// adapter: each returns an adapter's option function O, a
-// func(*Config[F, D]) error that sets one field or says why it cannot,
-// with an error naming option, the adapter's option's full name. An
-// adapter wraps its O in a sealed Option interface and applies it with
-// New: adapt.Skipper[optionFunc]("ginlimit.WithSkipper", f).
+// adapter: each returns the Option that sets one field of the Config, and
+// its error names option, the adapter's option's full name
+// ("ginlimit.WithSkipper").
 
 // Skipper sets Config.Skip; nil is an error.
-func Skipper[O ~func(*Config[F, D]) error, F, D any](option string, f func(F) bool) O {
-	return func(c *Config[F, D]) error {
-		if f == nil {
-			return OptionError(option, "nil function")
-		}
-		c.Skip = f
-		return nil
-	}
+func Skipper[F, D any](option string, f func(F) bool) Option[F, D] {
+	return setFunc(option, f, func(c *Config[F, D], f func(F) bool) { c.Skip = f })
 }
 
 // RouteFunc sets Config.RouteFunc; nil is an error.
-func RouteFunc[O ~func(*Config[F, D]) error, F, D any](option string, f func(F) (gate.Route, bool)) O {
-	return func(c *Config[F, D]) error {
-		if f == nil {
-			return OptionError(option, "nil function")
-		}
-		c.RouteFunc = f
-		return nil
-	}
+func RouteFunc[F, D any](option string, f func(F) (gate.Route, bool)) Option[F, D] {
+	return setFunc(option, f, func(c *Config[F, D], f func(F) (gate.Route, bool)) { c.RouteFunc = f })
 }
 
 // PatternFunc sets Config.PatternFunc; nil is an error.
-func PatternFunc[O ~func(*Config[F, D]) error, F, D any](option string, f func(F) string) O {
-	return func(c *Config[F, D]) error {
-		if f == nil {
-			return OptionError(option, "nil function")
-		}
-		c.PatternFunc = f
-		return nil
-	}
+func PatternFunc[F, D any](option string, f func(F) string) Option[F, D] {
+	return setFunc(option, f, func(c *Config[F, D], f func(F) string) { c.PatternFunc = f })
 }
 
 // ErrorHandler sets Config.OnError; nil is an error.
-func ErrorHandler[O ~func(*Config[F, D]) error, F, D any](option string, f func(F, error)) O {
-	return func(c *Config[F, D]) error {
-		if f == nil {
-			return OptionError(option, "nil function")
-		}
-		c.OnError = f
-		return nil
-	}
+func ErrorHandler[F, D any](option string, f func(F, error)) Option[F, D] {
+	return setFunc(option, f, func(c *Config[F, D], f func(F, error)) { c.OnError = f })
 }
 
 // CostHeader sets Config.CostHeader, canonicalized; a name that is not an
 // HTTP field name ("" included) is an error.
-func CostHeader[O ~func(*Config[F, D]) error, F, D any](option string, name string) O {
-	return func(c *Config[F, D]) error {
+func CostHeader[F, D any](option string, name string) Option[F, D] {
+	return optionFunc[F, D](func(c *Config[F, D]) error {
 		if !validHeaderName(name) {
 			return OptionError(option, fmt.Sprintf("%q is not an HTTP header name", name))
 		}
 		c.CostHeader = http.CanonicalHeaderKey(name)
 		return nil
-	}
+	})
 }
 
 // validHeaderName reports whether s is an HTTP field name (RFC 9110 token).
@@ -163,14 +150,20 @@ func validHeaderName(s string) bool {
 }
 
 // DenyHandler sets Config.Deny; a nil function is an error.
-func DenyHandler[O ~func(*Config[F, D]) error, F, D any](option string, d D) O {
-	return func(c *Config[F, D]) error {
-		if v := reflect.ValueOf(d); !v.IsValid() || v.Kind() == reflect.Func && v.IsNil() {
+func DenyHandler[F, D any](option string, d D) Option[F, D] {
+	return setFunc(option, d, func(c *Config[F, D], d D) { c.Deny = d })
+}
+
+// setFunc returns the Option that stores the function f with set; a nil
+// f is the error of option.
+func setFunc[F, D, T any](option string, f T, set func(*Config[F, D], T)) Option[F, D] {
+	return optionFunc[F, D](func(c *Config[F, D]) error {
+		if v := reflect.ValueOf(f); !v.IsValid() || v.Kind() == reflect.Func && v.IsNil() {
 			return OptionError(option, "nil function")
 		}
-		c.Deny = d
+		set(c, f)
 		return nil
-	}
+	})
 }
 
 // Skipped reports whether Skip exempts f.

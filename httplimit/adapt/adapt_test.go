@@ -18,21 +18,12 @@ type frameworkCtx struct{ big bool }
 
 type deny func(*frameworkCtx, gate.Verdict)
 
-// option is an adapter's option function, the type adapt's constructors return,
-// with the method of the adapter's sealed Option interface.
-type option func(*adapt.Config[*frameworkCtx, deny]) error
-
-func (o option) apply(c *adapt.Config[*frameworkCtx, deny]) error { return o(c) }
-
-// sealed is an adapter's Option: a sealed interface the option functions
-// implement.
-type sealed interface {
-	apply(*adapt.Config[*frameworkCtx, deny]) error
-}
+// option is an adapter's Option.
+type option = adapt.Option[*frameworkCtx, deny]
 
 // newConfig is adapt.New as an adapter calls it.
-func newConfig(g *gate.Gate, d deny, opts ...sealed) *adapt.Config[*frameworkCtx, deny] {
-	return adapt.New("fw.Middleware", g, d, opts, sealed.apply)
+func newConfig(g *gate.Gate, d deny, opts ...option) *adapt.Config[*frameworkCtx, deny] {
+	return adapt.New("fw.Middleware", g, d, opts)
 }
 
 // offlineGate is a gate over offlineLimiter.
@@ -73,7 +64,7 @@ func TestDecideRouteFunc(t *testing.T) {
 		t.Fatal(err)
 	}
 	var seen *frameworkCtx
-	c := newConfig(g, deny(nil), nil, adapt.RouteFunc[option]("fw.WithRouteFunc", func(f *frameworkCtx) (gate.Route, bool) {
+	c := newConfig(g, deny(nil), nil, adapt.RouteFunc[*frameworkCtx, deny]("fw.WithRouteFunc", func(f *frameworkCtx) (gate.Route, bool) {
 		seen = f
 		return gate.Route{Exempt: true}, f.big
 	}))
@@ -116,7 +107,7 @@ func TestDecideReportsErrors(t *testing.T) {
 	var got *frameworkCtx
 	var reported error
 	hook := func(f *frameworkCtx, err error) { got, reported = f, err }
-	c := newConfig(g, deny(nil), adapt.ErrorHandler[option]("fw.WithErrorHandler", hook))
+	c := newConfig(g, deny(nil), adapt.ErrorHandler[*frameworkCtx, deny]("fw.WithErrorHandler", hook))
 	fc := &frameworkCtx{}
 	ctx := gate.ContextWithTenant(context.Background(), quota.Tenant{ID: "t"})
 	v := c.Decide(ctx, fc, gate.Endpoint{Method: "GET", Pattern: "/"})
@@ -134,8 +125,8 @@ func TestDecideMisconfigured(t *testing.T) {
 		t.Fatal(err)
 	}
 	var reported error
-	hook := adapt.ErrorHandler[option]("fw.WithErrorHandler", func(_ *frameworkCtx, err error) { reported = err })
-	zero := adapt.RouteFunc[option]("fw.WithRouteFunc", func(*frameworkCtx) (gate.Route, bool) { return gate.Route{}, true })
+	hook := adapt.ErrorHandler[*frameworkCtx, deny]("fw.WithErrorHandler", func(_ *frameworkCtx, err error) { reported = err })
+	zero := adapt.RouteFunc[*frameworkCtx, deny]("fw.WithRouteFunc", func(*frameworkCtx) (gate.Route, bool) { return gate.Route{}, true })
 	ctx := gate.ContextWithTenant(context.Background(), quota.Tenant{ID: "t"})
 	for name, c := range map[string]*adapt.Config[*frameworkCtx, deny]{
 		"zero route": newConfig(g, deny(nil), hook, zero),
@@ -159,10 +150,10 @@ func TestOptions(t *testing.T) {
 	}
 	var denied, replaced bool
 	c := newConfig(g, deny(func(*frameworkCtx, gate.Verdict) { denied = true }),
-		adapt.Skipper[option]("fw.WithSkipper", func(f *frameworkCtx) bool { return f == keep }),
-		adapt.Skipper[option]("fw.WithSkipper", func(f *frameworkCtx) bool { return f == skip }),
-		adapt.PatternFunc[option]("fw.WithPatternFunc", func(*frameworkCtx) string { return "/p" }),
-		adapt.CostHeader[option]("fw.WithCostHeader", "tollgate-cost"),
+		adapt.Skipper[*frameworkCtx, deny]("fw.WithSkipper", func(f *frameworkCtx) bool { return f == keep }),
+		adapt.Skipper[*frameworkCtx, deny]("fw.WithSkipper", func(f *frameworkCtx) bool { return f == skip }),
+		adapt.PatternFunc[*frameworkCtx, deny]("fw.WithPatternFunc", func(*frameworkCtx) string { return "/p" }),
+		adapt.CostHeader[*frameworkCtx, deny]("fw.WithCostHeader", "tollgate-cost"),
 	)
 	if !c.Skipped(skip) || c.Skipped(keep) {
 		t.Fatalf("Skipped: %v for the skipped request, %v for the other", c.Skipped(skip), c.Skipped(keep))
@@ -177,7 +168,7 @@ func TestOptions(t *testing.T) {
 	if c.CostHeader != "Tollgate-Cost" {
 		t.Fatalf("CostHeader = %q, want it canonical", c.CostHeader)
 	}
-	c = newConfig(g, deny(nil), adapt.DenyHandler[option]("fw.WithDenyHandler", deny(func(*frameworkCtx, gate.Verdict) { replaced = true })))
+	c = newConfig(g, deny(nil), adapt.DenyHandler[*frameworkCtx, deny]("fw.WithDenyHandler", deny(func(*frameworkCtx, gate.Verdict) { replaced = true })))
 	c.Deny(keep, gate.Verdict{})
 	if !replaced {
 		t.Fatal("WithDenyHandler did not replace the default")
@@ -192,25 +183,25 @@ func TestNewPanicsOnMisconfiguration(t *testing.T) {
 	for want, build := range map[string]func(){
 		"tollgate: fw.Middleware: nil gate": func() { newConfig(nil, deny(nil)) },
 		"tollgate: fw.Middleware: fw.WithSkipper: nil function": func() {
-			newConfig(g, deny(nil), adapt.Skipper[option]("fw.WithSkipper", nil))
+			newConfig(g, deny(nil), adapt.Skipper[*frameworkCtx, deny]("fw.WithSkipper", nil))
 		},
 		"tollgate: fw.Middleware: fw.WithRouteFunc: nil function": func() {
-			newConfig(g, deny(nil), adapt.RouteFunc[option]("fw.WithRouteFunc", nil))
+			newConfig(g, deny(nil), adapt.RouteFunc[*frameworkCtx, deny]("fw.WithRouteFunc", nil))
 		},
 		"tollgate: fw.Middleware: fw.WithPatternFunc: nil function": func() {
-			newConfig(g, deny(nil), adapt.PatternFunc[option]("fw.WithPatternFunc", nil))
+			newConfig(g, deny(nil), adapt.PatternFunc[*frameworkCtx, deny]("fw.WithPatternFunc", nil))
 		},
 		"tollgate: fw.Middleware: fw.WithErrorHandler: nil function": func() {
-			newConfig(g, deny(nil), adapt.ErrorHandler[option]("fw.WithErrorHandler", nil))
+			newConfig(g, deny(nil), adapt.ErrorHandler[*frameworkCtx, deny]("fw.WithErrorHandler", nil))
 		},
 		"tollgate: fw.Middleware: fw.WithDenyHandler: nil function": func() {
-			newConfig(g, deny(nil), adapt.DenyHandler[option]("fw.WithDenyHandler", deny(nil)))
+			newConfig(g, deny(nil), adapt.DenyHandler[*frameworkCtx, deny]("fw.WithDenyHandler", deny(nil)))
 		},
 		`tollgate: fw.Middleware: fw.WithCostHeader: "" is not an HTTP header name`: func() {
-			newConfig(g, deny(nil), adapt.CostHeader[option]("fw.WithCostHeader", ""))
+			newConfig(g, deny(nil), adapt.CostHeader[*frameworkCtx, deny]("fw.WithCostHeader", ""))
 		},
 		`tollgate: fw.Middleware: fw.WithCostHeader: "Cost:" is not an HTTP header name`: func() {
-			newConfig(g, deny(nil), adapt.CostHeader[option]("fw.WithCostHeader", "Cost:"))
+			newConfig(g, deny(nil), adapt.CostHeader[*frameworkCtx, deny]("fw.WithCostHeader", "Cost:"))
 		},
 	} {
 		func() {

@@ -51,6 +51,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/tollgate-go/tollgate/core/config"
 )
 
 func main() {
@@ -62,7 +64,7 @@ func main() {
 			usage(os.Stdout)
 			return
 		case "-version", "--version", "version":
-			fmt.Println(version("tollgate-rls"))
+			fmt.Println(config.BuildVersion("tollgate-rls"))
 			return
 		default:
 			usage(os.Stderr)

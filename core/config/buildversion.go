@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"fmt"
@@ -6,21 +6,20 @@ import (
 	"strings"
 )
 
-// version describes this build, from the build information Go records: the
-// module version, or for a build from a work tree ("(devel)") the release
-// its tollgate modules are required at (versions.yaml's, which every
-// go.mod follows) when not replaced by the work tree's; the commit and its
-// time when built from a repository (+dirty: with local changes); and the
-// Go version.
-func version(name string) string {
+// BuildVersion describes the build of the running program, for its
+// --version: program, then the module version, or for a build from a work
+// tree ("(devel)") the release its tollgate modules are required at when
+// the work tree does not replace them; the commit and its time when built
+// from a repository (+dirty: with local changes); and the Go version.
+func BuildVersion(program string) string {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
-		return name + " (no build information)"
+		return program + " (no build information)"
 	}
-	return describeBuild(name, bi)
+	return describeBuild(program, bi)
 }
 
-// describeBuild is version's text for bi.
+// describeBuild is BuildVersion's text for bi.
 func describeBuild(name string, bi *debug.BuildInfo) string {
 	v := bi.Main.Version
 	if v == "" {

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"runtime"
@@ -7,8 +7,8 @@ import (
 	"testing"
 )
 
-func TestVersion(t *testing.T) {
-	if v := version("tollgate-rls"); !strings.HasPrefix(v, "tollgate-rls ") || !strings.HasSuffix(v, runtime.Version()) {
+func TestBuildVersion(t *testing.T) {
+	if v := BuildVersion("tollgate-rls"); !strings.HasPrefix(v, "tollgate-rls ") || !strings.HasSuffix(v, runtime.Version()) {
 		t.Errorf("version = %q", v)
 	}
 	core := &debug.Module{Path: "github.com/tollgate-go/tollgate/core", Version: "v0.3.0"}
