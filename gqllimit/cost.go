@@ -291,4 +291,3 @@ func (m *model) validate() error {
 	}
 	return nil
 }
-

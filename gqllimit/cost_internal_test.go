@@ -89,4 +89,3 @@ func TestNewPanics(t *testing.T) {
 		t.Fatal("Validate accepted an override of a field the schema lacks")
 	}
 }
-

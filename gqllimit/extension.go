@@ -340,4 +340,3 @@ func denial(code, msg string, c *cost, retry int64) *graphql.Response {
 		Extensions: map[string]any{"cost": c},
 	}
 }
-
