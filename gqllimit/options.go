@@ -141,10 +141,12 @@ func WithFieldCost(field string, n int64) Option {
 	})
 }
 
-// WithListSize sets the arguments that bound a list's length (the largest
-// one given is the list's size) and the size of a list none of them bounds.
-// Default "first" and "last", and DefaultListSize (10). size must be 1 to
-// 1000000; names must not be empty.
+// WithListSize sets the size of a list no argument bounds, and the names
+// of the arguments that bound a list's length (the largest one given is
+// the list's size), replacing the default names; with none, no argument
+// bounds a list and every list is priced at size. Default DefaultListSize
+// (10), "first" and "last". size must be 1 to 1000000; names must not be
+// empty.
 func WithListSize(size int64, args ...string) Option {
 	return optionFunc(func(c *config) error {
 		if size < 1 || size > 1_000_000 {
