@@ -8,9 +8,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
+	"strconv"
 	"testing"
 	"time"
 
@@ -31,16 +34,60 @@ func TestMain(m *testing.M) {
 	if os.Getenv(fleetRole) != "" {
 		os.Exit(runReplica())
 	}
-	goleak.VerifyTestMain(m)
+	stop := startRedis()
+	code := m.Run()
+	stop()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
-// redisURL is the real Redis the tests use: REDIS_URL, else the local
-// default.
-func redisURL() string {
+// sharedURL is the real Redis the tests use: REDIS_URL, else a private
+// redis-server that startRedis started (redis-server on PATH), else the
+// local default.
+var sharedURL = "redis://127.0.0.1:6379/0"
+
+func redisURL() string { return sharedURL }
+
+// startRedis sets sharedURL: REDIS_URL when set, else it starts a private
+// redis-server (no persistence, a free port) when one is on PATH, and
+// returns what stops it.
+func startRedis() (stop func()) {
 	if u := os.Getenv("REDIS_URL"); u != "" {
-		return u
+		sharedURL = u
+		return func() {}
 	}
-	return "redis://127.0.0.1:6379/0"
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return func() {}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return func() {}
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	_ = ln.Close()
+	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+	if err := cmd.Start(); err != nil {
+		return func() {}
+	}
+	u := "redis://127.0.0.1:" + strconv.Itoa(port) + "/0"
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(port)})
+	defer c.Close()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if c.Ping(context.Background()).Err() == nil {
+			sharedURL = u
+			break
+		}
+	}
+	return func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}
 }
 
 // newClient connects to the real Redis, or skips (fails under CI=true)
