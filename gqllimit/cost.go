@@ -201,7 +201,7 @@ func (m *model) field(f *ast.Field, parent *ast.Definition, vars map[string]any,
 	if def == nil || f.Name == "__typename" || (m.cfg.exemptIntrospection && isIntrospection(f.Name)) {
 		return 0
 	}
-	per := m.perValue(parent.Name, def, mutationRoot)
+	per := m.perValue(selectedOn(f, parent.Name), def, mutationRoot)
 	size, given, declared := m.sizeArg(f, vars)
 	if !given {
 		size = m.cfg.listSize
@@ -290,4 +290,14 @@ func (m *model) validate() error {
 		}
 	}
 	return nil
+}
+
+// selectedOn is the type a field was selected on, as the query names it
+// (an interface, or a fragment's type condition): the type a WithFieldCost
+// name gives.
+func selectedOn(f *ast.Field, parent string) string {
+	if f.ObjectDefinition != nil {
+		return f.ObjectDefinition.Name
+	}
+	return parent
 }

@@ -229,7 +229,7 @@ func (e *Extension) InterceptField(ctx context.Context, next graphql.Resolver) (
 	}
 	res, err := next(ctx)
 	root := st.mutation && st.m.schema.Mutation != nil && fc.Object == st.m.schema.Mutation.Name && len(fc.Path()) == 1
-	per := st.m.perValue(fc.Object, def, root)
+	per := st.m.perValue(selectedOn(fc.Field.Field, fc.Object), def, root)
 	n := int64(1)
 	if !root {
 		// a mutation ran whatever it returned; any other field is charged

@@ -205,3 +205,21 @@ func fmtCost(p *int64) string {
 	}
 	return strconv.FormatInt(*p, 10)
 }
+
+// Overrides price the actual cost as they price the requested one: a
+// scalar made dear is charged per value returned.
+func TestOverridesSettle(t *testing.T) {
+	p := newPrefix(t)
+	s := newStack(t, newClient(t, p), stackOpts{quota: slow(1000), rows: 3, prefix: p,
+		ext: []gqllimit.Option{gqllimit.WithFieldCost("User.name", 3), gqllimit.WithTypeCost("PageInfo", 0)}})
+	a := s.query(t, usersQuery, map[string]any{"n": 50})
+	if len(a.Errors) > 0 {
+		t.Fatal(a.Errors)
+	}
+	// the connection 1, per edge the edge 1, its node 1 and the name 3
+	actual := int64(1 + 3*5)
+	checkCost(t, s, a, 1+50*5, &actual)
+	if b := s.tokens(t); math.Abs(b-float64(1000-actual)) > 0.5 {
+		t.Fatalf("the bucket holds %.4f, want %d", b, 1000-actual)
+	}
+}

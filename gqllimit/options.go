@@ -124,6 +124,8 @@ func WithTypeCost(typeName string, n int64) Option {
 
 // WithFieldCost sets the cost of one field, named "Type.field"
 // ("Query.search", "User.avatar"), per value, in place of its type's cost.
+// Type is the type the query selects the field on: an interface's field
+// selected on the interface is named by the interface.
 // It wins over WithTypeCost and, on a mutation's top-level field, over
 // WithMutationCost. The field must exist in the schema (checked when the
 // extension is added to a server).
