@@ -182,6 +182,7 @@ func (e *Extension) InterceptOperation(ctx context.Context, next graphql.Operati
 			if e.cfg.readBack {
 				if r := e.g.CheckRoute(ctx, v.Tenant, gate.Route{Class: e.cfg.class}); r.Decision.Reason == core.ReasonOK && len(r.Decision.Buckets) > 0 {
 					d, tokens = r.Decision, r.Decision.Tokens
+					hs.admit(r.Headers) // the headers say the same
 				}
 			}
 			settled = costOf(requested, &actual, throttle(d, tokens))

@@ -92,6 +92,9 @@ func TestRefundCappedAtCapacity(t *testing.T) {
 	}
 	actual := usersCost(1)
 	checkCost(t, s, a, usersCost(100), &actual)
+	if got, want := a.header.Get("X-RateLimit-Remaining"), strconv.FormatInt(a.Extensions.Cost.ThrottleStatus.CurrentlyAvailable, 10); got != want {
+		t.Errorf("X-RateLimit-Remaining %q, want the balance read back, %s", got, want)
+	}
 	if b := s.tokens(t); b > 500 {
 		t.Fatalf("the bucket holds %.4f, above its capacity 500", b)
 	}

@@ -179,7 +179,8 @@ func WithIntrospectionExempt() Option {
 // WithBalanceRead makes extensions.cost read the bucket back from the store
 // after the settle (a check of cost 0: one more store call per operation,
 // counted as a decision), so that currentlyAvailable includes what other
-// operations of the tenant, on any replica, did meanwhile. Default: the
+// operations of the tenant, on any replica, did meanwhile; the rate-limit
+// headers Handler writes are then that read's too. Default: the
 // balance the admission left, refilled for the operation's run time and
 // refunded (capped at capacity) as the settle does, computed without a
 // call; exact for one operation at a time.
