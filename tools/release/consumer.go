@@ -35,6 +35,8 @@ var heavy = []string{
 	"github.com/labstack/echo",
 	"github.com/gofiber/fiber",
 	"google.golang.org/grpc",
+	"github.com/99designs/gqlgen",
+	"github.com/vektah/gqlparser",
 }
 
 // brings are the heavy modules a direct requirement brings along: a module that
