@@ -76,6 +76,8 @@ type config struct {
 	slotLeaseSet     bool
 	slotRetry        time.Duration // 0: until the earliest deadline
 	slotGroup        string        // "": none (WithSlotGroup)
+	maxWait          time.Duration // Wait's without a deadline, when maxWaitSet (WithMaxWait)
+	maxWaitSet       bool
 }
 
 func defaultConfig() config {
