@@ -3,10 +3,12 @@ package core_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/quota"
@@ -308,5 +310,48 @@ func TestReserveInvalid(t *testing.T) {
 	}
 	if _, err := core.New(redistest.Client(t), staticResolver(), core.WithMaxWait(25*time.Hour)); !errors.Is(err, core.ErrInvalidConfig) {
 		t.Fatalf("WithMaxWait(25h): %v", err)
+	}
+}
+
+// When the store fails, the failure policy answers a reservation as a
+// check: open, the caller proceeds at once; closed, it does not; the error
+// wraps ErrStore either way. A Cancel then fails as a store failure.
+func TestReserveFailurePolicy(t *testing.T) {
+	upstream := strings.TrimPrefix(strings.TrimSuffix(redistest.URL(t), "/0"), "redis://")
+	proxy := redistest.NewFaultProxy(t, upstream)
+	opt, err := redis.ParseURL(proxy.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := redis.NewClient(opt)
+	t.Cleanup(func() { _ = client.Close() })
+	res := staticResolver(quota.Bucket{Name: "default", Quota: quota.Quota{Capacity: 1, RefillPerSecond: 1}})
+	for _, tt := range []struct {
+		policy  core.FailurePolicy
+		reason  core.Reason
+		allowed bool
+	}{{core.FailOpen, core.ReasonFailedOpen, true}, {core.FailClosed, core.ReasonFailedClosed, false}} {
+		t.Run(tt.policy.String(), func(t *testing.T) {
+			l := newLimiter(t, client, res, core.WithFailurePolicy(tt.policy), core.WithTimeout(200*time.Millisecond))
+			req := core.Request{Tenant: waitTenant, Cost: 1}
+			proxy.Set(redistest.Pass)
+			held, err := l.Reserve(t.Context(), req, time.Hour) // drained
+			if err != nil || !held.Decision.Allowed {
+				t.Fatalf("reserve: %+v %v", held.Decision, err)
+			}
+			held, err = l.Reserve(t.Context(), req, time.Hour) // waits 1 s
+			if err != nil || held.Delay() == 0 {
+				t.Fatalf("reserve: %+v %v", held.Decision, err)
+			}
+			proxy.Set(redistest.Blackhole)
+			d, err := l.Wait(t.Context(), req)
+			if !errors.Is(err, core.ErrStore) || d.Reason != tt.reason || d.Allowed != tt.allowed {
+				t.Fatalf("Wait on a silent store: %+v %v, want %v", d, err, tt.reason)
+			}
+			if err := held.Cancel(t.Context()); !errors.Is(err, core.ErrStore) {
+				t.Fatalf("Cancel on a silent store: %v", err)
+			}
+			proxy.Set(redistest.Pass)
+		})
 	}
 }
