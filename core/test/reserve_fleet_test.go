@@ -287,4 +287,3 @@ func splitLines(b []byte) [][]byte {
 	}
 	return out
 }
-
