@@ -32,7 +32,10 @@ type exactUpstream struct {
 	cost     string
 }
 
-func (u *exactUpstream) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+func (u *exactUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/warm" {
+		return // a connection opened before the run, not a call
+	}
 	u.mu.Lock()
 	now := time.Now()
 	if !u.last.IsZero() {
@@ -82,6 +85,7 @@ func TestTransportWaitsItsTurn(t *testing.T) {
 	for range 3 {
 		base := &http.Transport{MaxIdleConnsPerHost: 4}
 		t.Cleanup(base.CloseIdleConnections)
+		warm(t, base, srv.URL+"/warm", 4)
 		clients = append(clients, &http.Client{Transport: httplimit.NewTransport(outboundLimiter(t, prefix, q), base, oneCall)})
 	}
 	const run = 2 * time.Second
@@ -162,4 +166,23 @@ func TestTransportRefusesAndSettles(t *testing.T) {
 	if up.ok.Load() != 2 {
 		t.Fatalf("the upstream got %d calls, want 2", up.ok.Load())
 	}
+}
+
+// warm opens n connections of base to url before the run (straight, not
+// through the limiter): a dial delays a call past its time and bunches it
+// with the next.
+func warm(t *testing.T, base *http.Transport, url string, n int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequest(http.MethodGet, url, nil)
+			if resp, err := base.RoundTrip(req); err == nil {
+				resp.Body.Close()
+			}
+		}()
+	}
+	wg.Wait()
 }
