@@ -2,7 +2,6 @@ package grpclimit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/tollgate-go/tollgate/core"
@@ -12,49 +11,10 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// WaitOption configures WaitUnaryClientInterceptor. A nil option is
-// skipped; an option given a value it cannot use panics in
-// WaitUnaryClientInterceptor.
-type WaitOption interface{ applyWait(*waiter) error }
-
-type waitOptionFunc func(*waiter) error
-
-func (f waitOptionFunc) applyWait(w *waiter) error { return f(w) }
-
-// WithActualCost sets how a call's answer reports what it really cost
-// (header or trailer metadata an upstream sets, or the reply itself): ok
-// true settles the call's reservation to that cost (core.Limiter.Settle)
-// once the call has returned without error. Default: none, the estimate
-// stands. nil is an error.
-func WithActualCost(f func(fullMethod string, reply any, header, trailer metadata.MD) (cost int64, ok bool)) WaitOption {
-	return waitOptionFunc(func(w *waiter) error {
-		if f == nil {
-			return errors.New("WithActualCost: nil function")
-		}
-		w.actual = f
-		return nil
-	})
-}
-
-// WithSettleErrorHandler sets a hook called with the error of a settle
-// that failed (the store, or a request core.Limiter.Settle refuses: one
-// with AlsoCosts). The call's result is returned all the same. Default:
-// none (core logs store failures). nil is an error.
-func WithSettleErrorHandler(f func(ctx context.Context, fullMethod string, err error)) WaitOption {
-	return waitOptionFunc(func(w *waiter) error {
-		if f == nil {
-			return errors.New("WithSettleErrorHandler: nil function")
-		}
-		w.settleErr = f
-		return nil
-	})
-}
-
 type waiter struct {
-	lim       *core.Limiter
-	request   func(ctx context.Context, fullMethod string, req any) core.Request
-	actual    func(string, any, metadata.MD, metadata.MD) (int64, bool)
-	settleErr func(context.Context, string, error)
+	lim     *core.Limiter
+	request func(ctx context.Context, fullMethod string, req any) core.Request
+	actual  func(string, any, metadata.MD, metadata.MD) (int64, bool)
 }
 
 // WaitUnaryClientInterceptor returns a client interceptor that waits on
@@ -69,27 +29,25 @@ type waiter struct {
 // A call the quota does not admit in time is not sent and fails with
 // ResourceExhausted; one whose context ends first, with the context's
 // code (Canceled, DeadlineExceeded); one the store fails closed, with
-// Unavailable. A call the store fails open is sent at once. With
-// WithActualCost the reservation is settled from the answer.
+// Unavailable. A call the store fails open is sent at once.
 //
-// A nil limiter or request function, or an option given a value it cannot
-// use, panics here.
-func WaitUnaryClientInterceptor(lim *core.Limiter, request func(ctx context.Context, fullMethod string, req any) core.Request, opts ...WaitOption) grpc.UnaryClientInterceptor {
+// actual, when not nil, reads what a call really cost from its answer
+// (header or trailer metadata an upstream sets, or the reply itself): ok
+// true settles the call's reservation to that cost (core.Limiter.Settle)
+// once the call has returned without error; a settle that fails leaves the
+// estimate standing (core logs a store failure; a request with AlsoCosts
+// different from its Cost is never settled). nil: the estimate stands.
+//
+// A nil limiter or request function panics here.
+func WaitUnaryClientInterceptor(lim *core.Limiter, request func(ctx context.Context, fullMethod string, req any) core.Request,
+	actual func(fullMethod string, reply any, header, trailer metadata.MD) (cost int64, ok bool)) grpc.UnaryClientInterceptor {
 	if lim == nil {
 		panic("tollgate: grpclimit.WaitUnaryClientInterceptor: nil limiter")
 	}
 	if request == nil {
 		panic("tollgate: grpclimit.WaitUnaryClientInterceptor: nil request function")
 	}
-	w := &waiter{lim: lim, request: request}
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o.applyWait(w); err != nil {
-			panic("tollgate: grpclimit.WaitUnaryClientInterceptor: " + err.Error())
-		}
-	}
+	w := &waiter{lim: lim, request: request, actual: actual}
 	return w.intercept
 }
 
@@ -108,9 +66,7 @@ func (w *waiter) intercept(ctx context.Context, method string, req, reply any, c
 		return err
 	}
 	if cost, ok := w.actual(method, reply, header, trailer); ok {
-		if _, serr := w.lim.Settle(context.WithoutCancel(ctx), r.Tenant, d, cost); serr != nil && w.settleErr != nil {
-			w.settleErr(ctx, method, serr)
-		}
+		_, _ = w.lim.Settle(context.WithoutCancel(ctx), r.Tenant, d, cost) // a failure leaves the estimate
 	}
 	return nil
 }

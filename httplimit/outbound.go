@@ -9,54 +9,16 @@ import (
 	"github.com/tollgate-go/tollgate/core"
 )
 
-// ErrNotSent reports that a Transport did not send a request: the shared
+// ErrNotSent reports that NewTransport's RoundTripper did not send a request: the shared
 // quota did not admit it within its wait, its context ended first, or the
 // store failed and the limiter fails closed.
 var ErrNotSent = errors.New("httplimit: request not sent")
 
-// TransportOption configures a Transport. A nil option is skipped; an
-// option given a value it cannot use panics in NewTransport.
-type TransportOption interface{ applyTransport(*transport) error }
-
-type transportOptionFunc func(*transport) error
-
-func (f transportOptionFunc) applyTransport(t *transport) error { return f(t) }
-
-// WithActualCost sets how a response reports what its request really cost
-// (a header an upstream sets with the tokens it used): ok true settles the
-// request's reservation to that cost (core.Limiter.Settle) once the
-// response has arrived. Default: none, the estimate stands. nil is an
-// error.
-func WithActualCost(f func(*http.Response) (cost int64, ok bool)) TransportOption {
-	return transportOptionFunc(func(t *transport) error {
-		if f == nil {
-			return errors.New("httplimit.WithActualCost: nil function")
-		}
-		t.actual = f
-		return nil
-	})
-}
-
-// WithSettleErrorHandler sets a hook called with the error of a settle
-// that failed (the store, or a request core.Limiter.Settle refuses: one
-// with AlsoCosts). The response is returned all the same. Default: none
-// (core logs store failures). nil is an error.
-func WithSettleErrorHandler(f func(*http.Request, error)) TransportOption {
-	return transportOptionFunc(func(t *transport) error {
-		if f == nil {
-			return errors.New("httplimit.WithSettleErrorHandler: nil function")
-		}
-		t.settleErr = f
-		return nil
-	})
-}
-
 type transport struct {
-	lim       *core.Limiter
-	base      http.RoundTripper
-	request   func(*http.Request) core.Request
-	actual    func(*http.Response) (int64, bool)
-	settleErr func(*http.Request, error)
+	lim     *core.Limiter
+	base    http.RoundTripper
+	request func(*http.Request) core.Request
+	actual  func(*http.Response) (int64, bool)
 }
 
 // NewTransport returns an http.RoundTripper that waits on lim's shared
@@ -72,11 +34,16 @@ type transport struct {
 // or that the store fails closed is not sent: RoundTrip returns an error
 // wrapping ErrNotSent (and the context's error, or core.ErrStore, when
 // that was the cause). A request the store fails open is sent at once.
-// With WithActualCost the reservation is settled from the response.
 //
-// A nil limiter or request function, or an option given a value it cannot
-// use, panics here.
-func NewTransport(lim *core.Limiter, base http.RoundTripper, request func(*http.Request) core.Request, opts ...TransportOption) http.RoundTripper {
+// actual, when not nil, reads what a request really cost from its response
+// (a header an upstream sets with the tokens it used): ok true settles the
+// request's reservation to that cost (core.Limiter.Settle) once the
+// response has arrived; a settle that fails leaves the estimate standing
+// (core logs a store failure; a request with AlsoCosts different from its
+// Cost is never settled). nil: the estimate stands.
+//
+// A nil limiter or request function panics here.
+func NewTransport(lim *core.Limiter, base http.RoundTripper, request func(*http.Request) core.Request, actual func(*http.Response) (cost int64, ok bool)) http.RoundTripper {
 	if lim == nil {
 		panic("httplimit.NewTransport: nil limiter")
 	}
@@ -86,16 +53,7 @@ func NewTransport(lim *core.Limiter, base http.RoundTripper, request func(*http.
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	t := &transport{lim: lim, base: base, request: request}
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o.applyTransport(t); err != nil {
-			panic(err.Error())
-		}
-	}
-	return t
+	return &transport{lim: lim, base: base, request: request, actual: actual}
 }
 
 // RoundTrip waits its turn on the shared buckets, then sends r.
@@ -114,9 +72,7 @@ func (t *transport) RoundTrip(r *http.Request) (*http.Response, error) {
 		return resp, err
 	}
 	if cost, ok := t.actual(resp); ok {
-		if _, serr := t.lim.Settle(context.WithoutCancel(r.Context()), req.Tenant, d, cost); serr != nil && t.settleErr != nil {
-			t.settleErr(r, serr)
-		}
+		_, _ = t.lim.Settle(context.WithoutCancel(r.Context()), req.Tenant, d, cost) // a failure leaves the estimate
 	}
 	return resp, nil
 }
