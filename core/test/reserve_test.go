@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -354,4 +355,98 @@ func TestReserveFailurePolicy(t *testing.T) {
 			proxy.Set(redistest.Pass)
 		})
 	}
+}
+
+// Concurrent reservations from three limiters (as three processes) form
+// one sequential history on the store's clock: ordered by the stamp each
+// admission carries (the store's now when it was granted), every
+// reservation's balance is the previous one's, refilled over the time
+// between their stamps and charged its cost, to the last bit. A lost or
+// doubled charge, or two reservations granted against one balance, breaks
+// the chain. (Refusals write nothing, so the chain skips them; cancels are
+// not part of this history.)
+func TestReserveHistoryIsSequential(t *testing.T) {
+	forEachStore(t, func(t *testing.T, b backend) {
+		q := quota.Quota{Capacity: 10, RefillPerSecond: 100}
+		prefix := redistest.Prefix(t)
+		client := b.client(t)
+		type grant struct {
+			stamp  int64
+			tokens float64
+			cost   int64
+		}
+		var mu sync.Mutex
+		var grants []grant
+		var refused int
+		var wg sync.WaitGroup
+		end := time.Now().Add(1500 * time.Millisecond)
+		for p := range 3 {
+			l, err := core.New(client, staticResolver(quota.Bucket{Name: "default", Quota: q}), core.WithPrefix(prefix), core.WithTimeout(2*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = l.Close() })
+			for g := range 6 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; time.Now().Before(end); i++ {
+						cost := int64(1 + (p+g+i)%3)
+						maxWait := time.Duration((p*7+g*3+i)%5) * 20 * time.Millisecond
+						r, err := l.Reserve(context.Background(), core.Request{Tenant: waitTenant, Cost: cost}, maxWait)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						mu.Lock()
+						if r.Decision.Reason == core.ReasonOK {
+							grants = append(grants, grant{r.Decision.Buckets[0].Stamp.UnixMicro(), r.Decision.Tokens, cost})
+						} else {
+							refused++
+						}
+						mu.Unlock()
+						// as Wait: the next reservation after this one's
+						// time, or a moment after a refusal
+						time.Sleep(max(r.Delay(), min(r.Decision.RetryAfter, 10*time.Millisecond)))
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		// ties (one microsecond) are ordered by balance: no time passes
+		// between them, so each charge leaves less
+		slices.SortFunc(grants, func(a, b grant) int {
+			if a.stamp != b.stamp {
+				return int(a.stamp - b.stamp)
+			}
+			switch {
+			case a.tokens > b.tokens:
+				return -1
+			case a.tokens < b.tokens:
+				return 1
+			}
+			return 0
+		})
+		if len(grants) < 100 || refused == 0 {
+			t.Fatalf("%d grants, %d refusals: the run did not exercise both", len(grants), refused)
+		}
+		tokens, last := float64(q.Capacity), grants[0].stamp
+		for i, g := range grants {
+			if g.stamp > last {
+				tokens += float64(g.stamp-last) * q.RefillPerSecond / 1000000
+				if tokens > float64(q.Capacity) {
+					tokens = float64(q.Capacity)
+				}
+				last = g.stamp
+			}
+			tokens -= float64(g.cost)
+			if tokens != g.tokens {
+				t.Fatalf("grant %d of %d (stamp %d, cost %d) left %v, the sequential model %v", i, len(grants), g.stamp, g.cost, g.tokens, tokens)
+			}
+			if -tokens > q.RefillPerSecond*0.08+1e-9 {
+				t.Fatalf("grant %d went %v below zero, beyond rate x the longest max wait", i, -tokens)
+			}
+		}
+		t.Logf("%d grants, %d refusals: one sequential history", len(grants), refused)
+	})
 }
