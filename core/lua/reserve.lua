@@ -26,8 +26,9 @@
 -- Reserve reply: {status, binding, now, at, tokens_1, ..., tokens_n}.
 --   status 0: reserved; at is T and tokens_i is the state written,
 --     "<tokens> <last>" (the token-bucket script's form).
---   status 1: the wait exceeds the max; at is the wait, microseconds, and
---     tokens_i the balance, %.17g. Nothing written.
+--   status 1: the wait exceeds the max (or the debt would pass -2^50,
+--     which the stored form does not hold); at is the wait, microseconds,
+--     and tokens_i the balance, %.17g. Nothing written.
 --   status 2: a cost exceeds its capacity (binding names it); at is 0.
 --   binding is the bucket that sets the wait (1-based): the one that
 --   waits longest, or when none waits, the one left with the fewest tokens.
@@ -98,6 +99,11 @@ local reply = {status, binding, stamp, '0'}
 if status == 2 then
   for i = 1, n do reply[4 + i] = fmt('%.17g', toks[i]) end
   return reply
+end
+-- a debt below -2^50 would read back as garbage (a full bucket): refused as
+-- too long a wait (only a rate near the quotas' largest reaches it)
+for i = 1, n do
+  if toks[i] - costs[i] < -1125899906842624 then wait = maxWait + 1 end
 end
 if wait > maxWait then
   reply[1], reply[4] = 1, fmt('%d', wait)

@@ -450,3 +450,26 @@ func TestReserveHistoryIsSequential(t *testing.T) {
 		t.Logf("%d grants, %d refusals: one sequential history", len(grants), refused)
 	})
 }
+
+// A debt the stored form cannot hold (below -2^50) is refused as too long
+// a wait, never written: read back, it would be garbage, a full bucket.
+func TestReserveRefusesADebtBeyondTheStoredForm(t *testing.T) {
+	clock := newFakeClock()
+	q := quota.Quota{Capacity: 1 << 40, RefillPerSecond: 1e12}
+	l := newLimiter(t, redistest.Client(t), staticResolver(quota.Bucket{Name: "default", Quota: q}), core.WithClock(clock.Now))
+	var last *core.Reservation
+	for i := range 1100 {
+		r := reserve(t, l, 1<<40, 24*time.Hour)
+		if !r.Decision.Allowed {
+			if i < 1024 || r.Decision.Reason != core.ReasonOverLimit {
+				t.Fatalf("reservation %d refused: %+v", i, r.Decision)
+			}
+			if got := peekTokens(t, l); got != last.Decision.Tokens {
+				t.Fatalf("after the refusal the bucket holds %v, want the last debt %v", got, last.Decision.Tokens)
+			}
+			return
+		}
+		last = r
+	}
+	t.Fatalf("1100 reservations of 2^40 admitted: the debt is %v", last.Decision.Tokens)
+}
