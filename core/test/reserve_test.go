@@ -473,3 +473,69 @@ func TestReserveRefusesADebtBeyondTheStoredForm(t *testing.T) {
 	}
 	t.Fatalf("1100 reservations of 2^40 admitted: the debt is %v", last.Decision.Tokens)
 }
+
+// On the real clock, 16 waiters reserve at once from two limiters (a
+// bucket of 1 at 1/s: they queue a second apart); the latest 8 cancel,
+// latest first, and each gives its token back: a waiter arriving then
+// queues behind the 8 that stayed, 8 s sooner than behind all 16, as the
+// cancel rule states (k/ρ per cancelled reservation). The earliest of the
+// rest cancelling then gives nothing back: the later ones were granted
+// against its token.
+func TestReserveCancelHalfTheWaiters(t *testing.T) {
+	forEachStore(t, func(t *testing.T, b backend) {
+		q := quota.Quota{Capacity: 1, RefillPerSecond: 1}
+		prefix := redistest.Prefix(t)
+		var lims []*core.Limiter
+		for range 2 {
+			l, err := core.New(b.client(t), staticResolver(quota.Bucket{Name: "default", Quota: q}), core.WithPrefix(prefix), core.WithTimeout(2*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = l.Close() })
+			lims = append(lims, l)
+		}
+		start := time.Now()
+		rs := make([]*core.Reservation, 16)
+		var wg sync.WaitGroup
+		for i := range rs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r, err := lims[i%2].Reserve(context.Background(), core.Request{Tenant: waitTenant, Cost: 1}, time.Minute)
+				if err != nil || !r.Decision.Allowed {
+					t.Errorf("reserve: %+v %v", r.Decision, err)
+				}
+				rs[i] = r
+			}()
+		}
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+		// the store's order: each later reservation left less
+		slices.SortFunc(rs, func(a, b *core.Reservation) int {
+			switch {
+			case a.Decision.Tokens > b.Decision.Tokens:
+				return -1
+			case a.Decision.Tokens < b.Decision.Tokens:
+				return 1
+			}
+			return 0
+		})
+		for i := 15; i >= 8; i-- {
+			if err := rs[i].Cancel(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := rs[1].Cancel(context.Background()); err != nil { // granted against by rs[2..7]
+			t.Fatal(err)
+		}
+		next := reserve(t, lims[0], 1, time.Minute)
+		elapsed := time.Since(start).Seconds()
+		// behind the 8 that stayed: a debt of 8 (-7 after the first's
+		// token, -8 with this one), less what the refill paid since
+		if got := next.Decision.Tokens; got < -8 || got > -8+elapsed*q.RefillPerSecond {
+			t.Fatalf("the next waiter left %v tokens, want -8 (+ up to %.3f of refill): 8 cancels gave back 8", got, elapsed)
+		}
+	})
+}
