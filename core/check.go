@@ -37,16 +37,21 @@ func (l *Limiter) Peek(ctx context.Context, t quota.Tenant, class string) (Decis
 // always usable.
 func (l *Limiter) Check(ctx context.Context, req Request) (Decision, error) {
 	d, err := l.check(ctx, req)
-	if d.Reason == ReasonOK && !d.Fallback && len(d.Buckets) > 0 {
-		// a store admission, a peek's included (rls refunds a negative
-		// hit by settling a peek given the hit's cost): Settle names it
-		d.limiterID, d.reservation, d.admitted = l.store.reservations.id, l.store.reservations.next.Add(1), l.now().UnixNano()
-	}
+	l.nameReservation(&d)
 	if !d.Allowed && d.Denied() && l.shadowed(req) {
 		d.Allowed, d.Reason = true, ReasonShadowDenied
 	}
 	l.metrics.record(ctx, req, d)
 	return d, err
+}
+
+// nameReservation names d for Settle when the store admitted it (a
+// peek's included: rls refunds a negative hit by settling a peek given the
+// hit's cost).
+func (l *Limiter) nameReservation(d *Decision) {
+	if d.Reason == ReasonOK && !d.Fallback && len(d.Buckets) > 0 {
+		d.limiterID, d.reservation, d.admitted = l.store.reservations.id, l.store.reservations.next.Add(1), l.now().UnixNano()
+	}
 }
 
 // shadowed reports whether shadow mode applies to req: to every request, or

@@ -33,6 +33,9 @@
 //   - [Limiter], [New], [Request], [Decision], [BucketState], [Slot],
 //     [Reason]: the check itself and its answer, for services that call the
 //     limiter directly (jobs, queues) and for the adapters.
+//   - [Limiter.Wait], [Limiter.Reserve], [Reservation]: waiting for tokens
+//     instead of being denied, first come first served across the fleet
+//     (workers sharing one upstream's quota).
 //   - [Option] and the With* functions: configuration; each option
 //     validates its value and states its default.
 //   - The Err* sentinels, [FailurePolicy], [DefaultPrefix] and

@@ -77,6 +77,8 @@ type config struct {
 	slotRetry        time.Duration // 0: until the earliest deadline
 	slotGroup        string        // "": none (WithSlotGroup)
 	settleWindow     time.Duration // how long a reservation may be settled
+	maxWait          time.Duration // Wait's without a deadline, when maxWaitSet (WithMaxWait)
+	maxWaitSet       bool
 }
 
 // defaultSettleWindow is WithSettleWindow's default.

@@ -80,8 +80,11 @@ func (l *Limiter) Settle(ctx context.Context, t quota.Tenant, d Decision, actual
 	if d.mixedCosts {
 		return 0, fmt.Errorf("%w: a decision of a request with AlsoCosts charged its buckets different costs and cannot be settled", ErrInvalidRequest)
 	}
+	if d.reservation == 0 {
+		return 0, fmt.Errorf("%w: the decision names no reservation (it was not made by Check or Reserve): not settled", ErrInvalidRequest)
+	}
 	left := l.cfg.settleWindow - l.now().Sub(time.Unix(0, d.admitted))
-	if d.reservation == 0 || left <= 0 {
+	if left <= 0 {
 		return 0, fmt.Errorf("%w: the reservation was admitted %v ago, past the settle window of %v: not settled",
 			ErrInvalidRequest, l.now().Sub(time.Unix(0, d.admitted)).Round(time.Millisecond), l.cfg.settleWindow)
 	}

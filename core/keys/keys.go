@@ -96,6 +96,15 @@ func (k Keys) Settled(tenantID, bucket, id string) (string, error) {
 
 const settledInfix = ":settled:"
 
+// Reserved returns the key that holds the time of act of the latest
+// reservation of tenantID's bucket (core.Limiter.Reserve): the bucket's key
+// and ":reserved", with its hash tag. It fails as Bucket does.
+func (k Keys) Reserved(tenantID, bucket string) (string, error) {
+	return k.key(tenantID, bucket, reservedSuffix)
+}
+
+const reservedSuffix = ":reserved"
+
 // key writes <prefix>:{<tenant>}:<bucket><suffix>, sized exactly.
 func (k Keys) key(tenantID, bucket, suffix string) (string, error) {
 	if tenantID == "" || len(tenantID) > names.MaxTenantIDLen {

@@ -226,6 +226,9 @@ func TestSettledKeyIsTheBucketKeySettledAndID(t *testing.T) {
 	if err != nil || sk != bk+":settled:0abc9z" {
 		t.Fatalf("Settled = %q, %v; want %q", sk, err, bk+":settled:0abc9z")
 	}
+	if rk, err := k.Reserved("acme", "llm"); err != nil || rk != bk+":reserved" {
+		t.Fatalf("Reserved = %q, %v; want %q", rk, err, bk+":reserved")
+	}
 	for _, id := range []string{"", "ABC", "a:b", "a*", strings.Repeat("a", 65)} {
 		if _, err := k.Settled("acme", "llm", id); !errors.Is(err, errs.InvalidRequest) {
 			t.Errorf("Settled(id %q): %v, want an invalid request", id, err)

@@ -23,6 +23,8 @@ var (
 	concurrencySrc string
 	//go:embed settle.lua
 	settleSrc string
+	//go:embed reserve.lua
+	reserveSrc string
 	//go:embed clock.lua
 	clockSrc string
 	//go:embed refill.lua
@@ -37,6 +39,7 @@ var (
 	tokenBucket = build(tokenBucketSrc)
 	concurrency = build(concurrencySrc)
 	settle      = build(settleSrc)
+	reserve     = build(reserveSrc)
 )
 
 // includeMark begins a line that build replaces by a fragment.
@@ -77,3 +80,7 @@ func Concurrency() string { return concurrency }
 // Settle returns the source of the script that settles reservations
 // (core.Limiter.Settle).
 func Settle() string { return settle }
+
+// Reserve returns the source of the script that reserves tokens ahead of
+// time and cancels reservations (core.Limiter.Reserve).
+func Reserve() string { return reserve }

@@ -16,6 +16,7 @@ func TestScriptsAreBuiltFromTheFragments(t *testing.T) {
 		{"tokenbucket", TokenBucket(), 1, 2, 1, 1},
 		{"concurrency", Concurrency(), 1, 1, 1, 1},
 		{"settle", Settle(), 1, 1, 0, 0},
+		{"reserve", Reserve(), 1, 2, 0, 0},
 	} {
 		if strings.Contains(tt.src, includeMark) {
 			t.Errorf("%s: an include line is left in the built script", tt.name)

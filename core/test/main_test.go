@@ -11,6 +11,9 @@ import (
 // go-redis re-dials a dead server in the background and notices a closed
 // pool only after its back-off sleep: not a leak of ours.
 func TestMain(m *testing.M) {
+	if os.Getenv(fleetRole) == "waiter" {
+		os.Exit(runWaiter()) // a worker process of the wait fleet test
+	}
 	if os.Getenv(fleetRole) != "" {
 		os.Exit(runReplica()) // a replica process of the fleet tests
 	}
