@@ -1,6 +1,7 @@
 package core_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -512,15 +513,15 @@ func TestReserveCancelHalfTheWaiters(t *testing.T) {
 		if t.Failed() {
 			return
 		}
-		// the store's order: each later reservation left less
+		// the store's order: by the store's clock at each reservation, then
+		// (the same microsecond) each later one left less. The balance alone
+		// misorders reservations more than a second of refill apart, as a
+		// loaded machine can spread them.
 		slices.SortFunc(rs, func(a, b *core.Reservation) int {
-			switch {
-			case a.Decision.Tokens > b.Decision.Tokens:
-				return -1
-			case a.Decision.Tokens < b.Decision.Tokens:
-				return 1
+			if c := a.Decision.Buckets[0].Stamp.Compare(b.Decision.Buckets[0].Stamp); c != 0 {
+				return c
 			}
-			return 0
+			return cmp.Compare(b.Decision.Tokens, a.Decision.Tokens)
 		})
 		for i := 15; i >= 8; i-- {
 			if err := rs[i].Cancel(context.Background()); err != nil {

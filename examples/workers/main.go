@@ -9,9 +9,9 @@
 //   - naive: every worker calls as fast as its goroutines go and retries
 //     each 429 after a short back-off;
 //   - waiting: every worker first waits on two shared buckets in Redis (one
-//     request and the job's estimate of tokens, reserved together with
-//     core.Limiter.Wait), then calls, then settles the tokens bucket with
-//     the tokens the upstream reported (core.Limiter.Settle).
+//     request, then the job's estimate of tokens, with core.Limiter.Wait),
+//     then calls, then settles the tokens reservation with the tokens the
+//     upstream reported (core.Limiter.Settle).
 //
 // It prints both side by side and exits 0 only if the waiting workers
 // stayed within both of the upstream's quotas without one 429. It needs a
