@@ -169,23 +169,3 @@ func (d Decision) Degraded() bool {
 func (d Decision) Denied() bool {
 	return d.Reason == ReasonOverLimit || d.Reason == ReasonCostExceedsCapacity || d.Reason == ReasonConcurrencyLimit
 }
-
-func newDecision(states []BucketState, binding int, reason Reason, retry float64, cost int64) Decision {
-	b := states[binding]
-	d := Decision{
-		Allowed: reason == ReasonOK,
-		Reason:  reason,
-		Bucket:  b.Name,
-		Quota:   b.Quota,
-		Limit:   b.Quota.Capacity,
-		Tokens:  b.Tokens,
-		Cost:    cost,
-		Buckets: states,
-	}
-	d.Remaining = b.Remaining()
-	if reason == ReasonOverLimit {
-		d.RetryAfter = bucketmath.Duration(retry)
-	}
-	d.ResetAfter = b.ResetAfter()
-	return d
-}
