@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgate-go/tollgate/core/internal/stack"
 	"github.com/tollgate-go/tollgate/core/quota"
 )
 
@@ -114,4 +115,30 @@ func layers(v reflect.Value) int {
 		v = next
 	}
 	return n
+}
+
+// A result is stated as the Decision of its binding bucket, its states
+// the decision's own (not copied); an answer without buckets states its
+// reason and cost, admitted only when failed open.
+func TestAnswer(t *testing.T) {
+	l := &Limiter{}
+	q := quota.Quota{Capacity: 10, RefillPerSecond: 4}
+	r := stack.Result{Verdict: stack.OverLimit, Binding: 1, Retry: time.Second, Cost: 3, Buckets: []stack.Bucket{
+		{Name: "a", Quota: q, Tokens: 5}, {Name: "b", Quota: q, Tokens: 1.5, Stamp: time.UnixMicro(7)},
+	}}
+	req := Request{Class: "default", Also: []string{"x"}, AlsoCosts: []int64{5}}
+	d := l.answer(&req, &stack.Call{Costs: []int64{3, 5}}, r)
+	if d.Allowed || d.Reason != ReasonOverLimit || d.Bucket != "b" || d.Limit != 10 || d.Remaining != 1 || d.Tokens != 1.5 ||
+		d.RetryAfter != time.Second || d.ResetAfter != 2125*time.Millisecond || d.Cost != 3 || !d.mixedCosts || d.class != "default" || len(d.also) != 1 {
+		t.Fatalf("denial: %+v", d)
+	}
+	if len(d.Buckets) != 2 || d.Buckets[1].Stamp != time.UnixMicro(7) || &d.Buckets[0].Tokens != &r.Buckets[0].Tokens {
+		t.Fatalf("the decision's buckets %+v are not the result's states", d.Buckets)
+	}
+	for v, allowed := range map[stack.Verdict]bool{stack.FailedOpen: true, stack.FailedClosed: false, stack.Canceled: false, stack.Overloaded: false} {
+		d := l.answer(&req, &stack.Call{}, stack.Result{Verdict: v, Cost: 3})
+		if d.Reason != Reason(v) || d.Allowed != allowed || d.Cost != 3 || d.Buckets != nil || d.mixedCosts {
+			t.Errorf("verdict %v: %+v; want reason %v, allowed %v, cost 3, no bucket", v, d, Reason(v), allowed)
+		}
+	}
 }
