@@ -184,8 +184,15 @@ func New(client redis.UniversalClient, r quota.Resolver, opts ...Option) (*Limit
 // does not close the Redis client given to New.
 func (l *Limiter) Close() error {
 	l.store.calls.Close()
+	// the held slots' releases and the unanswered ones' forgets make their
+	// last attempts side by side: one store timeout for both
+	forgot := make(chan struct{})
+	go func() {
+		l.path.forgets.Close()
+		close(forgot)
+	}()
 	l.closeSlots()
-	l.path.forgets.Close()
+	<-forgot
 	l.store.shards.Close()
 	if l.store.owned != nil {
 		return l.store.owned.Close()
