@@ -35,7 +35,7 @@ func NewLayer(m *Map, now func() time.Time, next stack.Layer) *Layer {
 func (l *Layer) Decide(ctx context.Context, c stack.Call) (stack.Result, error) {
 	lc, ok := l.leases.Class(c.Class)
 	// (a call with Also, mixed costs included, is never leased)
-	if !ok || c.Slotted() || c.Cost <= 0 || len(c.Also) > 0 || c.Costs != nil {
+	if !ok || c.Slot.Key != "" || c.Cost <= 0 || len(c.Also) > 0 || c.Costs != nil {
 		return l.next.Decide(ctx, c)
 	}
 	size := lc.Size

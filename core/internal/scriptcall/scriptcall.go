@@ -80,7 +80,7 @@ func (s *Layer) Decide(ctx context.Context, c stack.Call) (stack.Result, error) 
 	var reply any
 	var wrote time.Time
 	var err error
-	if !c.Slotted() {
+	if c.Slot.Key == "" {
 		args := TokenBucket.Args(c.Keys, now, cost, c.Costs, quotas)
 		reply, wrote, err = s.run(ctx, c.Tenant.ID, *args)
 		if err == nil {

@@ -43,7 +43,7 @@ func NewLayer(group string, retry time.Duration, forgets *Forgets, next stack.La
 // Decide names c's slot, and hands the slot the store gave it, if any, up
 // with its result.
 func (l *Layer) Decide(ctx context.Context, c stack.Call) (stack.Result, error) {
-	if !c.Slotted() {
+	if c.Slot.Key == "" {
 		return l.next.Decide(ctx, c)
 	}
 	c.Slot.ID = l.group + newID()

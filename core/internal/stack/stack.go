@@ -41,8 +41,9 @@ type Call struct {
 	Buckets []quota.Bucket
 	// Sent is when the check started, on the limiter's clock.
 	Sent time.Time
-	// Slot is the concurrency slot the call takes when admitted (Key empty:
-	// none, the token-bucket script's call).
+	// Slot is the concurrency slot the call takes when admitted: the
+	// concurrency script's call. Key empty: none, the token-bucket
+	// script's call.
 	Slot Slot
 	// Failure, when not nil, is a store failure this call shares: the one
 	// of a lease acquisition it waited for. The call is answered without
@@ -57,10 +58,6 @@ type Slot struct {
 	Key   string
 	ID    string
 }
-
-// Slotted reports whether the call takes a concurrency slot: the
-// concurrency script's call.
-func (c *Call) Slotted() bool { return c.Slot.Key != "" }
 
 // Verdict says why a result came out as it did; numbered as the limiter's
 // reasons.
