@@ -30,7 +30,8 @@ import (
 // A layer that is off is not in the stack. A check is resolved before it
 // enters (its buckets, keys and costs: a stack.Call, passed as data), goes
 // down once, each layer answering it or handing it on, and its answer (a
-// stack.Result) comes back up once; answer turns it into the Decision.
+// stack.Result) comes back up once; answer (decision.go) turns it into the
+// Decision.
 
 // checkPath is the check path's top layer, and the narrow handles of the
 // layers' state that New's callers reach: the guard's answer without the

@@ -142,3 +142,10 @@ func TestAnswer(t *testing.T) {
 		}
 	}
 }
+
+// The Limiter keeps its fields grouped by owner: at most 10.
+func TestLimiterFields(t *testing.T) {
+	if n := reflect.TypeFor[Limiter]().NumField(); n > 10 {
+		t.Errorf("Limiter has %d fields, more than 10: group what a new one holds with its owner", n)
+	}
+}
