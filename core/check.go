@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/tollgate-go/tollgate/core/keys"
-	"github.com/tollgate-go/tollgate/core/quota"
 	"slices"
 	"time"
+
+	"github.com/tollgate-go/tollgate/core/internal/stack"
+	"github.com/tollgate-go/tollgate/core/keys"
+	"github.com/tollgate-go/tollgate/core/quota"
 )
 
 // Allow checks and charges cost tokens of tenant t's class buckets. See
@@ -121,7 +123,8 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 		}
 		// a custom resolver's own backend failed: a store failure
 		err = fmt.Errorf("%w: resolve: %w", ErrStore, err)
-		return l.path.breaker.degrade(req, nil, nil, err), err
+		r := l.path.guard.Degrade(stack.Call{Tenant: req.Tenant, Class: req.Class, Also: req.Also, Cost: req.Cost}, err)
+		return l.answer(&req, &stack.Call{}, r), err
 	}
 	ks := make([]string, len(buckets))
 	for i, b := range buckets {
@@ -129,7 +132,8 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 			return Decision{Reason: ReasonInvalid, Cost: req.Cost}, err
 		}
 	}
-	c := checkCall{req: req, keys: ks, buckets: buckets, cost: req.Cost, costs: costs, sent: l.now()}
+	c := stack.Call{Tenant: req.Tenant, Class: req.Class, Also: req.Also, Cost: req.Cost, Charge: req.Cost,
+		Costs: costs, Keys: ks, Buckets: buckets, Sent: l.now()}
 	if ci, err := concurrentBucket(buckets); err != nil {
 		l.logDegraded("tollgate: no quota configured for this request; rejected", req, err, "tier", keys.EscapeID(req.Tenant.Tier))
 		return Decision{Reason: ReasonUnresolved, Cost: req.Cost}, err
@@ -140,11 +144,10 @@ func (l *Limiter) check(ctx context.Context, req Request) (Decision, error) {
 		if err != nil {
 			return Decision{Reason: ReasonInvalid, Cost: req.Cost}, err
 		}
-		c.slot = &slotCall{index: ci, key: sk, id: l.newSlotID()}
+		c.Slot = stack.Slot{Index: ci, Key: sk}
 	}
-	d, err := l.path.layers.decide(ctx, c)
-	d.class, d.also = req.Class, req.Also
-	return d, err
+	r, err := l.path.top.Decide(ctx, c)
+	return l.answer(&req, &c, r), err
 }
 
 // tieredResolver is a resolver that also says why an answer is the tier

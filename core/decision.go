@@ -3,8 +3,10 @@ package core
 import (
 	"math"
 	"time"
+	"unsafe"
 
 	"github.com/tollgate-go/tollgate/core/internal/bucketmath"
+	"github.com/tollgate-go/tollgate/core/internal/stack"
 	"github.com/tollgate-go/tollgate/core/quota"
 )
 
@@ -177,22 +179,38 @@ func (d Decision) Denied() bool {
 	return d.Reason == ReasonOverLimit || d.Reason == ReasonCostExceedsCapacity || d.Reason == ReasonConcurrencyLimit
 }
 
-func newDecision(states []BucketState, binding int, reason Reason, retry float64, cost int64) Decision {
-	b := states[binding]
-	d := Decision{
-		Allowed: reason == ReasonOK,
-		Reason:  reason,
-		Bucket:  b.Name,
-		Quota:   b.Quota,
-		Limit:   b.Quota.Capacity,
-		Tokens:  b.Tokens,
-		Cost:    cost,
-		Buckets: states,
+// answer is the Decision of req stated by the stack's result r: the one
+// place a result becomes a Decision. An admission that took a concurrency
+// slot is held from here on (Decision.Slot).
+func (l *Limiter) answer(req *Request, c *stack.Call, r stack.Result) Decision {
+	reason := Reason(r.Verdict)
+	d := Decision{Allowed: reason == ReasonOK || reason == ReasonFailedOpen, Reason: reason, Cost: r.Cost,
+		Fallback: r.Fallback, Local: r.Local, class: req.Class, also: req.Also}
+	if len(r.Buckets) > 0 {
+		// stack.Bucket is BucketState field for field (checked below, at
+		// compile time): the states are the decision's, not copied
+		states := unsafe.Slice((*BucketState)(unsafe.Pointer(unsafe.SliceData(r.Buckets))), len(r.Buckets))
+		b := states[r.Binding]
+		d.Bucket, d.Quota, d.Limit, d.Tokens, d.Buckets = b.Name, b.Quota, b.Quota.Capacity, b.Tokens, states
+		d.Remaining, d.ResetAfter, d.RetryAfter = b.Remaining(), b.ResetAfter(), r.Retry
+		d.mixedCosts = c.Costs != nil
 	}
-	d.Remaining = b.Remaining()
-	if reason == ReasonOverLimit {
-		d.RetryAfter = bucketmath.Duration(retry)
+	if r.Slot.Key != "" {
+		d.Slot = l.newSlot(req, c.Buckets[r.Slot.Index], r.Slot.Key, r.Slot.ID)
 	}
-	d.ResetAfter = b.ResetAfter()
 	return d
 }
+
+// The stack's bucket state converts to BucketState (the same fields, in
+// the same order), and its verdicts are numbered as the reasons
+// (compile-time checks).
+var (
+	_ = BucketState(stack.Bucket{})
+	_ = [1]struct{}{}[ReasonOverLimit-Reason(stack.OverLimit)]
+	_ = [1]struct{}{}[ReasonCostExceedsCapacity-Reason(stack.CostExceedsCapacity)]
+	_ = [1]struct{}{}[ReasonFailedOpen-Reason(stack.FailedOpen)]
+	_ = [1]struct{}{}[ReasonFailedClosed-Reason(stack.FailedClosed)]
+	_ = [1]struct{}{}[ReasonCanceled-Reason(stack.Canceled)]
+	_ = [1]struct{}{}[ReasonOverloaded-Reason(stack.Overloaded)]
+	_ = [1]struct{}{}[ReasonConcurrencyLimit-Reason(stack.ConcurrencyLimit)]
+)

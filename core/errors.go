@@ -37,3 +37,6 @@ const (
 	defaultBreakerThreshold = 5
 	defaultBreakerCooldown  = time.Second
 )
+
+// errProtocol marks a reply the limiter cannot decode.
+var errProtocol = transport.ErrProtocol

@@ -1,152 +1,110 @@
 package core
 
 import (
-	"context"
-	"fmt"
-	"strings"
+	"log/slog"
+	"sync/atomic"
 	"time"
 
+	"github.com/tollgate-go/tollgate/core/internal/denycache"
 	"github.com/tollgate-go/tollgate/core/internal/fallback"
-	"github.com/tollgate-go/tollgate/core/internal/shard"
+	"github.com/tollgate-go/tollgate/core/internal/guard"
+	"github.com/tollgate-go/tollgate/core/internal/lease"
+	"github.com/tollgate-go/tollgate/core/internal/scriptcall"
+	"github.com/tollgate-go/tollgate/core/internal/slots"
+	"github.com/tollgate-go/tollgate/core/internal/stack"
 	"github.com/tollgate-go/tollgate/core/internal/transport"
-	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/keys"
 )
 
-// The check path is a stack of layers, composed once in New: token leases
-// (leaselayer.go over internal/lease), then the deny cache (denylayer.go over
-// internal/denycache), then the store shard's circuit breaker
-// (internal/shard) with the local fallback (internal/fallback) or the
-// failure policy, then the script call, through the batcher or directly
-// (scriptlayer.go over internal/transport). A layer that is off is not in the
-// stack. A check goes down the stack once, each layer answering it or
-// handing it to the next, and its decision comes back up once. The
-// internal packages own each feature's state, option value, reset and
-// decision logic; this package only states their answers as Decisions.
+// The check path is a stack of layers (internal/stack's Layer), composed
+// once in New, each in the package that owns its feature and holding only
+// its own state, the values it needs and the next layer:
+//
+//	layer        package               holds
+//	leases       internal/lease        the lease map
+//	deny cache   internal/denycache    the cache of proven denials
+//	guard        internal/guard        the shards' breakers, the local fallback, the failure policy
+//	slots        internal/slots        the slot group, the retry bound, the forgets of unanswered slots
+//	script call  internal/scriptcall   the transport (batched or direct), the quotas' script arguments
+//
+// A layer that is off is not in the stack. A check is resolved before it
+// enters (its buckets, keys and costs: a stack.Call, passed as data), goes
+// down once, each layer answering it or handing it on, and its answer (a
+// stack.Result) comes back up once; answer (decision.go) turns it into the
+// Decision.
 
-// layer is one step of the check path.
-type layer interface {
-	decide(ctx context.Context, c checkCall) (Decision, error)
-}
-
-// checkCall is one resolved check on its way down the stack. It is passed
-// by value: a layer that changes it (a lease's charge) changes its own copy.
-type checkCall struct {
-	req     Request
-	keys    []string // the buckets' keys, in the order of buckets
-	buckets []quota.Bucket
-	// cost is the number of tokens to charge in the store: req.Cost, or a
-	// lease's size (the answer is still stated for req.Cost)
-	cost int64
-	// costs, when not nil, is each bucket's cost, in the order of buckets (a
-	// request whose AlsoCosts differ from its Cost): the script charges
-	// each bucket its own, and cost is unused. Only the store answers it.
-	costs []int64
-	sent  time.Time // when the check started, on the limiter's clock
-	// slot, when not nil, is the bucket with a concurrency limit: the call
-	// is the concurrency script's, and an admission takes a slot
-	slot *slotCall
+// checkPath is the check path's top layer, and the narrow handles of the
+// layers' state that New's callers reach: the guard's answer without the
+// store (a resolver's failure), the deny cache's and the leases' forgets
+// (Settle, Reset) and the slot forgets' close.
+type checkPath struct {
+	top     stack.Layer
+	guard   *guard.Layer
+	deny    *denycache.Cache // nil: off
+	leases  *lease.Map       // nil: no class leases
+	forgets *slots.Forgets
 }
 
 // stack composes the check path from the limiter's settings: the script
-// call at the bottom, the circuit breaker and fallback above it, then the
-// deny cache and leases when they are on.
-func (l *Limiter) stack() layer {
-	var top layer = l.path.breaker
-	if l.path.deny != nil {
-		top = &denyLayer{cache: l.path.deny, metrics: l.metrics, next: top}
+// call at the bottom, the slots and the guard above it, then the deny
+// cache and leases when they are on.
+func (l *Limiter) stack() {
+	cfg := &l.cfg
+	var top stack.Layer = scriptcall.New(l.store.calls, cfg.timeout, cfg.clock != nil, l.quotas.args, cfg.slotLease)
+	l.path.forgets = slots.NewForgets(l.store.scripts, scriptcall.Concurrency, cfg.timeout, cfg.slotLease, cfg.clock,
+		slots.Hooks{Labels: l.metrics.slotSet, Expired: l.metrics.slotExpired, Log: l.log.plain})
+	top = slots.NewLayer(cfg.slotGroup, cfg.slotRetry, l.path.forgets, top)
+	var fb *fallback.Buckets
+	if cfg.fallbackShare > 0 {
+		fb = fallback.New(cfg.fallbackShare, 100_000)
 	}
-	if l.path.leases != nil {
-		top = &leaseLayer{l: l, leases: l.path.leases, next: top}
+	l.path.guard = guard.New(l.store.shards, fb, cfg.policy == FailClosed, ErrStore, l.now,
+		guard.Hooks{Log: l.log.call, Shed: l.metrics.shedCheck}, top)
+	top = l.path.guard
+	if cfg.denyCache {
+		l.path.deny = denycache.New(100_000, cfg.timeout) // a refund elsewhere is seen within a check timeout
+		top = denycache.NewLayer(l.path.deny, l.metrics.denyCacheHit, top)
 	}
-	return top
+	if len(cfg.leases) > 0 {
+		l.path.leases = lease.New(cfg.leases, 100_000)
+		top = lease.NewLayer(l.path.leases, l.now, top)
+	}
+	l.path.top = top
 }
 
-// breakerLayer hands each check to its store shard's circuit breaker
-// (internal/shard), which judges the call's outcome and records the store
-// call metrics, and answers a check the store did not: by the local
-// fallback (internal/fallback) or the failure policy.
-type breakerLayer struct {
-	shards   *shard.Set
-	fallback *fallback.Buckets // nil: off
-	policy   FailurePolicy
-	metrics  *metrics
-	log      func(msg string, req Request, err error, attrs ...any)
-	now      func() time.Time
-	script   *scriptLayer
+// degradedLog logs degraded and refused checks and failed slot and settle
+// calls, at most once a second: a degraded decision is never silent, and an
+// outage does not flood the log.
+type degradedLog struct {
+	last   atomic.Int64 // when it last logged, in Unix nanoseconds
+	log    *slog.Logger
+	policy string
 }
 
-func (bl *breakerLayer) decide(ctx context.Context, c checkCall) (Decision, error) {
-	if err := ctx.Err(); err != nil {
-		return canceled(c.req, err)
+func (dl *degradedLog) warn(msg, tenant, class string, err error, attrs ...any) {
+	now := time.Now().UnixNano()
+	if last := dl.last.Load(); now-last >= int64(time.Second) && dl.last.CompareAndSwap(last, now) {
+		attrs = append(attrs, "tenant", keys.EscapeID(tenant), "class", class, "policy", dl.policy, "err", err)
+		dl.log.Warn(msg, attrs...)
 	}
-	call, err := bl.shards.Begin(ctx, c.keys[0], c.sent)
-	if err != nil {
-		err = fmt.Errorf("%w: %w", ErrStore, err)
-		return bl.degrade(c.req, c.keys, c.buckets, err), err
-	}
-	d, wrote, err := bl.script.call(ctx, &c)
-	outcome, err := call.End(ctx, err, wrote)
-	switch outcome {
-	case shard.Answered:
-		if bl.fallback != nil {
-			bl.fallback.Forget(c.keys) // the store answers this tenant again
-		}
-		return d, nil
-	case shard.Gone:
-		return Decision{Reason: ReasonCanceled, Cost: c.req.Cost}, err
-	case shard.Shed:
-		return shed(ctx, bl.metrics, c.req, err.(*transport.ShedError))
-	}
-	err = fmt.Errorf("%w: %w", ErrStore, err)
-	switch outcome {
-	case shard.Refused:
-		d := bl.degradeQuiet(c.req, c.keys, c.buckets)
-		bl.log("tollgate: the store refused this request; answered by the failure policy", c.req, err,
-			"decision", outcomeLabel(d), "key", strings.Join(c.keys, " "))
-		return d, err
-	case shard.Opened:
-		bl.log("tollgate: circuit breaker opened: store calls paused", c.req, err)
-	}
-	return bl.degrade(c.req, c.keys, c.buckets, err), err
 }
 
-// degrade answers without the store: from the local fallback when
-// configured (and the quota is known), else by the failure policy. It
-// logs, at most once a second: a degraded decision is never silent.
-func (bl *breakerLayer) degrade(req Request, keys []string, buckets []quota.Bucket, err error) Decision {
-	d := bl.degradeQuiet(req, keys, buckets)
-	bl.log("tollgate: rate limit check degraded", req, err, "decision", outcomeLabel(d))
-	return d
+// call logs about call c (the guard's hook).
+func (dl *degradedLog) call(msg string, c stack.Call, err error, attrs ...any) {
+	dl.warn(msg, c.Tenant.ID, c.Class, err, attrs...)
 }
 
-// degradeQuiet is degrade's answer, without the log.
-func (bl *breakerLayer) degradeQuiet(req Request, keys []string, buckets []quota.Bucket) Decision {
-	switch {
-	case bl.fallback != nil && buckets != nil && !req.mixed():
-		// (a mixed-cost request is answered by the policy: the fallback
-		// buckets charge one cost per call)
-		a := bl.fallback.Take(keys, buckets, req.Cost, bl.now())
-		states := make([]BucketState, len(buckets))
-		for i, b := range buckets {
-			states[i] = BucketState{Name: b.Name, Quota: b.Quota, Tokens: a.Tokens[i]}
-		}
-		d := newDecision(states, a.Binding, Reason(a.Verdict), a.Retry, req.Cost)
-		d.Fallback = true
-		return d
-	case bl.policy == FailClosed:
-		return Decision{Reason: ReasonFailedClosed, Cost: req.Cost}
-	}
-	return Decision{Reason: ReasonFailedOpen, Allowed: true, Cost: req.Cost}
+// plain logs about no one request (the slot forgets' hook).
+func (dl *degradedLog) plain(msg string, err error, attrs ...any) {
+	dl.warn(msg, "", "", err, attrs...)
+}
+
+// logDegraded logs about req (see degradedLog).
+func (l *Limiter) logDegraded(msg string, req Request, err error, attrs ...any) {
+	l.log.warn(msg, req.Tenant.ID, req.Class, err, attrs...)
 }
 
 // canceled is the decision of a check whose caller left first.
 func canceled(req Request, err error) (Decision, error) {
 	return Decision{Reason: ReasonCanceled, Cost: req.Cost}, &transport.CallerGone{Err: err}
-}
-
-// shed is the answer to a check this process could not make in time: not
-// admitted under any failure policy, counted by cause.
-func shed(ctx context.Context, m *metrics, req Request, why *transport.ShedError) (Decision, error) {
-	m.shedCheck(ctx, why)
-	return Decision{Reason: ReasonOverloaded, Cost: req.Cost}, why
 }

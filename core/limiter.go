@@ -8,17 +8,12 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/tollgate-go/tollgate/core/internal/denycache"
-	"github.com/tollgate-go/tollgate/core/internal/fallback"
-	"github.com/tollgate-go/tollgate/core/internal/lease"
+	"github.com/tollgate-go/tollgate/core/internal/scriptcall"
 	"github.com/tollgate-go/tollgate/core/internal/shard"
 	"github.com/tollgate-go/tollgate/core/internal/transport"
 	"github.com/tollgate-go/tollgate/core/keys"
-	"github.com/tollgate-go/tollgate/core/lua"
 	"github.com/tollgate-go/tollgate/core/quota"
 )
-
-var tokenBucket = transport.NewScript(lua.TokenBucket())
 
 // Request is one request to check.
 type Request struct {
@@ -88,7 +83,7 @@ type Limiter struct {
 	cfg     config
 	metrics *metrics
 	now     func() time.Time
-	lastLog atomic.Int64 // when logDegraded last logged, in Unix nanoseconds
+	log     *degradedLog
 	quotas  quotaSource
 	store   storeConn
 	path    checkPath
@@ -103,8 +98,9 @@ type quotaSource struct {
 	// defaults in place of overrides not loaded in time (a
 	// quota.TieredResolver); nil for another resolver
 	tiered tieredResolver
-	args   sync.Map // Quota -> [3]any, see quotaArgs
-	nargs  atomic.Int64
+	// args is each quota's script arguments, formatted once (the script
+	// call's, and Settle's)
+	args *scriptcall.QuotaArgs
 }
 
 // storeConn is the limiter's way to the store.
@@ -123,15 +119,6 @@ type storeConn struct {
 	}
 }
 
-// checkPath is the check path's layers (see stack) and the state of those
-// that Settle and Reset reach.
-type checkPath struct {
-	layers  layer            // the check path (see stack)
-	breaker *breakerLayer    // the store shards' breakers and the answers without the store
-	deny    *denycache.Cache // nil: off
-	leases  *lease.Map       // nil: no class leases
-}
-
 // slotState is the concurrency slots held by this process (see Slot).
 type slotState struct {
 	leaseMicros, ttl string // the lease, formatted for the script
@@ -140,7 +127,6 @@ type slotState struct {
 	closing          chan struct{} // closed by Close
 	wg               sync.WaitGroup
 	releases         releases
-	forgets          forgets
 }
 
 // New returns a limiter that keeps its buckets in client (any go-redis v9
@@ -173,9 +159,10 @@ func New(client redis.UniversalClient, r quota.Resolver, opts ...Option) (*Limit
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{client: client, keys: ks, cfg: cfg, quotas: quotaSource{resolver: r},
-		metrics: newMetrics(cfg.meterProvider, cfg.tenantTopK), now: time.Now, slots: slotState{closing: make(chan struct{})}}
-	l.slotSettings()
+	l := &Limiter{client: client, keys: ks, cfg: cfg, quotas: quotaSource{resolver: r, args: &scriptcall.QuotaArgs{}},
+		metrics: newMetrics(cfg.meterProvider, cfg.tenantTopK), now: time.Now, slots: slotState{closing: make(chan struct{})},
+		log: &degradedLog{log: cfg.log, policy: cfg.policy.String()}}
+	l.slots.leaseMicros, l.slots.ttl = scriptcall.SlotArgs(cfg.slotLease)
 	var ctxTimeout time.Duration
 	l.store.scripts, l.store.owned, ctxTimeout = transport.Client(client, cfg.timeout)
 	l.store.reservations.id = newLimiterID()
@@ -185,23 +172,13 @@ func New(client redis.UniversalClient, r quota.Resolver, opts ...Option) (*Limit
 	l.quotas.tiered, _ = r.(tieredResolver)
 	l.store.shards = shard.New(cfg.breakerThreshold, cfg.breakerCooldown, cfg.timeout, l.store.scripts, l.now,
 		shard.Metrics{Durations: l.metrics.storeDur, Errors: l.metrics.storeErrs, Policy: cfg.policy.String()})
-	l.path.breaker = &breakerLayer{shards: l.store.shards, policy: cfg.policy, metrics: l.metrics, log: l.logDegraded, now: l.now, script: &scriptLayer{l: l}}
-	if cfg.fallbackShare > 0 {
-		l.path.breaker.fallback = fallback.New(cfg.fallbackShare, 100_000)
-	}
-	if cfg.denyCache {
-		l.path.deny = denycache.New(100_000, cfg.timeout) // a refund elsewhere is seen within a check timeout
-	}
-	if len(cfg.leases) > 0 {
-		l.path.leases = lease.New(cfg.leases, 100_000)
-	}
-	l.path.layers = l.stack()
-	scripts := transport.Pair(tokenBucket, concurrencyScript)
+	scripts := transport.Pair(scriptcall.TokenBucket, scriptcall.Concurrency)
 	if cfg.batching {
 		l.store.calls = transport.NewBatcher(l.store.scripts, scripts, cfg.timeout, ctxTimeout, l.metrics.batches)
 	} else {
 		l.store.calls = transport.NewDirect(l.store.scripts, scripts, cfg.timeout, ctxTimeout)
 	}
+	l.stack()
 	return l, nil
 }
 
@@ -214,7 +191,15 @@ func New(client redis.UniversalClient, r quota.Resolver, opts ...Option) (*Limit
 // does not close the Redis client given to New.
 func (l *Limiter) Close() error {
 	l.store.calls.Close()
+	// the held slots' releases and the unanswered ones' forgets make their
+	// last attempts side by side: one store timeout for both
+	forgot := make(chan struct{})
+	go func() {
+		l.path.forgets.Close()
+		close(forgot)
+	}()
 	l.closeSlots()
+	<-forgot
 	l.store.shards.Close()
 	if l.store.owned != nil {
 		return l.store.owned.Close()
@@ -224,13 +209,3 @@ func (l *Limiter) Close() error {
 
 // Keys returns the limiter's key scheme.
 func (l *Limiter) Keys() keys.Keys { return l.keys }
-
-// logDegraded logs a degraded or refused check, at most once a second: a
-// degraded decision is never silent, and an outage does not flood the log.
-func (l *Limiter) logDegraded(msg string, req Request, err error, attrs ...any) {
-	now := time.Now().UnixNano()
-	if last := l.lastLog.Load(); now-last >= int64(time.Second) && l.lastLog.CompareAndSwap(last, now) {
-		attrs = append(attrs, "tenant", keys.EscapeID(req.Tenant.ID), "class", req.Class, "policy", l.cfg.policy.String(), "err", err)
-		l.cfg.log.Warn(msg, attrs...)
-	}
-}

@@ -2,7 +2,7 @@ package core
 
 import (
 	"github.com/tollgate-go/tollgate/core/internal/shard"
-	"github.com/tollgate-go/tollgate/core/internal/transport"
+	"github.com/tollgate-go/tollgate/core/internal/stack"
 	"github.com/tollgate-go/tollgate/core/keys"
 	"github.com/tollgate-go/tollgate/core/quota"
 
@@ -172,13 +172,25 @@ func newMetrics(mp metric.MeterProvider, k int) *metrics {
 	return m
 }
 
-// slotSet is the label set of a slot's metrics, bounded as the decisions'.
-func (m *metrics) slotSet(req Request, bucket string) metric.AddOption {
+// slotLabels is the label set of a slot's metrics, bounded as the
+// decisions'.
+func (m *metrics) slotLabels(tier, class, bucket string) metric.AddOption {
 	return metric.WithAttributes(
-		attribute.String("class", label(req.Class, quota.DefaultClass)),
-		attribute.String("tier", label(req.Tenant.Tier, "none")),
+		attribute.String("class", label(class, quota.DefaultClass)),
+		attribute.String("tier", label(tier, "none")),
 		attribute.String("bucket", label(bucket, "none")),
 	)
+}
+
+// slotSet is the label set of the slot of call c in bucket (the slot
+// forgets' hook).
+func (m *metrics) slotSet(c stack.Call, bucket string) metric.AddOption {
+	return m.slotLabels(c.Tenant.Tier, c.Class, bucket)
+}
+
+// denyCacheHit counts a check the deny cache answered (its layer's hook).
+func (m *metrics) denyCacheHit(ctx context.Context) {
+	m.denyCacheHits.Add(ctx, 1)
 }
 
 func (m *metrics) slotExpired(labels metric.AddOption, cause string) {
@@ -291,8 +303,9 @@ func (m *metrics) recordTenant(ctx context.Context, req Request, d Decision) {
 	m.decisions.Add(ctx, 1, metric.WithAttributes(attrs...))
 }
 
-func (m *metrics) shedCheck(ctx context.Context, why *transport.ShedError) {
-	m.shed.Add(ctx, 1, metric.WithAttributes(attribute.String("cause", why.Cause)))
+// shedCheck counts a shed check by cause (the guard's hook).
+func (m *metrics) shedCheck(ctx context.Context, cause string) {
+	m.shed.Add(ctx, 1, metric.WithAttributes(attribute.String("cause", cause)))
 }
 
 // topK labels at most k tenants, the first heavy hitters seen by denials,

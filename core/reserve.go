@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tollgate-go/tollgate/core/internal/stack"
 	"github.com/tollgate-go/tollgate/core/internal/transport"
 	"github.com/tollgate-go/tollgate/core/keys"
 	"github.com/tollgate-go/tollgate/core/lua"
@@ -160,7 +161,7 @@ func (l *Limiter) reserve(ctx context.Context, req Request, maxWait time.Duratio
 			return fail(ReasonInvalid, err)
 		}
 		last, _ := l.keys.Reserved(req.Tenant.ID, b.Name) // valid as k is
-		a := l.quotaArgs(b.Quota)
+		a := l.quotas.args.Of(b.Quota)
 		r.keys = append(r.keys, k, last)
 		r.args = append(r.args, a[0], a[1], strconv.FormatInt(costs[i], 10))
 	}
@@ -198,7 +199,7 @@ func (r *Reservation) read(v any, buckets []quota.Bucket, req Request, maxWait t
 	if !ok1 || !ok2 || !ok3 || !ok4 || err1 != nil || err2 != nil || status < 0 || status > 2 || binding < 1 || int(binding) > len(buckets) {
 		return fmt.Errorf("%w: reserve script reply header %v", errProtocol, a[:4])
 	}
-	states := make([]BucketState, len(buckets))
+	states := make([]stack.Bucket, len(buckets))
 	for i, b := range buckets {
 		s, ok := a[4+i].(string)
 		if !ok {
@@ -209,25 +210,27 @@ func (r *Reservation) read(v any, buckets []quota.Bucket, req Request, maxWait t
 		if err != nil {
 			return fmt.Errorf("%w: reserve script reply element %q", errProtocol, s)
 		}
-		states[i] = BucketState{Name: b.Name, Quota: b.Quota, Tokens: tokens}
+		states[i] = stack.Bucket{Name: b.Name, Quota: b.Quota, Tokens: tokens}
 		if us, err := strconv.ParseInt(stamp, 10, 64); err == nil && stamp != "" {
 			states[i].Stamp = time.UnixMicro(us)
 		}
 	}
+	res := stack.Result{Verdict: stack.OK, Buckets: states, Binding: int(binding - 1), Cost: req.Cost}
 	switch status {
 	case 0:
-		r.Decision = newDecision(states, int(binding-1), ReasonOK, 0, req.Cost)
 		r.act = atS
 		r.at = arrived.Add(time.Duration(at-now) * time.Microsecond)
 	case 1:
-		r.Decision = newDecision(states, int(binding-1), ReasonOverLimit, 0, req.Cost)
 		// at is the wait the buckets would have asked
-		r.Decision.RetryAfter = time.Duration(at)*time.Microsecond - maxWait
+		res.Verdict, res.Retry = stack.OverLimit, time.Duration(at)*time.Microsecond-maxWait
 	case 2:
-		r.Decision = newDecision(states, int(binding-1), ReasonCostExceedsCapacity, 0, req.Cost)
+		res.Verdict = stack.CostExceedsCapacity
 	}
-	r.Decision.mixedCosts = req.mixed()
-	r.Decision.class, r.Decision.also = req.Class, req.Also
+	call := stack.Call{}
+	if req.mixed() {
+		call.Costs = []int64{} // the buckets were charged different costs
+	}
+	r.Decision = r.l.answer(&req, &call, res)
 	r.l.nameReservation(&r.Decision)
 	return nil
 }

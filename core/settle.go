@@ -105,7 +105,7 @@ func (l *Limiter) Settle(ctx context.Context, t quota.Tenant, d Decision, actual
 			charged = int64(math.Floor(r * float64(d.Cost)))
 			refused[i] = actual - charged
 		}
-		a := l.quotaArgs(q)
+		a := l.quotas.args.Of(q)
 		args = append(args, a[0], a[1], strconv.FormatInt(charged-d.Cost, 10), strconv.FormatInt(q.MaxDebt, 10))
 	}
 	mark, err := l.keys.Settled(t.ID, d.Buckets[0].Name, d.limiterID+strconv.FormatUint(d.reservation, 36))

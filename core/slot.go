@@ -2,28 +2,19 @@ package core
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"net"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/core/internal/scriptcall"
+	"github.com/tollgate-go/tollgate/core/internal/slots"
 	"github.com/tollgate-go/tollgate/core/internal/transport"
-	"github.com/tollgate-go/tollgate/core/lua"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"go.opentelemetry.io/otel/metric"
 )
-
-// concurrencyScript checks a request of a bucket set with a concurrency
-// limit, and renews slots. Only such requests send it: the token-bucket
-// script's paths stay as they are for every other request.
-var concurrencyScript = transport.NewScript(lua.Concurrency())
 
 // Slot defaults (WithConcurrencySlots states them).
 const (
@@ -68,35 +59,6 @@ func (s *Slot) Release() {
 	}
 }
 
-// slotCall is what a check of a bucket set with a concurrency limit adds
-// to the script call: the bucket, its slot set and the new slot's id.
-type slotCall struct {
-	index int // the bucket with the limit
-	key   string
-	id    string
-}
-
-// slotIDs makes slot ids unique across the fleet: a random prefix per
-// process and a counter.
-var slotIDs = struct {
-	prefix string
-	n      atomic.Uint64
-}{prefix: randomPrefix()}
-
-func randomPrefix() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:]) // never fails (crypto/rand panics on a broken source)
-	return hex.EncodeToString(b[:]) + "-"
-}
-
-func (l *Limiter) newSlotID() string {
-	id := slotIDs.prefix + strconv.FormatUint(slotIDs.n.Add(1), 36)
-	if l.cfg.slotGroup != "" {
-		return l.cfg.slotGroup + "/" + id
-	}
-	return id
-}
-
 // ReleaseAny frees one concurrency slot of tenant t's class: s while the
 // store still holds it, else, with a slot group (WithSlotGroup), the live
 // slot of the group in the class's bucket with the earliest deadline,
@@ -139,7 +101,7 @@ func (l *Limiter) ReleaseAny(ctx context.Context, t quota.Tenant, class string, 
 	}
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
 	defer cancel()
-	v, err := concurrencyScript.Run(cctx, l.store.scripts, concurrencyScript.Line([]string{key}, l.nowArg(), id, l.slots.leaseMicros, l.slots.ttl, "free", group))
+	v, err := scriptcall.Concurrency.Run(cctx, l.store.scripts, scriptcall.Concurrency.Line([]string{key}, l.nowArg(), id, l.slots.leaseMicros, l.slots.ttl, "free", group))
 	if err != nil {
 		s.Release()
 		return false, transport.StoreError(cctx, l.cfg.timeout, err)
@@ -156,80 +118,11 @@ func (l *Limiter) ReleaseAny(ctx context.Context, t quota.Tenant, class string, 
 	return n == 1, nil
 }
 
-// slotLine is the concurrency script's command line for a check. costs,
-// when not nil, is each bucket's cost: the cost argument is "" and each
-// bucket's group carries its own (see the script's header).
-func (l *Limiter) slotLine(keys []string, buckets []quota.Bucket, now string, cost int64, costs []int64, quotas [][3]any, s *slotCall) []any {
-	all := make([]string, 0, len(keys)+1)
-	all = append(append(all, keys...), s.key)
-	args := make([]any, 0, 2+4*len(quotas)+4)
-	if costs == nil {
-		args = append(args, now, strconv.FormatInt(cost, 10))
-		for _, q := range quotas {
-			args = append(args, q[0], q[1], q[2])
-		}
-	} else {
-		args = append(args, now, "")
-		for i, q := range quotas {
-			args = append(args, q[0], q[1], q[2], strconv.FormatInt(costs[i], 10))
-		}
-	}
-	args = append(args, strconv.FormatInt(buckets[s.index].Quota.Concurrency, 10), l.slots.leaseMicros, s.id, l.slots.ttl)
-	return concurrencyScript.Line(all, args...)
-}
-
-// parseSlotReply decodes the concurrency script's reply (see its header).
-func (l *Limiter) parseSlotReply(v any, buckets []quota.Bucket, cost int64, costs []int64, ci int) (Decision, error) {
-	a, ok := v.([]any)
-	if !ok || len(a) != 5+len(buckets) {
-		return Decision{}, fmt.Errorf("%w: concurrency script reply %T of length %d", errProtocol, v, len(a))
-	}
-	allowed, ok1 := a[0].(int64)
-	reason, ok2 := a[1].(int64)
-	binding, ok3 := a[2].(int64)
-	held, ok4 := a[3].(int64)
-	wait, ok5 := a[4].(int64)
-	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || binding < 1 || int(binding) > len(buckets) || reason < 0 || reason > 3 ||
-		(allowed == 1) != (reason == 0) || held < 0 || wait < 0 {
-		return Decision{}, fmt.Errorf("%w: concurrency script reply header %v", errProtocol, a[:5])
-	}
-	toks := make([]float64, len(buckets))
-	stamps := make([]int64, len(buckets))
-	for i := range buckets {
-		s, ok := a[5+i].(string)
-		if !ok {
-			return Decision{}, fmt.Errorf("%w: script reply element %T, want a string", errProtocol, a[5+i])
-		}
-		tok, stamp, err := parseTokens(s)
-		if err != nil {
-			return Decision{}, err
-		}
-		toks[i], stamps[i] = tok, stamp
-	}
-	if reason != 3 {
-		d := decide(buckets, toks, stamps, int(binding-1), reason, cost, costs)
-		d.Buckets[ci].InFlight = held
-		return d, nil
-	}
-	states := make([]BucketState, len(buckets))
-	for i, b := range buckets {
-		states[i] = BucketState{Name: b.Name, Quota: b.Quota, Tokens: toks[i]}
-	}
-	states[ci].InFlight = held
-	d := newDecision(states, ci, ReasonConcurrencyLimit, 0, cost)
-	d.RetryAfter = time.Duration(wait) * time.Microsecond
-	if l.cfg.slotRetry > 0 && l.cfg.slotRetry < d.RetryAfter {
-		d.RetryAfter = l.cfg.slotRetry
-	}
-	return d, nil
-}
-
-// newSlot starts holding the slot a check took: renewed until released.
-// sent is when the check started: the slot's deadline is no later than
-// sent plus the lease.
-func (l *Limiter) newSlot(req Request, b quota.Bucket, key, id string, sent time.Time) *Slot {
+// newSlot starts holding the slot a check of req took in bucket b: renewed
+// until released.
+func (l *Limiter) newSlot(req *Request, b quota.Bucket, key, id string) *Slot {
 	s := &Slot{l: l, key: key, id: id, stop: make(chan struct{}), tried: make(chan struct{}),
-		labels: l.metrics.slotSet(req, b.Name)}
+		labels: l.metrics.slotLabels(req.Tenant.Tier, req.Class, b.Name)}
 	l.slots.mu.Lock()
 	closed := l.slots.closed
 	if !closed {
@@ -290,8 +183,8 @@ func (s *Slot) hold(deadline time.Time) {
 func (s *Slot) renew() (bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.l.cfg.timeout)
 	defer cancel()
-	line := concurrencyScript.Line([]string{s.key}, s.l.nowArg(), s.id, s.l.slots.leaseMicros, s.l.slots.ttl)
-	v, err := concurrencyScript.Run(ctx, s.l.store.scripts, line)
+	line := scriptcall.Concurrency.Line([]string{s.key}, s.l.nowArg(), s.id, s.l.slots.leaseMicros, s.l.slots.ttl)
+	v, err := scriptcall.Concurrency.Run(ctx, s.l.store.scripts, line)
 	if err != nil {
 		return false, err
 	}
@@ -361,7 +254,7 @@ type release struct {
 }
 
 // maxReleaseBatch bounds one pipeline.
-const maxReleaseBatch = 256
+const maxReleaseBatch = slots.MaxBatch
 
 func (r *releases) do(l *Limiter, key, id string) error {
 	req := &release{key: key, id: id, err: make(chan error, 1)}
@@ -421,189 +314,4 @@ func (l *Limiter) closeSlots() {
 	}
 	l.slots.mu.Unlock()
 	l.slots.wg.Wait()
-}
-
-// slotSettings formats the lease for the script, once.
-func (l *Limiter) slotSettings() {
-	l.slots.leaseMicros = strconv.FormatInt(l.cfg.slotLease.Microseconds(), 10)
-	ms := (l.cfg.slotLease + time.Millisecond - 1) / time.Millisecond // rounded up
-	l.slots.ttl = strconv.FormatInt(int64(ms)+1000, 10)
-}
-
-// neverRun reports whether a failed check's script call certainly never
-// ran in the store: shed or closed before it was sent, queued behind a
-// stalled store, its connection never made (a failed dial: nothing was
-// written), or refused by an error reply (the script takes its slot last,
-// after every command that can fail).
-func neverRun(err error) bool {
-	var shed *transport.ShedError
-	var op *net.OpError
-	return errors.As(err, &shed) || errors.Is(err, transport.ErrClosed) || errors.Is(err, transport.ErrStalled) ||
-		(errors.As(err, &op) && op.Op == "dial") || transport.IsErrorReply(err)
-}
-
-// forgets frees the slots of checks whose answer was not delivered (a
-// timeout, a late reply, a caller gone: the failure policy, a shed or a
-// cancellation answered it): the store may have run the check's script, or
-// may run it later, from a connection the process gave up on. Each is
-// forgotten by the concurrency script's Forget (see its header), which
-// removes the slot if it was taken and otherwise leaves a tombstone that
-// stops the take: either order frees it. The pending ones are sent in one
-// pipeline by a background worker, and retried with back-off (as releases
-// are) until the store answers each or its lease from the check has run
-// out; one given up is counted as a release that failed.
-type forgets struct {
-	mu      sync.Mutex
-	pending []forget
-	running bool
-	// wake tells a worker waiting out a back-off that a new forget came:
-	// a new one is sent at once (with the ones being retried), as a
-	// release is
-	wake chan struct{}
-}
-
-type forget struct {
-	key, id string
-	until   time.Time // retried until then: the lease from the check
-	labels  metric.AddOption
-}
-
-// forgetSlot forgets the slot s of req's check (see forgets).
-func (l *Limiter) forgetSlot(req Request, b quota.Bucket, s *slotCall) {
-	f := forget{key: s.key, id: s.id, until: time.Now().Add(l.cfg.slotLease), labels: l.metrics.slotSet(req, b.Name)}
-	fs := &l.slots.forgets
-	fs.mu.Lock()
-	fs.pending = append(fs.pending, f)
-	if fs.running {
-		fs.mu.Unlock()
-		select {
-		case fs.wake <- struct{}{}:
-		default: // already woken
-		}
-		return
-	}
-	l.slots.mu.Lock()
-	closed := l.slots.closed
-	if !closed {
-		l.slots.wg.Add(1)
-	}
-	l.slots.mu.Unlock()
-	if closed {
-		// the limiter is closing: one attempt, now
-		batch := fs.pending
-		fs.pending = nil
-		fs.mu.Unlock()
-		l.giveUp(l.sendForgets(batch))
-		return
-	}
-	fs.running = true
-	if fs.wake == nil {
-		fs.wake = make(chan struct{}, 1)
-	}
-	fs.mu.Unlock()
-	go l.forgetLoop(fs.wake)
-}
-
-// forgetLoop sends the pending forgets until none is left, retrying the
-// failed ones with back-off within their leases (a new forget ends the
-// wait); once the limiter closes, each is tried once more.
-func (l *Limiter) forgetLoop(wake chan struct{}) {
-	defer l.slots.wg.Done()
-	fs := &l.slots.forgets
-	backoff := 25 * time.Millisecond
-	closing := false
-	for {
-		fs.mu.Lock()
-		batch := fs.pending
-		fs.pending = nil
-		if len(batch) == 0 {
-			fs.running = false
-			fs.mu.Unlock()
-			return
-		}
-		fs.mu.Unlock()
-		failed := l.sendForgets(batch)
-		if closing {
-			l.giveUp(failed)
-			continue
-		}
-		if len(failed) == 0 {
-			backoff = 25 * time.Millisecond
-			continue
-		}
-		now := time.Now()
-		keep := failed[:0]
-		for _, f := range failed {
-			if now.Add(backoff).Before(f.until) {
-				keep = append(keep, f)
-			} else {
-				l.giveUp([]forget{f})
-			}
-		}
-		fs.mu.Lock()
-		fs.pending = append(keep, fs.pending...)
-		fs.mu.Unlock()
-		t := time.NewTimer(backoff)
-		select {
-		case <-t.C:
-			backoff = min(2*backoff, time.Second)
-		case <-wake:
-			t.Stop()
-		case <-l.slots.closing:
-			t.Stop()
-			closing = true
-		}
-	}
-}
-
-// giveUp counts forgets that never reached the store: their slots, if the
-// store takes them, expire at their deadline.
-func (l *Limiter) giveUp(failed []forget) {
-	for _, f := range failed {
-		l.metrics.slotExpired(f.labels, "release_failed")
-	}
-}
-
-// sendForgets runs batch's forgets, pipelined (maxReleaseBatch to a round
-// trip, each bounded by the store timeout), and returns those the store did
-// not answer. After a round trip the store answered none of, the rest wait
-// for the next attempt: an outage costs one timeout per attempt, not one
-// per round trip.
-func (l *Limiter) sendForgets(batch []forget) (failed []forget) {
-	now := l.nowArg()
-	for len(batch) > 0 {
-		part := batch[:min(len(batch), maxReleaseBatch)]
-		batch = batch[len(part):]
-		lines := make([][]any, len(part))
-		for i, f := range part {
-			lines[i] = concurrencyScript.Line([]string{f.key}, now, f.id, l.slots.leaseMicros, l.slots.ttl, "forget")
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.timeout)
-		cmds := make([]*redis.Cmd, len(part))
-		_, _ = l.store.scripts.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i, line := range lines {
-				cmds[i] = redis.NewCmd(ctx, line...)
-				cmds[i].SetFirstKeyPos(3)
-				_ = p.Process(ctx, cmds[i])
-			}
-			return nil
-		})
-		before := len(failed)
-		for i, f := range part {
-			err := cmds[i].Err()
-			if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-				// the store lost its script cache: EVAL loads it
-				_, err = concurrencyScript.Run(ctx, l.store.scripts, lines[i])
-			}
-			if err != nil {
-				l.logDegraded("tollgate: the concurrency slot of an unanswered check could not be freed; retrying within its lease", Request{}, err, "key", f.key)
-				failed = append(failed, f)
-			}
-		}
-		cancel()
-		if len(failed)-before == len(part) {
-			return append(failed, batch...)
-		}
-	}
-	return failed
 }

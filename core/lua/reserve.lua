@@ -34,7 +34,8 @@
 --   waits longest, or when none waits, the one left with the fewest tokens.
 -- Cancel reply: {restored_1, ..., restored_n}, %.17g: x/time/rate's
 --   CancelAt rule, per bucket. Nothing is restored at or after T. Else
---   bucket i gets back k_i - r_i x (last_i - T) (last_i its last event;
+--   bucket i gets back k_i - r_i x (last_i - T) (last_i its last event,
+--   read as T when within a microsecond of it, the rounding of times;
 --   at most k_i, none when not above 0), never above its capacity; and
 --   when the cancelled reservation was its last, its last event moves back
 --   to T - k_i / r_i, unless that is before now.
@@ -59,7 +60,10 @@ if ARGV[2] == 'c' then
     local cap, rate, cost = arg(i, 1), arg(i, 2), arg(i, 3)
     local key, lkey = KEYS[2 * i - 1], KEYS[2 * i]
     local lastEvent = tonumber(redis.call('GET', lkey))
-    if not lastEvent or lastEvent < act then lastEvent = act end
+    -- times are whole microseconds, rounded up, and a cancel moves the
+    -- last event back by the cost's time, so a last event within a
+    -- microsecond of T is T's own
+    if not lastEvent or lastEvent <= act + 1 then lastEvent = act end
     local restore = cost - rate * (lastEvent - act) / 1000000
     if restore > cost then restore = cost end
     if restore > 0 then
