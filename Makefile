@@ -61,8 +61,7 @@ test-settle: check-redis ## the reserve-then-settle bound at full size: 4 replic
 check-redis: ## fail fast, and say why, when no real Redis can be had
 	@if [ -n "$$REDIS_URL" ]; then exit 0; fi; \
 	if command -v redis-server >/dev/null 2>&1; then exit 0; fi; \
-	if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then exit 0; fi; \
-	echo "make test needs a real Redis: set REDIS_URL, start a Docker daemon (testcontainers), or put redis-server on PATH" >&2; exit 1
+	echo "make test needs a real Redis: set REDIS_URL or put redis-server on PATH" >&2; exit 1
 
 # FUZZTIME is a count of calls (Nx) rather than a duration: Go 1.26's fuzz
 # coordinator can fail a target that found nothing with a bare "context

@@ -47,9 +47,9 @@
 //		}))
 //	}
 //
-// and run it with a Redis at hand (REDIS_URL, a Docker daemon, or
-// redis-server on PATH; the Cluster scenarios need redis-server and
-// redis-cli):
+// and run it with a Redis at hand (REDIS_URL, or redis-server on PATH; the
+// Cluster scenarios need redis-server and redis-cli; without either the
+// tests skip, or fail under CI=true):
 //
 //	go test -race -run TestConformance ./...
 //

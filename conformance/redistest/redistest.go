@@ -8,14 +8,15 @@
 //
 // The standalone server comes from, in order:
 //
-//  1. REDIS_URL, if set (redis://host:port/db);
-//  2. testcontainers-go's Redis module, when a Docker daemon answers;
-//  3. a private redis-server from PATH, on a free port in a temporary
+//  1. REDIS_URL, if set (redis://host:port/db); a REDIS_URL that does not
+//     answer fails the test;
+//  2. a private redis-server from PATH, on a free port in a temporary
 //     directory, killed when the test binary exits.
 //
-// When none is available the test fails with a message saying so. Private
-// servers and the Cluster need redis-server on PATH; without it they fail
-// under CI=true and skip otherwise.
+// When neither is available the test fails under CI=true and skips
+// otherwise, with [NoRedisMessage] either way. Private servers and the
+// Cluster need redis-server on PATH; without it they fail under CI=true
+// and skip otherwise.
 //
 // Tests share servers, so they isolate themselves with a random key prefix
 // ([Prefix]) and never FLUSHDB or FLUSHALL. Every key a test leaves in the
@@ -46,11 +47,15 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	tcredis "github.com/testcontainers/testcontainers-go/modules/redis"
 )
 
-// NoRedisMessage is the failure reported when no Redis can be found.
-const NoRedisMessage = "no Redis for the tests: set REDIS_URL, start a Docker daemon (testcontainers), or put redis-server on PATH"
+// NoRedisMessage is the failure (under CI=true) or skip reported when no
+// Redis can be found.
+const NoRedisMessage = "no Redis for the tests: set REDIS_URL or put redis-server on PATH"
+
+// errNoRedis is findShared's error when neither REDIS_URL nor redis-server
+// is there: a test skips on it outside CI, where any other error fails.
+var errNoRedis = errors.New("REDIS_URL is not set and redis-server is not on PATH")
 
 var (
 	sharedOnce sync.Once
@@ -102,9 +107,14 @@ func SharedURL() (string, error) {
 }
 
 // URL returns the shared standalone Redis URL, starting a server if needed.
+// With no Redis to be had (neither REDIS_URL nor redis-server) it fails the
+// test under CI=true and skips it otherwise.
 func URL(t testing.TB) string {
 	t.Helper()
 	sharedOnce.Do(func() { sharedURL, sharedErr = findShared() })
+	if errors.Is(sharedErr, errNoRedis) && !InCI() {
+		t.Skipf("%s (skipped outside CI)", NoRedisMessage)
+	}
 	if sharedErr != nil {
 		t.Fatalf("%s (%v)", NoRedisMessage, sharedErr)
 	}
@@ -144,16 +154,12 @@ func findShared() (u string, err error) {
 	if u := os.Getenv("REDIS_URL"); u != "" {
 		return u, ping(u)
 	}
-	var errs []error
-	if u, err := startContainer(); err == nil {
-		return u, nil
-	} else {
-		errs = append(errs, fmt.Errorf("testcontainers: %w", err))
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		return "", errNoRedis
 	}
 	s, err := startServer(nil)
 	if err != nil {
-		errs = append(errs, err)
-		return "", errors.Join(errs...)
+		return "", err
 	}
 	atExit(s.shutdown)
 	return s.URL(), nil
@@ -172,29 +178,6 @@ func ping(u string) error {
 		return fmt.Errorf("ping %s: %w", opt.Addr, err)
 	}
 	return nil
-}
-
-func startContainer() (u string, err error) {
-	defer func() {
-		// testcontainers panics in some environments without Docker
-		if r := recover(); r != nil {
-			err = fmt.Errorf("panic: %v", r)
-		}
-	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	c, err := tcredis.Run(ctx, "redis:7")
-	if c != nil {
-		atExit(func() { _ = c.Terminate(context.Background()) })
-	}
-	if err != nil {
-		return "", fmt.Errorf("run redis: %w", err)
-	}
-	u, err = c.ConnectionString(ctx)
-	if err != nil {
-		return "", fmt.Errorf("connection string: %w", err)
-	}
-	return u, nil
 }
 
 // needBinary fails (CI) or skips the test when redis-server is not on PATH.

@@ -37,22 +37,18 @@ var heavy = []string{
 	"google.golang.org/grpc",
 }
 
-// brings are the heavy modules a direct requirement brings along: a module that
-// asks for testcontainers (the conformance suite's Redis harness) gets the
-// Docker client and what it needs too.
+// brings are the heavy modules a direct requirement brings along.
 var brings = map[string][]string{
-	testInfra: {"github.com/docker/", "github.com/moby/", "github.com/containerd/", "google.golang.org/grpc"},
 	// Envoy's API module names Prometheus' metric data model (protobuf
 	// types only, not the client library)
 	"github.com/envoyproxy/": {"github.com/prometheus/client_model"},
 }
 
+// testInfra is test infrastructure no published module may bring, whatever
+// its go.mod says: the published modules' own tests (the conformance suite
+// and its Redis harness included) run on a real Redis from REDIS_URL or
+// redis-server, and they are in every adapter's module graph.
 const testInfra = "github.com/testcontainers/"
-
-// harness are the modules whose users may get test infrastructure: the
-// conformance suite and its Redis harness are for tests. Any other module
-// that asks for testcontainers fails the check, whatever its go.mod says.
-var harness = []string{"conformance"}
 
 // lean are the modules whose consumers get none of heavy at all, whatever
 // their go.mod files say: a core-only or net/http user gets no SQL driver,
@@ -377,7 +373,7 @@ func allowedHeavy(root, m string, v *Versions) ([]string, error) {
 				continue
 			}
 			for _, h := range heavy {
-				if h == testInfra && !slices.Contains(harness, m) {
+				if h == testInfra {
 					continue
 				}
 				if strings.HasPrefix(r.Mod.Path, h) {
@@ -385,9 +381,6 @@ func allowedHeavy(root, m string, v *Versions) ([]string, error) {
 				}
 			}
 			for k, b := range brings {
-				if k == testInfra && !slices.Contains(harness, m) {
-					continue
-				}
 				if strings.HasPrefix(r.Mod.Path, k) {
 					allowed = appendNew(allowed, b...)
 				}
