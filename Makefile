@@ -1,6 +1,8 @@
 # tollgate: one Go module per top-level folder, tied together by go.work. A
-# module's tests that need the Redis harness or the conformance suite live in
-# its nested test-only module <module>/test (README, "Module layout").
+# module's tests live beside its code, except where they need what its users
+# must not get (a peer library, SQL drivers, a reference server): those are
+# in the nested test-only modules core/test, sqlquota/test and rls/test
+# (README, "Layout").
 GO        ?= go
 # the published modules are listed once, in versions.yaml; then the unpublished ones
 PUBLISHED := $(shell sed -n 's/^  - \([a-z0-9/._-]*\)$$/\1/p' versions.yaml)

@@ -21,13 +21,13 @@ func auth(c *fiber.Ctx) error {
 	return c.Next()
 }
 
-// gate is the suite's configuration as the gate the handler takes.
-func gate(s conformance.Setup) (*tggate.Gate, error) {
+// suiteGate is the suite's configuration as the gate the handler takes.
+func suiteGate(s conformance.Setup) (*tggate.Gate, error) {
 	return tggate.New(s.Limiter, s.GateOptions(conformance.HTTPRoutes(s.Routes, conformance.HTTPEndpoint.ColonPath))...)
 }
 
 var target = conformance.HTTPTarget(func(t testing.TB, s conformance.Setup) (conformance.Instance, error) {
-	g, err := gate(s)
+	g, err := suiteGate(s)
 	if err != nil {
 		return nil, err
 	}

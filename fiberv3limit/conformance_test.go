@@ -21,8 +21,8 @@ func auth(c fiber.Ctx) error {
 	return c.Next()
 }
 
-// gate is the suite's configuration as the gate the handler takes.
-func gate(s conformance.Setup) (*tggate.Gate, error) {
+// suiteGate is the suite's configuration as the gate the handler takes.
+func suiteGate(s conformance.Setup) (*tggate.Gate, error) {
 	return tggate.New(s.Limiter, s.GateOptions(conformance.HTTPRoutes(s.Routes, conformance.HTTPEndpoint.ColonPath))...)
 }
 
@@ -41,7 +41,7 @@ const (
 // options appended to the suite's (a wrong variant's mistake).
 func target(m mount, more ...fiberv3limit.Option) conformance.Target {
 	return conformance.HTTPTarget(func(t testing.TB, s conformance.Setup) (conformance.Instance, error) {
-		g, err := gate(s)
+		g, err := suiteGate(s)
 		if err != nil {
 			return nil, err
 		}

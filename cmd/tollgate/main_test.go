@@ -33,8 +33,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	bin = filepath.Join(dir, "tollgate")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Dir = "../../tollgate" // cmd/tollgate, in the cmd module
+	build := exec.Command("go", "build", "-o", bin, ".") // this package
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "build tollgate: %v\n%s", err, out)
 		os.Exit(1)
