@@ -5,8 +5,8 @@ go 1.26.0
 require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/tollgate-go/tollgate/conformance v0.3.0
 	github.com/tollgate-go/tollgate/core v0.3.0
+	github.com/tollgate-go/tollgate/internal v0.3.0
 	github.com/tollgate-go/tollgate/sqlquota v0.3.0
 	golang.org/x/term v0.47.0
 	modernc.org/sqlite v1.62.0

@@ -31,10 +31,7 @@
 //
 // Then, in a test of your adapter's package:
 //
-//	func TestMain(m *testing.M) {
-//		redistest.StartSharedCluster() // overlap the Cluster's start-up
-//		redistest.Main(m)
-//	}
+//	func TestMain(m *testing.M) { conformance.Main(m) }
 //
 //	func TestConformance(t *testing.T) {
 //		conformance.Run(t, conformance.HTTPTarget(func(t testing.TB, s conformance.Setup) (conformance.Instance, error) {

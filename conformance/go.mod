@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/redis/go-redis/v9 v9.23.0
+	github.com/tollgate-go/tollgate/internal v0.3.0
 	go.opentelemetry.io/otel/sdk/metric v1.47.0
 	go.uber.org/goleak v1.3.0
 )

@@ -8,6 +8,7 @@ require (
 	github.com/tollgate-go/tollgate/conformance v0.3.0
 	github.com/tollgate-go/tollgate/core v0.3.0
 	github.com/tollgate-go/tollgate/httplimit v0.3.0
+	github.com/tollgate-go/tollgate/internal v0.3.0
 )
 
 require (

@@ -7,8 +7,9 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/tollgate-go/tollgate/internal/testkit"
+
 	"github.com/labstack/echo/v4"
-	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
@@ -18,10 +19,10 @@ import (
 // The headers are on the response before the handler runs, so an
 // *echo.HTTPError from the handler, or from a deny handler, keeps them.
 func TestHeadersSurviveHTTPError(t *testing.T) {
-	lim := conformance.NewUnitLimiter(t)
+	lim := testkit.NewUnitLimiter(t)
 	t.Run("handler error", func(t *testing.T) {
 		e := echo.New()
-		e.Use(tenant("handler-error"), echolimit.Middleware(conformance.NewUnitGate(t, lim)))
+		e.Use(tenant("handler-error"), echolimit.Middleware(testkit.NewUnitGate(t, lim)))
 		e.GET("/", func(echo.Context) error { return echo.NewHTTPError(http.StatusBadGateway, "upstream down") })
 		w := get(e, "GET", "/")
 		if w.Code != http.StatusBadGateway || w.Header().Get("RateLimit") != `"default";r=1;t=100` || w.Header().Get("X-RateLimit-Remaining") != "1" {
@@ -30,7 +31,7 @@ func TestHeadersSurviveHTTPError(t *testing.T) {
 	})
 	t.Run("deny handler error", func(t *testing.T) {
 		e := echo.New()
-		e.Use(tenant("deny-error"), echolimit.Middleware(conformance.NewUnitGate(t, lim), echolimit.WithDenyHandler(func(c echo.Context, v gate.Verdict) error {
+		e.Use(tenant("deny-error"), echolimit.Middleware(testkit.NewUnitGate(t, lim), echolimit.WithDenyHandler(func(c echo.Context, v gate.Verdict) error {
 			return echo.NewHTTPError(v.Status, v.Problem.Title)
 		})))
 		reached := 0
@@ -46,10 +47,10 @@ func TestHeadersSurviveHTTPError(t *testing.T) {
 }
 
 func TestOptions(t *testing.T) {
-	lim := conformance.NewUnitLimiter(t)
+	lim := testkit.NewUnitLimiter(t)
 	t.Run("skipper", func(t *testing.T) {
 		e := echo.New()
-		e.Use(tenant("skipper"), echolimit.Middleware(conformance.NewUnitGate(t, lim), echolimit.WithSkipper(func(c echo.Context) bool { return c.Path() == "/skip" })))
+		e.Use(tenant("skipper"), echolimit.Middleware(testkit.NewUnitGate(t, lim), echolimit.WithSkipper(func(c echo.Context) bool { return c.Path() == "/skip" })))
 		e.GET("/skip", ok)
 		for range 3 {
 			if w := get(e, "GET", "/skip"); w.Code != 200 || w.Header().Get("RateLimit") != "" {
@@ -59,7 +60,7 @@ func TestOptions(t *testing.T) {
 	})
 	t.Run("route func before the gate's cost func", func(t *testing.T) {
 		e := echo.New()
-		e.Use(tenant("cost"), echolimit.Middleware(conformance.NewUnitGate(t, lim, gate.WithCostFunc(func(context.Context, quota.Tenant, gate.Endpoint) (gate.Route, bool) {
+		e.Use(tenant("cost"), echolimit.Middleware(testkit.NewUnitGate(t, lim, gate.WithCostFunc(func(context.Context, quota.Tenant, gate.Endpoint) (gate.Route, bool) {
 			return gate.Route{Class: "export", Cost: 3}, true
 		})), echolimit.WithRouteFunc(func(c echo.Context) (gate.Route, bool) {
 			return gate.Route{Class: "export", Cost: 2}, c.QueryParam("big") != ""
@@ -74,7 +75,7 @@ func TestOptions(t *testing.T) {
 	})
 	t.Run("route template", func(t *testing.T) {
 		e := echo.New()
-		e.Use(tenant("template"), echolimit.Middleware(conformance.NewUnitGate(t, lim, gate.WithRoutes(gate.Routes{"GET /items/:id": {Class: "export", Cost: 1}}))))
+		e.Use(tenant("template"), echolimit.Middleware(testkit.NewUnitGate(t, lim, gate.WithRoutes(gate.Routes{"GET /items/:id": {Class: "export", Cost: 1}}))))
 		e.GET("/items/:id", ok)
 		if got := get(e, "GET", "/items/4").Header().Get("RateLimit-Policy"); got != `"export";q=10;w=1000` {
 			t.Fatalf("policy %q", got)
@@ -85,16 +86,16 @@ func TestOptions(t *testing.T) {
 // A bad route from the gate's cost function or the route function is the
 // fixed 500 misconfiguration answer, never a free pass.
 func TestCostFuncValidated(t *testing.T) {
-	lim := conformance.NewUnitLimiter(t)
+	lim := testkit.NewUnitLimiter(t)
 	zero := func(context.Context, quota.Tenant, gate.Endpoint) (gate.Route, bool) {
 		return gate.Route{Class: "default", Cost: 0}, true
 	}
 	for name, mw := range map[string]func(hook func(echo.Context, error)) echo.MiddlewareFunc{
 		"gate cost func": func(hook func(echo.Context, error)) echo.MiddlewareFunc {
-			return echolimit.Middleware(conformance.NewUnitGate(t, lim, gate.WithCostFunc(zero)), echolimit.WithErrorHandler(hook))
+			return echolimit.Middleware(testkit.NewUnitGate(t, lim, gate.WithCostFunc(zero)), echolimit.WithErrorHandler(hook))
 		},
 		"route func": func(hook func(echo.Context, error)) echo.MiddlewareFunc {
-			return echolimit.Middleware(conformance.NewUnitGate(t, lim), echolimit.WithErrorHandler(hook),
+			return echolimit.Middleware(testkit.NewUnitGate(t, lim), echolimit.WithErrorHandler(hook),
 				echolimit.WithRouteFunc(func(echo.Context) (gate.Route, bool) { return gate.Route{Class: "bad class", Cost: 1}, true }))
 		},
 	} {
@@ -117,7 +118,7 @@ const misconfiguredBody = `{"type":"about:blank","title":"Internal Server Error"
 // registered, naming the option, as a nil gate does (see the package's own
 // tests); a nil Option is skipped.
 func TestMisconfiguredPanics(t *testing.T) {
-	g := conformance.NewUnitGate(t, conformance.NewUnitLimiter(t))
+	g := testkit.NewUnitGate(t, testkit.NewUnitLimiter(t))
 	echolimit.Middleware(g, nil)
 	for option, o := range map[string]echolimit.Option{
 		"echolimit.WithRouteFunc":    echolimit.WithRouteFunc(nil),
@@ -140,8 +141,8 @@ func TestMisconfiguredPanics(t *testing.T) {
 // router falls back to when none matches (a group's RouteNotFound routes,
 // a 405, no path) is charged nothing, wherever the middleware is mounted.
 func TestRouteMatching(t *testing.T) {
-	lim := conformance.NewUnitLimiter(t)
-	g := conformance.NewUnitGate(t, lim, gate.WithRoutes(gate.Routes{"GET /v1/items/:id": {Class: "export", Cost: 1}}))
+	lim := testkit.NewUnitLimiter(t)
+	g := testkit.NewUnitGate(t, lim, gate.WithRoutes(gate.Routes{"GET /v1/items/:id": {Class: "export", Cost: 1}}))
 	check := func(t *testing.T, e *echo.Echo, host string) {
 		t.Helper()
 		req := httptest.NewRequest("GET", "/v1/items/3", nil)
@@ -193,8 +194,8 @@ func TestRouteMatching(t *testing.T) {
 // service set as echo.NotFoundHandler. The RouteNotFound routes a group's
 // Use adds answer Echo's own 404, unchecked, beside them.
 func TestCatchAll(t *testing.T) {
-	lim := conformance.NewUnitLimiter(t)
-	g := conformance.NewUnitGate(t, lim)
+	lim := testkit.NewUnitLimiter(t)
+	g := testkit.NewUnitGate(t, lim)
 	spa := func(reached *int) echo.HandlerFunc {
 		return func(c echo.Context) error { *reached++; return c.NoContent(http.StatusOK) }
 	}

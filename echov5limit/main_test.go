@@ -6,7 +6,7 @@ package echov5limit_test
 import (
 	"testing"
 
-	"github.com/tollgate-go/tollgate/conformance/redistest"
+	"github.com/tollgate-go/tollgate/conformance"
 )
 
-func TestMain(m *testing.M) { redistest.MainWithCluster(m) }
+func TestMain(m *testing.M) { conformance.Main(m) }

@@ -8,8 +8,9 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/tollgate-go/tollgate/internal/testkit"
+
 	"github.com/labstack/echo/v5"
-	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
@@ -39,7 +40,7 @@ func serve(h http.Handler, method, target string) *httptest.ResponseRecorder {
 // is no *HTTPError in v5), or an *echo.ProblemError rendered by
 // ProblemDetailsHTTPErrorHandler.
 func TestHeadersSurviveEchoErrors(t *testing.T) {
-	lim := conformance.NewUnitLimiter(t)
+	lim := testkit.NewUnitLimiter(t)
 	for _, tc := range []struct {
 		name    string
 		problem bool // e.HTTPErrorHandler = echo.ProblemDetailsHTTPErrorHandler
@@ -61,7 +62,7 @@ func TestHeadersSurviveEchoErrors(t *testing.T) {
 				e.HTTPErrorHandler = echo.ProblemDetailsHTTPErrorHandler(false)
 			}
 			reached := 0
-			e.Use(as(tc.name), echov5limit.Middleware(conformance.NewUnitGate(t, lim), echov5limit.WithDenyHandler(tc.deny)))
+			e.Use(as(tc.name), echov5limit.Middleware(testkit.NewUnitGate(t, lim), echov5limit.WithDenyHandler(tc.deny)))
 			e.GET("/", func(c *echo.Context) error {
 				if reached++; reached == 1 {
 					return echo.NewHTTPError(http.StatusBadGateway, "upstream down")
@@ -84,9 +85,9 @@ func TestHeadersSurviveEchoErrors(t *testing.T) {
 // The default deny handler writes core's problem, not Echo's: the body
 // names the violated policy.
 func TestDefaultDenyHandler(t *testing.T) {
-	lim := conformance.NewUnitLimiter(t)
+	lim := testkit.NewUnitLimiter(t)
 	e := echo.New()
-	e.Use(as("default-deny"), echov5limit.Middleware(conformance.NewUnitGate(t, lim)))
+	e.Use(as("default-deny"), echov5limit.Middleware(testkit.NewUnitGate(t, lim)))
 	e.GET("/", func(c *echo.Context) error { return c.NoContent(http.StatusOK) })
 	var w *httptest.ResponseRecorder
 	for range 3 {
@@ -100,11 +101,11 @@ func TestDefaultDenyHandler(t *testing.T) {
 }
 
 func TestOptions(t *testing.T) {
-	lim := conformance.NewUnitLimiter(t)
+	lim := testkit.NewUnitLimiter(t)
 	ok := func(c *echo.Context) error { return c.NoContent(http.StatusOK) }
 	t.Run("skipper", func(t *testing.T) {
 		e := echo.New()
-		e.Use(as("skipper"), echov5limit.Middleware(conformance.NewUnitGate(t, lim), echov5limit.WithSkipper(func(c *echo.Context) bool { return c.Path() == "/skip" })))
+		e.Use(as("skipper"), echov5limit.Middleware(testkit.NewUnitGate(t, lim), echov5limit.WithSkipper(func(c *echo.Context) bool { return c.Path() == "/skip" })))
 		e.GET("/skip", ok)
 		e.GET("/limited", ok)
 		for range 3 {
@@ -118,7 +119,7 @@ func TestOptions(t *testing.T) {
 	})
 	t.Run("route func before the gate's cost func", func(t *testing.T) {
 		e := echo.New()
-		e.Use(as("cost"), echov5limit.Middleware(conformance.NewUnitGate(t, lim, gate.WithCostFunc(func(context.Context, quota.Tenant, gate.Endpoint) (gate.Route, bool) {
+		e.Use(as("cost"), echov5limit.Middleware(testkit.NewUnitGate(t, lim, gate.WithCostFunc(func(context.Context, quota.Tenant, gate.Endpoint) (gate.Route, bool) {
 			return gate.Route{Class: "export", Cost: 3}, true
 		})), echov5limit.WithRouteFunc(func(c *echo.Context) (gate.Route, bool) {
 			return gate.Route{Class: "export", Cost: 2}, c.QueryParam("big") != ""
@@ -133,7 +134,7 @@ func TestOptions(t *testing.T) {
 	})
 	t.Run("template on a group", func(t *testing.T) {
 		e := echo.New()
-		g := e.Group("/v1", as("group"), echov5limit.Middleware(conformance.NewUnitGate(t, lim, gate.WithRoutes(gate.Routes{"GET /v1/items/:id": {Class: "export", Cost: 1}}))))
+		g := e.Group("/v1", as("group"), echov5limit.Middleware(testkit.NewUnitGate(t, lim, gate.WithRoutes(gate.Routes{"GET /v1/items/:id": {Class: "export", Cost: 1}}))))
 		g.GET("/items/:id", ok)
 		for _, id := range []string{"4", "5"} {
 			if got := serve(e, "GET", "/v1/items/"+id).Header().Get("RateLimit-Policy"); got != `"export";q=10;w=1000` {
@@ -149,11 +150,11 @@ const misconfiguredBody = `{"type":"about:blank","title":"Internal Server Error"
 // A route function's bad route is the misconfiguration answer: 500 with
 // the fixed problem+json body, the cause only for the error hook.
 func TestMisconfigured(t *testing.T) {
-	lim := conformance.NewUnitLimiter(t)
+	lim := testkit.NewUnitLimiter(t)
 	bad := echov5limit.WithRouteFunc(func(*echo.Context) (gate.Route, bool) { return gate.Route{Class: "a b", Cost: 1}, true })
 	var hooked error
 	e := echo.New()
-	e.Use(as("t"), echov5limit.Middleware(conformance.NewUnitGate(t, lim), nil, echov5limit.WithErrorHandler(func(_ *echo.Context, err error) { hooked = err }), bad))
+	e.Use(as("t"), echov5limit.Middleware(testkit.NewUnitGate(t, lim), nil, echov5limit.WithErrorHandler(func(_ *echo.Context, err error) { hooked = err }), bad))
 	e.GET("/", func(c *echo.Context) error { return c.NoContent(http.StatusOK) })
 	w := serve(e, "GET", "/")
 	if w.Code != 500 || w.Header().Get("Content-Type") != render.ProblemContentType || w.Body.String() != misconfiguredBody || !errors.Is(hooked, core.ErrInvalidConfig) {
@@ -165,7 +166,7 @@ func TestMisconfigured(t *testing.T) {
 // registered, naming the option, as a nil gate does (see the package's own
 // tests); a nil Option is skipped.
 func TestMisconfiguredPanics(t *testing.T) {
-	g := conformance.NewUnitGate(t, conformance.NewUnitLimiter(t))
+	g := testkit.NewUnitGate(t, testkit.NewUnitLimiter(t))
 	echov5limit.Middleware(g, nil)
 	for option, o := range map[string]echov5limit.Option{
 		"echov5limit.WithRouteFunc":    echov5limit.WithRouteFunc(nil),
@@ -189,8 +190,8 @@ func TestMisconfiguredPanics(t *testing.T) {
 // routing (e.Pre) the route is unknown, not unmatched, and is charged as
 // the default route.
 func TestRouteMatching(t *testing.T) {
-	lim := conformance.NewUnitLimiter(t)
-	gt := conformance.NewUnitGate(t, lim, gate.WithRoutes(gate.Routes{"GET /v1/items/:id": {Class: "export", Cost: 1}}))
+	lim := testkit.NewUnitLimiter(t)
+	gt := testkit.NewUnitGate(t, lim, gate.WithRoutes(gate.Routes{"GET /v1/items/:id": {Class: "export", Cost: 1}}))
 	t.Run("group", func(t *testing.T) {
 		e := echo.New()
 		v1 := e.Group("/v1", as("group"), echov5limit.Middleware(gt))
@@ -227,8 +228,8 @@ func TestRouteMatching(t *testing.T) {
 // or with middleware after the limiter, it is charged too, unless
 // NoGroupAutoRegister404Routes keeps the group from adding it.
 func TestCatchAll(t *testing.T) {
-	lim := conformance.NewUnitLimiter(t)
-	g := conformance.NewUnitGate(t, lim)
+	lim := testkit.NewUnitLimiter(t)
+	g := testkit.NewUnitGate(t, lim)
 	pass := func(next echo.HandlerFunc) echo.HandlerFunc { return func(c *echo.Context) error { return next(c) } }
 	spa := func(reached *int) echo.HandlerFunc {
 		return func(c *echo.Context) error { *reached++; return c.NoContent(http.StatusOK) }

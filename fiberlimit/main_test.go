@@ -3,11 +3,11 @@ package fiberlimit_test
 import (
 	"testing"
 
-	"github.com/tollgate-go/tollgate/conformance/redistest"
+	"github.com/tollgate-go/tollgate/conformance"
 	"go.uber.org/goleak"
 )
 
 // fasthttp keeps a goroutine that refreshes its Date header cache.
 func TestMain(m *testing.M) {
-	redistest.MainWithCluster(m, goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"))
+	conformance.Main(m, goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"))
 }

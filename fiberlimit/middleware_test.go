@@ -10,19 +10,20 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/tollgate-go/tollgate/internal/testkit"
+
 	"github.com/gofiber/fiber/v2"
-	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	tggate "github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/fiberlimit"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 )
 
 func newLimiter(t testing.TB, opts ...core.Option) *core.Limiter {
 	t.Helper()
-	return conformance.NewLimiter(t, redistest.Client(t), quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{
-		"free":      conformance.UnitTiers.Tiers["free"],
+	return testkit.NewLimiter(t, redistest.Client(t), quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{
+		"free":      testkit.UnitTiers.Tiers["free"],
 		"anonymous": {Classes: map[string]quota.Quota{"default": {Capacity: 100, RefillPerSecond: 1}}},
 	}}, opts...)
 }
@@ -54,7 +55,7 @@ func TestOptions(t *testing.T) {
 	lim := newLimiter(t)
 	t.Run("next skips", func(t *testing.T) {
 		app := fiber.New()
-		app.Get("/skip", tenant("next"), fiberlimit.New(conformance.NewUnitGate(t, lim), fiberlimit.WithNext(func(c *fiber.Ctx) bool { return true })), ok)
+		app.Get("/skip", tenant("next"), fiberlimit.New(testkit.NewUnitGate(t, lim), fiberlimit.WithNext(func(c *fiber.Ctx) bool { return true })), ok)
 		for range 3 {
 			if res := do(t, app, "GET", "/skip"); res.StatusCode != 200 || res.Header.Get("RateLimit") != "" {
 				t.Fatalf("skipped: %d %v", res.StatusCode, res.Header)
@@ -63,7 +64,7 @@ func TestOptions(t *testing.T) {
 	})
 	t.Run("route func before the gate's cost func", func(t *testing.T) {
 		app := fiber.New()
-		app.Get("/x", tenant("cost"), fiberlimit.New(conformance.NewUnitGate(t, lim, tggate.WithCostFunc(func(context.Context, quota.Tenant, tggate.Endpoint) (tggate.Route, bool) {
+		app.Get("/x", tenant("cost"), fiberlimit.New(testkit.NewUnitGate(t, lim, tggate.WithCostFunc(func(context.Context, quota.Tenant, tggate.Endpoint) (tggate.Route, bool) {
 			return tggate.Route{Class: "export", Cost: 3}, true
 		})), fiberlimit.WithRouteFunc(func(c *fiber.Ctx) (tggate.Route, bool) {
 			return tggate.Route{Class: "export", Cost: 2}, c.Query("big") != ""
@@ -76,7 +77,7 @@ func TestOptions(t *testing.T) {
 		}
 	})
 	t.Run("route template per route; mount prefix under Use", func(t *testing.T) {
-		gate := conformance.NewUnitGate(t, lim, tggate.WithRoutes(tggate.Routes{"GET /items/:id": {Class: "export", Cost: 1}, "/api": {Class: "export", Cost: 2}}))
+		gate := testkit.NewUnitGate(t, lim, tggate.WithRoutes(tggate.Routes{"GET /items/:id": {Class: "export", Cost: 1}, "/api": {Class: "export", Cost: 2}}))
 		app := fiber.New()
 		app.Get("/items/:id", tenant("template"), fiberlimit.New(gate), ok)
 		api := app.Group("/api", tenant("prefix"), fiberlimit.New(gate))
@@ -90,7 +91,7 @@ func TestOptions(t *testing.T) {
 	})
 	t.Run("deny handler", func(t *testing.T) {
 		app := fiber.New()
-		app.Get("/", tenant("deny"), fiberlimit.New(conformance.NewUnitGate(t, lim), fiberlimit.WithDenyHandler(func(c *fiber.Ctx, v tggate.Verdict) error {
+		app.Get("/", tenant("deny"), fiberlimit.New(testkit.NewUnitGate(t, lim), fiberlimit.WithDenyHandler(func(c *fiber.Ctx, v tggate.Verdict) error {
 			return c.Status(http.StatusTeapot).SendString(fmt.Sprint(v.Status))
 		})), ok)
 		for range 2 {
@@ -109,7 +110,7 @@ func TestNoBufferAliasing(t *testing.T) {
 	var mu sync.Mutex
 	var seen []tggate.Endpoint
 	app := fiber.New(fiber.Config{ProxyHeader: "X-Real-Ip"})
-	app.Get("/", fiberlimit.New(conformance.NewUnitGate(t, lim, tggate.WithAnonymous(""), tggate.WithCostFunc(func(_ context.Context, _ quota.Tenant, e tggate.Endpoint) (tggate.Route, bool) {
+	app.Get("/", fiberlimit.New(testkit.NewUnitGate(t, lim, tggate.WithAnonymous(""), tggate.WithCostFunc(func(_ context.Context, _ quota.Tenant, e tggate.Endpoint) (tggate.Route, bool) {
 		mu.Lock()
 		seen = append(seen, e)
 		mu.Unlock()
@@ -141,8 +142,8 @@ func TestCostFuncValidated(t *testing.T) {
 		gate *tggate.Gate
 		opt  fiberlimit.Option
 	}{
-		"gate cost func": {conformance.NewUnitGate(t, lim, tggate.WithCostFunc(zero)), nil},
-		"route func":     {conformance.NewUnitGate(t, lim), tooBig},
+		"gate cost func": {testkit.NewUnitGate(t, lim, tggate.WithCostFunc(zero)), nil},
+		"route func":     {testkit.NewUnitGate(t, lim), tooBig},
 	} {
 		var hooked error
 		reached := 0
@@ -178,7 +179,7 @@ func doRead(t *testing.T, app *fiber.App, method, path string) (*http.Response, 
 // registered, naming the option, as a nil gate does (see the package's own
 // tests); a nil Option is skipped.
 func TestMisconfiguredPanics(t *testing.T) {
-	g := conformance.NewUnitGate(t, conformance.NewUnitLimiter(t))
+	g := testkit.NewUnitGate(t, testkit.NewUnitLimiter(t))
 	fiberlimit.New(g, nil)
 	for option, o := range map[string]fiberlimit.Option{
 		"fiberlimit.WithRouteFunc":    fiberlimit.WithRouteFunc(nil),

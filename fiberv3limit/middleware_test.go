@@ -8,9 +8,10 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/tollgate-go/tollgate/internal/testkit"
+
 	"github.com/gofiber/fiber/v3"
 	"github.com/gofiber/fiber/v3/middleware/adaptor"
-	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
 	tggate "github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
@@ -39,9 +40,9 @@ func serve(app *fiber.App, method, target string) *httptest.ResponseRecorder {
 // prefix; on a route it is the template. If Fiber changes this, this test
 // says so.
 func TestRouteUnderUseIsTheMountPrefix(t *testing.T) {
-	lim := conformance.NewUnitLimiter(t)
+	lim := testkit.NewUnitLimiter(t)
 	var seen []string
-	limit := fiberv3limit.New(conformance.NewUnitGate(t, lim), fiberv3limit.WithNext(func(c fiber.Ctx) bool {
+	limit := fiberv3limit.New(testkit.NewUnitGate(t, lim), fiberv3limit.WithNext(func(c fiber.Ctx) bool {
 		seen = append(seen, c.Route().Path)
 		return true
 	}))
@@ -59,9 +60,9 @@ func TestRouteUnderUseIsTheMountPrefix(t *testing.T) {
 // The tenant travels in the request's context.Context: SetTenant in the
 // authentication handler, gate.TenantFromContext(c.Context()) after.
 func TestTenantInRequestContext(t *testing.T) {
-	lim := conformance.NewUnitLimiter(t)
+	lim := testkit.NewUnitLimiter(t)
 	app := fiber.New()
-	app.Get("/", as("ctx"), fiberv3limit.New(conformance.NewUnitGate(t, lim)), func(c fiber.Ctx) error {
+	app.Get("/", as("ctx"), fiberv3limit.New(testkit.NewUnitGate(t, lim)), func(c fiber.Ctx) error {
 		tn, _ := tggate.TenantFromContext(c.Context())
 		return c.SendString(tn.ID)
 	})
@@ -69,7 +70,7 @@ func TestTenantInRequestContext(t *testing.T) {
 		t.Fatalf("%d %v %q", w.Code, w.Header(), w.Body)
 	}
 	app = fiber.New()
-	app.Get("/", fiberv3limit.New(conformance.NewUnitGate(t, lim)), ok)
+	app.Get("/", fiberv3limit.New(testkit.NewUnitGate(t, lim)), ok)
 	if w := serve(app, "GET", "/"); w.Code != 401 || w.Header().Get("Content-Type") != render.ProblemContentType {
 		t.Fatalf("no tenant: %d %v", w.Code, w.Header())
 	}
@@ -78,10 +79,10 @@ func TestTenantInRequestContext(t *testing.T) {
 // A *fiber.Error returned by the handler or by a deny handler is rendered
 // by the app's ErrorHandler under the rate-limit headers.
 func TestHeadersSurviveFiberErrors(t *testing.T) {
-	lim := conformance.NewUnitLimiter(t)
+	lim := testkit.NewUnitLimiter(t)
 	reached := 0
 	app := fiber.New()
-	app.Get("/", as("errors"), fiberv3limit.New(conformance.NewUnitGate(t, lim), fiberv3limit.WithDenyHandler(func(_ fiber.Ctx, v tggate.Verdict) error {
+	app.Get("/", as("errors"), fiberv3limit.New(testkit.NewUnitGate(t, lim), fiberv3limit.WithDenyHandler(func(_ fiber.Ctx, v tggate.Verdict) error {
 		return fiber.NewError(v.Status, v.Problem.Title)
 	})), func(c fiber.Ctx) error {
 		if reached++; reached == 1 {
@@ -101,10 +102,10 @@ func TestHeadersSurviveFiberErrors(t *testing.T) {
 }
 
 func TestOptions(t *testing.T) {
-	lim := conformance.NewUnitLimiter(t)
+	lim := testkit.NewUnitLimiter(t)
 	t.Run("next", func(t *testing.T) {
 		app := fiber.New()
-		limit := fiberv3limit.New(conformance.NewUnitGate(t, lim), fiberv3limit.WithNext(func(c fiber.Ctx) bool { return c.Query("skip") != "" }))
+		limit := fiberv3limit.New(testkit.NewUnitGate(t, lim), fiberv3limit.WithNext(func(c fiber.Ctx) bool { return c.Query("skip") != "" }))
 		app.Get("/", as("next"), limit, ok)
 		for range 3 {
 			if w := serve(app, "GET", "/?skip=1"); w.Code != 200 || w.Header().Get("RateLimit") != "" {
@@ -117,7 +118,7 @@ func TestOptions(t *testing.T) {
 	})
 	t.Run("route func before the gate's cost func", func(t *testing.T) {
 		app := fiber.New()
-		app.Get("/x", as("cost"), fiberv3limit.New(conformance.NewUnitGate(t, lim, tggate.WithCostFunc(func(context.Context, quota.Tenant, tggate.Endpoint) (tggate.Route, bool) {
+		app.Get("/x", as("cost"), fiberv3limit.New(testkit.NewUnitGate(t, lim, tggate.WithCostFunc(func(context.Context, quota.Tenant, tggate.Endpoint) (tggate.Route, bool) {
 			return tggate.Route{Class: "export", Cost: 3}, true
 		})), fiberv3limit.WithRouteFunc(func(c fiber.Ctx) (tggate.Route, bool) {
 			return tggate.Route{Class: "export", Cost: 2}, c.Query("big") != ""
@@ -137,11 +138,11 @@ const misconfiguredBody = `{"type":"about:blank","title":"Internal Server Error"
 // A route function's bad route is the misconfiguration answer: 500 with
 // the fixed problem+json body, the cause only for the error hook.
 func TestMisconfigured(t *testing.T) {
-	lim := conformance.NewUnitLimiter(t)
+	lim := testkit.NewUnitLimiter(t)
 	bad := fiberv3limit.WithRouteFunc(func(fiber.Ctx) (tggate.Route, bool) { return tggate.Route{Class: "a b", Cost: 1}, true })
 	var hooked error
 	app := fiber.New()
-	app.Get("/", as("t"), fiberv3limit.New(conformance.NewUnitGate(t, lim), nil, fiberv3limit.WithErrorHandler(func(_ fiber.Ctx, err error) { hooked = err }), bad), ok)
+	app.Get("/", as("t"), fiberv3limit.New(testkit.NewUnitGate(t, lim), nil, fiberv3limit.WithErrorHandler(func(_ fiber.Ctx, err error) { hooked = err }), bad), ok)
 	w := serve(app, "GET", "/")
 	if w.Code != 500 || w.Header().Get("Content-Type") != render.ProblemContentType || w.Body.String() != misconfiguredBody || !errors.Is(hooked, core.ErrInvalidConfig) {
 		t.Fatalf("bad route: %d %v %q, hook got %v", w.Code, w.Header(), w.Body, hooked)
@@ -152,7 +153,7 @@ func TestMisconfigured(t *testing.T) {
 // registered, naming the option, as a nil gate does (see the package's own
 // tests); a nil Option is skipped.
 func TestMisconfiguredPanics(t *testing.T) {
-	g := conformance.NewUnitGate(t, conformance.NewUnitLimiter(t))
+	g := testkit.NewUnitGate(t, testkit.NewUnitLimiter(t))
 	fiberv3limit.New(g, nil)
 	for option, o := range map[string]fiberv3limit.Option{
 		"fiberv3limit.WithRouteFunc":    fiberv3limit.WithRouteFunc(nil),

@@ -6,8 +6,9 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/tollgate-go/tollgate/internal/testkit"
+
 	"github.com/gin-gonic/gin"
-	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
@@ -17,8 +18,8 @@ import (
 func ok(c *gin.Context) { c.Status(http.StatusOK) }
 
 func TestMounting(t *testing.T) {
-	lim := conformance.NewUnitLimiter(t)
-	g := conformance.NewUnitGate(t, lim, gate.WithRoutes(gate.Routes{"GET /v1/items/:id": {Class: "export", Cost: 1}}))
+	lim := testkit.NewUnitLimiter(t)
+	g := testkit.NewUnitGate(t, lim, gate.WithRoutes(gate.Routes{"GET /v1/items/:id": {Class: "export", Cost: 1}}))
 	t.Run("group", func(t *testing.T) {
 		r := gin.New()
 		r.Use(tenant("group"))
@@ -58,8 +59,8 @@ func TestMounting(t *testing.T) {
 // file server does). Only with the limiter last does Gin answer itself,
 // unchecked.
 func TestCatchAll(t *testing.T) {
-	lim := conformance.NewUnitLimiter(t)
-	g := conformance.NewUnitGate(t, lim)
+	lim := testkit.NewUnitLimiter(t)
+	g := testkit.NewUnitGate(t, lim)
 	next := func(c *gin.Context) { c.Next() }
 	for _, c := range []struct {
 		name         string
@@ -129,8 +130,8 @@ func TestCatchAll(t *testing.T) {
 }
 
 func TestOptions(t *testing.T) {
-	lim := conformance.NewUnitLimiter(t)
-	g := conformance.NewUnitGate(t, lim)
+	lim := testkit.NewUnitLimiter(t)
+	g := testkit.NewUnitGate(t, lim)
 	t.Run("skipper", func(t *testing.T) {
 		r := gin.New()
 		r.Use(tenant("skipper"), ginlimit.Middleware(g, ginlimit.WithSkipper(func(c *gin.Context) bool { return c.FullPath() == "/skip" })))
@@ -143,7 +144,7 @@ func TestOptions(t *testing.T) {
 	})
 	t.Run("route func before the gate's cost func", func(t *testing.T) {
 		r := gin.New()
-		costly := conformance.NewUnitGate(t, lim, gate.WithCostFunc(func(context.Context, quota.Tenant, gate.Endpoint) (gate.Route, bool) {
+		costly := testkit.NewUnitGate(t, lim, gate.WithCostFunc(func(context.Context, quota.Tenant, gate.Endpoint) (gate.Route, bool) {
 			return gate.Route{Class: "export", Cost: 3}, true
 		}))
 		r.Use(tenant("cost"), ginlimit.Middleware(costly, ginlimit.WithRouteFunc(func(c *gin.Context) (gate.Route, bool) {
@@ -195,7 +196,7 @@ const misconfiguredBody = `{"type":"about:blank","title":"Internal Server Error"
 // registered, naming the option, as a nil gate does (see the package's own
 // tests); a nil Option is skipped.
 func TestMisconfiguredPanics(t *testing.T) {
-	g := conformance.NewUnitGate(t, conformance.NewUnitLimiter(t))
+	g := testkit.NewUnitGate(t, testkit.NewUnitLimiter(t))
 	ginlimit.Middleware(g, nil)
 	for option, o := range map[string]ginlimit.Option{
 		"ginlimit.WithRouteFunc":    ginlimit.WithRouteFunc(nil),

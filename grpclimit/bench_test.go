@@ -4,11 +4,11 @@ import (
 	"context"
 	"testing"
 
-	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/grpclimit"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"

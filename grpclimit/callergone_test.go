@@ -5,12 +5,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/conformance/redistest"
+	"github.com/tollgate-go/tollgate/internal/testkit"
+
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/grpclimit"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -23,7 +24,7 @@ import (
 func TestCallerGone(t *testing.T) {
 	lim := newLimiter(t, redistest.Client(t), core.WithFailurePolicy(core.FailClosed), core.WithCircuitBreaker(3, time.Hour))
 	t.Cleanup(func() { _ = lim.Close() })
-	e := newEnv(t, conformance.NewUnitGate(t, lim))
+	e := newEnv(t, testkit.NewUnitGate(t, lim))
 	c := e.client(t)
 	for range 10 {
 		ctx, cancel := context.WithTimeout(as("attacker", ""), 50*time.Microsecond)
@@ -33,7 +34,7 @@ func TestCallerGone(t *testing.T) {
 			t.Fatalf("a 50µs deadline: %v", r.err)
 		}
 	}
-	unary := grpclimit.UnaryServerInterceptor(conformance.NewUnitGate(t, lim))
+	unary := grpclimit.UnaryServerInterceptor(testkit.NewUnitGate(t, lim))
 	tenant := gate.ContextWithTenant(context.Background(), quota.Tenant{ID: "attacker"})
 	cancelled, cancel := context.WithCancel(tenant)
 	cancel()

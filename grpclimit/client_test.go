@@ -9,14 +9,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-go/tollgate/internal/testkit"
+
 	"github.com/redis/go-redis/v9"
-	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/retry"
 	"github.com/tollgate-go/tollgate/grpclimit"
 	"github.com/tollgate-go/tollgate/grpclimit/internal/testpb"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -46,7 +47,7 @@ const retryServiceConfig = `{"methodConfig": [{
 func TestGRPCRetryPolicyHonoursPushback(t *testing.T) {
 	forEachShape(t, func(t *testing.T, call caller) {
 		t.Run("over limit: retried after the pushback", func(t *testing.T) {
-			e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, redistest.Client(t)), gate.WithRoutes(fastRoutes)))
+			e := newEnv(t, testkit.NewUnitGate(t, newLimiter(t, redistest.Client(t)), gate.WithRoutes(fastRoutes)))
 			cl := e.client(t, grpc.WithDefaultServiceConfig(retryServiceConfig))
 			ctx := as("t1", "")
 			if r := call(ctx, cl); r.err != nil {
@@ -70,7 +71,7 @@ func TestGRPCRetryPolicyHonoursPushback(t *testing.T) {
 			}
 		})
 		t.Run("never: pushback -1 stops grpc-go", func(t *testing.T) {
-			e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, redistest.Client(t)), gate.WithRoutes(neverRoutes)))
+			e := newEnv(t, testkit.NewUnitGate(t, newLimiter(t, redistest.Client(t)), gate.WithRoutes(neverRoutes)))
 			cl := e.client(t, grpc.WithDefaultServiceConfig(retryServiceConfig))
 			r := call(as("t1", ""), cl)
 			if r.st.Code() != codes.ResourceExhausted || first(r.trailer, "grpc-retry-pushback-ms") != "-1" {
@@ -126,7 +127,7 @@ func TestClientInterceptors(t *testing.T) {
 			// every call of t1 from then on is denied, with a 1 s hint.
 			drained := func(t *testing.T, opts ...retry.Option) (*env, testpb.TestServiceClient) {
 				t.Helper()
-				e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c, core.WithClock(conformance.NewFakeClock().Now))))
+				e := newEnv(t, testkit.NewUnitGate(t, newLimiter(t, c, core.WithClock(testkit.NewFakeClock().Now))))
 				cl := e.client(t, s.dial(opts...))
 				for range 3 {
 					s.call(as("t1", ""), cl)
@@ -134,7 +135,7 @@ func TestClientInterceptors(t *testing.T) {
 				return e, cl
 			}
 			t.Run("retries after the hint", func(t *testing.T) {
-				e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c), gate.WithRoutes(fastRoutes)))
+				e := newEnv(t, testkit.NewUnitGate(t, newLimiter(t, c), gate.WithRoutes(fastRoutes)))
 				cl := e.client(t, s.dial(retry.WithJitter(0.5, 0)))
 				ctx := as("t1", "")
 				if r := s.call(ctx, cl); r.err != nil {
@@ -153,7 +154,7 @@ func TestClientInterceptors(t *testing.T) {
 				}
 			})
 			t.Run("never is not retried", func(t *testing.T) {
-				e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c), gate.WithRoutes(neverRoutes)))
+				e := newEnv(t, testkit.NewUnitGate(t, newLimiter(t, c), gate.WithRoutes(neverRoutes)))
 				r := s.call(as("t1", ""), e.client(t, s.dial()))
 				if r.st.Code() != codes.ResourceExhausted || e.attempts.Load() != 1 {
 					t.Fatalf("%v after %d attempts; want ResourceExhausted after 1", r.err, e.attempts.Load())
@@ -211,7 +212,7 @@ func TestClientInterceptors(t *testing.T) {
 				}
 			})
 			t.Run("other errors are not retried", func(t *testing.T) {
-				e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, deadRedis(t), core.WithTimeout(200*time.Millisecond), core.WithFailurePolicy(core.FailClosed))))
+				e := newEnv(t, testkit.NewUnitGate(t, newLimiter(t, deadRedis(t), core.WithTimeout(200*time.Millisecond), core.WithFailurePolicy(core.FailClosed))))
 				cl := e.client(t, s.dial())
 				if r := s.call(as("t1", ""), cl); r.st.Code() != codes.Unavailable || e.attempts.Load() != 1 {
 					t.Fatalf("fail-closed: %v after %d attempts", r.err, e.attempts.Load())
@@ -254,7 +255,7 @@ func upload(ctx context.Context, cl testpb.TestServiceClient, n int) (acks int, 
 }
 
 func TestStreamClientInterceptorReplays(t *testing.T) {
-	e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, redistest.Client(t)), gate.WithRoutes(fastRoutes)))
+	e := newEnv(t, testkit.NewUnitGate(t, newLimiter(t, redistest.Client(t)), gate.WithRoutes(fastRoutes)))
 	cl := e.client(t, grpc.WithStreamInterceptor(grpclimit.StreamClientInterceptor()))
 	ctx := as("t1", "")
 	if acks, err := upload(ctx, cl, 1); err != nil || acks != 1 {
@@ -272,8 +273,8 @@ func TestStreamClientInterceptorReplays(t *testing.T) {
 
 func TestMessageCost(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
-		clock := conformance.NewFakeClock()
-		e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c, core.WithClock(clock.Now))), grpclimit.WithMessageCost("upload", 1))
+		clock := testkit.NewFakeClock()
+		e := newEnv(t, testkit.NewUnitGate(t, newLimiter(t, c, core.WithClock(clock.Now))), grpclimit.WithMessageCost("upload", 1))
 		// the client interceptor must not retry a denial that came after
 		// the stream had started answering
 		cl := e.client(t, grpc.WithStreamInterceptor(grpclimit.StreamClientInterceptor()))

@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-go/tollgate/internal/testkit"
+
 	"github.com/redis/go-redis/v9"
-	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/grpclimit/internal/testpb"
@@ -23,7 +24,7 @@ func TestConcurrencySlot(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
 		const lease = 1500 * time.Millisecond
 		routes := gate.Routes{mUpload: {Class: "reports", Cost: 1}, mProfile: {Class: "reports", Cost: 1}}
-		e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c, core.WithTimeout(lease/3), core.WithConcurrencySlots(lease, 0)), gate.WithRoutes(routes)))
+		e := newEnv(t, testkit.NewUnitGate(t, newLimiter(t, c, core.WithTimeout(lease/3), core.WithConcurrencySlots(lease, 0)), gate.WithRoutes(routes)))
 		cl := e.client(t)
 		for i := range 3 {
 			if _, err := cl.GetProfile(as("t1", ""), &testpb.GetProfileRequest{}); err != nil {

@@ -12,14 +12,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-go/tollgate/internal/testkit"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/grpclimit"
 	"github.com/tollgate-go/tollgate/grpclimit/internal/testpb"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -75,11 +77,11 @@ func testTiers() quota.Tiers {
 	}}
 }
 
-// newLimiter is a limiter on testTiers over c (see conformance.NewLimiter),
+// newLimiter is a limiter on testTiers over c (see testkit.NewLimiter),
 // with a 2 s timeout.
 func newLimiter(t testing.TB, c redis.UniversalClient, opts ...core.Option) *core.Limiter {
 	t.Helper()
-	return conformance.NewLimiter(t, c, testTiers(), append([]core.Option{core.WithTimeout(2 * time.Second)}, opts...)...)
+	return testkit.NewLimiter(t, c, testTiers(), append([]core.Option{core.WithTimeout(2 * time.Second)}, opts...)...)
 }
 
 // deadRedis is a client of a port nothing listens on: every check fails

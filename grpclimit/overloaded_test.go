@@ -6,9 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/conformance/redistest"
+	"github.com/tollgate-go/tollgate/internal/testkit"
+
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 )
@@ -22,7 +23,7 @@ func TestOverloadedIsUnavailableWithRetry(t *testing.T) {
 	srv := redistest.NewServer(t)
 	lim := newLimiter(t, srv.Client(t), core.WithFailurePolicy(core.FailOpen), core.WithBatching(true), core.WithCircuitBreaker(0, 0))
 	t.Cleanup(func() { _ = lim.Close() })
-	e := newEnv(t, conformance.NewUnitGate(t, lim))
+	e := newEnv(t, testkit.NewUnitGate(t, lim))
 	c := e.client(t)
 	if r := getProfile(as("warm", ""), c); r.err != nil {
 		t.Fatal(r.err)

@@ -8,15 +8,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-go/tollgate/internal/testkit"
+
 	"github.com/redis/go-redis/v9"
-	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/core/render"
 	"github.com/tollgate-go/tollgate/grpclimit"
 	"github.com/tollgate-go/tollgate/grpclimit/internal/testpb"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -131,8 +132,8 @@ func wantMD(t *testing.T, what string, md metadata.MD, want map[string]string) {
 
 func TestBurstDenyRefill(t *testing.T) {
 	forEachBackendShape(t, func(t *testing.T, c redis.UniversalClient, call caller) {
-		clock := conformance.NewFakeClock()
-		e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c, core.WithClock(clock.Now))))
+		clock := testkit.NewFakeClock()
+		e := newEnv(t, testkit.NewUnitGate(t, newLimiter(t, c, core.WithClock(clock.Now))))
 		cl := e.client(t)
 		ctx := as("t1", "free")
 		for i, want := range []string{`"default";r=2;t=1`, `"default";r=1;t=1`, `"default";r=0;t=1`} {
@@ -167,7 +168,7 @@ func TestBurstDenyRefill(t *testing.T) {
 
 func TestCostExceedsCapacity(t *testing.T) {
 	forEachBackendShape(t, func(t *testing.T, c redis.UniversalClient, call caller) {
-		e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c), gate.WithRoutes(gate.Routes{
+		e := newEnv(t, testkit.NewUnitGate(t, newLimiter(t, c), gate.WithRoutes(gate.Routes{
 			mProfile: {Class: "tiny", Cost: 5}, mExport: {Class: "tiny", Cost: 5}, mItem: {Class: "tiny", Cost: 1}})))
 		cl := e.client(t)
 		ctx := as("t1", "")
@@ -187,8 +188,8 @@ func TestCostExceedsCapacity(t *testing.T) {
 
 func TestMultiBucket(t *testing.T) {
 	forEachBackendShape(t, func(t *testing.T, c redis.UniversalClient, call caller) {
-		clock := conformance.NewFakeClock()
-		e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c, core.WithClock(clock.Now))))
+		clock := testkit.NewFakeClock()
+		e := newEnv(t, testkit.NewUnitGate(t, newLimiter(t, c, core.WithClock(clock.Now))))
 		cl := e.client(t)
 		ctx := as("big", "ceiling")
 		for range 2 {
@@ -207,8 +208,8 @@ func TestMultiBucket(t *testing.T) {
 
 func TestShadow(t *testing.T) {
 	forEachBackendShape(t, func(t *testing.T, c redis.UniversalClient, call caller) {
-		clock := conformance.NewFakeClock()
-		e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c, core.WithClock(clock.Now), core.WithShadow(true))))
+		clock := testkit.NewFakeClock()
+		e := newEnv(t, testkit.NewUnitGate(t, newLimiter(t, c, core.WithClock(clock.Now), core.WithShadow(true))))
 		cl := e.client(t)
 		for i := range 5 {
 			r := call(as("t1", ""), cl)
@@ -229,7 +230,7 @@ func TestStoreFailure(t *testing.T) {
 	forEachShape(t, func(t *testing.T, call caller) {
 		t.Run("fail open", func(t *testing.T) {
 			var errs atomic.Int64
-			e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, deadRedis(t), core.WithTimeout(300*time.Millisecond))), grpclimit.WithErrorHandler(func(_ context.Context, m string, err error) {
+			e := newEnv(t, testkit.NewUnitGate(t, newLimiter(t, deadRedis(t), core.WithTimeout(300*time.Millisecond))), grpclimit.WithErrorHandler(func(_ context.Context, m string, err error) {
 				if errors.Is(err, core.ErrStore) && strings.HasPrefix(m, "/tollgate.test.v1.TestService/") {
 					errs.Add(1)
 				}
@@ -244,7 +245,7 @@ func TestStoreFailure(t *testing.T) {
 			}
 		})
 		t.Run("fail closed", func(t *testing.T) {
-			e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, deadRedis(t), core.WithTimeout(300*time.Millisecond), core.WithFailurePolicy(core.FailClosed))))
+			e := newEnv(t, testkit.NewUnitGate(t, newLimiter(t, deadRedis(t), core.WithTimeout(300*time.Millisecond), core.WithFailurePolicy(core.FailClosed))))
 			r := call(as("t1", ""), e.client(t))
 			if r.st.Code() != codes.Unavailable || len(r.st.Details()) != 0 {
 				t.Fatalf("fail-closed: %v with %d details, want Unavailable without", r.err, len(r.st.Details()))
@@ -259,7 +260,7 @@ func TestStoreFailure(t *testing.T) {
 
 func TestNoTenant(t *testing.T) {
 	forEachShape(t, func(t *testing.T, call caller) {
-		e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, redistest.Client(t))))
+		e := newEnv(t, testkit.NewUnitGate(t, newLimiter(t, redistest.Client(t))))
 		// a tenant in metadata the client sets is no identity
 		ctx := metadata.AppendToOutgoingContext(context.Background(), "x-tenant-id", "t1", "tenant", "t1")
 		r := call(ctx, e.client(t))
@@ -273,7 +274,7 @@ func TestNoTenant(t *testing.T) {
 }
 
 func TestAnonymous(t *testing.T) {
-	e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, redistest.Client(t)), gate.WithAnonymous("")))
+	e := newEnv(t, testkit.NewUnitGate(t, newLimiter(t, redistest.Client(t)), gate.WithAnonymous("")))
 	a := testpb.NewTestServiceClient(e.dial(t, "203.0.113.7"))
 	b := testpb.NewTestServiceClient(e.dial(t, "203.0.113.8"))
 	if r := getProfile(context.Background(), a); r.err != nil {
@@ -293,8 +294,8 @@ func TestAnonymous(t *testing.T) {
 func TestOptions(t *testing.T) {
 	c := redistest.Client(t)
 	t.Run("denied code Unavailable", func(t *testing.T) {
-		clock := conformance.NewFakeClock()
-		e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c, core.WithClock(clock.Now))), grpclimit.WithDeniedCode(codes.Unavailable), grpclimit.WithDomain("api.example.com"))
+		clock := testkit.NewFakeClock()
+		e := newEnv(t, testkit.NewUnitGate(t, newLimiter(t, c, core.WithClock(clock.Now))), grpclimit.WithDeniedCode(codes.Unavailable), grpclimit.WithDomain("api.example.com"))
 		cl := e.client(t)
 		for range 3 {
 			getProfile(as("t1", ""), cl)
@@ -305,8 +306,8 @@ func TestOptions(t *testing.T) {
 		}
 	})
 	t.Run("filter and exempt methods skip the limiter", func(t *testing.T) {
-		clock := conformance.NewFakeClock()
-		e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c, core.WithClock(clock.Now)), gate.WithRoutes(gate.Routes{mExport: {Exempt: true}})), grpclimit.WithFilter(func(_ context.Context, m string) bool { return m != mItem }))
+		clock := testkit.NewFakeClock()
+		e := newEnv(t, testkit.NewUnitGate(t, newLimiter(t, c, core.WithClock(clock.Now)), gate.WithRoutes(gate.Routes{mExport: {Exempt: true}})), grpclimit.WithFilter(func(_ context.Context, m string) bool { return m != mItem }))
 		cl := e.client(t)
 		for range 10 {
 			var h metadata.MD
@@ -322,8 +323,8 @@ func TestOptions(t *testing.T) {
 		}
 	})
 	t.Run("cost func and header style", func(t *testing.T) {
-		clock := conformance.NewFakeClock()
-		e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c, core.WithClock(clock.Now)), gate.WithCostFunc(func(_ context.Context, _ quota.Tenant, ep gate.Endpoint) (gate.Route, bool) {
+		clock := testkit.NewFakeClock()
+		e := newEnv(t, testkit.NewUnitGate(t, newLimiter(t, c, core.WithClock(clock.Now)), gate.WithCostFunc(func(_ context.Context, _ quota.Tenant, ep gate.Endpoint) (gate.Route, bool) {
 			return gate.Route{Class: "export", Cost: 4}, ep.Pattern == mProfile && ep.Method == ""
 		}), gate.WithHeaderStyle(render.HeaderIETF)))
 		r := getProfile(as("t1", ""), e.client(t))
@@ -353,7 +354,7 @@ func TestOptions(t *testing.T) {
 		}
 	})
 	t.Run("nil options are skipped", func(t *testing.T) {
-		e := newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c)), nil, nil)
+		e := newEnv(t, testkit.NewUnitGate(t, newLimiter(t, c)), nil, nil)
 		if r := getProfile(as("nil-options", ""), e.client(t)); r.err != nil || first(r.header, "x-ratelimit-remaining") == "" {
 			t.Fatalf("%v %v", r.err, r.header)
 		}
@@ -366,7 +367,7 @@ func TestOptions(t *testing.T) {
 func costFuncEnv(t *testing.T, c redis.UniversalClient, route gate.Route) (e *env, hooked func() error) {
 	t.Helper()
 	first := make(chan error, 1)
-	e = newEnv(t, conformance.NewUnitGate(t, newLimiter(t, c), gate.WithCostFunc(func(context.Context, quota.Tenant, gate.Endpoint) (gate.Route, bool) {
+	e = newEnv(t, testkit.NewUnitGate(t, newLimiter(t, c), gate.WithCostFunc(func(context.Context, quota.Tenant, gate.Endpoint) (gate.Route, bool) {
 		return route, true
 	})), grpclimit.WithErrorHandler(func(_ context.Context, _ string, err error) {
 		select {

@@ -6,8 +6,9 @@ import (
 	"io"
 	"testing"
 
+	"github.com/tollgate-go/tollgate/internal/testkit"
+
 	"github.com/redis/go-redis/v9"
-	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/grpclimit/internal/testpb"
@@ -23,7 +24,7 @@ func TestSettle(t *testing.T) {
 		lim := newLimiter(t, c)
 		t.Cleanup(func() { _ = lim.Close() })
 		routes := gate.Routes{mProfile: {Class: "llm", Cost: 100}, mUpload: {Class: "llm", Cost: 100}}
-		e := newEnv(t, conformance.NewUnitGate(t, lim, gate.WithCostReports(), gate.WithRoutes(routes)))
+		e := newEnv(t, testkit.NewUnitGate(t, lim, gate.WithCostReports(), gate.WithRoutes(routes)))
 		cl := e.client(t)
 		tokens := func(tenant string) float64 {
 			d, err := lim.Peek(context.Background(), quota.Tenant{ID: tenant, Tier: "free"}, "llm")

@@ -7,7 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-go/tollgate/conformance"
+	"github.com/tollgate-go/tollgate/internal/testkit"
+
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/httplimit"
 )
@@ -17,10 +18,10 @@ import (
 // is answered 503 without rate-limit headers, and never opens the circuit
 // breaker for other tenants, even under fail-closed.
 func TestCallerGone(t *testing.T) {
-	lim := conformance.NewUnitLimiter(t, core.WithFailurePolicy(core.FailClosed), core.WithCircuitBreaker(3, time.Hour))
+	lim := testkit.NewUnitLimiter(t, core.WithFailurePolicy(core.FailClosed), core.WithCircuitBreaker(3, time.Hour))
 	t.Cleanup(func() { _ = lim.Close() })
 	calls := 0
-	h := httplimit.Middleware(conformance.NewUnitGate(t, lim))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { calls++ }))
+	h := httplimit.Middleware(testkit.NewUnitGate(t, lim))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { calls++ }))
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 	expired, cancel2 := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))

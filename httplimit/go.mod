@@ -6,6 +6,7 @@ require (
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/tollgate-go/tollgate/conformance v0.3.0
 	github.com/tollgate-go/tollgate/core v0.3.0
+	github.com/tollgate-go/tollgate/internal v0.3.0
 )
 
 require (

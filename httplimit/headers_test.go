@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-go/tollgate/conformance"
+	"github.com/tollgate-go/tollgate/internal/testkit"
+
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
@@ -27,7 +28,7 @@ func coreHeaders(t *testing.T) []render.Header {
 	hs := render.Headers(d, render.HeaderIETF|render.HeaderXRateLimit|render.HeaderDraft06, time.Now())
 	hs = append(hs, render.Headers(d, render.HeaderXRateLimitEpoch, time.Now())...)
 	// an unauthenticated request reaches no store
-	lim := conformance.NewUnitLimiter(t)
+	lim := testkit.NewUnitLimiter(t)
 	g, err := gate.New(lim)
 	if err != nil {
 		t.Fatal(err)

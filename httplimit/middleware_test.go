@@ -7,7 +7,8 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/tollgate-go/tollgate/conformance"
+	"github.com/tollgate-go/tollgate/internal/testkit"
+
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
@@ -31,12 +32,12 @@ func TestStripMethod(t *testing.T) {
 }
 
 func TestOptions(t *testing.T) {
-	lim := conformance.NewUnitLimiter(t)
+	lim := testkit.NewUnitLimiter(t)
 	req := func(method, path, tenant string) *http.Request {
 		return withTenant(httptest.NewRequest(method, path, nil), tenant)
 	}
 	t.Run("skipper", func(t *testing.T) {
-		h := httplimit.Middleware(conformance.NewUnitGate(t, lim), httplimit.WithSkipper(func(r *http.Request) bool { return r.URL.Path == "/skip" }))(ok)
+		h := httplimit.Middleware(testkit.NewUnitGate(t, lim), httplimit.WithSkipper(func(r *http.Request) bool { return r.URL.Path == "/skip" }))(ok)
 		for range 3 {
 			if w := serve(h, req("GET", "/skip", "skipper")); w.Code != 200 || w.Header().Get("RateLimit") != "" {
 				t.Fatalf("skipped request: %d %v", w.Code, w.Header())
@@ -52,10 +53,10 @@ func TestOptions(t *testing.T) {
 		}
 		for name, h := range map[string]func(http.Handler, func(error)) http.Handler{
 			"gate cost func": func(next http.Handler, hook func(error)) http.Handler {
-				return httplimit.Middleware(conformance.NewUnitGate(t, lim, gate.WithCostFunc(zero)), httplimit.WithErrorHandler(func(_ *http.Request, err error) { hook(err) }))(next)
+				return httplimit.Middleware(testkit.NewUnitGate(t, lim, gate.WithCostFunc(zero)), httplimit.WithErrorHandler(func(_ *http.Request, err error) { hook(err) }))(next)
 			},
 			"route func": func(next http.Handler, hook func(error)) http.Handler {
-				return httplimit.Middleware(conformance.NewUnitGate(t, lim), httplimit.WithErrorHandler(func(_ *http.Request, err error) { hook(err) }),
+				return httplimit.Middleware(testkit.NewUnitGate(t, lim), httplimit.WithErrorHandler(func(_ *http.Request, err error) { hook(err) }),
 					httplimit.WithRouteFunc(func(*http.Request) (gate.Route, bool) { return gate.Route{Class: "default", Cost: 0}, true }))(next)
 			},
 		} {
@@ -68,7 +69,7 @@ func TestOptions(t *testing.T) {
 		}
 	})
 	t.Run("route func comes before the gate's cost func and table", func(t *testing.T) {
-		g := conformance.NewUnitGate(t, lim, gate.WithRoutes(gate.Routes{"/x": {Class: "default", Cost: 1}}), gate.
+		g := testkit.NewUnitGate(t, lim, gate.WithRoutes(gate.Routes{"/x": {Class: "default", Cost: 1}}), gate.
 			WithCostFunc(func(context.Context, quota.Tenant, gate.Endpoint) (gate.Route, bool) {
 				return gate.Route{Class: "export", Cost: 3}, true
 			}))
@@ -86,7 +87,7 @@ func TestOptions(t *testing.T) {
 	})
 	t.Run("deny handler sees the verdict, headers already set", func(t *testing.T) {
 		var got gate.Verdict
-		h := httplimit.Middleware(conformance.NewUnitGate(t, lim), httplimit.WithDenyHandler(func(w http.ResponseWriter, r *http.Request, v gate.Verdict) {
+		h := httplimit.Middleware(testkit.NewUnitGate(t, lim), httplimit.WithDenyHandler(func(w http.ResponseWriter, r *http.Request, v gate.Verdict) {
 			got = v
 			if w.Header().Get("Retry-After") == "" {
 				t.Error("Retry-After not set before the deny handler")
@@ -101,14 +102,14 @@ func TestOptions(t *testing.T) {
 		}
 	})
 	t.Run("pattern func", func(t *testing.T) {
-		h := httplimit.Middleware(conformance.NewUnitGate(t, lim, gate.WithRoutes(gate.Routes{"/items/:id": {Class: "export", Cost: 1}})),
+		h := httplimit.Middleware(testkit.NewUnitGate(t, lim, gate.WithRoutes(gate.Routes{"/items/:id": {Class: "export", Cost: 1}})),
 			httplimit.WithPatternFunc(func(*http.Request) string { return "/items/:id" }))(ok)
 		if got := serve(h, req("GET", "/items/7", "pattern")).Header().Get("RateLimit-Policy"); got != `"export";q=10;w=1000` {
 			t.Fatalf("policy %q", got)
 		}
 	})
 	t.Run("ServeMux pattern, wrapped or inside", func(t *testing.T) {
-		mw := httplimit.Middleware(conformance.NewUnitGate(t, lim, gate.WithRoutes(gate.Routes{"GET /items/{id}": {Class: "export", Cost: 1}})))
+		mw := httplimit.Middleware(testkit.NewUnitGate(t, lim, gate.WithRoutes(gate.Routes{"GET /items/{id}": {Class: "export", Cost: 1}})))
 		mux := http.NewServeMux()
 		mux.Handle("GET /items/{id}", ok)
 		inner := http.NewServeMux()
@@ -128,7 +129,7 @@ var misconfiguredBody = []byte(`{"type":"about:blank","title":"Internal Server E
 // registered, naming the option, as a nil gate does (see the package's own
 // tests); a nil Option is skipped.
 func TestMisconfiguredPanics(t *testing.T) {
-	g := conformance.NewUnitGate(t, conformance.NewUnitLimiter(t))
+	g := testkit.NewUnitGate(t, testkit.NewUnitLimiter(t))
 	httplimit.Middleware(g, nil)
 	for option, o := range map[string]httplimit.Option{
 		"httplimit.WithSkipper":      httplimit.WithSkipper(nil),

@@ -5,7 +5,8 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/tollgate-go/tollgate/conformance"
+	"github.com/tollgate-go/tollgate/internal/testkit"
+
 	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/httplimit"
 )
@@ -14,8 +15,8 @@ import (
 // names (here exempt: no store call), so that what is measured is the
 // adapter's path to the gate.
 func BenchmarkRouteFunc(b *testing.B) {
-	lim := conformance.NewUnitLimiter(b)
-	h := httplimit.Middleware(conformance.NewUnitGate(b, lim), httplimit.WithRouteFunc(func(*http.Request) (gate.Route, bool) { return gate.Route{Exempt: true}, true }))(ok)
+	lim := testkit.NewUnitLimiter(b)
+	h := httplimit.Middleware(testkit.NewUnitGate(b, lim), httplimit.WithRouteFunc(func(*http.Request) (gate.Route, bool) { return gate.Route{Exempt: true}, true }))(ok)
 	req := withTenant(httptest.NewRequest("GET", "/x", nil), "bench")
 	w := httptest.NewRecorder()
 	b.ReportAllocs()

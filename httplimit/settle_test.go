@@ -7,7 +7,8 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/tollgate-go/tollgate/conformance"
+	"github.com/tollgate-go/tollgate/internal/testkit"
+
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
@@ -30,8 +31,8 @@ func exportTokens(t *testing.T, lim *core.Limiter, tenant string) float64 {
 // route's cost, 4) is settled to it when the handler returns; without a
 // report the estimate stands.
 func TestSettle(t *testing.T) {
-	lim := conformance.NewUnitLimiter(t)
-	g := conformance.NewUnitGate(t, lim, gate.WithCostReports(), gate.WithDefaultRoute(gate.Route{Class: "export", Cost: 4}))
+	lim := testkit.NewUnitLimiter(t)
+	g := testkit.NewUnitGate(t, lim, gate.WithCostReports(), gate.WithDefaultRoute(gate.Route{Class: "export", Cost: 4}))
 	var hooked error
 	mw := httplimit.Middleware(g, httplimit.WithCostHeader("tollgate-cost"), httplimit.WithErrorHandler(func(_ *http.Request, err error) { hooked = err }))
 	cases := []struct {

@@ -16,10 +16,10 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/config"
 	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 	_ "modernc.org/sqlite" // database/sql driver "sqlite", to write a bad row by hand
 )
 

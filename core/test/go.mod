@@ -13,8 +13,8 @@ require (
 	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/tollgate-go/tollgate/conformance v0.3.0
 	github.com/tollgate-go/tollgate/core v0.3.0
+	github.com/tollgate-go/tollgate/internal v0.3.0
 	github.com/tollgate-go/tollgate/sqlquota v0.3.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0
@@ -40,3 +40,5 @@ require (
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 )
+
+replace github.com/tollgate-go/tollgate/internal => ../../internal

@@ -10,6 +10,7 @@ require (
 	github.com/tollgate-go/tollgate/conformance v0.3.0
 	github.com/tollgate-go/tollgate/core v0.3.0
 	github.com/tollgate-go/tollgate/httplimit v0.3.0
+	github.com/tollgate-go/tollgate/internal v0.3.0
 	github.com/tollgate-go/tollgate/rls v0.3.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/sdk/metric v1.47.0
@@ -48,3 +49,5 @@ replace (
 	github.com/tollgate-go/tollgate/httplimit => ../../httplimit
 	github.com/tollgate-go/tollgate/rls => ..
 )
+
+replace github.com/tollgate-go/tollgate/internal => ../../internal

@@ -10,8 +10,8 @@ replace (
 
 require (
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/tollgate-go/tollgate/conformance v0.3.0
 	github.com/tollgate-go/tollgate/core v0.3.0
+	github.com/tollgate-go/tollgate/internal v0.3.0
 	github.com/tollgate-go/tollgate/sqlquota v0.3.0
 	modernc.org/sqlite v1.62.0
 )
@@ -33,8 +33,6 @@ require (
 	go.opentelemetry.io/otel v1.47.0 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
 	go.opentelemetry.io/otel/metric v1.47.0 // indirect
-	go.opentelemetry.io/otel/sdk v1.47.0 // indirect
-	go.opentelemetry.io/otel/sdk/metric v1.47.0 // indirect
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	go.uber.org/goleak v1.3.0 // indirect
@@ -45,3 +43,5 @@ require (
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
 )
+
+replace github.com/tollgate-go/tollgate/internal => ../../internal

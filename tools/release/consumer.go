@@ -418,9 +418,16 @@ func checkConsumer(ctx context.Context, env []string, dir, m, version string, al
 		return r, err
 	}
 	var libs, cmds []string
+	listed := 0
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		name, path, ok := strings.Cut(line, " ")
-		if !ok || strings.Contains(path+"/", "/internal/") {
+		if !ok {
+			continue
+		}
+		listed++
+		// a user cannot import an internal package: the internal module's
+		// packages are all internal, so its consumer only checks its graph
+		if strings.Contains(path+"/", "/internal/") {
 			continue
 		}
 		if name == "main" {
@@ -429,7 +436,7 @@ func checkConsumer(ctx context.Context, env []string, dir, m, version string, al
 			libs = append(libs, path)
 		}
 	}
-	if len(libs)+len(cmds) == 0 {
+	if listed == 0 {
 		return r, fmt.Errorf("go list %s/... found no package", mp)
 	}
 	if len(libs) > 0 {

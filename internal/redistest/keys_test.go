@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-go/tollgate/conformance/redistest"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 )
 
 // TestCheckKeys leaves each kind of key the check forbids in the shared

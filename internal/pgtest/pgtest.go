@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-go/tollgate/conformance/redistest"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 )
 
 // URL is the test database: TOLLGATE_TEST_POSTGRES, else a postgres://

@@ -1,14 +1,14 @@
-package conformance
+package testkit
 
 import (
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 )
 
 // UnitTiers are the quotas of an adapter's own unit tests (beside the
