@@ -5,6 +5,7 @@ go 1.26.0
 replace (
 	github.com/tollgate-go/tollgate/conformance => ../conformance
 	github.com/tollgate-go/tollgate/core => ../core
+	github.com/tollgate-go/tollgate/internal => ../internal
 )
 
 require (
@@ -76,4 +77,3 @@ replace github.com/tollgate-go/tollgate/ginlimit => ../ginlimit
 
 replace github.com/tollgate-go/tollgate/httplimit => ../httplimit
 
-replace github.com/tollgate-go/tollgate/internal => ../internal

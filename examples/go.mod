@@ -5,6 +5,7 @@ go 1.26.0
 replace (
 	github.com/tollgate-go/tollgate/conformance => ../conformance
 	github.com/tollgate-go/tollgate/core => ../core
+	github.com/tollgate-go/tollgate/internal => ../internal
 	github.com/tollgate-go/tollgate/sqlquota => ../sqlquota
 )
 
@@ -129,4 +130,3 @@ replace github.com/tollgate-go/tollgate/echov5limit => ../echov5limit
 
 replace github.com/tollgate-go/tollgate/fiberv3limit => ../fiberv3limit
 
-replace github.com/tollgate-go/tollgate/internal => ../internal

@@ -5,6 +5,7 @@ go 1.26.0
 replace (
 	github.com/tollgate-go/tollgate/conformance => ../../conformance
 	github.com/tollgate-go/tollgate/core => ../
+	github.com/tollgate-go/tollgate/internal => ../../internal
 	github.com/tollgate-go/tollgate/sqlquota => ../../sqlquota
 )
 
@@ -41,4 +42,3 @@ require (
 	golang.org/x/text v0.43.0 // indirect
 )
 
-replace github.com/tollgate-go/tollgate/internal => ../../internal

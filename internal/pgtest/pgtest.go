@@ -3,7 +3,7 @@
 //
 // It opens its pools with database/sql's driver "pgx", which the test
 // binary registers (import _ "github.com/jackc/pgx/v5/stdlib"), so that the
-// conformance module depends on no database driver.
+// internal module depends on no database driver.
 package pgtest
 
 import (

@@ -47,7 +47,7 @@ replace (
 	github.com/tollgate-go/tollgate/conformance => ../../conformance
 	github.com/tollgate-go/tollgate/core => ../../core
 	github.com/tollgate-go/tollgate/httplimit => ../../httplimit
+	github.com/tollgate-go/tollgate/internal => ../../internal
 	github.com/tollgate-go/tollgate/rls => ..
 )
 
-replace github.com/tollgate-go/tollgate/internal => ../../internal

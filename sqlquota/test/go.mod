@@ -5,6 +5,7 @@ go 1.26.0
 replace (
 	github.com/tollgate-go/tollgate/conformance => ../../conformance
 	github.com/tollgate-go/tollgate/core => ../../core
+	github.com/tollgate-go/tollgate/internal => ../../internal
 	github.com/tollgate-go/tollgate/sqlquota => ../
 )
 
@@ -44,4 +45,3 @@ require (
 	modernc.org/memory v1.12.1 // indirect
 )
 
-replace github.com/tollgate-go/tollgate/internal => ../../internal
