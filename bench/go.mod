@@ -76,4 +76,3 @@ require (
 replace github.com/tollgate-go/tollgate/ginlimit => ../ginlimit
 
 replace github.com/tollgate-go/tollgate/httplimit => ../httplimit
-

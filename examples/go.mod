@@ -129,4 +129,3 @@ replace github.com/tollgate-go/tollgate/fiberlimit => ../fiberlimit
 replace github.com/tollgate-go/tollgate/echov5limit => ../echov5limit
 
 replace github.com/tollgate-go/tollgate/fiberv3limit => ../fiberv3limit
-

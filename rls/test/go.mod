@@ -50,4 +50,3 @@ replace (
 	github.com/tollgate-go/tollgate/internal => ../../internal
 	github.com/tollgate-go/tollgate/rls => ..
 )
-
