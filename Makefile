@@ -41,7 +41,7 @@ run_tests = tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
 test: check-redis ## every module, with -race, against a real Redis; lists the skipped tests at the end
 	@$(call run_tests,$(PKGS))
 
-$(addprefix test/,$(ALL_MODULES)): test/%: check-redis ## one module and its test module, e.g. make test/core
+$(addprefix test/,$(ALL_MODULES)): test/%: check-redis ## one module and its test-only module if it has one, e.g. make test/core
 	@$(call run_tests,github.com/tollgate-go/tollgate/$*/...)
 
 DURATION ?= 5m
