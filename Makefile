@@ -1,6 +1,8 @@
 # tollgate: one Go module per top-level folder, tied together by go.work. A
-# module's tests that need the Redis harness or the conformance suite live in
-# its nested test-only module <module>/test (README, "Module layout").
+# module's tests live beside its code, except where they need what its users
+# must not get (a peer library, SQL drivers, a reference server): those are
+# in the nested test-only modules core/test, sqlquota/test and rls/test
+# (README, "Layout").
 GO        ?= go
 # the published modules are listed once, in versions.yaml; then the unpublished ones
 PUBLISHED := $(shell sed -n 's/^  - \([a-z0-9/._-]*\)$$/\1/p' versions.yaml)
@@ -39,7 +41,7 @@ run_tests = tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
 test: check-redis ## every module, with -race, against a real Redis; lists the skipped tests at the end
 	@$(call run_tests,$(PKGS))
 
-$(addprefix test/,$(ALL_MODULES)): test/%: check-redis ## one module and its test module, e.g. make test/core
+$(addprefix test/,$(ALL_MODULES)): test/%: check-redis ## one module and its test-only module if it has one, e.g. make test/core
 	@$(call run_tests,github.com/tollgate-go/tollgate/$*/...)
 
 DURATION ?= 5m
@@ -61,8 +63,7 @@ test-settle: check-redis ## the reserve-then-settle bound at full size: 4 replic
 check-redis: ## fail fast, and say why, when no real Redis can be had
 	@if [ -n "$$REDIS_URL" ]; then exit 0; fi; \
 	if command -v redis-server >/dev/null 2>&1; then exit 0; fi; \
-	if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then exit 0; fi; \
-	echo "make test needs a real Redis: set REDIS_URL, start a Docker daemon (testcontainers), or put redis-server on PATH" >&2; exit 1
+	echo "make test needs a real Redis: set REDIS_URL or put redis-server on PATH" >&2; exit 1
 
 # FUZZTIME is a count of calls (Nx) rather than a duration: Go 1.26's fuzz
 # coordinator can fail a target that found nothing with a bare "context

@@ -31,10 +31,7 @@
 //
 // Then, in a test of your adapter's package:
 //
-//	func TestMain(m *testing.M) {
-//		redistest.StartSharedCluster() // overlap the Cluster's start-up
-//		redistest.Main(m)
-//	}
+//	func TestMain(m *testing.M) { conformance.Main(m) }
 //
 //	func TestConformance(t *testing.T) {
 //		conformance.Run(t, conformance.HTTPTarget(func(t testing.TB, s conformance.Setup) (conformance.Instance, error) {
@@ -47,9 +44,9 @@
 //		}))
 //	}
 //
-// and run it with a Redis at hand (REDIS_URL, a Docker daemon, or
-// redis-server on PATH; the Cluster scenarios need redis-server and
-// redis-cli):
+// and run it with a Redis at hand (REDIS_URL, or redis-server on PATH; the
+// Cluster scenarios need redis-server and redis-cli; without either the
+// tests skip, or fail under CI=true):
 //
 //	go test -race -run TestConformance ./...
 //

@@ -17,11 +17,12 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 	tgrender "github.com/tollgate-go/tollgate/core/render"
+	"github.com/tollgate-go/tollgate/internal/redistest"
+	"github.com/tollgate-go/tollgate/internal/testkit"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -105,7 +106,7 @@ type env struct {
 	target  Target
 	proto   Protocol
 	cfg     config
-	clock   *FakeClock
+	clock   *testkit.FakeClock
 	client  redis.UniversalClient
 	server  *redistest.Server
 	prefix  string
@@ -120,7 +121,7 @@ type env struct {
 }
 
 func newEnv(t *testing.T, target Target, b backend, cfg config) *env {
-	e := &env{t: t, target: target, proto: target.Protocol(), cfg: cfg, clock: NewFakeClock(), backend: b, prefix: redistest.Prefix(t)}
+	e := &env{t: t, target: target, proto: target.Protocol(), cfg: cfg, clock: testkit.NewFakeClock(), backend: b, prefix: redistest.Prefix(t)}
 	e.metrics = sdkmetric.NewManualReader()
 	e.meter = sdkmetric.NewMeterProvider(sdkmetric.WithReader(e.metrics))
 	t.Cleanup(func() { _ = e.meter.Shutdown(context.Background()) })

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-go/tollgate/conformance/redistest"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 )
 
 // Run runs every scenario against target, each as a named subtest, on a
@@ -50,7 +50,7 @@ const failingTimeout = 5 * time.Minute
 // The suite runs in a child process (this test binary, re-run for this
 // test alone, on the standalone Redis only) so that the expected failures
 // do not fail the calling test. The test binary's TestMain must run the
-// tests as usual (redistest.MainWithCluster does).
+// tests as usual ([Main] does).
 func RunFailing(t *testing.T, target Target, scenarios ...string) {
 	t.Helper()
 	if os.Getenv(envFailing) == t.Name() {

@@ -11,9 +11,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the reference target")
@@ -24,7 +24,7 @@ func TestMain(m *testing.M) {
 	if b := os.Getenv(envBackends); b != "" {
 		onlyBackends = strings.Split(b, ",")
 	}
-	redistest.MainWithCluster(m)
+	Main(m)
 }
 
 // fault is a way an adapter can get the standard wrong.

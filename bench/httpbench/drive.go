@@ -26,7 +26,7 @@ import (
 	"github.com/tollgate-go/tollgate/bench/internal/delaylink"
 	"github.com/tollgate-go/tollgate/bench/internal/ints"
 	"github.com/tollgate-go/tollgate/bench/internal/localredis"
-	"github.com/tollgate-go/tollgate/conformance/redistest"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 )
 
 // proc is one service process.

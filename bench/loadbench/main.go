@@ -41,8 +41,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/bench/internal/ints"
-	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core/lua"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 )
 
 var (

@@ -6,10 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/conformance/redistest"
+	"github.com/tollgate-go/tollgate/internal/testkit"
+
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 )
 
 // alsoCostsTiers: two classes and a concurrency-limited one under one
@@ -55,7 +56,7 @@ func TestAlsoCostsAllOrNothing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		clock := conformance.NewFakeClock()
+		clock := testkit.NewFakeClock()
 		l := v.newLimiter(t, c, res, core.WithClock(clock.Now))
 		ctx := context.Background()
 		tenant := quota.Tenant{ID: "t1"}
@@ -155,7 +156,7 @@ func TestAlsoCostsInvalid(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l := v.newLimiter(t, b.client(t), res, core.WithClock(conformance.NewFakeClock().Now))
+		l := v.newLimiter(t, b.client(t), res, core.WithClock(testkit.NewFakeClock().Now))
 		tenant := quota.Tenant{ID: "t1"}
 		for _, req := range []core.Request{
 			{Tenant: tenant, Class: "default", Cost: 1, Also: []string{"export"}, AlsoCosts: []int64{}},
@@ -184,7 +185,7 @@ func TestAlsoCostsNotAnsweredLocally(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l := newLimiter(t, redistest.Client(t), res, core.WithDenyCache(true), core.WithClock(conformance.NewFakeClock().Now))
+		l := newLimiter(t, redistest.Client(t), res, core.WithDenyCache(true), core.WithClock(testkit.NewFakeClock().Now))
 		ctx := context.Background()
 		tenant := quota.Tenant{ID: "t1"}
 		if d, err := l.Allow(ctx, tenant, "export", 5); err != nil || !d.Allowed {

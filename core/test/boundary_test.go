@@ -12,12 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-go/tollgate/internal/testkit"
+
 	"github.com/redis/go-redis/v9"
-	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/keys"
 	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 )
 
@@ -27,7 +28,7 @@ import (
 // nothing, and never open the circuit breaker for everyone else.
 func TestCallerGoneIsNotAStoreFailure(t *testing.T) {
 	forEachVariant(t, func(t *testing.T, v variant) {
-		var logs conformance.LogBuffer
+		var logs testkit.LogBuffer
 		l := v.newLimiter(t, redistest.Client(t), staticResolver(quota.Bucket{Name: "default", Quota: quota.PerSecond(1000)}),
 			core.WithCircuitBreaker(3, time.Hour), core.WithFailurePolicy(core.FailClosed),
 			core.WithTimeout(time.Second), core.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
@@ -73,7 +74,7 @@ func TestCallerGoneIsNotAStoreFailure(t *testing.T) {
 func TestRequestErrorIsThatRequestsFailure(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend, v variant) {
 		c := b.client(t)
-		var logs conformance.LogBuffer
+		var logs testkit.LogBuffer
 		l := v.newLimiter(t, c, staticResolver(quota.Bucket{Name: "default", Quota: quota.PerSecond(1000)}),
 			core.WithCircuitBreaker(3, time.Hour), core.WithFailurePolicy(core.FailClosed),
 			core.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
@@ -107,7 +108,7 @@ func TestRequestErrorIsThatRequestsFailure(t *testing.T) {
 // clock alone, never the wall clock.
 func TestBreakerOneClock(t *testing.T) {
 	srv := redistest.NewServer(t)
-	clock := conformance.NewFakeClock()
+	clock := testkit.NewFakeClock()
 	clock.Set(time.Now().Add(-time.Hour)) // an hour behind the wall clock
 	l, err := core.New(srv.Client(t), staticResolver(quota.Bucket{Name: "default", Quota: quota.PerSecond(10)}),
 		core.WithPrefix(redistest.Prefix(t)), core.WithClock(clock.Now), core.WithFailurePolicy(core.FailClosed),

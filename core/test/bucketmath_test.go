@@ -10,10 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/conformance/redistest"
+	"github.com/tollgate-go/tollgate/internal/testkit"
+
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 )
 
 // TestLocalArithmeticMatchesTheScript: the limiter's own token-bucket
@@ -42,7 +43,7 @@ func TestLocalArithmeticMatchesTheScript(t *testing.T) {
 			buckets[i] = quota.Bucket{Name: "b" + strconv.Itoa(i), Quota: q}
 		}
 		r := staticResolver(buckets...)
-		clock := conformance.NewFakeClock()
+		clock := testkit.NewFakeClock()
 		opts := []core.Option{core.WithClock(clock.Now), core.WithBatching(false), core.WithLogger(slog.New(slog.DiscardHandler))}
 		ref := newLimiter(t, c, r, append(opts, core.WithDenyCache(false))...)
 		deny := newLimiter(t, c, r, append(opts, core.WithDenyCache(true))...)

@@ -9,12 +9,12 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/keys"
 	"github.com/tollgate-go/tollgate/core/lua"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/core/render"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 )
 

@@ -8,11 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/conformance/redistest"
+	"github.com/tollgate-go/tollgate/internal/testkit"
+
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/core/render"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 )
 
 // TestCircuitBreaker: after the threshold of failures the store is not called
@@ -23,7 +24,7 @@ func TestCircuitBreaker(t *testing.T) {
 	forEachVariant(t, func(t *testing.T, v variant) {
 		srv := redistest.NewServer(t)
 		c := srv.Client(t)
-		clock := conformance.NewFakeClock()
+		clock := testkit.NewFakeClock()
 		l, err := core.New(c, staticResolver(quota.Bucket{Name: "default", Quota: quota.PerSecond(100)}), append(v.options(),
 			core.WithPrefix(redistest.Prefix(t)), core.WithFailurePolicy(core.FailClosed), core.WithClock(clock.Now),
 			core.WithCircuitBreaker(3, 300*time.Millisecond), core.WithTimeout(time.Second))...)
@@ -117,7 +118,7 @@ func TestLocalFallback(t *testing.T) {
 func TestDenyCacheNeverDeniesWhatRedisAdmits(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend, v variant) {
 		c := b.client(t)
-		clock := conformance.NewFakeClock()
+		clock := testkit.NewFakeClock()
 		r := staticResolver(quota.Bucket{Name: "default", Quota: quota.Quota{Capacity: 5, RefillPerSecond: 3}})
 		cached := v.newLimiter(t, c, r, core.WithClock(clock.Now), core.WithDenyCache(true))
 		plain := v.newLimiter(t, c, r, core.WithClock(clock.Now), core.WithDenyCache(false))

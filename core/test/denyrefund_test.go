@@ -5,7 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-go/tollgate/conformance"
+	"github.com/tollgate-go/tollgate/internal/testkit"
+
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/quota"
 )
@@ -23,7 +24,7 @@ func TestDenyCacheSeesAnotherReplicasRefund(t *testing.T) {
 			// refill is negligible: the bound alone would last 100 s per token
 			q := quota.Quota{Capacity: 10, RefillPerSecond: 0.01}
 			r := staticResolver(quota.Bucket{Name: "default", Quota: q})
-			clock := conformance.NewFakeClock()
+			clock := testkit.NewFakeClock()
 			c := b.client(t)
 			r0 := newLimiter(t, c, r, core.WithDenyCache(true), core.WithClock(clock.Now), core.WithTimeout(timeout))
 			r1, err := core.New(c, r, core.WithPrefix(r0.Keys().Prefix()), core.WithDenyCache(true),

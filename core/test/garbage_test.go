@@ -6,7 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-go/tollgate/conformance"
+	"github.com/tollgate-go/tollgate/internal/testkit"
+
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/quota"
 )
@@ -42,7 +43,7 @@ func TestGarbageStateStartsFull(t *testing.T) {
 			forEachBackend(t, func(t *testing.T, be backend, vr variant) {
 				c := be.client(t)
 				ctx := context.Background()
-				clock := conformance.NewFakeClock()
+				clock := testkit.NewFakeClock()
 				l := vr.newLimiter(t, c, staticResolver(buckets...), core.WithClock(clock.Now))
 				for i, g := range garbageStates {
 					t.Run(strconv.Quote(g), func(t *testing.T) {

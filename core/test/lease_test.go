@@ -9,12 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-go/tollgate/internal/testkit"
+
 	"github.com/redis/go-redis/v9"
-	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/lua"
 	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 )
 
 // scriptCalls is the number of script calls (EVALSHA and EVAL) the server
@@ -143,7 +144,7 @@ func TestLeasesCutCalls(t *testing.T) {
 func TestLeaseArithmetic(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend, v variant) {
 		c := b.client(t)
-		clock := conformance.NewFakeClock()
+		clock := testkit.NewFakeClock()
 		r := staticResolver(quota.Bucket{Name: "default", Quota: quota.Quota{Capacity: 10, RefillPerSecond: 0.001}})
 		l := v.newLimiter(t, c, r, core.WithClock(clock.Now), core.WithLeases("default", 4, time.Second))
 		d := check(t, l, "t1", 1) // the store gives 4: 6 left there, 3 in the lease
@@ -182,7 +183,7 @@ func TestDenyCacheFloodSendsNothing(t *testing.T) {
 	forEachVariant(t, func(t *testing.T, v variant) {
 		srv := redistest.NewServer(t)
 		c := srv.Client(t)
-		clock := conformance.NewFakeClock()
+		clock := testkit.NewFakeClock()
 		l := v.newLimiter(t, c, staticResolver(quota.Bucket{Name: "default", Quota: quota.Quota{Capacity: 5, RefillPerSecond: 0.5}}),
 			core.WithClock(clock.Now), core.WithDenyCache(true), core.WithTimeout(5*time.Second))
 		for range 5 {
@@ -238,7 +239,7 @@ func TestLeaseDenialIsOneCall(t *testing.T) {
 	if err := c.ScriptLoad(ctx, lua.TokenBucket()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	clock := conformance.NewFakeClock()
+	clock := testkit.NewFakeClock()
 	// size 10 is clamped to the capacity, 3
 	l := newLimiter(t, c, staticResolver(quota.Bucket{Name: "default", Quota: quota.Quota{Capacity: 3, RefillPerSecond: 0.5}}),
 		core.WithClock(clock.Now), core.WithLeases("default", 10, time.Minute))

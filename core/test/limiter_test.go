@@ -11,12 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-go/tollgate/internal/testkit"
+
 	"github.com/redis/go-redis/v9"
-	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/core/render"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 )
 
 // step is one call in an arithmetic scenario: advance the clock, then check.
@@ -82,7 +83,7 @@ func TestArithmetic(t *testing.T) {
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
 				t.Parallel()
-				clock := conformance.NewFakeClock()
+				clock := testkit.NewFakeClock()
 				l := v.newLimiter(t, c, staticResolver(quota.Bucket{Name: "default", Quota: tt.quota}), core.WithClock(clock.Now))
 				var d core.Decision
 				for _, s := range tt.steps {
@@ -180,7 +181,7 @@ func TestStorageAndTTL(t *testing.T) {
 func TestMultiBucket(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend, v variant) {
 		c := b.client(t)
-		clock := conformance.NewFakeClock()
+		clock := testkit.NewFakeClock()
 		class := quota.Bucket{Name: "export", Quota: quota.Quota{Capacity: 10, RefillPerSecond: 1}}
 		ceiling := quota.Bucket{Name: quota.CeilingBucket, Quota: quota.Quota{Capacity: 5, RefillPerSecond: 1}}
 		l := v.newLimiter(t, c, staticResolver(class, ceiling), core.WithClock(clock.Now))
@@ -232,7 +233,7 @@ func TestMultiBucket(t *testing.T) {
 func TestAlsoClasses(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend, v variant) {
 		c := b.client(t)
-		clock := conformance.NewFakeClock()
+		clock := testkit.NewFakeClock()
 		ceiling := quota.Quota{Capacity: 100, RefillPerSecond: 1}
 		res, err := quota.NewResolver(quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{"free": {Classes: map[string]quota.Quota{
 			"default": {Capacity: 10, RefillPerSecond: 1},

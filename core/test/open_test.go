@@ -13,13 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-go/tollgate/internal/testkit"
+
 	"github.com/redis/go-redis/v9"
-	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/config"
 	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 )
 
 // tierFile is a tier file whose free tier holds capacity tokens of class
@@ -54,7 +55,7 @@ func aliasBomb(size int) string {
 func newTierFile(t *testing.T, content string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "tiers.yaml")
-	conformance.ReplaceFile(t, path, content)
+	testkit.ReplaceFile(t, path, content)
 	return path
 }
 
@@ -441,7 +442,7 @@ func TestOpenedServiceReloads(t *testing.T) {
 		t.Errorf("first file: admitted %d of 5 on a bucket of 3", got)
 	}
 
-	conformance.ReplaceFile(t, path, tierFile(7, ""))
+	testkit.ReplaceFile(t, path, tierFile(7, ""))
 	if o := next("a larger bucket"); o.err != nil || o.cfg == nil {
 		t.Fatalf("a valid file was refused: %v", o.err)
 	}
@@ -462,7 +463,7 @@ tiers:
 		{"alias bomb", aliasBomb(134 << 10), "aliases expand the file to more than 1048576 YAML nodes"},
 	}
 	for i, b := range bad {
-		conformance.ReplaceFile(t, path, b.content)
+		testkit.ReplaceFile(t, path, b.content)
 		o := next(b.name)
 		if o.err == nil || !strings.Contains(o.err.Error(), b.want) {
 			t.Fatalf("%s file: reload error %v, want %q", b.name, o.err, b.want)

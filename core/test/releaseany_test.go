@@ -5,9 +5,9 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 )
 
 // TestReleaseAny: a slot group's slot is freed by any limiter of the group,

@@ -6,7 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-go/tollgate/conformance"
+	"github.com/tollgate-go/tollgate/internal/testkit"
+
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/quota"
 )
@@ -31,7 +32,7 @@ func TestSettleModel(t *testing.T) {
 			set := settings[seed%uint64(len(settings))]
 			q := llm
 			q.MaxDebt, q.MaxSettleRatio = set.maxDebt, set.ratio
-			clock := conformance.NewFakeClock()
+			clock := testkit.NewFakeClock()
 			c := be.client(t)
 			l := vr.newLimiter(t, c, staticResolver(quota.Bucket{Name: "default", Quota: q}), core.WithClock(clock.Now))
 			tenant := "model" + string(rune('a'+seed))

@@ -12,7 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-go/tollgate/conformance"
+	"github.com/tollgate-go/tollgate/internal/testkit"
+
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
@@ -50,7 +51,7 @@ func balance(t *testing.T, l *core.Limiter, tenant string, bucket string) float6
 func TestSettleUpAndDown(t *testing.T) {
 	ceiling := quota.Bucket{Name: quota.CeilingBucket, Quota: quota.Quota{Capacity: 5000, RefillPerSecond: 50}}
 	forEachBackend(t, func(t *testing.T, be backend, vr variant) {
-		clock := conformance.NewFakeClock() // frozen: no refill
+		clock := testkit.NewFakeClock() // frozen: no refill
 		c := be.client(t)
 		l := vr.newLimiter(t, c, staticResolver(quota.Bucket{Name: "default", Quota: llm}, ceiling), core.WithClock(clock.Now))
 		d := check(t, l, "up", 100)
@@ -105,7 +106,7 @@ func TestSettleUpAndDown(t *testing.T) {
 // the bucket is full again.
 func TestSettleDebt(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend, vr variant) {
-		clock := conformance.NewFakeClock()
+		clock := testkit.NewFakeClock()
 		l := vr.newLimiter(t, be.client(t), staticResolver(quota.Bucket{Name: "default", Quota: llm}), core.WithClock(clock.Now))
 		d := check(t, l, "debt", 100)
 		if f := settle(t, l, "debt", d, 1500); f != 0 {
@@ -156,7 +157,7 @@ func TestSettleDebt(t *testing.T) {
 // a Verdict whose handler reported nothing.
 func TestSettleUnsettledStaysCharged(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend, vr variant) {
-		clock := conformance.NewFakeClock()
+		clock := testkit.NewFakeClock()
 		l := vr.newLimiter(t, be.client(t), staticResolver(quota.Bucket{Name: "default", Quota: llm}), core.WithClock(clock.Now))
 		g, err := gate.New(l, gate.WithCostReports(), gate.WithDefaultRoute(gate.Route{Class: "default", Cost: 100}))
 		if err != nil {
@@ -184,7 +185,7 @@ func TestSettleUnsettledStaysCharged(t *testing.T) {
 // settled by Done, once; the last report wins.
 func TestGateReportCost(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend, vr variant) {
-		clock := conformance.NewFakeClock()
+		clock := testkit.NewFakeClock()
 		l := vr.newLimiter(t, be.client(t), staticResolver(quota.Bucket{Name: "default", Quota: llm}), core.WithClock(clock.Now))
 		g, err := gate.New(l, gate.WithCostReports(), gate.WithDefaultRoute(gate.Route{Class: "default", Cost: 100}))
 		if err != nil {
@@ -227,7 +228,7 @@ func TestSettleBoundConcurrent(t *testing.T) {
 		capacity = 20000
 	)
 	forEachBackend(t, func(t *testing.T, be backend, vr variant) {
-		clock := conformance.NewFakeClock() // frozen: refill is 0, so the sums are exact
+		clock := testkit.NewFakeClock() // frozen: refill is 0, so the sums are exact
 		l := vr.newLimiter(t, be.client(t), staticResolver(quota.Bucket{Name: "default", Quota: quota.Quota{Capacity: capacity, RefillPerSecond: 1}}), core.WithClock(clock.Now))
 		var mu sync.Mutex
 		var charged, admitted, denied int64
@@ -279,7 +280,7 @@ func TestSettleBoundConcurrent(t *testing.T) {
 // handlers nothing to report to, and a request costs its route's cost.
 func TestGateWithoutCostReports(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend, vr variant) {
-		clock := conformance.NewFakeClock()
+		clock := testkit.NewFakeClock()
 		l := vr.newLimiter(t, be.client(t), staticResolver(quota.Bucket{Name: "default", Quota: llm}), core.WithClock(clock.Now))
 		g, err := gate.New(l, gate.WithDefaultRoute(gate.Route{Class: "default", Cost: 100}))
 		if err != nil {
@@ -310,7 +311,7 @@ func TestGateWithoutCostReports(t *testing.T) {
 // charged, never read as garbage under the old capacity and rewritten.
 func TestSettleCurrentQuota(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend, vr variant) {
-		clock := conformance.NewFakeClock()
+		clock := testkit.NewFakeClock()
 		var upgraded atomic.Bool
 		small := quota.Quota{Capacity: 100, RefillPerSecond: 1}
 		r := quota.ResolverFunc(func(context.Context, quota.Tenant, string) ([]quota.Bucket, error) {
@@ -345,7 +346,7 @@ func TestSettleCurrentQuota(t *testing.T) {
 func TestSettleBoundOverWindow(t *testing.T) {
 	const estimate, actual = 100, 100 * 1000
 	forEachBackend(t, func(t *testing.T, be backend, vr variant) {
-		clock := conformance.NewFakeClock()
+		clock := testkit.NewFakeClock()
 		l := vr.newLimiter(t, be.client(t), staticResolver(quota.Bucket{Name: "default", Quota: llm}), core.WithClock(clock.Now))
 		start := clock.Now()
 		var used, admitted int64
@@ -379,8 +380,8 @@ func TestSettleCapCounted(t *testing.T) {
 		reader := sdkmetric.NewManualReader()
 		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 		defer mp.Shutdown(context.Background())
-		var logs conformance.LogBuffer
-		clock := conformance.NewFakeClock()
+		var logs testkit.LogBuffer
+		clock := testkit.NewFakeClock()
 		capped := llm
 		capped.MaxDebt = 500
 		ratio := llm
@@ -449,7 +450,7 @@ func TestSettleStorageFloor(t *testing.T) {
 		reader := sdkmetric.NewManualReader()
 		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 		defer mp.Shutdown(context.Background())
-		clock := conformance.NewFakeClock()
+		clock := testkit.NewFakeClock()
 		q := quota.Quota{Capacity: 10, RefillPerSecond: 1}
 		l := vr.newLimiter(t, be.client(t), staticResolver(quota.Bucket{Name: "default", Quota: q}), core.WithClock(clock.Now), core.WithMeterProvider(mp))
 		const floor = 400 * 24 * 3600 // 400 days of 1 token a second
@@ -477,7 +478,7 @@ func TestSettleStorageFloor(t *testing.T) {
 // quota grew since the reservation is charged, not reset under the old one.
 func TestSettleCurrentQuotaAlso(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend, vr variant) {
-		clock := conformance.NewFakeClock()
+		clock := testkit.NewFakeClock()
 		var upgraded atomic.Bool
 		r := quota.ResolverFunc(func(_ context.Context, _ quota.Tenant, class string) ([]quota.Bucket, error) {
 			q := quota.Quota{Capacity: 100, RefillPerSecond: 1}

@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/internal/redistest"
+	"github.com/tollgate-go/tollgate/internal/testkit"
 )
 
 // TestSettleIsAppliedOncePerReservation: a settle repeated for one
@@ -21,7 +21,7 @@ import (
 func TestSettleIsAppliedOncePerReservation(t *testing.T) {
 	ceiling := quota.Bucket{Name: quota.CeilingBucket, Quota: quota.Quota{Capacity: 5000, RefillPerSecond: 50}}
 	forEachBackend(t, func(t *testing.T, be backend, vr variant) {
-		clock := conformance.NewFakeClock() // frozen: no refill
+		clock := testkit.NewFakeClock() // frozen: no refill
 		c := be.client(t)
 		l := vr.newLimiter(t, c, staticResolver(quota.Bucket{Name: "default", Quota: llm}, ceiling), core.WithClock(clock.Now))
 		for _, repeats := range []int{1, 2, 10} {
@@ -59,7 +59,7 @@ func TestSettleRetriedAfterLostRepliesChargesOnce(t *testing.T) {
 			proxy := redistest.NewFaultProxy(t, upstream)
 			c := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, DialTimeout: time.Second})
 			t.Cleanup(func() { _ = c.Close() })
-			clock := conformance.NewFakeClock()
+			clock := testkit.NewFakeClock()
 			l := newLimiter(t, c, staticResolver(quota.Bucket{Name: "default", Quota: llm}), core.WithClock(clock.Now),
 				core.WithBatching(false), core.WithDenyCache(false), core.WithTimeout(time.Second))
 			d := check(t, l, "lost", 100)
@@ -91,7 +91,7 @@ func TestSettleRetriedAfterLostRepliesChargesOnce(t *testing.T) {
 // settle window after its admission, and its mark lives no longer; after
 // the window Settle refuses, and the estimate stands.
 func TestSettleAfterTheWindowIsRefused(t *testing.T) {
-	clock := conformance.NewFakeClock()
+	clock := testkit.NewFakeClock()
 	c := redistest.Client(t)
 	slow := quota.Quota{Capacity: 1000, RefillPerSecond: 0.001} // 0.111 tokens in 111 s
 	l := newLimiter(t, c, staticResolver(quota.Bucket{Name: "default", Quota: slow}), core.WithClock(clock.Now),

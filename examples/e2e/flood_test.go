@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/examples"
 	"github.com/tollgate-go/tollgate/examples/internal/app"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 )
 
 // The flood on a real process: one tenant on floodConns keep-alive

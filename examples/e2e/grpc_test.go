@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/examples/internal/app"
 	"github.com/tollgate-go/tollgate/examples/internal/apptest"
 	"github.com/tollgate-go/tollgate/examples/internal/demopb"
 	"github.com/tollgate-go/tollgate/examples/internal/grpctest"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"

@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core/render"
 	"github.com/tollgate-go/tollgate/examples/internal/app"
 	"github.com/tollgate-go/tollgate/examples/internal/apptest"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 )
 
 // httpExamples are the six HTTP examples (both majors of Echo and Fiber),

@@ -20,9 +20,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/conformance/redistest"
+	"github.com/tollgate-go/tollgate/internal/testkit"
+
 	"github.com/tollgate-go/tollgate/examples"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 )
 
 // secret is the HS256 secret every process of these tests is started with,
@@ -98,9 +99,9 @@ func build() (string, error) {
 type process struct {
 	name string
 	cmd  *exec.Cmd
-	out  *conformance.LogBuffer // the process's output, read while it runs
-	done chan struct{}          // closed when the process has exited and been waited for
-	err  error                  // Wait's result, once done is closed
+	out  *testkit.LogBuffer // the process's output, read while it runs
+	done chan struct{}      // closed when the process has exited and been waited for
+	err  error              // Wait's result, once done is closed
 }
 
 func (p *process) exited() bool {
@@ -198,7 +199,7 @@ func startHelper(t *testing.T, role string, env ...string) *process {
 
 func startCmd(t *testing.T, name string, cmd *exec.Cmd, env ...string) *process {
 	t.Helper()
-	p := &process{name: name, out: &conformance.LogBuffer{}, done: make(chan struct{}), cmd: cmd}
+	p := &process{name: name, out: &testkit.LogBuffer{}, done: make(chan struct{}), cmd: cmd}
 	p.cmd.Env = environ(ownPrefix(t, env)...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	p.cmd.WaitDelay = time.Second

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/examples/internal/app"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 	"github.com/tollgate-go/tollgate/sqlquota"
 	_ "modernc.org/sqlite" // database/sql driver "sqlite"
 )

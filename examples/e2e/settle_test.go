@@ -21,7 +21,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/config"
 	"github.com/tollgate-go/tollgate/core/gate"
@@ -29,6 +28,7 @@ import (
 	"github.com/tollgate-go/tollgate/core/render"
 	"github.com/tollgate-go/tollgate/examples/internal/app"
 	"github.com/tollgate-go/tollgate/httplimit"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 )
 
 // writeConfig writes a tier file and returns its path.

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/examples/internal/app"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 )
 
 // TestReportsAfterRedisStallOnGin: the Gin example (built-in tiers: the

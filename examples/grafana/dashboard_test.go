@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/prometheus/common/model"
-	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/examples/internal/apptest"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 )
 
 func TestMain(m *testing.M) { apptest.Main(m) }

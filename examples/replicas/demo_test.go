@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/examples/internal/apptest"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 )
 
 // mainEnv makes the test binary run the demo's main instead of the tests,

@@ -24,10 +24,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-go/tollgate/internal/testkit"
+
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/conformance/redistest"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -173,7 +174,7 @@ type deployed struct {
 	http  string // HOST:PORT
 	prom  string // PROMETHEUS_ADDR
 	grpc  string
-	out   *conformance.LogBuffer
+	out   *testkit.LogBuffer
 	alive func() error // nil while running, else how it exited
 }
 
@@ -183,7 +184,7 @@ func startDeployed(t *testing.T, name, bin string, env []string, l listeners, cr
 	t.Helper()
 	cmd := exec.Command(bin)
 	cmd.Env = env
-	d := &deployed{name: name, http: "127.0.0.1:" + strconv.Itoa(l.http), prom: "127.0.0.1:" + strconv.Itoa(l.prom), grpc: "127.0.0.1:" + strconv.Itoa(l.grpc), out: &conformance.LogBuffer{}}
+	d := &deployed{name: name, http: "127.0.0.1:" + strconv.Itoa(l.http), prom: "127.0.0.1:" + strconv.Itoa(l.prom), grpc: "127.0.0.1:" + strconv.Itoa(l.grpc), out: &testkit.LogBuffer{}}
 	cmd.Stdout, cmd.Stderr = d.out, d.out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -17,10 +17,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-go/tollgate/internal/testkit"
+
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/conformance/redistest"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -117,7 +118,7 @@ func rlsBinary(t *testing.T) string {
 // rlsProcess is tollgate-rls running as an OS process.
 type rlsProcess struct {
 	cmd  *exec.Cmd
-	out  *conformance.LogBuffer
+	out  *testkit.LogBuffer
 	done chan struct{}
 	err  error
 }
@@ -126,7 +127,7 @@ type rlsProcess struct {
 // cleanup kills it if the test did not stop it.
 func startRLS(t *testing.T, env ...string) *rlsProcess {
 	t.Helper()
-	p := &rlsProcess{out: &conformance.LogBuffer{}, done: make(chan struct{})}
+	p := &rlsProcess{out: &testkit.LogBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(rlsBinary(t))
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")

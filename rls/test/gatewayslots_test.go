@@ -5,13 +5,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-go/tollgate/internal/testkit"
+
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
-	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 	"github.com/tollgate-go/tollgate/rls"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
@@ -29,7 +30,7 @@ func slotTiers() quota.Tiers {
 func replica(t *testing.T, c redis.UniversalClient, prefix string, hold time.Duration, opts ...core.Option) (rlsv3.RateLimitServiceClient, *core.Limiter) {
 	t.Helper()
 	opts = append([]core.Option{core.WithSlotGroup("gw")}, opts...)
-	lim := conformance.NewLimiter(t, c, slotTiers(), append(opts, core.WithPrefix(prefix))...)
+	lim := testkit.NewLimiter(t, c, slotTiers(), append(opts, core.WithPrefix(prefix))...)
 	t.Cleanup(func() { _ = lim.Close() })
 	return serve(t, lim, rls.WithSlotHold(hold)), lim
 }
@@ -105,7 +106,7 @@ func TestGatewayConcurrencyAcrossReplicas(t *testing.T) {
 		want("negative hit at A", a, neg, rlsv3.RateLimitResponse_OK, 0)
 
 		// a service's request, same bucket, not of the group
-		svc := conformance.NewLimiter(t, c, slotTiers(), core.WithPrefix(prefix))
+		svc := testkit.NewLimiter(t, c, slotTiers(), core.WithPrefix(prefix))
 		t.Cleanup(func() { _ = svc.Close() })
 		d, err := svc.Allow(context.Background(), quota.Tenant{ID: "t1"}, "jobs", 1)
 		if err != nil || d.Slot == nil {
@@ -173,7 +174,7 @@ func TestGatewayDeadClientSlotReturns(t *testing.T) {
 // a denied hit's negative hit refunds nothing.
 func TestNegativeHitRefund(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
-		clock := conformance.NewFakeClock() // frozen: no refill
+		clock := testkit.NewFakeClock() // frozen: no refill
 		lim := newLimiter(t, c, core.WithClock(clock.Now))
 		client := serve(t, lim, rls.WithTrustedTier(true))
 		hit := desc("tenant", "r1", "tier", "pro", "class", "export")

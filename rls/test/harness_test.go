@@ -6,9 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-go/tollgate/internal/testkit"
+
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
-	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/rls"
@@ -31,11 +32,11 @@ func testTiers() quota.Tiers {
 	}}
 }
 
-// newLimiter is a limiter on testTiers over c (see conformance.NewLimiter),
+// newLimiter is a limiter on testTiers over c (see testkit.NewLimiter),
 // closed when t ends.
 func newLimiter(t testing.TB, c redis.UniversalClient, opts ...core.Option) *core.Limiter {
 	t.Helper()
-	l := conformance.NewLimiter(t, c, testTiers(), opts...)
+	l := testkit.NewLimiter(t, c, testTiers(), opts...)
 	t.Cleanup(func() { _ = l.Close() })
 	return l
 }

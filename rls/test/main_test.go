@@ -3,7 +3,7 @@ package test
 import (
 	"testing"
 
-	"github.com/tollgate-go/tollgate/conformance/redistest"
+	"github.com/tollgate-go/tollgate/conformance"
 )
 
-func TestMain(m *testing.M) { redistest.MainWithCluster(m) }
+func TestMain(m *testing.M) { conformance.Main(m) }

@@ -4,10 +4,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-go/tollgate/internal/testkit"
+
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
-	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/rls"
@@ -28,7 +29,7 @@ func hits(n uint64, kv ...string) *ratelimitv3.RateLimitDescriptor {
 // bucket whole. A tenant-wide ceiling is charged once, the larger cost.
 func TestMixedCostOneTenantAllOrNothing(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
-		clock := conformance.NewFakeClock()
+		clock := testkit.NewFakeClock()
 		lim := newLimiter(t, c, core.WithClock(clock.Now))
 		client := serve(t, lim, rls.WithTrustedTier(true))
 

@@ -10,16 +10,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-go/tollgate/internal/testkit"
+
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
-	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/core/render"
 	"github.com/tollgate-go/tollgate/httplimit"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 	"github.com/tollgate-go/tollgate/rls"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -79,7 +80,7 @@ func forEachBackend(t *testing.T, f func(t *testing.T, c redis.UniversalClient))
 // the bucket's numbers, Retry-After and the problem body.
 func TestBurstThenOverLimit(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
-		clock := conformance.NewFakeClock()
+		clock := testkit.NewFakeClock()
 		lim := newLimiter(t, c, core.WithClock(clock.Now))
 		client := serve(t, lim)
 		req := request(0, desc("tenant", "t42"))
@@ -132,7 +133,7 @@ func headerMap(res *rlsv3.RateLimitResponse) map[string]string {
 // descriptor's where set (0 checks without charging), as the reference.
 func TestHitsAddend(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
-		clock := conformance.NewFakeClock()
+		clock := testkit.NewFakeClock()
 		lim := newLimiter(t, c, core.WithClock(clock.Now))
 		client := serve(t, lim)
 		res := ask(t, client, request(4, desc("tenant", "t1", "class", "export")))
@@ -167,10 +168,10 @@ func TestHitsAddend(t *testing.T) {
 // drain one bucket.
 func TestGatewayAndServiceShareABucket(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
-		clock := conformance.NewFakeClock()
+		clock := testkit.NewFakeClock()
 		lim := newLimiter(t, c, core.WithClock(clock.Now))
 		client := serve(t, lim)
-		svc := httplimit.Middleware(conformance.NewUnitGate(t, lim))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+		svc := httplimit.Middleware(testkit.NewUnitGate(t, lim))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
 
 		ask(t, client, request(0, desc("tenant", "t7")))
 		rec := serveHTTP(svc, "t7")
@@ -213,11 +214,11 @@ func TestHeadersMatchHTTPAdapter(t *testing.T) {
 	}
 	for name, style := range styles {
 		t.Run(name, func(t *testing.T) {
-			clock := conformance.NewFakeClock()
+			clock := testkit.NewFakeClock()
 			clock.Advance(1234567 * time.Microsecond) // fractional seconds
 			lim := newLimiter(t, c, core.WithClock(clock.Now))
 			client := serve(t, lim, rls.WithHeaderStyle(style))
-			svc := httplimit.Middleware(conformance.NewUnitGate(t, lim, gate.WithHeaderStyle(style)))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			svc := httplimit.Middleware(testkit.NewUnitGate(t, lim, gate.WithHeaderStyle(style)))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 			for i := range 5 {
 				if i == 4 {
 					clock.Advance(700 * time.Millisecond)
@@ -312,7 +313,7 @@ func TestInvalidDescriptors(t *testing.T) {
 // are its own.
 func TestDescriptorsOfOneTenantAllOrNothing(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
-		clock := conformance.NewFakeClock()
+		clock := testkit.NewFakeClock()
 		lim := newLimiter(t, c, core.WithClock(clock.Now))
 		client := serve(t, lim, rls.WithTrustedTier(true))
 		both := request(3, desc("tenant", "t1"), desc("tenant", "t1", "class", "export"), desc("tenant", "t2"))
@@ -410,7 +411,7 @@ func mustRules(t *testing.T) *rls.Rules {
 // remaining, the last one over its limit), and no body; on the tenant
 // mapping as on the rules.
 func TestLimitHeaders(t *testing.T) {
-	clock := conformance.NewFakeClock()
+	clock := testkit.NewFakeClock()
 	lim := newLimiter(t, redistest.Client(t), core.WithClock(clock.Now))
 	client := serve(t, lim, rls.WithLimitHeaders("", "X-Left", ""))
 	req := request(0, desc("tenant", "gw", "class", "export"), desc("tenant", "gw"))

@@ -8,13 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-go/tollgate/internal/testkit"
+
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 	"github.com/tollgate-go/tollgate/rls"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -225,7 +226,7 @@ func TestGlobalShadowKeepsTheStatuses(t *testing.T) {
 func TestReloadKeepsTheOldConfigurationWhenTheNewIsInvalid(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "edge.yaml")
-	write := func(body string) { t.Helper(); conformance.ReplaceFile(t, file, body) }
+	write := func(body string) { t.Helper(); testkit.ReplaceFile(t, file, body) }
 	write("domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 5}\n")
 	cfg, err := rls.LoadConfig(dir)
 	if err != nil {
@@ -241,7 +242,7 @@ func TestReloadKeepsTheOldConfigurationWhenTheNewIsInvalid(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = lim.Close() })
 	c := serve(t, lim, rls.WithRules(rules))
-	var logs conformance.LogBuffer
+	var logs testkit.LogBuffer
 	ctx, cancel := context.WithCancel(context.Background())
 	done := rules.Watch(ctx, dir, 100*time.Millisecond, logs.Logger())
 	t.Cleanup(func() { cancel(); <-done })

@@ -3,9 +3,10 @@ package test
 import (
 	"testing"
 
+	"github.com/tollgate-go/tollgate/internal/testkit"
+
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
-	"github.com/tollgate-go/tollgate/conformance"
 	"github.com/tollgate-go/tollgate/core"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
@@ -20,7 +21,7 @@ import (
 // end").
 func TestStreamDoneHits(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
-		clock := conformance.NewFakeClock() // frozen: no refill
+		clock := testkit.NewFakeClock() // frozen: no refill
 		lim := newLimiter(t, c, core.WithClock(clock.Now))
 		client := serve(t, lim)
 		start := request(1, desc("tenant", "s1", "class", "export"))

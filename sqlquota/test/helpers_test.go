@@ -8,8 +8,8 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
-	"github.com/tollgate-go/tollgate/conformance/pgtest"
-	"github.com/tollgate-go/tollgate/conformance/redistest"
+	"github.com/tollgate-go/tollgate/internal/pgtest"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 	"github.com/tollgate-go/tollgate/sqlquota"
 	_ "modernc.org/sqlite"
 )

@@ -12,10 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/conformance/redistest"
+	"github.com/tollgate-go/tollgate/internal/testkit"
+
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 	"github.com/tollgate-go/tollgate/sqlquota"
 )
 
@@ -328,7 +329,7 @@ func TestDatabaseDownServesLastKnown(t *testing.T) {
 	forEachDatabase(t, func(t *testing.T, d database) {
 		clock := newFakeClock()
 		s, db := newStore(t, d, sqlquota.WithClock(clock.Now))
-		var logs conformance.LogBuffer
+		var logs testkit.LogBuffer
 		r, err := quota.NewResolver(testTiers, quota.WithOverrides(s), quota.WithCacheTTL(time.Second), quota.
 			WithClock(clock.Now), quota.WithLogger(logs.Logger()))
 		if err != nil {
@@ -388,7 +389,7 @@ func TestDatabaseUnreachableFromStart(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var logs conformance.LogBuffer
+			var logs testkit.LogBuffer
 			r, err := quota.NewResolver(testTiers, quota.WithOverrides(s), quota.WithLogger(logs.Logger()))
 			if err != nil {
 				t.Fatal(err)
@@ -411,7 +412,7 @@ func TestDatabaseUnreachableFromStart(t *testing.T) {
 // logged; the tier default serves.
 func TestRowsThatCannotBeEnforcedAreSkipped(t *testing.T) {
 	forEachDatabase(t, func(t *testing.T, d database) {
-		var logs conformance.LogBuffer
+		var logs testkit.LogBuffer
 		s, db := newStore(t, d, sqlquota.WithLogger(logs.Logger()))
 		q := "INSERT INTO " + s.Table() + " (tenant_id, bucket, capacity, refill_per_second, updated_at, updated_by) VALUES ($1, $2, $3, $4, $5, $6)"
 		if d.dialect == sqlquota.SQLite {
@@ -556,7 +557,7 @@ func TestUnreadableRowIsThatRowsError(t *testing.T) {
 			reason TEXT NOT NULL DEFAULT '', PRIMARY KEY (tenant_id, bucket))`, "lots"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			var logs conformance.LogBuffer
+			var logs testkit.LogBuffer
 			clock := newFakeClock()
 			db, table := openSQLite(t)
 			if c.schema != "" {
@@ -590,7 +591,7 @@ func TestUnreadableRowIsThatRowsError(t *testing.T) {
 			}
 
 			// through the resolver: t1's other overrides apply, export is the tier's
-			var rlogs conformance.LogBuffer
+			var rlogs testkit.LogBuffer
 			r, err := quota.NewResolver(testTiers, quota.WithOverrides(s), quota.WithClock(clock.Now), quota.WithLogger(rlogs.Logger()))
 			if err != nil {
 				t.Fatal(err)

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -56,5 +57,46 @@ func TestReadmeTryLinesRefused(t *testing.T) {
 				t.Errorf("readTryLines: %v, want an error saying %q", err, c.want)
 			}
 		})
+	}
+}
+
+// A published module may ask for a framework or gRPC, and gets what one of
+// ours it requires asks for; no module may ask for test infrastructure
+// (testcontainers and the Docker client it brings), the conformance
+// suite included, and a lean module gets nothing.
+func TestAllowedHeavy(t *testing.T) {
+	root := t.TempDir()
+	mods := map[string]string{
+		"core":        "",
+		"conformance": "\tgithub.com/testcontainers/testcontainers-go v0.45.0\n\tgithub.com/tollgate-go/tollgate/core v0.3.0\n",
+		"ginlimit":    "\tgithub.com/gin-gonic/gin v1.12.0\n\tgithub.com/tollgate-go/tollgate/conformance v0.3.0\n",
+		"grpclimit":   "\tgoogle.golang.org/grpc v1.85.0\n\tgithub.com/docker/docker v28.0.0+incompatible // indirect\n",
+		"httplimit":   "\tgithub.com/gin-gonic/gin v1.12.0\n",
+	}
+	v := &Versions{Version: "v0.3.0"}
+	for dir, req := range mods {
+		v.Modules = append(v.Modules, dir)
+		if err := os.MkdirAll(filepath.Join(root, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		gomod := "module " + modulePath(dir) + "\n\ngo 1.26.0\n\nrequire (\n" + req + ")\n"
+		if err := os.WriteFile(filepath.Join(root, dir, "go.mod"), []byte(gomod), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for m, want := range map[string][]string{
+		"core":        nil,
+		"conformance": nil,
+		"ginlimit":    {"github.com/gin-gonic/gin"},
+		"grpclimit":   {"google.golang.org/grpc"},
+		"httplimit":   nil,
+	} {
+		got, err := allowedHeavy(root, m, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: allowed %q, want %q", m, got, want)
+		}
 	}
 }

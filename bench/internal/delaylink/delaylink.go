@@ -2,7 +2,7 @@
 // in each direction, as a network link does: a chunk read at time t is
 // written at t + delay, and reading goes on meanwhile, so that the delay is
 // a propagation delay, not a per-connection pause (the test harness's fault
-// proxy, conformance/redistest, sleeps before each reply chunk, which
+// proxy, internal/redistest, sleeps before each reply chunk, which
 // serializes a connection and delays only replies). The load drivers put
 // it between services and Redis to measure what a round trip costs.
 package delaylink

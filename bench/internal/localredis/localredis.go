@@ -1,6 +1,6 @@
 // Package localredis reads the Redis server's own figures (INFO) that the
 // load drivers in this module report. The drivers' private servers come
-// from conformance/redistest's StartServer, the tree's one redis-server
+// from internal/redistest's StartServer, the tree's one redis-server
 // start-up.
 package localredis
 

@@ -8,12 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-go/tollgate/internal/testkit"
+
 	"github.com/redis/go-redis/v9"
-	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -53,14 +54,14 @@ type settleRig struct {
 	lim    *core.Limiter
 	gate   *gate.Gate
 	direct *core.Limiter
-	logs   *conformance.LogBuffer
+	logs   *testkit.LogBuffer
 	reader *sdkmetric.ManualReader
 }
 
 func newSettleRig(t *testing.T, p core.FailurePolicy) *settleRig {
 	t.Helper()
 	srv := redistest.NewServer(t)
-	r := &settleRig{proxy: redistest.NewFaultProxy(t, srv.Addr()), logs: &conformance.LogBuffer{}, reader: sdkmetric.NewManualReader()}
+	r := &settleRig{proxy: redistest.NewFaultProxy(t, srv.Addr()), logs: &testkit.LogBuffer{}, reader: sdkmetric.NewManualReader()}
 	opt, err := redis.ParseURL(r.proxy.URL())
 	if err != nil {
 		t.Fatal(err)
@@ -276,7 +277,7 @@ func TestSettleStoreFailureAtSettle(t *testing.T) {
 func TestSettleClusterMasterHung(t *testing.T) {
 	cl := redistest.NewCluster(t, 3, 0)
 	cc := cl.Client(t)
-	logs := &conformance.LogBuffer{}
+	logs := &testkit.LogBuffer{}
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })

@@ -9,8 +9,8 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/redis/go-redis/v9"
-	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 )
 
 // the bucket every history runs on: small enough that the replicas' 24

@@ -5,7 +5,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/tollgate-go/tollgate/conformance/redistest"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 	"go.uber.org/goleak"
 )
 

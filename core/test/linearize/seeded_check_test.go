@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
-	"github.com/tollgate-go/tollgate/conformance/redistest"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 )
 
 // maxHistories bounds the histories a seeded bug may take to be caught.

@@ -38,8 +38,8 @@ import (
 
 	"github.com/prometheus/common/model"
 	"github.com/redis/go-redis/v9"
-	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/examples/grafana"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 )
 
 type config struct {

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/examples/grafana"
 	"github.com/tollgate-go/tollgate/examples/internal/apptest"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 )
 
 func TestMain(m *testing.M) { apptest.Main(m) }

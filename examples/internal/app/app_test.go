@@ -14,13 +14,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/conformance/redistest"
+	"github.com/tollgate-go/tollgate/internal/testkit"
+
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/examples/internal/app"
 	"github.com/tollgate-go/tollgate/examples/internal/apptest"
 	"github.com/tollgate-go/tollgate/httplimit"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 )
 
 func TestMain(m *testing.M) { apptest.Main(m) }
@@ -180,7 +181,7 @@ func TestConfigFile(t *testing.T) {
 			"      default: {capacity: " + strconv.Itoa(profileCapacity) + ", refill_per_second: 1}\n" +
 			"      export: {capacity: 30, refill_per_second: 1}\n" +
 			"routes:\n  - {method: POST, path: /v1/reports/export, class: export, cost: 10}\n"
-		conformance.ReplaceFile(t, path, y)
+		testkit.ReplaceFile(t, path, y)
 	}
 	write(7)
 	a, err := app.Open(t.Context(), app.Config{RedisURL: redistest.URL(t), DatabaseURL: "sqlite://" + filepath.Join(dir, "o.db"),

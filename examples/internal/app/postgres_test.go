@@ -10,11 +10,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tollgate-go/tollgate/conformance/pgtest"
-	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/examples/internal/app"
 	"github.com/tollgate-go/tollgate/examples/internal/apptest"
 	"github.com/tollgate-go/tollgate/httplimit"
+	"github.com/tollgate-go/tollgate/internal/pgtest"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 )
 
 // postgresSchema creates a schema of the test's own on the test database,

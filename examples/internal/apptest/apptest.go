@@ -1,5 +1,5 @@
 // Package apptest holds what the examples' tests share: an App on a real
-// Redis (through conformance/redistest) and a real SQLite file, tokens, and
+// Redis (through internal/redistest) and a real SQLite file, tokens, and
 // the HTTP suite every HTTP example must pass over a real connection, so
 // that the four frameworks are held to the same answers.
 package apptest
@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
-	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/examples"
 	"github.com/tollgate-go/tollgate/examples/internal/app"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 )
 
 // Secret is the tests' HS256 secret.

@@ -1,9 +1,0 @@
-package httplimit_test
-
-import (
-	"testing"
-
-	"github.com/tollgate-go/tollgate/conformance/redistest"
-)
-
-func TestMain(m *testing.M) { redistest.MainWithCluster(m) }
