@@ -1,0 +1,301 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/tollgate-go/tollgate/connectlimit"
+	"github.com/tollgate-go/tollgate/core/retry"
+	"github.com/tollgate-go/tollgate/examples/internal/app"
+	"github.com/tollgate-go/tollgate/examples/internal/apptest"
+	"github.com/tollgate-go/tollgate/examples/internal/demopb"
+	"github.com/tollgate-go/tollgate/examples/internal/grpctest"
+	"github.com/tollgate-go/tollgate/grpclimit"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+func TestMain(m *testing.M) { apptest.Main(m) }
+
+// serve runs the example on a loopback port, speaking HTTP/1.1 and
+// cleartext HTTP/2 as main does; it returns the base URL.
+func serve(t *testing.T, a *app.App) string {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(NewHandler(a))
+	srv.Config.Protocols = Protocols()
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// h2c is an HTTP client that speaks cleartext HTTP/2, for connect-go's
+// gRPC protocol.
+func h2c(t *testing.T) *http.Client {
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
+}
+
+// grpcConn is a grpc-go connection to the example.
+func grpcConn(t *testing.T, url string, opts ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
+	cc, err := grpc.NewClient(strings.TrimPrefix(url, "http://"), append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	return cc
+}
+
+// drain spends a free tenant's default bucket (capacity 20) with
+// GetProfile calls over the Connect protocol until one is denied.
+func drain(t *testing.T, url, auth string) {
+	t.Helper()
+	c := connect.NewClient[demopb.GetProfileRequest, demopb.Profile](http.DefaultClient, url+ProcedureGetProfile)
+	for i := range 100 {
+		req := connect.NewRequest(&demopb.GetProfileRequest{})
+		req.Header().Set("Authorization", auth)
+		_, err := c.CallUnary(t.Context(), req)
+		switch connect.CodeOf(err) {
+		case connect.CodeResourceExhausted:
+			if i < 20 {
+				t.Fatalf("denied after %d calls, want 20 admitted first", i)
+			}
+			return
+		case connect.CodeUnknown:
+			if err == nil {
+				continue
+			}
+		}
+		t.Fatalf("GetProfile #%d: %v", i+1, err)
+	}
+	t.Fatal("100 GetProfile calls admitted: the limiter did not deny")
+}
+
+// retryDelay is the RetryInfo among details, nil without one.
+func retryDelay(details []proto.Message) *errdetails.RetryInfo {
+	var ri *errdetails.RetryInfo
+	for _, d := range details {
+		if r, ok := d.(*errdetails.RetryInfo); ok {
+			ri = r
+		}
+	}
+	return ri
+}
+
+// wantRateLimited holds a denial of the free default bucket (20, 2/s) to
+// its hint and its headers, whatever the protocol put them in.
+func wantRateLimited(t *testing.T, who string, ri *errdetails.RetryInfo, get func(string) string) {
+	t.Helper()
+	if ri == nil || ri.GetRetryDelay().AsDuration() <= 0 || ri.GetRetryDelay().AsDuration() > time.Second {
+		t.Errorf("%s: RetryInfo %v, want a delay in (0, 1 s] (2 tokens/s)", who, ri)
+	}
+	if got := get("Retry-After"); got != "1" {
+		t.Errorf("%s: Retry-After %q, want 1", who, got)
+	}
+	if got := get("X-RateLimit-Limit"); got != "20" {
+		t.Errorf("%s: X-RateLimit-Limit %q, want 20", who, got)
+	}
+	if got := get("X-RateLimit-Remaining"); got != "0" {
+		t.Errorf("%s: X-RateLimit-Remaining %q, want 0", who, got)
+	}
+	if got := get("RateLimit-Policy"); got != `"default";q=20;w=10` {
+		t.Errorf("%s: RateLimit-Policy %q", who, got)
+	}
+	if got := get("RateLimit"); !strings.HasPrefix(got, `"default";r=0;t=`) {
+		t.Errorf("%s: RateLimit %q", who, got)
+	}
+	if ms, err := strconv.ParseInt(get("Grpc-Retry-Pushback-Ms"), 10, 64); err != nil || ms <= 0 || ms > 1000 {
+		t.Errorf("%s: grpc-retry-pushback-ms %q, want 1..1000", who, get("Grpc-Retry-Pushback-Ms"))
+	}
+}
+
+// Over quota, every protocol connect-go serves answers RESOURCE_EXHAUSTED
+// with RetryInfo and the rate-limit metadata: a grpc-go client, a
+// connect-go client on the Connect protocol, and a gRPC-Web request sent
+// as a plain HTTP POST.
+func TestConnectOverQuotaOnEveryProtocol(t *testing.T) {
+	a := apptest.New(t)
+	url := serve(t, a)
+	auth := "Bearer " + apptest.Token(t, apptest.Tenant(t), "free")
+	drain(t, url, auth)
+
+	t.Run("grpc-go", func(t *testing.T) {
+		var trailer metadata.MD
+		_, err := demopb.NewDemoClient(grpcConn(t, url)).GetProfile(grpctest.WithAuth(t.Context(), auth), &demopb.GetProfileRequest{}, grpc.Trailer(&trailer))
+		st := status.Convert(err)
+		if st.Code() != codes.ResourceExhausted {
+			t.Fatalf("GetProfile: %v, want ResourceExhausted", err)
+		}
+		wantRateLimited(t, "grpc-go", grpctest.RetryInfo(st), func(k string) string {
+			if vs := trailer.Get(k); len(vs) == 1 {
+				return vs[0]
+			}
+			return ""
+		})
+	})
+
+	t.Run("connect-go on the Connect protocol", func(t *testing.T) {
+		c := connect.NewClient[demopb.GetProfileRequest, demopb.Profile](http.DefaultClient, url+ProcedureGetProfile)
+		req := connect.NewRequest(&demopb.GetProfileRequest{})
+		req.Header().Set("Authorization", auth)
+		_, err := c.CallUnary(t.Context(), req)
+		var ce *connect.Error
+		if !errors.As(err, &ce) || ce.Code() != connect.CodeResourceExhausted {
+			t.Fatalf("GetProfile: %v, want CodeResourceExhausted", err)
+		}
+		var details []proto.Message
+		for _, d := range ce.Details() {
+			if m, err := d.Value(); err == nil {
+				details = append(details, m)
+			}
+		}
+		wantRateLimited(t, "connect", retryDelay(details), ce.Meta().Get)
+	})
+
+	t.Run("connect protocol is HTTP 429 with Retry-After", func(t *testing.T) {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, url+ProcedureGetProfile, strings.NewReader("{}"))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", auth)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		_ = res.Body.Close()
+		if res.StatusCode != http.StatusTooManyRequests || !strings.Contains(string(body), `"code":"resource_exhausted"`) {
+			t.Fatalf("POST: %d %s, want 429 resource_exhausted", res.StatusCode, body)
+		}
+		if res.Header.Get("Retry-After") != "1" {
+			t.Errorf("Retry-After %q, want 1", res.Header.Get("Retry-After"))
+		}
+	})
+
+	t.Run("grpc-web as a plain HTTP POST", func(t *testing.T) {
+		msg, _ := proto.Marshal(&demopb.GetProfileRequest{})
+		frame := make([]byte, 5, 5+len(msg))
+		binary.BigEndian.PutUint32(frame[1:], uint32(len(msg)))
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, url+ProcedureGetProfile, bytes.NewReader(append(frame, msg...)))
+		req.Header.Set("Content-Type", "application/grpc-web+proto")
+		req.Header.Set("X-Grpc-Web", "1")
+		req.Header.Set("Authorization", auth)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, res.Body)
+		_ = res.Body.Close()
+		// nothing was sent before the error: a trailers-only answer, its
+		// trailers in the HTTP headers
+		if res.StatusCode != http.StatusOK || res.Header.Get("Grpc-Status") != strconv.Itoa(int(codes.ResourceExhausted)) {
+			t.Fatalf("POST: HTTP %d grpc-status %q, want 200 and %d", res.StatusCode, res.Header.Get("Grpc-Status"), codes.ResourceExhausted)
+		}
+		raw, err := base64.RawStdEncoding.DecodeString(strings.TrimRight(res.Header.Get("Grpc-Status-Details-Bin"), "="))
+		var sp spb.Status
+		if err != nil || proto.Unmarshal(raw, &sp) != nil {
+			t.Fatalf("grpc-status-details-bin %q: %v", res.Header.Get("Grpc-Status-Details-Bin"), err)
+		}
+		var details []proto.Message
+		for _, d := range sp.GetDetails() {
+			if m, err := d.UnmarshalNew(); err == nil {
+				details = append(details, m)
+			}
+		}
+		wantRateLimited(t, "grpc-web", retryDelay(details), res.Header.Get)
+	})
+}
+
+// waits records what a retry policy waited, and waits it.
+type waits struct {
+	mu sync.Mutex
+	ds []time.Duration
+}
+
+func (w *waits) sleep(ctx context.Context, d time.Duration) error {
+	w.mu.Lock()
+	w.ds = append(w.ds, d)
+	w.mu.Unlock()
+	return retry.Sleep(ctx, d)
+}
+
+func (w *waits) all() []time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]time.Duration(nil), w.ds...)
+}
+
+// tollgate's retrying clients back off by the denial's hint and then
+// succeed: grpc-go with grpclimit's interceptor, connect-go with
+// connectlimit's.
+func TestConnectRetryClientsBackOff(t *testing.T) {
+	a := apptest.New(t)
+	url := serve(t, a)
+
+	t.Run("grpc-go with grpclimit.UnaryClientInterceptor", func(t *testing.T) {
+		auth := "Bearer " + apptest.Token(t, apptest.Tenant(t), "free")
+		drain(t, url, auth)
+		var w waits
+		cc := grpcConn(t, url, grpc.WithUnaryInterceptor(grpclimit.UnaryClientInterceptor(retry.WithSleep(w.sleep))))
+		p, err := demopb.NewDemoClient(cc).GetProfile(grpctest.WithAuth(t.Context(), auth), &demopb.GetProfileRequest{})
+		if err != nil || p.GetTier() != "free" {
+			t.Fatalf("GetProfile with retries: %v, %v", p, err)
+		}
+		wantBackedOff(t, w.all())
+	})
+
+	for name, opts := range map[string][]connect.ClientOption{
+		"connect": nil,
+		"grpc":    {connect.WithGRPC()},
+		"grpcweb": {connect.WithGRPCWeb()},
+	} {
+		t.Run("connect-go "+name+" with connectlimit.NewClientInterceptor", func(t *testing.T) {
+			auth := "Bearer " + apptest.Token(t, apptest.Tenant(t), "free")
+			drain(t, url, auth)
+			var w waits
+			c := connect.NewClient[demopb.GetProfileRequest, demopb.Profile](h2c(t), url+ProcedureGetProfile,
+				append(opts, connect.WithInterceptors(connectlimit.NewClientInterceptor(retry.WithSleep(w.sleep))))...)
+			req := connect.NewRequest(&demopb.GetProfileRequest{})
+			req.Header().Set("Authorization", auth)
+			res, err := c.CallUnary(t.Context(), req)
+			if err != nil || res.Msg.GetTier() != "free" {
+				t.Fatalf("GetProfile with retries: %v", err)
+			}
+			wantBackedOff(t, w.all())
+		})
+	}
+}
+
+// wantBackedOff holds a drained free bucket's retries to one wait or two,
+// each at least the grpc-retry-pushback-ms floor of a token at 2/s
+// (the hint is the exact delay; the bucket refilled a little since the
+// drain, so the wait is checked against what a token can take at most).
+func wantBackedOff(t *testing.T, ds []time.Duration) {
+	t.Helper()
+	if len(ds) == 0 || len(ds) > 2 {
+		t.Fatalf("waits %v, want one or two (3 attempts)", ds)
+	}
+	for _, d := range ds {
+		if d <= 0 || d > time.Second+retry.DefaultMinJitter+time.Second/5 {
+			t.Errorf("wait %v, want the hint (at most 500 ms for a token at 2/s) plus jitter", d)
+		}
+	}
+}
