@@ -88,11 +88,13 @@
 // The code, message and details are the same on every protocol; where the
 // metadata goes differs. Over gRPC and gRPC-Web it is trailing metadata,
 // as grpclimit sends it, except that connect-go never sends a gRPC
-// Trailers-Only response (net/http cannot): a grpc-go client receives an
-// (empty) header frame before the status, so a grpc-go service-config
-// retryPolicy, which stops once headers arrive, does not retry it.
-// grpclimit's client interceptors treat a header frame without metadata
-// as not started and do. Over the Connect protocol a unary error is an
+// Trailers-Only response (net/http cannot): a grpc-go client receives a
+// header frame (content-type, date, grpc-accept-encoding) before the
+// status. A grpc-go service-config retryPolicy stops once headers arrive
+// and does not retry the denial, nor does grpclimit's stream client
+// interceptor; grpclimit's unary client interceptor counts a header of
+// transport fields only as no answer and retries it. A gRPC-Web denial is
+// trailers-only: its trailers are the HTTP response headers. Over the Connect protocol a unary error is an
 // HTTP response: CodeResourceExhausted is HTTP 429, CodeUnavailable 503,
 // the metadata are plain HTTP headers (Retry-After among them) and the
 // details are in the JSON body; a streaming error carries them in the end
