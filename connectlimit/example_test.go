@@ -15,7 +15,7 @@ import (
 // A Connect service limited per tenant: the authentication interceptor
 // (yours) stores the verified tenant, connectlimit charges the procedure.
 func ExampleNewInterceptor() {
-	var lim *core.Limiter       // core.New(redisClient, resolver)
+	var lim *core.Limiter        // core.New(redisClient, resolver)
 	var auth connect.Interceptor // verifies the token, gate.ContextWithTenant
 	g, err := gate.New(lim, gate.WithRoutes(gate.Routes{
 		"/reports.v1.Reports/Export": {Class: "export", Cost: 10},

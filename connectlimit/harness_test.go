@@ -180,4 +180,3 @@ func codeOf(err error) connect.Code {
 	}
 	return connect.CodeUnknown
 }
-
