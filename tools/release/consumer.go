@@ -35,6 +35,7 @@ var heavy = []string{
 	"github.com/labstack/echo",
 	"github.com/gofiber/fiber",
 	"google.golang.org/grpc",
+	"connectrpc.com/",
 }
 
 // brings are the heavy modules a direct requirement brings along: a module that
