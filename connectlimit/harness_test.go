@@ -159,16 +159,6 @@ func httpClient(t testing.TB) *http.Client {
 	return &http.Client{Transport: tr}
 }
 
-// newGate is a gate over the suite's limiter.
-func newGate(t testing.TB, s conformance.Setup, routes gate.Routes) *gate.Gate {
-	t.Helper()
-	g, err := gate.New(s.Limiter, s.GateOptions(routes)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g
-}
-
 // codeOf is err's code, CodeOK (0) for nil.
 func codeOf(err error) connect.Code {
 	if err == nil {
