@@ -299,3 +299,85 @@ func wantBackedOff(t *testing.T, ds []time.Duration) {
 		}
 	}
 }
+
+// export opens an ExportReport stream of two chunks over the Connect
+// protocol and reads it to the end.
+func export(t *testing.T, url, auth string) (chunks int, err error) {
+	t.Helper()
+	req := connect.NewRequest(&demopb.ExportReportRequest{Chunks: 2})
+	req.Header().Set("Authorization", auth)
+	st, err := connect.NewClient[demopb.ExportReportRequest, demopb.ReportChunk](http.DefaultClient, url+ProcedureExportReport).CallServerStream(t.Context(), req)
+	if err != nil {
+		return 0, err
+	}
+	defer st.Close()
+	for st.Receive() {
+		chunks++
+	}
+	return chunks, st.Err()
+}
+
+// The service itself: tokens, the export stream's class, /healthz and
+// /metrics beside the procedures.
+func TestConnectService(t *testing.T) {
+	a := apptest.New(t)
+	url := serve(t, a)
+
+	t.Run("no or bad token is Unauthenticated, before the limiter", func(t *testing.T) {
+		c := connect.NewClient[demopb.GetProfileRequest, demopb.Profile](http.DefaultClient, url+ProcedureGetProfile)
+		for _, bad := range apptest.BadTokens(t) {
+			req := connect.NewRequest(&demopb.GetProfileRequest{})
+			if bad.Authorization != "" {
+				req.Header().Set("Authorization", bad.Authorization)
+			}
+			_, err := c.CallUnary(t.Context(), req)
+			var ce *connect.Error
+			if !errors.As(err, &ce) || ce.Code() != connect.CodeUnauthenticated || ce.Message() != bad.Detail {
+				t.Errorf("%s: %v, want CodeUnauthenticated saying %q", bad.Name, err, bad.Detail)
+				continue
+			}
+			if ce.Meta().Get("X-Ratelimit-Limit") != "" {
+				t.Errorf("%s: the limiter ran before authentication", bad.Name)
+			}
+		}
+	})
+
+	t.Run("free export stream is denied after two, before any chunk", func(t *testing.T) {
+		auth := "Bearer " + apptest.Token(t, apptest.Tenant(t), "free")
+		for i := range 2 {
+			if n, err := export(t, url, auth); err != nil || n != 2 {
+				t.Fatalf("export #%d: %d chunks, %v", i+1, n, err)
+			}
+		}
+		n, err := export(t, url, auth)
+		var ce *connect.Error
+		if !errors.As(err, &ce) || ce.Code() != connect.CodeResourceExhausted || n != 0 {
+			t.Fatalf("export #3: %d chunks, %v; want CodeResourceExhausted before any chunk", n, err)
+		}
+		var details []proto.Message
+		for _, d := range ce.Details() {
+			if m, err := d.Value(); err == nil {
+				details = append(details, m)
+			}
+		}
+		if ri := retryDelay(details); ri == nil || ri.GetRetryDelay().AsDuration() < 45*time.Second || ri.GetRetryDelay().AsDuration() > 50*time.Second {
+			t.Errorf("RetryInfo %v, want 45..50 s (5 tokens at 0.1/s)", ri)
+		}
+		if s, _ := strconv.Atoi(ce.Meta().Get("Retry-After")); s < 45 || s > 50 {
+			t.Errorf("Retry-After %q, want 45..50", ce.Meta().Get("Retry-After"))
+		}
+	})
+
+	t.Run("healthz and metrics need no token", func(t *testing.T) {
+		auth := "Bearer " + apptest.Token(t, apptest.Tenant(t), "free")
+		_, _ = export(t, url, auth)
+		if r := apptest.Do(t, http.MethodGet, url+app.PathHealth, ""); r.Status != http.StatusOK {
+			t.Errorf("healthz: %d", r.Status)
+		}
+		r := apptest.Do(t, http.MethodGet, url+app.PathMetrics, "")
+		if r.Status != http.StatusOK {
+			t.Fatalf("metrics: %d", r.Status)
+		}
+		apptest.AssertDecisionSeries(t, r.Body)
+	})
+}
