@@ -10,7 +10,10 @@ import (
 	"testing"
 
 	"connectrpc.com/connect"
+	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/conformance"
+	"github.com/tollgate-go/tollgate/conformance/redistest"
+	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/gate"
 	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -157,6 +160,16 @@ func httpClient(t testing.TB) *http.Client {
 	tr.Protocols.SetUnencryptedHTTP2(true)
 	t.Cleanup(tr.CloseIdleConnections)
 	return &http.Client{Transport: tr}
+}
+
+// redisClient is the shared test Redis (standalone).
+func redisClient(t testing.TB) redis.UniversalClient { return redistest.Client(t) }
+
+// newLimiter is a limiter on testTiers over c, under a key prefix of its
+// own.
+func newLimiter(t testing.TB, c redis.UniversalClient, opts ...core.Option) *core.Limiter {
+	t.Helper()
+	return conformance.NewLimiter(t, c, testTiers(), opts...)
 }
 
 // codeOf is err's code, CodeOK (0) for nil.

@@ -14,7 +14,6 @@ import (
 	"connectrpc.com/connect"
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/conformance"
-	"github.com/tollgate-go/tollgate/conformance/redistest"
 	"github.com/tollgate-go/tollgate/connectlimit"
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/gate"
@@ -41,7 +40,7 @@ func testTiers() quota.Tiers {
 // default class holds), Upload is class upload, Export class fast.
 func testGate(t testing.TB, c redis.UniversalClient, opts ...core.Option) *gate.Gate {
 	t.Helper()
-	lim := conformance.NewLimiter(t, c, testTiers(), opts...)
+	lim := newLimiter(t, c, opts...)
 	g, err := gate.New(lim, gate.WithRoutes(gate.Routes{
 		pItem:   {Class: "default", Cost: 5},
 		pUpload: {Class: "upload", Cost: 1},
@@ -151,7 +150,7 @@ func TestDenial(t *testing.T) {
 	for _, proto := range allProtocols {
 		t.Run(proto, func(t *testing.T) {
 			svc := &service{}
-			url := server(t, svc.mux(false, connectlimit.NewInterceptor(testGate(t, redistest.Client(t)))))
+			url := server(t, svc.mux(false, connectlimit.NewInterceptor(testGate(t, redisClient(t)))))
 			c := newCaller(t, url, proto)
 			for i := range 3 {
 				meta, err := c.unary(pProfile)
@@ -196,7 +195,7 @@ func TestCostExceedsCapacity(t *testing.T) {
 	for _, proto := range allProtocols {
 		t.Run(proto, func(t *testing.T) {
 			svc := &service{}
-			url := server(t, svc.mux(false, connectlimit.NewInterceptor(testGate(t, redistest.Client(t)))))
+			url := server(t, svc.mux(false, connectlimit.NewInterceptor(testGate(t, redisClient(t)))))
 			var waits []time.Duration
 			c := newCaller(t, url, proto, connect.WithInterceptors(connectlimit.NewClientInterceptor(retry.WithSleep(func(_ context.Context, d time.Duration) error {
 				waits = append(waits, d)
@@ -256,7 +255,7 @@ func TestStoreFailure(t *testing.T) {
 // No tenant in the context is CodeUnauthenticated, before the handler.
 func TestUnauthenticated(t *testing.T) {
 	svc := &service{}
-	url := server(t, svc.mux(false, connectlimit.NewInterceptor(testGate(t, redistest.Client(t)))))
+	url := server(t, svc.mux(false, connectlimit.NewInterceptor(testGate(t, redisClient(t)))))
 	c := newCaller(t, url, "grpc")
 	c.tenant = ""
 	if _, err := c.unary(pProfile); connect.CodeOf(err) != connect.CodeUnauthenticated || svc.calls.Load() != 0 {
@@ -267,7 +266,7 @@ func TestUnauthenticated(t *testing.T) {
 // A filtered procedure is neither charged nor given headers.
 func TestFilter(t *testing.T) {
 	svc := &service{}
-	g := testGate(t, redistest.Client(t))
+	g := testGate(t, redisClient(t))
 	url := server(t, svc.mux(false, connectlimit.NewInterceptor(g, connectlimit.WithFilter(func(_ context.Context, p string) bool { return p != pProfile }))))
 	c := newCaller(t, url, "connect")
 	for i := range 5 {
@@ -284,7 +283,7 @@ func TestServerStream(t *testing.T) {
 	for _, proto := range allProtocols {
 		t.Run(proto, func(t *testing.T) {
 			svc := &service{}
-			url := server(t, svc.mux(false, connectlimit.NewInterceptor(testGate(t, redistest.Client(t)))))
+			url := server(t, svc.mux(false, connectlimit.NewInterceptor(testGate(t, redisClient(t)))))
 			c := newCaller(t, url, proto)
 			export := func() (int, http.Header, error) {
 				req := connect.NewRequest(&emptypb.Empty{})
@@ -322,7 +321,7 @@ func TestMessageCost(t *testing.T) {
 	for _, proto := range allProtocols {
 		t.Run(proto, func(t *testing.T) {
 			svc := &service{}
-			url := server(t, svc.mux(false, connectlimit.NewInterceptor(testGate(t, redistest.Client(t)), connectlimit.WithMessageCost("upload", 1))))
+			url := server(t, svc.mux(false, connectlimit.NewInterceptor(testGate(t, redisClient(t)), connectlimit.WithMessageCost("upload", 1))))
 			c := newCaller(t, url, proto)
 			st := connect.NewClient[wrapperspb.Int64Value, wrapperspb.Int64Value](c.hc, url+pUpload, c.opts()...).CallClientStream(t.Context())
 			c.header(st.RequestHeader())
@@ -348,7 +347,7 @@ func TestMessageCost(t *testing.T) {
 // A nil gate or an option given a value it cannot use panics where the
 // interceptor is built, naming it.
 func TestNewInterceptorPanics(t *testing.T) {
-	g := testGate(t, redistest.Client(t))
+	g := testGate(t, redisClient(t))
 	for name, f := range map[string]func(){
 		"nil gate":             func() { connectlimit.NewInterceptor(nil) },
 		"WithDeniedCode":       func() { connectlimit.NewInterceptor(g, connectlimit.WithDeniedCode(connect.CodeInternal)) },
@@ -380,7 +379,7 @@ func TestClientRetries(t *testing.T) {
 	for _, proto := range allProtocols {
 		t.Run(proto, func(t *testing.T) {
 			svc := &service{}
-			g := testGate(t, redistest.Client(t))
+			g := testGate(t, redisClient(t))
 			url := server(t, svc.mux(false, connectlimit.NewInterceptor(g)))
 			var waits []time.Duration
 			c := newCaller(t, url, proto, connect.WithInterceptors(connectlimit.NewClientInterceptor(retry.WithSleep(func(ctx context.Context, d time.Duration) error {
@@ -412,7 +411,7 @@ func TestClientRetries(t *testing.T) {
 func TestSettleUnary(t *testing.T) {
 	for _, proto := range allProtocols {
 		t.Run(proto, func(t *testing.T) {
-			lim := conformance.NewLimiter(t, redistest.Client(t), testTiers())
+			lim := newLimiter(t, redisClient(t))
 			g, err := gate.New(lim, gate.WithCostReports())
 			if err != nil {
 				t.Fatal(err)
