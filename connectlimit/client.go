@@ -62,8 +62,8 @@ func hint(err error) (h retry.Hint, throttled bool) {
 type clientInterceptor struct{ p *retry.Policy }
 
 // NewClientInterceptor returns a client interceptor
-// (connect.WithInterceptors on a client) that retries unary calls the
-// server throttled, as it asks: after the RetryInfo delay or
+// (connect.WithInterceptors on a client) that retries calls the server
+// throttled, as it asks: after the RetryInfo delay or
 // Grpc-Retry-Pushback-Ms, plus upward jitter, within the policy's attempts
 // and maximum delay (see package github.com/tollgate-go/tollgate/core/retry
 // for opts and defaults: 3 attempts, 30 s). It reads the hint the same way
@@ -74,8 +74,13 @@ type clientInterceptor struct{ p *retry.Policy }
 // outlast the deadline is not started, and the throttled answer is
 // returned.
 //
-// Streams pass through unretried: a throttled stream's error reaches the
-// caller as it came. On a handler it passes every call through.
+// A stream is retried the same way when its first Receive finds it
+// throttled, before any response message: the messages sent so far (up to
+// 1 MiB; protobuf messages are cloned when sent) are sent again on the new
+// stream, with the same request headers, and CloseRequest repeated. Once a
+// message has been received, errors are returned as they come; while a
+// throttled stream waits to be retried, Send buffers instead of returning
+// io.EOF. On a handler it passes every call through.
 func NewClientInterceptor(opts ...retry.Option) connect.Interceptor {
 	return &clientInterceptor{p: retry.New(opts...)}
 }
@@ -113,7 +118,9 @@ func (c *clientInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc 
 }
 
 func (c *clientInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return next
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		return &retryConn{StreamingClientConn: next(ctx, spec), ctx: ctx, spec: spec, next: next, p: c.p, attempt: 1}
+	}
 }
 
 func (c *clientInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {

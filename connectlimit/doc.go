@@ -103,11 +103,12 @@
 //
 // # Clients
 //
-// [NewClientInterceptor] retries unary calls the server throttled after
-// the RetryInfo / pushback delay plus upward jitter, capped, and never
-// retries a "never" answer (Grpc-Retry-Pushback-Ms -1, a malformed or
-// repeated pushback, or an ErrorInfo whose reason metadata is
+// [NewClientInterceptor] retries calls the server throttled after the
+// RetryInfo / pushback delay plus upward jitter, capped, and never retries
+// a "never" answer (Grpc-Retry-Pushback-Ms -1, a malformed or repeated
+// pushback, or an ErrorInfo whose reason metadata is
 // "cost_exceeds_capacity"); the policy is core/retry's, shared with
-// grpclimit's client interceptors and the HTTP RoundTripper. Streams are
-// not retried.
+// grpclimit's client interceptors and the HTTP RoundTripper. A stream is
+// retried while no response message has arrived, its sent messages (up to
+// 1 MiB) sent again.
 package connectlimit

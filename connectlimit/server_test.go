@@ -436,3 +436,70 @@ func TestSettleUnary(t *testing.T) {
 		})
 	}
 }
+
+// The retrying client retries a stream throttled when it opened: a server
+// stream after the hint, and a client stream with its messages sent again
+// on the new attempt.
+func TestClientRetriesStreams(t *testing.T) {
+	for _, proto := range allProtocols {
+		t.Run(proto, func(t *testing.T) {
+			svc := &service{}
+			url := server(t, svc.mux(false, connectlimit.NewInterceptor(testGate(t, redisClient(t)))))
+			var mu sync.Mutex
+			var waits []time.Duration
+			c := newCaller(t, url, proto, connect.WithInterceptors(connectlimit.NewClientInterceptor(retry.WithSleep(func(ctx context.Context, d time.Duration) error {
+				mu.Lock()
+				waits = append(waits, d)
+				mu.Unlock()
+				return retry.Sleep(ctx, d)
+			}))))
+			waited := func() []time.Duration {
+				mu.Lock()
+				defer mu.Unlock()
+				w := waits
+				waits = nil
+				return w
+			}
+
+			// Export: class fast, 1 token refilled in 200 ms
+			for i := range 2 {
+				req := connect.NewRequest(&emptypb.Empty{})
+				c.header(req.Header())
+				st, err := connect.NewClient[emptypb.Empty, wrapperspb.Int64Value](c.hc, url+pExport, c.opts()...).CallServerStream(t.Context(), req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				n := 0
+				for st.Receive() {
+					n++
+				}
+				if err := st.Err(); err != nil || n != 3 {
+					t.Fatalf("export %d: %d messages, %v", i+1, n, err)
+				}
+				_ = st.Close()
+			}
+			if w := waited(); len(w) != 1 || w[0] <= 0 || w[0] > time.Second {
+				t.Errorf("export waits %v, want one of the hint (200 ms at most) plus jitter", w)
+			}
+
+			// Upload: class upload, 2 tokens at 1/s; the third stream is
+			// throttled when it opens and sent again
+			for i := range 3 {
+				st := connect.NewClient[wrapperspb.Int64Value, wrapperspb.Int64Value](c.hc, url+pUpload, c.opts()...).CallClientStream(t.Context())
+				c.header(st.RequestHeader())
+				for j := range 4 {
+					if err := st.Send(wrapperspb.Int64(int64(j))); err != nil {
+						t.Fatalf("upload %d: send %d: %v", i+1, j, err)
+					}
+				}
+				res, err := st.CloseAndReceive()
+				if err != nil || res.Msg.GetValue() != 4 {
+					t.Fatalf("upload %d: %v, %v; want all 4 messages received", i+1, res, err)
+				}
+			}
+			if w := waited(); len(w) != 1 || w[0] <= 0 || w[0] > time.Second+retry.DefaultMinJitter+time.Second/5 {
+				t.Errorf("upload waits %v, want one of the hint (1 s at most) plus jitter", w)
+			}
+		})
+	}
+}
