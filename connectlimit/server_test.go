@@ -381,28 +381,61 @@ func TestClientRetries(t *testing.T) {
 			svc := &service{}
 			g := testGate(t, redisClient(t))
 			url := server(t, svc.mux(false, connectlimit.NewInterceptor(g)))
-			var waits []time.Duration
-			c := newCaller(t, url, proto, connect.WithInterceptors(connectlimit.NewClientInterceptor(retry.WithSleep(func(ctx context.Context, d time.Duration) error {
-				waits = append(waits, d)
-				return retry.Sleep(ctx, d)
-			}))))
-			// the default class: 3 tokens at 1/s
-			for range 3 {
+			w := &waits{}
+			c := newCaller(t, url, proto, connect.WithInterceptors(connectlimit.NewClientInterceptor(retry.WithSleep(w.sleep))))
+			// the default class: 3 tokens at 1/s; every call succeeds, the
+			// fourth or so after a wait
+			calls, ws := untilRetried(t, 10, func(i int) {
 				if _, err := c.unary(pProfile); err != nil {
-					t.Fatal(err)
+					t.Fatalf("call %d: %v", i+1, err)
 				}
+			}, w.take)
+			if calls < 4 || len(ws) != 1 || ws[0] <= 0 || ws[0] > time.Second+retry.DefaultMinJitter+time.Second/5 {
+				t.Errorf("call %d waited %v, want the fourth call or later to wait once the hint (at most 1 s) plus jitter", calls, ws)
 			}
-			if _, err := c.unary(pProfile); err != nil {
-				t.Fatalf("retried call: %v", err)
-			}
-			if len(waits) != 1 || waits[0] <= 0 || waits[0] > time.Second+retry.DefaultMinJitter+time.Second/5 {
-				t.Errorf("waits %v, want one of the hint (at most 1 s) plus jitter", waits)
-			}
-			if n := svc.calls.Load(); n != 4 {
-				t.Errorf("handler calls %d, want 4 (the denied attempt never reached it)", n)
+			if n := svc.calls.Load(); n != int64(calls) {
+				t.Errorf("handler calls %d, want %d (the denied attempt never reached it)", n, calls)
 			}
 		})
 	}
+}
+
+// waits records what a retry policy waited, and waits it.
+type waits struct {
+	mu sync.Mutex
+	ds []time.Duration
+}
+
+func (w *waits) sleep(ctx context.Context, d time.Duration) error {
+	w.mu.Lock()
+	w.ds = append(w.ds, d)
+	w.mu.Unlock()
+	return retry.Sleep(ctx, d)
+}
+
+// take returns the waits so far and forgets them.
+func (w *waits) take() []time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ds := w.ds
+	w.ds = nil
+	return ds
+}
+
+// untilRetried makes calls (each must succeed) until the retrying client
+// has waited, at most n: however slowly the machine runs (a bucket refills
+// between two calls), one of them finds the bucket empty. It returns how
+// many calls it made and the waits.
+func untilRetried(t *testing.T, n int, call func(i int), waited func() []time.Duration) (calls int, ws []time.Duration) {
+	t.Helper()
+	for i := range n {
+		call(i)
+		if ws = waited(); len(ws) > 0 {
+			return i + 1, ws
+		}
+	}
+	t.Fatalf("%d calls, none throttled and retried", n)
+	return n, nil
 }
 
 // With cost reports, a unary handler's report settles the reservation
@@ -445,30 +478,18 @@ func TestClientRetriesStreams(t *testing.T) {
 		t.Run(proto, func(t *testing.T) {
 			svc := &service{}
 			url := server(t, svc.mux(false, connectlimit.NewInterceptor(testGate(t, redisClient(t)))))
-			var mu sync.Mutex
-			var waits []time.Duration
-			c := newCaller(t, url, proto, connect.WithInterceptors(connectlimit.NewClientInterceptor(retry.WithSleep(func(ctx context.Context, d time.Duration) error {
-				mu.Lock()
-				waits = append(waits, d)
-				mu.Unlock()
-				return retry.Sleep(ctx, d)
-			}))))
-			waited := func() []time.Duration {
-				mu.Lock()
-				defer mu.Unlock()
-				w := waits
-				waits = nil
-				return w
-			}
+			w := &waits{}
+			c := newCaller(t, url, proto, connect.WithInterceptors(connectlimit.NewClientInterceptor(retry.WithSleep(w.sleep))))
 
 			// Export: class fast, 1 token refilled in 200 ms
-			for i := range 2 {
+			calls, ws := untilRetried(t, 10, func(i int) {
 				req := connect.NewRequest(&emptypb.Empty{})
 				c.header(req.Header())
 				st, err := connect.NewClient[emptypb.Empty, wrapperspb.Int64Value](c.hc, url+pExport, c.opts()...).CallServerStream(t.Context(), req)
 				if err != nil {
 					t.Fatal(err)
 				}
+				defer st.Close()
 				n := 0
 				for st.Receive() {
 					n++
@@ -476,15 +497,14 @@ func TestClientRetriesStreams(t *testing.T) {
 				if err := st.Err(); err != nil || n != 3 {
 					t.Fatalf("export %d: %d messages, %v", i+1, n, err)
 				}
-				_ = st.Close()
-			}
-			if w := waited(); len(w) != 1 || w[0] <= 0 || w[0] > time.Second {
-				t.Errorf("export waits %v, want one of the hint (200 ms at most) plus jitter", w)
+			}, w.take)
+			if calls < 2 || len(ws) != 1 || ws[0] <= 0 || ws[0] > time.Second {
+				t.Errorf("export %d waited %v, want the second or later to wait once the hint (200 ms at most) plus jitter", calls, ws)
 			}
 
-			// Upload: class upload, 2 tokens at 1/s; the third stream is
-			// throttled when it opens and sent again
-			for i := range 3 {
+			// Upload: class upload, 2 tokens at 1/s; a stream throttled when
+			// it opens is sent again, its messages with it
+			calls, ws = untilRetried(t, 10, func(i int) {
 				st := connect.NewClient[wrapperspb.Int64Value, wrapperspb.Int64Value](c.hc, url+pUpload, c.opts()...).CallClientStream(t.Context())
 				c.header(st.RequestHeader())
 				for j := range 4 {
@@ -496,9 +516,9 @@ func TestClientRetriesStreams(t *testing.T) {
 				if err != nil || res.Msg.GetValue() != 4 {
 					t.Fatalf("upload %d: %v, %v; want all 4 messages received", i+1, res, err)
 				}
-			}
-			if w := waited(); len(w) != 1 || w[0] <= 0 || w[0] > time.Second+retry.DefaultMinJitter+time.Second/5 {
-				t.Errorf("upload waits %v, want one of the hint (1 s at most) plus jitter", w)
+			}, w.take)
+			if calls < 3 || len(ws) != 1 || ws[0] <= 0 || ws[0] > time.Second+retry.DefaultMinJitter+time.Second/5 {
+				t.Errorf("upload %d waited %v, want the third or later to wait once the hint (1 s at most) plus jitter", calls, ws)
 			}
 		})
 	}

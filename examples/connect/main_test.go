@@ -91,6 +91,19 @@ func drain(t *testing.T, url, auth string) {
 	t.Fatal("100 GetProfile calls admitted: the limiter did not deny")
 }
 
+// untilDenied calls call until it reports a denial, at most 5 times: the
+// bucket refills 2 tokens a second, so a call that comes after a refill is
+// admitted (and takes the token) and the next one is denied.
+func untilDenied(t *testing.T, call func() (denied bool)) {
+	t.Helper()
+	for range 5 {
+		if call() {
+			return
+		}
+	}
+	t.Fatal("5 calls on a drained bucket admitted")
+}
+
 // retryDelay is the RetryInfo among details, nil without one.
 func retryDelay(details []proto.Message) *errdetails.RetryInfo {
 	var ri *errdetails.RetryInfo
@@ -140,87 +153,113 @@ func TestConnectOverQuotaOnEveryProtocol(t *testing.T) {
 	drain(t, url, auth)
 
 	t.Run("grpc-go", func(t *testing.T) {
-		var trailer metadata.MD
-		_, err := demopb.NewDemoClient(grpcConn(t, url)).GetProfile(grpctest.WithAuth(t.Context(), auth), &demopb.GetProfileRequest{}, grpc.Trailer(&trailer))
-		st := status.Convert(err)
-		if st.Code() != codes.ResourceExhausted {
-			t.Fatalf("GetProfile: %v, want ResourceExhausted", err)
-		}
-		wantRateLimited(t, "grpc-go", grpctest.RetryInfo(st), func(k string) string {
-			if vs := trailer.Get(k); len(vs) == 1 {
-				return vs[0]
+		c := demopb.NewDemoClient(grpcConn(t, url))
+		untilDenied(t, func() bool {
+			var trailer metadata.MD
+			_, err := c.GetProfile(grpctest.WithAuth(t.Context(), auth), &demopb.GetProfileRequest{}, grpc.Trailer(&trailer))
+			st := status.Convert(err)
+			switch st.Code() {
+			case codes.OK:
+				return false
+			case codes.ResourceExhausted:
+			default:
+				t.Fatalf("GetProfile: %v, want ResourceExhausted", err)
 			}
-			return ""
+			wantRateLimited(t, "grpc-go", grpctest.RetryInfo(st), func(k string) string {
+				if vs := trailer.Get(k); len(vs) == 1 {
+					return vs[0]
+				}
+				return ""
+			})
+			return true
 		})
 	})
 
 	t.Run("connect-go on the Connect protocol", func(t *testing.T) {
 		c := connect.NewClient[demopb.GetProfileRequest, demopb.Profile](http.DefaultClient, url+ProcedureGetProfile)
-		req := connect.NewRequest(&demopb.GetProfileRequest{})
-		req.Header().Set("Authorization", auth)
-		_, err := c.CallUnary(t.Context(), req)
-		var ce *connect.Error
-		if !errors.As(err, &ce) || ce.Code() != connect.CodeResourceExhausted {
-			t.Fatalf("GetProfile: %v, want CodeResourceExhausted", err)
-		}
-		var details []proto.Message
-		for _, d := range ce.Details() {
-			if m, err := d.Value(); err == nil {
-				details = append(details, m)
+		untilDenied(t, func() bool {
+			req := connect.NewRequest(&demopb.GetProfileRequest{})
+			req.Header().Set("Authorization", auth)
+			_, err := c.CallUnary(t.Context(), req)
+			if err == nil {
+				return false
 			}
-		}
-		wantRateLimited(t, "connect", retryDelay(details), ce.Meta().Get)
+			var ce *connect.Error
+			if !errors.As(err, &ce) || ce.Code() != connect.CodeResourceExhausted {
+				t.Fatalf("GetProfile: %v, want CodeResourceExhausted", err)
+			}
+			var details []proto.Message
+			for _, d := range ce.Details() {
+				if m, err := d.Value(); err == nil {
+					details = append(details, m)
+				}
+			}
+			wantRateLimited(t, "connect", retryDelay(details), ce.Meta().Get)
+			return true
+		})
 	})
 
 	t.Run("connect protocol is HTTP 429 with Retry-After", func(t *testing.T) {
-		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, url+ProcedureGetProfile, strings.NewReader("{}"))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", auth)
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(res.Body)
-		_ = res.Body.Close()
-		if res.StatusCode != http.StatusTooManyRequests || !strings.Contains(string(body), `"code":"resource_exhausted"`) {
-			t.Fatalf("POST: %d %s, want 429 resource_exhausted", res.StatusCode, body)
-		}
-		if res.Header.Get("Retry-After") != "1" {
-			t.Errorf("Retry-After %q, want 1", res.Header.Get("Retry-After"))
-		}
+		untilDenied(t, func() bool {
+			req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, url+ProcedureGetProfile, strings.NewReader("{}"))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", auth)
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(res.Body)
+			_ = res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				return false
+			}
+			if res.StatusCode != http.StatusTooManyRequests || !strings.Contains(string(body), `"code":"resource_exhausted"`) {
+				t.Fatalf("POST: %d %s, want 429 resource_exhausted", res.StatusCode, body)
+			}
+			if res.Header.Get("Retry-After") != "1" {
+				t.Errorf("Retry-After %q, want 1", res.Header.Get("Retry-After"))
+			}
+			return true
+		})
 	})
 
 	t.Run("grpc-web as a plain HTTP POST", func(t *testing.T) {
-		msg, _ := proto.Marshal(&demopb.GetProfileRequest{})
-		frame := make([]byte, 5, 5+len(msg))
-		binary.BigEndian.PutUint32(frame[1:], uint32(len(msg)))
-		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, url+ProcedureGetProfile, bytes.NewReader(append(frame, msg...)))
-		req.Header.Set("Content-Type", "application/grpc-web+proto")
-		req.Header.Set("X-Grpc-Web", "1")
-		req.Header.Set("Authorization", auth)
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, res.Body)
-		_ = res.Body.Close()
-		// nothing was sent before the error: a trailers-only answer, its
-		// trailers in the HTTP headers
-		if res.StatusCode != http.StatusOK || res.Header.Get("Grpc-Status") != strconv.Itoa(int(codes.ResourceExhausted)) {
-			t.Fatalf("POST: HTTP %d grpc-status %q, want 200 and %d", res.StatusCode, res.Header.Get("Grpc-Status"), codes.ResourceExhausted)
-		}
-		raw, err := base64.RawStdEncoding.DecodeString(strings.TrimRight(res.Header.Get("Grpc-Status-Details-Bin"), "="))
-		var sp spb.Status
-		if err != nil || proto.Unmarshal(raw, &sp) != nil {
-			t.Fatalf("grpc-status-details-bin %q: %v", res.Header.Get("Grpc-Status-Details-Bin"), err)
-		}
-		var details []proto.Message
-		for _, d := range sp.GetDetails() {
-			if m, err := d.UnmarshalNew(); err == nil {
-				details = append(details, m)
+		untilDenied(t, func() bool {
+			msg, _ := proto.Marshal(&demopb.GetProfileRequest{})
+			frame := make([]byte, 5, 5+len(msg))
+			binary.BigEndian.PutUint32(frame[1:], uint32(len(msg)))
+			req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, url+ProcedureGetProfile, bytes.NewReader(append(frame, msg...)))
+			req.Header.Set("Content-Type", "application/grpc-web+proto")
+			req.Header.Set("X-Grpc-Web", "1")
+			req.Header.Set("Authorization", auth)
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-		wantRateLimited(t, "grpc-web", retryDelay(details), res.Header.Get)
+			_, _ = io.Copy(io.Discard, res.Body)
+			_ = res.Body.Close()
+			if res.StatusCode == http.StatusOK && res.Header.Get("Grpc-Status") == "" {
+				return false // admitted: the status is in the body's trailers frame
+			}
+			// nothing was sent before the error: a trailers-only answer, its
+			// trailers in the HTTP headers
+			if res.StatusCode != http.StatusOK || res.Header.Get("Grpc-Status") != strconv.Itoa(int(codes.ResourceExhausted)) {
+				t.Fatalf("POST: HTTP %d grpc-status %q, want 200 and %d", res.StatusCode, res.Header.Get("Grpc-Status"), codes.ResourceExhausted)
+			}
+			raw, err := base64.RawStdEncoding.DecodeString(strings.TrimRight(res.Header.Get("Grpc-Status-Details-Bin"), "="))
+			var sp spb.Status
+			if err != nil || proto.Unmarshal(raw, &sp) != nil {
+				t.Fatalf("grpc-status-details-bin %q: %v", res.Header.Get("Grpc-Status-Details-Bin"), err)
+			}
+			var details []proto.Message
+			for _, d := range sp.GetDetails() {
+				if m, err := d.UnmarshalNew(); err == nil {
+					details = append(details, m)
+				}
+			}
+			wantRateLimited(t, "grpc-web", retryDelay(details), res.Header.Get)
+			return true
+		})
 	})
 }
 
@@ -237,15 +276,39 @@ func (w *waits) sleep(ctx context.Context, d time.Duration) error {
 	return retry.Sleep(ctx, d)
 }
 
-func (w *waits) all() []time.Duration {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return append([]time.Duration(nil), w.ds...)
+// untilRetried makes calls on a drained bucket (each must succeed) until
+// the retrying client has waited, at most 5: one that comes after a
+// refill is admitted without a wait, and takes the token.
+func untilRetried(t *testing.T, w *waits, call func() error) {
+	t.Helper()
+	for i := range 5 {
+		if err := call(); err != nil {
+			t.Fatalf("call %d with retries: %v", i+1, err)
+		}
+		w.mu.Lock()
+		ds := w.ds
+		w.mu.Unlock()
+		if len(ds) == 0 {
+			continue
+		}
+		// one wait or two (3 attempts), each the hint (at most 500 ms for
+		// a token at 2/s) plus jitter
+		if len(ds) > 2 {
+			t.Errorf("waits %v, want one or two", ds)
+		}
+		for _, d := range ds {
+			if d <= 0 || d > time.Second/2+retry.DefaultMinJitter+time.Second/10 {
+				t.Errorf("wait %v, want the hint (at most 500 ms) plus jitter", d)
+			}
+		}
+		return
+	}
+	t.Fatal("5 calls on a drained bucket, none throttled and retried")
 }
 
 // tollgate's retrying clients back off by the denial's hint and then
 // succeed: grpc-go with grpclimit's interceptor, connect-go with
-// connectlimit's.
+// connectlimit's on every protocol.
 func TestConnectRetryClientsBackOff(t *testing.T) {
 	a := apptest.New(t)
 	url := serve(t, a)
@@ -253,13 +316,15 @@ func TestConnectRetryClientsBackOff(t *testing.T) {
 	t.Run("grpc-go with grpclimit.UnaryClientInterceptor", func(t *testing.T) {
 		auth := "Bearer " + apptest.Token(t, apptest.Tenant(t), "free")
 		drain(t, url, auth)
-		var w waits
-		cc := grpcConn(t, url, grpc.WithUnaryInterceptor(grpclimit.UnaryClientInterceptor(retry.WithSleep(w.sleep))))
-		p, err := demopb.NewDemoClient(cc).GetProfile(grpctest.WithAuth(t.Context(), auth), &demopb.GetProfileRequest{})
-		if err != nil || p.GetTier() != "free" {
-			t.Fatalf("GetProfile with retries: %v, %v", p, err)
-		}
-		wantBackedOff(t, w.all())
+		w := &waits{}
+		c := demopb.NewDemoClient(grpcConn(t, url, grpc.WithUnaryInterceptor(grpclimit.UnaryClientInterceptor(retry.WithSleep(w.sleep)))))
+		untilRetried(t, w, func() error {
+			p, err := c.GetProfile(grpctest.WithAuth(t.Context(), auth), &demopb.GetProfileRequest{})
+			if err == nil && p.GetTier() != "free" {
+				t.Errorf("GetProfile = %v", p)
+			}
+			return err
+		})
 	})
 
 	for name, opts := range map[string][]connect.ClientOption{
@@ -270,33 +335,19 @@ func TestConnectRetryClientsBackOff(t *testing.T) {
 		t.Run("connect-go "+name+" with connectlimit.NewClientInterceptor", func(t *testing.T) {
 			auth := "Bearer " + apptest.Token(t, apptest.Tenant(t), "free")
 			drain(t, url, auth)
-			var w waits
+			w := &waits{}
 			c := connect.NewClient[demopb.GetProfileRequest, demopb.Profile](h2c(t), url+ProcedureGetProfile,
 				append(opts, connect.WithInterceptors(connectlimit.NewClientInterceptor(retry.WithSleep(w.sleep))))...)
-			req := connect.NewRequest(&demopb.GetProfileRequest{})
-			req.Header().Set("Authorization", auth)
-			res, err := c.CallUnary(t.Context(), req)
-			if err != nil || res.Msg.GetTier() != "free" {
-				t.Fatalf("GetProfile with retries: %v", err)
-			}
-			wantBackedOff(t, w.all())
+			untilRetried(t, w, func() error {
+				req := connect.NewRequest(&demopb.GetProfileRequest{})
+				req.Header().Set("Authorization", auth)
+				res, err := c.CallUnary(t.Context(), req)
+				if err == nil && res.Msg.GetTier() != "free" {
+					t.Errorf("GetProfile = %v", res.Msg)
+				}
+				return err
+			})
 		})
-	}
-}
-
-// wantBackedOff holds a drained free bucket's retries to one wait or two,
-// each at least the grpc-retry-pushback-ms floor of a token at 2/s
-// (the hint is the exact delay; the bucket refilled a little since the
-// drain, so the wait is checked against what a token can take at most).
-func wantBackedOff(t *testing.T, ds []time.Duration) {
-	t.Helper()
-	if len(ds) == 0 || len(ds) > 2 {
-		t.Fatalf("waits %v, want one or two (3 attempts)", ds)
-	}
-	for _, d := range ds {
-		if d <= 0 || d > time.Second+retry.DefaultMinJitter+time.Second/5 {
-			t.Errorf("wait %v, want the hint (at most 500 ms for a token at 2/s) plus jitter", d)
-		}
 	}
 }
 
