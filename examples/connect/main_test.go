@@ -419,6 +419,38 @@ func TestConnectService(t *testing.T) {
 		}
 	})
 
+	t.Run("reports allows two in flight per free tenant", func(t *testing.T) {
+		// six at once, each about 200 ms: two run, the others find both
+		// slots taken (however the machine schedules them, some overlap)
+		auth := "Bearer " + apptest.Token(t, apptest.Tenant(t), "free")
+		c := connect.NewClient[demopb.ListReportsRequest, demopb.ReportList](http.DefaultClient, url+ProcedureListReports)
+		errs := make([]error, 6)
+		var wg sync.WaitGroup
+		for i := range errs {
+			wg.Go(func() {
+				req := connect.NewRequest(&demopb.ListReportsRequest{})
+				req.Header().Set("Authorization", auth)
+				_, errs[i] = c.CallUnary(t.Context(), req)
+			})
+		}
+		wg.Wait()
+		ok, denied := 0, 0
+		for _, err := range errs {
+			var ce *connect.Error
+			switch {
+			case err == nil:
+				ok++
+			case errors.As(err, &ce) && ce.Code() == connect.CodeResourceExhausted && strings.Contains(ce.Message(), `Concurrency limit of policy "reports"`):
+				denied++
+			default:
+				t.Errorf("ListReports: %v", err)
+			}
+		}
+		if ok < 2 || denied < 1 {
+			t.Errorf("six ListReports at once: %d ran, %d denied; want two or more run and some denied", ok, denied)
+		}
+	})
+
 	t.Run("healthz and metrics need no token", func(t *testing.T) {
 		auth := "Bearer " + apptest.Token(t, apptest.Tenant(t), "free")
 		_, _ = export(t, url, auth)
