@@ -46,8 +46,7 @@
 //   - Allowed (or shadow-denied, core.WithShadow): the handler runs; the
 //     response headers carry RateLimit and RateLimit-Policy (IETF draft-11
 //     values) and X-RateLimit-Limit/-Remaining/-Reset, as selected by
-//     gate.WithHeaderStyle (on a handler's own error too, when it is a
-//     *connect.Error).
+//     gate.WithHeaderStyle, whether the handler answers or fails.
 //   - Denied: connect.CodeResourceExhausted ([WithDeniedCode]:
 //     CodeUnavailable), the handler not called, with error details: one
 //     errdetails.ErrorInfo (Reason "RATE_LIMIT_EXCEEDED", Domain

@@ -85,16 +85,15 @@ func (i *interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 			return nil, err
 		}
 		ctx, _ = v.CostContext(ctx) // the handler may gate.ReportCost its actual cost; Done settles it
+		if ci, ok := connect.CallInfoForHandlerContext(ctx); ok {
+			// the response headers, whether the handler answers or fails
+			// (as grpclimit's header metadata)
+			setHeaders(ci.ResponseHeader(), v.Headers)
+			return next(ctx, req)
+		}
 		res, err := next(ctx, req)
-		switch {
-		case err == nil && res != nil:
+		if err == nil && res != nil {
 			setHeaders(res.Header(), v.Headers)
-		case err != nil:
-			// the handler's own error still says where the tenant stands
-			var ce *connect.Error
-			if errors.As(err, &ce) {
-				setHeaders(ce.Meta(), v.Headers)
-			}
 		}
 		return res, err
 	}

@@ -3,6 +3,7 @@ package connectlimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -521,5 +522,38 @@ func TestClientRetriesStreams(t *testing.T) {
 				t.Errorf("upload %d waited %v, want the third or later to wait once the hint (1 s at most) plus jitter", calls, ws)
 			}
 		})
+	}
+}
+
+// A handler's own error still carries the rate-limit headers, in the
+// response headers (so a gRPC client sees the call was answered), and a
+// shared error value is never changed.
+func TestHandlerErrorHeaders(t *testing.T) {
+	shared := connect.NewError(connect.CodeNotFound, errors.New("no such item"))
+	for _, proto := range allProtocols {
+		t.Run(proto, func(t *testing.T) {
+			lim := newLimiter(t, redisClient(t))
+			g, err := gate.New(lim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mux := http.NewServeMux()
+			mux.Handle(pProfile, connect.NewUnaryHandler(pProfile, func(context.Context, *connect.Request[emptypb.Empty]) (*connect.Response[emptypb.Empty], error) {
+				return nil, shared
+			}, connect.WithInterceptors(auth{}, connectlimit.NewInterceptor(g))))
+			url := server(t, mux)
+			for i := range 2 {
+				meta, err := newCaller(t, url, proto).unary(pProfile)
+				if connect.CodeOf(err) != connect.CodeNotFound {
+					t.Fatalf("call %d: %v, want the handler's CodeNotFound", i+1, err)
+				}
+				if got := meta.Values("X-Ratelimit-Remaining"); len(got) != 1 || got[0] != fmt.Sprint(2-i) {
+					t.Errorf("call %d: X-RateLimit-Remaining %q, want [%d]", i+1, got, 2-i)
+				}
+			}
+		})
+	}
+	if len(shared.Meta()) != 0 {
+		t.Errorf("the handler's shared error was given metadata %v", shared.Meta())
 	}
 }
