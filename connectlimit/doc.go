@@ -12,13 +12,14 @@
 // the Connect, gRPC and gRPC-Web protocols, which connect-go serves alike.
 //
 // It is built on connectrpc.com/connect v1. connect-go v2
-// (connectrpc.com/connect/v2, stable since late 2026) changed the Go API
-// (interceptors became function types over a transport-agnostic stream),
-// not the wire; the services in production, the code generator most
-// projects pin and the ecosystem around them (connectrpc.com/grpchealth,
-// otelconnect, vanguard) are on v1, which stays supported. A v1
-// interceptor does not fit a v2 server, nor the other way round: a v2
-// adapter will be a module of its own, as echov5limit is beside echolimit.
+// (connectrpc.com/connect/v2, first released in October 2026) changed the
+// Go API (interceptors became function types over a transport-agnostic
+// stream, handlers take plain messages), not the wire. v1 stays
+// supported, the Connect services running today and their generated code
+// are on it, and so is part of the ecosystem (vanguard, for one), so v1 is
+// what most users have to limit. A v1 interceptor does not fit a v2
+// server, nor the other way round: a v2 adapter will be a module of its
+// own, as echov5limit is beside echolimit.
 //
 // # Server
 //
@@ -93,8 +94,8 @@
 // and does not retry the denial, nor does grpclimit's stream client
 // interceptor; grpclimit's unary client interceptor counts a header of
 // transport fields only as no answer and retries it. A gRPC-Web denial is
-// trailers-only: its trailers are the HTTP response headers. Over the Connect protocol a unary error is an
-// HTTP response: CodeResourceExhausted is HTTP 429, CodeUnavailable 503,
+// trailers-only: its trailers are the HTTP response headers. Over the
+// Connect protocol a unary error is an HTTP response: CodeResourceExhausted is HTTP 429, CodeUnavailable 503,
 // the metadata are plain HTTP headers (Retry-After among them) and the
 // details are in the JSON body; a streaming error carries them in the end
 // of stream message. So a plain HTTP client behind core/retry's Transport
