@@ -46,7 +46,7 @@ func TestComposeFile(t *testing.T) {
 		}
 	}
 	ports := map[string]bool{}
-	for _, name := range []string{"nethttp", "gin", "echo", "echov5", "fiber", "fiberv3", "grpc"} {
+	for _, name := range []string{"nethttp", "gin", "echo", "echov5", "fiber", "fiberv3", "grpc", "connect"} {
 		s, ok := f.Services[name]
 		if !ok {
 			t.Errorf("no service %s", name)

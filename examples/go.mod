@@ -10,6 +10,7 @@ replace (
 )
 
 require (
+	connectrpc.com/connect v1.21.1
 	github.com/99designs/gqlgen v0.17.98
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/gin-gonic/gin v1.12.0
@@ -22,6 +23,7 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/common v0.72.0
 	github.com/redis/go-redis/v9 v9.23.0
+	github.com/tollgate-go/tollgate/connectlimit v0.3.0
 	github.com/tollgate-go/tollgate/core v0.3.0
 	github.com/tollgate-go/tollgate/gqllimit v0.3.0
 	github.com/tollgate-go/tollgate/grpclimit v0.3.0
@@ -127,6 +129,8 @@ require (
 replace github.com/tollgate-go/tollgate/httplimit => ../httplimit
 
 replace github.com/tollgate-go/tollgate/grpclimit => ../grpclimit
+
+replace github.com/tollgate-go/tollgate/connectlimit => ../connectlimit
 
 replace github.com/tollgate-go/tollgate/ginlimit => ../ginlimit
 

@@ -64,13 +64,31 @@ func hint(err error, trailer metadata.MD) (h retry.Hint, throttled bool) {
 	return h, throttled
 }
 
+// transportHeader are the header fields a server's transport sends on its
+// own, which say nothing about the call (see answered).
+var transportHeader = map[string]bool{"content-type": true, "date": true, "grpc-encoding": true, "grpc-accept-encoding": true}
+
+// answered reports whether a call's header metadata says the server had
+// started to answer: any field but the transport's own.
+func answered(header metadata.MD) bool {
+	for k := range header {
+		if !transportHeader[k] {
+			return true
+		}
+	}
+	return false
+}
+
 // UnaryClientInterceptor retries calls the server throttled, as it asks:
 // after the RetryInfo delay or grpc-retry-pushback-ms, plus upward jitter,
 // within the policy's attempts and maximum delay (see package
 // github.com/tollgate-go/tollgate/core/retry for opts and defaults: 3
 // attempts, 30 s). It never retries a "never" answer (pushback -1, cost
-// exceeds capacity), an answer without a hint, or an answer that was not
-// Trailers-Only (the server had started to answer). A call whose context
+// exceeds capacity), an answer without a hint, or an answer whose header
+// carried metadata (the server had started to answer). A header with only
+// the transport's own fields (content-type, date, grpc-encoding,
+// grpc-accept-encoding) counts as none: servers on net/http, such as
+// connect-go's, cannot send a Trailers-Only response. A call whose context
 // ends during a wait fails with the context's status (Canceled or
 // DeadlineExceeded); a wait that would outlast the deadline is not
 // started.
@@ -85,7 +103,7 @@ func UnaryClientInterceptor(opts ...retry.Option) grpc.UnaryClientInterceptor {
 		for attempt := 1; ; attempt++ {
 			header, trailer = nil, nil
 			err := invoker(ctx, method, req, reply, cc, callOpts...)
-			if err == nil || header != nil {
+			if err == nil || answered(header) {
 				return err
 			}
 			h, throttled := hint(err, trailer)

@@ -37,6 +37,7 @@ var heavy = []string{
 	"google.golang.org/grpc",
 	"github.com/99designs/gqlgen",
 	"github.com/vektah/gqlparser",
+	"connectrpc.com/",
 }
 
 // brings are the heavy modules a direct requirement brings along.

@@ -46,6 +46,7 @@ var DefaultAddrs = map[string]string{
 	"grpc":    "127.0.0.1:8095",
 	"echov5":  "127.0.0.1:8097",
 	"fiberv3": "127.0.0.1:8098",
+	"connect": "127.0.0.1:8099",
 }
 
 // FallbackAddr is where a service DefaultAddrs does not name listens

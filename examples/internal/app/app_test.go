@@ -41,7 +41,7 @@ func TestFromEnv(t *testing.T) {
 // several run side by side.
 func TestDefaultAddrsAreDistinct(t *testing.T) {
 	taken := map[string]string{"127.0.0.1:8081": "tollgate-rls", "127.0.0.1:9464": "tollgate-rls metrics"}
-	for _, name := range []string{"nethttp", "gin", "echo", "echov5", "fiber", "fiberv3", "grpc"} {
+	for _, name := range []string{"nethttp", "gin", "echo", "echov5", "fiber", "fiberv3", "grpc", "connect"} {
 		addr := app.FromEnv(name, func(string) string { return "" }).Addr
 		if addr != app.DefaultAddr(name) || app.DefaultAddrs[name] != addr {
 			t.Errorf("%s: FromEnv listens on %q, DefaultAddr %q, DefaultAddrs %q", name, addr, app.DefaultAddr(name), app.DefaultAddrs[name])

@@ -1,0 +1,148 @@
+package connectlimit
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/retry"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+)
+
+// maxPushbackMillis bounds a pushback (a year) so that it cannot overflow a
+// Duration; any such wait is over every sane maximum delay anyway.
+const maxPushbackMillis = 365 * 24 * 3600 * 1000
+
+// hint reads the retry hint of a call's error. throttled is false unless
+// err is a CodeResourceExhausted or CodeUnavailable error that carries a
+// rate-limit hint: the Grpc-Retry-Pushback-Ms metadata (-1, or any
+// malformed or repeated value: never), a RetryInfo detail (the longer of
+// the two wins), or an ErrorInfo saying the cost can never be met. Other
+// ResourceExhausted errors (a message over the size limit, a server's own
+// quota) are not throttling answers and are not retried.
+func hint(err error) (h retry.Hint, throttled bool) {
+	var ce *connect.Error
+	if !errors.As(err, &ce) || (ce.Code() != connect.CodeResourceExhausted && ce.Code() != connect.CodeUnavailable) {
+		return retry.Hint{}, false
+	}
+	if vs := ce.Meta().Values(pushbackKey); len(vs) > 0 {
+		throttled = true
+		ms, perr := strconv.ParseInt(vs[0], 10, 64)
+		if len(vs) > 1 || perr != nil || ms < 0 {
+			h.Never = true
+		} else {
+			h.After = time.Duration(min(ms, maxPushbackMillis)) * time.Millisecond
+		}
+	}
+	for _, d := range ce.Details() {
+		m, verr := d.Value()
+		if verr != nil {
+			continue
+		}
+		switch m := m.(type) {
+		case *errdetails.RetryInfo:
+			if m.GetRetryDelay() != nil && m.GetRetryDelay().IsValid() {
+				throttled = true
+				h.After = max(h.After, m.GetRetryDelay().AsDuration())
+			}
+		case *errdetails.ErrorInfo:
+			if m.GetReason() == errorReason && m.GetMetadata()[metaReason] == core.ReasonCostExceedsCapacity.String() {
+				throttled, h.Never = true, true
+			}
+		}
+	}
+	return h, throttled
+}
+
+// clientInterceptor retries throttled unary calls.
+type clientInterceptor struct{ p *retry.Policy }
+
+// NewClientInterceptor returns a client interceptor
+// (connect.WithInterceptors on a client) that retries calls the server
+// throttled, as it asks: after the RetryInfo delay or
+// Grpc-Retry-Pushback-Ms, plus upward jitter, within the policy's attempts
+// and maximum delay (see package github.com/tollgate-go/tollgate/core/retry
+// for opts and defaults: 3 attempts, 30 s). It reads the hint the same way
+// over the Connect, gRPC and gRPC-Web protocols. It never retries a
+// "never" answer (pushback -1, cost exceeds capacity) or an answer without
+// a hint. A call whose context ends during a wait fails with
+// connect.CodeCanceled or connect.CodeDeadlineExceeded; a wait that would
+// outlast the deadline is not started, and the throttled answer is
+// returned.
+//
+// A stream is retried the same way when its first Receive finds it
+// throttled, before any response message: the messages sent so far (up to
+// 1 MiB; protobuf messages are cloned when sent) are sent again on the new
+// stream, with the same request headers, and CloseRequest repeated. Once a
+// message has been received, errors are returned as they come; while a
+// throttled stream waits to be retried, Send buffers instead of returning
+// io.EOF. On a handler it passes every call through.
+func NewClientInterceptor(opts ...retry.Option) connect.Interceptor {
+	return &clientInterceptor{p: retry.New(opts...)}
+}
+
+func (c *clientInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if !req.Spec().IsClient {
+			return next(ctx, req)
+		}
+		// each attempt starts from the caller's request headers: an
+		// attempt may add to them
+		header := req.Header().Clone()
+		for attempt := 1; ; attempt++ {
+			res, err := next(ctx, req)
+			if err == nil {
+				return res, nil
+			}
+			h, throttled := hint(err)
+			if !throttled {
+				return res, err
+			}
+			d, nerr := c.p.Next(ctx, h, attempt)
+			if nerr != nil {
+				if cerr := ctx.Err(); cerr != nil {
+					return nil, contextError(cerr)
+				}
+				return res, err
+			}
+			if werr := c.p.Wait(ctx, d); werr != nil {
+				return nil, contextError(werr)
+			}
+			resetHeader(req.Header(), header)
+		}
+	}
+}
+
+func (c *clientInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		return &retryConn{StreamingClientConn: next(ctx, spec), ctx: ctx, spec: spec, next: next, p: c.p, attempt: 1}
+	}
+}
+
+func (c *clientInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
+// resetHeader makes h the same as want again.
+func resetHeader(h, want http.Header) {
+	for k := range h {
+		if _, ok := want[k]; !ok {
+			delete(h, k)
+		}
+	}
+	for k, vs := range want {
+		h[k] = append([]string(nil), vs...)
+	}
+}
+
+// contextError is the error of a call whose context ended.
+func contextError(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return connect.NewError(connect.CodeDeadlineExceeded, err)
+	}
+	return connect.NewError(connect.CodeCanceled, err)
+}
