@@ -1,0 +1,407 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/conformance"
+	"github.com/tollgate-go/tollgate/conformance/redistest"
+	"github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/rls"
+	"github.com/tollgate-go/tollgate/rls/internal/rlqsclient"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// The RLQS tests' quota: 400 burst, 100/s; assignments live 2 s and the
+// clients report every second, so the capacity covers rate x (TTL + 2 s).
+const (
+	rlqsCap    = 1000
+	rlqsRate   = 100.0
+	rlqsTTL    = 3 * time.Second
+	rlqsReport = 2 * time.Second
+)
+
+func rlqsTiers() quota.Tiers {
+	return quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{
+		"free": {Classes: map[string]quota.Quota{
+			"default": {Capacity: rlqsCap, RefillPerSecond: rlqsRate},
+			"export":  {Capacity: 10, RefillPerSecond: 1},
+			"slots":   {Capacity: 10, RefillPerSecond: 1, Concurrency: 2},
+			// refills 1 token in 100 s: a refund shows
+			"slow": {Capacity: 100, RefillPerSecond: 0.01},
+		}},
+	}}
+}
+
+// scriptCalls is the script calls rdb's servers have run (INFO
+// commandstats of every master).
+func scriptCalls(t *testing.T, rdb redis.UniversalClient) int64 {
+	ctx := context.Background()
+	var mu sync.Mutex
+	var n int64
+	count := func(c *redis.Client) error {
+		info, err := c.Info(ctx, "commandstats").Result()
+		if err != nil {
+			return err
+		}
+		for _, line := range strings.Split(info, "\n") {
+			name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+			switch name {
+			case "cmdstat_evalsha", "cmdstat_eval", "cmdstat_evalsha_ro", "cmdstat_eval_ro", "cmdstat_fcall", "cmdstat_fcall_ro":
+			default:
+				continue
+			}
+			calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+			v, err := strconv.ParseInt(calls, 10, 64)
+			if !ok || err != nil {
+				return fmt.Errorf("commandstats line %q", line)
+			}
+			mu.Lock()
+			n += v
+			mu.Unlock()
+		}
+		return nil
+	}
+	var err error
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return count(m) })
+	case *redis.Client:
+		err = count(c)
+	default:
+		err = fmt.Errorf("client %T", rdb)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// quotaServer serves a QuotaService over lim and rdb on a loopback port;
+// stop ends it (its streams break).
+type quotaServer struct {
+	addr string
+	g    *grpc.Server
+	done chan struct{}
+}
+
+func startQuotaServer(t *testing.T, lim *core.Limiter, rdb redis.UniversalClient, opts ...rls.QuotaOption) *quotaServer {
+	t.Helper()
+	svc, err := rls.NewQuotaService(lim, rdb, append([]rls.QuotaOption{rls.WithAssignmentTTL(rlqsTTL)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	rlqsv3.RegisterRateLimitQuotaServiceServer(g, svc)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &quotaServer{addr: ln.Addr().String(), g: g, done: make(chan struct{})}
+	go func() { defer close(s.done); _ = g.Serve(ln) }()
+	t.Cleanup(s.stop)
+	return s
+}
+
+func (s *quotaServer) stop() {
+	s.g.Stop()
+	<-s.done
+}
+
+func dial(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	return cc
+}
+
+var denyFallback = &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}}
+
+func newQuotaClient(t *testing.T, conns ...*grpc.ClientConn) *rlqsclient.Client {
+	c := rlqsclient.New(rlqsclient.Config{Domain: "test", ReportInterval: rlqsReport, Fallback: denyFallback, FallbackTimeout: time.Hour}, conns...)
+	t.Cleanup(c.Close)
+	return c
+}
+
+// outstanding is the most c's current assignment of id can admit before
+// its TTL ends (what its reservation covers).
+func outstanding(c *rlqsclient.Client, id map[string]string) float64 {
+	b, k, f, ttl, ok := c.Assignment(id)
+	if !ok {
+		return 0
+	}
+	return float64(b) + math.Ceil(float64(k)*ttl.Seconds()/f.Seconds())
+}
+
+// offer sends rate requests a second of bucket id through c until ctx
+// ends.
+func offer(ctx context.Context, c *rlqsclient.Client, id map[string]string, rate float64, wg *sync.WaitGroup) {
+	defer wg.Done()
+	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			c.Allow(id)
+		}
+	}
+}
+
+type rlqsRun struct {
+	demands  []float64 // requests per second each client offers
+	servers  int
+	duration time.Duration
+	settle   time.Duration // when the fairness window starts
+}
+
+func backends() []struct {
+	name string
+	c    func(t *testing.T) redis.UniversalClient
+} {
+	return []struct {
+		name string
+		c    func(t *testing.T) redis.UniversalClient
+	}{
+		// a private server: its script calls are this test's alone
+		{"standalone", func(t *testing.T) redis.UniversalClient { return redistest.NewServer(t).Client(t) }},
+		{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.SharedCluster(t) }},
+	}
+}
+
+// Clients over demand: admissions never above capacity + rate x elapsed +
+// the outstanding reservations at any sample, each client within 10% of
+// its max-min fair share after two report periods, and at most 5 script
+// calls per 1,000 client requests.
+func TestQuotaServiceDividesTheBucket(t *testing.T) {
+	for _, b := range backends() {
+		for _, run := range []struct {
+			name string
+			rlqsRun
+		}{
+			{"even", rlqsRun{demands: []float64{150, 150, 150, 150}, servers: 2, duration: 10 * time.Second, settle: 5 * time.Second}},
+			{"skewed", rlqsRun{demands: []float64{10, 20, 300, 300}, servers: 2, duration: 10 * time.Second, settle: 5 * time.Second}},
+		} {
+			t.Run(b.name+"/"+run.name, func(t *testing.T) { runDivision(t, b.c(t), run.rlqsRun) })
+		}
+	}
+}
+
+func runDivision(t *testing.T, rdb redis.UniversalClient, run rlqsRun) {
+	lim := conformance.NewLimiter(t, rdb, rlqsTiers(), core.WithBatching(false))
+	t.Cleanup(func() { _ = lim.Close() })
+	var servers []*quotaServer
+	for range run.servers {
+		servers = append(servers, startQuotaServer(t, lim, rdb))
+	}
+	id := map[string]string{"tenant": "acme"}
+	clients := make([]*rlqsclient.Client, len(run.demands))
+	for i := range clients {
+		clients[i] = newQuotaClient(t, dial(t, servers[i%len(servers)].addr))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), run.duration)
+	defer cancel()
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i, c := range clients {
+		wg.Add(1)
+		go offer(ctx, c, id, run.demands[i], &wg)
+	}
+	var windowStart []rlqsclient.Stats
+	var callsAt int64
+	var worst float64 = math.Inf(1)
+	sample := time.NewTicker(50 * time.Millisecond)
+	defer sample.Stop()
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case now := <-sample.C:
+			var admitted, out float64
+			for _, c := range clients {
+				admitted += float64(c.Stats().Allowed)
+				out += outstanding(c, id)
+			}
+			bound := rlqsCap + rlqsRate*now.Sub(start).Seconds() + out + float64(len(clients))
+			if admitted > bound {
+				t.Errorf("at %v: %v admitted, above the bound %.1f", now.Sub(start), admitted, bound)
+			}
+			worst = min(worst, bound-admitted)
+			if windowStart == nil && now.Sub(start) >= run.settle {
+				for _, c := range clients {
+					windowStart = append(windowStart, c.Stats())
+				}
+				callsAt = scriptCalls(t, rdb)
+			}
+		}
+	}
+	end := time.Now()
+	wg.Wait()
+	window := end.Sub(start) - run.settle
+	// the fair shares of the demands as offered in the window (a loaded
+	// machine offers less than asked)
+	var offered, totalCalls float64
+	demands := make([]float64, len(clients))
+	for i, c := range clients {
+		s := c.Stats()
+		demands[i] = float64(s.Allowed+s.Denied-windowStart[i].Allowed-windowStart[i].Denied) / window.Seconds()
+		offered += demands[i] * window.Seconds()
+	}
+	shares := fairShares(rlqsRate, demands)
+	for i, c := range clients {
+		s := c.Stats()
+		got := float64(s.Allowed-windowStart[i].Allowed) / window.Seconds()
+		t.Logf("client %d: demand %.1f/s, admitted %.1f/s, fair share %.1f/s, streams %d", i, demands[i], got, shares[i], s.Streams)
+		if math.Abs(got-shares[i]) > 0.1*shares[i] {
+			t.Errorf("client %d admitted %.1f/s, not within 10%% of its fair share %.1f/s", i, got, shares[i])
+		}
+	}
+	totalCalls = float64(scriptCalls(t, rdb) - callsAt)
+	per1000 := totalCalls / offered * 1000
+	t.Logf("closest to the bound: %.1f below; %v script calls for %v requests: %.2f per 1,000", worst, totalCalls, offered, per1000)
+	if per1000 > 5 {
+		t.Errorf("%.2f script calls per 1,000 requests, more than 5", per1000)
+	}
+}
+
+// fairShares is the max-min fair division of rate among demands.
+func fairShares(rate float64, demands []float64) []float64 {
+	out := make([]float64, len(demands))
+	left, n := rate, len(demands)
+	done := make([]bool, n)
+	for k := 0; k < n; k++ {
+		// the smallest unserved demand gets min(demand, equal share of what is left)
+		i := -1
+		for j := range demands {
+			if !done[j] && (i < 0 || demands[j] < demands[i]) {
+				i = j
+			}
+		}
+		out[i] = min(demands[i], left/float64(n-k))
+		left -= out[i]
+		done[i] = true
+	}
+	for i := range out {
+		out[i] += left / float64(n)
+	}
+	return out
+}
+
+// peekTokens is the balance of acme's slow bucket.
+func peekTokens(t *testing.T, lim *core.Limiter) float64 {
+	d, err := lim.Peek(context.Background(), quota.Tenant{ID: "acme"}, "slow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Tokens
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > within {
+			t.Fatalf("%s: not within %v", what, within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// A client that stops sending requests has its bucket abandoned after
+// WithIdleReports periods of zeros, and its reservation refunded: the
+// bucket is full again.
+func TestQuotaServiceAbandonsAnIdleBucket(t *testing.T) {
+	rdb := redistest.Client(t)
+	lim := conformance.NewLimiter(t, rdb, rlqsTiers())
+	t.Cleanup(func() { _ = lim.Close() })
+	srv := startQuotaServer(t, lim, rdb, rls.WithIdleReports(2))
+	c := newQuotaClient(t, dial(t, srv.addr))
+	id := map[string]string{"tenant": "acme", "class": "slow"}
+	c.Allow(id)
+	waitFor(t, 5*time.Second, "first assignment", func() bool { _, _, _, _, ok := c.Assignment(id); return ok })
+	if tok := peekTokens(t, lim); tok > 90 {
+		t.Fatalf("after the first assignment the bucket holds %v: nothing reserved", tok)
+	}
+	// idle from now: abandoned after 2 reports of zeros (within 3 report
+	// periods), the reservation back (the bucket full again at the rate)
+	took := waitFor(t, 4*rlqsReport+time.Second, "abandon", func() bool {
+		_, _, _, _, ok := c.Assignment(id)
+		return !ok
+	})
+	waitFor(t, time.Second, "refund", func() bool { return peekTokens(t, lim) >= 99 })
+	t.Logf("abandoned and refunded %v after the last request", took)
+}
+
+// A bucket ID with another entry, or an unknown class, is refused:
+// DENY_ALL, with why to the error handler.
+func TestQuotaServiceRefusesForeignBuckets(t *testing.T) {
+	rdb := redistest.Client(t)
+	lim := conformance.NewLimiter(t, rdb, rlqsTiers())
+	t.Cleanup(func() { _ = lim.Close() })
+	var mu sync.Mutex
+	var errs []string
+	srv := startQuotaServer(t, lim, rdb, rls.WithQuotaErrorHandler(func(_ context.Context, err error) {
+		mu.Lock()
+		errs = append(errs, err.Error())
+		mu.Unlock()
+	}))
+	c := newQuotaClient(t, dial(t, srv.addr))
+	for _, tc := range []struct {
+		id   map[string]string
+		want string
+	}{
+		{map[string]string{"tenant": "acme", "path": "/x"}, `entry "path"`},
+		{map[string]string{"class": "default"}, `no "tenant" entry`},
+		{map[string]string{"tenant": "acme", "class": "nope"}, "no quota"},
+		{map[string]string{"tenant": "acme", "class": "slots"}, "concurrency limit"},
+	} {
+		c.Allow(tc.id) // the first request: allowed, as Envoy's
+		waitFor(t, 5*time.Second, fmt.Sprint("a deny for ", tc.id), func() bool { return !c.Allow(tc.id) })
+		mu.Lock()
+		found := false
+		for _, e := range errs {
+			found = found || strings.Contains(e, tc.want)
+		}
+		mu.Unlock()
+		if !found {
+			t.Errorf("%v: no error saying %q in %q", tc.id, tc.want, errs)
+		}
+	}
+}
+
+// A stream that ends returns its reservation.
+func TestQuotaServiceRefundsAtStreamEnd(t *testing.T) {
+	rdb := redistest.Client(t)
+	lim := conformance.NewLimiter(t, rdb, rlqsTiers())
+	t.Cleanup(func() { _ = lim.Close() })
+	srv := startQuotaServer(t, lim, rdb)
+	cc := dial(t, srv.addr)
+	c := rlqsclient.New(rlqsclient.Config{Domain: "test", ReportInterval: rlqsReport}, cc)
+	id := map[string]string{"tenant": "acme", "class": "slow"}
+	c.Allow(id)
+	waitFor(t, 5*time.Second, "first assignment", func() bool { _, _, _, _, ok := c.Assignment(id); return ok })
+	if tok := peekTokens(t, lim); tok > 90 {
+		t.Fatalf("after the first assignment the bucket holds %v: nothing reserved", tok)
+	}
+	c.Close()
+	waitFor(t, 5*time.Second, "refund at stream end", func() bool { return peekTokens(t, lim) >= 99 })
+}
