@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -404,4 +406,94 @@ func TestQuotaServiceRefundsAtStreamEnd(t *testing.T) {
 	}
 	c.Close()
 	waitFor(t, 5*time.Second, "refund at stream end", func() bool { return peekTokens(t, lim) >= 99 })
+}
+
+// Two tollgate-rls processes on one Redis, four clients, two streaming to
+// each; one process is killed (SIGKILL) mid-stream: its clients reopen
+// their streams on the other at their next report, admissions stay within
+// the bound throughout, and the time until every cut-off client has an
+// assignment from the survivor is measured.
+func TestQuotaServiceSurvivesAServerKill(t *testing.T) {
+	srv := redistest.NewServer(t)
+	cfg := filepath.Join(t.TempDir(), "tollgate.yaml")
+	tiers := fmt.Sprintf("version: 1\ndefault_tier: free\ntiers:\n  free:\n    classes:\n      default: {capacity: %d, refill_per_second: %v}\n", rlqsCap, rlqsRate)
+	if err := os.WriteFile(cfg, []byte(tiers), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var procs []*rlsProcess
+	var conns []*grpc.ClientConn
+	for range 2 {
+		addr := freeLoopback(t)
+		p := startRLS(t, "ADDR="+addr, "METRICS_ADDR=off", "REDIS_URL="+srv.URL(), "TOLLGATE_CONFIG="+cfg, "TOLLGATE_RLQS_TTL="+rlqsTTL.String())
+		cc := dial(t, addr)
+		waitServing(t, p, cc)
+		procs, conns = append(procs, p), append(conns, cc)
+	}
+	id := map[string]string{"tenant": "acme"}
+	clients := make([]*rlqsclient.Client, 4)
+	for i := range clients {
+		clients[i] = newQuotaClient(t, conns[i%2], conns[(i+1)%2])
+	}
+	const killAt, duration = 7 * time.Second, 16 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), duration)
+	defer cancel()
+	var wg sync.WaitGroup
+	start := time.Now()
+	for _, c := range clients {
+		wg.Add(1)
+		go offer(ctx, c, id, 150, &wg)
+	}
+	var killed time.Time
+	var recovered time.Duration
+	var worst = math.Inf(1)
+	sample := time.NewTicker(50 * time.Millisecond)
+	defer sample.Stop()
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case now := <-sample.C:
+			var admitted, out float64
+			for _, c := range clients {
+				admitted += float64(c.Stats().Allowed)
+				out += outstanding(c, id)
+			}
+			bound := rlqsCap + rlqsRate*now.Sub(start).Seconds() + out + float64(len(clients))
+			if admitted > bound {
+				t.Errorf("at %v: %v admitted, above the bound %.1f", now.Sub(start), admitted, bound)
+			}
+			worst = min(worst, bound-admitted)
+			if killed.IsZero() && now.Sub(start) >= killAt {
+				_ = procs[0].cmd.Process.Kill()
+				<-procs[0].done
+				killed = time.Now()
+			}
+			if !killed.IsZero() && recovered == 0 {
+				back := true
+				for i := 0; i < len(clients); i += 2 { // the clients that streamed to the killed process
+					s := clients[i].Stats()
+					back = back && s.Streams >= 2 && s.Assigned.After(killed)
+				}
+				if back {
+					recovered = now.Sub(killed)
+				}
+			}
+		}
+	}
+	wg.Wait()
+	if recovered == 0 {
+		t.Fatalf("the cut-off clients had no assignment from the surviving process within %v of the kill", duration-killAt)
+	}
+	if limit := rlqsReport + time.Second; recovered > limit {
+		t.Errorf("recovered %v after the kill, more than a report interval and a second (%v)", recovered, limit)
+	}
+	var total uint64
+	for i, c := range clients {
+		s := c.Stats()
+		total += s.Allowed
+		t.Logf("client %d: %d admitted, %d denied, %d streams, %d reports dropped", i, s.Allowed, s.Denied, s.Streams, s.Dropped)
+	}
+	t.Logf("recovered %v after the kill; %d admitted in %v (capacity + rate x elapsed: %.0f); closest to the bound: %.1f below",
+		recovered, total, duration, rlqsCap+rlqsRate*duration.Seconds(), worst)
 }

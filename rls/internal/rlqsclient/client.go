@@ -77,6 +77,7 @@ type Client struct {
 	streams         int
 	reports         int
 	dropped         int
+	assigned        time.Time
 
 	ctx  context.Context
 	stop context.CancelFunc
@@ -249,7 +250,7 @@ func (c *Client) apply(m *rlqsv3.RateLimitQuotaResponse) {
 		default:
 			continue
 		}
-		b.action = qa
+		b.action, c.assigned = qa, now
 		b.expires = now.Add(time.Duration(qa.GetAssignmentTimeToLive().GetSeconds()) * time.Second)
 	}
 }
@@ -301,16 +302,17 @@ func (c *Client) send(bs []*bucket, now time.Time) {
 // Stats are a client's counts.
 type Stats struct {
 	Allowed, Denied uint64
-	Streams         int // streams opened
-	Reports         int // report messages sent
-	Dropped         int // report messages dropped without a stream
+	Streams         int       // streams opened
+	Reports         int       // report messages sent
+	Dropped         int       // report messages dropped without a stream
+	Assigned        time.Time // when the last assignment was applied
 }
 
 // Stats returns the client's counts.
 func (c *Client) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return Stats{Allowed: c.allowed, Denied: c.denied, Streams: c.streams, Reports: c.reports, Dropped: c.dropped}
+	return Stats{Allowed: c.allowed, Denied: c.denied, Streams: c.streams, Reports: c.reports, Dropped: c.dropped, Assigned: c.assigned}
 }
 
 // Assignment is a bucket's current token-bucket assignment, for a bound:
