@@ -24,6 +24,7 @@ import (
 	"github.com/tollgate-go/tollgate/rls/internal/rlqsclient"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // The RLQS tests' quota: 400 burst, 100/s; assignments live 2 s and the
@@ -496,4 +497,46 @@ loop:
 	}
 	t.Logf("recovered %v after the kill; %d admitted in %v (capacity + rate x elapsed: %.0f); closest to the bound: %.1f below",
 		recovered, total, duration, rlqsCap+rlqsRate*duration.Seconds(), worst)
+}
+
+// A gateway that stops reporting while its stream stays open (hung) has
+// its bucket abandoned and its reservation refunded within
+// WithIdleReports + 1 TTLs of its last report.
+func TestQuotaServiceAbandonsASilentStream(t *testing.T) {
+	rdb := redistest.Client(t)
+	lim := conformance.NewLimiter(t, rdb, rlqsTiers())
+	t.Cleanup(func() { _ = lim.Close() })
+	srv := startQuotaServer(t, lim, rdb, rls.WithIdleReports(2))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, err := rlqsv3.NewRateLimitQuotaServiceClient(dial(t, srv.addr)).StreamRateLimitQuotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := &rlqsv3.BucketId{Bucket: map[string]string{"tenant": "acme", "class": "slow"}}
+	if err := stream.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "test", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+		{BucketId: id, TimeElapsed: durationpb.New(0), NumRequestsAllowed: 1},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	last := time.Now()
+	res, err := stream.Recv()
+	if err != nil || res.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket() == nil {
+		t.Fatalf("first answer %v, %v: want a token bucket", res, err)
+	}
+	if tok := peekTokens(t, lim); tok > 90 {
+		t.Fatalf("after the first assignment the bucket holds %v: nothing reserved", tok)
+	}
+	res, err = stream.Recv() // silent from here: the next message is the abandon
+	if err != nil || res.GetBucketAction()[0].GetAbandonAction() == nil {
+		t.Fatalf("second answer %v, %v: want an abandon", res, err)
+	}
+	took := time.Since(last)
+	if limit := 3 * rlqsTTL; took > limit+time.Second {
+		t.Errorf("abandoned %v after the last report, later than %v", took, limit)
+	}
+	if tok := peekTokens(t, lim); tok < 98 {
+		t.Errorf("after the abandon the bucket holds %v: the reservation was not refunded", tok)
+	}
+	t.Logf("abandoned and refunded %v after the last report", took)
 }
