@@ -42,8 +42,8 @@ import (
 // tenant and class (tier file and overrides, the tenant's default tier).
 // A bucket ID with any other entry, an invalid or unknown tenant or class,
 // or a class with a concurrency limit is refused: it is assigned
-// DENY_ALL for the assignment TTL, and the error handler (WithErrorHandler)
-// receives why.
+// DENY_ALL for the assignment TTL, and the error handler
+// (WithQuotaErrorHandler) receives why.
 //
 // # Reservations
 //
@@ -53,21 +53,24 @@ import (
 // charged to the shared bucket as a reservation; each usage report's
 // allowed count is deducted from the reservation and the difference to
 // the next assignment's is charged (one Check) or refunded (one Settle).
-// An assignment equal to the last one is re-sent identical, so the
+// An assignment within 5% of the last one is re-sent identical, so the
 // gateway keeps its bucket's state. When the shared bucket cannot give
-// the whole reservation, the gateway is assigned the largest bucket its
-// reservation covers (max_tokens 1 and a lower rate), or DENY_ALL when it
-// covers less than two requests. A gateway that reports no requests for
-// WithIdleReports reports in a row, or sends no report for that many
-// TTLs, has the bucket abandoned and its reservation refunded; so has
-// every bucket of a stream that ends. A refund never lifts the bucket
-// above its capacity.
+// the whole reservation, a shortfall of at most half of it is charged as
+// a debt (as Settle charges; the refill repays it); a larger one shortens
+// the assignment's TTL to what the reservation covers (at least 1 s), or
+// assigns the largest bucket it covers (max_tokens 1 and a lower rate),
+// or DENY_ALL when it covers less than two requests. A gateway that
+// reports no requests for WithIdleReports reports in a row, or sends no
+// report for that many TTLs, has the bucket abandoned and its reservation
+// refunded; so has every bucket of a stream that ends. A refund never
+// lifts the bucket above its capacity.
 //
-// Every admission is thus charged before it happens, except the request
-// a gateway admits before its bucket's first assignment and the requests
-// admitted after a gateway's last report on a stream that ended (whose
-// reservation was refunded) or was cut off: admissions stay within
-// capacity + rate x elapsed + the outstanding reservations, provided the
+// Every admission is thus charged before it happens (a debt included),
+// except the request a gateway admits before its bucket's first
+// assignment and the requests admitted after a gateway's last report on
+// a stream that ended (whose reservation was refunded): admissions stay
+// within capacity + rate x elapsed + the outstanding reservations,
+// provided the
 // gateways fall back to denying when an assignment expires (Envoy's
 // expired_assignment_behavior fallback_rate_limit with a DENY_ALL blanket
 // rule, and no_assignment_behavior DENY_ALL after it).
@@ -78,10 +81,12 @@ import (
 // report) is kept in a small Redis hash per bucket, with a TTL, so every
 // process serving the bucket sees every gateway's. The rate is divided
 // max-min fair among the demands; what the demands leave is shared
-// equally. A gateway's max_tokens is its share of the capacity left over
-// rate x TTL, at least one fill. The division holds only while the
-// capacity covers rate x (TTL + 1 s); a smaller capacity cannot hold the
-// reservations, and the rates assigned add up to about capacity / TTL.
+// equally. A gateway's max_tokens is one second of its rate, or its share
+// of a quarter of what the capacity holds beyond rate x (TTL + 1 s),
+// whichever is larger. The reservations must fit in the bucket: with a
+// capacity below about twice rate x (TTL + 1 s) the bound still holds,
+// but the gateways that report last in a period fall short of their
+// shares.
 type QuotaService struct {
 	rlqsv3.UnimplementedRateLimitQuotaServiceServer
 	lim *core.Limiter
