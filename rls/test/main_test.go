@@ -1,9 +1,15 @@
 package test
 
 import (
+	"os"
 	"testing"
 
 	"github.com/tollgate-go/tollgate/conformance/redistest"
 )
 
-func TestMain(m *testing.M) { redistest.MainWithCluster(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(quotaChildEnv) != "" {
+		os.Exit(runQuotaChild()) // a quota client process (rlqschild_test.go)
+	}
+	redistest.MainWithCluster(m)
+}

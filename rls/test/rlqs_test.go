@@ -213,20 +213,16 @@ func runDivision(t *testing.T, rdb redis.UniversalClient, run rlqsRun) {
 	for range run.servers {
 		servers = append(servers, startQuotaServer(t, lim, rdb))
 	}
-	id := map[string]string{"tenant": "acme"}
-	clients := make([]*rlqsclient.Client, len(run.demands))
+	// one client process per demand, each streaming to one server
+	clients := make([]*quotaChild, len(run.demands))
+	start := time.Now()
 	for i := range clients {
-		clients[i] = newQuotaClient(t, dial(t, servers[i%len(servers)].addr))
+		clients[i] = startQuotaChild(t, quotaChildSpec{Addrs: []string{servers[i%len(servers)].addr}, Demand: run.demands[i], Duration: run.duration})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), run.duration)
 	defer cancel()
-	var wg sync.WaitGroup
-	start := time.Now()
-	for i, c := range clients {
-		wg.Add(1)
-		go offer(ctx, c, id, run.demands[i], &wg)
-	}
 	var windowStart []rlqsclient.Stats
+	var windowAt time.Time
 	var callsAt int64
 	var worst float64 = math.Inf(1)
 	over := math.Inf(-1) // admissions above capacity + rate x elapsed, at most
@@ -240,8 +236,9 @@ loop:
 		case now := <-sample.C:
 			var admitted, out float64
 			for _, c := range clients {
-				admitted += float64(c.Stats().Allowed)
-				out += outstanding(c, id)
+				s := c.snapshot()
+				admitted += float64(s.Stats.Allowed)
+				out += s.Out
 			}
 			bound := rlqsCap + rlqsRate*now.Sub(start).Seconds() + out + float64(len(clients))
 			if admitted > bound {
@@ -251,34 +248,39 @@ loop:
 			over = max(over, admitted-(rlqsCap+rlqsRate*now.Sub(start).Seconds()))
 			if windowStart == nil && now.Sub(start) >= run.settle {
 				for _, c := range clients {
-					windowStart = append(windowStart, c.Stats())
+					windowStart = append(windowStart, c.snapshot().Stats)
 				}
+				windowAt = now
 				callsAt = scriptCalls(t, rdb)
 			}
 		}
 	}
-	end := time.Now()
-	wg.Wait()
-	window := end.Sub(start) - run.settle
+	// the window ends here, while the clients still run (their streams'
+	// end refunds are not steady state)
+	callsEnd, windowEnd := scriptCalls(t, rdb), time.Now()
+	ends := make([]rlqsclient.Stats, len(clients))
+	for i, c := range clients {
+		ends[i] = c.snapshot().Stats
+	}
+	waitQuotaChildren(t, clients, 30*time.Second)
 	// the fair shares of the demands as offered in the window (a loaded
 	// machine offers less than asked)
-	var offered, totalCalls float64
+	window := windowEnd.Sub(windowAt).Seconds()
+	var offered float64
 	demands := make([]float64, len(clients))
-	for i, c := range clients {
-		s := c.Stats()
-		demands[i] = float64(s.Allowed+s.Denied-windowStart[i].Allowed-windowStart[i].Denied) / window.Seconds()
-		offered += demands[i] * window.Seconds()
+	for i, s := range ends {
+		demands[i] = float64(s.Allowed+s.Denied-windowStart[i].Allowed-windowStart[i].Denied) / window
+		offered += demands[i] * window
 	}
 	shares := fairShares(rlqsRate, demands)
-	for i, c := range clients {
-		s := c.Stats()
-		got := float64(s.Allowed-windowStart[i].Allowed) / window.Seconds()
+	for i, s := range ends {
+		got := float64(s.Allowed-windowStart[i].Allowed) / window
 		t.Logf("client %d: demand %.1f/s, admitted %.1f/s, fair share %.1f/s, streams %d", i, demands[i], got, shares[i], s.Streams)
 		if math.Abs(got-shares[i]) > 0.1*shares[i] {
 			t.Errorf("client %d admitted %.1f/s, not within 10%% of its fair share %.1f/s", i, got, shares[i])
 		}
 	}
-	totalCalls = float64(scriptCalls(t, rdb) - callsAt)
+	totalCalls := float64(callsEnd - callsAt)
 	per1000 := totalCalls / offered * 1000
 	t.Logf("closest to the bound: %.1f below (admissions minus capacity + rate x elapsed: at most %.1f); %v script calls for %.0f requests: %.2f per 1,000", worst, over, totalCalls, offered, per1000)
 	if per1000 > 5 {
@@ -424,28 +426,22 @@ func TestQuotaServiceSurvivesAServerKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	var procs []*rlsProcess
-	var conns []*grpc.ClientConn
+	var addrs []string
 	for range 2 {
 		addr := freeLoopback(t)
 		p := startRLS(t, "ADDR="+addr, "METRICS_ADDR=off", "REDIS_URL="+srv.URL(), "TOLLGATE_CONFIG="+cfg, "TOLLGATE_RLQS_TTL="+rlqsTTL.String())
 		cc := dial(t, addr)
 		waitServing(t, p, cc)
-		procs, conns = append(procs, p), append(conns, cc)
-	}
-	id := map[string]string{"tenant": "acme"}
-	clients := make([]*rlqsclient.Client, 4)
-	for i := range clients {
-		clients[i] = newQuotaClient(t, conns[i%2], conns[(i+1)%2])
+		procs, addrs = append(procs, p), append(addrs, addr)
 	}
 	const killAt, duration = 7 * time.Second, 16 * time.Second
+	clients := make([]*quotaChild, 4)
+	start := time.Now()
+	for i := range clients { // processes 0 and 2 stream to the process killed
+		clients[i] = startQuotaChild(t, quotaChildSpec{Addrs: addrsFrom(addrs, i), Demand: 150, Duration: duration})
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), duration)
 	defer cancel()
-	var wg sync.WaitGroup
-	start := time.Now()
-	for _, c := range clients {
-		wg.Add(1)
-		go offer(ctx, c, id, 150, &wg)
-	}
 	var killed time.Time
 	var recovered time.Duration
 	var worst = math.Inf(1)
@@ -459,8 +455,9 @@ loop:
 		case now := <-sample.C:
 			var admitted, out float64
 			for _, c := range clients {
-				admitted += float64(c.Stats().Allowed)
-				out += outstanding(c, id)
+				s := c.snapshot()
+				admitted += float64(s.Stats.Allowed)
+				out += s.Out
 			}
 			bound := rlqsCap + rlqsRate*now.Sub(start).Seconds() + out + float64(len(clients))
 			if admitted > bound {
@@ -475,7 +472,7 @@ loop:
 			if !killed.IsZero() && recovered == 0 {
 				back := true
 				for i := 0; i < len(clients); i += 2 { // the clients that streamed to the killed process
-					s := clients[i].Stats()
+					s := clients[i].snapshot().Stats
 					back = back && s.Streams >= 2 && s.Assigned.After(killed)
 				}
 				if back {
@@ -484,7 +481,7 @@ loop:
 			}
 		}
 	}
-	wg.Wait()
+	waitQuotaChildren(t, clients, 30*time.Second)
 	if recovered == 0 {
 		t.Fatalf("the cut-off clients had no assignment from the surviving process within %v of the kill", duration-killAt)
 	}
@@ -493,7 +490,7 @@ loop:
 	}
 	var total uint64
 	for i, c := range clients {
-		s := c.Stats()
+		s := c.snapshot().Stats
 		total += s.Allowed
 		t.Logf("client %d: %d admitted, %d denied, %d streams, %d reports dropped", i, s.Allowed, s.Denied, s.Streams, s.Dropped)
 	}
