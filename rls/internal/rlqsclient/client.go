@@ -58,6 +58,9 @@ type Config struct {
 	// none; FallbackTimeout its expired_assignment_behavior_timeout.
 	Fallback        *typev3.RateLimitStrategy
 	FallbackTimeout time.Duration
+	// Now is the clock of decisions, TTLs and time_elapsed (default
+	// time.Now); the report ticks are real time.
+	Now func() time.Time
 }
 
 // Client is one Envoy's RLQS filter state.
@@ -97,6 +100,9 @@ type bucket struct {
 // New returns a client whose stream opens on conns, one after another
 // after each break (a gateway's RLQS cluster of several hosts).
 func New(cfg Config, conns ...*grpc.ClientConn) *Client {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	ctx, stop := context.WithCancel(context.Background())
 	return &Client{conns: conns, cfg: cfg, buckets: map[string]*bucket{}, ctx: ctx, stop: stop}
 }
@@ -125,7 +131,7 @@ func key(id map[string]string) string {
 func (c *Client) Allow(id map[string]string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := time.Now()
+	now := c.cfg.Now()
 	k := key(id)
 	b := c.buckets[k]
 	if b == nil {
@@ -223,7 +229,7 @@ func (c *Client) recv(s rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient
 func (c *Client) apply(m *rlqsv3.RateLimitQuotaResponse) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := time.Now()
+	now := c.cfg.Now()
 	for _, a := range m.GetBucketAction() {
 		b := c.buckets[key(a.GetBucketId().GetBucket())]
 		if b == nil {
@@ -264,8 +270,9 @@ func (c *Client) tick() {
 		select {
 		case <-c.ctx.Done():
 			return
-		case now := <-t.C:
+		case <-t.C:
 			c.mu.Lock()
+			now := c.cfg.Now()
 			if c.stream == nil {
 				c.open()
 			}
