@@ -66,7 +66,9 @@ func redisCPU(t *testing.T, c *redis.Client) float64 {
 }
 
 // benchCounts is what one client (a gateway) did.
-type benchCounts interface{ counts() (allowed, denied uint64, out float64) }
+type benchCounts interface {
+	counts() (allowed, denied uint64, out float64)
+}
 
 type srlGateway struct{ allowed, denied atomic.Uint64 }
 
