@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
@@ -92,6 +93,11 @@ type QuotaService struct {
 	lim *core.Limiter
 	rdb redis.UniversalClient
 	cfg quotaConfig
+
+	mu      sync.Mutex
+	closed  bool
+	closing chan struct{} // closed by Close
+	streams sync.WaitGroup
 }
 
 // QuotaOption configures a QuotaService. A nil one is skipped; one given
@@ -170,7 +176,22 @@ func NewQuotaService(lim *core.Limiter, rdb redis.UniversalClient, opts ...Quota
 			}
 		}
 	}
-	return &QuotaService{lim: lim, rdb: rdb, cfg: c}, nil
+	return &QuotaService{lim: lim, rdb: rdb, cfg: c, closing: make(chan struct{})}, nil
+}
+
+// Close ends every stream, refunding its reservations, and refuses new
+// ones (Unavailable): the gateways open their streams on another process
+// at their next report. Call it before the gRPC server's GracefulStop,
+// which would otherwise wait on the streams, and before the limiter is
+// closed. It returns when every stream has ended.
+func (s *QuotaService) Close() {
+	s.mu.Lock()
+	if !s.closed {
+		s.closed = true
+		close(s.closing)
+	}
+	s.mu.Unlock()
+	s.streams.Wait()
 }
 
 // quotaBucket is one bucket of one stream.
@@ -203,6 +224,14 @@ const minDemandWindow = 500 * time.Millisecond
 // StreamRateLimitQuotas serves one gateway's stream: each usage report is
 // answered by one response with an action for every bucket it names.
 func (s *QuotaService) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return errClosing
+	}
+	s.streams.Add(1)
+	s.mu.Unlock()
+	defer s.streams.Done()
 	ctx := stream.Context()
 	st := &quotaStream{s: s, id: newStreamID(), buckets: map[string]*quotaBucket{}}
 	defer st.end()
@@ -229,6 +258,8 @@ func (s *QuotaService) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-s.closing:
+			return errClosing
 		case err := <-recvErr:
 			if errors.Is(err, context.Canceled) || status.Code(err) == codes.Canceled {
 				return nil
@@ -249,6 +280,8 @@ func (s *QuotaService) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService
 		}
 	}
 }
+
+var errClosing = status.Error(codes.Unavailable, "tollgate: the quota service is shutting down")
 
 func newStreamID() string {
 	var b [12]byte

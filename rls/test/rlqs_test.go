@@ -23,7 +23,9 @@ import (
 	"github.com/tollgate-go/tollgate/rls"
 	"github.com/tollgate-go/tollgate/rls/internal/rlqsclient"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -96,6 +98,7 @@ func scriptCalls(t *testing.T, rdb redis.UniversalClient) int64 {
 // stop ends it (its streams break).
 type quotaServer struct {
 	addr string
+	svc  *rls.QuotaService
 	g    *grpc.Server
 	done chan struct{}
 }
@@ -112,13 +115,14 @@ func startQuotaServer(t *testing.T, lim *core.Limiter, rdb redis.UniversalClient
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &quotaServer{addr: ln.Addr().String(), g: g, done: make(chan struct{})}
+	s := &quotaServer{addr: ln.Addr().String(), svc: svc, g: g, done: make(chan struct{})}
 	go func() { defer close(s.done); _ = g.Serve(ln) }()
 	t.Cleanup(s.stop)
 	return s
 }
 
 func (s *quotaServer) stop() {
+	s.svc.Close() // the streams refund while the limiter is open
 	s.g.Stop()
 	<-s.done
 }
@@ -538,4 +542,62 @@ func TestQuotaServiceAbandonsASilentStream(t *testing.T) {
 		t.Errorf("after the abandon the bucket holds %v: the reservation was not refunded", tok)
 	}
 	t.Logf("abandoned and refunded %v after the last report", took)
+}
+
+// Close ends the streams with Unavailable, refunding their reservations,
+// and refuses new ones.
+func TestQuotaServiceClose(t *testing.T) {
+	rdb := redistest.Client(t)
+	lim := conformance.NewLimiter(t, rdb, rlqsTiers())
+	t.Cleanup(func() { _ = lim.Close() })
+	svc, err := rls.NewQuotaService(lim, rdb, rls.WithAssignmentTTL(rlqsTTL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	rlqsv3.RegisterRateLimitQuotaServiceServer(g, svc)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() { defer close(served); _ = g.Serve(ln) }()
+	defer func() { g.Stop(); <-served }()
+	client := rlqsv3.NewRateLimitQuotaServiceClient(dial(t, ln.Addr().String()))
+	stream, err := client.StreamRateLimitQuotas(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := &rlqsv3.BucketId{Bucket: map[string]string{"tenant": "acme", "class": "slow"}}
+	if err := stream.Send(&rlqsv3.RateLimitQuotaUsageReports{BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+		{BucketId: id, TimeElapsed: durationpb.New(0), NumRequestsAllowed: 1},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	if tok := peekTokens(t, lim); tok > 90 {
+		t.Fatalf("after the first assignment the bucket holds %v: nothing reserved", tok)
+	}
+	closed := make(chan struct{})
+	go func() { svc.Close(); close(closed) }()
+	if _, err := stream.Recv(); status.Code(err) != codes.Unavailable {
+		t.Fatalf("the stream after Close: %v, want Unavailable", err)
+	}
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return within 10 s")
+	}
+	if tok := peekTokens(t, lim); tok < 98 {
+		t.Errorf("after Close the bucket holds %v: the reservation was not refunded", tok)
+	}
+	s2, err := client.StreamRateLimitQuotas(context.Background())
+	if err == nil {
+		_, err = s2.Recv()
+	}
+	if status.Code(err) != codes.Unavailable {
+		t.Errorf("a stream opened after Close: %v, want Unavailable", err)
+	}
 }

@@ -303,6 +303,7 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 	}
 	hs.Shutdown() // NOT_SERVING: balancers and Envoy's health checks move off
 	health.stopping.Store(true)
+	qs.Close() // quota streams end, refunding their reservations; GracefulStop would wait on them
 	stopped := make(chan struct{})
 	go func() { g.GracefulStop(); close(stopped) }()
 	select {
