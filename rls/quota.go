@@ -44,7 +44,9 @@ import (
 // A bucket ID with any other entry, an invalid or unknown tenant or class,
 // or a class with a concurrency limit is refused: it is assigned
 // DENY_ALL for the assignment TTL, and the error handler
-// (WithQuotaErrorHandler) receives why.
+// (WithQuotaErrorHandler) receives why. So is a new bucket while the store
+// does not answer, until a report finds it answering; an assigned bucket
+// keeps what its reservation covers.
 //
 // # Reservations
 //
@@ -200,7 +202,10 @@ type quotaBucket struct {
 	tenant  quota.Tenant
 	class   string
 	refused error
-	demand  string // the demand hash's key
+	// transient: refused because the store did not answer; the next
+	// report asks again
+	transient bool
+	demand    string // the demand hash's key
 
 	// tmpl is a store admission of the bucket's buckets (valid when have):
 	// refunds settle a copy of it
@@ -334,6 +339,9 @@ func (st *quotaStream) report(ctx context.Context, m *rlqsv3.RateLimitQuotaUsage
 		b.seen = now
 		if b.refused != nil {
 			res.BucketAction = append(res.BucketAction, st.assign(b, deny(), int64(st.s.cfg.ttl/time.Second)))
+			if b.transient {
+				delete(st.buckets, key)
+			}
 			continue
 		}
 		allowed := int64(min(u.GetNumRequestsAllowed(), quota.MaxCost))
@@ -394,18 +402,14 @@ func (st *quotaStream) open(ctx context.Context, id *rlqsv3.BucketId) *quotaBuck
 			b.refused = fmt.Errorf("no quota: %w", err)
 		case len(d.Buckets) == 0:
 			b.refused = fmt.Errorf("the store did not answer: %w", err)
+			b.transient = true // asked again at the next report
 		default:
-			for i, bs := range d.Buckets {
+			for _, bs := range d.Buckets {
 				if bs.Quota.Concurrency > 0 {
 					b.refused = fmt.Errorf("bucket %q has a concurrency limit, which a quota assignment cannot carry", bs.Name)
 				}
-				if i == 0 || bs.Quota.RefillPerSecond < b.q.RefillPerSecond {
-					b.q.RefillPerSecond = bs.Quota.RefillPerSecond
-				}
-				if i == 0 || bs.Quota.Capacity < b.q.Capacity {
-					b.q.Capacity = bs.Quota.Capacity
-				}
 			}
+			b.q = divided(d)
 		}
 	}
 	if b.refused != nil {
@@ -419,6 +423,22 @@ func (s *QuotaService) report(ctx context.Context, err error) {
 	if err != nil && s.cfg.onError != nil {
 		s.cfg.onError(ctx, err)
 	}
+}
+
+// divided is the quota divided among the gateways for d's buckets: the
+// lowest rate and the lowest capacity among them (a class bucket and its
+// tenant-wide ceiling).
+func divided(d core.Decision) quota.Quota {
+	var q quota.Quota
+	for i, bs := range d.Buckets {
+		if i == 0 || bs.Quota.RefillPerSecond < q.RefillPerSecond {
+			q.RefillPerSecond = bs.Quota.RefillPerSecond
+		}
+		if i == 0 || bs.Quota.Capacity < q.Capacity {
+			q.Capacity = bs.Quota.Capacity
+		}
+	}
+	return q
 }
 
 // share writes b's demand to the bucket's demand hash and returns b's
@@ -606,7 +626,7 @@ func (st *quotaStream) reserve(ctx context.Context, b *quotaBucket, share float6
 func (st *quotaStream) draw(ctx context.Context, b *quotaBucket, n, owe int64) int64 {
 	d, err := st.s.lim.Check(ctx, core.Request{Tenant: b.tenant, Class: b.class, Cost: n})
 	if d.Settleable() {
-		b.tmpl, b.have = d, true
+		b.tmpl, b.have, b.q = d, true, divided(d) // a quota changed since shows here
 		return n
 	}
 	st.s.report(ctx, err)
