@@ -601,3 +601,43 @@ func TestQuotaServiceClose(t *testing.T) {
 		t.Errorf("a stream opened after Close: %v, want Unavailable", err)
 	}
 }
+
+// A bucket first reported while Redis does not answer is denied, and
+// assigned a token bucket at the first report after Redis answers again.
+func TestQuotaServiceRetriesABucketAfterAStoreFailure(t *testing.T) {
+	srv := redistest.NewServer(t)
+	proxy := redistest.NewFaultProxy(t, srv.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	lim := conformance.NewLimiter(t, rdb, rlqsTiers(), core.WithTimeout(200*time.Millisecond))
+	t.Cleanup(func() { _ = lim.Close() })
+	qs := startQuotaServer(t, lim, rdb)
+	proxy.Set(redistest.Reset)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, err := rlqsv3.NewRateLimitQuotaServiceClient(dial(t, qs.addr)).StreamRateLimitQuotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := &rlqsv3.BucketId{Bucket: map[string]string{"tenant": "acme"}}
+	send := func(elapsed time.Duration) *typev3.RateLimitStrategy {
+		t.Helper()
+		if err := stream.Send(&rlqsv3.RateLimitQuotaUsageReports{BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+			{BucketId: id, TimeElapsed: durationpb.New(elapsed), NumRequestsAllowed: 1},
+		}}); err != nil {
+			t.Fatal(err)
+		}
+		res, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()
+	}
+	if s := send(0); s.GetBlanketRule() != typev3.RateLimitStrategy_DENY_ALL || s.GetTokenBucket() != nil {
+		t.Fatalf("with Redis down: %v, want DENY_ALL", s)
+	}
+	proxy.Set(redistest.Pass)
+	if s := send(time.Second); s.GetTokenBucket() == nil {
+		t.Fatalf("with Redis back: %v, want a token bucket", s)
+	}
+}
