@@ -15,7 +15,7 @@ TESTFLAGS ?= -race -shuffle=on -count=1 -timeout 12m
 BENCHFLAGS ?= -run '^$$' -bench . -benchmem -count 5
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: image chart release release-sync consumer proxy apidiff help test lint bench bench/load bench/http bench/script demo fuzz linearize tidy fmt check-redis test-fleet test-settle $(addprefix test/,$(ALL_MODULES)) bench/rls $(addprefix bench/,$(filter-out rls,$(ALL_MODULES)))
+.PHONY: image chart release release-sync consumer proxy apidiff help test lint bench bench/load bench/http bench/script demo fuzz linearize tidy fmt check-redis test-fleet test-settle $(addprefix test/,$(ALL_MODULES)) bench/rls bench/rlqs $(addprefix bench/,$(filter-out rls,$(ALL_MODULES)))
 
 help: ## list the targets
 	@grep -hE '^([a-zA-Z/%_-]+|\$$\(addprefix [^)]*\)\): [a-z]+/%):.*## ' $(MAKEFILE_LIST) \
@@ -155,6 +155,10 @@ RLSFLAGS ?= -reps 3 -duration 4s -svg ../docs/img
 # installed at their pinned versions (the driver says how when one is missing).
 bench/rls: ## tollgate-rls beside envoyproxy/ratelimit under ghz, each with its own Redis (docs/benchmarks.md)
 	cd bench && $(GO) run ./rlsbench $(RLSFLAGS)
+
+bench/rlqs: ## one bucket through ShouldRateLimit and through RLQS clients: admissions, fair shares, script calls and Redis CPU per 1,000 requests (docs/benchmarks.md)
+	@command -v redis-server >/dev/null || { echo "make bench/rlqs needs redis-server on PATH" >&2; exit 1; }
+	cd rls/test && TOLLGATE_BENCH_RLQS=1 $(GO) test -run '^TestRLQSAgainstShouldRateLimit$$' -count=1 -v .
 
 $(addprefix bench/,$(filter-out rls,$(ALL_MODULES))): bench/%: check-redis
 	cd $* && $(GO) test $(BENCHFLAGS) github.com/tollgate-go/tollgate/$*/...

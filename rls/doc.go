@@ -100,4 +100,15 @@
 // gRPC status Unavailable, which Envoy turns into a denial only with
 // failure_mode_deny: true (see
 // https://github.com/tollgate-go/tollgate/blob/main/docs/envoy.md#store-failures-and-failure_mode_deny).
+//
+// # Rate limit quotas
+//
+// [QuotaService] serves Envoy's rate limit quota service (RLQS) over the
+// same limiter: each Envoy enforces a token bucket it is assigned and
+// reports its usage on one stream; every assignment is reserved from the
+// tenant's shared bucket before it is sent, and the bucket's rate is
+// divided among the Envoys by their demand:
+//
+//	qs, err := rls.NewQuotaService(lim, client) // client: the limiter's Redis
+//	rlqsv3.RegisterRateLimitQuotaServiceServer(g, qs)
 package rls

@@ -104,6 +104,15 @@ func (k Keys) Reserved(tenantID, bucket string) (string, error) {
 }
 
 const reservedSuffix = ":reserved"
+// Demand returns the key of the demand record of tenantID's bucket: what
+// each gateway sharing the bucket through a quota stream last reported
+// asking for. It is the bucket's key and ":demand", in the bucket's hash
+// slot; it fails and allocates as Bucket does.
+func (k Keys) Demand(tenantID, bucket string) (string, error) {
+	return k.key(tenantID, bucket, demandSuffix)
+}
+
+const demandSuffix = ":demand"
 
 // key writes <prefix>:{<tenant>}:<bucket><suffix>, sized exactly.
 func (k Keys) key(tenantID, bucket, suffix string) (string, error) {

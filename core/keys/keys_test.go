@@ -50,6 +50,23 @@ func TestKeys(t *testing.T) {
 
 // A bucket's slots key is its key and ":slots", in the tenant's slot, under
 // the tenant's pattern; bad input fails as Bucket fails.
+func TestDemandKeyIsTheBucketKeyAndDemand(t *testing.T) {
+	k, err := New("tg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tenant := range []string{"acme", "a:b{c}"} {
+		bk, _ := k.Bucket(tenant, "export")
+		dk, err := k.Demand(tenant, "export")
+		if err != nil || dk != bk+":demand" {
+			t.Errorf("Demand(%q) = %q, %v; want %q", tenant, dk, err, bk+":demand")
+		}
+	}
+	if _, err := k.Demand("", "export"); err == nil {
+		t.Error("Demand of an empty tenant: no error")
+	}
+}
+
 func TestSlotsKeyIsTheBucketKeyAndSlots(t *testing.T) {
 	k, err := New("rl")
 	if err != nil {

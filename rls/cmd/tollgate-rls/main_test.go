@@ -322,3 +322,21 @@ func TestServeRules(t *testing.T) {
 		}
 	}
 }
+
+// TOLLGATE_RLQS_TTL takes whole seconds from 1s to 1h and
+// TOLLGATE_RLQS_IDLE_REPORTS 1 to 100; any other value stops the start,
+// naming it.
+func TestServeBadQuotaSettings(t *testing.T) {
+	for k, vs := range map[string][]string{
+		"TOLLGATE_RLQS_TTL":          {"soon", "500ms", "1.5s", "2h"},
+		"TOLLGATE_RLQS_IDLE_REPORTS": {"x", "0", "101"},
+	} {
+		for _, v := range vs {
+			env := map[string]string{"ADDR": "127.0.0.1:0", "METRICS_ADDR": "off", k: v}
+			err := run(context.Background(), func(k string) string { return env[k] }, io.Discard, nil)
+			if err == nil || !strings.Contains(err.Error(), k) {
+				t.Errorf("%s=%s: %v", k, v, err)
+			}
+		}
+	}
+}

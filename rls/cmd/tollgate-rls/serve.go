@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 	"github.com/prometheus/client_golang/prometheus"
@@ -207,11 +208,17 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 	if err != nil {
 		return err
 	}
+	qs, err := quotaService(lim, client, getenv, log)
+	if err != nil {
+		return err
+	}
 	g := grpc.NewServer(gopts...)
 	rlsv3.RegisterRateLimitServiceServer(g, srv)
+	rlqsv3.RegisterRateLimitQuotaServiceServer(g, qs)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)
 	hs.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(rlqsv3.RateLimitQuotaService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	reflection.Register(g)
 
 	health := &healthCheck{}
@@ -296,6 +303,7 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 	}
 	hs.Shutdown() // NOT_SERVING: balancers and Envoy's health checks move off
 	health.stopping.Store(true)
+	qs.Close() // quota streams end, refunding their reservations; GracefulStop would wait on them
 	stopped := make(chan struct{})
 	go func() { g.GracefulStop(); close(stopped) }()
 	select {
