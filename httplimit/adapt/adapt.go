@@ -185,7 +185,8 @@ func (c *Config[F, D]) Pattern(f F, framework string) string {
 // Decide gives the verdict, setHeaders puts its headers on the response,
 // and the request either goes on (setContext handing the rest of the chain
 // the cost context, then next, with Verdict.Done deferred past it, panics
-// included) or is answered by Deny.
+// included) or is answered by Deny, which must be a func(F, gate.Verdict)
+// error or a func(F, gate.Verdict) (or of a named type of either).
 func (c *Config[F, D]) Serve(f F, endpoint func(F) (context.Context, gate.Endpoint), setHeaders func(F, []render.Header), setContext func(F, context.Context), next func(F) error) error {
 	if c.Skipped(f) {
 		return next(f)
@@ -204,8 +205,8 @@ func (c *Config[F, D]) Serve(f F, endpoint func(F) (context.Context, gate.Endpoi
 	return next(f)
 }
 
-// deny answers v with Deny, a func(F, gate.Verdict) error or a
-// func(F, gate.Verdict).
+// deny answers v with Deny, a function of type func(F, gate.Verdict) error
+// or func(F, gate.Verdict), or of a named type of either.
 func (c *Config[F, D]) deny(f F, v gate.Verdict) error {
 	switch d := any(c.Deny).(type) {
 	case func(F, gate.Verdict) error:
@@ -214,7 +215,11 @@ func (c *Config[F, D]) deny(f F, v gate.Verdict) error {
 		d(f, v)
 		return nil
 	}
-	panic(fmt.Sprintf("tollgate: adapt: deny handler of type %T", c.Deny))
+	out := reflect.ValueOf(c.Deny).Call([]reflect.Value{reflect.ValueOf(&f).Elem(), reflect.ValueOf(v)})
+	if len(out) == 1 && !out[0].IsNil() {
+		return out[0].Interface().(error)
+	}
+	return nil
 }
 
 // errZeroRoute is the error of a route function that answered ok with the
