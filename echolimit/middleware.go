@@ -42,25 +42,9 @@ import (
 // where the limiter is registered, as http.Handle(pattern, nil) does.
 func Middleware(g *gate.Gate, opts ...Option) echo.MiddlewareFunc {
 	c := adapt.New("echolimit.Middleware", g, DefaultDenyHandler, opts)
-	var routes routeTable
+	endpoint := new(routeTable).endpoint
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(ec echo.Context) error {
-			if c.Skipped(ec) {
-				return next(ec)
-			}
-			req := ec.Request()
-			r := routes.routeOf(ec)
-			v := c.Decide(req.Context(), ec, gate.Endpoint{Method: req.Method, Pattern: r.path, ClientIP: ec.RealIP(), Unmatched: r.unmatched, Fallback: r.service})
-			adapt.SetHeaders(ec.Response().Header(), v.Headers)
-			if v.Proceed {
-				defer v.Done() // frees a concurrency slot and settles the reported cost, panics included
-				if ctx, ok := v.CostContext(req.Context()); ok {
-					ec.SetRequest(req.WithContext(ctx)) // the handler may gate.ReportCost its actual cost
-				}
-				return next(ec)
-			}
-			return c.Deny(ec, v)
-		}
+		return func(ec echo.Context) error { return c.Serve(ec, endpoint, setHeaders, setContext, next) }
 	}
 }
 

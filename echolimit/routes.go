@@ -1,6 +1,7 @@
 package echolimit
 
 import (
+	"context"
 	"net/http"
 	"reflect"
 	"runtime"
@@ -8,6 +9,9 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/render"
+	"github.com/tollgate-go/tollgate/httplimit/adapt"
 )
 
 // Echo v4 gives a middleware no sign of a request no route matched: c.Path()
@@ -122,3 +126,14 @@ func (t *routeTable) index(e *echo.Echo, k routeKey) *routeIndex {
 	t.cur.Store(ix)
 	return ix
 }
+
+// endpoint is what the gate decides ec's request on, in its context.
+func (t *routeTable) endpoint(ec echo.Context) (context.Context, gate.Endpoint) {
+	req, r := ec.Request(), t.routeOf(ec)
+	return req.Context(), gate.Endpoint{Method: req.Method, Pattern: r.path, ClientIP: ec.RealIP(), Unmatched: r.unmatched, Fallback: r.service}
+}
+
+func setHeaders(ec echo.Context, hs []render.Header) { adapt.SetHeaders(ec.Response().Header(), hs) }
+
+// setContext hands the handler the cost context, for gate.ReportCost.
+func setContext(ec echo.Context, ctx context.Context) { ec.SetRequest(ec.Request().WithContext(ctx)) }

@@ -48,24 +48,8 @@ import (
 func Middleware(g *gate.Gate, opts ...Option) echo.MiddlewareFunc {
 	c := adapt.New("echov5limit.Middleware", g, DefaultDenyHandler, opts)
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		wrapsEcho := isEcho(next) // a group's RouteNotFound route, with this middleware last
-		return func(ec *echo.Context) error {
-			if c.Skipped(ec) {
-				return next(ec)
-			}
-			req := ec.Request()
-			r := routeOf(ec, wrapsEcho)
-			v := c.Decide(req.Context(), ec, gate.Endpoint{Method: req.Method, Pattern: ec.Path(), ClientIP: ec.RealIP(), Unmatched: r.unmatched, Fallback: r.service})
-			adapt.SetHeaders(ec.Response().Header(), v.Headers)
-			if v.Proceed {
-				defer v.Done() // frees a concurrency slot and settles the reported cost, panics included
-				if ctx, ok := v.CostContext(req.Context()); ok {
-					ec.SetRequest(req.WithContext(ctx)) // the handler may gate.ReportCost its actual cost
-				}
-				return next(ec)
-			}
-			return c.Deny(ec, v)
-		}
+		endpoint := endpointFunc(isEcho(next))
+		return func(ec *echo.Context) error { return c.Serve(ec, endpoint, setHeaders, setContext, next) }
 	}
 }
 

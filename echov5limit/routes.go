@@ -1,11 +1,15 @@
 package echov5limit
 
 import (
+	"context"
 	"net/http"
 	"net/url"
 	"reflect"
 
 	"github.com/labstack/echo/v5"
+	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/core/render"
+	"github.com/tollgate-go/tollgate/httplimit/adapt"
 )
 
 // Echo v5 routes a request no route of the service matches to a
@@ -69,3 +73,18 @@ func routeOf(ec *echo.Context, wrapsEcho bool) route {
 	}
 	return route{}
 }
+
+// endpointFunc returns what the gate decides a request on, in its context;
+// wrapsEcho is set when the middleware wraps Echo's own not-found handler
+// (a group's RouteNotFound route, with the middleware last).
+func endpointFunc(wrapsEcho bool) func(*echo.Context) (context.Context, gate.Endpoint) {
+	return func(ec *echo.Context) (context.Context, gate.Endpoint) {
+		req, r := ec.Request(), routeOf(ec, wrapsEcho)
+		return req.Context(), gate.Endpoint{Method: req.Method, Pattern: ec.Path(), ClientIP: ec.RealIP(), Unmatched: r.unmatched, Fallback: r.service}
+	}
+}
+
+func setHeaders(ec *echo.Context, hs []render.Header) { adapt.SetHeaders(ec.Response().Header(), hs) }
+
+// setContext hands the handler the cost context, for gate.ReportCost.
+func setContext(ec *echo.Context, ctx context.Context) { ec.SetRequest(ec.Request().WithContext(ctx)) }

@@ -1,10 +1,13 @@
 package fiberlimit
 
 import (
+	"context"
+
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/utils"
 	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/render"
 	"github.com/tollgate-go/tollgate/httplimit/adapt"
 )
 
@@ -42,22 +45,20 @@ import (
 func New(g *gate.Gate, opts ...Option) fiber.Handler {
 	c := adapt.New("fiberlimit.New", g, DefaultDenyHandler, opts)
 	return func(fc *fiber.Ctx) error {
-		if c.Skipped(fc) {
-			return fc.Next()
-		}
-		pattern := c.Pattern(fc, fc.Route().Path) // the app's own string: safe to keep
-		v := c.Decide(fc.UserContext(), fc, gate.Endpoint{Method: method(fc.Method()), Pattern: pattern, ClientIP: utils.CopyString(fc.IP())})
-		for _, h := range v.Headers {
-			fc.Set(h.Name, h.Value)
-		}
-		if v.Proceed {
-			defer v.Done() // frees a concurrency slot and settles the reported cost, panics included
-			if ctx, ok := v.CostContext(fc.UserContext()); ok {
-				fc.SetUserContext(ctx) // the handler may gate.ReportCost(c.UserContext(), n)
-			}
-			return fc.Next()
-		}
-		return c.Deny(fc, v)
+		// the handler may gate.ReportCost(c.UserContext(), n)
+		return c.Serve(fc, endpoint, setHeaders, (*fiber.Ctx).SetUserContext, (*fiber.Ctx).Next)
+	}
+}
+
+// endpoint is what the gate decides a request on. c.Route().Path is the
+// app's own string: safe to keep.
+func endpoint(fc *fiber.Ctx) (context.Context, gate.Endpoint) {
+	return fc.UserContext(), gate.Endpoint{Method: method(fc.Method()), Pattern: fc.Route().Path, ClientIP: utils.CopyString(fc.IP())}
+}
+
+func setHeaders(fc *fiber.Ctx, hs []render.Header) {
+	for _, h := range hs {
+		fc.Set(h.Name, h.Value)
 	}
 }
 

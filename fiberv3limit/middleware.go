@@ -1,10 +1,13 @@
 package fiberv3limit
 
 import (
+	"context"
+
 	"github.com/gofiber/fiber/v3"
 	"github.com/gofiber/utils/v2"
 	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
+	"github.com/tollgate-go/tollgate/core/render"
 	"github.com/tollgate-go/tollgate/httplimit/adapt"
 )
 
@@ -42,21 +45,18 @@ import (
 func New(g *gate.Gate, opts ...Option) fiber.Handler {
 	c := adapt.New("fiberv3limit.New", g, DefaultDenyHandler, opts)
 	return func(fc fiber.Ctx) error {
-		if c.Skipped(fc) {
-			return fc.Next()
-		}
-		v := c.Decide(fc.Context(), fc, gate.Endpoint{Method: fc.Method(), Pattern: c.Pattern(fc, fc.Route().Path), ClientIP: utils.CopyString(fc.IP())})
-		for _, h := range v.Headers {
-			fc.Set(h.Name, h.Value)
-		}
-		if v.Proceed {
-			defer v.Done() // frees a concurrency slot and settles the reported cost, panics included
-			if ctx, ok := v.CostContext(fc.Context()); ok {
-				fc.SetContext(ctx) // the handler may gate.ReportCost(c.Context(), n)
-			}
-			return fc.Next()
-		}
-		return c.Deny(fc, v)
+		// the handler may gate.ReportCost(c.Context(), n)
+		return c.Serve(fc, endpoint, setHeaders, fiber.Ctx.SetContext, fiber.Ctx.Next)
+	}
+}
+
+func endpoint(fc fiber.Ctx) (context.Context, gate.Endpoint) {
+	return fc.Context(), gate.Endpoint{Method: fc.Method(), Pattern: fc.Route().Path, ClientIP: utils.CopyString(fc.IP())}
+}
+
+func setHeaders(fc fiber.Ctx, hs []render.Header) {
+	for _, h := range hs {
+		fc.Set(h.Name, h.Value)
 	}
 }
 

@@ -1,8 +1,6 @@
 package ginlimit
 
 import (
-	"reflect"
-
 	"github.com/gin-gonic/gin"
 	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/httplimit/adapt"
@@ -42,35 +40,11 @@ import (
 // where the limiter is registered, as http.Handle(pattern, nil) does.
 func Middleware(g *gate.Gate, opts ...Option) gin.HandlerFunc {
 	c := adapt.New("ginlimit.Middleware", g, DefaultDenyHandler, opts)
+	c.Deny = abortFirst(c.Deny)
 	var self uintptr // the code of mw, the same for every limiter
-	mw := func(gc *gin.Context) {
-		if c.Skipped(gc) {
-			gc.Next()
-			return
-		}
-		path := gc.FullPath()
-		e := gate.Endpoint{Method: gc.Request.Method, Pattern: path, ClientIP: gc.ClientIP(), Unmatched: path == ""}
-		if e.Unmatched {
-			// Gin's chain for a request no route matches is the global
-			// middleware, then the NoRoute (or NoMethod) handlers: when
-			// its last handler is a limiter, no code of the service runs
-			// after it, and Gin answers 404 or 405 itself
-			e.Fallback = reflect.ValueOf(gc.Handler()).Pointer() != self
-		}
-		v := c.Decide(gc.Request.Context(), gc, e)
-		adapt.SetHeaders(gc.Writer.Header(), v.Headers)
-		if v.Proceed {
-			defer v.Done() // frees a concurrency slot and settles the reported cost, panics included
-			if ctx, ok := v.CostContext(gc.Request.Context()); ok {
-				gc.Request = gc.Request.WithContext(ctx) // the handler may gate.ReportCost its actual cost
-			}
-			gc.Next()
-			return
-		}
-		gc.Abort()
-		c.Deny(gc, v)
-	}
-	self = reflect.ValueOf(mw).Pointer()
+	endpoint := endpointFunc(&self)
+	mw := func(gc *gin.Context) { _ = c.Serve(gc, endpoint, setHeaders, setContext, next) }
+	self = funcPC(mw)
 	return mw
 }
 

@@ -83,24 +83,24 @@ func WithClass(name string) Option {
 // WithObjectCost sets the cost of a field whose type is an object, an
 // interface or a union, per object. Default DefaultObjectCost (1).
 func WithObjectCost(n int64) Option {
-	return optionFunc(func(c *config) error {
-		if err := checkCost("WithObjectCost", n); err != nil {
-			return err
-		}
-		c.objectCost = n
-		return nil
-	})
+	return costOption("WithObjectCost", n, func(c *config) *int64 { return &c.objectCost })
 }
 
 // WithMutationCost sets the cost of each top-level field of a mutation, in
 // place of its type's cost (its selections are added as for a query).
 // Default DefaultMutationCost (10).
 func WithMutationCost(n int64) Option {
+	return costOption("WithMutationCost", n, func(c *config) *int64 { return &c.mutationCost })
+}
+
+// costOption returns the option that sets the cost *field(c) to n, a cost
+// checkCost accepts.
+func costOption(option string, n int64, field func(*config) *int64) Option {
 	return optionFunc(func(c *config) error {
-		if err := checkCost("WithMutationCost", n); err != nil {
+		if err := checkCost(option, n); err != nil {
 			return err
 		}
-		c.mutationCost = n
+		*field(c) = n
 		return nil
 	})
 }
@@ -170,10 +170,7 @@ func WithListSize(size int64, args ...string) Option {
 // __typename) is not checked at all. Default: introspection is priced as
 // any other selection.
 func WithIntrospectionExempt() Option {
-	return optionFunc(func(c *config) error {
-		c.exemptIntrospection = true
-		return nil
-	})
+	return enable(func(c *config) *bool { return &c.exemptIntrospection })
 }
 
 // WithBalanceRead makes extensions.cost read the bucket back from the store
@@ -185,8 +182,13 @@ func WithIntrospectionExempt() Option {
 // refunded (capped at capacity) as the settle does, computed without a
 // call; exact for one operation at a time.
 func WithBalanceRead() Option {
+	return enable(func(c *config) *bool { return &c.readBack })
+}
+
+// enable returns the option that turns on the switch *field(c).
+func enable(field func(*config) *bool) Option {
 	return optionFunc(func(c *config) error {
-		c.readBack = true
+		*field(c) = true
 		return nil
 	})
 }

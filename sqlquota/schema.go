@@ -54,17 +54,9 @@ const concurrencyColumn = "BIGINT NULL CHECK (concurrency IS NULL OR (concurrenc
 // teams that run migrations with their own tool. table is DefaultTable when
 // empty.
 func Schema(dialect Dialect, table string) (string, error) {
-	table, err := schemaTable(dialect, table)
-	if err != nil {
-		return "", err
-	}
-	switch dialect {
-	case Postgres:
-		return fmt.Sprintf(postgresSchema, table, concurrencyColumn) + ";\n", nil
-	case SQLite:
-		return fmt.Sprintf(sqliteSchema, table, concurrencyColumn) + ";\n", nil
-	}
-	return "", fmt.Errorf("sqlquota: unknown SQL dialect %v", dialect)
+	return statement(dialect, table, func(table string) (postgres, sqlite string) {
+		return fmt.Sprintf(postgresSchema, table, concurrencyColumn), fmt.Sprintf(sqliteSchema, table, concurrencyColumn)
+	})
 }
 
 // UpgradeSchema returns the SQL that upgrades an overrides table of version
@@ -72,16 +64,26 @@ func Schema(dialect Dialect, table string) (string, error) {
 // own tool: it adds the nullable concurrency column, so existing rows keep
 // no concurrency limit. table is DefaultTable when empty.
 func UpgradeSchema(dialect Dialect, table string) (string, error) {
+	return statement(dialect, table, func(table string) (postgres, sqlite string) {
+		// SQLite has no ADD COLUMN IF NOT EXISTS; Migrate checks first.
+		return "ALTER TABLE " + table + " ADD COLUMN IF NOT EXISTS concurrency " + concurrencyColumn,
+			"ALTER TABLE " + table + " ADD COLUMN concurrency " + concurrencyColumn
+	})
+}
+
+// statement returns dialect's form of the statement forms writes for table
+// (DefaultTable when empty), terminated.
+func statement(dialect Dialect, table string, forms func(table string) (postgres, sqlite string)) (string, error) {
 	table, err := schemaTable(dialect, table)
 	if err != nil {
 		return "", err
 	}
+	postgres, sqlite := forms(table)
 	switch dialect {
 	case Postgres:
-		return "ALTER TABLE " + table + " ADD COLUMN IF NOT EXISTS concurrency " + concurrencyColumn + ";\n", nil
+		return postgres + ";\n", nil
 	case SQLite:
-		// SQLite has no ADD COLUMN IF NOT EXISTS; Migrate checks first.
-		return "ALTER TABLE " + table + " ADD COLUMN concurrency " + concurrencyColumn + ";\n", nil
+		return sqlite + ";\n", nil
 	}
 	return "", fmt.Errorf("sqlquota: unknown SQL dialect %v", dialect)
 }

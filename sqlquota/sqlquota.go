@@ -146,20 +146,21 @@ func WithTable(name string) Option {
 // WithClock sets the clock that decides which overrides have expired and
 // stamps updated_at. Default time.Now; nil is ignored.
 func WithClock(now func() time.Time) Option {
-	return optionFunc(func(s *Store) error {
-		if now != nil {
-			s.now = now
-		}
-		return nil
-	})
+	return setUnlessNil(now == nil, func(s *Store) { s.now = now })
 }
 
 // WithLogger sets the logger for rows that cannot be served (a bad quota
 // written by hand). Default slog.Default(); nil is ignored.
 func WithLogger(l *slog.Logger) Option {
+	return setUnlessNil(l == nil, func(s *Store) { s.log = l })
+}
+
+// setUnlessNil returns the option that runs set, or does nothing when the
+// value it sets is nil.
+func setUnlessNil(isNil bool, set func(*Store)) Option {
 	return optionFunc(func(s *Store) error {
-		if l != nil {
-			s.log = l
+		if !isNil {
+			set(s)
 		}
 		return nil
 	})

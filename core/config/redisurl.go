@@ -39,43 +39,55 @@ func NewRedisClient(rawURL string) (redis.UniversalClient, error) {
 	if !ok {
 		return nil, badRedisURL(rawURL, errors.New("no scheme (want redis://, rediss://, unix://, redis+cluster:// or redis+sentinel://)"))
 	}
+	var c redis.UniversalClient
+	var err error
 	switch strings.ToLower(scheme) {
 	case "redis", "rediss", "unix":
-		opt, err := redis.ParseURL(rawURL)
-		if err != nil {
-			return nil, badRedisURL(rawURL, err)
-		}
-		return redis.NewClient(opt), nil
+		c, err = openURL(rawURL, redis.ParseURL, redis.NewClient)
 	case "redis+cluster", "rediss+cluster":
-		u, err := seedURL(rawURL, "6379")
-		if err != nil {
-			return nil, badRedisURL(rawURL, err)
-		}
-		if p := strings.Trim(u.Path, "/"); p != "" {
-			return nil, badRedisURL(rawURL, fmt.Errorf("a Cluster has no databases: remove the path %q", u.Path))
-		}
-		u.Path = ""
-		opt, err := redis.ParseClusterURL(u.String())
-		if err != nil {
-			return nil, badRedisURL(rawURL, err)
-		}
-		return redis.NewClusterClient(opt), nil
+		c, err = openSeeds(rawURL, "6379", noDatabase, redis.ParseClusterURL, redis.NewClusterClient)
 	case "redis+sentinel", "rediss+sentinel":
-		u, err := seedURL(rawURL, "26379")
-		if err != nil {
-			return nil, badRedisURL(rawURL, err)
-		}
-		if err := masterInQuery(u); err != nil {
-			return nil, badRedisURL(rawURL, err)
-		}
-		opt, err := redis.ParseFailoverURL(u.String())
-		if err != nil {
-			return nil, badRedisURL(rawURL, err)
-		}
-		return redis.NewFailoverClient(opt), nil
+		c, err = openSeeds(rawURL, "26379", masterInQuery, redis.ParseFailoverURL, redis.NewFailoverClient)
 	default:
-		return nil, badRedisURL(rawURL, fmt.Errorf("unsupported scheme %q (want redis://, rediss://, unix://, redis+cluster:// or redis+sentinel://)", scheme))
+		err = fmt.Errorf("unsupported scheme %q (want redis://, rediss://, unix://, redis+cluster:// or redis+sentinel://)", scheme)
 	}
+	if err != nil {
+		return nil, badRedisURL(rawURL, err)
+	}
+	return c, nil
+}
+
+// openURL parses a go-redis URL with parse and opens its client with
+// newClient.
+func openURL[O any, C redis.UniversalClient](u string, parse func(string) (*O, error), newClient func(*O) C) (redis.UniversalClient, error) {
+	opt, err := parse(u)
+	if err != nil {
+		return nil, err
+	}
+	return newClient(opt), nil
+}
+
+// openSeeds opens the client of a +cluster or +sentinel URL: its seeds
+// made a go-redis URL (seedURL), which check refuses or completes, then
+// parsed and opened.
+func openSeeds[O any, C redis.UniversalClient](rawURL, defaultPort string, check func(*url.URL) error, parse func(string) (*O, error), newClient func(*O) C) (redis.UniversalClient, error) {
+	u, err := seedURL(rawURL, defaultPort)
+	if err == nil {
+		err = check(u)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return openURL(u.String(), parse, newClient)
+}
+
+// noDatabase refuses a path in a Cluster URL.
+func noDatabase(u *url.URL) error {
+	if p := strings.Trim(u.Path, "/"); p != "" {
+		return fmt.Errorf("a Cluster has no databases: remove the path %q", u.Path)
+	}
+	u.Path = ""
+	return nil
 }
 
 // seedURL parses a +cluster or +sentinel URL into the plain redis:// or

@@ -430,35 +430,21 @@ func (p *schema) routes(l routeList, n *yaml.Node) gate.Routes {
 var httpMethod = regexp.MustCompile(`^[A-Z][A-Z0-9_-]{0,31}$`)
 
 func (p *schema) httpKey(byName map[string]entry, item *yaml.Node, field string) (key, display string, ok bool) {
-	var method, path string
-	ok = true
-	if e, found := byName["method"]; !found {
-		p.failAt(item, field+".method", "is required (an HTTP method such as GET, or *)")
-		ok = false
-	} else if s, sok := p.str(e.val, field+".method"); !sok {
-		ok = false
-	} else if s != "*" && !httpMethod.MatchString(s) {
+	method, mval, mok := p.requiredStr(byName, item, field+".method", "is required (an HTTP method such as GET, or *)")
+	if mok && method != "*" && !httpMethod.MatchString(method) {
 		hint := ""
-		if up := strings.ToUpper(s); httpMethod.MatchString(up) {
+		if up := strings.ToUpper(method); httpMethod.MatchString(up) {
 			hint = fmt.Sprintf(" (methods are case-sensitive: did you mean %s?)", up)
 		}
-		p.failAt(deref(e.val), field+".method", "must be an upper-case HTTP method or *, got %q%s", s, hint)
-		ok = false
-	} else {
-		method = s
+		p.failAt(mval, field+".method", "must be an upper-case HTTP method or *, got %q%s", method, hint)
+		mok = false
 	}
-	if e, found := byName["path"]; !found {
-		p.failAt(item, field+".path", "is required (the route pattern, e.g. /v1/users/:id)")
-		ok = false
-	} else if s, sok := p.str(e.val, field+".path"); !sok {
-		ok = false
-	} else if !strings.HasPrefix(s, "/") || len(s) > MaxPathLen || strings.ContainsFunc(s, isSpaceOrControl) {
-		p.failAt(deref(e.val), field+".path", "must start with / and hold no spaces or control characters (at most %d bytes), got %q", MaxPathLen, s)
-		ok = false
-	} else {
-		path = s
+	path, pval, pok := p.requiredStr(byName, item, field+".path", "is required (the route pattern, e.g. /v1/users/:id)")
+	if pok && (!strings.HasPrefix(path, "/") || len(path) > MaxPathLen || strings.ContainsFunc(path, isSpaceOrControl)) {
+		p.failAt(pval, field+".path", "must start with / and hold no spaces or control characters (at most %d bytes), got %q", MaxPathLen, path)
+		pok = false
 	}
-	if !ok {
+	if !mok || !pok {
 		return "", "", false
 	}
 	if method == "*" {
@@ -467,21 +453,29 @@ func (p *schema) httpKey(byName map[string]entry, item *yaml.Node, field string)
 	return method + " " + path, method + " " + path, true
 }
 
+// requiredStr reads the string at field (its last element is the key in
+// byName): a missing one is reported at item with why, one that is not a
+// string as p.str does. val is the value's node, for a later complaint.
+func (p *schema) requiredStr(byName map[string]entry, item *yaml.Node, field, why string) (s string, val *yaml.Node, ok bool) {
+	e, found := byName[field[strings.LastIndexByte(field, '.')+1:]]
+	if !found {
+		p.failAt(item, field, "%s", why)
+		return "", nil, false
+	}
+	s, ok = p.str(e.val, field)
+	return s, deref(e.val), ok
+}
+
 // fullMethod is a gRPC full method, or a service wildcard.
 var fullMethod = regexp.MustCompile(`^/[^/]+/[^/]+$`)
 
 func (p *schema) grpcKey(byName map[string]entry, item *yaml.Node, field string) (key, display string, ok bool) {
-	e, found := byName["method"]
-	if !found {
-		p.failAt(item, field+".method", "is required (a full method name, /package.Service/Method)")
-		return "", "", false
-	}
-	s, ok := p.str(e.val, field+".method")
+	s, val, ok := p.requiredStr(byName, item, field+".method", "is required (a full method name, /package.Service/Method)")
 	if !ok {
 		return "", "", false
 	}
 	if !fullMethod.MatchString(s) || len(s) > MaxPathLen || strings.ContainsFunc(s, isSpaceOrControl) {
-		p.failAt(deref(e.val), field+".method", "must be /package.Service/Method or /package.Service/*, got %q", s)
+		p.failAt(val, field+".method", "must be /package.Service/Method or /package.Service/*, got %q", s)
 		return "", "", false
 	}
 	return s, s, true
@@ -509,10 +503,7 @@ func (p *schema) target(byName map[string]entry, item *yaml.Node, field string) 
 	ok = true
 	r.Cost = 1
 	tiers := p.cfg.Tiers.Tiers
-	if e, found := byName["class"]; !found {
-		p.failAt(item, field+".class", "is required (or exempt: true)")
-		ok = false
-	} else if s, sok := p.str(e.val, field+".class"); !sok {
+	if s, val, sok := p.requiredStr(byName, item, field+".class", "is required (or exempt: true)"); !sok {
 		ok = false
 	} else {
 		r.Class = s
@@ -523,7 +514,7 @@ func (p *schema) target(byName map[string]entry, item *yaml.Node, field string) 
 					break
 				}
 				if declared := p.tierClasses[tn]; declared != nil && !declared[s] {
-					p.failAt(deref(e.val), field+".class", "class %q is not defined in tier %q: its tenants' requests could not be resolved", s, tn)
+					p.failAt(val, field+".class", "class %q is not defined in tier %q: its tenants' requests could not be resolved", s, tn)
 					break
 				}
 			}

@@ -178,6 +178,50 @@ func (c *Config[F, D]) Pattern(f F, framework string) string {
 	return framework
 }
 
+// Serve runs one request f through the limiter, with the framework's glue
+// given in order of use: skipped (Skip), it goes on with next; otherwise
+// endpoint names the request's context and Endpoint (with the framework's
+// route template, replaced by PatternFunc's answer when that is set),
+// Decide gives the verdict, setHeaders puts its headers on the response,
+// and the request either goes on (setContext handing the rest of the chain
+// the cost context, then next, with Verdict.Done deferred past it, panics
+// included) or is answered by Deny, which must be a func(F, gate.Verdict)
+// error or a func(F, gate.Verdict) (or of a named type of either).
+func (c *Config[F, D]) Serve(f F, endpoint func(F) (context.Context, gate.Endpoint), setHeaders func(F, []render.Header), setContext func(F, context.Context), next func(F) error) error {
+	if c.Skipped(f) {
+		return next(f)
+	}
+	ctx, e := endpoint(f)
+	e.Pattern = c.Pattern(f, e.Pattern)
+	v := c.Decide(ctx, f, e)
+	setHeaders(f, v.Headers)
+	if !v.Proceed {
+		return c.deny(f, v)
+	}
+	defer v.Done() // frees a concurrency slot and settles the reported cost
+	if cctx, ok := v.CostContext(ctx); ok {
+		setContext(f, cctx)
+	}
+	return next(f)
+}
+
+// deny answers v with Deny, a function of type func(F, gate.Verdict) error
+// or func(F, gate.Verdict), or of a named type of either.
+func (c *Config[F, D]) deny(f F, v gate.Verdict) error {
+	switch d := any(c.Deny).(type) {
+	case func(F, gate.Verdict) error:
+		return d(f, v)
+	case func(F, gate.Verdict):
+		d(f, v)
+		return nil
+	}
+	out := reflect.ValueOf(c.Deny).Call([]reflect.Value{reflect.ValueOf(&f).Elem(), reflect.ValueOf(v)})
+	if len(out) == 1 && !out[0].IsNil() {
+		return out[0].Interface().(error)
+	}
+	return nil
+}
+
 // errZeroRoute is the error of a route function that answered ok with the
 // zero Route.
 var errZeroRoute = fmt.Errorf("%w: route function: ok with the zero Route", core.ErrInvalidConfig)

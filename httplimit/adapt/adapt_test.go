@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -219,5 +220,73 @@ func TestNewPanicsOnMisconfiguration(t *testing.T) {
 	}
 	if err := adapt.OptionError("fw.WithX", "why"); !errors.Is(err, core.ErrInvalidConfig) || err.Error() != "tollgate: fw.WithX: why" {
 		t.Fatalf("OptionError: %v", err)
+	}
+}
+
+// Serve calls the framework's glue in the order of the request sequence:
+// a skipped request only goes on; a denied one gets its headers and the
+// deny handler, never the handler; one that proceeds gets its headers,
+// then the handler. PatternFunc's answer replaces the framework's pattern.
+func TestServe(t *testing.T) {
+	// the store is down: a request that is charged proceeds through g
+	// (fail-open) and is denied through closed
+	g, err := gate.New(offlineLimiter(t, core.WithFailurePolicy(core.FailOpen)), gate.WithCostReports())
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed, err := gate.New(offlineLimiter(t, core.WithFailurePolicy(core.FailClosed)), gate.WithRoutes(gate.Routes{"/own": {Exempt: true}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls []string
+	endpoint := func(f *frameworkCtx) (context.Context, gate.Endpoint) {
+		calls = append(calls, "endpoint")
+		return gate.ContextWithTenant(context.Background(), quota.Tenant{ID: "t"}), gate.Endpoint{Method: "GET", Pattern: "/paid"}
+	}
+	setHeaders := func(*frameworkCtx, []render.Header) { calls = append(calls, "headers") }
+	setContext := func(*frameworkCtx, context.Context) { calls = append(calls, "context") }
+	next := func(*frameworkCtx) error { calls = append(calls, "next"); return nil }
+	denied := func(*frameworkCtx, gate.Verdict) { calls = append(calls, "deny") }
+	skip := &frameworkCtx{}
+	own := func(*frameworkCtx) string { return "/own" }
+	for _, tc := range []struct {
+		name string
+		c    *adapt.Config[*frameworkCtx, deny]
+		f    *frameworkCtx
+		want string
+	}{
+		{"skipped", newConfig(g, denied, adapt.Skipper[*frameworkCtx, deny]("fw.WithSkipper", func(f *frameworkCtx) bool { return f == skip })), skip, "next"},
+		{"denied", newConfig(closed, denied), &frameworkCtx{}, "endpoint headers deny"},
+		// failed open: proceeds with nothing to settle, so no cost context
+		// (the adapters' conformance scenarios settle-* cover that step)
+		{"proceeds", newConfig(g, denied), &frameworkCtx{}, "endpoint headers next"},
+		// "/own" is exempt: it proceeds, with no cost to report
+		{"pattern func", newConfig(closed, denied, adapt.PatternFunc[*frameworkCtx, deny]("fw.WithPatternFunc", own)), &frameworkCtx{}, "endpoint headers next"},
+	} {
+		calls = nil
+		if err := tc.c.Serve(tc.f, endpoint, setHeaders, setContext, next); err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+		if got := strings.Join(calls, " "); got != tc.want {
+			t.Errorf("%s: calls %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// A deny handler that returns an error has it returned by Serve.
+func TestServeDenyError(t *testing.T) {
+	errDenied := errors.New("denied")
+	g, err := gate.New(offlineLimiter(t, core.WithFailurePolicy(core.FailClosed)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := adapt.New[*frameworkCtx]("fw.Middleware", g, func(*frameworkCtx, gate.Verdict) error { return errDenied }, nil)
+	endpoint := func(*frameworkCtx) (context.Context, gate.Endpoint) {
+		return gate.ContextWithTenant(context.Background(), quota.Tenant{ID: "t"}), gate.Endpoint{Method: "GET", Pattern: "/"}
+	}
+	err = c.Serve(&frameworkCtx{}, endpoint, func(*frameworkCtx, []render.Header) {}, func(*frameworkCtx, context.Context) {},
+		func(*frameworkCtx) error { t.Error("a denied request went on"); return nil })
+	if err != errDenied {
+		t.Fatalf("Serve returned %v, want the deny handler's error", err)
 	}
 }
