@@ -52,7 +52,7 @@ func (l *Limiter) Check(ctx context.Context, req Request) (Decision, error) {
 // hit's cost).
 func (l *Limiter) nameReservation(d *Decision) {
 	if d.Reason == ReasonOK && !d.Fallback && len(d.Buckets) > 0 {
-		d.limiterID, d.reservation, d.admitted = l.store.reservations.id, l.store.reservations.next.Add(1), l.now().UnixNano()
+		d.limiterID, d.reservation, d.admitted = l.store.reservations.id, l.store.reservations.next.Add(1), time.Now().UnixNano()
 	}
 }
 

@@ -160,8 +160,10 @@ type Decision struct {
 	also  []string
 	// reservation names a settleable admission in the store: its limiter's
 	// id (limiterID) and a number; admitted is when it was made, in Unix
-	// nanoseconds on the limiter's clock. Settle marks it settled under
-	// that name for the settle window (WithSettleWindow).
+	// nanoseconds of this host's clock (the settle window is real time, as
+	// the mark's life in the store is, whatever clock the limiter reads).
+	// Settle marks it settled under that name for the settle window
+	// (WithSettleWindow).
 	limiterID   string
 	reservation uint64
 	admitted    int64

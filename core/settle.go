@@ -83,10 +83,10 @@ func (l *Limiter) Settle(ctx context.Context, t quota.Tenant, d Decision, actual
 	if d.reservation == 0 {
 		return 0, fmt.Errorf("%w: the decision names no reservation (it was not made by Check or Reserve): not settled", ErrInvalidRequest)
 	}
-	left := l.cfg.settleWindow - l.now().Sub(time.Unix(0, d.admitted))
+	left := l.cfg.settleWindow - time.Since(time.Unix(0, d.admitted))
 	if left <= 0 {
 		return 0, fmt.Errorf("%w: the reservation was admitted %v ago, past the settle window of %v: not settled",
-			ErrInvalidRequest, l.now().Sub(time.Unix(0, d.admitted)).Round(time.Millisecond), l.cfg.settleWindow)
+			ErrInvalidRequest, time.Since(time.Unix(0, d.admitted)).Round(time.Millisecond), l.cfg.settleWindow)
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.timeout)
 	defer cancel()

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -42,6 +43,10 @@ type seeded struct {
 	key    func(tenant string) string
 	ttl    string
 	lim    *core.Limiter // settle: the checks
+	// settle: the reservations settled, named by this process (random:
+	// the replicas' processes settle the same tenants) and a count
+	markID uint64
+	marks  atomic.Uint64
 }
 
 // settlePerBucket: the settle script takes each bucket's capacity, rate,
@@ -86,6 +91,7 @@ func newSeeded(cfg config, uc redis.UniversalClient, clk *clock) (decider, error
 		}
 		if s.script, err = broken(cfg, lua.Settle(), "local delta = tonumber("+arg+")", "local delta = math.min(0, tonumber("+arg+"))"); err == nil {
 			s.lim, err = newLimiter(cfg, uc, clk)
+			s.markID = rand.Uint64()
 		}
 	default:
 		return nil, fmt.Errorf("unknown client %q", cfg.Client)
@@ -202,7 +208,11 @@ func (s *seeded) settle(ctx context.Context, tenant string, cost int64, rng *ran
 	if settlePerBucket {
 		args = []any{"", s.cfg.Capacity, rate, actual - cost, 0} // no debt cap
 	}
-	v, err := s.script.Run(cctx, s.c, []string{s.key(tenant)}, args...).Slice()
+	// the settle script marks the reservation settled: a key beside the
+	// bucket's, living a minute
+	mark := s.key(tenant) + ":settled:" + strconv.FormatUint(s.markID, 36) + "x" + strconv.FormatUint(s.marks.Add(1), 36)
+	args = append(args, 60000)
+	v, err := s.script.Run(cctx, s.c, []string{s.key(tenant), mark}, args...).Slice()
 	cancel()
 	r.Return = time.Now().UnixNano()
 	if err != nil || len(v) == 0 {
