@@ -104,6 +104,7 @@ func (k Keys) Reserved(tenantID, bucket string) (string, error) {
 }
 
 const reservedSuffix = ":reserved"
+
 // Demand returns the key of the demand record of tenantID's bucket: what
 // each gateway sharing the bucket through a quota stream last reported
 // asking for. It is the bucket's key and ":demand", in the bucket's hash

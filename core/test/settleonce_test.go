@@ -110,7 +110,7 @@ func TestSettleAfterTheWindowIsRefused(t *testing.T) {
 	if ttl := c.PTTL(context.Background(), marks[0]).Val(); ttl <= 0 || ttl > time.Second {
 		t.Fatalf("mark %s lives %v more, want (0, 1s]: the window's rest", marks[0], ttl)
 	}
-	d2 := check(t, l, "late", 100) // 750 left
+	d2 := check(t, l, "late", 100)      // 750 left
 	time.Sleep(1100 * time.Millisecond) // past the window, whatever the limiter's clock says
 	if _, err := l.Settle(context.Background(), quota.Tenant{ID: "late"}, d2, 0); !errors.Is(err, core.ErrInvalidRequest) {
 		t.Fatalf("settle 1.1 s after the admission, window 1 s: %v, want ErrInvalidRequest", err)
