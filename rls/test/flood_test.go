@@ -86,7 +86,7 @@ var (
 )
 
 // rlsBinary builds the tollgate-rls command (with -race when this test
-// binary has it) once per test binary.
+// binary has it) once per test binary; TestMain removes it at the end.
 func rlsBinary(t *testing.T) string {
 	t.Helper()
 	rlsBuild.Do(func() {
@@ -111,8 +111,7 @@ func rlsBinary(t *testing.T) string {
 	if rlsBuildErr != nil {
 		t.Fatal(rlsBuildErr)
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(filepath.Dir(rlsBin)) })
-	return rlsBin
+	return rlsBin // removed by TestMain, after every test that runs it
 }
 
 // rlsProcess is tollgate-rls running as an OS process.

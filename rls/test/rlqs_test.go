@@ -276,7 +276,15 @@ loop:
 		demands[i] = float64(s.Allowed+s.Denied-windowStart[i].Allowed-windowStart[i].Denied) / window
 		offered += demands[i] * window
 	}
-	shares := fairShares(rlqsRate, demands)
+	// what the bucket gave in the window, divided max-min fair: the rate,
+	// and while the window runs, what is left of the capacity's burst (a
+	// loaded machine's clients drain it later)
+	var given float64
+	for i, s := range ends {
+		given += float64(s.Allowed-windowStart[i].Allowed) / window
+	}
+	shares := fairShares(given, demands)
+	t.Logf("the bucket gave %.1f/s in the window (rate %.0f/s)", given, rlqsRate)
 	for i, s := range ends {
 		got := float64(s.Allowed-windowStart[i].Allowed) / window
 		t.Logf("client %d: demand %.1f/s, admitted %.1f/s, fair share %.1f/s, streams %d", i, demands[i], got, shares[i], s.Streams)
