@@ -167,6 +167,8 @@ type tally struct {
 	// a slot, slots released, settles answered and failed
 	multi, slotDenied, released int
 	settled, settleFailed       int
+	// reservations granted, refused and failed (Mix "reserve")
+	reserved, reserveDenied, reserveFailed int
 }
 
 func (c tally) String() string {
@@ -175,6 +177,9 @@ func (c tally) String() string {
 	if c.multi+c.slotDenied+c.released+c.settled+c.settleFailed > 0 {
 		s += fmt.Sprintf("; %d checks of both classes, %d denied for lack of a slot, %d slots released, %d settled, %d settles failed",
 			c.multi, c.slotDenied, c.released, c.settled, c.settleFailed)
+	}
+	if c.reserved+c.reserveDenied+c.reserveFailed > 0 {
+		s += fmt.Sprintf("; reservations: %d granted, %d refused, %d failed", c.reserved, c.reserveDenied, c.reserveFailed)
 	}
 	return s
 }
@@ -198,6 +203,9 @@ func (c *tally) add(o tally) {
 	c.released += o.released
 	c.settled += o.settled
 	c.settleFailed += o.settleFailed
+	c.reserved += o.reserved
+	c.reserveDenied += o.reserveDenied
+	c.reserveFailed += o.reserveFailed
 }
 
 func count(ops []op) tally {
@@ -222,6 +230,12 @@ func count(ops []op) tally {
 			c.settled++
 		case settleFailed:
 			c.settleFailed++
+		case reserved:
+			c.reserved++
+		case reserveDenied:
+			c.reserveDenied++
+		case reserveFailed:
+			c.reserveFailed++
 		case leased:
 			c.leased++
 		case ambiguous:

@@ -32,6 +32,9 @@ import (
 //   - settle: the real limiter's checks, settled by the settle script
 //     charging nothing (a refund still refunds) and reporting nothing
 //     forgiven.
+//   - reserve: checks, and reservations by the reserve script granting
+//     one that must wait without charging it (one that needs no wait is
+//     charged).
 //
 // Each broken script is the limiter's own with one condition replaced: a
 // replacement that no longer finds its text fails the history.
@@ -42,6 +45,8 @@ type seeded struct {
 	key    func(tenant string) string
 	ttl    string
 	lim    *core.Limiter // settle: the checks
+	// reserve: the reservations' script (the checks run script, unbroken)
+	reserveScript *redis.Script
 }
 
 // settlePerBucket: the settle script takes each bucket's capacity, rate,
@@ -79,6 +84,8 @@ func newSeeded(cfg config, uc redis.UniversalClient, clk *clock) (decider, error
 		s.script, err = broken(cfg, lua.TokenBucket(), "if cost > cap or tokens < cost then", "if cost > cap or tokens < cost - 0.5 then")
 	case "slots":
 		s.script, err = broken(cfg, lua.Concurrency(), "(held >= limit or", "(held > limit or")
+	case "reserve":
+		s.reserveScript, err = broken(cfg, lua.Reserve(), "local left = toks[i] - costs[i]", "local left = toks[i] - (wait > 0 and 0 or costs[i])")
 	case "settle":
 		arg := "ARGV[2]"
 		if settlePerBucket {
@@ -112,6 +119,10 @@ func (s *seeded) decide(ctx context.Context, tenant string, rng *rand.Rand) []op
 		return s.slots(ctx, tenant, cost, rng)
 	case "settle":
 		return s.settle(ctx, tenant, cost, rng)
+	case "reserve":
+		if rng.IntN(2) == 0 {
+			return s.reserve(ctx, tenant, cost)
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
@@ -185,6 +196,35 @@ func (s *seeded) slots(ctx context.Context, tenant string, cost int64, rng *rand
 	cancel()
 	r.Return = time.Now().UnixNano()
 	return []op{o, r}
+}
+
+// reserve reserves one request with the broken reserve script (the
+// limiter's arguments: one bucket, a max wait of reserveWait); the other
+// half of the requests are checks by the token-bucket script.
+func (s *seeded) reserve(ctx context.Context, tenant string, cost int64) []op {
+	key := s.key(tenant)
+	o := op{Call: time.Now().UnixNano(), Cost: cost, MaxWait: reserveWait.Microseconds()}
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	v, err := s.reserveScript.Run(cctx, s.c, []string{key, key + ":reserved"}, "", "r", reserveWait.Microseconds(), s.cfg.Capacity,
+		strconv.FormatFloat(s.cfg.Rate, 'g', -1, 64), cost).Slice()
+	cancel()
+	o.Return = time.Now().UnixNano()
+	if err != nil || len(v) != 5 {
+		o.Kind, o.Reason = reserveFailed, "error"
+		return []op{o}
+	}
+	status, _ := v[0].(int64)
+	st, _ := v[4].(string)
+	tok, stamp, _ := strings.Cut(st, " ")
+	o.Tokens, _ = strconv.ParseFloat(tok, 64)
+	switch status {
+	case 0:
+		o.Kind, o.Reason, o.Allowed = reserved, "ok", true
+		o.Stamp, _ = strconv.ParseInt(stamp, 10, 64)
+	default:
+		o.Kind, o.Reason = reserveDenied, "over_limit"
+	}
+	return []op{o}
 }
 
 // settle checks one request with the real limiter and settles half of the
