@@ -57,6 +57,8 @@ func TestCheckerOnMadeUpHistories(t *testing.T) {
 		{"a lost reservation charged once", []op{first, rsv(10, reserveFailed, 2, 0, 2000), call(20, denied, 1, after(20, 2))}, porcupine.Ok},
 		{"a lost reservation never run", []op{first, rsv(10, reserveFailed, 2, 0, 2000), call(20, admitted, 1, after(20, 1))}, porcupine.Ok},
 		{"a lost reservation charged twice", []op{first, rsv(10, reserveFailed, 2, 0, 2000), call(20, denied, 1, after(20, 4)-0.01)}, porcupine.Illegal},
+		{"a cancel giving back the reservation", []op{first, rsv(10, reserved, 2, after(10, 2), 2000), call(20, cancelled, 2, 0), call(30, admitted, 1, after(30, 1))}, porcupine.Ok},
+		{"a cancel giving back more than the reservation", []op{first, rsv(10, reserved, 2, after(10, 2), 2000), call(20, cancelled, 2, 0), call(30, admitted, 2, after(30, 2))}, porcupine.Illegal},
 		{"charges in order", []op{first, call(10, admitted, 1, after(10, 1)), call(20, denied, 1, after(20, 1))}, porcupine.Ok},
 		{"a denial reporting a refill its call had no time for", []op{first, call(10, admitted, 1, after(10, 1)), call(20, denied, 1, after(20, 1)+0.01)}, porcupine.Illegal},
 		{"the same token spent twice", []op{first, call(10, admitted, 1, after(10, 0))}, porcupine.Illegal},

@@ -26,7 +26,9 @@
 // by no more than the refill of its max wait (the script's wait, whole
 // microseconds rounded up, fits the max wait); a refused one charged
 // nothing, its balance at some time of its call, and some bucket's wait
-// exceeded the max wait; a lost one charged its cost once or not at all. A deny-cache
+// exceeded the max wait; a lost one charged its cost once or not at all;
+// a cancel gave back 0 to the cost at an unknown time of its call (how
+// much later reservations allow is not followed). A deny-cache
 // denial may miss what refunds that returned less than the deny cache's
 // bound (a check timeout, widened by the replica's longest store denial
 // and its clock's steps) before its call gave back (see WithDenyCache and

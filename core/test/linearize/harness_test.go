@@ -168,7 +168,7 @@ type tally struct {
 	multi, slotDenied, released int
 	settled, settleFailed       int
 	// reservations granted, refused and failed (Mix "reserve")
-	reserved, reserveDenied, reserveFailed int
+	reserved, reserveDenied, reserveFailed, cancelled int
 }
 
 func (c tally) String() string {
@@ -179,7 +179,7 @@ func (c tally) String() string {
 			c.multi, c.slotDenied, c.released, c.settled, c.settleFailed)
 	}
 	if c.reserved+c.reserveDenied+c.reserveFailed > 0 {
-		s += fmt.Sprintf("; reservations: %d granted, %d refused, %d failed", c.reserved, c.reserveDenied, c.reserveFailed)
+		s += fmt.Sprintf("; reservations: %d granted, %d refused, %d failed, %d cancelled", c.reserved, c.reserveDenied, c.reserveFailed, c.cancelled)
 	}
 	return s
 }
@@ -206,6 +206,7 @@ func (c *tally) add(o tally) {
 	c.reserved += o.reserved
 	c.reserveDenied += o.reserveDenied
 	c.reserveFailed += o.reserveFailed
+	c.cancelled += o.cancelled
 }
 
 func count(ops []op) tally {
@@ -236,6 +237,8 @@ func count(ops []op) tally {
 			c.reserveDenied++
 		case reserveFailed:
 			c.reserveFailed++
+		case cancelled:
+			c.cancelled++
 		case leased:
 			c.leased++
 		case ambiguous:

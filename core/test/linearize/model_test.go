@@ -56,10 +56,15 @@ const (
 	// lost: it charged each bucket its cost once, possibly below zero, or
 	// nothing
 	reserveFailed
+	// a reservation cancelled (Reservation.Cancel): each bucket the
+	// request names got back some of its cost, 0 to all of it (what later
+	// reservations allow, which the model does not follow), at an unknown
+	// time of the call, or, the call failed, nothing
+	cancelled
 )
 
 var kindNames = [...]string{"admitted", "denied", "local-denied", "ambiguous", "leased", "slot-denied", "settled", "settle-failed", "released",
-	"reserved", "reserve-denied", "reserve-failed"}
+	"reserved", "reserve-denied", "reserve-failed", "cancelled"}
 
 // nb is the number of buckets of a tenant the model follows: the class a
 // check names, and a second class a multi-bucket check names with it
@@ -122,6 +127,8 @@ type bucket struct {
 	debt           int64
 	owedLo, owedHi float64
 	refund         float64
+	// given is what cancels gave back at most: each 0 to its cost
+	given float64
 	// approx marks a balance known only to within eps
 	approx bool
 	// pend is the latest stamp an operation counted as pending may have
@@ -186,7 +193,9 @@ func (b bucket) unseen(since int64) float64 {
 }
 
 // pending reports whether operations at unknown times changed b.
-func (b bucket) pending() bool { return b.debt != 0 || b.owedHi != 0 || b.refund != 0 }
+func (b bucket) pending() bool {
+	return b.debt != 0 || b.owedHi != 0 || b.refund != 0 || b.given != 0
+}
 
 // state is a tenant's state: its buckets, and its concurrency slots:
 // holders is the slots held by requests admitted and not yet released;
@@ -241,7 +250,7 @@ func (q quota) bounds(b bucket, now int64) (lo, hi float64) {
 		return full, full
 	}
 	d := float64(b.debt)
-	hi = b.tok - d - b.owedLo + b.refund
+	hi = b.tok - d - b.owedLo + b.refund + b.given
 	if now > b.last {
 		hi += float64(now-b.last) * q.rate / 1000000
 	}
@@ -305,6 +314,18 @@ func (q quotas) step(st state, in input, out output) []state {
 		return q.reserve(st, in, out)
 	case reserveDenied:
 		return q.reserveDeny(st, in, out)
+	case cancelled:
+		next := st
+		for i := range nb {
+			if c := float64(in.costs[i]); c > 0 {
+				b := &next.b[i]
+				b.given += c
+				// a deny cache elsewhere may not see it for a while
+				b.addRefund(c, in.ret)
+				b.pend = max(b.pend, in.hi)
+			}
+		}
+		return []state{next}
 	case reserveFailed:
 		// charged at most its cost once (a balance may go below zero by
 		// it), or nothing: as a settle's charge whose answer was lost
@@ -644,7 +665,7 @@ func model(q quotas) porcupine.Model {
 			st := s.(state)
 			var out string
 			for i, b := range st.b {
-				out += fmt.Sprintf("[%d] %.17g @%d debt %d owed [%g,%g] refund %g; ", i, b.tok, b.last, b.debt, b.owedLo, b.owedHi, b.refund)
+				out += fmt.Sprintf("[%d] %.17g @%d debt %d owed [%g,%g] refund %g given %g; ", i, b.tok, b.last, b.debt, b.owedLo, b.owedHi, b.refund, b.given)
 			}
 			return out + fmt.Sprintf("slots %d held, up to %d orphans", st.holders, st.orphans)
 		},

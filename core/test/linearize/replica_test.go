@@ -246,7 +246,7 @@ func (l *limiterDecider) decide(ctx context.Context, tenant string, rng *rand.Ra
 		}
 	}
 	if l.cfg.Mix == "reserve" && rng.IntN(2) == 0 {
-		return reserveOnce(ctx, l.lim, req)
+		return reserveOnce(ctx, l.lim, req, rng)
 	}
 	o, d := checkOnce(ctx, l.lim, req, l.cfg.Lease)
 	// class a carries the concurrency limit
@@ -343,9 +343,10 @@ func checkOnce(ctx context.Context, lim *core.Limiter, req core.Request, lease i
 const reserveWait = 20 * time.Millisecond
 
 // reserveOnce records one reservation by lim of req (class "default") as
-// an op. The caller does not wait for its time: the model follows the
-// bucket, which the reservation charged when granted.
-func reserveOnce(ctx context.Context, lim *core.Limiter, req core.Request) []op {
+// an op, and cancels one granted reservation in four at once. The caller
+// does not wait for its time: the model follows the bucket, which the
+// reservation charged when granted.
+func reserveOnce(ctx context.Context, lim *core.Limiter, req core.Request, rng *rand.Rand) []op {
 	o := op{Call: time.Now().UnixNano(), Cost: req.Cost, MaxWait: reserveWait.Microseconds()}
 	r, err := lim.Reserve(ctx, req, reserveWait)
 	o.Return = time.Now().UnixNano()
@@ -368,7 +369,13 @@ func reserveOnce(ctx context.Context, lim *core.Limiter, req core.Request) []op 
 		o.Kind = reserveFailed
 		o.NotSent = err != nil && notSent(err)
 	}
-	return []op{o}
+	if o.Kind != reserved || rng.IntN(4) != 0 {
+		return []op{o}
+	}
+	c := op{Kind: cancelled, Cost: req.Cost, Call: time.Now().UnixNano()}
+	_ = r.Cancel(ctx) // a failed cancel gave back nothing, or its lost reply some
+	c.Return = time.Now().UnixNano()
+	return []op{o, c}
 }
 
 // notSent reports a store error that says the command never left: the
