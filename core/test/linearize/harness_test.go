@@ -294,7 +294,8 @@ func linearizable(q quotas, ops []op, faults []window, timeout time.Duration, vi
 }
 
 // degradedBounds checks the degraded answers against their own stated
-// bounds: the failure policy's answer is the policy's; shed checks are
+// bounds: the failure policy's answer is the policy's (a reservation's
+// too, local fallback or not); shed checks are
 // never admitted; a replica's local fallback admits a tenant at most its
 // share of the quota over each outage (a stretch of fallback answers with
 // no store answer of that tenant between them).
@@ -308,9 +309,10 @@ func degradedBounds(cfg config, ops []op) []string {
 	for _, o := range ops {
 		switch {
 		case o.Fallback:
-		case o.Cost > 0 && o.AlsoCost > 0 && o.Cost != o.AlsoCost && cfg.Fallback > 0:
-			// a request whose classes cost differently: the local fallback
-			// never answers it, the failure policy does
+		case o.Cost > 0 && o.AlsoCost > 0 && o.Cost != o.AlsoCost && cfg.Fallback > 0,
+			o.Kind == reserveFailed && cfg.Fallback > 0:
+			// a request whose classes cost differently, or a reservation:
+			// the local fallback never answers it, the failure policy does
 			if o.Reason == core.ReasonFailedOpen.String() && (cfg.Policy != core.FailOpen || !o.Allowed) ||
 				o.Reason == core.ReasonFailedClosed.String() && (cfg.Policy != core.FailClosed || o.Allowed) {
 				bad = append(bad, fmt.Sprintf("%s under policy %v, costs %d and %d: %+v", o.Reason, cfg.Policy, o.Cost, o.AlsoCost, o))
