@@ -56,6 +56,11 @@ type seeded struct {
 // go).
 var settlePerBucket = strings.Contains(lua.Settle(), "tonumber(ARGV[4 * i])")
 
+// settleMarked: the settle script takes the reservation's mark as its last
+// key and the mark's life as its last argument (a reservation is settled
+// once); before, neither.
+var settleMarked = strings.Contains(lua.Settle(), "local mark = KEYS[n + 1]")
+
 // broken is src with old replaced by new (src itself for a control), or
 // an error when src lacks old.
 func broken(cfg config, src, old, new string) (*redis.Script, error) {
@@ -238,11 +243,17 @@ func (s *seeded) settle(ctx context.Context, tenant string, cost int64, rng *ran
 	r := op{Kind: settled, Cost: cost, Delta: actual - cost, Call: time.Now().UnixNano()}
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	rate := strconv.FormatFloat(s.cfg.Rate, 'g', -1, 64)
+	keys := []string{s.key(tenant)}
 	args := []any{"", actual - cost, s.cfg.Capacity, rate}
 	if settlePerBucket {
 		args = []any{"", s.cfg.Capacity, rate, actual - cost, 0} // no debt cap
 	}
-	v, err := s.script.Run(cctx, s.c, []string{s.key(tenant)}, args...).Slice()
+	if settleMarked {
+		// the reservation's mark: its own, living 10 s
+		keys = append(keys, s.key(tenant)+":settled:"+strconv.FormatUint(rng.Uint64(), 36))
+		args = append(args, 10_000)
+	}
+	v, err := s.script.Run(cctx, s.c, keys, args...).Slice()
 	cancel()
 	r.Return = time.Now().UnixNano()
 	if err != nil || len(v) == 0 {
