@@ -227,7 +227,8 @@ func (g *Gate) givenRoute(ctx context.Context, t quota.Tenant, e Endpoint) (r Ro
 //
 // It looks the route table up once, for the exemption and for the route
 // (Route's answer), and checks per request only a route given by the
-// adapter or the cost function.
+// adapter or the cost function. A request of a class held by WithHold may
+// wait here, up to the class's max wait, before the Verdict is returned.
 func (g *Gate) Decide(ctx context.Context, e Endpoint) Verdict {
 	if !e.Routed() {
 		return Verdict{Proceed: true, Unmatched: true}
