@@ -28,19 +28,22 @@ func (e slotBucketError) Error() string {
 // and the answer is ReasonCanceled with an error wrapping ctx's.
 //
 // A request with a bucket that has a concurrency limit is not held: it is
-// checked (Check). The decision is counted once in the decisions metric;
+// checked (Check), and so is a request in shadow mode (WithShadow,
+// WithShadowClasses), which is never delayed. The decision is counted once in the decisions metric;
 // a hold is recorded in tollgate.hold.duration by its result (served,
 // canceled). maxWait must be 0 to 24 hours. Like Reserve, the request goes
 // straight to the store: no lease, deny cache or batcher answers it.
 func (l *Limiter) Hold(ctx context.Context, req Request, maxWait time.Duration) (d Decision, held time.Duration, err error) {
+	if l.shadowed(req) {
+		// shadow mode enforces nothing, a delay included
+		d, err := l.Check(ctx, req)
+		return d, 0, err
+	}
 	r, err := l.reserve(ctx, req, maxWait)
 	var slots slotBucketError
 	if errors.As(err, &slots) {
 		d, err := l.Check(ctx, req)
 		return d, 0, err
-	}
-	if !r.Decision.Allowed && r.Decision.Denied() && l.shadowed(req) {
-		r.Decision.Allowed, r.Decision.Reason, r.at = true, ReasonShadowDenied, time.Now()
 	}
 	l.metrics.record(ctx, req, r.Decision)
 	if err != nil || !r.Decision.Allowed {

@@ -302,3 +302,26 @@ func TestGateHoldConcurrencyClassChecked(t *testing.T) {
 	}
 	v.Done()
 }
+
+// A class in shadow mode is never held: its would-be wait is let through
+// at once, as a check's would-be denial is.
+func TestGateHoldShadowNotHeld(t *testing.T) {
+	res, err := quota.NewResolver(quota.Tiers{Default: "free", Tiers: map[string]quota.Tier{"free": {Classes: map[string]quota.Quota{
+		"default": {Capacity: 1, RefillPerSecond: 1}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLimiter(t, redistest.Client(t), res, core.WithShadowClasses("default"))
+	g, err := gate.New(l, gate.WithHold("default", time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := holdCtx("shadow")
+	if v := g.Decide(ctx, holdEndpoint); !v.Proceed || v.Held != 0 {
+		t.Fatalf("first: %+v", v)
+	}
+	v := g.Decide(ctx, holdEndpoint)
+	if !v.Proceed || v.Held != 0 || v.Decision.Reason != core.ReasonShadowDenied {
+		t.Fatalf("second: proceed %v held %v reason %v, want let through at once as shadow_denied", v.Proceed, v.Held, v.Decision.Reason)
+	}
+}
