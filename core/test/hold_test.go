@@ -156,9 +156,9 @@ func TestGateHoldFlood(t *testing.T) {
 
 	var (
 		served, refused, shed, held atomic.Int64
-		maxHolding            atomic.Int64
-		wg                    sync.WaitGroup
-		start                 = make(chan struct{})
+		maxHolding                  atomic.Int64
+		wg                          sync.WaitGroup
+		start                       = make(chan struct{})
 	)
 	stop := make(chan struct{})
 	var sampler sync.WaitGroup
