@@ -9,6 +9,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -75,6 +76,13 @@ const (
 	// to charge, above Quota.MaxSettleRatio times the estimate, labelled as
 	// the forgiven tokens.
 	metricSettlesRefused = "tollgate.settles.refused"
+	// metricHoldDuration is how long requests were held for their
+	// reservation's time (Limiter.Hold, a gate's WithHold), in seconds,
+	// by class, tier and result (served: admitted at its time; canceled:
+	// the caller left first). Its count is the number of held requests; a
+	// request admitted at once or refused is not held and not recorded.
+	// The decision itself is counted once, in the decisions metric.
+	metricHoldDuration = "tollgate.hold.duration"
 )
 
 // otherTenant is the tenant label of every tenant outside the top K
@@ -94,6 +102,7 @@ type metrics struct {
 	settlesFailed metric.Int64Counter
 	forgiven      metric.Int64Counter
 	refused       metric.Int64Counter
+	holds         metric.Float64Histogram
 	tenants       *topK // nil: no tenant label
 	tracing       bool
 
@@ -166,6 +175,10 @@ func newMetrics(mp metric.MeterProvider, k int) *metrics {
 	if m.refused, err = meter.Int64Counter(metricSettlesRefused, metric.WithDescription("Tokens of actual costs a settle refused, above the largest multiple of the estimate."), metric.WithUnit("{token}")); err != nil {
 		otel.Handle(err)
 	}
+	if m.holds, err = meter.Float64Histogram(metricHoldDuration, metric.WithDescription("Time requests were held for their reservation's time."),
+		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)); err != nil {
+		otel.Handle(err)
+	}
 	if k > 0 {
 		m.tenants = newTopK(k)
 	}
@@ -221,6 +234,16 @@ func (m *metrics) settleUncharged(t quota.Tenant, class, bucket string, forgiven
 	if refused > 0 {
 		m.refused.Add(context.Background(), refused, set)
 	}
+}
+
+// hold records one request held for d by Limiter.Hold, with its result
+// (served, canceled).
+func (m *metrics) hold(req Request, d time.Duration, result string) {
+	m.holds.Record(context.Background(), d.Seconds(), metric.WithAttributes(
+		attribute.String("class", label(req.Class, quota.DefaultClass)),
+		attribute.String("tier", label(req.Tenant.Tier, "none")),
+		attribute.String("result", result),
+	))
 }
 
 // outcome is the decision's outcome label.

@@ -269,7 +269,7 @@ func (l *Limiter) reserveBuckets(ctx context.Context, req Request) ([]quota.Buck
 		}
 		for _, b := range bs {
 			if b.Quota.Concurrency > 0 {
-				return nil, nil, fmt.Errorf("%w: bucket %q has a concurrency limit, which a reservation cannot take", ErrInvalidRequest, b.Name)
+				return nil, nil, fmt.Errorf("%w: %w", ErrInvalidRequest, slotBucketError(b.Name))
 			}
 			i := slices.IndexFunc(buckets, func(have quota.Bucket) bool { return have.Name == b.Name })
 			if i < 0 {

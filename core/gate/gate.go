@@ -65,6 +65,7 @@ type Gate struct {
 	anonTier  string
 	anonymous bool
 	reports   bool // WithCostReports
+	hold      holds
 }
 
 // Option configures a Gate. One given a value it cannot use makes New fail
@@ -166,6 +167,7 @@ func New(l *core.Limiter, opts ...Option) (*Gate, error) {
 		return nil, fmt.Errorf("%w: nil core.Limiter", core.ErrInvalidConfig)
 	}
 	g := &Gate{lim: l, fallback: Route{Class: quota.DefaultClass, Cost: 1}, style: render.DefaultHeaderStyle}
+	g.hold.max = DefaultMaxHolds
 	for _, o := range opts {
 		if o != nil {
 			if err := o.applyGate(g); err != nil {
@@ -225,7 +227,8 @@ func (g *Gate) givenRoute(ctx context.Context, t quota.Tenant, e Endpoint) (r Ro
 //
 // It looks the route table up once, for the exemption and for the route
 // (Route's answer), and checks per request only a route given by the
-// adapter or the cost function.
+// adapter or the cost function. A request of a class held by WithHold may
+// wait here, up to the class's max wait, before the Verdict is returned.
 func (g *Gate) Decide(ctx context.Context, e Endpoint) Verdict {
 	if !e.Routed() {
 		return Verdict{Proceed: true, Unmatched: true}
@@ -272,8 +275,13 @@ func (g *Gate) Decide(ctx context.Context, e Endpoint) Verdict {
 		return g.render(t, r, core.Decision{Reason: core.ReasonInvalid, Cost: r.Cost},
 			fmt.Errorf("%w: tenant ID %s begins with %q, which is kept for anonymous callers", core.ErrInvalidRequest, keys.EscapeID(t.ID), anon.Prefix))
 	}
-	d, err := g.lim.Check(ctx, core.Request{Tenant: t, Class: r.Class, Cost: r.Cost})
-	return g.render(t, r, d, err)
+	d, held, err := g.check(ctx, t, r)
+	v := g.render(t, r, d, err)
+	if held > 0 {
+		v.Held = held
+		v.Headers = append(v.Headers, heldHeader(held))
+	}
+	return v
 }
 
 // CheckRoute checks one unit of work whose tenant and route are already known

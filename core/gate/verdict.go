@@ -1,6 +1,8 @@
 package gate
 
 import (
+	"time"
+
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/core/render"
@@ -42,6 +44,9 @@ type Verdict struct {
 	// Unauthenticated is set when no tenant was in the context and
 	// anonymous callers are not allowed.
 	Unauthenticated bool
+	// Held is how long the gate held the request before answering
+	// (WithHold); 0 when it was not held.
+	Held time.Duration
 	// Err is the limiter's error (store failure, invalid request), for the
 	// adapter's error hook; the Verdict already applies the failure policy.
 	Err error

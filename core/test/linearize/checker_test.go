@@ -33,11 +33,32 @@ func TestCheckerOnMadeUpHistories(t *testing.T) {
 	// the stamp another replica's call wrote (its own clock is behind it)
 	lagging := call(20, admitted, 1, 0)
 	lagging.Stamp, lagging.OffLo, lagging.OffHi = base+500, -1_000_000, -1_000_000
+	// a reservation of cost at ms leaving tokens, of a max wait of wait ms
+	rsv := func(ms int64, k kind, cost int64, tokens float64, wait int64) op {
+		o := call(ms, k, cost, tokens)
+		o.MaxWait = wait * 1000
+		if k == reserved {
+			o.Stamp = base + ms*1000 + 500
+		}
+		return o
+	}
 	for _, tt := range []struct {
 		name string
 		ops  []op
 		want porcupine.CheckResult
 	}{
+		{"a reservation into debt within its max wait", []op{first, rsv(10, reserved, 2, after(10, 2), 2000)}, porcupine.Ok},
+		{"a reservation deeper than its max wait", []op{first, rsv(10, reserved, 2, after(10, 2), 500)}, porcupine.Illegal},
+		{"a reservation that must wait, not charged", []op{first, rsv(10, reserved, 2, after(10, 0), 2000)}, porcupine.Illegal},
+		{"a check admitted from a reservation's debt", []op{first, rsv(10, reserved, 2, after(10, 2), 2000), call(500, admitted, 1, after(500, 3))}, porcupine.Illegal},
+		{"a check denied during a reservation's debt", []op{first, rsv(10, reserved, 2, after(10, 2), 2000), call(500, denied, 1, after(500, 2))}, porcupine.Ok},
+		{"a reservation refused beyond its max wait", []op{first, rsv(10, reserveDenied, 2, after(10, 0), 500)}, porcupine.Ok},
+		{"a reservation refused that fitted its max wait", []op{first, rsv(10, reserveDenied, 2, after(10, 0), 2000)}, porcupine.Illegal},
+		{"a lost reservation charged once", []op{first, rsv(10, reserveFailed, 2, 0, 2000), call(20, denied, 1, after(20, 2))}, porcupine.Ok},
+		{"a lost reservation never run", []op{first, rsv(10, reserveFailed, 2, 0, 2000), call(20, admitted, 1, after(20, 1))}, porcupine.Ok},
+		{"a lost reservation charged twice", []op{first, rsv(10, reserveFailed, 2, 0, 2000), call(20, denied, 1, after(20, 4)-0.01)}, porcupine.Illegal},
+		{"a cancel giving back the reservation", []op{first, rsv(10, reserved, 2, after(10, 2), 2000), call(20, cancelled, 2, 0), call(30, admitted, 1, after(30, 1))}, porcupine.Ok},
+		{"a cancel giving back more than the reservation", []op{first, rsv(10, reserved, 2, after(10, 2), 2000), call(20, cancelled, 2, 0), call(30, admitted, 2, after(30, 2))}, porcupine.Illegal},
 		{"charges in order", []op{first, call(10, admitted, 1, after(10, 1)), call(20, denied, 1, after(20, 1))}, porcupine.Ok},
 		{"a denial reporting a refill its call had no time for", []op{first, call(10, admitted, 1, after(10, 1)), call(20, denied, 1, after(20, 1)+0.01)}, porcupine.Illegal},
 		{"the same token spent twice", []op{first, call(10, admitted, 1, after(10, 0))}, porcupine.Illegal},

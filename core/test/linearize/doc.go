@@ -20,7 +20,15 @@
 // held by nobody (a lost reply's, a release not yet applied) that may be
 // freed at any time, so that no linearization holds more than the limit
 // at any point. A settle charges the difference (less what it reports
-// forgiven) or refunds it at an unknown time of its call. A deny-cache
+// forgiven) or refunds it at an unknown time of its call. A reservation
+// (Limiter.Reserve) charges every bucket it names its cost at its stamp,
+// as an admission, but from any balance: it may leave a bucket below zero
+// by no more than the refill of its max wait (the script's wait, whole
+// microseconds rounded up, fits the max wait); a refused one charged
+// nothing, its balance at some time of its call, and some bucket's wait
+// exceeded the max wait; a lost one charged its cost once or not at all;
+// a cancel gave back 0 to the cost at an unknown time of its call (how
+// much later reservations allow is not followed). A deny-cache
 // denial may miss what refunds that returned less than the deny cache's
 // bound (a check timeout, widened by the replica's longest store denial
 // and its clock's steps) before its call gave back (see WithDenyCache and
@@ -32,10 +40,12 @@
 // caught: a GET then SET from the client, a refill from skewed client
 // clocks, a script replayed after a lost reply, a token-bucket script
 // admitting half a token short, a concurrency script admitting one over
-// the limit, a settle script that never charges; the broken scripts'
+// the limit, a settle script that never charges, a reserve script that
+// grants a waiting reservation without charging it; the broken scripts'
 // unbroken controls must pass.
 //
 // The package has no code of its own: only tests. LINEARIZE_DURATION
 // (a Go duration) stretches every history and runs every history with
-// each mix (multi-bucket checks, slots, settles); make linearize sets it.
+// each mix (multi-bucket checks, slots, settles, reservations); make
+// linearize sets it.
 package linearize

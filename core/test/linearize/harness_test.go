@@ -167,6 +167,8 @@ type tally struct {
 	// a slot, slots released, settles answered and failed
 	multi, slotDenied, released int
 	settled, settleFailed       int
+	// reservations granted, refused and failed (Mix "reserve")
+	reserved, reserveDenied, reserveFailed, cancelled int
 }
 
 func (c tally) String() string {
@@ -175,6 +177,9 @@ func (c tally) String() string {
 	if c.multi+c.slotDenied+c.released+c.settled+c.settleFailed > 0 {
 		s += fmt.Sprintf("; %d checks of both classes, %d denied for lack of a slot, %d slots released, %d settled, %d settles failed",
 			c.multi, c.slotDenied, c.released, c.settled, c.settleFailed)
+	}
+	if c.reserved+c.reserveDenied+c.reserveFailed > 0 {
+		s += fmt.Sprintf("; reservations: %d granted, %d refused, %d failed, %d cancelled", c.reserved, c.reserveDenied, c.reserveFailed, c.cancelled)
 	}
 	return s
 }
@@ -198,6 +203,10 @@ func (c *tally) add(o tally) {
 	c.released += o.released
 	c.settled += o.settled
 	c.settleFailed += o.settleFailed
+	c.reserved += o.reserved
+	c.reserveDenied += o.reserveDenied
+	c.reserveFailed += o.reserveFailed
+	c.cancelled += o.cancelled
 }
 
 func count(ops []op) tally {
@@ -222,6 +231,14 @@ func count(ops []op) tally {
 			c.settled++
 		case settleFailed:
 			c.settleFailed++
+		case reserved:
+			c.reserved++
+		case reserveDenied:
+			c.reserveDenied++
+		case reserveFailed:
+			c.reserveFailed++
+		case cancelled:
+			c.cancelled++
 		case leased:
 			c.leased++
 		case ambiguous:
@@ -277,7 +294,8 @@ func linearizable(q quotas, ops []op, faults []window, timeout time.Duration, vi
 }
 
 // degradedBounds checks the degraded answers against their own stated
-// bounds: the failure policy's answer is the policy's; shed checks are
+// bounds: the failure policy's answer is the policy's (a reservation's
+// too, local fallback or not); shed checks are
 // never admitted; a replica's local fallback admits a tenant at most its
 // share of the quota over each outage (a stretch of fallback answers with
 // no store answer of that tenant between them).
@@ -291,9 +309,10 @@ func degradedBounds(cfg config, ops []op) []string {
 	for _, o := range ops {
 		switch {
 		case o.Fallback:
-		case o.Cost > 0 && o.AlsoCost > 0 && o.Cost != o.AlsoCost && cfg.Fallback > 0:
-			// a request whose classes cost differently: the local fallback
-			// never answers it, the failure policy does
+		case o.Cost > 0 && o.AlsoCost > 0 && o.Cost != o.AlsoCost && cfg.Fallback > 0,
+			o.Kind == reserveFailed && cfg.Fallback > 0:
+			// a request whose classes cost differently, or a reservation:
+			// the local fallback never answers it, the failure policy does
 			if o.Reason == core.ReasonFailedOpen.String() && (cfg.Policy != core.FailOpen || !o.Allowed) ||
 				o.Reason == core.ReasonFailedClosed.String() && (cfg.Policy != core.FailClosed || o.Allowed) {
 				bad = append(bad, fmt.Sprintf("%s under policy %v, costs %d and %d: %+v", o.Reason, cfg.Policy, o.Cost, o.AlsoCost, o))

@@ -265,9 +265,10 @@ var scenarios = []scenario{
 
 // The mixes beyond single-bucket checks (config.Mix), each a scenario's
 // options.
-func multiMix(c *config)  { c.Mix, c.AlsoCapacity, c.AlsoRate = "multi", 6, 100 }
-func slotsMix(c *config)  { c.Mix, c.Concurrency = "slots", 2 }
-func settleMix(c *config) { c.Mix = "settle" }
+func multiMix(c *config)   { c.Mix, c.AlsoCapacity, c.AlsoRate = "multi", 6, 100 }
+func slotsMix(c *config)   { c.Mix, c.Concurrency = "slots", 2 }
+func settleMix(c *config)  { c.Mix = "settle" }
+func reserveMix(c *config) { c.Mix = "reserve" }
 
 func allMix(c *config) { multiMix(c); slotsMix(c); c.Mix = "all" }
 
@@ -285,6 +286,7 @@ var mixes = []struct {
 	{"slots", slotsMix, nil},
 	{"settle", settleMix, []string{"standalone/client-clock-step"}},
 	{"all", allMix, []string{"standalone/lost-replies-resets", "cluster/lost-replies-resets"}},
+	{"reserve", reserveMix, []string{"standalone/lost-replies-resets"}},
 }
 
 // withMixes is scenarios and, for each mix, every scenario with it.
@@ -346,7 +348,8 @@ func check(t *testing.T, name string, cfg config, ops []op, faults []window) tal
 	switch {
 	case (all || cfg.Mix == "multi") && c.multi == 0,
 		(all || cfg.Mix == "slots") && (c.slotDenied == 0 || c.released == 0),
-		(all || cfg.Mix == "settle") && c.settled == 0:
+		(all || cfg.Mix == "settle") && c.settled == 0,
+		cfg.Mix == "reserve" && (c.reserved == 0 || c.reserveDenied == 0):
 		t.Fatalf("%s: a history of mix %s without its operations checks nothing new: %s", name, cfg.Mix, c)
 	}
 	return c

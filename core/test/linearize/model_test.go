@@ -43,9 +43,28 @@ const (
 	// it at some time from the release's invocation on (the release is
 	// retried in the background, or the slot expires)
 	released
+	// reserved by the store (Limiter.Reserve): every bucket the request
+	// names was charged its cost at the stamp, its balance possibly below
+	// zero but by no more than the refill of the max wait; the reply is
+	// each bucket's state, as an admission's
+	reserved
+	// a reservation refused by the store: nothing charged; the reply is
+	// each bucket's balance at an unknown time of the call, and some
+	// bucket's wait for its cost exceeded the max wait
+	reserveDenied
+	// a reservation whose command may have been sent and whose answer was
+	// lost: it charged each bucket its cost once, possibly below zero, or
+	// nothing
+	reserveFailed
+	// a reservation cancelled (Reservation.Cancel): each bucket the
+	// request names got back some of its cost, 0 to all of it (what later
+	// reservations allow, which the model does not follow), at an unknown
+	// time of the call, or, the call failed, nothing
+	cancelled
 )
 
-var kindNames = [...]string{"admitted", "denied", "local-denied", "ambiguous", "leased", "slot-denied", "settled", "settle-failed", "released"}
+var kindNames = [...]string{"admitted", "denied", "local-denied", "ambiguous", "leased", "slot-denied", "settled", "settle-failed", "released",
+	"reserved", "reserve-denied", "reserve-failed", "cancelled"}
 
 // nb is the number of buckets of a tenant the model follows: the class a
 // check names, and a second class a multi-bucket check names with it
@@ -75,6 +94,8 @@ type input struct {
 	// delta is a settle's actual - estimate; forgiven is what it reported
 	// forgiven (the most over its buckets)
 	delta, forgiven int64
+	// maxWait is a reservation's max wait, µs
+	maxWait int64
 	// call and ret are the call's invocation and (extended) return, µs of
 	// the wall clock every process shares
 	call, ret int64
@@ -106,6 +127,8 @@ type bucket struct {
 	debt           int64
 	owedLo, owedHi float64
 	refund         float64
+	// given is what cancels gave back at most: each 0 to its cost
+	given float64
 	// approx marks a balance known only to within eps
 	approx bool
 	// pend is the latest stamp an operation counted as pending may have
@@ -170,7 +193,9 @@ func (b bucket) unseen(since int64) float64 {
 }
 
 // pending reports whether operations at unknown times changed b.
-func (b bucket) pending() bool { return b.debt != 0 || b.owedHi != 0 || b.refund != 0 }
+func (b bucket) pending() bool {
+	return b.debt != 0 || b.owedHi != 0 || b.refund != 0 || b.given != 0
+}
 
 // state is a tenant's state: its buckets, and its concurrency slots:
 // holders is the slots held by requests admitted and not yet released;
@@ -225,7 +250,7 @@ func (q quota) bounds(b bucket, now int64) (lo, hi float64) {
 		return full, full
 	}
 	d := float64(b.debt)
-	hi = b.tok - d - b.owedLo + b.refund
+	hi = b.tok - d - b.owedLo + b.refund + b.given
 	if now > b.last {
 		hi += float64(now-b.last) * q.rate / 1000000
 	}
@@ -283,6 +308,33 @@ func (q quotas) step(st state, in input, out output) []state {
 				b.owedHi += d
 			}
 			b.pend = max(b.pend, in.hi)
+		}
+		return []state{next}
+	case reserved:
+		return q.reserve(st, in, out)
+	case reserveDenied:
+		return q.reserveDeny(st, in, out)
+	case cancelled:
+		next := st
+		for i := range nb {
+			if c := float64(in.costs[i]); c > 0 {
+				b := &next.b[i]
+				b.given += c
+				// a deny cache elsewhere may not see it for a while
+				b.addRefund(c, in.ret)
+				b.pend = max(b.pend, in.hi)
+			}
+		}
+		return []state{next}
+	case reserveFailed:
+		// charged at most its cost once (a balance may go below zero by
+		// it), or nothing: as a settle's charge whose answer was lost
+		next := st
+		for i := range nb {
+			if in.costs[i] > 0 {
+				next.b[i].owedHi += float64(in.costs[i])
+				next.b[i].pend = max(next.b[i].pend, in.hi)
+			}
 		}
 		return []state{next}
 	case released:
@@ -385,6 +437,78 @@ func (q quotas) admit(st state, in input, out output) []state {
 	return res
 }
 
+// wait is the reserve script's wait, in whole µs rounded up, for cost
+// from a balance tok: 0 when tok holds it.
+func (q quota) wait(tok float64, cost int64) float64 {
+	if float64(cost) <= tok {
+		return 0
+	}
+	return math.Ceil((float64(cost) - tok) / q.rate * 1000000)
+}
+
+// reserve is a reservation granted by the store: every bucket the request
+// names was charged its cost at the stamp, whatever its balance, and
+// waited at most the max wait for it.
+func (q quotas) reserve(st state, in input, out output) []state {
+	next := st
+	for i := range nb {
+		cost := in.costs[i]
+		if cost == 0 {
+			continue
+		}
+		b, s, qi := st.b[i], out.stamps[i], q.b[i]
+		if !stampOK(b, in, s) {
+			return nil
+		}
+		lo, hi := qi.bounds(b, s)
+		tok := out.tokens[i]
+		if !b.pending() && !b.approx {
+			// exact: the script's arithmetic, and its wait
+			if lo-float64(cost) != tok || qi.wait(lo, cost) > float64(in.maxWait) {
+				return nil
+			}
+		} else {
+			got := tok + float64(cost)
+			if got < lo-eps || got > hi+eps || qi.wait(got+eps, cost) > float64(in.maxWait) {
+				return nil
+			}
+		}
+		next.b[i] = bucket{tok: tok, last: s, refunds: b.refunds}
+	}
+	return []state{next}
+}
+
+// reserveDeny is a reservation the store refused: each bucket's balance
+// at one time of the call (as a denial's), and some bucket's wait above
+// the max wait; nothing charged.
+func (q quotas) reserveDeny(st state, in input, out output) []state {
+	long := false
+	for i := range nb {
+		cost := in.costs[i]
+		if cost == 0 {
+			continue
+		}
+		b, qi := st.b[i], q.b[i]
+		from, to := max(b.last, in.lo), max(b.last, in.hi)
+		if b.pending() {
+			to = max(to, b.pend)
+		}
+		lo, _ := qi.bounds(b, from)
+		_, hi := qi.bounds(b, to)
+		tok := out.tokens[i]
+		if tok < lo-eps || tok > hi+eps {
+			return nil
+		}
+		if qi.wait(tok, cost) > float64(in.maxWait) {
+			long = true
+		}
+	}
+	if !long {
+		return nil
+	}
+	return []state{st}
+}
+
 // deny is a denial: by the store (each bucket's balance at one time of the
 // call, some bucket short of its cost; or every bucket holding its cost
 // and no slot free), or by the deny cache (the bucket short at some time).
@@ -479,6 +603,8 @@ type op struct {
 	// a settle's actual - estimate, and what it reported forgiven
 	Delta    int64 `json:"delta,omitempty"`
 	Forgiven int64 `json:"forgiven,omitempty"`
+	// a reservation's max wait, µs
+	MaxWait int64 `json:"maxwait,omitempty"`
 }
 
 // slack widens each call's window, in µs: the process's clock reading and
@@ -527,6 +653,9 @@ func model(q quotas) porcupine.Model {
 			if i.slot {
 				s += fmt.Sprintf(" held %d", o.held)
 			}
+			if i.kind == reserved || i.kind == reserveDenied || i.kind == reserveFailed {
+				s += fmt.Sprintf(" max wait %dµs", i.maxWait)
+			}
 			if i.kind == settled || i.kind == settleFailed {
 				s += fmt.Sprintf(" delta %d forgiven %d", i.delta, i.forgiven)
 			}
@@ -536,7 +665,7 @@ func model(q quotas) porcupine.Model {
 			st := s.(state)
 			var out string
 			for i, b := range st.b {
-				out += fmt.Sprintf("[%d] %.17g @%d debt %d owed [%g,%g] refund %g; ", i, b.tok, b.last, b.debt, b.owedLo, b.owedHi, b.refund)
+				out += fmt.Sprintf("[%d] %.17g @%d debt %d owed [%g,%g] refund %g given %g; ", i, b.tok, b.last, b.debt, b.owedLo, b.owedHi, b.refund, b.given)
 			}
 			return out + fmt.Sprintf("slots %d held, up to %d orphans", st.holders, st.orphans)
 		},
@@ -589,7 +718,7 @@ func operations(q quotas, ops []op) []porcupine.Operation {
 		// the other replicas' clocks are never stepped: a negative
 		// offset is this replica's lag behind them
 		in := input{kind: o.Kind, costs: [nb]int64{o.Cost, o.AlsoCost}, lease: o.Lease, lag: max(0, -o.OffLo),
-			slot: o.Slot, delta: o.Delta, forgiven: o.Forgiven,
+			slot: o.Slot, delta: o.Delta, forgiven: o.Forgiven, maxWait: o.MaxWait,
 			lo: o.Call/1000 + o.OffLo - slack, hi: ret/1000 + o.OffHi + slack,
 			call: o.Call / 1000, ret: ret/1000 + slack, window: windows[o.Replica], keep: keep}
 		out := output{tokens: [nb]float64{o.Tokens, o.AlsoTokens}, stamps: [nb]int64{o.Stamp, o.AlsoStamp}, held: o.Held}

@@ -59,7 +59,9 @@ type config struct {
 	// with a concurrency limit, each admitted one held a moment and
 	// released; "settle" checks, half of the admitted ones settled at
 	// another actual cost (a charge or a refund); "all" the three at once
-	// (class a with the concurrency limit)
+	// (class a with the concurrency limit); "reserve" checks and, half of
+	// the requests, reservations (Limiter.Reserve) of a max wait of
+	// reserveWait
 	Mix string
 	// AlsoCapacity and AlsoRate are class b's quota (Mix "multi")
 	AlsoCapacity int64
@@ -243,6 +245,9 @@ func (l *limiterDecider) decide(ctx context.Context, tenant string, rng *rand.Ra
 			req.Also, req.AlsoCosts = []string{classB}, []int64{3 - cost}
 		}
 	}
+	if l.cfg.Mix == "reserve" && rng.IntN(2) == 0 {
+		return reserveOnce(ctx, l.lim, req, rng)
+	}
 	o, d := checkOnce(ctx, l.lim, req, l.cfg.Lease)
 	// class a carries the concurrency limit
 	o.Slot = l.cfg.Concurrency > 0 && o.Cost > 0
@@ -331,6 +336,46 @@ func checkOnce(ctx context.Context, lim *core.Limiter, req core.Request, lease i
 		o.NotSent = err != nil && notSent(err)
 	}
 	return o, d
+}
+
+// reserveWait is the max wait of the reservations of Mix "reserve": at
+// the test quota's rate, 4 tokens of debt at most.
+const reserveWait = 20 * time.Millisecond
+
+// reserveOnce records one reservation by lim of req (class "default") as
+// an op, and cancels one granted reservation in four at once. The caller
+// does not wait for its time: the model follows the bucket, which the
+// reservation charged when granted.
+func reserveOnce(ctx context.Context, lim *core.Limiter, req core.Request, rng *rand.Rand) []op {
+	o := op{Call: time.Now().UnixNano(), Cost: req.Cost, MaxWait: reserveWait.Microseconds()}
+	r, err := lim.Reserve(ctx, req, reserveWait)
+	o.Return = time.Now().UnixNano()
+	d := r.Decision
+	o.Reason, o.Allowed, o.Fallback = d.Reason.String(), d.Allowed, d.Fallback
+	state := func() {
+		for _, b := range d.Buckets {
+			o.Tokens, o.Stamp = b.Tokens, b.Stamp.UnixMicro()
+		}
+	}
+	switch {
+	case err == nil && d.Reason == core.ReasonOK:
+		o.Kind = reserved
+		state()
+	case err == nil && d.Reason == core.ReasonOverLimit:
+		o.Kind = reserveDenied
+		state()
+		o.Stamp = 0
+	default:
+		o.Kind = reserveFailed
+		o.NotSent = err != nil && notSent(err)
+	}
+	if o.Kind != reserved || rng.IntN(4) != 0 {
+		return []op{o}
+	}
+	c := op{Kind: cancelled, Cost: req.Cost, Call: time.Now().UnixNano()}
+	_ = r.Cancel(ctx) // a failed cancel gave back nothing, or its lost reply some
+	c.Return = time.Now().UnixNano()
+	return []op{o, c}
 }
 
 // notSent reports a store error that says the command never left: the

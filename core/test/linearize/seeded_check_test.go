@@ -34,6 +34,7 @@ func TestSeededBugsAreCaught(t *testing.T) {
 		{name: "lenient", fault: noFault},
 		{name: "slots", fault: noFault, options: slotsMix},
 		{name: "settle", fault: noFault, options: settleMix},
+		{name: "reserve", fault: noFault, options: reserveMix},
 		{name: "replay", proxied: true, fault: flicker},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
@@ -80,6 +81,7 @@ func TestSeededControls(t *testing.T) {
 		{name: "lenient"},
 		{name: "slots", options: slotsMix},
 		{name: "settle", options: settleMix},
+		{name: "reserve", options: reserveMix},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()

@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -33,6 +32,9 @@ import (
 //   - settle: the real limiter's checks, settled by the settle script
 //     charging nothing (a refund still refunds) and reporting nothing
 //     forgiven.
+//   - reserve: checks, and reservations by the reserve script granting
+//     one that must wait without charging it (one that needs no wait is
+//     charged).
 //
 // Each broken script is the limiter's own with one condition replaced: a
 // replacement that no longer finds its text fails the history.
@@ -43,10 +45,8 @@ type seeded struct {
 	key    func(tenant string) string
 	ttl    string
 	lim    *core.Limiter // settle: the checks
-	// settle: the reservations settled, named by this process (random:
-	// the replicas' processes settle the same tenants) and a count
-	markID uint64
-	marks  atomic.Uint64
+	// reserve: the reservations' script (the checks run script, unbroken)
+	reserveScript *redis.Script
 }
 
 // settlePerBucket: the settle script takes each bucket's capacity, rate,
@@ -55,6 +55,11 @@ type seeded struct {
 // speaks either (once every branch has the per-bucket form, the other can
 // go).
 var settlePerBucket = strings.Contains(lua.Settle(), "tonumber(ARGV[4 * i])")
+
+// settleMarked: the settle script takes the reservation's mark as its last
+// key and the mark's life as its last argument (a reservation is settled
+// once); before, neither.
+var settleMarked = strings.Contains(lua.Settle(), "local mark = KEYS[n + 1]")
 
 // broken is src with old replaced by new (src itself for a control), or
 // an error when src lacks old.
@@ -84,6 +89,8 @@ func newSeeded(cfg config, uc redis.UniversalClient, clk *clock) (decider, error
 		s.script, err = broken(cfg, lua.TokenBucket(), "if cost > cap or tokens < cost then", "if cost > cap or tokens < cost - 0.5 then")
 	case "slots":
 		s.script, err = broken(cfg, lua.Concurrency(), "(held >= limit or", "(held > limit or")
+	case "reserve":
+		s.reserveScript, err = broken(cfg, lua.Reserve(), "local left = toks[i] - costs[i]", "local left = toks[i] - (wait > 0 and 0 or costs[i])")
 	case "settle":
 		arg := "ARGV[2]"
 		if settlePerBucket {
@@ -91,7 +98,6 @@ func newSeeded(cfg config, uc redis.UniversalClient, clk *clock) (decider, error
 		}
 		if s.script, err = broken(cfg, lua.Settle(), "local delta = tonumber("+arg+")", "local delta = math.min(0, tonumber("+arg+"))"); err == nil {
 			s.lim, err = newLimiter(cfg, uc, clk)
-			s.markID = rand.Uint64()
 		}
 	default:
 		return nil, fmt.Errorf("unknown client %q", cfg.Client)
@@ -118,6 +124,10 @@ func (s *seeded) decide(ctx context.Context, tenant string, rng *rand.Rand) []op
 		return s.slots(ctx, tenant, cost, rng)
 	case "settle":
 		return s.settle(ctx, tenant, cost, rng)
+	case "reserve":
+		if rng.IntN(2) == 0 {
+			return s.reserve(ctx, tenant, cost)
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
@@ -193,6 +203,35 @@ func (s *seeded) slots(ctx context.Context, tenant string, cost int64, rng *rand
 	return []op{o, r}
 }
 
+// reserve reserves one request with the broken reserve script (the
+// limiter's arguments: one bucket, a max wait of reserveWait); the other
+// half of the requests are checks by the token-bucket script.
+func (s *seeded) reserve(ctx context.Context, tenant string, cost int64) []op {
+	key := s.key(tenant)
+	o := op{Call: time.Now().UnixNano(), Cost: cost, MaxWait: reserveWait.Microseconds()}
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	v, err := s.reserveScript.Run(cctx, s.c, []string{key, key + ":reserved"}, "", "r", reserveWait.Microseconds(), s.cfg.Capacity,
+		strconv.FormatFloat(s.cfg.Rate, 'g', -1, 64), cost).Slice()
+	cancel()
+	o.Return = time.Now().UnixNano()
+	if err != nil || len(v) != 5 {
+		o.Kind, o.Reason = reserveFailed, "error"
+		return []op{o}
+	}
+	status, _ := v[0].(int64)
+	st, _ := v[4].(string)
+	tok, stamp, _ := strings.Cut(st, " ")
+	o.Tokens, _ = strconv.ParseFloat(tok, 64)
+	switch status {
+	case 0:
+		o.Kind, o.Reason, o.Allowed = reserved, "ok", true
+		o.Stamp, _ = strconv.ParseInt(stamp, 10, 64)
+	default:
+		o.Kind, o.Reason = reserveDenied, "over_limit"
+	}
+	return []op{o}
+}
+
 // settle checks one request with the real limiter and settles half of the
 // admitted ones with the broken settle script.
 func (s *seeded) settle(ctx context.Context, tenant string, cost int64, rng *rand.Rand) []op {
@@ -204,15 +243,17 @@ func (s *seeded) settle(ctx context.Context, tenant string, cost int64, rng *ran
 	r := op{Kind: settled, Cost: cost, Delta: actual - cost, Call: time.Now().UnixNano()}
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	rate := strconv.FormatFloat(s.cfg.Rate, 'g', -1, 64)
+	keys := []string{s.key(tenant)}
 	args := []any{"", actual - cost, s.cfg.Capacity, rate}
 	if settlePerBucket {
 		args = []any{"", s.cfg.Capacity, rate, actual - cost, 0} // no debt cap
 	}
-	// the settle script marks the reservation settled: a key beside the
-	// bucket's, living a minute
-	mark := s.key(tenant) + ":settled:" + strconv.FormatUint(s.markID, 36) + "x" + strconv.FormatUint(s.marks.Add(1), 36)
-	args = append(args, 60000)
-	v, err := s.script.Run(cctx, s.c, []string{s.key(tenant), mark}, args...).Slice()
+	if settleMarked {
+		// the reservation's mark: its own, living 10 s
+		keys = append(keys, s.key(tenant)+":settled:"+strconv.FormatUint(rng.Uint64(), 36))
+		args = append(args, 10_000)
+	}
+	v, err := s.script.Run(cctx, s.c, keys, args...).Slice()
 	cancel()
 	r.Return = time.Now().UnixNano()
 	if err != nil || len(v) == 0 {
