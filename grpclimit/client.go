@@ -4,18 +4,15 @@ import (
 	"context"
 	"errors"
 	"io"
-	"strconv"
 	"sync"
-	"time"
 
-	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/retry"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"github.com/tollgate-go/tollgate/core/rpcadapt"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/protoadapt"
 )
 
 // maxReplayBytes bounds what StreamClientInterceptor keeps of the messages a
@@ -23,45 +20,21 @@ import (
 // before its first answer is not retried.
 const maxReplayBytes = 1 << 20
 
-// maxPushbackMillis bounds a pushback (a year) so that it cannot overflow a
-// Duration; any such wait is over every sane maximum delay anyway.
-const maxPushbackMillis = 365 * 24 * 3600 * 1000
-
-// hint reads the retry hint of a call's error and trailer metadata.
-// throttled is false unless err is a ResourceExhausted or Unavailable
-// status that carries a rate-limit hint: the grpc-retry-pushback-ms trailer
-// (-1, or any malformed or repeated value: never), a RetryInfo (the longer
-// of the two wins), or an ErrorInfo saying the cost can never be met. Other
-// ResourceExhausted errors (a message over the size limit, a server's own
-// quota) are not throttling answers and are not retried.
+// hint reads the retry hint of a call's error and trailer metadata, as
+// rpcadapt.Hint says: throttled only for a ResourceExhausted or
+// Unavailable status that carries a rate-limit hint.
 func hint(err error, trailer metadata.MD) (h retry.Hint, throttled bool) {
 	st, ok := status.FromError(err)
-	if !ok || (st.Code() != codes.ResourceExhausted && st.Code() != codes.Unavailable) {
+	if !ok {
 		return retry.Hint{}, false
 	}
-	if vs := trailer.Get(pushbackKey); len(vs) > 0 {
-		throttled = true
-		ms, perr := strconv.ParseInt(vs[0], 10, 64)
-		if len(vs) > 1 || perr != nil || ms < 0 {
-			h.Never = true
-		} else {
-			h.After = time.Duration(min(ms, maxPushbackMillis)) * time.Millisecond
-		}
-	}
+	var details []proto.Message
 	for _, d := range st.Details() {
-		switch d := d.(type) {
-		case *errdetails.RetryInfo:
-			if d.GetRetryDelay() != nil && d.GetRetryDelay().IsValid() {
-				throttled = true
-				h.After = max(h.After, d.GetRetryDelay().AsDuration())
-			}
-		case *errdetails.ErrorInfo:
-			if d.GetReason() == errorReason && d.GetMetadata()[metaReason] == core.ReasonCostExceedsCapacity.String() {
-				throttled, h.Never = true, true
-			}
+		if m, ok := d.(protoadapt.MessageV1); ok {
+			details = append(details, protoadapt.MessageV2Of(m))
 		}
 	}
-	return h, throttled
+	return rpcadapt.Hint(st.Code(), trailer.Get(rpcadapt.PushbackKey), details)
 }
 
 // transportHeader are the header fields a server's transport sends on its
