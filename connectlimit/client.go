@@ -90,7 +90,7 @@ func (c *clientInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc 
 
 func (c *clientInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
 	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
-		return &retryConn{StreamingClientConn: next(ctx, spec), ctx: ctx, spec: spec, next: next, p: c.p, attempt: 1}
+		return newRetryConn(ctx, spec, next, c.p)
 	}
 }
 
