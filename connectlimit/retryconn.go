@@ -37,53 +37,26 @@ func newRetryConn(ctx context.Context, spec connect.Spec, next connect.Streaming
 
 func (c *retryConn) Spec() connect.Spec { return c.spec }
 
-func (c *retryConn) Peer() connect.Peer {
-	cc, _ := c.Current()
-	return cc.Peer()
-}
+func (c *retryConn) Peer() connect.Peer { return c.conn().Peer() }
 
-func (c *retryConn) RequestHeader() http.Header {
-	cc, _ := c.Current()
-	return cc.RequestHeader()
-}
+func (c *retryConn) RequestHeader() http.Header { return c.conn().RequestHeader() }
 
-func (c *retryConn) ResponseHeader() http.Header {
-	cc, _ := c.Current()
-	return cc.ResponseHeader()
-}
+func (c *retryConn) ResponseHeader() http.Header { return c.conn().ResponseHeader() }
 
-func (c *retryConn) ResponseTrailer() http.Header {
-	cc, _ := c.Current()
-	return cc.ResponseTrailer()
-}
+func (c *retryConn) ResponseTrailer() http.Header { return c.conn().ResponseTrailer() }
 
-func (c *retryConn) CloseResponse() error {
-	cc, _ := c.Current()
-	return cc.CloseResponse()
-}
+func (c *retryConn) CloseResponse() error { return c.conn().CloseResponse() }
 
 func (c *retryConn) CloseRequest() error { return c.CloseSend() }
 
 func (c *retryConn) Receive(m any) error {
-	for {
-		cc, committed := c.Current()
-		err := cc.Receive(m)
-		if committed {
-			return err
-		}
-		if err == nil {
-			c.Commit()
-			return nil
-		}
-		retried, rerr := c.maybeRetry(cc, err)
-		if rerr != nil {
-			return rerr
-		}
-		if !retried {
-			c.Commit()
-			return err
-		}
-	}
+	return c.ReceiveWith(func(cc connect.StreamingClientConn) error { return cc.Receive(m) }, c.maybeRetry)
+}
+
+// conn is the current attempt.
+func (c *retryConn) conn() connect.StreamingClientConn {
+	cc, _ := c.Current()
+	return cc
 }
 
 // maybeRetry retries the stream if the attempt cc ended with rerr,

@@ -159,25 +159,7 @@ func (s *retryStream) Header() (metadata.MD, error) {
 }
 
 func (s *retryStream) RecvMsg(m any) error {
-	for {
-		cs, committed := s.Current()
-		err := cs.RecvMsg(m)
-		if committed {
-			return err
-		}
-		if err == nil {
-			s.Commit()
-			return nil
-		}
-		retried, rerr := s.maybeRetry(cs, err)
-		if rerr != nil {
-			return rerr
-		}
-		if !retried {
-			s.Commit()
-			return err
-		}
-	}
+	return s.ReceiveWith(func(cs grpc.ClientStream) error { return cs.RecvMsg(m) }, s.maybeRetry)
 }
 
 // maybeRetry retries the stream if the attempt cs ended with rerr,

@@ -130,6 +130,33 @@ func (s *Stream[S]) CloseSend() error {
 	return s.closeSend(s.cur)
 }
 
+// ReceiveWith receives with recv on the current attempt. While the stream
+// is uncommitted, a receive that fails is handed to retry, which retries
+// the stream (Retry) if the answer asks for it: then the receive starts
+// again on the new attempt. A receive that succeeds, or a failure not
+// retried, commits the stream; retry's own failure is returned as is.
+func (s *Stream[S]) ReceiveWith(recv func(S) error, retry func(cur S, err error) (retried bool, rerr error)) error {
+	for {
+		cur, committed := s.Current()
+		err := recv(cur)
+		if committed {
+			return err
+		}
+		if err == nil {
+			s.Commit()
+			return nil
+		}
+		retried, rerr := retry(cur, err)
+		if rerr != nil {
+			return rerr
+		}
+		if !retried {
+			s.Commit()
+			return err
+		}
+	}
+}
+
 // Retry retries the stream after its attempt cur ended with an answer
 // throttled as h says, if p allows: it waits p's delay, opens the next
 // attempt with open (the state locked), and sends on it what was sent, and
