@@ -7,7 +7,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/tollgate-go/tollgate/core/retry"
-	"github.com/tollgate-go/tollgate/core/rpcadapt"
+	"github.com/tollgate-go/tollgate/rpcadapt"
 	"google.golang.org/protobuf/proto"
 )
 

@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"connectrpc.com/connect"
-	"github.com/tollgate-go/tollgate/core/rpcadapt"
+	"github.com/tollgate-go/tollgate/rpcadapt"
 )
 
 // Option configures [NewInterceptor]. Options are applied in order; a nil

@@ -8,7 +8,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/tollgate-go/tollgate/core/retry"
-	"github.com/tollgate-go/tollgate/core/rpcadapt"
+	"github.com/tollgate-go/tollgate/rpcadapt"
 )
 
 // retryConn retries a client stream the server throttled before its first

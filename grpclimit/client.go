@@ -6,7 +6,7 @@ import (
 	"io"
 
 	"github.com/tollgate-go/tollgate/core/retry"
-	"github.com/tollgate-go/tollgate/core/rpcadapt"
+	"github.com/tollgate-go/tollgate/rpcadapt"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"

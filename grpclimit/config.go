@@ -3,7 +3,7 @@ package grpclimit
 import (
 	"context"
 
-	"github.com/tollgate-go/tollgate/core/rpcadapt"
+	"github.com/tollgate-go/tollgate/rpcadapt"
 	"google.golang.org/grpc/codes"
 )
 
