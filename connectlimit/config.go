@@ -25,16 +25,7 @@ type config = rpcadapt.Config[connect.Code]
 // newConfig applies opts, panicking when one is given a value it cannot
 // use.
 func newConfig(opts []Option) config {
-	c := rpcadapt.NewConfig[connect.Code]()
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o.apply(&c); err != nil {
-			panic(rpcadapt.Panic("connectlimit.NewInterceptor", err))
-		}
-	}
-	return c
+	return rpcadapt.Configure("connectlimit.NewInterceptor", opts, Option.apply)
 }
 
 // WithFilter adds a filter; a call to procedure ("/pkg.Service/Method")

@@ -25,16 +25,7 @@ type config = rpcadapt.Config[codes.Code]
 // newConfig applies opts, panicking as fn (the interceptor's constructor)
 // when one is given a value it cannot use.
 func newConfig(fn string, opts []Option) config {
-	c := rpcadapt.NewConfig[codes.Code]()
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o.apply(&c); err != nil {
-			panic(rpcadapt.Panic("grpclimit."+fn, err))
-		}
-	}
-	return c
+	return rpcadapt.Configure("grpclimit."+fn, opts, Option.apply)
 }
 
 // WithFilter adds a filter; a call to fullMethod ("/pkg.Service/Method")

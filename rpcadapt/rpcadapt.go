@@ -103,6 +103,25 @@ func NewConfig[C Code]() Config[C] {
 	return Config[C]{DeniedCode: codeResourceExhausted, Domain: DefaultDomain}
 }
 
+// Configure is the configuration opts set, each applied in order with
+// apply (nil ones skipped). An option given a value it cannot use panics,
+// naming fn, the adapter's constructor ("grpclimit.UnaryServerInterceptor"):
+// a constructor runs where the interceptor is registered, and returns no
+// error.
+func Configure[C Code, O comparable](fn string, opts []O, apply func(O, *Config[C]) error) Config[C] {
+	c := NewConfig[C]()
+	var none O
+	for _, o := range opts {
+		if o == none {
+			continue
+		}
+		if err := apply(o, &c); err != nil {
+			panic(Panic(fn, err))
+		}
+	}
+	return c
+}
+
 // badOption is the error of an option given a value it cannot use.
 func badOption(option, format string, args ...any) error {
 	return fmt.Errorf("%w: %s: %s", core.ErrInvalidConfig, option, fmt.Sprintf(format, args...))

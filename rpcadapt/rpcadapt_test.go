@@ -187,3 +187,28 @@ func TestHint(t *testing.T) {
 		}
 	}
 }
+
+// option stands for an adapter's sealed Option.
+type option interface{ apply(*Config[code]) error }
+
+type optionFunc func(*Config[code]) error
+
+func (f optionFunc) apply(c *Config[code]) error { return f(c) }
+
+func TestConfigure(t *testing.T) {
+	domain := func(d string) option {
+		return optionFunc(func(c *Config[code]) error { return c.SetDomain("x.WithDomain", d) })
+	}
+	c := Configure("x.New", []option{nil, domain("a.example"), nil, domain("b.example")}, option.apply)
+	if c.Domain != "b.example" || c.DeniedCode != codeResourceExhausted {
+		t.Errorf("Configure = %+v", c)
+	}
+	defer func() {
+		want := "tollgate: x.New: invalid configuration: x.WithDomain: empty domain"
+		if got := recover(); got != want {
+			t.Errorf("panic %v, want %q", got, want)
+		}
+	}()
+	Configure("x.New", []option{domain("")}, option.apply)
+	t.Error("no panic")
+}
