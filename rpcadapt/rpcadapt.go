@@ -50,9 +50,9 @@ const (
 // rate-limit headers.)
 const PushbackKey = "grpc-retry-pushback-ms"
 
-// DefaultDomain is the ErrorInfo domain of a denial unless an option sets
+// defaultDomain is the ErrorInfo domain of a denial unless an option sets
 // another.
-const DefaultDomain = "tollgate.dev"
+const defaultDomain = "tollgate.dev"
 
 // ErrorInfo of a denial (the adapters' package documentation lists them).
 const (
@@ -97,10 +97,10 @@ type Config[C Code] struct {
 	OnError func(ctx context.Context, method string, err error)
 }
 
-// NewConfig is the configuration no option changed: denials answered
-// ResourceExhausted in DefaultDomain.
-func NewConfig[C Code]() Config[C] {
-	return Config[C]{DeniedCode: codeResourceExhausted, Domain: DefaultDomain}
+// newConfig is the configuration no option changed: denials answered
+// ResourceExhausted in defaultDomain.
+func newConfig[C Code]() Config[C] {
+	return Config[C]{DeniedCode: codeResourceExhausted, Domain: defaultDomain}
 }
 
 // Configure is the configuration opts set, each applied in order with
@@ -109,14 +109,14 @@ func NewConfig[C Code]() Config[C] {
 // a constructor runs where the interceptor is registered, and returns no
 // error.
 func Configure[C Code, O comparable](fn string, opts []O, apply func(O, *Config[C]) error) Config[C] {
-	c := NewConfig[C]()
+	c := newConfig[C]()
 	var none O
 	for _, o := range opts {
 		if o == none {
 			continue
 		}
 		if err := apply(o, &c); err != nil {
-			panic(Panic(fn, err))
+			panic(panicMessage(fn, err))
 		}
 	}
 	return c
@@ -127,9 +127,9 @@ func badOption(option, format string, args ...any) error {
 	return fmt.Errorf("%w: %s: %s", core.ErrInvalidConfig, option, fmt.Sprintf(format, args...))
 }
 
-// Panic is the panic message of constructor fn ("grpclimit.NewX") given
+// panicMessage is the panic message of constructor fn ("grpclimit.NewX") given
 // an option that failed with err.
-func Panic(fn string, err error) string {
+func panicMessage(fn string, err error) string {
 	return "tollgate: " + fn + ": " + strings.TrimPrefix(err.Error(), "tollgate: ")
 }
 

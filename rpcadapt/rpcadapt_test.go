@@ -27,9 +27,9 @@ type code uint32
 func (c code) String() string { return fmt.Sprintf("code(%d)", uint32(c)) }
 
 func TestOptionsRefuseBadValues(t *testing.T) {
-	c := NewConfig[code]()
-	if c.DeniedCode != codeResourceExhausted || c.Domain != DefaultDomain {
-		t.Fatalf("NewConfig = %+v", c)
+	c := newConfig[code]()
+	if c.DeniedCode != codeResourceExhausted || c.Domain != defaultDomain {
+		t.Fatalf("newConfig = %+v", c)
 	}
 	for name, err := range map[string]error{
 		"x.WithFilter":       c.AddFilter("x.WithFilter", nil),
@@ -42,7 +42,7 @@ func TestOptionsRefuseBadValues(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	if c.DeniedCode != codeResourceExhausted || c.Domain != DefaultDomain || c.Message != nil || len(c.Filters) != 0 || c.OnError != nil {
+	if c.DeniedCode != codeResourceExhausted || c.Domain != defaultDomain || c.Message != nil || len(c.Filters) != 0 || c.OnError != nil {
 		t.Errorf("a refused value was set: %+v", c)
 	}
 	if err := c.SetDeniedCode("x", codeUnavailable); err != nil || c.DeniedCode != codeUnavailable {
@@ -51,14 +51,14 @@ func TestOptionsRefuseBadValues(t *testing.T) {
 	if err := c.SetMessageCost("x", "upload", 2); err != nil || *c.Message != (gate.Route{Class: "upload", Cost: 2}) {
 		t.Errorf("SetMessageCost = %v, %v", err, c.Message)
 	}
-	got := Panic("x.New", c.SetDomain("x.WithDomain", ""))
+	got := panicMessage("x.New", c.SetDomain("x.WithDomain", ""))
 	if want := "tollgate: x.New: invalid configuration: x.WithDomain: empty domain"; got != want {
 		t.Errorf("Panic = %q, want %q", got, want)
 	}
 }
 
 func TestLimited(t *testing.T) {
-	c := NewConfig[code]()
+	c := newConfig[code]()
 	if !c.Limited(context.Background(), "/a.S/M") {
 		t.Error("no filter: not limited")
 	}
@@ -106,7 +106,7 @@ func TestAnswer(t *testing.T) {
 		{name: "invalid", v: gate.Verdict{Decision: core.Decision{Reason: core.ReasonInvalid}, Problem: render.Problem{Detail: "bad"}}, code: codeInvalidArgument, message: "bad"},
 		{name: "unresolved", v: gate.Verdict{Decision: core.Decision{Reason: core.ReasonUnresolved}, Problem: render.Problem{Detail: "no quota for x"}}, code: codeInternal, message: misconfiguredMessage},
 	}
-	c := NewConfig[code]()
+	c := newConfig[code]()
 	_ = c.SetDeniedCode("x", codeUnavailable)
 	_ = c.SetDomain("x", "example.com")
 	for _, tc := range cases {
@@ -142,7 +142,7 @@ func TestAnswer(t *testing.T) {
 
 func TestAnswerProceedsAndReports(t *testing.T) {
 	var got []string
-	c := NewConfig[code]()
+	c := newConfig[code]()
 	_ = c.SetErrorHandler("x", func(_ context.Context, m string, err error) { got = append(got, m+": "+err.Error()) })
 	if a := c.Answer(context.Background(), "/a.S/M", gate.Verdict{Proceed: true}); a != nil {
 		t.Errorf("a verdict that proceeds answered %+v", a)
