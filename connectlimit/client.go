@@ -4,58 +4,29 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"strconv"
-	"time"
 
 	"connectrpc.com/connect"
-	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/retry"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"github.com/tollgate-go/tollgate/rpcadapt"
+	"google.golang.org/protobuf/proto"
 )
 
-// maxPushbackMillis bounds a pushback (a year) so that it cannot overflow a
-// Duration; any such wait is over every sane maximum delay anyway.
-const maxPushbackMillis = 365 * 24 * 3600 * 1000
-
-// hint reads the retry hint of a call's error. throttled is false unless
-// err is a CodeResourceExhausted or CodeUnavailable error that carries a
-// rate-limit hint: the Grpc-Retry-Pushback-Ms metadata (-1, or any
-// malformed or repeated value: never), a RetryInfo detail (the longer of
-// the two wins), or an ErrorInfo saying the cost can never be met. Other
-// ResourceExhausted errors (a message over the size limit, a server's own
-// quota) are not throttling answers and are not retried.
+// hint reads the retry hint of a call's error, as rpcadapt.Hint says:
+// throttled only for a CodeResourceExhausted or CodeUnavailable error that
+// carries a rate-limit hint (its Grpc-Retry-Pushback-Ms metadata, a
+// RetryInfo or an ErrorInfo detail).
 func hint(err error) (h retry.Hint, throttled bool) {
 	var ce *connect.Error
-	if !errors.As(err, &ce) || (ce.Code() != connect.CodeResourceExhausted && ce.Code() != connect.CodeUnavailable) {
+	if !errors.As(err, &ce) {
 		return retry.Hint{}, false
 	}
-	if vs := ce.Meta().Values(pushbackKey); len(vs) > 0 {
-		throttled = true
-		ms, perr := strconv.ParseInt(vs[0], 10, 64)
-		if len(vs) > 1 || perr != nil || ms < 0 {
-			h.Never = true
-		} else {
-			h.After = time.Duration(min(ms, maxPushbackMillis)) * time.Millisecond
-		}
-	}
+	var details []proto.Message
 	for _, d := range ce.Details() {
-		m, verr := d.Value()
-		if verr != nil {
-			continue
-		}
-		switch m := m.(type) {
-		case *errdetails.RetryInfo:
-			if m.GetRetryDelay() != nil && m.GetRetryDelay().IsValid() {
-				throttled = true
-				h.After = max(h.After, m.GetRetryDelay().AsDuration())
-			}
-		case *errdetails.ErrorInfo:
-			if m.GetReason() == errorReason && m.GetMetadata()[metaReason] == core.ReasonCostExceedsCapacity.String() {
-				throttled, h.Never = true, true
-			}
+		if m, verr := d.Value(); verr == nil {
+			details = append(details, m)
 		}
 	}
-	return h, throttled
+	return rpcadapt.Hint(ce.Code(), ce.Meta().Values(rpcadapt.PushbackKey), details)
 }
 
 // clientInterceptor retries throttled unary calls.
@@ -119,7 +90,7 @@ func (c *clientInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc 
 
 func (c *clientInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
 	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
-		return &retryConn{StreamingClientConn: next(ctx, spec), ctx: ctx, spec: spec, next: next, p: c.p, attempt: 1}
+		return newRetryConn(ctx, spec, next, c.p)
 	}
 }
 

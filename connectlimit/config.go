@@ -2,16 +2,10 @@ package connectlimit
 
 import (
 	"context"
-	"fmt"
-	"strings"
 
 	"connectrpc.com/connect"
-	"github.com/tollgate-go/tollgate/core"
-	"github.com/tollgate-go/tollgate/core/gate"
+	"github.com/tollgate-go/tollgate/rpcadapt"
 )
-
-// defaultDomain is the ErrorInfo domain of a denial.
-const defaultDomain = "tollgate.dev"
 
 // Option configures [NewInterceptor]. Options are applied in order; a nil
 // Option is skipped. An option given a value it cannot use makes
@@ -25,45 +19,20 @@ type optionFunc func(*config) error
 
 func (f optionFunc) apply(c *config) error { return f(c) }
 
-// badOption is the error of an option given a value it cannot use.
-func badOption(option, format string, args ...any) error {
-	return fmt.Errorf("%w: connectlimit.%s: %s", core.ErrInvalidConfig, option, fmt.Sprintf(format, args...))
-}
-
-type config struct {
-	filters    []func(ctx context.Context, procedure string) bool
-	deniedCode connect.Code
-	domain     string
-	message    *gate.Route
-	onError    func(ctx context.Context, procedure string, err error)
-}
+// config is what the options set, and the rules of the answers.
+type config = rpcadapt.Config[connect.Code]
 
 // newConfig applies opts, panicking when one is given a value it cannot
 // use.
 func newConfig(opts []Option) config {
-	c := config{deniedCode: connect.CodeResourceExhausted, domain: defaultDomain}
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o.apply(&c); err != nil {
-			panic("tollgate: connectlimit.NewInterceptor: " + strings.TrimPrefix(err.Error(), "tollgate: "))
-		}
-	}
-	return c
+	return rpcadapt.Configure("connectlimit.NewInterceptor", opts, Option.apply)
 }
 
 // WithFilter adds a filter; a call to procedure ("/pkg.Service/Method")
 // is limited only if every filter returns true, and let through unchecked
 // otherwise. Default: every call is limited. nil is an error.
 func WithFilter(f func(ctx context.Context, procedure string) bool) Option {
-	return optionFunc(func(c *config) error {
-		if f == nil {
-			return badOption("WithFilter", "nil function")
-		}
-		c.filters = append(c.filters, f)
-		return nil
-	})
+	return optionFunc(func(c *config) error { return c.AddFilter("connectlimit.WithFilter", f) })
 }
 
 // WithDeniedCode sets the code of a denial: connect.CodeResourceExhausted
@@ -71,25 +40,13 @@ func WithFilter(f func(ctx context.Context, procedure string) bool) Option {
 // Unavailable. Any other code is an error. The details and metadata are
 // the same either way.
 func WithDeniedCode(code connect.Code) Option {
-	return optionFunc(func(c *config) error {
-		if code != connect.CodeResourceExhausted && code != connect.CodeUnavailable {
-			return badOption("WithDeniedCode", "must be CodeResourceExhausted or CodeUnavailable, got %v", code)
-		}
-		c.deniedCode = code
-		return nil
-	})
+	return optionFunc(func(c *config) error { return c.SetDeniedCode("connectlimit.WithDeniedCode", code) })
 }
 
 // WithDomain sets the ErrorInfo domain of a denial. Default "tollgate.dev";
 // "" is an error.
 func WithDomain(domain string) Option {
-	return optionFunc(func(c *config) error {
-		if domain == "" {
-			return badOption("WithDomain", "empty domain")
-		}
-		c.domain = domain
-		return nil
-	})
+	return optionFunc(func(c *config) error { return c.SetDomain("connectlimit.WithDomain", domain) })
 }
 
 // WithMessageCost also charges every message received on a client-stream
@@ -99,14 +56,7 @@ func WithDomain(domain string) Option {
 // handler should return. A class or cost the route table would refuse is
 // an error. Default: messages are not charged.
 func WithMessageCost(class string, cost int64) Option {
-	return optionFunc(func(c *config) error {
-		r := gate.Route{Class: class, Cost: cost}
-		if err := (gate.Routes{"message cost": r}).Validate(); err != nil {
-			return badOption("WithMessageCost", "%s", strings.TrimPrefix(err.Error(), "tollgate: "))
-		}
-		c.message = &r
-		return nil
-	})
+	return optionFunc(func(c *config) error { return c.SetMessageCost("connectlimit.WithMessageCost", class, cost) })
 }
 
 // WithErrorHandler sets a hook that receives the limiter's errors (store
@@ -116,11 +66,5 @@ func WithMessageCost(class string, cost int64) Option {
 // which the client never sees. Default: none (core logs degraded
 // decisions). nil is an error.
 func WithErrorHandler(h func(ctx context.Context, procedure string, err error)) Option {
-	return optionFunc(func(c *config) error {
-		if h == nil {
-			return badOption("WithErrorHandler", "nil function")
-		}
-		c.onError = h
-		return nil
-	})
+	return optionFunc(func(c *config) error { return c.SetErrorHandler("connectlimit.WithErrorHandler", h) })
 }

@@ -5,42 +5,12 @@ import (
 	"errors"
 	"net"
 	"net/http"
-	"strconv"
-	"time"
 
 	"connectrpc.com/connect"
-	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/core/render"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/durationpb"
 )
-
-// pushbackKey is the gRFC A6 metadata a denial carries: the retry delay in
-// whole milliseconds, rounded up, or -1 ("do not retry") when the cost can
-// never be met. (The Retry-After of an over-limit denial comes from core's
-// headers.)
-const pushbackKey = "Grpc-Retry-Pushback-Ms"
-
-// ErrorInfo of a denial (the package documentation lists them).
-const (
-	// errorReason is the ErrorInfo reason of every denial.
-	errorReason = "RATE_LIMIT_EXCEEDED"
-	// ErrorInfo metadata keys: the binding policy (bucket), its capacity,
-	// the tokens left (rounded down), the call's cost, and the core reason
-	// ("over_limit", or "cost_exceeds_capacity" when it can never be met).
-	metaPolicy    = "policy"
-	metaLimit     = "limit"
-	metaRemaining = "remaining"
-	metaCost      = "cost"
-	metaReason    = "reason"
-)
-
-// misconfiguredMessage is the message of every misconfiguration answer
-// (connect.CodeInternal): fixed, the cause goes to the error handler only.
-var misconfiguredMessage = render.MisconfiguredProblem().Detail
 
 // interceptor is the server interceptor over one gate.
 type interceptor struct {
@@ -76,7 +46,7 @@ func NewInterceptor(g *gate.Gate, opts ...Option) connect.Interceptor {
 func (i *interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		spec := req.Spec()
-		if spec.IsClient || !i.limited(ctx, spec.Procedure) {
+		if spec.IsClient || !i.cfg.Limited(ctx, spec.Procedure) {
 			return next(ctx, req)
 		}
 		v := i.gate.Decide(ctx, endpoint(spec, req.Peer()))
@@ -108,7 +78,7 @@ func (i *interceptor) WrapStreamingClient(next connect.StreamingClientFunc) conn
 func (i *interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
 		spec := conn.Spec()
-		if !i.limited(ctx, spec.Procedure) {
+		if !i.cfg.Limited(ctx, spec.Procedure) {
 			return next(ctx, conn)
 		}
 		v := i.gate.Decide(ctx, endpoint(spec, conn.Peer()))
@@ -120,7 +90,7 @@ func (i *interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) co
 		// stream)
 		setHeaders(conn.ResponseHeader(), v.Headers)
 		ctx, _ = v.CostContext(ctx) // the handler may gate.ReportCost(ctx, n) before it returns
-		if i.cfg.message != nil && v.Checked && (spec.StreamType == connect.StreamTypeClient || spec.StreamType == connect.StreamTypeBidi) {
+		if i.cfg.Message != nil && v.Checked && (spec.StreamType == connect.StreamTypeClient || spec.StreamType == connect.StreamTypeBidi) {
 			conn = &chargedConn{StreamingHandlerConn: conn, ctx: ctx, i: i, tenant: v.Tenant}
 		}
 		return next(ctx, conn)
@@ -141,36 +111,31 @@ func (c *chargedConn) Receive(m any) error {
 	if err := c.StreamingHandlerConn.Receive(m); err != nil {
 		return err
 	}
-	v := c.i.gate.CheckRoute(c.ctx, c.tenant, *c.i.cfg.message)
+	v := c.i.gate.CheckRoute(c.ctx, c.tenant, *c.i.cfg.Message)
 	v.Done() // a message is not in flight once received: its slot, if its class has one, is freed at once
 	return c.i.answer(c.ctx, c.Spec().Procedure, v)
 }
 
-// answer reports v's error (WithErrorHandler) and, when v does not
+// answer hands v's error to the error handler and, when v does not
 // proceed, returns the connect error to answer with, its metadata set;
 // nil: the call or message proceeds.
 func (i *interceptor) answer(ctx context.Context, procedure string, v gate.Verdict) error {
-	if v.Err != nil && i.cfg.onError != nil {
-		i.cfg.onError(ctx, procedure, v.Err)
-	}
-	if v.Proceed {
+	a := i.cfg.Answer(ctx, procedure, v)
+	if a == nil {
 		return nil
 	}
-	err := i.errorOf(v)
-	setHeaders(err.Meta(), v.Headers)
-	if v.Decision.Denied() || v.Decision.Reason == core.ReasonOverloaded {
-		err.Meta().Set(pushbackKey, strconv.FormatInt(render.PushbackMillis(v.Decision), 10))
+	cause := a.Cause
+	if cause == nil {
+		cause = errors.New(a.Message)
 	}
-	return err
-}
-
-func (i *interceptor) limited(ctx context.Context, procedure string) bool {
-	for _, f := range i.cfg.filters {
-		if !f(ctx, procedure) {
-			return false
+	err := connect.NewError(a.Code, cause)
+	setHeaders(err.Meta(), a.Metadata)
+	for _, m := range a.Details {
+		if d, derr := connect.NewErrorDetail(m); derr == nil { // always: m is a valid message
+			err.AddDetail(d)
 		}
 	}
-	return true
+	return err
 }
 
 // endpoint is the call as core sees it. The peer IP is always filled in:
@@ -191,66 +156,5 @@ func peerIP(addr string) string {
 func setHeaders(h http.Header, hs []render.Header) {
 	for _, x := range hs {
 		h.Add(x.Name, x.Value)
-	}
-}
-
-// errorOf maps a Verdict that does not proceed to a connect error.
-func (i *interceptor) errorOf(v gate.Verdict) *connect.Error {
-	d := v.Decision
-	switch {
-	case v.Unauthenticated:
-		return connect.NewError(connect.CodeUnauthenticated, errors.New(v.Problem.Detail))
-	case d.Denied():
-		return i.denial(v)
-	case d.Reason == core.ReasonFailedClosed:
-		return connect.NewError(connect.CodeUnavailable, errors.New(v.Problem.Detail))
-	case d.Reason == core.ReasonOverloaded:
-		// shed: retry later, with a hint (RetryInfo and the pushback)
-		err := connect.NewError(connect.CodeUnavailable, errors.New(v.Problem.Detail))
-		addDetail(err, &errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(render.PushbackMillis(d)) * time.Millisecond)})
-		return err
-	case d.Reason == core.ReasonCanceled:
-		// the call's own context ended
-		if errors.Is(v.Err, context.DeadlineExceeded) {
-			return connect.NewError(connect.CodeDeadlineExceeded, v.Err)
-		}
-		return connect.NewError(connect.CodeCanceled, v.Err)
-	case d.Reason == core.ReasonInvalid:
-		return connect.NewError(connect.CodeInvalidArgument, errors.New(v.Problem.Detail))
-	}
-	return connect.NewError(connect.CodeInternal, errors.New(misconfiguredMessage))
-}
-
-// denial is the error of a denied call: the configured code, with one
-// ErrorInfo, one QuotaFailure and, unless the cost can never be met, one
-// RetryInfo with the exact delay.
-func (i *interceptor) denial(v gate.Verdict) *connect.Error {
-	d := v.Decision
-	err := connect.NewError(i.cfg.deniedCode, errors.New(v.Problem.Detail))
-	addDetail(err, &errdetails.ErrorInfo{
-		Reason: errorReason,
-		Domain: i.cfg.domain,
-		Metadata: map[string]string{
-			metaPolicy:    d.Bucket,
-			metaLimit:     strconv.FormatInt(d.Limit, 10),
-			metaRemaining: strconv.FormatInt(d.Remaining, 10),
-			metaCost:      strconv.FormatInt(d.Cost, 10),
-			metaReason:    d.Reason.String(),
-		},
-	})
-	if d.Reason == core.ReasonOverLimit || d.Reason == core.ReasonConcurrencyLimit {
-		addDetail(err, &errdetails.RetryInfo{RetryDelay: durationpb.New(d.RetryAfter)})
-	}
-	addDetail(err, &errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
-		Subject:     v.Tenant.Subject(),
-		Description: v.Problem.Detail,
-	}}})
-	return err
-}
-
-// addDetail adds m to err's details.
-func addDetail(err *connect.Error, m proto.Message) {
-	if d, derr := connect.NewErrorDetail(m); derr == nil { // always: m is a valid message
-		err.AddDetail(d)
 	}
 }

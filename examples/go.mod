@@ -91,6 +91,7 @@ require (
 	github.com/rivo/uniseg v0.2.0 // indirect
 	github.com/sosodev/duration v1.4.0 // indirect
 	github.com/tinylib/msgp v1.6.3 // indirect
+	github.com/tollgate-go/tollgate/rpcadapt v0.3.0 // indirect
 	github.com/twitchyliquid64/golang-asm v0.15.1 // indirect
 	github.com/ugorji/go/codec v1.3.1 // indirect
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
@@ -143,3 +144,5 @@ replace github.com/tollgate-go/tollgate/echov5limit => ../echov5limit
 replace github.com/tollgate-go/tollgate/fiberv3limit => ../fiberv3limit
 
 replace github.com/tollgate-go/tollgate/gqllimit => ../gqllimit
+
+replace github.com/tollgate-go/tollgate/rpcadapt => ../rpcadapt

@@ -4,64 +4,31 @@ import (
 	"context"
 	"errors"
 	"io"
-	"strconv"
-	"sync"
-	"time"
 
-	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/retry"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"github.com/tollgate-go/tollgate/rpcadapt"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/protoadapt"
 )
 
-// maxReplayBytes bounds what StreamClientInterceptor keeps of the messages a
-// stream has sent, to send them again on a retry. A stream that sends more
-// before its first answer is not retried.
-const maxReplayBytes = 1 << 20
-
-// maxPushbackMillis bounds a pushback (a year) so that it cannot overflow a
-// Duration; any such wait is over every sane maximum delay anyway.
-const maxPushbackMillis = 365 * 24 * 3600 * 1000
-
-// hint reads the retry hint of a call's error and trailer metadata.
-// throttled is false unless err is a ResourceExhausted or Unavailable
-// status that carries a rate-limit hint: the grpc-retry-pushback-ms trailer
-// (-1, or any malformed or repeated value: never), a RetryInfo (the longer
-// of the two wins), or an ErrorInfo saying the cost can never be met. Other
-// ResourceExhausted errors (a message over the size limit, a server's own
-// quota) are not throttling answers and are not retried.
+// hint reads the retry hint of a call's error and trailer metadata, as
+// rpcadapt.Hint says: throttled only for a ResourceExhausted or
+// Unavailable status that carries a rate-limit hint.
 func hint(err error, trailer metadata.MD) (h retry.Hint, throttled bool) {
 	st, ok := status.FromError(err)
-	if !ok || (st.Code() != codes.ResourceExhausted && st.Code() != codes.Unavailable) {
+	if !ok {
 		return retry.Hint{}, false
 	}
-	if vs := trailer.Get(pushbackKey); len(vs) > 0 {
-		throttled = true
-		ms, perr := strconv.ParseInt(vs[0], 10, 64)
-		if len(vs) > 1 || perr != nil || ms < 0 {
-			h.Never = true
-		} else {
-			h.After = time.Duration(min(ms, maxPushbackMillis)) * time.Millisecond
-		}
-	}
+	var details []proto.Message
 	for _, d := range st.Details() {
-		switch d := d.(type) {
-		case *errdetails.RetryInfo:
-			if d.GetRetryDelay() != nil && d.GetRetryDelay().IsValid() {
-				throttled = true
-				h.After = max(h.After, d.GetRetryDelay().AsDuration())
-			}
-		case *errdetails.ErrorInfo:
-			if d.GetReason() == errorReason && d.GetMetadata()[metaReason] == core.ReasonCostExceedsCapacity.String() {
-				throttled, h.Never = true, true
-			}
+		if m, ok := d.(protoadapt.MessageV1); ok {
+			details = append(details, protoadapt.MessageV2Of(m))
 		}
 	}
-	return h, throttled
+	return rpcadapt.Hint(st.Code(), trailer.Get(rpcadapt.PushbackKey), details)
 }
 
 // transportHeader are the header fields a server's transport sends on its
@@ -142,119 +109,45 @@ func StreamClientInterceptor(opts ...retry.Option) grpc.StreamClientInterceptor 
 		if err != nil {
 			return nil, err
 		}
-		return &retryStream{ClientStream: cs, ctx: ctx, desc: desc, cc: cc, method: method, streamer: streamer, callOpts: callOpts, p: p, attempt: 1}, nil
+		return &retryStream{Stream: rpcadapt.NewStream(cs, grpc.ClientStream.SendMsg, grpc.ClientStream.CloseSend, nil),
+			ctx: ctx, desc: desc, cc: cc, method: method, streamer: streamer, callOpts: callOpts, p: p}, nil
 	}
 }
 
+// retryStream retries a stream the server throttled when it opened
+// (StreamClientInterceptor).
 type retryStream struct {
-	grpc.ClientStream // the current attempt; guarded by mu once retries start
-	ctx               context.Context
-	desc              *grpc.StreamDesc
-	cc                *grpc.ClientConn
-	method            string
-	streamer          grpc.Streamer
-	callOpts          []grpc.CallOption
-	p                 *retry.Policy
-
-	mu        sync.Mutex
-	attempt   int
-	committed bool
-	sent      []any // messages sent while uncommitted, for replay
-	sentBytes int
-	closed    bool // CloseSend was called
-	ended     bool // the current attempt ended (SendMsg saw io.EOF)
-}
-
-func (s *retryStream) current() (grpc.ClientStream, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.ClientStream, s.committed
-}
-
-func (s *retryStream) commit() {
-	s.mu.Lock()
-	s.committed, s.sent = true, nil
-	s.mu.Unlock()
+	*rpcadapt.Stream[grpc.ClientStream]
+	ctx      context.Context
+	desc     *grpc.StreamDesc
+	cc       *grpc.ClientConn
+	method   string
+	streamer grpc.Streamer
+	callOpts []grpc.CallOption
+	p        *retry.Policy
 }
 
 func (s *retryStream) Context() context.Context {
-	cs, _ := s.current()
+	cs, _ := s.Current()
 	return cs.Context()
 }
 
 func (s *retryStream) Trailer() metadata.MD {
-	cs, _ := s.current()
+	cs, _ := s.Current()
 	return cs.Trailer()
 }
 
-// SendMsg never holds the lock while the underlying SendMsg blocks (flow
-// control), so a concurrent RecvMsg is never held up by it.
-func (s *retryStream) SendMsg(m any) error {
-	s.mu.Lock()
-	cs := s.ClientStream
-	if s.committed {
-		s.mu.Unlock()
-		return cs.SendMsg(m)
-	}
-	size := 0
-	if pm, ok := m.(proto.Message); ok {
-		size = proto.Size(pm)
-	}
-	if s.sentBytes+size > maxReplayBytes {
-		// too much to replay: this stream will not be retried
-		s.committed, s.sent = true, nil
-		ended := s.ended
-		s.mu.Unlock()
-		if ended {
-			return io.EOF
-		}
-		return cs.SendMsg(m)
-	}
-	if pm, ok := m.(proto.Message); ok {
-		s.sent = append(s.sent, proto.Clone(pm))
-	} else {
-		s.sent = append(s.sent, m)
-	}
-	s.sentBytes += size
-	ended := s.ended
-	s.mu.Unlock()
-	if ended {
-		return nil // buffered for the retry
-	}
-	err := cs.SendMsg(m)
-	if errors.Is(err, io.EOF) {
-		// the attempt ended; RecvMsg learns how, and may retry (m is
-		// buffered for that)
-		s.mu.Lock()
-		committed := s.committed
-		if s.ClientStream == cs {
-			s.ended = true
-		}
-		s.mu.Unlock()
-		if committed {
-			return err
-		}
-		return nil
-	}
-	return err
-}
-
-func (s *retryStream) CloseSend() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.closed = true
-	return s.ClientStream.CloseSend()
-}
+func (s *retryStream) SendMsg(m any) error { return s.Send(m) }
 
 func (s *retryStream) Header() (metadata.MD, error) {
 	for {
-		cs, committed := s.current()
+		cs, committed := s.Current()
 		md, err := cs.Header()
 		if committed {
 			return md, err
 		}
 		if md != nil {
-			s.commit()
+			s.Commit()
 			return md, err
 		}
 		// Trailers-Only: the attempt ended without a message, so receiving
@@ -266,25 +159,7 @@ func (s *retryStream) Header() (metadata.MD, error) {
 }
 
 func (s *retryStream) RecvMsg(m any) error {
-	for {
-		cs, committed := s.current()
-		err := cs.RecvMsg(m)
-		if committed {
-			return err
-		}
-		if err == nil {
-			s.commit()
-			return nil
-		}
-		retried, rerr := s.maybeRetry(cs, err)
-		if rerr != nil {
-			return rerr
-		}
-		if !retried {
-			s.commit()
-			return err
-		}
-	}
+	return s.ReceiveWith(func(cs grpc.ClientStream) error { return cs.RecvMsg(m) }, s.maybeRetry)
 }
 
 // maybeRetry retries the stream if the attempt cs ended with rerr,
@@ -302,42 +177,7 @@ func (s *retryStream) maybeRetry(cs grpc.ClientStream, rerr error) (retried bool
 	if !throttled {
 		return false, nil
 	}
-	s.mu.Lock()
-	if s.ClientStream != cs { // another goroutine retried already
-		s.mu.Unlock()
-		return true, nil
-	}
-	attempt := s.attempt
-	s.ended = true // sends buffer during the wait
-	s.mu.Unlock()
-	d, nerr := s.p.Next(s.ctx, h, attempt)
-	if nerr != nil {
-		if cerr := s.ctx.Err(); cerr != nil {
-			return false, status.FromContextError(cerr).Err()
-		}
-		return false, nil
-	}
-	if werr := s.p.Wait(s.ctx, d); werr != nil {
-		return false, status.FromContextError(werr).Err()
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	next, serr := s.streamer(s.ctx, s.desc, s.cc, s.method, s.callOpts...)
-	if serr != nil {
-		return false, serr
-	}
-	s.ClientStream, s.attempt, s.ended = next, attempt+1, false
-	for _, m := range s.sent {
-		if err := next.SendMsg(m); err != nil {
-			if errors.Is(err, io.EOF) {
-				s.ended = true
-				break
-			}
-			return false, err
-		}
-	}
-	if s.closed {
-		_ = next.CloseSend()
-	}
-	return true, nil
+	return s.Retry(s.ctx, s.p, cs, h, func() (grpc.ClientStream, error) {
+		return s.streamer(s.ctx, s.desc, s.cc, s.method, s.callOpts...)
+	}, func(err error) error { return status.FromContextError(err).Err() })
 }

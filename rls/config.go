@@ -150,13 +150,16 @@ func WithMaxCost(n int64) Option {
 // Default: none (core logs and counts them). nil is an error (leave the
 // option out instead).
 func WithErrorHandler(h ErrorHandler) Option {
-	return optionFunc(func(c *config) error {
-		if h == nil {
-			return badOption("WithErrorHandler", "nil handler")
-		}
-		c.onError = h
-		return nil
-	})
+	return optionFunc(func(c *config) error { return setHandler(&c.onError, "WithErrorHandler", h) })
+}
+
+// setHandler sets *dst to h, the value of option; nil is an error.
+func setHandler(dst *ErrorHandler, option string, h ErrorHandler) error {
+	if h == nil {
+		return badOption(option, "nil handler")
+	}
+	*dst = h
+	return nil
 }
 
 // WithRules answers by an envoyproxy/ratelimit configuration (see

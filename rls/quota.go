@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -153,13 +154,7 @@ func WithIdleReports(n int) QuotaOption {
 // refused, and the limiter's and the demand store's errors. nil is an
 // error (leave the option out instead).
 func WithQuotaErrorHandler(h ErrorHandler) QuotaOption {
-	return quotaOptionFunc(func(c *quotaConfig) error {
-		if h == nil {
-			return badOption("WithQuotaErrorHandler", "nil handler")
-		}
-		c.onError = h
-		return nil
-	})
+	return quotaOptionFunc(func(c *quotaConfig) error { return setHandler(&c.onError, "WithQuotaErrorHandler", h) })
 }
 
 // NewQuotaService returns a QuotaService drawing from lim's buckets and
@@ -304,13 +299,8 @@ type quotaStream struct {
 // bucketKey is a bucket ID's map key: its entries, sorted.
 func bucketKey(id *rlqsv3.BucketId) string {
 	m := id.GetBucket()
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
 	var b strings.Builder
-	for _, k := range ks {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		b.WriteString(strconv.Quote(k))
 		b.WriteByte('=')
 		b.WriteString(strconv.Quote(m[k]))

@@ -54,9 +54,9 @@ var brings = map[string][]string{
 const testInfra = "github.com/testcontainers/"
 
 // lean are the modules whose consumers get none of heavy at all, whatever
-// their go.mod files say: a core-only or net/http user gets no SQL driver,
+// their go.mod files say: a core-only, net/http or RPC-plumbing user gets no SQL driver,
 // framework, gRPC or test infrastructure.
-var lean = []string{"core", "httplimit"}
+var lean = []string{"core", "httplimit", "rpcadapt"}
 
 // errSkip reports that a check could not run for a reason outside the
 // tree (no module proxy reachable) where that is allowed (not under CI).

@@ -45,17 +45,9 @@ func parseReply(v any, buckets []quota.Bucket, cost int64, costs []int64) (stack
 	if !ok1 || !ok2 || !ok3 || binding < 1 || int(binding) > len(buckets) || reason < 0 || reason > 2 || (allowed == 1) != (reason == 0) {
 		return stack.Result{}, fmt.Errorf("%w: script reply header %v", errProtocol, a[:3])
 	}
-	toks, stamps := make([]float64, len(buckets)), make([]int64, len(buckets))
-	for i := range buckets {
-		s, ok := a[3+i].(string)
-		if !ok {
-			return stack.Result{}, fmt.Errorf("%w: script reply element %T, want a string", errProtocol, a[3+i])
-		}
-		tok, stamp, err := parseTokens(s)
-		if err != nil {
-			return stack.Result{}, err
-		}
-		toks[i], stamps[i] = tok, stamp
+	toks, stamps, err := parseBalances(a[3:])
+	if err != nil {
+		return stack.Result{}, err
 	}
 	return decide(buckets, toks, stamps, int(binding-1), reason, cost, costs), nil
 }
@@ -89,6 +81,22 @@ func decide(buckets []quota.Bucket, toks []float64, stamps []int64, binding int,
 		}
 	}
 	return r
+}
+
+// parseBalances reads the buckets' balances at the end of a script's
+// reply, one string each (see parseTokens).
+func parseBalances(a []any) (toks []float64, stamps []int64, err error) {
+	toks, stamps = make([]float64, len(a)), make([]int64, len(a))
+	for i, e := range a {
+		s, ok := e.(string)
+		if !ok {
+			return nil, nil, fmt.Errorf("%w: script reply element %T, want a string", errProtocol, e)
+		}
+		if toks[i], stamps[i], err = parseTokens(s); err != nil {
+			return nil, nil, err
+		}
+	}
+	return toks, stamps, nil
 }
 
 // parseTokens reads a bucket's balance: a number, possibly followed by a
@@ -128,18 +136,9 @@ func parseSlotReply(v any, buckets []quota.Bucket, cost int64, costs []int64, ci
 		(allowed == 1) != (reason == 0) || held < 0 || wait < 0 {
 		return stack.Result{}, fmt.Errorf("%w: concurrency script reply header %v", errProtocol, a[:5])
 	}
-	toks := make([]float64, len(buckets))
-	stamps := make([]int64, len(buckets))
-	for i := range buckets {
-		s, ok := a[5+i].(string)
-		if !ok {
-			return stack.Result{}, fmt.Errorf("%w: script reply element %T, want a string", errProtocol, a[5+i])
-		}
-		tok, stamp, err := parseTokens(s)
-		if err != nil {
-			return stack.Result{}, err
-		}
-		toks[i], stamps[i] = tok, stamp
+	toks, stamps, err := parseBalances(a[5:])
+	if err != nil {
+		return stack.Result{}, err
 	}
 	if reason != 3 {
 		r := decide(buckets, toks, stamps, int(binding-1), reason, cost, costs)

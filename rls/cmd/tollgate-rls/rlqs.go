@@ -19,25 +19,32 @@ func quotaService(lim *core.Limiter, client redis.UniversalClient, getenv func(s
 	opts := []rls.QuotaOption{rls.WithQuotaErrorHandler(func(ctx context.Context, err error) {
 		log.WarnContext(ctx, "tollgate-rls: quota stream", "err", err)
 	})}
-	if v := getenv("TOLLGATE_RLQS_TTL"); v != "" {
-		d, err := time.ParseDuration(v)
+	for _, e := range []struct {
+		name, want string
+		parse      func(string) (rls.QuotaOption, error)
+	}{
+		{"TOLLGATE_RLQS_TTL", "whole seconds (as 6s)", func(v string) (rls.QuotaOption, error) {
+			d, err := time.ParseDuration(v)
+			return rls.WithAssignmentTTL(d), err
+		}},
+		{"TOLLGATE_RLQS_IDLE_REPORTS", "a count (as 3)", func(v string) (rls.QuotaOption, error) {
+			n, err := strconv.Atoi(v)
+			return rls.WithIdleReports(n), err
+		}},
+	} {
+		v := getenv(e.name)
+		if v == "" {
+			continue
+		}
+		o, err := e.parse(v)
 		if err != nil {
-			return nil, fmt.Errorf("TOLLGATE_RLQS_TTL: want whole seconds (as 6s), got %q", v)
+			return nil, fmt.Errorf("%s: want %s, got %q", e.name, e.want, v)
 		}
-		if _, err := rls.NewQuotaService(lim, client, rls.WithAssignmentTTL(d)); err != nil {
-			return nil, fmt.Errorf("TOLLGATE_RLQS_TTL: %w", err)
+		// each option alone, so that the error names the variable
+		if _, err := rls.NewQuotaService(lim, client, o); err != nil {
+			return nil, fmt.Errorf("%s: %w", e.name, err)
 		}
-		opts = append(opts, rls.WithAssignmentTTL(d))
-	}
-	if v := getenv("TOLLGATE_RLQS_IDLE_REPORTS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return nil, fmt.Errorf("TOLLGATE_RLQS_IDLE_REPORTS: want a count (as 3), got %q", v)
-		}
-		if _, err := rls.NewQuotaService(lim, client, rls.WithIdleReports(n)); err != nil {
-			return nil, fmt.Errorf("TOLLGATE_RLQS_IDLE_REPORTS: %w", err)
-		}
-		opts = append(opts, rls.WithIdleReports(n))
+		opts = append(opts, o)
 	}
 	return rls.NewQuotaService(lim, client, opts...)
 }
