@@ -125,9 +125,8 @@ func WithSlotHold(maxHold time.Duration) Option {
 // adapters. Default render.DefaultHeaderStyle.
 func WithHeaderStyle(s render.HeaderStyle) Option {
 	return optionFunc(func(c *config) error {
-		const known = render.HeaderIETF | render.HeaderXRateLimit | render.HeaderXRateLimitEpoch | render.HeaderDraft06
-		if s&^known != 0 {
-			return badOption("WithHeaderStyle", "unknown header style bits %#x", uint(s&^known))
+		if err := s.Validate(); err != nil {
+			return badOption("WithHeaderStyle", "%v", err)
 		}
 		c.style = s
 		return nil

@@ -121,9 +121,8 @@ func WithCostFunc(f CostFunc) Option {
 // render.DefaultHeaderStyle (IETF draft-11 and X-RateLimit).
 func WithHeaderStyle(s render.HeaderStyle) Option {
 	return gateOptionFunc(func(g *Gate) error {
-		const known = render.HeaderIETF | render.HeaderXRateLimit | render.HeaderXRateLimitEpoch | render.HeaderDraft06
-		if s&^known != 0 {
-			return errs.BadOption("gate.WithHeaderStyle", "unknown header style bits %#x", uint(s&^known))
+		if err := s.Validate(); err != nil {
+			return errs.BadOption("gate.WithHeaderStyle", "%v", err)
 		}
 		g.style = s
 		return nil

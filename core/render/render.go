@@ -42,6 +42,15 @@ const (
 	DefaultHeaderStyle = HeaderIETF | HeaderXRateLimit
 )
 
+// Validate reports bits of s that name no header style.
+func (s HeaderStyle) Validate() error {
+	const known = HeaderIETF | HeaderXRateLimit | HeaderXRateLimitEpoch | HeaderDraft06
+	if s&^known != 0 {
+		return fmt.Errorf("unknown header style bits %#x", uint(s&^known))
+	}
+	return nil
+}
+
 // Header is one response header (or gRPC metadata entry). Names are spelled
 // as their specifications spell them (RateLimit-Policy, X-RateLimit-Remaining,
 // Retry-After; https://github.com/tollgate-go/tollgate/blob/main/docs/semantics.md#http lists them all); gRPC adapters lower-case
