@@ -120,15 +120,10 @@ func (l *Layer) plain(ctx context.Context, c stack.Call) (stack.Result, error) {
 
 // observe has the map remember r's balances, when the store reported them.
 func (l *Layer) observe(c stack.Call, r stack.Result) {
-	if r.Local || r.Degraded() || len(r.Buckets) != len(c.Keys) || (r.Verdict != stack.OK && r.Verdict != stack.OverLimit) {
+	if r.Local || r.Degraded() || (r.Verdict != stack.OK && r.Verdict != stack.OverLimit) {
 		return
 	}
-	quotas := make([]quota.Quota, len(r.Buckets))
-	balances := make([]float64, len(r.Buckets))
-	for i, s := range r.Buckets {
-		quotas[i], balances[i] = s.Quota, s.Tokens
-	}
-	l.leases.Observe(c.Keys, quotas, balances, c.Sent)
+	l.leases.Observe(c.Keys, r.Buckets, c.Sent)
 }
 
 // leased is a local admission from a lease: tokens holds each bucket's

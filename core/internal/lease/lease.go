@@ -25,6 +25,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tollgate-go/tollgate/core/internal/stack"
 	"github.com/tollgate-go/tollgate/core/quota"
 )
 
@@ -227,13 +228,13 @@ func (m *Map) Release(e *Lease, quotas []quota.Quota, base []float64, unspent in
 }
 
 // Observe remembers the balances the store reported at time at for keys'
-// buckets (of quotas) in reply to a plain check, unless a lease of keys is
-// live or being taken (its balances stand).
-func (m *Map) Observe(keys []string, quotas []quota.Quota, balances []float64, at time.Time) {
+// buckets in reply to a plain check, unless a lease of keys is live or
+// being taken (its balances stand).
+func (m *Map) Observe(keys []string, buckets []stack.Bucket, at time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e := m.entries[keys[0]]
-	if e == nil || e.acquiring != nil || (e.tokens > 0 && at.Before(e.expires)) || len(e.keys) != len(keys) {
+	if e == nil || e.acquiring != nil || (e.tokens > 0 && at.Before(e.expires)) || len(e.keys) != len(keys) || len(buckets) != len(keys) {
 		return
 	}
 	for i := range keys {
@@ -241,7 +242,14 @@ func (m *Map) Observe(keys []string, quotas []quota.Quota, balances []float64, a
 			return
 		}
 	}
-	e.quotas, e.base, e.tokens, e.at, e.expires = quotas, balances, 0, at, time.Time{}
+	if len(e.base) != len(keys) {
+		// a spend copies the balances out under mu: these can be reused
+		e.quotas, e.base = make([]quota.Quota, len(keys)), make([]float64, len(keys))
+	}
+	for i, b := range buckets {
+		e.quotas[i], e.base[i] = b.Quota, b.Tokens
+	}
+	e.tokens, e.at, e.expires = 0, at, time.Time{}
 }
 
 func (e *Lease) matches(keys []string, quotaOf func(i int) quota.Quota) bool {
