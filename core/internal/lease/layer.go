@@ -99,7 +99,7 @@ func (l *Layer) Decide(ctx context.Context, c stack.Call) (stack.Result, error) 
 		quotas[i], base[i] = s.Quota, s.Tokens
 	}
 	// the lease runs from when the check started: never longer than ttl
-	l.leases.Release(acquiring, quotas, base, unspent, c.Sent, c.Sent.Add(lc.TTL), nil)
+	l.leases.Release(acquiring, quotas, base, unspent, l.now(), c.Sent.Add(lc.TTL), nil)
 	// the answer states the balances with the lease unspent (the store's
 	// reply is this call's alone: stated in place)
 	for i := range r.Buckets {
@@ -123,7 +123,9 @@ func (l *Layer) observe(c stack.Call, r stack.Result) {
 	if r.Local || r.Degraded() || (r.Verdict != stack.OK && r.Verdict != stack.OverLimit) {
 		return
 	}
-	l.leases.Observe(c.Keys, r.Buckets, c.Sent)
+	// the store's balances are of a moment before the reply: stating them
+	// at the reply's arrival undercounts their refill since, never more
+	l.leases.Observe(c.Keys, r.Buckets, l.now())
 }
 
 // leased is a local admission from a lease: tokens holds each bucket's

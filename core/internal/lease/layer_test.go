@@ -64,9 +64,9 @@ func TestLayerLeases(t *testing.T) {
 	}
 }
 
-// A lease follows demand: at 4 calls a second with a TTL of 1 s the leases
-// are of 4 and none expires unspent; at 1 call a second (under 2 per TTL)
-// every call is plain.
+// A lease follows demand: with a TTL of 1 s, at 4 calls a second the leases
+// are of 4, at 2 of 2, and none expires unspent; at 1 call a second (a
+// lease would serve its own call alone) every call is plain.
 func TestLayerSizesByDemand(t *testing.T) {
 	q := quota.Quota{Capacity: 1000, RefillPerSecond: 1000}
 	for _, tc := range []struct {
@@ -74,6 +74,7 @@ func TestLayerSizesByDemand(t *testing.T) {
 		want  []int64
 	}{
 		{250 * time.Millisecond, []int64{1, 4, 4, 4}},
+		{500 * time.Millisecond, []int64{1, 2, 2, 2, 2, 2, 2}},
 		{time.Second, []int64{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}},
 	} {
 		s := &store{tokens: 1000}

@@ -5,12 +5,14 @@
 // A lease is sized by demand and by the bucket's level: the next lease of a
 // bucket set is this replica's demand for it (the cost asked per second,
 // measured since its last lease, or over at most the TTL while it takes
-// none) times the TTL, at most the class's size and at most Fraction of
-// the balance the store last reported for its buckets (plus their refill
-// since). Under 2 tokens, or under the request's cost, there is no lease:
-// the check is a plain one, and its reply's balances are remembered. So a
-// quiet tenant's checks are plain or take small leases, a hot one's take
-// the class's size, and near an empty bucket every check is a plain one.
+// none) times the TTL, at least 2, at most the class's size and at most
+// Fraction of the balance the store last reported for its buckets (plus
+// their refill since). A bucket set's first check, a check whose lease
+// would serve itself alone (demand of at most 1 per TTL), and a check
+// whose lease would come to under 2 tokens or under its cost are plain,
+// and the reply's balances are remembered. So a quiet tenant's checks are
+// plain or take small leases, a hot one's take the class's size, and near
+// an empty bucket every check is a plain one.
 //
 // The map is bounded. At the bound it drops leases that have expired
 // (their unspent tokens are lost by design then); it never drops a live
@@ -154,12 +156,18 @@ func (m *Map) Spend(keys []string, quotaOf func(i int) quota.Quota, cost int64, 
 }
 
 // next is the size of e's next lease: demand (asked before this check,
-// since since) times ask's TTL, at most ask's size and Fraction of each bucket's
-// last reported balance plus its refill since. Callers hold mu.
+// since since) times ask's TTL, rounded up, at least 2 (none when at most
+// 1: the lease would serve this check alone), at most ask's size and
+// Fraction of each bucket's last reported balance plus its refill since.
+// Callers hold mu.
 func (e *Lease) next(quotaOf func(i int) quota.Quota, cost int64, now time.Time, ask Class) int64 {
 	want := float64(ask.Size)
 	if dt := now.Sub(e.since); dt > 0 {
-		want = min(want, float64(e.asked-cost)*ask.TTL.Seconds()/dt.Seconds())
+		use := float64(e.asked-cost) * ask.TTL.Seconds() / dt.Seconds()
+		if use <= 1 {
+			return 0 // the lease would serve this check alone
+		}
+		want = min(want, max(2, math.Ceil(use)))
 	}
 	if e.base != nil {
 		elapsed := max(now.Sub(e.at).Seconds(), 0)
