@@ -209,10 +209,11 @@ func WithDenyCache(on bool) Option {
 // (at most the smallest capacity of the class's buckets). Each replica
 // sizes its next lease of a tenant's buckets from its own demand and the
 // bucket's level: its rate of checks of them since its last lease times
-// ttl, at most size, and at most half the balance the store last reported
-// to it (plus the refill since). A tenant's first check on a replica, and
-// any check whose lease would come to fewer than 2 tokens (low demand, or
-// a bucket near empty), is a plain store check. So a hot tenant far from
+// ttl, rounded up, at least 2, at most size, and at most half the balance
+// the store last reported to it (plus the refill since). A tenant's first
+// check on a replica, a check whose lease would serve itself alone (at
+// most one check per ttl), and a check whose lease would come to fewer
+// than 2 tokens (a bucket near empty) are plain store checks. So a hot tenant far from
 // its limit takes leases of size, a quiet one takes small leases or none,
 // and near the limit every check goes to the store. Each replica holds at
 // most one lease per tenant and class.
