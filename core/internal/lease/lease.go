@@ -97,11 +97,11 @@ func (m *Map) Class(name string) (Class, bool) {
 // i's quota now) and returns each bucket's balance as the lease states it:
 // the store's after the lease plus the lease's unspent tokens. Otherwise,
 // with ask's size above 0 (the check's first Spend, with the largest lease
-// it could take and the class's TTL: its cost counts as
-// demand), when no check is taking a lease for keys and demand and balance
-// call for one, it marks the caller as the one who takes it (acquiring:
-// the caller must charge size and call Release); when another check is
-// taking one, it returns that acquisition to wait on. With none of these
+// it could take and the class's TTL: its cost counts as demand), when no
+// check is taking a lease for keys and demand and balance call for one, it
+// marks the caller as the one who takes it (acquiring: the caller must
+// charge size and call Release); when another check is taking one, it
+// returns that acquisition to wait on. With none of these
 // (ask zero, a full map of live leases, or no lease called for) the
 // caller makes a plain check, and tells Observe its reply.
 func (m *Map) Spend(keys []string, quotaOf func(i int) quota.Quota, cost int64, now time.Time, ask Class) (tokens []float64, ok bool, wait *Acquisition, acquiring *Lease, size int64) {
