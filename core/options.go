@@ -209,7 +209,7 @@ func WithDenyCache(on bool) Option {
 // (at most the smallest capacity of the class's buckets). Each replica
 // sizes its next lease of a tenant's buckets from its own demand and the
 // bucket's level: its rate of checks of them since its last lease times
-// ttl, rounded up, at least 2, at most size, and at most half the balance
+// ttl, rounded, at least 2, at most size, and at most half the balance
 // the store last reported to it (plus the refill since). A tenant's first
 // check on a replica, a check whose lease would serve itself alone (at
 // most one check per ttl), and a check whose lease would come to fewer

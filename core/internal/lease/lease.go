@@ -156,7 +156,7 @@ func (m *Map) Spend(keys []string, quotaOf func(i int) quota.Quota, cost int64, 
 }
 
 // next is the size of e's next lease: demand (asked before this check,
-// since since) times ask's TTL, rounded up, at least 2 (none when at most
+// since since) times ask's TTL, rounded, at least 2 (none when at most
 // 1: the lease would serve this check alone), at most ask's size and
 // Fraction of each bucket's last reported balance plus its refill since.
 // Callers hold mu.
@@ -167,7 +167,7 @@ func (e *Lease) next(quotaOf func(i int) quota.Quota, cost int64, now time.Time,
 		if use <= 1 {
 			return 0 // the lease would serve this check alone
 		}
-		want = min(want, max(2, math.Ceil(use)))
+		want = min(want, max(2, math.Round(use)))
 	}
 	if e.base != nil {
 		elapsed := max(now.Sub(e.at).Seconds(), 0)
