@@ -203,25 +203,35 @@ func WithDenyCache(on bool) Option {
 }
 
 // WithLeases turns on token leases for class: a check of that class that
-// finds no local lease takes size tokens from the store in one script call
-// (a lease is a charge of size tokens, at most the smallest capacity of the
-// class's buckets) and keeps what its own request did not use, to spend
-// locally, without store calls, for ttl. Each replica holds at most one
-// lease per tenant and class, so at any time at most size tokens per
-// replica are held outside the store.
+// finds no local lease may take a lease, several tokens charged to the
+// store in one script call, and keep what its own request did not use, to
+// spend locally, without store calls, for ttl. size is the largest lease
+// (at most the smallest capacity of the class's buckets). Each replica
+// sizes its next lease of a tenant's buckets from its own demand and the
+// bucket's level: its rate of checks of them since its last lease times
+// ttl, rounded, at least 2, at most size, and at most half the balance
+// the store last reported to it (plus the refill since). A tenant's first
+// check on a replica, a check whose lease would serve itself alone (at
+// most one check per ttl), and a check whose lease would come to fewer
+// than 2 tokens (a bucket near empty) are plain store checks. So a hot tenant far from
+// its limit takes leases of size, a quiet one takes small leases or none,
+// and near the limit every check goes to the store. Each replica holds at
+// most one lease per tenant and class.
 //
 // Accuracy: the store never admits more than capacity + rate × elapsed, so
 // neither do leases in total; but leased tokens are spent later than they
 // were charged, so admissions in a window can exceed the bucket's
 // allowance for that window by at most the unspent leased tokens across
-// replicas (≤ replicas × size). Unused tokens are not refunded: they are
-// lost when the lease expires, and the long-run rate can be lower by up to
-// size per replica per ttl. Decisions answered from a lease have Local set;
-// their Remaining counts the store's balance plus the lease's unspent
-// tokens. Peeks (cost 0) and requests costing more than size always go to
-// the store. Reset drops this replica's leases for the tenant, not other
-// replicas'. size must be at least 2 and ttl positive; the empty class
-// means quota.DefaultClass. Default: no leases.
+// replicas: at most replicas × the current lease size, which is at most
+// size and at most half the balance the store last reported. Unused tokens
+// are not refunded (a refund would cost a store call per lease): they are
+// lost when the lease expires, at most one lease per replica per ttl, and
+// a lease sized by demand leaves few unspent. Decisions answered from a
+// lease have Local set; their Remaining counts the store's balance plus
+// the lease's unspent tokens. Peeks (cost 0) and requests costing more than
+// size always go to the store. Reset drops this replica's leases for the
+// tenant, not other replicas'. size must be at least 2 and ttl positive;
+// the empty class means quota.DefaultClass. Default: no leases.
 func WithLeases(class string, size int64, ttl time.Duration) Option {
 	return optionFunc(func(c *config) error {
 		if class == "" {

@@ -11,7 +11,7 @@
 //     minimal hand-written Gin middleware;
 //   - one-get: exactly one plain Redis GET per request through go-redis
 //     with its defaults, and no decision: the least any shared check costs;
-//   - tollgate-leases: tollgate with leases of 10 tokens for -lease-ttl
+//   - tollgate-leases: tollgate with leases of at most 10 tokens for -lease-ttl
 //     (1 s by default).
 //
 // With -delay, the services reach Redis through a link that delays each
@@ -67,7 +67,7 @@ var (
 	flagCPUProfile = flag.String("cpuprofile", "", "write the service's CPU profile to this file when it stops (driving: each service started to this file + \".<configuration>.<n>\")")
 	flagDelay      = flag.Duration("delay", 0, "put Redis behind a link delaying each direction by this much (e.g. 250us) and report the latency each configuration adds to none")
 	flagSVG        = flag.String("svg", "", "write the run's pictures (SVG) into this directory")
-	flagLeaseTTL   = flag.Duration("lease-ttl", time.Second, "the lease TTL of tollgate-leases (its size is 10 tokens)")
+	flagLeaseTTL   = flag.Duration("lease-ttl", time.Second, "the lease TTL of tollgate-leases (its largest lease is 10 tokens)")
 	flagLoadCPU    = flag.String("load-cpu", "", "pin wrk to these cores (taskset -c list, e.g. 0); empty: not pinned")
 	flagServiceCPU = flag.String("service-cpu", "", "pin the services and their Redis to these cores (taskset -c list, e.g. 1); empty: not pinned")
 )

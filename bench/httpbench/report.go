@@ -110,7 +110,7 @@ func summary(cfgs []string, many string, conns []int, runs []run, acc []accuracy
 	p("One request at t=0, idle until %v before ulule's %v window ends, then 32 workers until %v after it. ", probeLead, window, probeLead)
 	p("Bucket bound = %d + %d/s x elapsed (tollgate; redis_rate is GCRA, the same bound). ", capacity, refill)
 	p("ulule's fixed window allows %d per window: 2 x %d across the boundary.\n\n", capacity, capacity)
-	p("tollgate-leases holds at most %d tokens per replica outside the store (leases of %d for %v): over the probe, from a full bucket, it never admits more than the bucket's bound; over the burst, at most %d x %d = %d more. ",
+	p("tollgate-leases holds at most %d tokens per replica outside the store (leases of at most %d for %v): over the probe, from a full bucket, it never admits more than the bucket's bound; over the burst, at most %d x %d = %d more. ",
 		leaseSize, leaseSize, *flagLeaseTTL, *flagReplicas, leaseSize, *flagReplicas*leaseSize)
 	p("\"Above the bound at\" is the first admission, by its arrival at the prober, beyond %d + %d/s x its arrival time (– for none).\n\n", capacity, refill)
 	p("| config | admitted | elapsed s | bucket bound | allowed by its algorithm | admitted in the burst | burst s | bucket bound for the burst (+ overshoot) | above the bound at | sent | limiter errors |\n")

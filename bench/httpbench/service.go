@@ -58,7 +58,7 @@ const secretEnv = "HTTPBENCH_JWT_SECRET"
 // configs are the ways the service runs, in the order reported. one-get
 // is the floor of any shared check: exactly one plain Redis GET per request
 // through go-redis with its defaults, whatever it returns, and no decision.
-// tollgate-leases is tollgate with leases of leaseSize tokens for
+// tollgate-leases is tollgate with leases of at most leaseSize tokens for
 // -lease-ttl (default 1 s) on the limited class.
 var configs = []string{"none", "one-get", "tollgate", "tollgate-leases", "ulule", "redis_rate"}
 

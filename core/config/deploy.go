@@ -25,7 +25,7 @@ type Breaker struct {
 // Lease is one class's entry under the file's leases field: token leases
 // (core.WithLeases).
 type Lease struct {
-	// Size is how many tokens one lease takes from the store, at least 2.
+	// Size is the most tokens one lease takes from the store, at least 2.
 	Size int64
 	// TTL is how long a lease's unspent tokens may be spent locally.
 	TTL time.Duration

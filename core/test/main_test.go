@@ -14,6 +14,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(fleetRole) == "waiter" {
 		os.Exit(runWaiter()) // a worker process of the wait fleet test
 	}
+	if os.Getenv(fleetRole) == "lease" {
+		os.Exit(runLeaseReplica()) // a replica process of the lease fleet test
+	}
 	if os.Getenv(fleetRole) != "" {
 		os.Exit(runReplica()) // a replica process of the fleet tests
 	}

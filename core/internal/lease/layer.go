@@ -13,7 +13,9 @@ import (
 
 // Layer answers a call of a leased class: from this replica's lease when
 // it has the tokens, else by taking a new lease from the store (one charge
-// of the lease size), else by a plain charge of the request's cost. At
+// of the lease's size, sized by the map from demand and the bucket's
+// level), else by a plain charge of the request's cost, whose reply's
+// balances the map remembers. At
 // most one call per bucket set takes a lease at a time; the others wait
 // for it once (it is bounded by the check timeout, in the queue and on the
 // wire), then spend from it, share its store failure (one call's evidence,
@@ -46,7 +48,7 @@ func (l *Layer) Decide(ctx context.Context, c stack.Call) (stack.Result, error) 
 		return l.next.Decide(ctx, c)
 	}
 	q := func(i int) quota.Quota { return c.Buckets[i].Quota }
-	tokens, ok, wait, acquiring := l.leases.Spend(c.Keys, q, c.Cost, c.Sent, true)
+	tokens, ok, wait, acquiring, size := l.leases.Spend(c.Keys, q, c.Cost, c.Sent, Class{Size: size, TTL: lc.TTL})
 	if ok {
 		return leased(c.Buckets, tokens, c.Cost), nil
 	}
@@ -56,14 +58,14 @@ func (l *Layer) Decide(ctx context.Context, c stack.Call) (stack.Result, error) 
 		case <-ctx.Done():
 			return stack.Result{Verdict: stack.Canceled, Cost: c.Cost}, &transport.CallerGone{Err: ctx.Err()}
 		}
-		if tokens, ok, _, _ := l.leases.Spend(c.Keys, q, c.Cost, l.now(), false); ok {
+		if tokens, ok, _, _, _ := l.leases.Spend(c.Keys, q, c.Cost, l.now(), Class{}); ok {
 			return leased(c.Buckets, tokens, c.Cost), nil
 		}
 		c.Failure = wait.Err() // nil: a plain call
-		return l.next.Decide(ctx, c)
+		return l.plain(ctx, c)
 	}
 	if acquiring == nil {
-		return l.next.Decide(ctx, c)
+		return l.plain(ctx, c)
 	}
 	whole := c
 	whole.Charge = size
@@ -73,7 +75,7 @@ func (l *Layer) Decide(ctx context.Context, c stack.Call) (stack.Result, error) 
 		if r.Degraded() || r.Verdict == stack.Overloaded {
 			failure = err // the waiters answer alike; a caller gone is not theirs
 		}
-		l.leases.Release(acquiring, nil, nil, 0, time.Time{}, failure)
+		l.leases.Release(acquiring, nil, nil, 0, time.Time{}, time.Time{}, failure)
 		if err != nil || r.Local {
 			// degraded for the request (the guard answers by its cost), or
 			// the deny cache proved the request's own denial
@@ -83,11 +85,12 @@ func (l *Layer) Decide(ctx context.Context, c stack.Call) (stack.Result, error) 
 		// prove a denial of the request itself when some bucket holds less
 		// than its cost (nothing was charged; the deny cache remembers it):
 		// no second call
+		l.observe(c, r)
 		if d, ok := denycache.Denial(r.Buckets, c.Cost); ok {
 			return d, nil
 		}
 		// enough for the request alone: charge it
-		return l.next.Decide(ctx, c)
+		return l.plain(ctx, c)
 	}
 	unspent := size - c.Cost
 	quotas := make([]quota.Quota, len(r.Buckets))
@@ -96,13 +99,33 @@ func (l *Layer) Decide(ctx context.Context, c stack.Call) (stack.Result, error) 
 		quotas[i], base[i] = s.Quota, s.Tokens
 	}
 	// the lease runs from when the check started: never longer than ttl
-	l.leases.Release(acquiring, quotas, base, unspent, c.Sent.Add(lc.TTL), nil)
+	l.leases.Release(acquiring, quotas, base, unspent, l.now(), c.Sent.Add(lc.TTL), nil)
 	// the answer states the balances with the lease unspent (the store's
 	// reply is this call's alone: stated in place)
 	for i := range r.Buckets {
 		r.Buckets[i].Tokens += float64(unspent)
 	}
 	return stack.Result{Verdict: stack.OK, Buckets: r.Buckets, Binding: tightest(r.Buckets), Cost: c.Cost}, nil
+}
+
+// plain hands c on, and has the map remember the balances the store
+// reported.
+func (l *Layer) plain(ctx context.Context, c stack.Call) (stack.Result, error) {
+	r, err := l.next.Decide(ctx, c)
+	if err == nil {
+		l.observe(c, r)
+	}
+	return r, err
+}
+
+// observe has the map remember r's balances, when the store reported them.
+func (l *Layer) observe(c stack.Call, r stack.Result) {
+	if r.Local || r.Degraded() || (r.Verdict != stack.OK && r.Verdict != stack.OverLimit) {
+		return
+	}
+	// the store's balances are of a moment before the reply: stating them
+	// at the reply's arrival undercounts their refill since, never more
+	l.leases.Observe(c.Keys, r.Buckets, l.now())
 }
 
 // leased is a local admission from a lease: tokens holds each bucket's

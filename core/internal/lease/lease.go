@@ -2,6 +2,18 @@
 // and class), tokens taken from the store as one charge of the lease's
 // size, spent locally until they run out or the lease expires.
 //
+// A lease is sized by demand and by the bucket's level: the next lease of a
+// bucket set is this replica's demand for it (the cost asked per second,
+// measured since its last lease, or over at most the TTL while it takes
+// none) times the TTL, at least 2, at most the class's size and at most
+// Fraction of the balance the store last reported for its buckets (plus
+// their refill since). A bucket set's first check, a check whose lease
+// would serve itself alone (demand of at most 1 per TTL), and a check
+// whose lease would come to under 2 tokens or under its cost are plain,
+// and the reply's balances are remembered. So a quiet tenant's checks are
+// plain or take small leases, a hot one's take the class's size, and near
+// an empty bucket every check is a plain one.
+//
 // The map is bounded. At the bound it drops leases that have expired
 // (their unspent tokens are lost by design then); it never drops a live
 // lease, whose unspent tokens its tenant has paid for. When every entry is
@@ -10,18 +22,24 @@
 package lease
 
 import (
+	"math"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/tollgate-go/tollgate/core/internal/stack"
 	"github.com/tollgate-go/tollgate/core/quota"
 )
 
-// Class is one class's lease setting.
+// Class is one class's lease setting: Size is the largest lease.
 type Class struct {
 	Size int64
 	TTL  time.Duration
 }
+
+// Fraction is the most of the store's last reported balance one lease
+// takes.
+const Fraction = 0.5
 
 // Map is the leases of one limiter.
 type Map struct {
@@ -41,6 +59,11 @@ type Lease struct {
 	base    []float64     // the store's balances after the lease was charged
 	tokens  int64         // unspent
 	expires time.Time
+	at      time.Time // when base was reported (zero: never)
+	// demand: the cost asked of this bucket set since since (the last
+	// lease's start, or the start of the measurement while none is taken)
+	asked int64
+	since time.Time
 	// acquiring is non-nil while one check takes a new lease from the store;
 	// it is done when that check is.
 	acquiring *Acquisition
@@ -73,22 +96,28 @@ func (m *Map) Class(name string) (Class, bool) {
 // Spend takes cost tokens from a live lease for keys (quota(i) is bucket
 // i's quota now) and returns each bucket's balance as the lease states it:
 // the store's after the lease plus the lease's unspent tokens. Otherwise,
-// when no check is taking a lease for keys, it marks the caller as the one
-// who does (acquire true: the caller must call Release with the returned
-// lease); when another check is taking one, it returns that acquisition to
-// wait on. With neither (acquire false, or a full map of live leases) the
-// caller makes a plain check.
-func (m *Map) Spend(keys []string, quotaOf func(i int) quota.Quota, cost int64, now time.Time, acquire bool) (tokens []float64, ok bool, wait *Acquisition, acquiring *Lease) {
+// with ask's size above 0 (the check's first Spend, with the largest lease
+// it could take and the class's TTL: its cost counts as demand), when no
+// check is taking a lease for keys and demand and balance call for one, it
+// marks the caller as the one who takes it (acquiring: the caller must
+// charge size and call Release); when another check is taking one, it
+// returns that acquisition to wait on. With none of these
+// (ask zero, a full map of live leases, or no lease called for) the
+// caller makes a plain check, and tells Observe its reply.
+func (m *Map) Spend(keys []string, quotaOf func(i int) quota.Quota, cost int64, now time.Time, ask Class) (tokens []float64, ok bool, wait *Acquisition, acquiring *Lease, size int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e := m.entries[keys[0]]
 	if e != nil && !e.matches(keys, quotaOf) {
 		// another bucket set or a changed quota: the lease proves nothing
 		if e.acquiring != nil {
-			return nil, false, e.acquiring, nil
+			return nil, false, e.acquiring, nil, 0
 		}
 		delete(m.entries, keys[0])
 		e = nil
+	}
+	if e != nil && ask.Size > 0 {
+		e.asked += cost
 	}
 	if e != nil && e.base != nil && e.tokens >= cost && now.Before(e.expires) {
 		e.tokens -= cost
@@ -96,23 +125,59 @@ func (m *Map) Spend(keys []string, quotaOf func(i int) quota.Quota, cost int64, 
 		for i, b := range e.base {
 			tokens[i] = b + float64(e.tokens)
 		}
-		return tokens, true, nil, nil
+		return tokens, true, nil, nil, 0
 	}
 	if e != nil && e.acquiring != nil {
-		return nil, false, e.acquiring, nil
+		return nil, false, e.acquiring, nil, 0
 	}
-	if !acquire {
-		return nil, false, nil, nil
+	if ask.Size <= 0 {
+		return nil, false, nil, nil, 0
 	}
 	if e == nil {
 		if len(m.entries) >= m.max && !m.sweep(now) {
-			return nil, false, nil, nil // every lease is live: none is burned
+			return nil, false, nil, nil, 0 // every lease is live: none is burned
 		}
-		e = &Lease{keys: keys}
-		m.entries[keys[0]] = e
+		// first seen: no demand known yet, a plain check
+		m.entries[keys[0]] = &Lease{keys: keys, asked: cost, since: now}
+		return nil, false, nil, nil, 0
 	}
+	size = e.next(quotaOf, cost, now, ask)
+	if size < 2 || size < cost {
+		// no lease: demand or the balance is too low. The measurement
+		// restarts once it spans the TTL
+		if now.Sub(e.since) >= ask.TTL {
+			e.asked, e.since = cost, now
+		}
+		return nil, false, nil, nil, 0
+	}
+	e.asked, e.since = cost, now
 	e.acquiring = &Acquisition{done: make(chan struct{})}
-	return nil, false, nil, e
+	return nil, false, nil, e, size
+}
+
+// next is the size of e's next lease: demand (asked before this check,
+// since since) times ask's TTL, rounded, at least 2 (none when at most
+// 1: the lease would serve this check alone), at most ask's size and
+// Fraction of each bucket's last reported balance plus its refill since.
+// Callers hold mu.
+func (e *Lease) next(quotaOf func(i int) quota.Quota, cost int64, now time.Time, ask Class) int64 {
+	want := float64(ask.Size)
+	if dt := now.Sub(e.since); dt > 0 {
+		use := float64(e.asked-cost) * ask.TTL.Seconds() / dt.Seconds()
+		if use <= 1 {
+			return 0 // the lease would serve this check alone
+		}
+		want = min(want, max(2, math.Round(use)))
+	}
+	if e.base != nil {
+		elapsed := max(now.Sub(e.at).Seconds(), 0)
+		for i, b := range e.base {
+			q := quotaOf(i)
+			level := min(b+q.RefillPerSecond*elapsed, float64(q.Capacity))
+			want = min(want, Fraction*level)
+		}
+	}
+	return int64(math.Floor(max(want, 0)))
 }
 
 // sweep drops the expired leases of a full map and reports whether it made
@@ -146,10 +211,10 @@ func (m *Map) sweep(now time.Time) bool {
 // Release ends the acquisition of e (from Spend): its waiters are released
 // whatever happened to the map meanwhile (a Forget), and learn failure, the
 // acquirer's store failure if any. With granted balances base (the store's
-// after it charged the lease, of buckets of quotas), the lease holds
-// unspent tokens until expires, if it is still the map's; with none (nil)
-// it is dropped.
-func (m *Map) Release(e *Lease, quotas []quota.Quota, base []float64, unspent int64, expires time.Time, failure error) {
+// after it charged the lease at time at, of buckets of quotas), the lease
+// holds unspent tokens until expires, if it is still the map's; with none
+// (nil) it holds none, and the check tells Observe its plain reply.
+func (m *Map) Release(e *Lease, quotas []quota.Quota, base []float64, unspent int64, at, expires time.Time, failure error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if a := e.acquiring; a != nil {
@@ -157,19 +222,42 @@ func (m *Map) Release(e *Lease, quotas []quota.Quota, base []float64, unspent in
 		close(a.done)
 		e.acquiring = nil
 	}
-	current := m.entries[e.keys[0]] == e
-	if base == nil {
-		if current {
-			delete(m.entries, e.keys[0])
-		}
+	if m.entries[e.keys[0]] != e {
 		return
 	}
-	if current {
-		e.quotas, e.base, e.tokens, e.expires = quotas, base, unspent, expires
-		if expires.Before(m.noneBefore) {
-			m.noneBefore = expires
+	if base == nil {
+		e.tokens, e.expires = 0, time.Time{}
+		return
+	}
+	e.quotas, e.base, e.tokens, e.at, e.expires = quotas, base, unspent, at, expires
+	if expires.Before(m.noneBefore) {
+		m.noneBefore = expires
+	}
+}
+
+// Observe remembers the balances the store reported at time at for keys'
+// buckets in reply to a plain check, unless a lease of keys is live or
+// being taken (its balances stand).
+func (m *Map) Observe(keys []string, buckets []stack.Bucket, at time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e := m.entries[keys[0]]
+	if e == nil || e.acquiring != nil || (e.tokens > 0 && at.Before(e.expires)) || len(e.keys) != len(keys) || len(buckets) != len(keys) {
+		return
+	}
+	for i := range keys {
+		if e.keys[i] != keys[i] {
+			return
 		}
 	}
+	if len(e.base) != len(keys) {
+		// a spend copies the balances out under mu: these can be reused
+		e.quotas, e.base = make([]quota.Quota, len(keys)), make([]float64, len(keys))
+	}
+	for i, b := range buckets {
+		e.quotas[i], e.base[i] = b.Quota, b.Tokens
+	}
+	e.tokens, e.at, e.expires = 0, at, time.Time{}
 }
 
 func (e *Lease) matches(keys []string, quotaOf func(i int) quota.Quota) bool {

@@ -29,6 +29,8 @@ func TestCheckerOnMadeUpHistories(t *testing.T) {
 	first := call(0, admitted, 1, 1)
 	leaseTaken := call(0, admitted, 1, 1) // a lease of 2: the store is at 0
 	leaseTaken.Lease = 2
+	smallLease := leaseTaken // a lease of 2 where the largest is 4
+	smallLease.Lease = 4
 	// a replica 1 s behind, in client-clock mode, takes the last token at
 	// the stamp another replica's call wrote (its own clock is behind it)
 	lagging := call(20, admitted, 1, 0)
@@ -79,6 +81,7 @@ func TestCheckerOnMadeUpHistories(t *testing.T) {
 		{"an admission of 2 from a balance of 1.01, after a lost reply", []op{first, call(5, ambiguous, 1, 0), call(10, admitted, 2, after(10, 2))}, porcupine.Illegal},
 		{"a lease taken", []op{leaseTaken, call(10, denied, 1, q.refill(0, base+500, base+10000))}, porcupine.Ok},
 		{"a lease not taken", []op{leaseTaken, call(10, denied, 1, q.refill(1, base+500, base+10000))}, porcupine.Illegal},
+		{"a lease smaller than the largest", []op{smallLease, call(10, denied, 1, q.refill(0, base+500, base+10000))}, porcupine.Ok},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if got, _ := linearizable(quotas{b: [nb]quota{q, q}}, tt.ops, nil, 10*time.Second, false); got != tt.want {

@@ -79,10 +79,11 @@ type input struct {
 	// costs is each bucket's cost, 0 for a bucket the request does not name
 	costs  [nb]int64
 	lo, hi int64
-	// lease is the lease size when leases are on: a store admission then
-	// either charged the cost (a plain check) or took a lease (charged
-	// lease, and the decision's balance counts the lease's lease-cost
-	// unspent tokens); an ambiguous call charged nothing, cost or lease
+	// lease is the largest lease when leases are on: a store admission
+	// then either charged the cost (a plain check) or took a lease of some
+	// size from 2 to lease (charged it, and the decision's balance counts
+	// the lease's size-cost unspent tokens); an ambiguous call charged
+	// nothing, cost or a lease
 	lease int64
 	// lag is how far, in µs, the replica's clock was behind the others'
 	// (client-clock mode): its deny cache may deny lag × rate tokens the
@@ -360,9 +361,10 @@ func (q quotas) step(st state, in input, out output) []state {
 			ran.orphans++
 		}
 		next := []state{st, ran}
-		if in.lease > in.costs[0] {
-			ran.b[0].debt += in.lease - in.costs[0]
-			next = append(next, ran)
+		for size := max(2, in.costs[0]+1); size <= in.lease; size++ {
+			leased := ran
+			leased.b[0].debt += size - in.costs[0]
+			next = append(next, leased)
 		}
 		return next
 	}
@@ -418,21 +420,24 @@ func (q quotas) admit(st state, in input, out output) []state {
 		next.b[0] = bucket{tok: tokens, last: s, refunds: b.refunds}
 		res = append(res, next)
 	}
-	// a lease: the decision's balance is the store's plus the lease's
+	// a lease of any size from 2 to lease (sized by demand and the last
+	// balance seen): the decision's balance is the store's plus the lease's
 	// unspent tokens, a sum not exact in floating point; from an exact
 	// state the store's balance is known exactly
-	unspent := float64(in.lease - in.costs[0])
-	if !b.pending() && !b.approx {
-		lo, _ := q0.bounds(b, s)
-		if stored := lo - float64(in.lease); lo >= float64(in.lease) && math.Abs(stored+unspent-tokens) <= eps {
-			next.b[0] = bucket{tok: stored, last: s, refunds: b.refunds}
+	for size := max(2, in.costs[0]+1); size <= in.lease; size++ {
+		unspent := float64(size - in.costs[0])
+		if !b.pending() && !b.approx {
+			lo, _ := q0.bounds(b, s)
+			if stored := lo - float64(size); lo >= float64(size) && math.Abs(stored+unspent-tokens) <= eps {
+				next.b[0] = bucket{tok: stored, last: s, refunds: b.refunds}
+				res = append(res, next)
+			}
+		} else if tok := tokens - unspent; q0.charged(b, s, size, tok, false) {
+			// an interval state: approximately, so the next check of this
+			// state is by interval too
+			next.b[0] = bucket{tok: tok, last: s, approx: true, refunds: b.refunds}
 			res = append(res, next)
 		}
-	} else if tok := tokens - unspent; q0.charged(b, s, in.lease, tok, false) {
-		// an interval state: approximately, so the next check of this
-		// state is by interval too
-		next.b[0] = bucket{tok: tok, last: s, approx: true, refunds: b.refunds}
-		res = append(res, next)
 	}
 	return res
 }
