@@ -162,8 +162,12 @@ func TestNoGoroutinePerCheck(t *testing.T) {
 				defer wg.Done()
 				start := time.Now()
 				_, err := l.Allow(context.Background(), quota.Tenant{ID: "t" + strconv.Itoa(i)}, "default", 1)
-				if !errors.Is(err, core.ErrStore) || time.Since(start) > 2*time.Second {
+				// the store's failure, or a shed (a loaded machine's
+				// batcher may hold a check in its queue past the
+				// timeout): either way the check ended, at its timeout
+				if !(errors.Is(err, core.ErrStore) || errors.Is(err, core.ErrOverloaded)) || time.Since(start) > 2*time.Second {
 					slow.Add(1)
+					t.Logf("check %d: %v after %v", i, err, time.Since(start))
 				}
 			}()
 		}

@@ -273,10 +273,17 @@ func TestWait(t *testing.T) {
 		if waited := time.Since(start); waited < 400*time.Millisecond {
 			t.Fatalf("waited %v for 5 tokens at 10/s", waited)
 		}
-		// a deadline shorter than the wait refuses at once, charging nothing
+		// a deadline shorter than the wait refuses at once, charging nothing:
+		// on a bucket that refills 5 tokens in 10 s, so that no stall of
+		// this machine between the calls brings the wait under the deadline
+		slow := newLimiter(t, b.client(t), staticResolver(quota.Bucket{Name: "default", Quota: quota.Quota{Capacity: 5, RefillPerSecond: 0.5}}))
+		slowReq := core.Request{Tenant: quota.Tenant{ID: "w-slow"}, Cost: 5}
+		if d, err := slow.Wait(ctx, slowReq); err != nil || !d.Allowed {
+			t.Fatalf("first wait on the slow bucket: %+v %v", d, err)
+		}
 		short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 		defer cancel()
-		d, err = l.Wait(short, req)
+		d, err = slow.Wait(short, slowReq)
 		if err != nil || d.Allowed || d.Reason != core.ReasonOverLimit {
 			t.Fatalf("wait beyond the deadline: %+v %v", d, err)
 		}
