@@ -73,6 +73,20 @@ func WithMaxHolds(n int) Option {
 	})
 }
 
+// take counts one more request held, unless max are held already: the
+// count never passes max, not even for a moment (Holding reads it).
+func (h *holds) take() bool {
+	for {
+		n := h.n.Load()
+		if n >= h.max {
+			return false
+		}
+		if h.n.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
 // Holding returns how many requests the Gate holds now (WithHold).
 func (g *Gate) Holding() int { return int(g.hold.n.Load()) }
 
@@ -80,12 +94,9 @@ func (g *Gate) Holding() int { return int(g.hold.n.Load()) }
 // fewer than its maximum, else checked.
 func (g *Gate) check(ctx context.Context, t quota.Tenant, r Route) (core.Decision, time.Duration, error) {
 	req := core.Request{Tenant: t, Class: r.Class, Cost: r.Cost}
-	if wait, ok := g.hold.wait[r.Class]; ok {
-		if g.hold.n.Add(1) <= g.hold.max {
-			defer g.hold.n.Add(-1)
-			return g.lim.Hold(ctx, req, wait)
-		}
-		g.hold.n.Add(-1)
+	if wait, ok := g.hold.wait[r.Class]; ok && g.hold.take() {
+		defer g.hold.n.Add(-1)
+		return g.lim.Hold(ctx, req, wait)
 	}
 	d, err := g.lim.Check(ctx, req)
 	return d, 0, err
