@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/tollgate-go/tollgate/internal/redistest"
+
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/gqllimit"
 )
@@ -56,8 +58,8 @@ func checkCost(t *testing.T, s *stack, a answer, requested int64, actual *int64)
 // actual cost in the end: the bucket in Redis lost exactly that much, and
 // extensions.cost says so after every response.
 func TestSettlesToActualCost(t *testing.T) {
-	p := newPrefix(t)
-	s := newStack(t, newClient(t, p), stackOpts{quota: slow(1000), rows: 3, prefix: p})
+	p := redistest.Prefix(t)
+	s := newStack(t, redistest.Client(t), stackOpts{quota: slow(1000), rows: 3, prefix: p})
 	var spent int64
 	for _, n := range []int64{50, 2, 20} {
 		a := s.query(t, usersQuery, map[string]any{"n": n})
@@ -79,8 +81,8 @@ func TestSettlesToActualCost(t *testing.T) {
 // A refund never lifts the bucket above its capacity: the bucket is made
 // full again while the query runs, and its refund is capped.
 func TestRefundCappedAtCapacity(t *testing.T) {
-	p := newPrefix(t)
-	s := newStack(t, newClient(t, p), stackOpts{quota: slow(500), rows: 1, prefix: p, ext: []gqllimit.Option{gqllimit.WithBalanceRead()}})
+	p := redistest.Prefix(t)
+	s := newStack(t, redistest.Client(t), stackOpts{quota: slow(500), rows: 1, prefix: p, ext: []gqllimit.Option{gqllimit.WithBalanceRead()}})
 	s.res.Hook = func(ctx context.Context) {
 		if _, err := s.lim.Reset(context.Background(), s.tenant, gqllimit.DefaultClass); err != nil {
 			t.Error(err)
@@ -106,8 +108,8 @@ func TestRefundCappedAtCapacity(t *testing.T) {
 // A query costing more than the bucket's capacity is refused, as never,
 // before any resolver runs, and charges nothing.
 func TestAboveCapacityRefusedBeforeResolvers(t *testing.T) {
-	p := newPrefix(t)
-	s := newStack(t, newClient(t, p), stackOpts{quota: slow(100), rows: 3, prefix: p})
+	p := redistest.Prefix(t)
+	s := newStack(t, redistest.Client(t), stackOpts{quota: slow(100), rows: 3, prefix: p})
 	a := s.query(t, `{ items(first: 500) { id name } users(first: 1) { edges { node { id } } } }`, nil)
 	if a.code() != gqllimit.CodeMaxCostExceeded {
 		t.Fatalf("code %q, want %s: %+v", a.code(), gqllimit.CodeMaxCostExceeded, a.Errors)
@@ -133,8 +135,8 @@ func TestAboveCapacityRefusedBeforeResolvers(t *testing.T) {
 // A throttled query is answered THROTTLED with a retry hint, HTTP 429 and
 // Retry-After, before any resolver runs.
 func TestThrottled(t *testing.T) {
-	p := newPrefix(t)
-	s := newStack(t, newClient(t, p), stackOpts{quota: slow(100), rows: 100, prefix: p})
+	p := redistest.Prefix(t)
+	s := newStack(t, redistest.Client(t), stackOpts{quota: slow(100), rows: 100, prefix: p})
 	if a := s.query(t, usersQuery, map[string]any{"n": 30}); len(a.Errors) > 0 {
 		t.Fatal(a.Errors)
 	}
@@ -158,8 +160,8 @@ func TestThrottled(t *testing.T) {
 // A mutation's top-level field costs DefaultMutationCost; introspection is
 // priced by default and free by option.
 func TestMutationAndIntrospection(t *testing.T) {
-	p := newPrefix(t)
-	c := newClient(t, p)
+	p := redistest.Prefix(t)
+	c := redistest.Client(t)
 	s := newStack(t, c, stackOpts{quota: slow(1000), rows: 1, prefix: p})
 	a := s.query(t, `mutation { touch(id: "7") { id } }`, nil)
 	want := int64(gqllimit.DefaultMutationCost)
@@ -170,8 +172,8 @@ func TestMutationAndIntrospection(t *testing.T) {
 		t.Fatalf("introspection priced by default: cost %+v", a.Extensions.Cost)
 	}
 
-	p2 := newPrefix(t)
-	free := newStack(t, newClient(t, p2), stackOpts{quota: slow(1000), rows: 1, prefix: p2, ext: []gqllimit.Option{gqllimit.WithIntrospectionExempt()}})
+	p2 := redistest.Prefix(t)
+	free := newStack(t, redistest.Client(t), stackOpts{quota: slow(1000), rows: 1, prefix: p2, ext: []gqllimit.Option{gqllimit.WithIntrospectionExempt()}})
 	a = free.query(t, `{ __schema { types { name fields { name } } } }`, nil)
 	if len(a.Errors) > 0 || a.Extensions.Cost != nil {
 		t.Fatalf("exempt introspection: errors %+v, cost %+v", a.Errors, a.Extensions.Cost)
@@ -187,15 +189,15 @@ func TestMutationAndIntrospection(t *testing.T) {
 // Without a tenant the operation is answered UNAUTHENTICATED (401); with
 // a gate that cannot settle, INTERNAL_SERVER_ERROR.
 func TestUnauthenticatedAndMisconfigured(t *testing.T) {
-	p := newPrefix(t)
-	c := newClient(t, p)
+	p := redistest.Prefix(t)
+	c := redistest.Client(t)
 	s := newStack(t, c, stackOpts{quota: slow(1000), rows: 1, prefix: p})
 	a := s.query(t, usersQuery, nil, "X-Anonymous", "1")
 	if a.code() != gqllimit.CodeUnauthenticated || a.status != http.StatusUnauthorized {
 		t.Fatalf("code %q status %d, want %s 401", a.code(), a.status, gqllimit.CodeUnauthenticated)
 	}
-	p2 := newPrefix(t)
-	bad := newStack(t, newClient(t, p2), stackOpts{quota: slow(1000), rows: 1, prefix: p2, noReport: true})
+	p2 := redistest.Prefix(t)
+	bad := newStack(t, redistest.Client(t), stackOpts{quota: slow(1000), rows: 1, prefix: p2, noReport: true})
 	a = bad.query(t, usersQuery, nil)
 	if a.code() != gqllimit.CodeInternal || bad.res.Calls.Load() != 0 {
 		t.Fatalf("code %q, %d calls; want %s before any resolver", a.code(), bad.res.Calls.Load(), gqllimit.CodeInternal)
@@ -212,8 +214,8 @@ func fmtCost(p *int64) string {
 // Overrides price the actual cost as they price the requested one: a
 // scalar made dear is charged per value returned.
 func TestOverridesSettle(t *testing.T) {
-	p := newPrefix(t)
-	s := newStack(t, newClient(t, p), stackOpts{quota: slow(1000), rows: 3, prefix: p,
+	p := redistest.Prefix(t)
+	s := newStack(t, redistest.Client(t), stackOpts{quota: slow(1000), rows: 3, prefix: p,
 		ext: []gqllimit.Option{gqllimit.WithFieldCost("User.name", 3), gqllimit.WithTypeCost("PageInfo", 0)}})
 	a := s.query(t, usersQuery, map[string]any{"n": 50})
 	if len(a.Errors) > 0 {

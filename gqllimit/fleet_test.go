@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-go/tollgate/internal/redistest"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate-go/tollgate/gqllimit"
@@ -104,8 +106,8 @@ func runReplica() int {
 // bucket's bound counted in actual cost: what they were charged in the end
 // is what the bucket lost, and no more than it could give.
 func TestFleetWithinBound(t *testing.T) {
-	p := newPrefix(t)
-	c := newClient(t, p)
+	p := redistest.Prefix(t)
+	c := redistest.Client(t)
 	obs := newStack(t, c, stackOpts{quota: slow(fleetCapacity), rows: fleetRows, prefix: p})
 	const perReplica = 60
 	start := time.Now()
@@ -139,7 +141,7 @@ func TestFleetWithinBound(t *testing.T) {
 	for range fleetReplicas {
 		wg.Go(func() {
 			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
-			cmd.Env = append(os.Environ(), fleetRole+"=replica", fleetRedis+"="+redisURL(), fleetPrefix+"="+p,
+			cmd.Env = append(os.Environ(), fleetRole+"=replica", fleetRedis+"="+redistest.URL(t), fleetPrefix+"="+p,
 				fleetQueries+"="+strconv.Itoa(perReplica))
 			var out, errb bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &errb

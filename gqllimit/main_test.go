@@ -3,17 +3,12 @@ package gqllimit_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
-	"strconv"
 	"testing"
 	"time"
 
@@ -21,121 +16,20 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler/extension"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/gate"
 	"github.com/tollgate-go/tollgate/core/quota"
 	"github.com/tollgate-go/tollgate/gqllimit"
 	"github.com/tollgate-go/tollgate/gqllimit/internal/gqltest"
+	"github.com/tollgate-go/tollgate/internal/redistest"
 )
 
 func TestMain(m *testing.M) {
 	if os.Getenv(fleetRole) != "" {
 		os.Exit(runReplica())
 	}
-	stop := startRedis()
-	code := m.Run()
-	stop()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// sharedURL is the real Redis the tests use: REDIS_URL, else a private
-// redis-server that startRedis started (redis-server on PATH), else the
-// local default.
-var sharedURL = "redis://127.0.0.1:6379/0"
-
-func redisURL() string { return sharedURL }
-
-// startRedis sets sharedURL: REDIS_URL when set, else it starts a private
-// redis-server (no persistence, a free port) when one is on PATH, and
-// returns what stops it.
-func startRedis() (stop func()) {
-	if u := os.Getenv("REDIS_URL"); u != "" {
-		sharedURL = u
-		return func() {}
-	}
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		return func() {}
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return func() {}
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	_ = ln.Close()
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
-	if err := cmd.Start(); err != nil {
-		return func() {}
-	}
-	u := "redis://127.0.0.1:" + strconv.Itoa(port) + "/0"
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(port)})
-	defer c.Close()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if c.Ping(context.Background()).Err() == nil {
-			sharedURL = u
-			break
-		}
-	}
-	return func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	}
-}
-
-// newClient connects to the real Redis, or skips (fails under CI=true)
-// when there is none. The keys under prefix must all carry a TTL when the
-// test ends; they are deleted then.
-func newClient(t *testing.T, prefix string) *redis.Client {
-	t.Helper()
-	opt, err := redis.ParseURL(redisURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := redis.NewClient(opt)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := c.Ping(ctx).Err(); err != nil {
-		_ = c.Close()
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("no Redis at %s: %v", redisURL(), err)
-		}
-		t.Skipf("no Redis at %s (set REDIS_URL): %v", redisURL(), err)
-	}
-	t.Cleanup(func() {
-		defer c.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		keys, err := c.Keys(ctx, prefix+":*").Result()
-		if err != nil {
-			t.Errorf("scan %s: %v", prefix, err)
-			return
-		}
-		for _, k := range keys {
-			if ttl := c.PTTL(ctx, k).Val(); ttl < 0 {
-				t.Errorf("key %s has no TTL", k)
-			}
-		}
-		if len(keys) > 0 {
-			_ = c.Del(ctx, keys...).Err()
-		}
-	})
-	return c
-}
-
-func newPrefix(t testing.TB) string {
-	var b [6]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		t.Fatal(err)
-	}
-	return "test-gql-" + hex.EncodeToString(b[:])
+	os.Exit(redistest.RunChecked(m))
 }
 
 // stack is one service: a limiter over the real Redis, a gate, the
